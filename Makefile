@@ -1,0 +1,58 @@
+# dlperf: the user's entry. `make resnet50-pytorch NODES=4 GPUS=8 AMP=on`, `make test`.
+# Every <model>-<framework> target is a pattern rule: a framework added later works at once.
+
+PYTHON   ?= python3
+VENV     ?= .venv
+DLPERF   := $(VENV)/bin/dlperf
+STAMP    := $(VENV)/.dlperf-installed
+
+# Case selection, passed to `dlperf run` only when set.
+NODES    ?=
+GPUS     ?=
+BATCH    ?=
+AMP      ?=
+REPEATS  ?=
+PROFILE  ?= auto
+RUNTIME  ?= local
+INVENTORY?=
+SESSION  ?=
+RUN_ARGS ?=
+
+run_flags = --profile $(PROFILE) --runtime $(RUNTIME) \
+	$(if $(NODES),--nodes $(NODES)) $(if $(GPUS),--gpus $(GPUS)) \
+	$(if $(BATCH),--batch $(BATCH)) $(if $(AMP),--amp $(AMP)) \
+	$(if $(REPEATS),--repeats $(REPEATS)) $(if $(INVENTORY),--inventory $(INVENTORY)) \
+	$(if $(SESSION),--session $(SESSION)) $(RUN_ARGS)
+
+bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
+
+.PHONY: install test lint selftest report images base-image audit clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml PyTorch/requirements-cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[test]' -r PyTorch/requirements-cpu.txt
+	touch $@
+
+resnet50-%: $(STAMP)
+	$(call bench,resnet50,$*)
+
+inception3-%: $(STAMP)
+	$(call bench,inception3,$*)
+
+bert-%: $(STAMP)
+	$(call bench,bert,$*)
+
+selftest: $(STAMP)
+	$(DLPERF) selftest
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check driver tests PyTorch
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean-venv:
+	rm -rf $(VENV) .venvs

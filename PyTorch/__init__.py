@@ -1,0 +1,1 @@
+"""PyTorch benchmark scripts of the dlperf kit (a package so tests can import the models)."""

@@ -1,0 +1,1 @@
+"""Training benchmark for PyTorch: models, data pipelines, FLOP counting and the entry script."""

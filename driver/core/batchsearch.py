@@ -1,0 +1,84 @@
+"""``batch_size: max``: find the largest per-device batch that fits, as DLPerf's bsz=max tables.
+
+Short probe runs (a few steps) double the batch until one runs out of memory (the scripts exit
+86), then bisect between the last fit and the first failure down to ``granularity``. Every probe
+keeps its log under ``<case>/batch-search/`` so the choice can be audited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from driver.core.case import Case
+from driver.core.command import plan_repeat
+from driver.core.results import Session, write_json
+from driver.runtimes.base import Runtime, Verdict
+
+PROBE_STEPS = 3
+START = 16
+CEILING = 4096  # on CPU nothing runs out of memory early; stop there
+GRANULARITY = 8
+
+
+def _fits(case: Case, session: Session, runtime: Runtime, batch: int) -> bool:
+    probe_case = replace(case, warmup_steps=0, measured_steps=PROBE_STEPS, total_steps=PROBE_STEPS)
+    directory = session.case_dir(case) / "batch-search" / f"bs{batch}"
+    if directory.exists():  # a probe from an interrupted search: read its verdict
+        verdict_file = directory / "verdict.json"
+        if verdict_file.exists():
+            import json
+
+            return json.loads(verdict_file.read_text())["verdict"] == "ok"
+    directory.mkdir(parents=True, exist_ok=True)
+    outcome = runtime.run(
+        plan_repeat(probe_case, runtime, batch_size=batch), directory, case.timeout_s
+    )
+    write_json(
+        directory / "verdict.json", {"verdict": outcome.verdict.value, "detail": outcome.detail}
+    )
+    if outcome.verdict not in (Verdict.OK, Verdict.OOM):
+        raise RuntimeError(
+            f"batch probe {batch} failed for another reason than memory: "
+            f"{outcome.verdict.value} {outcome.detail} (log: {directory})"
+        )
+    return outcome.verdict == Verdict.OK
+
+
+def search_max_batch(
+    case: Case,
+    session: Session,
+    runtime: Runtime,
+    printer=print,  # noqa: ANN001
+    start: int = START,
+    ceiling: int = CEILING,
+    granularity: int = GRANULARITY,
+) -> int | None:
+    fits_at, fails_at = 0, None
+    batch = start
+    while batch <= ceiling:
+        ok = _fits(case, session, runtime, batch)
+        printer(f"[{case.id}] batch search: {batch} {'fits' if ok else 'out of memory'}")
+        if not ok:
+            fails_at = batch
+            break
+        fits_at, batch = batch, batch * 2
+    if fails_at is None:
+        return fits_at or None
+    if fits_at == 0:  # even the start failed: go down
+        low = 1
+        while low < fails_at:
+            batch = max(1, fails_at // 2)
+            if _fits(case, session, runtime, batch):
+                fits_at = batch
+                break
+            fails_at = batch
+            if batch == 1:
+                return None
+    while fails_at - fits_at > granularity:
+        middle = (fits_at + fails_at) // 2
+        if _fits(case, session, runtime, middle):
+            fits_at = middle
+        else:
+            fails_at = middle
+        printer(f"[{case.id}] batch search: between {fits_at} and {fails_at}")
+    return fits_at

@@ -1,0 +1,105 @@
+"""A benchmark case: one point of the matrix, with a stable readable id."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+BatchSize = int | str  # a positive int, or "max"
+
+_TOPOLOGY = re.compile(r"^(\d+)n(\d+)g$")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """nodes x devices per node; on CPU a "device" is one training process."""
+
+    nodes: int
+    devices_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes}n{self.world_size}g"
+
+    @classmethod
+    def parse(cls, label: str) -> Topology:
+        """``"2n16g"`` -> 2 nodes x 8 devices (DLPerf writes the total device count)."""
+        match = _TOPOLOGY.match(label)
+        if not match:
+            raise ValueError(f"topology {label!r} is not of the form <nodes>n<total devices>g")
+        nodes, total = int(match[1]), int(match[2])
+        if nodes <= 0 or total <= 0 or total % nodes:
+            raise ValueError(
+                f"topology {label!r}: total devices must be a positive multiple of nodes"
+            )
+        return cls(nodes, total // nodes)
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    framework: str
+    topology: Topology
+    batch_size: BatchSize
+    precision: str  # fp32 | amp
+    dataset: str  # synthetic | real
+    xla: bool = False
+    variant: str = "default"  # a named option set of the suite ("default" stays out of the id)
+    source: str = "dlperf"  # our scripts, or an upstream source plug-in
+    warmup_steps: int = 20
+    measured_steps: int = 100
+    total_steps: int = 120
+    repeats: int = 7
+    timeout_s: float = 3600.0
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    data_dir: str | None = None
+    profile: str = "dlperf"  # "dlperf" is the full protocol; anything else is footnoted
+
+    @property
+    def id(self) -> str:
+        parts = [
+            self.model,
+            self.framework,
+            self.topology.label,
+            f"bs{self.batch_size}",
+            self.precision,
+            self.dataset,
+        ]
+        if self.xla:
+            parts.append("xla")
+        if self.variant != "default":
+            parts.append(self.variant)
+        if self.source != "dlperf":
+            parts.append(f"src-{self.source}")
+        return "/".join(str(p) for p in parts)
+
+    @property
+    def group_key(self) -> tuple:
+        """Cases that share a table column: everything but the topology."""
+        return (
+            self.model,
+            self.framework,
+            self.batch_size,
+            self.precision,
+            self.dataset,
+            self.xla,
+            self.variant,
+            self.source,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["topology"] = self.topology.label
+        data["id"] = self.id
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Case:
+        fields_ = {k: v for k, v in data.items() if k != "id"}
+        fields_["topology"] = Topology.parse(fields_["topology"])
+        return cls(**fields_)

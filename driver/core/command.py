@@ -1,0 +1,83 @@
+"""From a case to the command of every node: one function for every framework."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+from driver.core.case import Case
+from driver.frameworks.base import Framework
+from driver.launchers.base import NodeRank
+from driver.plugins import load_all
+from driver.registry import FRAMEWORKS, LAUNCHERS
+from driver.runtimes.base import NodeCommand, Runtime
+
+
+def option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def script_argv(case: Case, framework: Framework, batch_size: int) -> list[str]:
+    """The benchmark script's arguments (``driver.benchargs`` parses them on the other side)."""
+    argv = [
+        framework.script,
+        "--model", case.model,
+        "--batch-size", str(batch_size),
+        "--precision", case.precision,
+        "--xla", "on" if case.xla else "off",
+        "--dataset", case.dataset,
+        "--warmup-steps", str(case.warmup_steps),
+        "--total-steps", str(case.total_steps),
+    ]  # fmt: skip
+    if case.data_dir:
+        argv += ["--data-dir", case.data_dir]
+    for key in sorted(case.options):
+        argv += ["--option", f"{key}={option_text(case.options[key])}"]
+    return argv
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def plan_repeat(
+    case: Case, runtime: Runtime, *, batch_size: int | None = None, master_port: int | None = None
+) -> list[NodeCommand]:
+    """The command each node runs for one repeat of ``case``, with its rank environment."""
+    load_all()
+    framework = FRAMEWORKS.get(case.framework)
+    launcher = LAUNCHERS.get(framework.launcher)()
+    nodes = runtime.node_addresses(case.topology.nodes)
+    master_addr = nodes[0][1]
+    port = master_port or free_port(master_addr if master_addr.startswith("127.") else "127.0.0.1")
+    if case.batch_size == "max" and batch_size is None:
+        raise ValueError(f"{case.id}: batch 'max' must be resolved before planning")
+    batch = int(batch_size if batch_size is not None else case.batch_size)
+    argv = script_argv(case, framework, batch)
+    commands = []
+    for node_rank, (name, _address) in enumerate(nodes):
+        rank = NodeRank(
+            node_rank=node_rank,
+            nodes=case.topology.nodes,
+            procs_per_node=case.topology.devices_per_node,
+            master_addr=master_addr,
+            master_port=port,
+            node_addrs=tuple(address for _, address in nodes),
+        )
+        env = {**framework.env, **rank.environment()}
+        commands.append(
+            NodeCommand(
+                node=name,
+                argv=launcher.command(runtime.python(framework), argv, rank),
+                env=env,
+                workdir=runtime.workdir(),
+            )
+        )
+    return commands

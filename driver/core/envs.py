@@ -1,0 +1,73 @@
+"""Per-framework virtual environments for the local and process runtimes.
+
+Each framework pins its CPU requirements in ``<Framework>/requirements-cpu.txt`` and names the
+Python it needs; ``ensure_env`` creates ``.venvs/<framework>`` once (with that Python, from
+pyenv when the system one differs) and reinstalls only when the requirements file changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from driver.frameworks.base import REPO_ROOT, Framework
+
+VENVS = Path(os.environ.get("DLPERF_VENVS", REPO_ROOT / ".venvs"))
+STAMP = ".dlperf-requirements.sha256"
+
+
+class FrameworkEnvError(RuntimeError):
+    pass
+
+
+def venv_path(framework: Framework) -> Path:
+    return VENVS / framework.name
+
+
+def venv_python(framework: Framework) -> Path:
+    return venv_path(framework) / "bin" / "python"
+
+
+def find_python(version: str) -> str:
+    """An interpreter of ``version`` (major.minor): this one, pythonX.Y on PATH, or pyenv's."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return sys.executable
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        return on_path
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    for candidate in sorted(pyenv_root.glob(f"{version}.*"), reverse=True):
+        python = candidate / "bin" / "python"
+        if python.exists():
+            return str(python)
+    raise FrameworkEnvError(
+        f"no Python {version} found (needed by this framework's wheels); install python{version} "
+        "or a pyenv version of it"
+    )
+
+
+def requirements_hash(framework: Framework) -> str:
+    return hashlib.sha256(framework.cpu_requirements.read_bytes()).hexdigest()
+
+
+def ensure_env(framework: Framework, log=print) -> Path:  # noqa: ANN001
+    python = venv_python(framework)
+    stamp = venv_path(framework) / STAMP
+    wanted = requirements_hash(framework)
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
+        return python
+    log(f"creating the {framework.display} environment in {venv_path(framework)} (once)")
+    if not python.exists():
+        subprocess.run(
+            [find_python(framework.python), "-m", "venv", str(venv_path(framework))], check=True
+        )
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "-r", str(framework.cpu_requirements)],
+        check=True,
+    )
+    stamp.write_text(wanted + "\n")
+    return python

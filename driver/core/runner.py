@@ -1,0 +1,171 @@
+"""Run a list of cases into a session: repeats, resume, batch search, progress.
+
+A failed repeat ends its case (the remaining repeats are left for a later resume) and the
+matrix goes on; Ctrl-C records the repeat in flight as interrupted, cleans up and stops.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver.core.case import Case
+from driver.core.command import plan_repeat
+from driver.core.measure import Window, measure_repeat
+from driver.core.results import RepeatRecord, Session, write_json
+from driver.parsers.base import LogParseError
+from driver.plugins import load_all
+from driver.registry import FRAMEWORKS, PARSERS
+from driver.runtimes.base import NodeCommand, RepeatOutcome, Runtime, Verdict
+
+Printer = Callable[[str], None]
+
+
+@dataclass
+class RunSummary:
+    finished: int = 0
+    skipped: int = 0  # already finished in an earlier run of the session
+    failed: list[tuple[str, int, str, str]] = field(default_factory=list)  # id, repeat, verdict
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def command_line(command: NodeCommand) -> str:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(command.env.items()))
+    return f"[{command.node}] {env} {shlex.join(command.argv)}".strip()
+
+
+def logs_of(repeat_dir: Path) -> dict[str, str]:
+    return {
+        path.name: path.read_text(errors="replace") for path in sorted(repeat_dir.glob("node*.log"))
+    }
+
+
+def evaluate(case: Case, parser_name: str, repeat_dir: Path) -> tuple[dict[str, Any], dict]:
+    """Parse a repeat's raw logs and measure its window (raises LogParseError)."""
+    parsed = PARSERS.get(parser_name)().parse(logs_of(repeat_dir))
+    if parsed.world_size != case.topology.world_size:
+        raise LogParseError(
+            f"the log reports world size {parsed.world_size}, the case has "
+            f"{case.topology.world_size} devices"
+        )
+    window = Window(case.warmup_steps, case.measured_steps)
+    return measure_repeat(parsed, window).to_dict(), parsed.header
+
+
+def run_repeat(
+    case: Case,
+    repeat: int,
+    session: Session,
+    runtime: Runtime,
+    batch_size: int,
+    extra: dict[str, Any] | None = None,
+) -> RepeatRecord:
+    framework = FRAMEWORKS.get(case.framework)
+    parser_name = framework.parser
+    commands = plan_repeat(case, runtime, batch_size=batch_size)
+    directory = session.fresh_repeat_dir(case, repeat)
+    interrupted = False
+    try:
+        outcome = runtime.run(commands, directory, case.timeout_s)
+    except KeyboardInterrupt:
+        interrupted = True
+        now = time.time()
+        outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, "Ctrl-C on the head node")
+    measurement, header, verdict, detail = None, {}, outcome.verdict, outcome.detail
+    if verdict == Verdict.OK:
+        try:
+            measurement, header = evaluate(case, parser_name, directory)
+        except LogParseError as error:
+            verdict, detail = Verdict.PARSE_ERROR, str(error)
+    record = RepeatRecord(
+        case_id=case.id,
+        repeat=repeat,
+        verdict=verdict.value,
+        batch_size=batch_size,
+        started_at=outcome.started_at,
+        finished_at=outcome.finished_at,
+        commands=[
+            {"node": c.node, "argv": c.argv, "env": c.env, "workdir": c.workdir} for c in commands
+        ],
+        exit_codes={n.node: n.exit_code for n in outcome.nodes},
+        logs=sorted(p.name for p in directory.glob("node*.log")),
+        parser=parser_name,
+        measurement=measurement,
+        header=header,
+        detail=detail,
+        runtime=runtime.name,
+        extra={**(extra or {}), **outcome.extra},
+    )
+    session.write_record(directory, record)
+    if interrupted:
+        raise KeyboardInterrupt
+    return record
+
+
+def run_cases(
+    cases: list[Case],
+    session: Session,
+    runtime: Runtime,
+    *,
+    printer: Printer = print,
+    batch_resolver: Callable[[Case], int] | None = None,
+) -> RunSummary:
+    load_all()
+    summary = RunSummary()
+    for index, case in enumerate(cases, start=1):
+        session.save_case(case)
+        batch = _resolve_batch(case, session, runtime, printer, batch_resolver)
+        if batch is None:
+            summary.failed.append((case.id, 0, "oom", "no batch size fits"))
+            continue
+        for repeat in range(1, case.repeats + 1):
+            prefix = f"[case {index}/{len(cases)} {case.id}] repeat {repeat}/{case.repeats}"
+            done = session.finished(case, repeat)
+            if done:
+                summary.skipped += 1
+                printer(f"{prefix}: already finished ({done.throughput:.2f} samples/s), skipped")
+                continue
+            record = run_repeat(case, repeat, session, runtime, batch)
+            if record.ok:
+                summary.finished += 1
+                printer(
+                    f"{prefix}: {record.throughput:.2f} samples/s "
+                    f"({record.finished_at - record.started_at:.1f} s)"
+                )
+            else:
+                summary.failed.append((case.id, repeat, record.verdict, record.detail))
+                printer(
+                    f"{prefix}: {record.verdict.upper()}: {record.detail} "
+                    f"(log: {session.repeat_dir(case, repeat)})"
+                )
+                break  # the case's remaining repeats wait for a resume; the matrix goes on
+    return summary
+
+
+def _resolve_batch(
+    case: Case,
+    session: Session,
+    runtime: Runtime,
+    printer: Printer,
+    resolver: Callable[[Case], int] | None,
+) -> int | None:
+    if case.batch_size != "max":
+        return int(case.batch_size)
+    path = session.case_dir(case) / "max-batch.json"
+    if path.exists():
+        import json
+
+        return json.loads(path.read_text())["batch_size"]
+    from driver.core.batchsearch import search_max_batch
+
+    found = (resolver or (lambda c: search_max_batch(c, session, runtime, printer)))(case)
+    if found is not None:
+        write_json(path, {"batch_size": found})
+    return found

@@ -1,0 +1,90 @@
+"""``dlperf selftest``: run the calibration workload through the whole kit, compare with truth.
+
+The workload's steps end on exact deadlines, so its true throughput is known
+(batch x processes / step time). Running it through the same planner, launcher, runtime,
+parser and statistics as a real benchmark measures the kit's own error.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from driver.core.case import Case, Topology
+from driver.core.results import Session
+from driver.core.runner import run_cases
+from driver.core.summary import summarize
+from driver.runtimes.local import LocalRuntime
+
+ERROR_BOUND = 0.005  # the kit must be within 0.5% of the truth
+
+
+@dataclass(frozen=True)
+class SelftestResult:
+    topology: str
+    truth: float
+    measured: float
+
+    @property
+    def error(self) -> float:
+        return abs(self.measured - self.truth) / self.truth
+
+    @property
+    def passed(self) -> bool:
+        return self.error < ERROR_BOUND
+
+
+def calibration_cases(
+    step_time: float, batch: int, topologies: list[str], repeats: int, measured_steps: int
+) -> list[Case]:
+    return [
+        Case(
+            model="calibration",
+            framework="calibration",
+            topology=Topology.parse(label),
+            batch_size=batch,
+            precision="fp32",
+            dataset="synthetic",
+            warmup_steps=5,
+            measured_steps=measured_steps,
+            total_steps=5 + measured_steps,
+            repeats=repeats,
+            timeout_s=120 + 2 * (5 + measured_steps) * step_time,
+            options={"step_time": step_time},
+            profile="selftest",
+        )
+        for label in topologies
+    ]
+
+
+def run_selftest(
+    step_time: float = 0.02,
+    batch: int = 32,
+    topologies: tuple[str, ...] = ("1n1g", "1n2g", "2n4g"),
+    repeats: int = 3,
+    measured_steps: int = 50,
+    results_dir: Path | None = None,
+    printer=print,  # noqa: ANN001
+) -> list[SelftestResult]:
+    cases = calibration_cases(step_time, batch, list(topologies), repeats, measured_steps)
+    with tempfile.TemporaryDirectory(prefix="dlperf-selftest-") as scratch:
+        session = Session.open(results_dir or Path(scratch) / "selftest", {"kind": "selftest"})
+        summary = run_cases(cases, session, LocalRuntime(), printer=lambda _line: None)
+        if not summary.ok:
+            raise RuntimeError(f"calibration runs failed: {summary.failed}")
+        results = [
+            SelftestResult(
+                topology=s.case.topology.label,
+                truth=batch * s.case.topology.world_size / step_time,
+                measured=s.stats.median,
+            )
+            for s in summarize((c, r) for c, r, _ in session.records())
+        ]
+    for result in results:
+        printer(
+            f"selftest {result.topology}: truth {result.truth:.2f} samples/s, measured "
+            f"{result.measured:.2f}, error {result.error:.4%} "
+            f"({'ok' if result.passed else 'FAIL'}, bound {ERROR_BOUND:.1%})"
+        )
+    return results

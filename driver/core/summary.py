@@ -1,0 +1,136 @@
+"""From repeat records to case summaries: median, spread, speedup, efficiency.
+
+This is the one place where the statistics of a case are computed; the report, the release and
+the audit all call :func:`summarize` so that a published table and its recomputation agree by
+construction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from driver.core.case import Case
+from driver.core.measure import CaseStats, case_stats, speedup
+from driver.core.results import RepeatRecord
+
+
+@dataclass
+class CaseSummary:
+    case: Case
+    stats: CaseStats
+    batch_size: int  # resolved (for 'max', the batch the search found)
+    speedup: float | None
+    efficiency: float | None
+    throughputs: list[float]
+    reported_by_source: bool = False
+    versions: dict[str, Any] = field(default_factory=dict)
+    devices: list[str] = field(default_factory=list)
+
+    @property
+    def case_id(self) -> str:
+        return self.case.id
+
+    def row(self) -> dict[str, Any]:
+        """One flat row, every field named (CSV/JSON)."""
+        c = self.case
+        return {
+            "case_id": c.id,
+            "model": c.model,
+            "framework": c.framework,
+            "source": c.source,
+            "nodes": c.topology.nodes,
+            "devices": c.topology.world_size,
+            "devices_per_node": c.topology.devices_per_node,
+            "batch_per_device": self.batch_size,
+            "batch_setting": c.batch_size,
+            "precision": c.precision,
+            "xla": c.xla,
+            "dataset": c.dataset,
+            "variant": c.variant,
+            "options": dict(c.options),
+            "profile": c.profile,
+            "warmup_steps": c.warmup_steps,
+            "measured_steps": c.measured_steps,
+            "repeats": self.stats.repeats,
+            "throughput_median": self.stats.median,
+            "throughput_min": self.stats.minimum,
+            "throughput_max": self.stats.maximum,
+            "cv": self.stats.cv,
+            "unstable": self.stats.unstable,
+            "speedup": self.speedup,
+            "efficiency": self.efficiency,
+            "reported_by_source": self.reported_by_source,
+            "versions": self.versions,
+            "device_names": self.devices,
+        }
+
+
+def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]:
+    """Summaries of every case with at least one finished repeat, in a stable order."""
+    by_case: dict[str, tuple[Case, list[RepeatRecord]]] = {}
+    for case, record in records:
+        if record.ok and record.measurement:
+            by_case.setdefault(case.id, (case, []))[1].append(record)
+    summaries: list[CaseSummary] = []
+    for case, records_ in by_case.values():
+        records_.sort(key=lambda r: r.repeat)
+        throughputs = [r.measurement["throughput"] for r in records_]
+        header = records_[0].header
+        summaries.append(
+            CaseSummary(
+                case=case,
+                stats=case_stats(throughputs),
+                batch_size=records_[0].batch_size,
+                speedup=None,
+                efficiency=None,
+                throughputs=throughputs,
+                reported_by_source=any(r.measurement.get("reported_by_source") for r in records_),
+                versions=dict(header.get("versions", {})),
+                devices=list(header.get("devices", [])),
+            )
+        )
+    _fill_speedups(summaries)
+    summaries.sort(key=sort_key)
+    return summaries
+
+
+def sort_key(summary: CaseSummary) -> tuple:
+    c = summary.case
+    return (
+        c.model,
+        c.precision,
+        c.framework,
+        c.source,
+        str(c.batch_size),
+        c.dataset,
+        c.xla,
+        c.variant,
+        c.topology.world_size,
+        c.topology.nodes,
+    )
+
+
+def _fill_speedups(summaries: list[CaseSummary]) -> None:
+    """Speedup against the 1n1g case of the same model, framework, batch, precision, data."""
+    baselines: dict[tuple, float] = {}
+    for s in summaries:
+        if s.case.topology.world_size == 1:
+            baselines[(*s.case.group_key, s.batch_size)] = s.stats.median
+    for s in summaries:
+        base = baselines.get((*s.case.group_key, s.batch_size))
+        s.speedup, s.efficiency = speedup(s.stats.median, base, s.case.topology.world_size)
+
+
+def grouped(summaries: Iterable[CaseSummary]) -> dict[tuple[str, str], list[CaseSummary]]:
+    """Tables are per model and precision, as in DLPerf's report."""
+    tables: dict[tuple[str, str], list[CaseSummary]] = defaultdict(list)
+    for s in summaries:
+        tables[(s.case.model, s.case.precision)].append(s)
+    return dict(tables)
+
+
+def stats_dict(summary: CaseSummary) -> dict[str, Any]:
+    return asdict(summary.stats)

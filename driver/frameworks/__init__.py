@@ -1,0 +1,1 @@
+"""Framework plug-ins, one module each (see ``base.Framework``)."""

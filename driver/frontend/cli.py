@@ -1,0 +1,278 @@
+"""The ``dlperf`` command line: a thin front end over ``driver.core``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from driver.benchargs import parse_option_value
+from driver.core.matrix import DLPERF_PROFILE, MatrixError, Overrides, apply_overrides, load_matrix
+from driver.frameworks.base import REPO_ROOT
+from driver.plugins import load_all
+from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
+
+AUTO = "auto"
+CPU_PROFILE = "cpu-smoke"
+DEFAULT_RESULTS = REPO_ROOT / "results"
+
+
+def _csv(text: str | None) -> tuple[str, ...]:
+    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+
+
+def _batches(text: str | None) -> tuple[int | str, ...]:
+    out: list[int | str] = []
+    for item in _csv(text):
+        if item == "max":
+            out.append("max")
+        elif item.isdigit() and int(item) > 0:
+            out.append(int(item))
+        else:
+            raise SystemExit(f"--batch: {item!r} is not a positive integer or 'max'")
+    return tuple(out)
+
+
+def _precisions(amp: str | None) -> tuple[str, ...]:
+    choices = {"on": ("amp",), "off": ("fp32",), "both": ("fp32", "amp"), "": ()}
+    key = (amp or "").lower()
+    if key in ("1", "true", "yes"):
+        key = "on"
+    if key in ("0", "false", "no"):
+        key = "off"
+    if key not in choices:
+        raise SystemExit(f"--amp: {amp!r} is not one of on, off, both")
+    return choices[key]
+
+
+def _topologies(nodes: int | None, gpus: int | None) -> tuple[str, ...]:
+    """NODES and GPUS (devices per node) from make; either alone keeps the other at 1."""
+    if nodes is None and gpus is None:
+        return ()
+    nodes, gpus = nodes or 1, gpus or 1
+    if nodes <= 0 or gpus <= 0:
+        raise SystemExit("--nodes and --gpus must be positive")
+    return (f"{nodes}n{nodes * gpus}g",)
+
+
+def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
+    """``auto``: the DLPerf protocol where there are GPUs or a cluster, else the CPU smoke one."""
+    if requested != AUTO:
+        return requested, "as requested"
+    from driver.core.hardware import gpu_names
+
+    if runtime == "local" and not gpu_names():
+        return CPU_PROFILE, "no GPU and no cluster inventory: CPU smoke profile"
+    return DLPERF_PROFILE, "GPUs or a cluster present: the DLPerf protocol"
+
+
+def make_runtime(kind: str, inventory: str | None):  # noqa: ANN201
+    if kind == "local":
+        from driver.runtimes.local import LocalRuntime
+
+        return LocalRuntime()
+    try:
+        cluster_cli = importlib.import_module("driver.frontend.cluster_cli")
+    except ModuleNotFoundError:
+        raise SystemExit(f"--runtime {kind}: cluster support is not installed") from None
+    return cluster_cli.make_runtime(kind, inventory)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from driver.core.command import plan_repeat
+    from driver.core.envs import ensure_env
+    from driver.core.report import markdown_tables
+    from driver.core.results import Session
+    from driver.core.runner import command_line, run_cases
+    from driver.core.summary import summarize
+
+    matrix_files = [Path(m) for m in args.matrix] or [
+        FRAMEWORKS.get(name).matrix_file for name in (_csv(args.framework) or ("pytorch",))
+    ]
+    profile, why = choose_profile(args.profile, args.runtime)
+    overrides = Overrides(
+        models=_csv(args.model),
+        topologies=_topologies(args.nodes, args.gpus),
+        batch_sizes=_batches(args.batch),
+        precisions=_precisions(args.amp),
+        xla=None if args.xla in (None, "") else args.xla == "on",
+        datasets=_csv(args.dataset),
+        variants=_csv(args.variant),
+        repeats=args.repeats,
+        warmup_steps=args.warmup_steps,
+        measured_steps=args.measured_steps,
+        data_dir=args.data_dir,
+        options=dict(args.option or []),
+    )
+    cases = []
+    descriptions = {}
+    for path in matrix_files:
+        matrix = load_matrix(path, profile)
+        descriptions[str(path)] = matrix.description
+        cases += apply_overrides(matrix.cases, overrides)
+    if not cases:
+        print("no case matches the selection", file=sys.stderr)
+        return 2
+    runtime = make_runtime(args.runtime, args.inventory)
+    print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
+    if args.dry_run:
+        for case in cases:
+            searched = case.batch_size == "max"
+            batch = 1 if searched else int(case.batch_size)
+            note = ", batch searched at run time; shown with 1" if searched else ""
+            print(
+                f"{case.id}  x{case.repeats}  (warm-up {case.warmup_steps}, "
+                f"measured {case.measured_steps}{note})"
+            )
+            for command in plan_repeat(case, runtime, batch_size=int(batch), master_port=29500):
+                print(f"    {command_line(command)}")
+        return 0
+    if args.runtime == "local":
+        for name in sorted({case.framework for case in cases}):
+            framework = FRAMEWORKS.get(name)
+            if framework.cpu_requirements.exists():
+                ensure_env(framework)
+    session_name = args.session or f"{time.strftime('%Y%m%d-%H%M%S')}-{profile}"
+    session = Session.open(
+        Path(args.results) / session_name,
+        {
+            "profile": profile,
+            "profile_reason": why,
+            "matrix_files": sorted(descriptions),
+            "runtime": runtime.name,
+            "argv": sys.argv[1:],
+        },
+    )
+    print(f"session: {session.root}")
+    try:
+        summary = run_cases(cases, session, runtime)
+    except KeyboardInterrupt:
+        print(
+            f"interrupted; finished repeats are kept in {session.root}; rerun with "
+            f"--session {session_name} to resume",
+            file=sys.stderr,
+        )
+        return 130
+    summaries = summarize((c, r) for c, r, _ in session.records())
+    print()
+    print(markdown_tables(summaries) if summaries else "no finished repeats")
+    from driver.core.report import write_report
+
+    paths = write_report(summaries, session.root / "report", f"dlperf session {session_name}")
+    print(f"report: {paths['markdown']}")
+    for case_id, repeat, verdict, detail in summary.failed:
+        print(f"FAILED {case_id} repeat {repeat}: {verdict} {detail}", file=sys.stderr)
+    return 0 if summary.ok else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from driver.core.report import write_report
+    from driver.core.results import Session
+    from driver.core.summary import summarize
+
+    records = []
+    for root in args.sessions:
+        if not (Path(root) / "session.json").exists():
+            raise SystemExit(f"{root}: not a dlperf session folder (no session.json)")
+        records += [(c, r) for c, r, _ in Session(Path(root)).records()]
+    summaries = summarize(records)
+    out = Path(args.out) if args.out else Path(args.sessions[0]) / "report"
+    paths = write_report(summaries, out, args.title or "dlperf report")
+    print(paths["markdown"].read_text())
+    print(f"written: {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from driver.core.selftest import run_selftest
+
+    results = run_selftest(step_time=args.step_time, repeats=args.repeats)
+    return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    for title, registry in (
+        ("frameworks", FRAMEWORKS),
+        ("launchers", LAUNCHERS),
+        ("runtimes", RUNTIMES),
+        ("log parsers", PARSERS),
+        ("sources", SOURCES),
+    ):
+        print(f"{title}: {', '.join(registry.names()) or '(none)'}")
+    return 0
+
+
+def _option(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--option expects KEY=VALUE, got {text!r}")
+    return key, parse_option_value(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dlperf", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run cases of one or more case matrices")
+    run.add_argument("--framework", help="comma-separated frameworks (default pytorch)")
+    run.add_argument("--matrix", action="append", default=[], help="a matrix file (repeatable)")
+    run.add_argument(
+        "--profile", default=AUTO, help=f"'{DLPERF_PROFILE}', a profile of the matrix, or '{AUTO}'"
+    )
+    run.add_argument("--model", help="comma-separated models")
+    run.add_argument("--nodes", type=int)
+    run.add_argument("--gpus", type=int, help="devices (processes on CPU) per node")
+    run.add_argument("--batch", help="per-device batch sizes, comma-separated, or max")
+    run.add_argument("--amp", help="on, off or both")
+    run.add_argument("--xla", choices=("on", "off"))
+    run.add_argument("--dataset", help="synthetic and/or real")
+    run.add_argument("--data-dir")
+    run.add_argument("--variant", help="comma-separated option variants of the matrix")
+    run.add_argument("--repeats", type=int)
+    run.add_argument("--warmup-steps", type=int)
+    run.add_argument("--measured-steps", type=int)
+    run.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
+    run.add_argument("--runtime", default="local", help="local, docker or process")
+    run.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
+    run.add_argument("--results", default=str(DEFAULT_RESULTS))
+    run.add_argument("--session", help="session name; an existing one is resumed")
+    run.add_argument("--dry-run", action="store_true", help="print cases and commands only")
+    run.set_defaults(func=cmd_run)
+
+    report = sub.add_parser("report", help="tables (Markdown, CSV, JSON) from sessions")
+    report.add_argument("sessions", nargs="+")
+    report.add_argument("--out")
+    report.add_argument("--title")
+    report.set_defaults(func=cmd_report)
+
+    selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
+    selftest.add_argument("--step-time", type=float, default=0.02)
+    selftest.add_argument("--repeats", type=int, default=3)
+    selftest.set_defaults(func=cmd_selftest)
+
+    listing = sub.add_parser("list", help="registered plug-ins")
+    listing.set_defaults(func=cmd_list)
+
+    for module in ("driver.frontend.cluster_cli", "driver.frontend.report_cli"):
+        try:
+            importlib.import_module(module).add_subcommands(sub)
+        except ModuleNotFoundError as error:
+            if error.name != module:
+                raise
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    load_all()
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (MatrixError, UnknownPlugin) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

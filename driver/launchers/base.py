@@ -1,0 +1,49 @@
+"""The launcher plug-in interface.
+
+A launcher turns the benchmark script's command into the command that starts every process of
+one node, given the rank environment of that node. Registered in ``driver.registry.LAUNCHERS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class NodeRank:
+    """Where one node sits in a multi-node job; filled by the driver, never hand-edited."""
+
+    node_rank: int
+    nodes: int
+    procs_per_node: int
+    master_addr: str
+    master_port: int
+    node_addrs: tuple[str, ...] = ()  # every node's address, for launchers that want the list
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def environment(self) -> dict[str, str]:
+        """The variables every runtime exports on the node (scripts and launchers read them)."""
+        return {
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "DLPERF_NODE_RANK": str(self.node_rank),
+            "DLPERF_NNODES": str(self.nodes),
+            "DLPERF_NPROC_PER_NODE": str(self.procs_per_node),
+            "DLPERF_NODE_ADDRS": ",".join(self.node_addrs),
+        }
+
+
+class Launcher(Protocol):
+    name: str
+
+    def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
+        """argv that starts all ``rank.procs_per_node`` processes of this node.
+
+        ``python`` is the interpreter of the framework environment; ``script_argv`` starts with
+        the script path followed by its arguments.
+        """
+        ...

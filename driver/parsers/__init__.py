@@ -1,0 +1,1 @@
+"""Log parsers, one module per log format (see ``base.LogParser``)."""

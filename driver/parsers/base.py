@@ -1,0 +1,66 @@
+"""What every log parser returns, and the errors it raises.
+
+A parser turns the raw log text of one repeat (one text per node) into :class:`ParsedLog`:
+per rank, a list of :class:`StepPoint` — a timestamp and the samples processed since the
+previous point. Our own scripts log every step; upstream sources log every N steps, or only a
+rate; both fit this shape. Parsers are registered in ``driver.registry.PARSERS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class LogParseError(ValueError):
+    """A log that cannot give a valid measurement: cut, empty, mixed, malformed."""
+
+    def __init__(self, message: str, *, source: str = "", line: int | None = None) -> None:
+        where = source + (f":{line}" if line is not None else "")
+        super().__init__(f"{where}: {message}" if where else message)
+        self.source, self.line = source, line
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    step: int  # the number of steps finished at time t (0 = the start of step 1)
+    t: float  # seconds on the rank's monotonic clock (or the log's wall clock)
+    samples: int  # samples this rank processed since the previous point
+
+
+@dataclass
+class RankLog:
+    rank: int
+    points: list[StepPoint] = field(default_factory=list)
+    header: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False  # the log says the rank ended normally
+
+
+@dataclass
+class ParsedLog:
+    ranks: dict[int, RankLog]
+    world_size: int
+    # Upstream logs often come from rank 0 only: the samples of one rank times this factor are
+    # the global samples. 1 when every rank logged its own steps.
+    samples_scale: int = 1
+    # A source that prints only a rate (no timestamps) fills this and no points.
+    reported_throughput: float | None = None
+    reported_note: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def header(self) -> dict[str, Any]:
+        """The header of the lowest rank that has one (versions, devices, options)."""
+        for rank in sorted(self.ranks):
+            if self.ranks[rank].header:
+                return self.ranks[rank].header
+        return {}
+
+
+class LogParser(Protocol):
+    name: str
+
+    def parse(self, texts: Mapping[str, str]) -> ParsedLog:
+        """``texts`` maps a log's name (its file, e.g. node0.log) to its content."""
+        ...

@@ -1,0 +1,89 @@
+"""Parser for our own per-step JSON lines (``driver.steplog``).
+
+Lines that are not protocol records (warnings, launcher chatter, tracebacks) are ignored; a
+protocol line that does not decode, a step out of order, or a rank seen in two logs is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
+from driver.registry import PARSERS
+from driver.steplog import TAG
+
+_MARK = f'"{TAG}":'  # launchers may prefix lines (e.g. "[default0]:"), so search for it
+
+
+@PARSERS.register("dlperf-jsonl")
+class DlperfJsonlParser:
+    name = "dlperf-jsonl"
+
+    def parse(self, texts: Mapping[str, str]) -> ParsedLog:
+        ranks: dict[int, RankLog] = {}
+        owner: dict[int, str] = {}
+        world_sizes: set[int] = set()
+        for source, text in texts.items():
+            for number, line in enumerate(text.splitlines(), start=1):
+                record = _decode(line, source, number)
+                if record is None:
+                    continue
+                rank = record.get("rank")
+                if not isinstance(rank, int):
+                    raise LogParseError(
+                        "record without an integer rank", source=source, line=number
+                    )
+                if owner.setdefault(rank, source) != source:
+                    raise LogParseError(
+                        f"rank {rank} appears in both {owner[rank]} and {source}", source=source
+                    )
+                log = ranks.setdefault(rank, RankLog(rank=rank))
+                _apply(log, record, source, number, world_sizes)
+        if not ranks:
+            raise LogParseError("no dlperf step records found", source=",".join(texts))
+        if len(world_sizes) > 1:
+            raise LogParseError(f"ranks disagree on the world size: {sorted(world_sizes)}")
+        world_size = world_sizes.pop() if world_sizes else len(ranks)
+        return ParsedLog(ranks=ranks, world_size=world_size)
+
+
+def _decode(line: str, source: str, number: int) -> dict | None:
+    start = line.find("{")
+    if start < 0 or _MARK not in line:
+        return None
+    try:
+        record = json.loads(line[start:])
+    except json.JSONDecodeError as error:
+        raise LogParseError(f"broken record ({error.msg})", source=source, line=number) from None
+    return record if isinstance(record, dict) and TAG in record else None
+
+
+def _apply(log: RankLog, record: dict, source: str, number: int, world_sizes: set[int]) -> None:
+    kind = record[TAG]
+    if kind == "header":
+        log.header = record
+        if isinstance(record.get("world_size"), int):
+            world_sizes.add(record["world_size"])
+    elif kind == "begin":
+        if log.points:
+            raise LogParseError(f"rank {log.rank} begins twice", source=source, line=number)
+        log.points.append(StepPoint(step=0, t=float(record["t"]), samples=0))
+    elif kind == "step":
+        if not log.points:
+            raise LogParseError(
+                f"rank {log.rank} logs a step before begin", source=source, line=number
+            )
+        step, previous = int(record["step"]), log.points[-1]
+        if step != previous.step + 1 or float(record["t"]) < previous.t:
+            raise LogParseError(
+                f"rank {log.rank}: step {step} (t={record['t']}) does not follow step "
+                f"{previous.step} (t={previous.t})",
+                source=source,
+                line=number,
+            )
+        log.points.append(
+            StepPoint(step=step, t=float(record["t"]), samples=int(record["samples"]))
+        )
+    elif kind == "end":
+        log.finished = True

@@ -1,0 +1,1 @@
+"""Runtimes: where a node's command runs (this host, a container over SSH, a process over SSH)."""

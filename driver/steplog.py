@@ -1,0 +1,130 @@
+"""The per-step log protocol every benchmark script speaks (stdlib only).
+
+Benchmark scripts run inside framework environments (virtual environments, containers) that do
+not have the driver's dependencies, so this module imports nothing outside the standard library.
+Every record is one JSON object on one line of stdout, tagged with ``"dlperf"``:
+
+- ``header``: once per rank, before training: versions, devices, the resolved options.
+- ``begin``:  the timestamp of the start of step 1 (taken after a device sync).
+- ``step``:   one per step: ``step`` (1-based), ``t`` (monotonic seconds, taken after a device
+  sync at the end of the step), ``samples`` (samples this rank processed in the step), ``loss``.
+- ``end``:    after the last step.
+
+Throughput is computed by the driver from ``t`` values (window end minus window start), never
+from per-step rates, so a script must not print rates of its own in these records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+PROTOCOL_VERSION = 1
+TAG = "dlperf"
+
+
+def rank_environment() -> dict[str, int]:
+    """Rank, world size, local rank and node rank from the launcher's environment.
+
+    torchrun, paddle.distributed.launch, oneflow.distributed.launch, horovodrun (OMPI/gloo) and
+    the kit's own spawner use different variable names; the first one present wins.
+    """
+
+    def first(names: tuple[str, ...], default: int) -> int:
+        for name in names:
+            value = os.environ.get(name)
+            if value not in (None, ""):
+                return int(value)
+        return default
+
+    return {
+        "rank": first(("RANK", "PADDLE_TRAINER_ID", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK"), 0),
+        "world_size": first(
+            ("WORLD_SIZE", "PADDLE_TRAINERS_NUM", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE"), 1
+        ),
+        "local_rank": first(
+            ("LOCAL_RANK", "PADDLE_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
+            0,
+        ),
+        "node_rank": first(("DLPERF_NODE_RANK", "GROUP_RANK", "NODE_RANK"), 0),
+    }
+
+
+class StepLogger:
+    """Writes the protocol records of one rank.
+
+    ``sync`` is the framework's device synchronisation (e.g. ``torch.cuda.synchronize``); it is
+    called right before each timestamp so the time covers the work really done on the device.
+    """
+
+    def __init__(
+        self,
+        *,
+        framework: str,
+        model: str,
+        sync: Callable[[], None] | None = None,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rank_env: Mapping[str, int] | None = None,
+    ) -> None:
+        self.framework = framework
+        self.model = model
+        self.sync = sync or (lambda: None)
+        self.stream = stream or sys.stdout
+        self.clock = clock
+        env = dict(rank_env) if rank_env is not None else rank_environment()
+        self.rank = env["rank"]
+        self.world_size = env["world_size"]
+        self.local_rank = env["local_rank"]
+        self.node_rank = env["node_rank"]
+        self.steps_logged = 0
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        record = {TAG: kind, "v": PROTOCOL_VERSION, "rank": self.rank, **fields}
+        self.stream.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        self.stream.flush()
+
+    def header(
+        self,
+        *,
+        versions: Mapping[str, Any],
+        devices: list[str],
+        options: Mapping[str, Any],
+    ) -> None:
+        base_versions = {"python": platform.python_version()}
+        self._emit(
+            "header",
+            framework=self.framework,
+            model=self.model,
+            world_size=self.world_size,
+            local_rank=self.local_rank,
+            node_rank=self.node_rank,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            versions={**base_versions, **dict(versions)},
+            devices=list(devices),
+            options=dict(options),
+        )
+
+    def begin(self) -> float:
+        self.sync()
+        now = self.clock()
+        self._emit("begin", t=now)
+        return now
+
+    def step(self, step: int, samples: int, loss: float | None = None) -> float:
+        """Record the end of ``step`` (1-based). ``loss`` must already be a host float."""
+        self.sync()
+        now = self.clock()
+        self.steps_logged += 1
+        self._emit("step", step=step, t=now, samples=int(samples), loss=loss)
+        return now
+
+    def end(self) -> None:
+        self._emit("end", steps=self.steps_logged)

@@ -1,0 +1,54 @@
+"""The dlperf command line: dry runs, errors, reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from driver.frontend.cli import main
+
+
+def test_dry_run_prints_cases_and_torchrun_commands(capsys: pytest.CaptureFixture) -> None:
+    code = main(
+        [
+            "run",
+            "--framework",
+            "pytorch",
+            "--model",
+            "resnet50",
+            "--profile",
+            "dlperf",
+            "--nodes",
+            "1",
+            "--gpus",
+            "8",
+            "--batch",
+            "128",
+            "--amp",
+            "off",
+            "--dry-run",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "resnet50/pytorch/1n8g/bs128/fp32/synthetic" in out
+    assert "torch.distributed.run" in out and "--nproc-per-node=8" in out
+
+
+def test_bad_matrix_is_a_clear_error_and_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    bad = tmp_path / "m.yaml"
+    bad.write_text("framework: pytorch\nsuites: [{model: resnet50, batch_size: 0}]\n")
+    code = main(
+        ["run", "--matrix", str(bad), "--profile", "dlperf", "--results", str(tmp_path / "r")]
+    )
+    assert code == 2
+    assert "suites[0].batch_size[0]" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_selftest_command(capsys: pytest.CaptureFixture) -> None:
+    assert main(["selftest", "--repeats", "1"]) == 0
+    assert capsys.readouterr().out.count("ok, bound 0.5%") == 3

@@ -1,0 +1,121 @@
+"""The case matrix schema: every bad input is one clear error naming file, field and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from driver.core.case import Topology
+from driver.core.matrix import MatrixError, Overrides, apply_overrides, load_matrix
+from driver.plugins import load_all
+from driver.registry import FRAMEWORKS
+
+load_all()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+framework: pytorch
+defaults: {warmup_steps: 20, measured_steps: 100, repeats: 7}
+suites:
+  - model: resnet50
+    topology: [1n1g, 1n8g, 2n16g, 4n32g]
+    batch_size: [128, max]
+    precision: [fp32, amp]
+"""
+
+
+def test_expands_cartesian_product_with_stable_ids(tmp_path: Path) -> None:
+    matrix = load_matrix(write(tmp_path, GOOD))
+    ids = [case.id for case in matrix.cases]
+    assert len(ids) == 4 * 2 * 2
+    assert "resnet50/pytorch/1n1g/bs128/amp/synthetic" in ids
+    assert "resnet50/pytorch/4n32g/bsmax/fp32/synthetic" in ids
+    case = next(c for c in matrix.cases if c.topology.label == "2n16g")
+    assert case.topology == Topology(2, 8) and case.total_steps == 120 and case.repeats == 7
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "hint"),
+    [
+        (GOOD + "    colour: red\n", "suites[0].colour", "allowed keys"),
+        (GOOD.replace("[128, max]", "[0]"), "suites[0].batch_size[0]", "positive integer"),
+        (GOOD.replace("[128, max]", "[-4]"), "suites[0].batch_size[0]", "positive integer"),
+        (GOOD.replace("[128, max]", "['big']"), "suites[0].batch_size[0]", "'max'"),
+        (GOOD.replace("model: resnet50", "model: vgg16"), "suites[0].model", "resnet50"),
+        (GOOD.replace("framework: pytorch", "framework: caffe"), "framework", "pytorch"),
+        (GOOD.replace("repeats: 7", "repeats: seven"), "defaults.repeats", "must be int"),
+        (GOOD.replace("repeats: 7}", "repeats: 7, total_steps: 50}"), "total_steps", "exceeds"),
+        (GOOD.replace("[fp32, amp]", "[fp16]"), "suites[0].precision[0]", "fp32, amp"),
+        (GOOD.replace("1n8g", "3n8g"), "suites[0].topology[1]", "multiple of nodes"),
+        (GOOD + "    xla: on\n", "suites[0].xla[0]", "allowed values"),
+        (GOOD + "    dataset: real\n", "suites[0].data_dir", "needs data_dir"),
+    ],
+)
+def test_rejections_name_file_field_and_allowed_values(
+    tmp_path: Path, text: str, field: str, hint: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(path)
+    message = str(caught.value)
+    assert str(path) in message and field in message and hint in message
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(MatrixError, match="not valid YAML"):
+        load_matrix(write(tmp_path, "suites: [\n"))
+    with pytest.raises(MatrixError, match="does not exist"):
+        load_matrix(tmp_path / "nope.yaml")
+
+
+def test_profiles_replace_suites_and_merge_defaults(tmp_path: Path) -> None:
+    text = (
+        GOOD
+        + """profiles:
+  smoke:
+    description: tiny
+    defaults: {measured_steps: 5, repeats: 2}
+    suites: [{model: bert, batch_size: 4}]
+"""
+    )
+    matrix = load_matrix(write(tmp_path, text), "smoke")
+    assert [c.id for c in matrix.cases] == ["bert/pytorch/1n1g/bs4/fp32/synthetic"]
+    case = matrix.cases[0]
+    assert (case.warmup_steps, case.measured_steps, case.repeats, case.profile) == (
+        20,
+        5,
+        2,
+        "smoke",
+    )
+    with pytest.raises(MatrixError, match="no profile 'other'"):
+        load_matrix(write(tmp_path, text), "other")
+
+
+def test_overrides_narrow_and_widen(tmp_path: Path) -> None:
+    cases = load_matrix(write(tmp_path, GOOD)).cases
+    chosen = apply_overrides(
+        cases,
+        Overrides(
+            topologies=("4n32g",),
+            batch_sizes=(64,),
+            precisions=("amp",),
+            repeats=2,
+            measured_steps=300,
+        ),
+    )
+    assert {c.id for c in chosen} == {"resnet50/pytorch/4n32g/bs64/amp/synthetic"}
+    assert chosen[0].repeats == 2 and chosen[0].total_steps == 320
+
+
+def test_every_framework_matrix_in_the_repository_is_valid() -> None:
+    for name in FRAMEWORKS.names():
+        framework = FRAMEWORKS.get(name)
+        if framework.matrix_file.exists():
+            assert load_matrix(framework.matrix_file).cases

@@ -1,0 +1,78 @@
+"""Running cases for real (calibration workload, real subprocesses): resume, faults, selftest."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from driver.core.results import Session
+from driver.core.runner import run_cases
+from driver.core.selftest import ERROR_BOUND, calibration_cases, run_selftest
+from driver.core.summary import summarize
+from driver.runtimes.local import LocalRuntime
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def test_selftest_error_is_under_the_bound_single_and_multi_process(tmp_path: Path) -> None:
+    results = run_selftest(
+        step_time=0.01,
+        repeats=2,
+        measured_steps=40,
+        topologies=("1n1g", "1n2g", "2n4g"),
+        results_dir=tmp_path / "s",
+        printer=quiet,
+    )
+    assert {r.topology for r in results} == {"1n1g", "1n2g", "2n4g"}
+    for result in results:
+        assert result.error < ERROR_BOUND, result
+
+
+def test_resume_skips_finished_repeats_and_never_overwrites(tmp_path: Path) -> None:
+    case = calibration_cases(0.005, 8, ["1n1g"], repeats=2, measured_steps=10)[0]
+    session = Session.open(tmp_path / "s")
+    first = run_cases([case], session, LocalRuntime(), printer=quiet)
+    assert first.finished == 2 and first.ok
+    record_path = session.repeat_dir(case, 1) / "record.json"
+    before = record_path.read_bytes()
+    again = run_cases(
+        [replace(case, repeats=3)], Session.open(tmp_path / "s"), LocalRuntime(), printer=quiet
+    )
+    assert (again.skipped, again.finished) == (2, 1)
+    assert record_path.read_bytes() == before
+
+
+def test_failed_and_hung_ranks_get_verdicts_and_keep_the_matrix_going(tmp_path: Path) -> None:
+    base = calibration_cases(0.005, 8, ["1n2g"], repeats=2, measured_steps=10)[0]
+    failing = replace(
+        base, options={**base.options, "fail_at_step": 4, "faulty_rank": 1}, variant="fails"
+    )
+    hanging = replace(
+        base, options={**base.options, "hang_at_step": 3}, variant="hangs", timeout_s=3.0
+    )
+    healthy = replace(base, repeats=1)
+    session = Session.open(tmp_path / "s")
+    summary = run_cases([failing, hanging, healthy], session, LocalRuntime(), printer=quiet)
+    verdicts = {case_id: verdict for case_id, _, verdict, _ in summary.failed}
+    assert verdicts == {failing.id: "failed", hanging.id: "timeout"}
+    assert summary.finished == 1  # the healthy case still ran
+    record = json.loads((session.repeat_dir(hanging, 1) / "record.json").read_text())
+    assert record["verdict"] == "timeout" and "timeout" in record["detail"]
+    assert (session.repeat_dir(failing, 1) / "node0.log").exists()
+    # A rerun retries the failed repeat and keeps the failed attempt aside.
+    run_cases([failing], Session.open(tmp_path / "s"), LocalRuntime(), printer=quiet)
+    assert (session.case_dir(failing) / "repeat-01.failed-1" / "record.json").exists()
+
+
+def test_summaries_compute_speedup_against_1n1g(tmp_path: Path) -> None:
+    cases = calibration_cases(0.005, 8, ["1n1g", "1n2g"], repeats=1, measured_steps=20)
+    session = Session.open(tmp_path / "s")
+    assert run_cases(cases, session, LocalRuntime(), printer=quiet).ok
+    summaries = {
+        s.case.topology.label: s for s in summarize((c, r) for c, r, _ in session.records())
+    }
+    assert abs(summaries["1n2g"].speedup - 2.0) < 0.02
+    assert abs(summaries["1n2g"].efficiency - 1.0) < 0.01
