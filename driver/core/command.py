@@ -10,7 +10,7 @@ from driver.core.case import Case
 from driver.frameworks.base import Framework
 from driver.launchers.base import NodeRank
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, LAUNCHERS
+from driver.registry import FRAMEWORKS, LAUNCHERS, SOURCES
 from driver.runtimes.base import NodeCommand, Runtime
 
 
@@ -61,6 +61,7 @@ def plan_repeat(
         raise ValueError(f"{case.id}: batch 'max' must be resolved before planning")
     batch = int(batch_size if batch_size is not None else case.batch_size)
     argv = script_argv(case, framework, batch)
+    source = SOURCES.get(case.source)() if case.source != "dlperf" else None
     commands = []
     for node_rank, (name, _address) in enumerate(nodes):
         rank = NodeRank(
@@ -72,12 +73,18 @@ def plan_repeat(
             node_addrs=tuple(address for _, address in nodes),
         )
         env = {**framework.env, **rank.environment()}
-        commands.append(
-            NodeCommand(
-                node=name,
-                argv=launcher.command(runtime.python(framework), argv, rank),
-                env=env,
-                workdir=runtime.workdir(),
-            )
-        )
+        if source is not None:  # upstream code: its own launcher, inside its own image
+            node_argv, workdir = source.command(case, rank, batch), source.workdir
+        else:
+            node_argv = launcher.command(runtime.python(framework), argv, rank)
+            workdir = runtime.workdir()
+        commands.append(NodeCommand(node=name, argv=node_argv, env=env, workdir=workdir))
     return commands
+
+
+def parser_for(case: Case) -> str:
+    """The log parser of a case: its upstream source's format, or our JSON lines."""
+    load_all()
+    if case.source != "dlperf":
+        return SOURCES.get(case.source)().parser
+    return FRAMEWORKS.get(case.framework).parser

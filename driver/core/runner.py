@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from driver.core.case import Case
-from driver.core.command import plan_repeat
+from driver.core.command import parser_for, plan_repeat
 from driver.core.measure import Window, measure_repeat
 from driver.core.results import RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, PARSERS
+from driver.registry import PARSERS
 from driver.runtimes.base import NodeCommand, RepeatOutcome, Runtime, Verdict
 
 Printer = Callable[[str], None]
@@ -67,8 +67,7 @@ def run_repeat(
     batch_size: int,
     extra: dict[str, Any] | None = None,
 ) -> RepeatRecord:
-    framework = FRAMEWORKS.get(case.framework)
-    parser_name = framework.parser
+    parser_name = parser_for(case)
     commands = plan_repeat(case, runtime, batch_size=batch_size)
     directory = session.fresh_repeat_dir(case, repeat)
     interrupted = False
