@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,38 @@ def parse_option_value(text: str) -> Any:
         return text
 
 
+def physical_cores() -> int:
+    """Physical cores of this node (hyper-threads counted once), from /proc/cpuinfo."""
+    cores: set[tuple[str, str]] = set()
+    physical = core = ""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "physical id":
+                    physical = value
+                elif key == "core id":
+                    core = value
+                    cores.add((physical, core))
+    except OSError:
+        pass
+    return len(cores) or os.cpu_count() or 1
+
+
+def resolve_loader_workers(value: str | int) -> int:
+    """The Dell guide's default: physical cores per device on this node minus 4, at least 1."""
+    if str(value) != "auto":
+        workers = int(value)
+        if workers < 0:
+            raise SystemExit(f"--loader-workers must be >= 0 or auto, got {value}")
+        return workers
+    local_procs = int(
+        os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("DLPERF_NPROC_PER_NODE") or 1
+    )
+    return max(1, physical_cores() // max(1, local_procs) - 4)
+
+
 def _option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -71,7 +104,11 @@ def build_parser(
     parser.add_argument("--data-dir", default=None, help="real data: ImageNet folder / shards")
     parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--total-steps", type=int, required=True)
-    parser.add_argument("--loader-workers", type=int, default=2)
+    parser.add_argument(
+        "--loader-workers",
+        default="auto",
+        help="data-loader workers per process; auto: physical cores per device minus 4 (>= 1)",
+    )
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
@@ -98,8 +135,10 @@ def parse_benchmark_args(
         raise SystemExit(f"--total-steps must be positive, got {args.total_steps}")
     if args.dataset == "real" and not args.data_dir:
         raise SystemExit("--dataset real needs --data-dir")
+    args.loader_workers = resolve_loader_workers(args.loader_workers)
     options = dict(SHAPE_OPTIONS)
     options.update(dict(args.option))
+    options["loader_workers"] = args.loader_workers  # recorded in every header
     if options["image_size"] is None:
         options["image_size"] = DEFAULT_IMAGE_SIZE.get(args.model)
     args.options = options

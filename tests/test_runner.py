@@ -19,9 +19,9 @@ def quiet(_line: str) -> None:
 
 def test_selftest_error_is_under_the_bound_single_and_multi_process(tmp_path: Path) -> None:
     results = run_selftest(
-        step_time=0.01,
-        repeats=2,
-        measured_steps=40,
+        step_time=0.02,
+        repeats=3,
+        measured_steps=50,
         topologies=("1n1g", "1n2g", "2n4g"),
         results_dir=tmp_path / "s",
         printer=quiet,
@@ -68,7 +68,7 @@ def test_failed_and_hung_ranks_get_verdicts_and_keep_the_matrix_going(tmp_path: 
 
 
 def test_summaries_compute_speedup_against_1n1g(tmp_path: Path) -> None:
-    cases = calibration_cases(0.005, 8, ["1n1g", "1n2g"], repeats=1, measured_steps=20)
+    cases = calibration_cases(0.02, 8, ["1n1g", "1n2g"], repeats=1, measured_steps=40)
     session = Session.open(tmp_path / "s")
     assert run_cases(cases, session, LocalRuntime(), printer=quiet).ok
     summaries = {

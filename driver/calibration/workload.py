@@ -1,7 +1,7 @@
 """A framework-free benchmark whose true throughput is known in advance.
 
-Each step ends at a deadline ``t0 + k * step_time`` (sleeping, then spinning for the last
-millisecond), so over any window of whole steps the true rate is exactly
+Each step ends at a deadline ``t0 + k * step_time``, so over any window of whole steps the true
+rate is exactly
 ``batch_size * world_size / step_time``. ``dlperf selftest`` runs it through the same launcher,
 runtime, parser and statistics as a real benchmark and prints the kit's error against that.
 Jitter per step does not accumulate: deadlines are absolute.
@@ -18,15 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from driver.benchargs import parse_benchmark_args  # noqa: E402
 from driver.steplog import StepLogger  # noqa: E402
 
-SPIN_S = 0.0002  # sleep overshoots by ~0.1 ms; spin only the last bit (cores are shared)
-
 
 def wait_until(deadline: float) -> None:
+    # Plain sleeps, no spinning: with more processes than cores, spinning ranks would delay
+    # each other's wake-ups, which is the only error source left (deadlines are absolute).
     remaining = deadline - time.monotonic()
-    if remaining > SPIN_S:
-        time.sleep(remaining - SPIN_S)
-    while time.monotonic() < deadline:
-        pass
+    while remaining > 0:
+        time.sleep(remaining)
+        remaining = deadline - time.monotonic()
 
 
 def main() -> None:

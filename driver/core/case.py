@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -59,6 +60,19 @@ class Case:
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     data_dir: str | None = None
     profile: str = "dlperf"  # "dlperf" is the full protocol; anything else is footnoted
+    # The Dell method: run whole epochs of ``epoch_samples`` samples instead of fixed steps.
+    epochs: float | None = None
+    epoch_samples: int | None = None
+    drop_caches: bool = False  # drop the page cache on every node before each repeat
+    loader_workers: int | str = "auto"  # per process; auto = physical cores per device - 4
+
+    def window_for(self, batch_size: int) -> tuple[int, int, int]:
+        """(warm-up, measured, total) steps; in epoch mode the epoch sets the measured steps."""
+        if self.epochs is None or not self.epoch_samples:
+            return self.warmup_steps, self.measured_steps, self.total_steps
+        per_step = batch_size * self.topology.world_size
+        measured = max(1, math.ceil(self.epochs * self.epoch_samples / per_step))
+        return self.warmup_steps, measured, self.warmup_steps + measured
 
     @property
     def id(self) -> str:

@@ -22,8 +22,23 @@ def option_text(value: Any) -> str:
     return json.dumps(value)
 
 
+# Dell method: drop the page cache before a repeat where allowed, and say which happened (the
+# runner copies this line into the repeat's record). In containers /proc/sys is read-only.
+DROP_CACHES_SCRIPT = (
+    'if [ "$(id -u)" = 0 ] && sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; '
+    'then echo "dlperf-cache-drop: dropped"; '
+    'else echo "dlperf-cache-drop: skipped (not root, or /proc/sys is read-only)"; fi; '
+    'exec "$@"'
+)
+
+
+def with_cache_drop(argv: list[str]) -> list[str]:
+    return ["sh", "-c", DROP_CACHES_SCRIPT, "dlperf-drop-caches", *argv]
+
+
 def script_argv(case: Case, framework: Framework, batch_size: int) -> list[str]:
     """The benchmark script's arguments (``driver.benchargs`` parses them on the other side)."""
+    warmup, _measured, total = case.window_for(batch_size)
     argv = [
         framework.script,
         "--model", case.model,
@@ -31,8 +46,9 @@ def script_argv(case: Case, framework: Framework, batch_size: int) -> list[str]:
         "--precision", case.precision,
         "--xla", "on" if case.xla else "off",
         "--dataset", case.dataset,
-        "--warmup-steps", str(case.warmup_steps),
-        "--total-steps", str(case.total_steps),
+        "--warmup-steps", str(warmup),
+        "--total-steps", str(total),
+        "--loader-workers", str(case.loader_workers),
     ]  # fmt: skip
     if case.data_dir:
         argv += ["--data-dir", case.data_dir]
@@ -78,6 +94,8 @@ def plan_repeat(
         else:
             node_argv = launcher.command(runtime.python(framework), argv, rank)
             workdir = runtime.workdir()
+        if case.drop_caches:
+            node_argv = with_cache_drop(node_argv)
         commands.append(NodeCommand(node=name, argv=node_argv, env=env, workdir=workdir))
     return commands
 

@@ -37,7 +37,9 @@ def find_python(version: str) -> str:
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
         return sys.executable
     on_path = shutil.which(f"python{version}")
-    if on_path:
+    # A pyenv shim is on PATH for every installed version but fails (exit 127) unless that
+    # version is selected: only trust an interpreter that really starts.
+    if on_path and subprocess.run([on_path, "-c", ""], capture_output=True).returncode == 0:
         return on_path
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     for candidate in sorted(pyenv_root.glob(f"{version}.*"), reverse=True):

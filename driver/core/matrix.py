@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     "timeout_s": 3600,
     "data_dir": None,
     "source": "dlperf",
+    "epochs": None,
+    "epoch_samples": None,
+    "drop_caches": False,
+    "loader_workers": "auto",
 }
 DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
     "warmup_steps": (int,),
@@ -57,6 +61,10 @@ DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
     "timeout_s": (int, float),
     "data_dir": (str, type(None)),
     "source": (str,),
+    "epochs": (int, float, type(None)),
+    "epoch_samples": (int, type(None)),
+    "drop_caches": (bool,),
+    "loader_workers": (int, str),
 }
 SUITE_KEYS = {"model", "topology", "batch_size", "precision", "xla", "dataset", "variants"}
 SUITE_KEYS |= set(DEFAULTS)
@@ -129,7 +137,7 @@ def _validated_defaults(path: Path, where: str, data: Any, base: dict[str, Any])
     merged = dict(base)
     for key, value in data.items():
         types = DEFAULT_TYPES[key]
-        if isinstance(value, bool) or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
             raise _fail(path, f"{where}.{key}", f"must be {names}, got {value!r}")
         merged[key] = value
@@ -143,6 +151,20 @@ def _check_steps(path: Path, where: str, settings: dict[str, Any]) -> int:
             raise _fail(path, f"{where}.{key}", f"must be >= {minimum}, got {settings[key]}")
     if settings["timeout_s"] <= 0:
         raise _fail(path, f"{where}.timeout_s", f"must be positive, got {settings['timeout_s']}")
+    if settings["loader_workers"] != "auto" and (
+        isinstance(settings["loader_workers"], str) or settings["loader_workers"] < 0
+    ):
+        raise _fail(
+            path,
+            f"{where}.loader_workers",
+            f"must be 'auto' or a count >= 0, got {settings['loader_workers']!r}",
+        )
+    if (settings["epochs"] is None) != (settings["epoch_samples"] is None):
+        raise _fail(path, f"{where}.epochs", "epoch mode needs both epochs and epoch_samples")
+    if settings["epochs"] is not None and (
+        settings["epochs"] <= 0 or settings["epoch_samples"] <= 0
+    ):
+        raise _fail(path, f"{where}.epochs", "epochs and epoch_samples must be positive")
     needed = settings["warmup_steps"] + settings["measured_steps"]
     total = settings["total_steps"] if settings["total_steps"] is not None else needed
     if needed > total:
@@ -244,6 +266,10 @@ def _expand_suite(
                 options=dict(options),
                 data_dir=settings["data_dir"],
                 profile=profile,
+                epochs=settings["epochs"],
+                epoch_samples=settings["epoch_samples"],
+                drop_caches=settings["drop_caches"],
+                loader_workers=settings["loader_workers"],
             )
         )
     return cases

@@ -40,9 +40,41 @@ class RepeatMeasurement:
     ranks: int  # ranks that logged
     world_size: int
     reported_by_source: bool = False  # the source printed a rate; no timestamps were used
+    warmup_steps: int = 0
+    measured_steps: int = 0
+    # The Dell method's stability check: CV of the throughput of equal slices of the window
+    # (rank 0's clock); None where the log has too few points to slice.
+    interval_cv: float | None = None
+
+    @property
+    def interval_unstable(self) -> bool:
+        return self.interval_cv is not None and self.interval_cv > UNSTABLE_CV
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "interval_unstable": self.interval_unstable}
+
+
+INTERVALS = 10
+
+
+def slice_cv(log: RankLog, window: Window, intervals: int = INTERVALS) -> float | None:
+    """CV of throughput over ``intervals`` equal slices of the window (needs >= 2 slices)."""
+    by_step = {point.step: point for point in log.points}
+    slices = min(intervals, window.measured_steps)
+    if slices < 2:
+        return None
+    bounds = [window.first + round(i * window.measured_steps / slices) for i in range(slices + 1)]
+    if any(b not in by_step for b in bounds):
+        return None  # the log is sparser than the slices (upstream log frequency)
+    rates = []
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        samples = sum(p.samples for p in log.points if start < p.step <= end)
+        duration = by_step[end].t - by_step[start].t
+        if duration <= 0:
+            return None
+        rates.append(samples / duration)
+    mean = statistics.fmean(rates)
+    return statistics.pstdev(rates) / mean if mean else None
 
 
 def _rank_window(log: RankLog, window: Window) -> tuple[int, float]:
@@ -70,6 +102,8 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
             ranks=len(parsed.ranks),
             world_size=parsed.world_size,
             reported_by_source=True,
+            warmup_steps=window.warmup_steps,
+            measured_steps=window.measured_steps,
         )
     expected = parsed.world_size // parsed.samples_scale
     if len(parsed.ranks) != expected:
@@ -82,12 +116,16 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
         samples, duration = _rank_window(log, window)
         total_samples += samples * parsed.samples_scale
         longest = max(longest, duration)
+    first_rank = parsed.ranks[min(parsed.ranks)]
     return RepeatMeasurement(
         throughput=total_samples / longest,
         samples=total_samples,
         duration_s=longest,
         ranks=len(parsed.ranks),
         world_size=parsed.world_size,
+        warmup_steps=window.warmup_steps,
+        measured_steps=window.measured_steps,
+        interval_cv=slice_cv(first_rank, window),
     )
 
 

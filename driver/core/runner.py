@@ -47,7 +47,23 @@ def logs_of(repeat_dir: Path) -> dict[str, str]:
     }
 
 
-def evaluate(case: Case, parser_name: str, repeat_dir: Path) -> tuple[dict[str, Any], dict]:
+CACHE_DROP_MARK = "dlperf-cache-drop: "
+
+
+def cache_drop_status(logs: dict[str, str]) -> dict[str, str]:
+    """What the page-cache drop did on each node (only cases with drop_caches print it)."""
+    status = {}
+    for name, text in logs.items():
+        for line in text.splitlines():
+            if line.startswith(CACHE_DROP_MARK):
+                status[name] = line[len(CACHE_DROP_MARK) :]
+                break
+    return status
+
+
+def evaluate(
+    case: Case, parser_name: str, repeat_dir: Path, batch_size: int
+) -> tuple[dict[str, Any], dict]:
     """Parse a repeat's raw logs and measure its window (raises LogParseError)."""
     parsed = PARSERS.get(parser_name)().parse(logs_of(repeat_dir))
     if parsed.world_size != case.topology.world_size:
@@ -55,8 +71,8 @@ def evaluate(case: Case, parser_name: str, repeat_dir: Path) -> tuple[dict[str, 
             f"the log reports world size {parsed.world_size}, the case has "
             f"{case.topology.world_size} devices"
         )
-    window = Window(case.warmup_steps, case.measured_steps)
-    return measure_repeat(parsed, window).to_dict(), parsed.header
+    warmup, measured, _total = case.window_for(batch_size)
+    return measure_repeat(parsed, Window(warmup, measured)).to_dict(), parsed.header
 
 
 def run_repeat(
@@ -80,7 +96,7 @@ def run_repeat(
     measurement, header, verdict, detail = None, {}, outcome.verdict, outcome.detail
     if verdict == Verdict.OK:
         try:
-            measurement, header = evaluate(case, parser_name, directory)
+            measurement, header = evaluate(case, parser_name, directory, batch_size)
         except LogParseError as error:
             verdict, detail = Verdict.PARSE_ERROR, str(error)
     record = RepeatRecord(
@@ -102,6 +118,8 @@ def run_repeat(
         runtime=runtime.name,
         extra={**(extra or {}), **outcome.extra},
     )
+    if case.drop_caches:
+        record.extra["cache_drop"] = cache_drop_status(logs_of(directory))
     session.write_record(directory, record)
     if interrupted:
         raise KeyboardInterrupt

@@ -63,7 +63,7 @@ def run_selftest(
     batch: int = 32,
     topologies: tuple[str, ...] = ("1n1g", "1n2g", "2n4g"),
     repeats: int = 3,
-    measured_steps: int = 50,
+    measured_steps: int = 100,
     results_dir: Path | None = None,
     printer=print,  # noqa: ANN001
 ) -> list[SelftestResult]:

@@ -1,0 +1,21 @@
+"""OneFlow 0.9.0: our own scripts in OneFlow/benchmark, started by oneflow.distributed.launch."""
+
+from driver.frameworks.base import Framework
+from driver.registry import FRAMEWORKS
+
+ONEFLOW = FRAMEWORKS.add(
+    "oneflow",
+    Framework(
+        name="oneflow",
+        display="OneFlow",
+        folder="OneFlow",
+        models=("resnet50", "bert"),
+        script="OneFlow/benchmark/train.py",
+        launcher="oneflow",
+        # oneflow 0.9.0 ships wheels for CPython 3.8-3.10 only.
+        python="3.10",
+        # The PyPI wheel is a CUDA build that dlopens cuDNN/cuBLAS at import, also on CPU; the
+        # nvidia-*-cu11 wheels keep them in site-packages/nvidia/<lib>/lib.
+        venv_library_globs=("lib/python3.10/site-packages/nvidia/*/lib",),
+    ),
+)

@@ -1,0 +1,21 @@
+"""PaddlePaddle: our own scripts in PaddlePaddle/benchmark, started by paddle.distributed.launch.
+
+OMP_NUM_THREADS is set by the script (cores / processes on the node) before paddle is imported:
+without it paddle 3.3.1 uses one thread on CPU. AMP is a no-op on CPU (recorded per repeat).
+"""
+
+from driver.frameworks.base import Framework
+from driver.registry import FRAMEWORKS
+
+PADDLE = FRAMEWORKS.add(
+    "paddle",
+    Framework(
+        name="paddle",
+        display="PaddlePaddle",
+        folder="PaddlePaddle",
+        models=("resnet50", "bert"),
+        script="PaddlePaddle/benchmark/train.py",
+        launcher="paddle",
+        has_amp_on_cpu=False,
+    ),
+)
