@@ -61,7 +61,7 @@ def calibration_cases(
 def run_selftest(
     step_time: float = 0.02,
     batch: int = 32,
-    topologies: tuple[str, ...] = ("1n1g", "1n2g", "2n4g"),
+    topologies: tuple[str, ...] = ("1n1g", "1n2g", "2n2g"),
     repeats: int = 3,
     measured_steps: int = 100,
     results_dir: Path | None = None,

@@ -1,0 +1,400 @@
+"""What every upstream-source log parser shares: the run header, rank prefixes, ParsedLog building.
+
+Every node command of an upstream source (``driver/sources/upstream.py``) prints one header line
+before the upstream launcher starts::
+
+    DLPERF-UPSTREAM {"source": "ngc-pytorch", "model": "resnet50", "node_rank": 0, "nodes": 4, ...}
+
+so a parser knows, from the log alone, which node wrote it, the world size, the per-device batch,
+who logs steps (``logging``) and the case's window. Upstream code is never changed: its own lines
+follow the header and each format module reads them. A log without a header, with two headers,
+or a set of logs whose headers disagree or miss a node is a :class:`LogParseError`.
+
+Logging modes (who writes step lines, and what one line's samples are):
+
+* ``rank0``: only global rank 0 logs (DeepLearningExamples, OneFlow-Benchmark, gluon-nlp); its
+  samples are one device's, times the world size.
+* ``per-node``: one timeline per node (tensorflow/models workers, Paddle's trainer 0 of a node);
+  samples are the node's devices', times the nodes.
+* ``per-process``: every process logs with a launcher prefix naming its rank (torchrun ``--tee``,
+  ``mpirun --tag-output``); samples are one device's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
+
+HEADER_MARK = "DLPERF-UPSTREAM "
+LOGGING_MODES = ("rank0", "per-node", "per-process")
+_HEADER_FIELDS: dict[str, type] = {
+    "source": str,
+    "model": str,
+    "node_rank": int,
+    "nodes": int,
+    "procs_per_node": int,
+    "batch": int,
+    "logging": str,
+    "step_offset": int,
+    "warmup_steps": int,
+    "measured_steps": int,
+}
+# mpirun --tag-output: "[1,3]<stdout>:"; torchrun --tee: "[default3]:" (local rank) or
+# "[rank3]:" (global rank, newer torch).
+_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:")
+_TORCHRUN_LOCAL = re.compile(r"^\[default(\d+)\]:")
+_TORCHRUN_GLOBAL = re.compile(r"^\[rank(\d+)\]:")
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    source: str
+    model: str
+    node_rank: int
+    nodes: int
+    procs_per_node: int
+    batch: int  # per device
+    logging: str
+    step_offset: int  # a logged step index + step_offset = steps finished at that line
+    warmup_steps: int
+    measured_steps: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return self.warmup_steps, self.warmup_steps + self.measured_steps
+
+    def job_key(self) -> tuple:
+        """Everything every node of one run agrees on (all but the node rank)."""
+        return (
+            self.source, self.model, self.nodes, self.procs_per_node, self.batch, self.logging,
+            self.step_offset, self.warmup_steps, self.measured_steps,
+        )  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in _HEADER_FIELDS}
+
+
+def header_line(header: RunHeader) -> str:
+    return HEADER_MARK + json.dumps(header.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class NodeLog:
+    name: str  # the log's file name (node0.log)
+    header: RunHeader
+    lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, text) after it
+
+
+def _decode_header(text: str, source: str, number: int) -> RunHeader:
+    try:
+        data = json.loads(text[text.index(HEADER_MARK) + len(HEADER_MARK) :])
+    except json.JSONDecodeError as error:
+        raise LogParseError(
+            f"broken run header ({error.msg})", source=source, line=number
+        ) from None
+    if not isinstance(data, dict):
+        raise LogParseError("the run header is not a JSON object", source=source, line=number)
+    values = {}
+    for name, kind in _HEADER_FIELDS.items():
+        value = data.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise LogParseError(
+                f"run header field {name!r} must be {kind.__name__}, got {value!r}",
+                source=source,
+                line=number,
+            )
+        values[name] = value
+    header = RunHeader(**values)
+    if header.logging not in LOGGING_MODES:
+        raise LogParseError(
+            f"run header logging {header.logging!r} is not one of {', '.join(LOGGING_MODES)}",
+            source=source,
+            line=number,
+        )
+    if min(header.nodes, header.procs_per_node, header.batch) <= 0 or not (
+        0 <= header.node_rank < header.nodes
+    ):
+        raise LogParseError(f"run header is inconsistent: {data}", source=source, line=number)
+    return header
+
+
+def node_logs(texts: Mapping[str, str], parser: str) -> list[NodeLog]:
+    """One :class:`NodeLog` per text, ordered by node rank; every node of the run present once."""
+    logs: list[NodeLog] = []
+    for name, text in texts.items():
+        current: NodeLog | None = None
+        for number, raw in enumerate(text.replace("\x00", "").splitlines(), start=1):
+            if HEADER_MARK in raw:
+                if current is not None:
+                    raise LogParseError(
+                        "a second run header: two runs (or two nodes) were written into one log",
+                        source=name,
+                        line=number,
+                    )
+                current = NodeLog(name=name, header=_decode_header(raw, name, number))
+            elif current is not None:
+                current.lines.append((number, raw))
+        if current is None:
+            raise LogParseError(
+                f"no {HEADER_MARK.strip()} run header: not a log of a dlperf upstream run "
+                f"(parser {parser})",
+                source=name,
+            )
+        logs.append(current)
+    if not logs:
+        raise LogParseError(f"no logs to parse (parser {parser})")
+    first = logs[0].header
+    for log in logs[1:]:
+        if log.header.job_key() != first.job_key():
+            raise LogParseError(
+                f"{log.name} belongs to another run than {logs[0].name}: "
+                f"{log.header.to_dict()} vs {first.to_dict()}"
+            )
+    by_rank: dict[int, NodeLog] = {}
+    for log in logs:
+        if log.header.node_rank in by_rank:
+            raise LogParseError(
+                f"node rank {log.header.node_rank} appears in both "
+                f"{by_rank[log.header.node_rank].name} and {log.name}"
+            )
+        by_rank[log.header.node_rank] = log
+    missing = sorted(set(range(first.nodes)) - set(by_rank))
+    if missing:
+        raise LogParseError(
+            f"the run has {first.nodes} nodes but no log of node(s) {missing} (lost node?)"
+        )
+    return [by_rank[rank] for rank in sorted(by_rank)]
+
+
+def split_prefix(text: str) -> tuple[str, int | None, int | None, str]:
+    """(kind, global rank, local rank, rest) of a line a launcher prefixed with its rank."""
+    for kind, pattern in (("mpi", _MPI_TAG), ("torchrun-global", _TORCHRUN_GLOBAL)):
+        match = pattern.match(text)
+        if match:
+            return kind, int(match[1]), None, text[match.end() :]
+    match = _TORCHRUN_LOCAL.match(text)
+    if match:
+        return "torchrun-local", None, int(match[1]), text[match.end() :]
+    return "", None, None, text
+
+
+def line_rank(log: NodeLog, text: str) -> tuple[int | None, str]:
+    """The global rank a line belongs to (None: the line carries no rank prefix) and its text."""
+    _kind, global_rank, local_rank, rest = split_prefix(text)
+    if global_rank is not None:
+        return global_rank, rest
+    if local_rank is not None:
+        return log.header.node_rank * log.header.procs_per_node + local_rank, rest
+    return None, rest
+
+
+def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
+    """The rank key a step line of ``log`` counts for in the run's logging mode.
+
+    None: the line names (by its launcher prefix) a rank that does not log for the run, e.g.
+    rank 3's copy of a line in a rank-0 source; it is skipped. A line that cannot be attributed
+    where that matters is an error.
+    """
+    header = log.header
+    if header.logging == "rank0":
+        if rank is not None and rank != 0:
+            return None
+        if header.node_rank != 0:
+            raise LogParseError(
+                f"a step line from rank {rank if rank is not None else '?'} on node "
+                f"{header.node_rank}, but this source logs from rank 0 only (mixed ranks)",
+                source=log.name,
+                line=line,
+            )
+        return 0
+    if header.logging == "per-node":
+        if rank is not None and rank // header.procs_per_node != header.node_rank:
+            raise LogParseError(
+                f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
+                source=log.name,
+                line=line,
+            )
+        return header.node_rank
+    if rank is None:
+        raise LogParseError(
+            "a step line without a rank prefix: with several processes per node their lines "
+            "cannot be told apart (start the source with its rank-tagging launcher)",
+            source=log.name,
+            line=line,
+        )
+    if rank // header.procs_per_node != header.node_rank:
+        raise LogParseError(
+            f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
+            source=log.name,
+            line=line,
+        )
+    return rank
+
+
+def expected_ranks(header: RunHeader) -> list[int]:
+    if header.logging == "rank0":
+        return [0]
+    if header.logging == "per-node":
+        return list(range(header.nodes))
+    return list(range(header.world_size))
+
+
+def rank_batch(header: RunHeader) -> tuple[int, int]:
+    """(samples of one device per step, devices each logging rank stands for).
+
+    ``driver.core.measure`` multiplies a logging rank's samples by the second number and expects
+    world size / that number logging ranks.
+    """
+    if header.logging == "rank0":
+        return header.batch, header.world_size
+    if header.logging == "per-node":
+        return header.batch, header.procs_per_node
+    return header.batch, 1
+
+
+@dataclass
+class Timeline:
+    """Step boundaries of one logging rank: (steps finished, seconds) in log order."""
+
+    rank: int
+    points: list[tuple[int, float, str, int]] = field(default_factory=list)  # +source, line
+
+    def add(self, step: int, t: float, source: str, line: int) -> None:
+        if self.points:
+            last_step, last_t, _, _ = self.points[-1]
+            if step <= last_step:
+                raise LogParseError(
+                    f"rank {self.rank}: step {step} after step {last_step} (restarted or "
+                    "mixed output)",
+                    source=source,
+                    line=line,
+                )
+            if t < last_t:
+                raise LogParseError(
+                    f"rank {self.rank}: time goes back at step {step} ({t} < {last_t})",
+                    source=source,
+                    line=line,
+                )
+        self.points.append((step, t, source, line))
+
+
+def _check_window(header: RunHeader, rank: int, steps: Iterable[int]) -> None:
+    first, last = header.window
+    held = sorted(steps)
+    if first in held and last in held:
+        return
+    why = (
+        "cut short: the run ended early"
+        if held[-1] < last
+        else "the log interval does not divide the warm-up and measured steps"
+    )
+    raise LogParseError(
+        f"rank {rank}: the window needs step boundaries {first} and {last} (warm-up "
+        f"{header.warmup_steps}, measured {header.measured_steps}) but the log holds steps "
+        f"{held[0]}..{held[-1]} ({why})"
+    )
+
+
+def steplog(header: RunHeader, timelines: Mapping[int, Timeline], fmt: str) -> ParsedLog:
+    """A ParsedLog of step boundaries, after checking every logging rank holds the window."""
+    per_rank, scale = rank_batch(header)
+    ranks: dict[int, RankLog] = {}
+    for rank in expected_ranks(header):
+        timeline = timelines.get(rank)
+        if timeline is None or not timeline.points:
+            raise LogParseError(
+                f"rank {rank} logged no steps ({fmt}; logging mode {header.logging}, "
+                f"{header.nodes} node(s) x {header.procs_per_node})"
+            )
+        _check_window(header, rank, (p[0] for p in timeline.points))
+        points, previous = [], None
+        for step, t, _source, _line in timeline.points:
+            samples = 0 if previous is None else (step - previous) * per_rank
+            points.append(StepPoint(step=step, t=t, samples=samples))
+            previous = step
+        ranks[rank] = RankLog(rank=rank, points=points, header=header.to_dict(), finished=True)
+    extra = sorted(set(timelines) - set(ranks))
+    if extra:
+        raise LogParseError(f"steps logged by unexpected rank(s) {extra} ({header.logging})")
+    return ParsedLog(
+        ranks=ranks,
+        world_size=header.world_size,
+        samples_scale=scale,
+        meta={"format": fmt, "source": header.source, "logging": header.logging},
+    )
+
+
+@dataclass(frozen=True)
+class RateInterval:
+    start: int  # steps finished when the interval began
+    end: int  # steps finished when it ended
+    samples_per_s: float  # global samples per second over the interval
+    source: str
+    line: int
+
+
+def reported(header: RunHeader, intervals: list[RateInterval], fmt: str) -> ParsedLog:
+    """A rate-only log: the time-weighted mean of the rate lines that tile the measured window.
+
+    The intervals inside the window must cover it exactly (contiguous, from the end of the
+    warm-up to its last step); over equal-size intervals the time-weighted mean equals global
+    samples / window duration, the same quantity our timestamps give.
+    """
+    first, last = header.window
+    if not intervals:
+        raise LogParseError(f"no rate lines ({fmt})")
+    ordered = sorted(intervals, key=lambda i: i.start)
+    for before, after in zip(ordered, ordered[1:], strict=False):
+        if after.start < before.end:
+            raise LogParseError(
+                f"rate lines overlap: steps {before.start}..{before.end} and "
+                f"{after.start}..{after.end} (mixed ranks or restarted run)",
+                source=after.source,
+                line=after.line,
+            )
+    if ordered[-1].end < last:
+        raise LogParseError(
+            f"the log's rate lines end at step {ordered[-1].end} but the window ends at step "
+            f"{last} (cut short: the run ended early)"
+        )
+    inside = [i for i in ordered if i.start >= first and i.end <= last]
+    covered = first
+    for interval in inside:
+        if interval.start != covered:
+            break
+        covered = interval.end
+    if not inside or inside[0].start != first or covered != last:
+        spans = ", ".join(f"{i.start}..{i.end}" for i in ordered[:6])
+        raise LogParseError(
+            f"the rate lines ({spans}{', ...' if len(ordered) > 6 else ''}) do not tile the "
+            f"window {first}..{last}: choose warm-up and measured steps that are multiples of "
+            "the log interval"
+        )
+    per_step = header.batch * header.world_size
+    seconds = sum((i.end - i.start) * per_step / i.samples_per_s for i in inside)
+    rate = (last - first) * per_step / seconds
+    return ParsedLog(
+        ranks={},
+        world_size=header.world_size,
+        reported_throughput=rate,
+        reported_note=(
+            f"time-weighted mean of {len(inside)} rate line(s) over steps {first}..{last}, "
+            f"as printed by the source ({fmt})"
+        ),
+        meta={"format": fmt, "source": header.source, "logging": header.logging},
+    )
+
+
+def positive_rate(value: str, source: str, line: int) -> float:
+    rate = float(value)
+    if not rate > 0:
+        raise LogParseError(f"a rate line with rate {value}", source=source, line=line)
+    return rate

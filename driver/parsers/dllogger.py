@@ -1,0 +1,148 @@
+"""NVIDIA DLLogger JSON lines (DeepLearningExamples): ``DLLL {"timestamp": ..., "step": ...}``.
+
+DLLogger's JSONStreamBackend writes one ``DLLL <json>`` line per record with the wall-clock
+``timestamp`` (seconds, as a string) taken when the record is logged. Training records carry
+``type: LOG`` and a step that is an int (TF1 BERT: the 1-based step) or ``[epoch, iteration]``
+(ConvNets, PyTorch BERT); ``PARAMETER``, epoch summaries ``[epoch]``, validation
+``[epoch, iteration, val_iteration]`` and the final ``[]`` are not steps. A step logged twice in a
+row (one record per verbosity level) keeps its first timestamp. The run header's
+``step_offset`` turns the logged index into steps finished (0 for 1-based indices, 1 for
+0-based ones). Global rank 0 writes the records; the node command prints the JSON file after
+the run, so a record from another rank or node is a mixed log.
+
+DeepLearningExamples scripts that predate DLLogger (TensorFlow 1 BERT) print a rate only::
+
+    Step =     20 Throughput =      1234.5 MLM Loss = ... (or "Rank =  0 :: Step = ...")
+
+the sentences per second of all ranks since the previous such line. A log with those lines and no
+DLLogger step records gives the throughput the source reports, over the measured window.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from driver.parsers._upstream import (
+    NodeLog,
+    RateInterval,
+    Timeline,
+    line_rank,
+    logging_rank,
+    node_logs,
+    positive_rate,
+    reported,
+    steplog,
+)
+from driver.parsers.base import LogParseError, ParsedLog
+from driver.registry import PARSERS
+
+MARK = "DLLL "
+RATE = re.compile(
+    r"(?:Rank\s*=\s*(?P<rank>\d+)\s*::\s*)?Step\s*=\s*(?P<step>\d+)\s+"
+    r"Throughput\s*=\s*(?P<rate>\d+(?:\.\d+)?)"
+)
+
+
+def train_step(step: Any) -> int | None:
+    """The iteration index of a training record's step, None for any other record."""
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step
+    if (
+        isinstance(step, list)
+        and len(step) == 2
+        and all(isinstance(part, int) and not isinstance(part, bool) for part in step)
+    ):
+        return step[1]
+    return None
+
+
+@PARSERS.register("dllogger")
+class DLLoggerParser:
+    name = "dllogger"
+
+    def parse(self, texts: Mapping[str, str]) -> ParsedLog:
+        logs = node_logs(texts, self.name)
+        header = logs[0].header
+        timelines: dict[int, Timeline] = {}
+        epochs: set[int] = set()
+        for log in logs:
+            for number, raw in log.lines:
+                rank, text = line_rank(log, raw)
+                at = text.find(MARK)
+                if at < 0:
+                    continue
+                try:
+                    record = json.loads(text[at + len(MARK) :])
+                except json.JSONDecodeError as error:
+                    raise LogParseError(
+                        f"broken DLLogger record ({error.msg})", source=log.name, line=number
+                    ) from None
+                if not isinstance(record, dict) or record.get("type") != "LOG":
+                    continue
+                index = train_step(record.get("step"))
+                if index is None:
+                    continue
+                if isinstance(record["step"], list):
+                    epochs.add(record["step"][0])
+                    if len(epochs) > 1:
+                        raise LogParseError(
+                            f"training records of epochs {sorted(epochs)}: iterations restart "
+                            "each epoch, run one epoch",
+                            source=log.name,
+                            line=number,
+                        )
+                key = logging_rank(log, rank, number)
+                if key is None:
+                    continue
+                try:
+                    stamp = float(record["timestamp"])
+                except (KeyError, TypeError, ValueError):
+                    raise LogParseError(
+                        "a training record without a numeric timestamp",
+                        source=log.name,
+                        line=number,
+                    ) from None
+                finished = index + header.step_offset
+                timeline = timelines.setdefault(key, Timeline(key))
+                if timeline.points and timeline.points[-1][0] == finished:
+                    continue  # the same step's record at another verbosity level
+                timeline.add(finished, stamp, log.name, number)
+        if timelines:
+            return steplog(header, timelines, self.name)
+        intervals = _rate_intervals(logs)
+        if not intervals:
+            raise LogParseError(
+                "no DLLogger step records (DLLL ... type LOG) and no 'Step = N Throughput = X' "
+                "lines",
+                source=logs[0].name,
+            )
+        return reported(header, intervals, self.name)
+
+
+def _rate_intervals(logs: list[NodeLog]) -> list[RateInterval]:
+    intervals: list[RateInterval] = []
+    previous = 0
+    for log in logs:
+        for number, raw in log.lines:
+            rank, text = line_rank(log, raw)
+            match = RATE.search(text)
+            if not match:
+                continue
+            if match["rank"] is not None and rank is None:
+                rank = int(match["rank"])
+            if logging_rank(log, rank, number) is None:
+                continue
+            end = int(match["step"]) + log.header.step_offset
+            if end <= previous:
+                raise LogParseError(
+                    f"step {end} after step {previous} (restarted or mixed output)",
+                    source=log.name,
+                    line=number,
+                )
+            rate = positive_rate(match["rate"], log.name, number)
+            intervals.append(RateInterval(previous, end, rate, log.name, number))
+            previous = end
+    return intervals

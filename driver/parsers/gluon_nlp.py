@@ -1,0 +1,52 @@
+"""gluon-nlp ``scripts/bert`` pre-training progress lines (Python logging, stderr)::
+
+    [1,0]<stderr>:INFO:root:[step 20]<TAB>mlm_loss=7.20000<TAB>...<TAB>throughput=40.3K tks/s
+        <TAB>lr=0.0000100 time=3.25, latency=162.5 ms/step
+
+(one line, folded here; fields are tab-separated)
+
+``[step N]`` is steps finished; ``time`` is the seconds since the previous progress line (two
+decimals), so the running sum of ``time`` is the logging rank's clock at each logged step (the
+first line's interval starts at step 0). ``throughput`` counts tokens, not sequences, and is not
+used. The node command starts horovod ranks with ``mpirun --tag-output``: the ``[1,R]`` prefix
+names the rank; rank 0's lines are read, other ranks' copies are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from driver.parsers._upstream import Timeline, line_rank, logging_rank, node_logs, steplog
+from driver.parsers.base import ParsedLog
+from driver.registry import PARSERS
+
+LINE = re.compile(r"\[step (?P<step>\d+)\].*?\btime=(?P<secs>\d+(?:\.\d+)?)")
+
+
+@PARSERS.register("gluon-nlp")
+class GluonNlpParser:
+    name = "gluon-nlp"
+
+    def parse(self, texts: Mapping[str, str]) -> ParsedLog:
+        logs = node_logs(texts, self.name)
+        header = logs[0].header
+        timelines: dict[int, Timeline] = {}
+        clocks: dict[int, float] = {}
+        for log in logs:
+            for number, raw in log.lines:
+                rank, text = line_rank(log, raw)
+                match = LINE.search(text)
+                if not match:
+                    continue
+                key = logging_rank(log, rank, number)
+                if key is None:
+                    continue
+                timeline = timelines.setdefault(key, Timeline(key))
+                if not timeline.points:
+                    clocks[key] = 0.0
+                    timeline.add(0, 0.0, log.name, number)
+                clocks[key] += float(match["secs"])
+                finished = int(match["step"]) + header.step_offset
+                timeline.add(finished, clocks[key], log.name, number)
+        return steplog(header, timelines, self.name)

@@ -1,0 +1,74 @@
+"""MXNet ``Speed: ... samples/sec`` lines (DeepLearningExamples MXNet ResNet-50, Speedometer).
+
+DeepLearningExamples' ``fit.py`` logs, every ``--disp-batches`` batches, the global rate over
+those batches, naming the 0-based batch range (``Batch [0-19]``: batches 0 to 19, 20 steps)::
+
+    [1,0]<stderr>:INFO:root:Epoch[0] Batch [0-19]	Speed: 2456.78 samples/sec	LR: 0.1
+
+MXNet's ``Speedometer`` callback names the batch count instead: ``Epoch[0] Batch [20]``. There are
+no timestamps: the result is the time-weighted mean of the rates of the lines that tile the
+measured window, reported by the source. ``mpirun --tag-output`` prefixes name the rank; rank
+0's lines are read (every rank prints the same global rate).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from driver.parsers._upstream import (
+    RateInterval,
+    line_rank,
+    logging_rank,
+    node_logs,
+    positive_rate,
+    reported,
+)
+from driver.parsers.base import LogParseError, ParsedLog
+from driver.registry import PARSERS
+
+LINE = re.compile(
+    r"Epoch\[(?P<epoch>\d+)\] Batch \[(?:(?P<first>\d+)-)?(?P<last>\d+)\]\s+"
+    r"Speed: (?P<rate>\d+(?:\.\d+)?) samples/sec"
+)
+
+
+@PARSERS.register("mxnet-speed")
+class MxnetSpeedParser:
+    name = "mxnet-speed"
+
+    def parse(self, texts: Mapping[str, str]) -> ParsedLog:
+        logs = node_logs(texts, self.name)
+        header = logs[0].header
+        intervals: list[RateInterval] = []
+        previous = 0
+        for log in logs:
+            for number, raw in log.lines:
+                rank, text = line_rank(log, raw)
+                match = LINE.search(text)
+                if not match:
+                    continue
+                if match["epoch"] != "0":
+                    raise LogParseError(
+                        f"a line of epoch {match['epoch']}: batch numbers restart each epoch, "
+                        "the window is read from epoch 0",
+                        source=log.name,
+                        line=number,
+                    )
+                if logging_rank(log, rank, number) is None:
+                    continue
+                end = int(match["last"]) + header.step_offset
+                start = int(match["first"]) if match["first"] is not None else previous
+                if end <= start or start < previous:
+                    raise LogParseError(
+                        f"batches {start}..{end} after step {previous} (restarted, mixed or "
+                        "malformed output)",
+                        source=log.name,
+                        line=number,
+                    )
+                rate = positive_rate(match["rate"], log.name, number)
+                intervals.append(RateInterval(start, end, rate, log.name, number))
+                previous = end
+        if not intervals:
+            raise LogParseError("no 'Speed: ... samples/sec' lines", source=logs[0].name)
+        return reported(header, intervals, self.name)

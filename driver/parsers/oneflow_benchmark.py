@@ -1,0 +1,66 @@
+"""OneFlow-Benchmark's metric lines, each ending with the ``time.time()`` of the print.
+
+Classification/cnns (``util.Metric``)::
+
+    train: epoch 0, iter 20, loss: 6.9, top_1: 0.0, top_k: 0.0, samples/s: 1234.567 1600000000.1
+
+``iter`` counts steps finished in the epoch. LanguageModeling/BERT (``util.Metric``)::
+
+    step: 19, total_loss: 11.1, mlm_loss: 10.4, nsp_loss: 0.6, throughput: 1234.5 1600000000.1
+
+``step`` is the 0-based index of the last step (the header's step_offset is 1). Only the first
+node's process prints them (the other nodes' scripts join its job), so lines of another node
+are a mixed log; ``validation:`` lines are not steps.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from driver.parsers._upstream import Timeline, line_rank, logging_rank, node_logs, steplog
+from driver.parsers.base import LogParseError, ParsedLog
+from driver.registry import PARSERS
+
+_NUMBER = r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+CNN = re.compile(
+    rf"^train: epoch (?P<epoch>\d+), iter (?P<index>\d+), .*samples/s: (?P<rate>{_NUMBER})\s+"
+    rf"(?P<t>{_NUMBER})\s*$"
+)
+BERT = re.compile(
+    rf"^step: (?P<index>\d+), .*throughput: (?P<rate>{_NUMBER})\s+(?P<t>{_NUMBER})\s*$"
+)
+
+
+@PARSERS.register("oneflow-benchmark")
+class OneFlowBenchmarkParser:
+    name = "oneflow-benchmark"
+
+    def parse(self, texts: Mapping[str, str]) -> ParsedLog:
+        logs = node_logs(texts, self.name)
+        header = logs[0].header
+        timelines: dict[int, Timeline] = {}
+        epoch: str | None = None
+        for log in logs:
+            for number, raw in log.lines:
+                rank, text = line_rank(log, raw.strip())
+                match = CNN.match(text) or BERT.match(text)
+                if not match:
+                    continue
+                found = match.groupdict().get("epoch")
+                if found is not None:
+                    if epoch is not None and found != epoch:
+                        raise LogParseError(
+                            f"lines of epochs {epoch} and {found}: iterations restart each "
+                            "epoch, size the epoch to the run (--num_examples)",
+                            source=log.name,
+                            line=number,
+                        )
+                    epoch = found
+                key = logging_rank(log, rank, number)
+                if key is None:
+                    continue
+                timeline = timelines.setdefault(key, Timeline(key))
+                finished = int(match["index"]) + header.step_offset
+                timeline.add(finished, float(match["t"]), log.name, number)
+        return steplog(header, timelines, self.name)

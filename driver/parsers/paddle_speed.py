@@ -1,0 +1,119 @@
+"""PaddlePaddle models' training lines (release/1.8: PaddleCV and PaddleNLP).
+
+PaddleCV ``image_classification`` prints every ``print_step`` batches the time of that batch::
+
+    [Pass 0, train batch 20] 	loss 6.90111, acc1 0.00000, ..., elapse 0.3456 sec
+
+With ``--print_step 1`` every batch's time is there and their running sum is the trainer's clock
+at each step boundary (a skipped batch is an error: the clock would have a hole). The node
+command collects each node's trainer 0 log (``workerlog.0``): one timeline per node.
+
+PaddleNLP BERT prints a rate only, every ``skip_steps`` steps::
+
+    epoch: 1, progress: 1/1, step: 20, ave loss: 7.1, ..., speed: 2.81 steps/s
+
+``speed`` is steps per second over the steps since the previous line, the same on every trainer;
+node 0's lines give the throughput, reported by the source (steps/s x global batch).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from driver.parsers._upstream import (
+    NodeLog,
+    RateInterval,
+    Timeline,
+    line_rank,
+    logging_rank,
+    node_logs,
+    positive_rate,
+    reported,
+    steplog,
+)
+from driver.parsers.base import LogParseError, ParsedLog
+from driver.registry import PARSERS
+
+BATCH = re.compile(
+    r"\[Pass (?P<epoch>\d+), train batch (?P<index>\d+)\].*?elapse (?P<secs>\d+(?:\.\d+)?) sec"
+)
+SPEED = re.compile(r"\bstep: (?P<step>\d+),.*?\bspeed: (?P<speed>\d+(?:\.\d+)?) steps/s")
+
+
+def _batch_timelines(logs: list[NodeLog]) -> dict[int, Timeline]:
+    timelines: dict[int, Timeline] = {}
+    clocks: dict[int, float] = {}
+    for log in logs:
+        for number, raw in log.lines:
+            rank, text = line_rank(log, raw)
+            match = BATCH.search(text)
+            if not match:
+                continue
+            if match["epoch"] != "0":
+                raise LogParseError(
+                    f"a line of pass {match['epoch']}: batch indices restart each pass, the "
+                    "window is read from pass 0",
+                    source=log.name,
+                    line=number,
+                )
+            key = logging_rank(log, rank, number)
+            if key is None:
+                continue
+            finished = int(match["index"]) + log.header.step_offset
+            timeline = timelines.setdefault(key, Timeline(key))
+            if not timeline.points:
+                clocks[key] = 0.0
+                timeline.add(finished - 1, 0.0, log.name, number)
+            elif timeline.points[-1][0] != finished - 1:
+                raise LogParseError(
+                    f"trainer {key}: batch {match['index']} follows step "
+                    f"{timeline.points[-1][0]}: every batch's time is needed (--print_step 1)",
+                    source=log.name,
+                    line=number,
+                )
+            clocks[key] += float(match["secs"])
+            timeline.add(finished, clocks[key], log.name, number)
+    return timelines
+
+
+def _rate_intervals(log: NodeLog) -> list[RateInterval]:
+    intervals: list[RateInterval] = []
+    previous = 0
+    for number, raw in log.lines:
+        _rank, text = line_rank(log, raw)
+        match = SPEED.search(text)
+        if not match:
+            continue
+        end = int(match["step"]) + log.header.step_offset
+        if end <= previous:
+            raise LogParseError(
+                f"step {end} after step {previous} (restarted or mixed output)",
+                source=log.name,
+                line=number,
+            )
+        per_step = log.header.batch * log.header.world_size
+        rate = positive_rate(match["speed"], log.name, number) * per_step
+        intervals.append(RateInterval(previous, end, rate, log.name, number))
+        previous = end
+    return intervals
+
+
+@PARSERS.register("paddle")
+class PaddleParser:
+    name = "paddle"
+
+    def parse(self, texts: Mapping[str, str]) -> ParsedLog:
+        logs = node_logs(texts, self.name)
+        header = logs[0].header
+        timelines = _batch_timelines(logs)
+        if timelines:
+            return steplog(header, timelines, self.name)
+        intervals = _rate_intervals(logs[0])
+        if not intervals:
+            raise LogParseError(
+                "no Paddle training lines ('[Pass P, train batch B] ... elapse' or "
+                "'step: S, ... speed: X steps/s')",
+                source=logs[0].name,
+            )
+        return reported(header, intervals, self.name)

@@ -1,0 +1,257 @@
+"""Upstream log parsers on fixture logs written in each source's own format.
+
+Every fixture run has a window of 4 warm-up + 8 measured steps (boundaries 4 and 12), set in the
+DLPERF-UPSTREAM header the node command prints. Expected throughputs follow from the times in
+the fixtures (see each test); measurement itself is ``driver.core.measure``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from driver.core.measure import Window, measure_repeat
+from driver.parsers.base import LogParseError, ParsedLog
+from driver.plugins import load_all
+from driver.registry import PARSERS
+
+FIXTURES = Path(__file__).parent / "fixtures" / "upstream"
+WINDOW = Window(warmup_steps=4, measured_steps=8)
+
+
+def logs(source: str, case: str) -> dict[str, str]:
+    """The node logs of one fixture run, named as the runtime names them (node0.log, ...)."""
+    files = sorted((FIXTURES / source).glob(f"{case}.node*.log"))
+    assert files, f"no fixture {source}/{case}"
+    return {path.name.split(".", 1)[1]: path.read_text() for path in files}
+
+
+def parse(parser: str, source: str, case: str) -> ParsedLog:
+    load_all()
+    return PARSERS.get(parser)().parse(logs(source, case))
+
+
+def throughput(parser: str, source: str, case: str) -> tuple[float, bool]:
+    measured = measure_repeat(parse(parser, source, case), WINDOW)
+    return measured.throughput, measured.reported_by_source
+
+
+def fails(parser: str, source: str, case: str, *fragments: str) -> str:
+    with pytest.raises(LogParseError) as caught:
+        measure_repeat(parse(parser, source, case), WINDOW)
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+# --- DLLogger (NGC PyTorch, NGC TF1) -------------------------------------------------------------
+
+
+def test_dllogger_convnets_window_from_timestamps() -> None:
+    # 2 nodes x 2 GPUs, batch 64, rank 0 logs: steps 4..12 take 8 x 0.5 s; 8 x 64 x 4 samples.
+    parsed = parse("dllogger", "ngc-pytorch", "ok")
+    assert parsed.world_size == 4 and parsed.samples_scale == 4 and list(parsed.ranks) == [0]
+    steps = [p.step for p in parsed.ranks[0].points]
+    assert steps == list(range(1, 14))  # one point per step: the second verbosity record merged
+    assert throughput("dllogger", "ngc-pytorch", "ok") == (pytest.approx(512.0), False)
+
+
+def test_dllogger_tf1_zero_based_steps() -> None:
+    # BenchmarkLoggingHook logs (0, i), i 0-based: the header's step_offset 1 makes i+1 steps.
+    parsed = parse("dllogger", "ngc-tf1", "resnet50")
+    assert parsed.ranks[0].points[0].step == 1 and parsed.ranks[0].points[-1].step == 12
+    assert throughput("dllogger", "ngc-tf1", "resnet50") == (pytest.approx(512.0), False)
+
+
+def test_dllogger_rate_lines_are_reported_by_the_source() -> None:
+    # TF1 BERT at its pinned commit prints rates only; rank 1's copies are skipped.
+    value, reported = throughput("dllogger", "ngc-tf1", "bert-rate")
+    assert reported and value == pytest.approx(160.0)
+    assert "rate line" in parse("dllogger", "ngc-tf1", "bert-rate").reported_note
+
+
+def test_dllogger_rate_lines_must_tile_the_window() -> None:
+    fails("dllogger", "ngc-tf1", "bert-rate-misaligned", "do not tile the window 4..12")
+
+
+def test_dllogger_truncated_log_is_cut_short() -> None:
+    fails("dllogger", "ngc-pytorch", "truncated", "cut short", "holds steps 1..9")
+
+
+def test_dllogger_broken_record() -> None:
+    message = fails("dllogger", "ngc-pytorch", "malformed", "broken DLLogger record")
+    assert "node0.log:" in message
+
+
+def test_dllogger_records_from_another_node_are_mixed() -> None:
+    fails("dllogger", "ngc-pytorch", "mixed", "rank 0 only", "mixed ranks")
+
+
+def test_log_without_run_header() -> None:
+    fails("dllogger", "ngc-pytorch", "noheader", "no DLPERF-UPSTREAM run header")
+
+
+# --- OneFlow-Benchmark ---------------------------------------------------------------------------
+
+
+def test_oneflow_cnn_lines_carry_their_timestamps() -> None:
+    # iter i at 2 + 0.25 i s: 8 steps in 2 s, 8 x 32 x 4 samples; validation lines are ignored.
+    assert throughput("oneflow-benchmark", "oneflow-benchmark", "cnn") == (
+        pytest.approx(512.0),
+        False,
+    )
+
+
+def test_oneflow_bert_step_index_is_zero_based() -> None:
+    # "step: s" after s+1 steps at 1 + 0.2 s: 8 steps in 1.6 s, 8 x 16 x 8 samples.
+    assert throughput("oneflow-benchmark", "oneflow-benchmark", "bert") == (
+        pytest.approx(640.0),
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "fragment"),
+    [
+        ("cut", "cut short"),
+        ("epochs", "epochs 0 and 1"),
+        ("mixed", "mixed ranks"),
+    ],
+)
+def test_oneflow_bad_logs(case: str, fragment: str) -> None:
+    fails("oneflow-benchmark", "oneflow-benchmark", case, fragment)
+
+
+# --- tensorflow/models TimeHistory ---------------------------------------------------------------
+
+
+def test_timehistory_slowest_worker_sets_the_window() -> None:
+    # Worker 0: steps 4..12 in 4 s; worker 1: 4.5 s. 8 steps x 16 x 4 GPUs x 2 nodes samples.
+    parsed = parse("tf-timehistory", "tensorflow-models", "ok")
+    assert sorted(parsed.ranks) == [0, 1] and parsed.samples_scale == 4  # GPUs per worker
+    value, reported = throughput("tf-timehistory", "tensorflow-models", "ok")
+    assert not reported and value == pytest.approx(1024 / 4.5)
+
+
+def test_timehistory_gap_between_intervals() -> None:
+    fails("tf-timehistory", "tensorflow-models", "gap", "a gap in the TimeHistory lines")
+
+
+def test_timehistory_worker_without_lines() -> None:
+    fails("tf-timehistory", "tensorflow-models", "silent", "rank 1 logged no steps")
+
+
+# --- pytorch/examples ----------------------------------------------------------------------------
+
+
+def _examples_duration(node: int, local_rank: int) -> float:
+    """The fixture's clock: batch i ends at avg_i * (i + 1), avg printed with 3 decimals."""
+    step_time = 0.4 + 0.05 * local_rank + 0.1 * node
+
+    def clock(i: int) -> float:
+        return float(f"{(2.0 + step_time * i) / (i + 1):.3f}") * (i + 1)
+
+    return clock(11) - clock(3)
+
+
+def test_pytorch_examples_every_rank_by_its_prefix() -> None:
+    parsed = parse("pytorch-examples", "pytorch-examples", "ok")
+    assert sorted(parsed.ranks) == [0, 1, 2, 3] and parsed.samples_scale == 1
+    slowest = max(_examples_duration(n, r) for n in (0, 1) for r in (0, 1))
+    value, reported = throughput("pytorch-examples", "pytorch-examples", "ok")
+    assert not reported and value == pytest.approx(8 * 32 * 4 / slowest)
+
+
+def test_pytorch_examples_rank_cut_short() -> None:
+    fails("pytorch-examples", "pytorch-examples", "cut", "rank 3", "cut short")
+
+
+def test_pytorch_examples_lines_without_rank_prefix() -> None:
+    fails("pytorch-examples", "pytorch-examples", "noprefix", "cannot be told apart")
+
+
+# --- Paddle --------------------------------------------------------------------------------------
+
+
+def test_paddle_cv_batch_times() -> None:
+    # Each node's trainer 0: batches of 0.25 s after a 3 s first one; 8 x 32 x 2 x 2 samples.
+    assert throughput("paddle", "paddle-models", "cv") == (pytest.approx(512.0), False)
+
+
+def test_paddle_cv_needs_every_batch() -> None:
+    fails("paddle", "paddle-models", "skipped", "every batch's time is needed")
+
+
+def test_paddle_nlp_speed_is_reported() -> None:
+    # 4 steps/s x global batch 16 x 8 over the window's lines.
+    value, reported = throughput("paddle", "paddle-models", "bert-rate")
+    assert reported and value == pytest.approx(512.0)
+
+
+# --- MXNet Speed lines ---------------------------------------------------------------------------
+
+
+def test_mxnet_speed_time_weighted_mean() -> None:
+    # Window lines (equal 2-step intervals): 500, 480, 520, 500 samples/s; rank 2's copies skipped.
+    value, reported = throughput("mxnet-speed", "ngc-mxnet", "ok")
+    assert reported
+    assert value == pytest.approx(4 / (1 / 500 + 1 / 480 + 1 / 520 + 1 / 500))
+
+
+def test_mxnet_speed_cut_short() -> None:
+    fails("mxnet-speed", "ngc-mxnet", "cut", "cut short")
+
+
+def test_mxnet_speed_untagged_duplicates_are_mixed() -> None:
+    fails("mxnet-speed", "ngc-mxnet", "overlap", "restarted, mixed or malformed")
+
+
+# --- gluon-nlp -----------------------------------------------------------------------------------
+
+
+def test_gluon_nlp_interval_times() -> None:
+    # rank 0: steps 4..12 in 4 x 0.8 s; 8 x 8 x 4 samples. Rank 1's tagged copies are skipped.
+    assert throughput("gluon-nlp", "gluon-nlp", "ok") == (pytest.approx(80.0), False)
+
+
+def test_gluon_nlp_cut_short() -> None:
+    fails("gluon-nlp", "gluon-nlp", "cut", "cut short")
+
+
+def test_gluon_nlp_step_going_back() -> None:
+    fails("gluon-nlp", "gluon-nlp", "restarted", "step 5 after step 6")
+
+
+# --- the run header ------------------------------------------------------------------------------
+
+
+def test_two_headers_in_one_log() -> None:
+    load_all()
+    text = (FIXTURES / "ngc-tf1" / "resnet50.node0.log").read_text()
+    with pytest.raises(LogParseError, match="a second run header"):
+        PARSERS.get("dllogger")().parse({"node0.log": text + text})
+
+
+def test_missing_node_log() -> None:
+    load_all()
+    only = {"node0.log": logs("ngc-pytorch", "ok")["node0.log"]}
+    with pytest.raises(LogParseError, match=r"no log of node\(s\) \[1\]"):
+        PARSERS.get("dllogger")().parse(only)
+
+
+def test_node_logs_of_different_runs() -> None:
+    load_all()
+    texts = logs("ngc-pytorch", "ok")
+    texts["node1.log"] = texts["node1.log"].replace('"batch":64', '"batch":32')
+    with pytest.raises(LogParseError, match="belongs to another run"):
+        PARSERS.get("dllogger")().parse(texts)
+
+
+def test_same_node_twice() -> None:
+    load_all()
+    texts = logs("ngc-pytorch", "ok")
+    texts["node1.log"] = texts["node0.log"]
+    with pytest.raises(LogParseError, match="node rank 0 appears in both"):
+        PARSERS.get("dllogger")().parse(texts)

