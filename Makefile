@@ -47,6 +47,18 @@ bert-%: $(STAMP)
 selftest: $(STAMP)
 	$(DLPERF) selftest
 
+# Images: the Debian base from debootstrap (no registry), then the pinned images of images.lock.
+# IMAGES="cpu-python pytorch-cpu" or VARIANT=cpu narrows the set (GPU bases cannot be pulled
+# on a machine without registry access).
+IMAGES  ?=
+VARIANT ?=
+
+base-image: $(STAMP)
+	$(DLPERF) images base
+
+images: $(STAMP)
+	$(DLPERF) images build $(IMAGES) $(if $(VARIANT),--variant $(VARIANT))
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check driver tests PyTorch
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

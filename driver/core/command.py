@@ -88,7 +88,13 @@ def plan_repeat(
             master_port=port,
             node_addrs=tuple(address for _, address in nodes),
         )
-        env = {**framework.env, **rank.environment()}
+        # Runtimes may add environment of their own (the local venv's LD_LIBRARY_PATH).
+        runtime_env = getattr(runtime, "environment", None)
+        env = {
+            **framework.env,
+            **(runtime_env(framework) if runtime_env else {}),
+            **rank.environment(),
+        }
         if source is not None:  # upstream code: its own launcher, inside its own image
             node_argv, workdir = source.command(case, rank, batch), source.workdir
         else:

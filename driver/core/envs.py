@@ -52,6 +52,28 @@ def find_python(version: str) -> str:
     )
 
 
+def library_dirs(framework: Framework) -> list[str]:
+    """Folders of the venv matching ``framework.venv_library_globs`` (shared libraries that a
+    wheel dlopens by name, e.g. the nvidia-*-cu11 wheels' lib folders), for LD_LIBRARY_PATH."""
+    root = venv_path(framework)
+    found = {
+        str(path)
+        for pattern in framework.venv_library_globs
+        for path in root.glob(pattern)
+        if path.is_dir()
+    }
+    return sorted(found)
+
+
+def venv_environment(framework: Framework) -> dict[str, str]:
+    """Extra process environment a framework's venv needs (empty for most frameworks)."""
+    dirs = library_dirs(framework)
+    if not dirs:
+        return {}
+    inherited = os.environ.get("LD_LIBRARY_PATH")
+    return {"LD_LIBRARY_PATH": os.pathsep.join([*dirs, *([inherited] if inherited else [])])}
+
+
 def requirements_hash(framework: Framework) -> str:
     return hashlib.sha256(framework.cpu_requirements.read_bytes()).hexdigest()
 

@@ -116,6 +116,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("no case matches the selection", file=sys.stderr)
         return 2
     runtime = make_runtime(args.runtime, args.inventory)
+    try:  # a case that needs more nodes than the inventory has is a clear error, up front
+        for case in cases:
+            runtime.node_addresses(case.topology.nodes)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
     if args.dry_run:
         for case in cases:
@@ -146,6 +152,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         },
     )
     print(f"session: {session.root}")
+    if getattr(args, "probe", False):  # all-reduce bandwidth before the matrix (driver/probes)
+        from driver.probes import probe_topologies
+
+        probe_topologies(session.root, runtime, [case.topology for case in cases])
     try:
         summary = run_cases(cases, session, runtime)
     except KeyboardInterrupt:
@@ -239,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results", default=str(DEFAULT_RESULTS))
     run.add_argument("--session", help="session name; an existing one is resumed")
     run.add_argument("--dry-run", action="store_true", help="print cases and commands only")
+    run.add_argument(
+        "--probe",
+        action="store_true",
+        help="time an all-reduce per multi-device topology first (scaling bounds in releases)",
+    )
     run.set_defaults(func=cmd_run)
 
     report = sub.add_parser("report", help="tables (Markdown, CSV, JSON) from sessions")

@@ -80,15 +80,20 @@ def run_process_group(
     repeat_dir: Path,
     timeout_s: float,
     argv_for: Callable[[NodeCommand], list[str]] = lambda command: command.argv,
+    telemetry: bool = False,
 ) -> RepeatOutcome:
     """Start every command in its own process group, log each to node<i>.log, wait for all.
 
     Shared by every runtime whose node commands are local processes (the local runtime runs the
-    launcher itself; the SSH runtimes run ``ssh``/``docker`` clients here).
+    launcher itself; the SSH runtimes run ``ssh``/``docker`` clients here). ``telemetry``:
+    sample each command's process tree (and this host's GPUs) into telemetry-node<i>.jsonl
+    (``driver.telemetry``); only meaningful where the commands are the benchmark itself.
     """
     started = time.time()
     processes: list[tuple[NodeCommand, subprocess.Popen, Path]] = []
     handles = []
+    sampler = None
+    telemetry_facts: dict | None = None
     try:
         for index, command in enumerate(commands):
             log_path = repeat_dir / f"node{index}.log"
@@ -104,6 +109,10 @@ def run_process_group(
                 start_new_session=True,
             )
             processes.append((command, process, log_path))
+        if telemetry:
+            from driver.telemetry import start_for_processes
+
+            sampler = start_for_processes(repeat_dir, [p.pid for _, p, _ in processes])
         verdict, detail = Verdict.OK, ""
         deadline = time.monotonic() + timeout_s
         while any(p.poll() is None for _, p, _ in processes):
@@ -134,6 +143,8 @@ def run_process_group(
             stop_group(process)
         for handle in handles:
             handle.close()
+        if sampler is not None:
+            telemetry_facts = sampler.stop()
     return RepeatOutcome(
         verdict=verdict,
         nodes=[
@@ -143,6 +154,7 @@ def run_process_group(
         started_at=started,
         finished_at=time.time(),
         detail=detail,
+        extra={"telemetry": telemetry_facts} if telemetry_facts else {},
     )
 
 
@@ -165,8 +177,16 @@ class LocalRuntime:
 
         return str(venv_python(framework))
 
+    def environment(self, framework: Framework) -> dict[str, str]:
+        """Extra environment of the framework's venv (LD_LIBRARY_PATH from venv_library_globs)."""
+        if self.python_override or framework.name == "calibration":
+            return {}
+        from driver.core.envs import venv_environment
+
+        return venv_environment(framework)
+
     def workdir(self) -> str:
         return str(REPO_ROOT)
 
     def run(self, commands: list[NodeCommand], repeat_dir: Path, timeout_s: float) -> RepeatOutcome:
-        return run_process_group(commands, repeat_dir, timeout_s)
+        return run_process_group(commands, repeat_dir, timeout_s, telemetry=True)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# System parts the cluster tests use for real: a docker engine, sshd (the fixture starts its own
+# instances; the package is only needed for the binary) and debootstrap (the CPU base image).
+# Idempotent: installs only what is missing and starts dockerd only when `docker info` fails.
+# Called by .ci/run; safe to run by hand (needs root, or sudo for apt-get and dockerd).
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    SUDO="sudo"
+fi
+
+need=()
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if [ "${#need[@]}" -gt 0 ]; then
+    echo "setup-system: installing ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+# sshd refuses to start without its privilege-separation directory.
+$SUDO mkdir -p /run/sshd
+
+if docker info >/dev/null 2>&1; then
+    echo "setup-system: docker engine already running"
+    exit 0
+fi
+echo "setup-system: starting dockerd (log: /tmp/dockerd.log)"
+# setsid: the engine must outlive this script and the CI step that ran it.
+$SUDO setsid dockerd >/tmp/dockerd.log 2>&1 < /dev/null &
+for _ in $(seq 1 60); do
+    if docker info >/dev/null 2>&1; then
+        echo "setup-system: docker engine is up ($(docker version --format '{{.Server.Version}}'))"
+        exit 0
+    fi
+    sleep 1
+done
+echo "setup-system: dockerd did not answer within 60 s; last lines of /tmp/dockerd.log:" >&2
+tail -n 30 /tmp/dockerd.log >&2 || true
+exit 1

@@ -1,0 +1,268 @@
+"""One SSH connection per node (Fabric), with the few operations the runtimes need.
+
+Every command string sent to a node is built here or by the callers with :func:`shell` /
+:func:`shlex.quote`: no value from an inventory, a case or an environment reaches a remote
+shell unquoted. A dropped connection is a :class:`NodeUnreachable`, never a hang: the TCP
+socket gets a user timeout and SSH keepalives, so a node that dies silently is noticed within
+``DEAD_AFTER_S`` seconds even while a long command is running on it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from driver.cluster.inventory import Node
+
+if TYPE_CHECKING:
+    import fabric
+    import paramiko
+
+KEEPALIVE_S = 5
+DEAD_AFTER_S = 30  # unacknowledged data older than this closes the connection (TCP_USER_TIMEOUT)
+
+T = TypeVar("T")
+
+
+class NodeUnreachable(RuntimeError):
+    def __init__(self, node: str, detail: str) -> None:
+        super().__init__(f"node {node}: SSH unreachable: {detail}")
+        self.node, self.detail = node, detail
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    def why(self) -> str:
+        text = (self.stderr or self.stdout).strip().splitlines()
+        return text[-1] if text else f"exit {self.code}"
+
+
+def shell(argv: Sequence[str]) -> str:
+    """argv as one POSIX shell word list, every element quoted."""
+    return shlex.join(str(a) for a in argv)
+
+
+def env_prefix(env: dict[str, str]) -> list[str]:
+    """``env K=V ...`` argv (quoted later by :func:`shell`); keys are validated names."""
+    return ["env", *(f"{k}={v}" for k, v in sorted(env.items()))] if env else []
+
+
+class Remote:
+    """A node reached over SSH with Fabric. Thread-safe for independent commands."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._connection: fabric.Connection | None = None
+        self._lock = threading.Lock()
+        self._last_answer = time.monotonic()
+        self._beating = False
+
+    # -- connection -----------------------------------------------------------------------
+    def connection(self) -> fabric.Connection:
+        with self._lock:
+            if self._connection is not None and self._connection.is_connected:
+                transport = self._connection.client.get_transport()
+                if transport is not None and transport.is_active():
+                    return self._connection
+                self._close_locked()
+            self._connection = self._connect()
+            return self._connection
+
+    def _connect(self) -> fabric.Connection:
+        import fabric
+        import paramiko
+
+        ssh = self.node.ssh
+        connect_kwargs: dict[str, Any] = {
+            "banner_timeout": ssh.connect_timeout,
+            "auth_timeout": ssh.connect_timeout,
+        }
+        if ssh.key:
+            # Only the inventory's key: no agent or default keys that could log in as someone
+            # else, and no passphrase prompt hanging a worker thread.
+            connect_kwargs.update(key_filename=[ssh.key], look_for_keys=False, allow_agent=False)
+        connection = fabric.Connection(
+            host=self.node.address,
+            user=ssh.user,
+            port=ssh.port,
+            connect_timeout=ssh.connect_timeout,
+            connect_kwargs=connect_kwargs,
+        )
+        if ssh.known_hosts:
+            connection.client.load_host_keys(ssh.known_hosts)
+            connection.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            connection.open()
+        except Exception as error:  # noqa: BLE001 - every way of not connecting is one verdict
+            raise NodeUnreachable(self.node.name, _describe(error)) from None
+        transport = connection.client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(KEEPALIVE_S)
+            sock = transport.sock
+            if isinstance(sock, socket.socket):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                if hasattr(socket, "TCP_USER_TIMEOUT"):
+                    sock.setsockopt(
+                        socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, DEAD_AFTER_S * 1000
+                    )
+        return connection
+
+    def alive(self) -> bool:
+        connection = self._connection
+        if connection is None:
+            return False
+        transport = connection.client.get_transport()
+        return transport is not None and transport.is_active()
+
+    def heartbeat(self) -> None:
+        """Ask sshd for an answer (a keepalive request) without waiting for it here.
+
+        TCP keepalives only catch a node whose network is gone; a node that hangs (its sshd
+        no longer scheduled) still ACKs packets. An unanswered request is what shows it.
+        """
+        connection = self._connection
+        transport = connection.client.get_transport() if connection is not None else None
+        if transport is None or not transport.is_active() or self._beating:
+            return
+        self._beating = True
+
+        def beat() -> None:
+            try:
+                transport.global_request("keepalive@openssh.com", wait=True)
+                self._last_answer = time.monotonic()
+            except Exception:  # noqa: BLE001 - a dead transport shows as not alive()
+                pass
+            finally:
+                self._beating = False
+
+        threading.Thread(target=beat, daemon=True, name=f"heartbeat-{self.node.name}").start()
+
+    def silent_for(self) -> float:
+        """Seconds since sshd last answered a heartbeat (or since :meth:`reset_silence`)."""
+        return time.monotonic() - self._last_answer
+
+    def reset_silence(self) -> None:
+        self._last_answer = time.monotonic()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection may fail any way
+                pass
+            self._connection = None
+
+    # -- commands -------------------------------------------------------------------------
+    def docker(self, *args: str) -> list[str]:
+        """argv of the node's docker client (its DOCKER_HOST, when the inventory sets one)."""
+        prefix = ["env", f"DOCKER_HOST={self.node.docker_host}"] if self.node.docker_host else []
+        return [*prefix, "docker", *args]
+
+    def run(self, command: str, timeout: float | None = 60) -> Result:
+        """Run a shell command string (already quoted); raises NodeUnreachable, never hangs."""
+        from invoke.exceptions import CommandTimedOut
+
+        connection = self.connection()
+        try:
+            result = connection.run(
+                command, hide=True, warn=True, in_stream=False, timeout=timeout, pty=False
+            )
+        except CommandTimedOut:
+            return Result(124, "", f"timed out after {timeout} s: {command[:200]}")
+        except Exception as error:  # noqa: BLE001 - a broken transport surfaces many ways
+            self.close()
+            raise NodeUnreachable(self.node.name, _describe(error)) from None
+        if result.exited == -1 or not self.alive():  # the channel closed without a status
+            self.close()
+            raise NodeUnreachable(self.node.name, "the connection closed during a command")
+        return Result(int(result.exited), result.stdout, result.stderr)
+
+    def run_argv(self, argv: Sequence[str], timeout: float | None = 60) -> Result:
+        return self.run(shell(argv), timeout=timeout)
+
+    def start(self, command: str) -> paramiko.Channel:
+        """Start a command without waiting: the caller polls the channel for its exit."""
+        connection = self.connection()
+        try:
+            channel = connection.client.get_transport().open_session()
+            channel.exec_command(command)
+        except Exception as error:  # noqa: BLE001
+            self.close()
+            raise NodeUnreachable(self.node.name, _describe(error)) from None
+        return channel
+
+    def get(self, remote_path: str, local_path: Path) -> None:
+        try:
+            self.connection().get(remote_path, local=str(local_path))
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            if "No such file" in str(error):
+                raise FileNotFoundError(remote_path) from None
+            self.close()
+            raise NodeUnreachable(self.node.name, _describe(error)) from None
+        except Exception as error:  # noqa: BLE001
+            self.close()
+            raise NodeUnreachable(self.node.name, _describe(error)) from None
+
+    def put(self, local_path: Path, remote_path: str) -> None:
+        try:
+            self.connection().put(str(local_path), remote=remote_path)
+        except Exception as error:  # noqa: BLE001
+            self.close()
+            raise NodeUnreachable(self.node.name, _describe(error)) from None
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return f"{type(error).__name__}: {text}" if type(error).__name__ not in text else text
+
+
+def parallel(
+    items: Iterable[T], work: Callable[[T], Any], *, workers: int = 32
+) -> list[tuple[T, Any, BaseException | None]]:
+    """Run ``work`` on every item at once; (item, result, error) in the items' order."""
+    items = list(items)
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        futures = [pool.submit(work, item) for item in items]
+        out = []
+        for item, future in zip(items, futures, strict=True):
+            try:
+                out.append((item, future.result(), None))
+            except Exception as error:  # noqa: BLE001 - the caller decides per node
+                out.append((item, None, error))
+    return out
+
+
+def wait_channels(
+    channels: dict[str, paramiko.Channel], deadline: float, poll_s: float = 0.05
+) -> dict[str, int]:
+    """Exit statuses of the channels that finished before ``deadline`` (monotonic)."""
+    done: dict[str, int] = {}
+    while len(done) < len(channels) and time.monotonic() < deadline:
+        for name, channel in channels.items():
+            if name not in done and channel.exit_status_ready():
+                done[name] = channel.recv_exit_status()
+        time.sleep(poll_s)
+    return done

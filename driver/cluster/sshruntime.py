@@ -1,0 +1,564 @@
+"""What the two SSH runtimes (``docker`` and ``process``) share: one repeat over N nodes.
+
+A repeat on a cluster:
+
+1. prepare (once per session and framework): pre-flight on every node in parallel, the kit's
+   code shipped where missing, leftovers of this session removed (a node lost earlier may
+   still run a container), each node's provenance captured;
+2. launch: the node's process (a container, or a process group) is created on every node,
+   then all are started together, each attached to its own SSH channel whose exit status is
+   the process's; the node writes its log to its scratch folder;
+3. watch: the first non-zero exit, a dropped connection, a node whose sshd stops answering
+   keepalive requests (hung, or its network gone: ``silence_limit_s``), the timeout or Ctrl-C
+   ends the repeat for every node;
+4. finish: what is still running is stopped on every node, each node's log is fetched with
+   Fabric ``get`` into the repeat folder as ``node<i>.log``, the container or pid file is
+   removed; OOM (docker's ``State.OOMKilled``, or the scripts' exit 86) is told apart.
+
+Subclasses say how a node's process is created, started, stopped and inspected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver.cluster import provenance
+from driver.cluster.code import CodeBundle, CodeSyncError, make_bundle, sync_code
+from driver.cluster.inventory import Inventory, Node, load_inventory
+from driver.cluster.preflight import Check, failures, run_preflight
+from driver.cluster.remote import NodeUnreachable, Remote, parallel
+from driver.launchers.base import NodeRank
+from driver.runtimes.base import NodeCommand, NodeOutcome, RepeatOutcome, Verdict
+
+EXIT_OOM = 86  # the benchmark scripts' exit code for out-of-memory
+POLL_S = 0.05
+SETTLE_S = 5.0  # after a stop, how long attached channels get to flush the last log lines
+HEARTBEAT_S = 2.0  # how often each node's sshd is asked for an answer during a repeat
+RANK_KEYS = set(NodeRank(0, 1, 1, "", 0).environment())
+
+
+@dataclass
+class Launch:
+    """One node's part of a repeat."""
+
+    index: int
+    remote: Remote
+    command: NodeCommand
+    run_id: str  # unique: container name / run folder name
+    run_dir: str  # on the node: <scratch>/runs/<session label>/<run id>
+    channel: Any = None  # paramiko Channel attached to the process
+    exit_code: int | None = None
+    lost: str | None = None  # why the node dropped off, when it did
+    facts: dict[str, Any] = field(default_factory=dict)  # inspect results: OOM, times, IDs
+    start_command: str = ""  # what the attached channel runs, when create() prepares it
+
+    @property
+    def log(self) -> str:
+        return f"{self.run_dir}/node.log"
+
+
+@dataclass
+class Prepared:
+    bundle: CodeBundle
+    code_dirs: dict[str, str]  # node -> code folder on that node
+    image: dict[str, str]  # node -> image ID (docker runtime)
+    provenance: dict[str, dict[str, Any]]
+    seconds: float
+    framework: str = "calibration"
+
+
+class PrepareFailed(Exception):
+    def __init__(self, verdict: Verdict, detail: str) -> None:
+        super().__init__(detail)
+        self.verdict, self.detail = verdict, detail
+
+
+def slug(text: str, length: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:length] or "x"
+
+
+def session_label(root: Path) -> str:
+    """Names this session on every node (labels, run folders); unique per results folder."""
+    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:8]
+    return f"{slug(root.name, 40)}-{digest}"
+
+
+def case_of(repeat_dir: Path, root: Path) -> tuple[str, str]:
+    """(case id, repeat folder) of a repeat folder inside a session."""
+    try:
+        case_id = str(repeat_dir.parent.relative_to(root / "cases"))
+    except ValueError:
+        case_id = repeat_dir.parent.name
+    return case_id, repeat_dir.name
+
+
+def framework_of(repeat_dir: Path, commands: list[NodeCommand]) -> tuple[str, str]:
+    """(framework, source) of the case: from case.json beside the repeat, else from the
+    script path (a bare command: the calibration framework, whose image has just Python)."""
+    # repeat-NN/ sits in the case folder; a batch-size probe one level deeper.
+    for case_file in (repeat_dir.parent / "case.json", repeat_dir.parent.parent / "case.json"):
+        if case_file.exists():
+            try:
+                data = json.loads(case_file.read_text())
+                return str(data["framework"]), str(data.get("source", "dlperf"))
+            except (ValueError, KeyError):
+                pass
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    argv = [a for c in commands for a in c.argv]
+    for name in FRAMEWORKS.names():
+        if FRAMEWORKS.get(name).script in argv:
+            return name, "dlperf"
+    return "calibration", "dlperf"
+
+
+class SshRuntime:
+    """Base of the runtimes that reach nodes over SSH; see the module docstring."""
+
+    name = "ssh"
+    kind = "ssh"  # preflight flavour: docker | process
+    runs_sources = False  # upstream sources bring their code in their image: docker only
+
+    # A node whose sshd has not answered for this long is lost (hung, or its network gone).
+    silence_limit_s = 30.0
+
+    def __init__(self, inventory: Inventory | str | Path) -> None:
+        self.inventory = (
+            inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
+        )
+        self.remotes = [Remote(node) for node in self.inventory.nodes]
+        self._prepared: dict[tuple[str, str, str], Prepared] = {}
+        self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
+
+    # -- Runtime protocol ------------------------------------------------------------------
+    def node_addresses(self, count: int) -> list[tuple[str, str]]:
+        nodes = self.inventory.nodes
+        if count > len(nodes):
+            raise ValueError(
+                f"{self.inventory.path}: the case needs {count} nodes, the inventory lists "
+                f"{len(nodes)} ({', '.join(n.name for n in nodes)})"
+            )
+        return [(node.name, node.collective_address) for node in nodes[:count]]
+
+    def environment(self, framework: Any) -> dict[str, str]:  # noqa: ARG002 - plan_repeat hook
+        return {}
+
+    def workdir(self) -> str:
+        raise NotImplementedError
+
+    def python(self, framework: Any) -> str:
+        raise NotImplementedError
+
+    # -- subclass hooks --------------------------------------------------------------------
+    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str | None:
+        return None
+
+    def probe_command(
+        self, remote: Remote, prepared_code: str, image: str | None, framework: str
+    ) -> str:
+        raise NotImplementedError
+
+    def sweep(self, remote: Remote, label: str) -> str:
+        """Remove what this session left on the node earlier; returns what was removed."""
+        raise NotImplementedError
+
+    def create(self, launch: Launch, env: dict[str, str], prepared: Prepared, labels: dict) -> None:
+        raise NotImplementedError
+
+    def attach_command(self, launch: Launch) -> str:
+        raise NotImplementedError
+
+    def stop(self, launch: Launch) -> None:
+        raise NotImplementedError
+
+    def inspect_and_remove(self, launch: Launch) -> None:
+        raise NotImplementedError
+
+    # -- preparing -------------------------------------------------------------------------
+    def remotes_for(self, commands: list[NodeCommand]) -> list[Remote]:
+        by_name = {remote.node.name: remote for remote in self.remotes}
+        missing = [c.node for c in commands if c.node not in by_name]
+        if missing:
+            raise ValueError(f"nodes {missing} are not in {self.inventory.path}")
+        return [by_name[c.node] for c in commands]
+
+    def preflight(
+        self,
+        remotes: list[Remote],
+        framework: str,
+        devices: int | None = None,
+        source: str = "dlperf",
+    ) -> tuple[list[Check], dict[str, str]]:
+        """Checks of every node, with the image each node must have (docker)."""
+        images: dict[str, str] = {}
+        checks: list[Check] = []
+        for remote in remotes:
+            image = self.image_for(framework, remote.node, source)
+            if image:
+                images[remote.node.name] = image
+        by_image: dict[str | None, list[Remote]] = {}
+        for remote in remotes:
+            by_image.setdefault(images.get(remote.node.name), []).append(remote)
+        for image, group in by_image.items():
+            checks += run_preflight(
+                group, kind=self.kind, devices=devices, image_id=image, framework=framework
+            )
+        order = {remote.node.name: i for i, remote in enumerate(remotes)}
+        checks.sort(key=lambda c: order.get(c.node, 0))
+        return checks, images
+
+    def prepare(
+        self,
+        remotes: list[Remote],
+        framework: str,
+        root: Path,
+        devices: int,
+        source: str = "dlperf",
+    ) -> Prepared:
+        key = (str(root), framework, source)
+        names = {remote.node.name for remote in remotes}
+        cached = self._prepared.get(key)
+        if cached and names <= set(cached.code_dirs) and not (names & self._dirty):
+            return cached
+        started = time.monotonic()
+        if source != "dlperf" and not self.runs_sources:
+            raise PrepareFailed(
+                Verdict.FAILED,
+                f"upstream source {source!r} runs in its own image: use --runtime docker",
+            )
+        try:
+            checks, images = self.preflight(remotes, framework, devices, source)
+        except Exception as error:  # noqa: BLE001 - e.g. no image built: one clear verdict
+            raise PrepareFailed(Verdict.FAILED, f"pre-flight: {error}") from None
+        bad = failures(checks)
+        if bad:
+            lost = any(check.name == "ssh" for check in bad)
+            detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
+            raise PrepareFailed(
+                Verdict.NODE_LOST if lost else Verdict.FAILED, f"pre-flight: {detail}"
+            )
+        bundle = make_bundle()
+        label = session_label(root)
+
+        def node_setup(remote: Remote) -> tuple[str, str, dict[str, Any]]:
+            code = sync_code(remote, bundle)
+            removed = self.sweep(remote, label)
+            image = images.get(remote.node.name)
+            facts = provenance.collect(
+                remote,
+                image=image,
+                probe_command=self.probe_command(remote, code, image, framework),
+            )
+            facts["code"] = {"digest": bundle.digest, "path": code, "files": bundle.files}
+            return code, removed, facts
+
+        code_dirs: dict[str, str] = {}
+        facts_by_node: dict[str, dict[str, Any]] = {}
+        for remote, result, error in parallel(remotes, node_setup):
+            if isinstance(error, NodeUnreachable):
+                raise PrepareFailed(Verdict.NODE_LOST, str(error))
+            if isinstance(error, CodeSyncError):
+                raise PrepareFailed(Verdict.FAILED, str(error))
+            if error is not None:
+                raise PrepareFailed(Verdict.FAILED, f"node {remote.node.name}: {error}")
+            code, removed, facts = result
+            code_dirs[remote.node.name] = code
+            facts["swept"] = removed
+            facts["preflight"] = [c.__dict__ for c in checks if c.node == remote.node.name]
+            facts_by_node[remote.node.name] = facts
+            provenance.write(root, remote.node.name, facts)
+            self._dirty.discard(remote.node.name)
+        prepared = Prepared(
+            bundle=bundle,
+            code_dirs=code_dirs,
+            image=images,
+            provenance=facts_by_node,
+            seconds=time.monotonic() - started,
+            framework=framework,
+        )
+        self._prepared[key] = prepared
+        return prepared
+
+    # -- one repeat ------------------------------------------------------------------------
+    def node_environment(self, command: NodeCommand, node: Node, workdir: str) -> dict[str, str]:
+        """The node's process environment: the command's, the inventory's, the interface."""
+        env = {
+            **command.env,
+            **node.collective_env(),
+            **node.env,
+            "PYTHONPATH": workdir,
+            "PYTHONUNBUFFERED": "1",
+            "DLPERF_NODE_NAME": node.name,
+        }
+        for key in RANK_KEYS & set(command.env):
+            env[key] = command.env[key]  # the rank environment is the driver's, never overridden
+        return env
+
+    def run(self, commands: list[NodeCommand], repeat_dir: Path, timeout_s: float) -> RepeatOutcome:
+        started = time.time()
+        root = provenance.session_root(repeat_dir)
+        label = session_label(root)
+        case_id, repeat_name = case_of(repeat_dir, root)
+        framework, source = framework_of(repeat_dir, commands)
+        remotes = self.remotes_for(commands)
+        devices = max((self._devices_of(c) for c in commands), default=1)
+        timings: dict[str, float] = {}
+        extra: dict[str, Any] = {"session_label": label, "timings": timings}
+        launches: list[Launch] = []
+        verdict, detail = Verdict.OK, ""
+        interrupted = False
+        try:
+            t0 = time.monotonic()
+            try:
+                prepared = self.prepare(remotes, framework, root, devices, source)
+            except PrepareFailed as failure:
+                return RepeatOutcome(
+                    failure.verdict, [], started, time.time(), failure.detail, extra
+                )
+            timings["prepare_s"] = round(time.monotonic() - t0, 3)  # ~0 once prepared
+            extra.update(self._run_facts(prepared, remotes))
+            base_id = f"{slug(label, 30)}-{hashlib.sha1(case_id.encode()).hexdigest()[:8]}"
+            suffix = uuid.uuid4().hex[:4]
+            for index, (command, remote) in enumerate(zip(commands, remotes, strict=True)):
+                run_id = f"dlperf-{base_id}-{slug(repeat_name, 12)}-n{index}-{suffix}"
+                run_dir = f"{remote.node.scratch_dir.rstrip('/')}/runs/{label}/{run_id}"
+                launches.append(Launch(index, remote, command, run_id, run_dir))
+            labels = {
+                "dlperf.session": label,
+                "dlperf.case": case_id,
+                "dlperf.repeat": repeat_name,
+            }
+            t0 = time.monotonic()
+            verdict, detail = self._launch(launches, prepared, labels)
+            timings["launch_s"] = round(time.monotonic() - t0, 3)
+            if verdict == Verdict.OK:
+                t0 = time.monotonic()
+                verdict, detail = self._watch(launches, timeout_s)
+                timings["watch_s"] = round(time.monotonic() - t0, 3)
+        except KeyboardInterrupt:
+            interrupted = True
+            verdict, detail = Verdict.INTERRUPTED, "Ctrl-C on the head node"
+        # Cleanup must finish even if Ctrl-C is pressed again: containers must not outlive us.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        try:
+            t0 = time.monotonic()
+            verdict, detail, notes = self._finish(launches, repeat_dir, verdict, detail)
+            timings["finish_s"] = round(time.monotonic() - t0, 3)
+            if notes:
+                extra["cleanup"] = notes
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        extra["nodes"] = {
+            launch.remote.node.name: {
+                "run_id": launch.run_id,
+                "exit_code": launch.exit_code,
+                "lost": launch.lost,
+                **launch.facts,
+            }
+            for launch in launches
+        }
+        outcome = RepeatOutcome(
+            verdict=verdict,
+            nodes=[
+                NodeOutcome(
+                    node=launch.command.node,
+                    exit_code=launch.exit_code,
+                    log_path=repeat_dir / f"node{launch.index}.log",
+                    detail=launch.lost or "",
+                )
+                for launch in launches
+            ],
+            started_at=started,
+            finished_at=time.time(),
+            detail=detail,
+            extra=extra,
+        )
+        if interrupted:
+            # The runner records the repeat as interrupted from the exception alone; what the
+            # cleanup found (exit codes, unreachable nodes) is kept beside the logs.
+            (repeat_dir / "interrupted.json").write_text(
+                json.dumps({"detail": detail, "extra": extra}, indent=2, default=str) + "\n"
+            )
+            raise KeyboardInterrupt
+        return outcome
+
+    @staticmethod
+    def _devices_of(command: NodeCommand) -> int:
+        try:
+            return int(command.env.get("DLPERF_NPROC_PER_NODE", "1"))
+        except ValueError:
+            return 1
+
+    def _run_facts(self, prepared: Prepared, remotes: list[Remote]) -> dict[str, Any]:
+        return {
+            "inventory": str(self.inventory.path),
+            "cluster": self.inventory.name,
+            "code_digest": prepared.bundle.digest,
+            "images": {n: prepared.image[n] for n in prepared.image},
+            "provenance": {
+                remote.node.name: provenance.summary(prepared.provenance.get(remote.node.name, {}))
+                for remote in remotes
+            },
+        }
+
+    def _launch(
+        self, launches: list[Launch], prepared: Prepared, labels: dict[str, str]
+    ) -> tuple[Verdict, str]:
+        """Create every node's process, then start them all (one channel each)."""
+
+        def create(launch: Launch) -> None:
+            workdir = prepared.code_dirs[launch.remote.node.name]
+            env = self.node_environment(
+                launch.command, launch.remote.node, self.workdir_on(workdir)
+            )
+            self.create(launch, env, prepared, {**labels, "dlperf.node": launch.remote.node.name})
+
+        for launch, _, error in parallel(launches, create):
+            if isinstance(error, NodeUnreachable):
+                launch.lost = error.detail
+                self._dirty.add(launch.remote.node.name)
+                return Verdict.NODE_LOST, str(error)
+            if error is not None:
+                return Verdict.FAILED, f"node {launch.remote.node.name}: {error}"
+        for launch in launches:
+            try:
+                launch.channel = launch.remote.start(self.attach_command(launch))
+            except NodeUnreachable as error:
+                launch.lost = error.detail
+                self._dirty.add(launch.remote.node.name)
+                return Verdict.NODE_LOST, str(error)
+        return Verdict.OK, ""
+
+    def _watch(self, launches: list[Launch], timeout_s: float) -> tuple[Verdict, str]:
+        deadline = time.monotonic() + timeout_s
+        next_beat = 0.0
+        for launch in launches:
+            launch.remote.reset_silence()
+        while True:
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + HEARTBEAT_S
+                for launch in launches:
+                    if launch.exit_code is None:
+                        launch.remote.heartbeat()
+            for launch in launches:
+                if launch.exit_code is not None or launch.lost:
+                    continue
+                channel = launch.channel
+                if channel.exit_status_ready():
+                    status = channel.recv_exit_status()
+                    # -1: no exit status came. With the connection up that is a process
+                    # killed by a signal (sshd sends exit-signal, which paramiko ignores).
+                    if status == -1 and not launch.remote.alive():
+                        launch.lost = "the SSH connection dropped during the repeat"
+                    else:
+                        launch.exit_code = status
+                elif not launch.remote.alive():
+                    launch.lost = "the SSH connection dropped during the repeat"
+                elif launch.remote.silent_for() > self.silence_limit_s:
+                    launch.lost = (
+                        f"sshd did not answer for {self.silence_limit_s:.0f} s (node hung or "
+                        "unreachable)"
+                    )
+                    launch.remote.close()
+                if launch.lost:
+                    self._dirty.add(launch.remote.node.name)
+                    return Verdict.NODE_LOST, f"node {launch.remote.node.name}: {launch.lost}"
+                if launch.exit_code not in (None, 0):
+                    return self._exit_verdict(launch)
+            if all(launch.exit_code == 0 for launch in launches):
+                return Verdict.OK, ""
+            if time.monotonic() > deadline:
+                running = [x.remote.node.name for x in launches if x.exit_code is None]
+                return (
+                    Verdict.TIMEOUT,
+                    f"ran past the timeout of {timeout_s:.0f} s (still running on "
+                    f"{', '.join(running)})",
+                )
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _exit_verdict(launch: Launch) -> tuple[Verdict, str]:
+        code = launch.exit_code
+        where = f"node {launch.remote.node.name}"
+        if code == EXIT_OOM:
+            return Verdict.OOM, f"{where}: out of memory (exit {EXIT_OOM})"
+        if code == -1:
+            return Verdict.FAILED, f"{where}: killed by a signal"
+        return Verdict.FAILED, f"{where}: exit {code}"
+
+    def _finish(
+        self, launches: list[Launch], repeat_dir: Path, verdict: Verdict, detail: str
+    ) -> tuple[Verdict, str, list[str]]:
+        """Stop what runs, fetch every log, remove containers / run folders, refine the verdict."""
+        notes: list[str] = []
+        if not launches:
+            return verdict, detail, notes
+        unreachable: set[int] = set()
+        if verdict != Verdict.OK:
+            for launch, _, error in parallel(launches, self.stop):
+                if error is not None:
+                    self._dirty.add(launch.remote.node.name)
+                    notes.append(
+                        f"node {launch.remote.node.name}: could not stop {launch.run_id} ({error});"
+                        " the next run of this session removes it"
+                    )
+                    if isinstance(error, NodeUnreachable):
+                        unreachable.add(launch.index)  # no second wait for its connect timeout
+        settle = time.monotonic() + SETTLE_S
+        for launch in launches:
+            channel = launch.channel
+            if channel is None or launch.lost:
+                continue
+            while not channel.exit_status_ready() and time.monotonic() < settle:
+                time.sleep(POLL_S)
+            if launch.exit_code is None and channel.exit_status_ready():
+                status = channel.recv_exit_status()
+                launch.exit_code = status if status != -1 else None
+            channel.close()
+
+        def collect(launch: Launch) -> None:
+            if launch.index in unreachable:
+                raise NodeUnreachable(launch.remote.node.name, "unreachable while stopping")
+            self.inspect_and_remove(launch)
+            local = repeat_dir / f"node{launch.index}.log"
+            try:
+                launch.remote.get(launch.log, local)
+            except FileNotFoundError:
+                local.write_text(f"[dlperf] node {launch.remote.node.name}: no log was written\n")
+            launch.remote.run_argv(["rm", "-rf", launch.run_dir])
+
+        for launch, _, error in parallel(launches, collect):
+            if error is not None:
+                self._dirty.add(launch.remote.node.name)
+                local = repeat_dir / f"node{launch.index}.log"
+                if not local.exists():
+                    local.write_text(
+                        f"[dlperf] node {launch.remote.node.name}: log not fetched: {error}\n"
+                    )
+                notes.append(f"node {launch.remote.node.name}: cleanup incomplete: {error}")
+        oom = [x for x in launches if x.facts.get("oom_killed")]
+        if oom and verdict in (Verdict.FAILED, Verdict.OK):
+            verdict = Verdict.OOM
+            detail = f"node {oom[0].remote.node.name}: killed for memory (OOMKilled)"
+        return verdict, detail, notes
+
+    def workdir_on(self, code_dir: str) -> str:
+        """The code folder as the node's process sees it."""
+        return code_dir
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,251 @@
+"""Cluster sub-commands of ``dlperf``: ``images base|build|lock|push|list`` and ``preflight``.
+
+``driver.frontend.cli`` calls :func:`add_subcommands` and, for ``--runtime docker|process``,
+:func:`make_runtime`. Heavy imports (fabric, docker) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+RUNTIME_KINDS = ("local", "docker", "process")
+
+
+def make_runtime(kind: str, inventory_path: str | None) -> Any:
+    """A Runtime for ``--runtime``: local, or docker / process over the inventory's nodes."""
+    if kind == "local":
+        from driver.runtimes.local import LocalRuntime
+
+        return LocalRuntime()
+    if kind not in RUNTIME_KINDS:
+        raise SystemExit(f"--runtime {kind!r}: allowed values: {', '.join(RUNTIME_KINDS)}")
+    if not inventory_path:
+        raise SystemExit(f"--runtime {kind} needs --inventory FILE (see docs/clusters.md)")
+    from driver.cluster.inventory import load_inventory
+
+    inventory = load_inventory(inventory_path)
+    if kind == "docker":
+        from driver.runtimes.docker import DockerRuntime
+
+        return DockerRuntime(inventory)
+    from driver.runtimes.process import ProcessRuntime
+
+    return ProcessRuntime(inventory)
+
+
+def _build_options(args: argparse.Namespace) -> Any:
+    from driver.images.build import BuildOptions
+
+    wheelhouse = (
+        tuple(Path(p) for p in args.wheelhouse) if getattr(args, "wheelhouse", None) else None
+    )
+    ca = getattr(args, "ca_bundle", None)
+    return BuildOptions(
+        lock_path=Path(args.lock) if args.lock else None,
+        wheelhouse=wheelhouse,
+        ca_bundle=Path(ca) if ca else None,
+    )
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from driver.cluster.inventory import InventoryError
+    from driver.images.lock import LockError
+
+    return (LockError, InventoryError)
+
+
+def cmd_images_base(args: argparse.Namespace) -> int:
+    from driver.images.base import ensure_base
+    from driver.images.lock import load_lock
+
+    try:
+        ensure_base(load_lock(args.lock), rebuild=args.rebuild)
+    except _errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_images_build(args: argparse.Namespace) -> int:
+    from driver.images.build import build_images
+    from driver.images.catalog import discover
+
+    options = _build_options(args)
+    try:
+        specs = discover(options.root)
+        names = args.names or [
+            name
+            for name, spec in sorted(specs.items())
+            if args.variant in (None, spec.variant or _shared_variant(name))
+        ]
+        failed = []
+        for name in names:  # one failing image (a registry out of reach) leaves the others
+            try:
+                build_images([name], options, make_base=not args.no_base)
+            except _errors() as error:
+                failed.append(name)
+                print(f"error: {name}: {error}", file=sys.stderr)
+    except _errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 1 if failed else 0
+
+
+def cmd_images_lock(args: argparse.Namespace) -> int:
+    from driver.images.catalog import discover
+    from driver.images.lock import UNRESOLVED, load_lock
+    from driver.images.registry import lock_images
+
+    try:
+        lock = load_lock(args.lock)
+        refs = [ref for spec in discover().values() for ref in spec.registry_refs]
+        status = lock_images(lock, refs)
+    except _errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 1 if UNRESOLVED in status.values() else 0
+
+
+def cmd_images_list(args: argparse.Namespace) -> int:
+    from driver.images.base import docker_client, image_id
+    from driver.images.build import plan_images
+    from driver.images.catalog import discover
+    from driver.images.lock import load_lock
+
+    options = _build_options(args)
+    try:
+        lock = load_lock(args.lock)
+        print(f"pins ({lock.path}):")
+        for ref, pin in sorted(lock.pins.items()):
+            print(f"  {ref:<45} {pin.digest:<71} {pin.source}")
+        try:
+            client = docker_client()
+        except _errors():
+            client = None
+        print("images:")
+        for name, spec in sorted(discover(options.root).items()):
+            try:
+                tag = plan_images([name], options)[name].tag
+                found = image_id(client, tag) if client else None
+                state = f"built {found[:19]}" if found else "not built"
+            except _errors() as error:
+                tag, state = "-", f"cannot build: {error}"
+            print(f"  {name:<14} {tag:<36} {state}  ({spec.dockerfile.relative_to(options.root)})")
+    except _errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_images_push(args: argparse.Namespace) -> int:
+    from driver.cluster.inventory import load_inventory
+    from driver.images.build import resolve_image
+    from driver.images.catalog import discover
+    from driver.images.push import push_images
+
+    options = _build_options(args)
+    try:
+        inventory = load_inventory(args.inventory)
+        specs = discover(options.root)
+        variants = {node.container.variant for node in inventory.nodes}
+        names = args.names or [
+            n for n, s in sorted(specs.items()) if (s.variant or _shared_variant(n)) in variants
+        ]
+        images = []
+        for name in names:
+            try:
+                built = resolve_image(name, options)
+            except _errors() as error:
+                if args.names:
+                    raise
+                print(f"{name}: skipped ({error})")
+                continue
+            spec = specs[name]
+            images.append((built.tag, str(built.id), spec.variant or _shared_variant(name)))
+        results = push_images(inventory, images)
+    except _errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 1 if any(r.action == "failed" for r in results) else 0
+
+
+def _shared_variant(name: str) -> str | None:
+    return "cpu" if "cpu" in name else "gpu" if "gpu" in name else None
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from driver.cluster.preflight import failures, report
+
+    try:
+        runtime = make_runtime(args.runtime, args.inventory)
+        checks, _images = runtime.preflight(runtime.remotes, args.framework, args.devices)
+    except _errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(report(checks))
+    bad = failures(checks)
+    print(f"{len(bad)} failed check(s)" if bad else "all nodes ready")
+    return 1 if bad else 0
+
+
+def add_subcommands(subparsers: Any) -> None:
+    lock_help = "the lock file (default: $DLPERF_IMAGES_LOCK or images.lock at the repo root)"
+    images = subparsers.add_parser("images", help="container images: base, build, lock, push")
+    images_sub = images.add_subparsers(dest="images_command", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument("--lock", default=os.environ.get("DLPERF_IMAGES_LOCK"), help=lock_help)
+        return parser
+
+    base = common(images_sub.add_parser("base", help="make and pin the Debian base (debootstrap)"))
+    base.add_argument("--rebuild", action="store_true", help="debootstrap anew even if present")
+    base.set_defaults(func=cmd_images_base)
+
+    build = common(images_sub.add_parser("build", help="build images pinned by the lock"))
+    build.add_argument("names", nargs="*", help="images (default: every image)")
+    build.add_argument(
+        "--wheelhouse",
+        action="append",
+        metavar="DIR",
+        help="folder of wheels passed into the build (repeatable; default: pip's find-links)",
+    )
+    build.add_argument(
+        "--ca-bundle",
+        default=os.environ.get("DLPERF_CA_BUNDLE"),
+        metavar="FILE",
+        help="extra CA bundle for pip behind a TLS-intercepting proxy (default: "
+        "$DLPERF_CA_BUNDLE; off when unset)",
+    )
+    build.add_argument(
+        "--no-base", action="store_true", help="do not make the Debian base when missing"
+    )
+    build.add_argument(
+        "--variant",
+        choices=("cpu", "gpu"),
+        help="without names: only the cpu or gpu images (e.g. CI, which cannot pull NGC)",
+    )
+    build.set_defaults(func=cmd_images_build)
+
+    lock = common(images_sub.add_parser("lock", help="re-resolve registry digests into the lock"))
+    lock.set_defaults(func=cmd_images_lock)
+
+    push = common(images_sub.add_parser("push", help="copy images to nodes lacking them"))
+    push.add_argument("names", nargs="*", help="images (default: every built image for the nodes)")
+    push.add_argument("--inventory", required=True)
+    push.add_argument("--wheelhouse", action="append", metavar="DIR")
+    push.set_defaults(func=cmd_images_push)
+
+    listing = common(images_sub.add_parser("list", help="pins, images, their tags and state"))
+    listing.add_argument("--wheelhouse", action="append", metavar="DIR")
+    listing.set_defaults(func=cmd_images_list)
+
+    preflight = subparsers.add_parser("preflight", help="check every node of an inventory")
+    preflight.add_argument("--inventory", required=True)
+    preflight.add_argument("--runtime", default="docker", choices=("docker", "process"))
+    preflight.add_argument("--framework", default="pytorch")
+    preflight.add_argument("--devices", type=int, help="devices needed per node (default: all)")
+    preflight.set_defaults(func=cmd_preflight)

@@ -1,0 +1,239 @@
+"""The Debian base image, made without a registry: debootstrap a rootfs, ``docker import`` it.
+
+The recipe (``dockerfiles/debian-base.yaml``) names the suite, variant, mirror and packages; the
+image is tagged ``dlperf/debian:<suite>-<hash of the recipe>`` and its image ID is pinned in
+``images.lock``. A machine that already holds the pinned image does nothing; one that does not
+(a fresh CI runner) makes a new base and re-pins it, saying so: the package versions a mirror
+serves move with Debian point releases, so a base is pinned, not reproduced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from driver.frameworks.base import REPO_ROOT
+from driver.images.lock import Lock, LockError, Pin
+
+RECIPE = REPO_ROOT / "dockerfiles" / "debian-base.yaml"
+REPOSITORY = "dlperf/debian"
+RECIPE_KEYS = {"suite", "variant", "mirror", "components", "include"}
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    suite: str
+    variant: str
+    mirror: str
+    components: tuple[str, ...]
+    include: tuple[str, ...]
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(
+            {
+                "suite": self.suite,
+                "variant": self.variant,
+                "mirror": self.mirror,
+                "components": sorted(self.components),
+                "include": sorted(self.include),
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def tag(self) -> str:
+        return f"{REPOSITORY}:{self.suite}-{self.digest[:12]}"
+
+
+def load_recipe(path: Path = RECIPE) -> BaseRecipe:
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = set(data) - RECIPE_KEYS
+    missing = {"suite", "mirror"} - set(data)
+    if unknown or missing:
+        raise LockError(
+            f"{path}: unknown keys {sorted(unknown)} / missing {sorted(missing)}; "
+            f"allowed keys: {', '.join(sorted(RECIPE_KEYS))}"
+        )
+    return BaseRecipe(
+        suite=str(data["suite"]),
+        variant=str(data.get("variant", "minbase")),
+        mirror=str(data["mirror"]),
+        components=tuple(data.get("components") or ["main"]),
+        include=tuple(data.get("include") or []),
+    )
+
+
+def docker_client():  # docker.DockerClient, imported lazily
+    import docker
+
+    try:
+        client = docker.from_env(timeout=900)
+        client.ping()
+    except Exception as error:  # noqa: BLE001 - any way of not reaching the engine
+        raise LockError(f"no docker engine answers here ({error}); start dockerd") from None
+    return client
+
+
+def image_id(client, ref: str) -> str | None:
+    """The image ID of ``ref`` (tag or ID) in the local engine, or None."""
+    import docker
+
+    try:
+        return client.images.get(ref).id
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _privileged(argv: list[str]) -> list[str]:
+    """debootstrap and reading the rootfs need root: sudo -n when we are not."""
+    if os.geteuid() == 0:
+        return argv
+    if not shutil.which("sudo"):
+        raise LockError(f"{argv[0]} needs root; run as root or install sudo")
+    return ["sudo", "-n", *argv]
+
+
+def debootstrap_version() -> str:
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def make_rootfs_image(recipe: BaseRecipe, log: Log) -> str:
+    """debootstrap + docker import; returns the new image's ID (tagged ``recipe.tag``)."""
+    if not shutil.which("debootstrap"):
+        raise LockError("debootstrap is not installed (apt-get install debootstrap)")
+    workdir = Path(tempfile.mkdtemp(prefix="dlperf-debootstrap-", dir="/var/tmp"))
+    rootfs = workdir / "rootfs"
+    try:
+        started = time.monotonic()
+        argv = [
+            "debootstrap",
+            f"--variant={recipe.variant}",
+            f"--components={','.join(recipe.components)}",
+            *([f"--include={','.join(recipe.include)}"] if recipe.include else []),
+            recipe.suite,
+            str(rootfs),
+            recipe.mirror,
+        ]
+        log(f"base: {' '.join(argv)}")
+        done = subprocess.run(_privileged(argv), capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+            raise LockError(f"debootstrap failed (exit {done.returncode}):\n{tail}")
+        log(f"base: debootstrap took {time.monotonic() - started:.1f} s")
+        # Downloaded .debs and package lists are build leftovers, not part of the base.
+        subprocess.run(
+            _privileged(
+                [
+                    "sh",
+                    "-c",
+                    'rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* '
+                    '"$1"/var/cache/debconf/*-old "$1"/var/log/*.log',
+                    "clean",
+                    str(rootfs),
+                ]
+            ),
+            check=True,
+        )
+        tar = subprocess.Popen(
+            _privileged(["tar", "--numeric-owner", "--sort=name", "-C", str(rootfs), "-c", "."]),
+            stdout=subprocess.PIPE,
+        )
+        imported = subprocess.run(
+            [
+                "docker",
+                "import",
+                "--change",
+                "ENV LANG=C.UTF-8",
+                "--change",
+                'CMD ["/bin/bash"]',
+                "--change",
+                f"LABEL dlperf.recipe={recipe.digest}",
+                "--message",
+                f"dlperf base: debootstrap {recipe.variant} {recipe.suite}",
+                "-",
+                recipe.tag,
+            ],  # fmt: skip
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+        )
+        assert tar.stdout is not None
+        tar.stdout.close()
+        if tar.wait() != 0 or imported.returncode != 0:
+            raise LockError(f"docker import of the base failed: {imported.stderr.strip()}")
+        log(f"base: made {recipe.tag} in {time.monotonic() - started:.1f} s")
+        return imported.stdout.strip()
+    finally:
+        subprocess.run(_privileged(["rm", "-rf", str(workdir)]), check=False)
+
+
+def ensure_base(
+    lock: Lock,
+    recipe: BaseRecipe | None = None,
+    *,
+    rebuild: bool = False,
+    log: Log = print,
+) -> Pin:
+    """The pinned base on this machine: nothing to do when the pinned image is here."""
+    recipe = recipe or load_recipe()
+    client = docker_client()
+    pin = lock.get(recipe.tag)
+    if pin and pin.resolved and not rebuild:
+        if image_id(client, pin.digest):
+            if image_id(client, recipe.tag) != pin.digest:
+                repository, tag = recipe.tag.rsplit(":", 1)
+                client.images.get(pin.digest).tag(repository, tag)
+            log(f"base: {recipe.tag} is pinned and present ({pin.digest[:19]}); nothing to do")
+            return pin
+        log(
+            f"base: the pinned {recipe.tag} ({pin.digest[:19]}) is not on this machine; making "
+            "a new one (docker load a saved copy instead to keep the pinned digest)"
+        )
+    elif not rebuild and (existing := image_id(client, recipe.tag)):
+        log(f"base: {recipe.tag} exists here but is not pinned; pinning {existing[:19]}")
+        return _pin(lock, recipe, existing, log, previous=None)
+    new_id = make_rootfs_image(recipe, log)
+    return _pin(lock, recipe, new_id, log, previous=pin.digest if pin else None)
+
+
+def _pin(lock: Lock, recipe: BaseRecipe, digest: str, log: Log, previous: str | None) -> Pin:
+    pin = Pin(
+        ref=recipe.tag,
+        digest=digest,
+        source="debootstrap",
+        extra={
+            "recipe": str(RECIPE.relative_to(REPO_ROOT)) if RECIPE.exists() else "recipe",
+            "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "debootstrap": debootstrap_version(),
+        },
+    )
+    # Older bases of this recipe family are superseded: one Debian base pin at a time.
+    for ref in [r for r, p in lock.pins.items() if p.source == "debootstrap" and r != pin.ref]:
+        del lock.pins[ref]
+    lock.set(pin)
+    lock.save()
+    if previous and previous != digest:
+        log(f"base: re-pinned {recipe.tag}: {previous[:19]} -> {digest[:19]} in {lock.path}")
+    else:
+        log(f"base: pinned {recipe.tag} = {digest} in {lock.path}")
+    return pin

@@ -1,0 +1,449 @@
+"""Build images from their Dockerfiles, pinned by images.lock, tagged by a hash of their inputs.
+
+Inputs of an image: its Dockerfile, the context files it names, the wheels it takes from the
+wheelhouse, and its resolved bases (a registry digest, the Debian base's ID, or the input hash
+of a parent image we build). Same inputs, same tag: a rebuild is a no-op. The CA bundle for a
+TLS-intercepting proxy is not an input (it changes how packages are fetched, not which) and
+never reaches the final image (multi-stage builds copy only the finished venv).
+
+Builds run through the engine's API (the classic builder) with host networking, so a build
+needs nothing but a docker engine: no BuildKit, no buildx, no registry for our own layers.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver.frameworks.base import REPO_ROOT
+from driver.images.base import docker_client, ensure_base, image_id, load_recipe
+from driver.images.catalog import BASE_NAME, ImageSpec, build_order, discover
+from driver.images.lock import Lock, LockError, load_lock
+
+Log = Callable[[str], None]
+REPOSITORY = "dlperf"
+CA_NAME = "extra-ca.crt"
+HASH_SCHEMA = 1
+
+
+@dataclass
+class BuildOptions:
+    lock_path: Path | None = None  # None: images.lock at the repository root
+    root: Path = REPO_ROOT  # where dockerfiles/ and the framework folders are
+    wheelhouse: tuple[Path, ...] | None = None  # None: pip's find-links folders
+    ca_bundle: Path | None = None  # extra CA bundle for pip behind a TLS-intercepting proxy
+    log: Log = print
+
+    def lock(self) -> Lock:
+        return load_lock(self.lock_path)
+
+    def wheel_dirs(self) -> list[Path]:
+        return list(self.wheelhouse) if self.wheelhouse is not None else pip_find_links()
+
+
+@dataclass
+class BuiltImage:
+    name: str
+    tag: str  # dlperf/<name>:<input hash>
+    id: str | None  # the image's own digest (ID) in the local engine; None: not built
+    inputs: str  # the full input hash
+    froms: dict[str, str]  # build argument -> what it resolved to
+    built: bool = False  # False: it already existed (same inputs)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Plan:
+    spec: ImageSpec
+    hashed_from: dict[str, str]  # what goes into the input hash
+    build_args: dict[str, str]  # what the build gets
+    context: dict[str, Path]  # name in the build context -> file
+    wheels: list[Path]
+    inputs: str = ""
+    tag: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- wheelhouse ---------------------------------------------------------------------------------
+def pip_find_links() -> list[Path]:
+    """Local folders pip is configured to find wheels in (PIP_FIND_LINKS, pip.conf files)."""
+    values: list[str] = []
+    xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+    files = [
+        *(Path(d) / "pip" / "pip.conf" for d in xdg),
+        Path("/etc/pip.conf"),
+        Path.home() / ".pip" / "pip.conf",
+        Path.home() / ".config" / "pip" / "pip.conf",
+    ]
+    if os.environ.get("VIRTUAL_ENV"):
+        files.append(Path(os.environ["VIRTUAL_ENV"]) / "pip.conf")
+    if os.environ.get("PIP_CONFIG_FILE"):
+        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    for path in files:
+        if not path.is_file():
+            continue
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except configparser.Error:
+            continue
+        for section in ("global", "install"):
+            for key in ("find-links", "find_links"):
+                if parser.has_option(section, key):
+                    values += parser.get(section, key).split()
+    values += os.environ.get("PIP_FIND_LINKS", "").split()
+    dirs: list[Path] = []
+    for value in values:
+        path = Path(value.removeprefix("file://"))
+        if "://" not in value.removeprefix("file://") and path.is_dir() and path not in dirs:
+            dirs.append(path)
+    return dirs
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements_of(path: Path) -> dict[str, str | None]:
+    """distribution -> pinned version (== only) of a requirements file."""
+    out: dict[str, str | None] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(==\s*([^\s;,]+))?", line)
+        if match:
+            out[_normalize(match.group(1))] = match.group(4)
+    return out
+
+
+def select_wheels(spec: ImageSpec, dirs: list[Path]) -> list[Path]:
+    """The wheelhouse's wheels of the distributions the image's requirements name."""
+    if spec.wheels is None:
+        return []
+    requirements_path = spec.folder / spec.wheels.requirements
+    if not requirements_path.exists():
+        raise LockError(f"{requirements_path}: missing (named by {spec.dockerfile})")
+    wanted = requirements_of(requirements_path)
+    found: dict[str, list[Path]] = {}
+    for folder in dirs:
+        for wheel in sorted(folder.glob("*.whl")):
+            parts = wheel.name[:-4].split("-")
+            if len(parts) < 5:
+                continue
+            dist, version = _normalize(parts[0]), parts[1]
+            if dist not in wanted:
+                continue
+            pinned = wanted[dist]
+            if pinned and version != pinned and version.split("+", 1)[0] != pinned:
+                continue
+            found.setdefault(dist, []).append(wheel)
+    for required in spec.wheels.required:
+        dist = _normalize(required)
+        if dist not in found:
+            pinned = wanted.get(dist)
+            raise LockError(
+                f"{spec.name}: no wheel for {required}{'==' + pinned if pinned else ''} in the "
+                f"wheelhouse ({', '.join(map(str, dirs)) or 'no folder: pip has no find-links'}); "
+                "pass --wheelhouse DIR with it (the image never downloads it from "
+                "download.pytorch.org, and PyPI's build of it is the CUDA one)"
+            )
+    return [wheel for dist in sorted(found) for wheel in found[dist]]
+
+
+# -- hashing ------------------------------------------------------------------------------------
+class HashCache:
+    """sha256 of big files (wheels) by path, size and mtime, kept beside the build records."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            try:
+                self.data = json.loads(path.read_text()).get("files", {})
+            except (OSError, ValueError):
+                self.data = {}
+
+    def sha256(self, file: Path) -> str:
+        stat = file.stat()
+        key = str(file.resolve())
+        entry = self.data.get(key)
+        if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
+            return entry["sha256"]
+        digest = file_sha256(file)
+        self.data[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+        return digest
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def state_dir(lock: Lock) -> Path:
+    """Build records and caches live beside the lock (``.dlperf/``, not committed)."""
+    return lock.path.parent / ".dlperf"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+# -- planning -----------------------------------------------------------------------------------
+def _plan(
+    name: str,
+    specs: dict[str, ImageSpec],
+    lock: Lock,
+    plans: dict[str, _Plan],
+    options: BuildOptions,
+    cache: HashCache,
+) -> _Plan:
+    spec = specs[name]
+    hashed: dict[str, str] = {}
+    args: dict[str, str] = {}
+    for arg, ref in sorted(spec.froms.items()):
+        if ref == f"@{BASE_NAME}":
+            recipe = load_recipe(options.root / "dockerfiles" / "debian-base.yaml")
+            pin = lock.get(recipe.tag)
+            if pin is None or not pin.resolved:
+                raise LockError(
+                    f"{name}: its base {recipe.tag} is not pinned in {lock.path}; run "
+                    "`make base-image` (dlperf images base) first"
+                )
+            hashed[arg] = args[arg] = pin.pinned_ref
+        elif ref.startswith("@"):
+            parent = plans[ref[1:]]
+            hashed[arg] = parent.tag  # the parent's inputs, not its machine-specific ID
+            args[arg] = parent.tag  # replaced by the parent's ID once it is built
+        else:
+            pin = lock.get(ref)
+            if pin is None:
+                raise LockError(
+                    f"{name}: FROM {ref} is not in {lock.path}; add it and run "
+                    "`dlperf images lock` on a machine that can pull from its registry"
+                )
+            if not pin.resolved:
+                raise LockError(
+                    f"{name}: FROM {ref} has digest '{pin.digest}' in {lock.path}; run "
+                    "`dlperf images lock` on a machine that can pull from its registry, then "
+                    "commit the lock (a digest is never guessed)"
+                )
+            hashed[arg] = args[arg] = pin.pinned_ref
+    context: dict[str, Path] = {}
+    for relative in spec.context:
+        path = spec.folder / relative
+        if not path.is_file():
+            raise LockError(f"{path}: missing (named by `# dlperf-context` in {spec.dockerfile})")
+        context[relative] = path
+    wheels = select_wheels(spec, options.wheel_dirs())
+    digest_input = {
+        "schema": HASH_SCHEMA,
+        "name": name,
+        "dockerfile": file_sha256(spec.dockerfile),
+        "from": hashed,
+        "context": {key: file_sha256(path) for key, path in sorted(context.items())},
+        "wheels": {wheel.name: cache.sha256(wheel) for wheel in wheels},
+    }
+    inputs = hashlib.sha256(json.dumps(digest_input, sort_keys=True).encode()).hexdigest()
+    plan = _Plan(spec, hashed, args, context, wheels, inputs, f"{REPOSITORY}/{name}:{inputs[:16]}")
+    plans[name] = plan
+    return plan
+
+
+def plan_images(names: list[str], options: BuildOptions) -> dict[str, _Plan]:
+    lock = options.lock()
+    specs = discover(options.root)
+    cache = HashCache(state_dir(lock) / "hash-cache.json")
+    plans: dict[str, _Plan] = {}
+    for name in build_order(specs, names):
+        _plan(name, specs, lock, plans, options, cache)
+    _write_json(cache.path, {"files": cache.data})
+    return plans
+
+
+def resolve_image(name: str, options: BuildOptions) -> BuiltImage:
+    """The built image for ``name`` with today's inputs; LockError when it is not built."""
+    plan = plan_images([name], options)[name]
+    client = docker_client()
+    found = image_id(client, plan.tag)
+    if not found:
+        raise LockError(
+            f"image {plan.tag} ({name} with the current inputs) is not built here; run "
+            f"`dlperf images build {name}` (make images)"
+        )
+    return BuiltImage(name, plan.tag, found, plan.inputs, plan.hashed_from)
+
+
+# -- building -----------------------------------------------------------------------------------
+def _context_dir(plan: _Plan, ca_bundle: Path | None) -> Path:
+    root = Path(tempfile.mkdtemp(prefix=f"dlperf-build-{plan.spec.name}-", dir="/var/tmp"))
+    shutil.copyfile(plan.spec.dockerfile, root / "Dockerfile")
+    for relative, path in plan.context.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, root / relative)
+    for folder in ("wheelhouse", "certs"):
+        (root / folder).mkdir()
+        (root / folder / ".keep").write_text("")  # COPY of a folder needs it to exist
+    for wheel in plan.wheels:
+        try:
+            os.link(wheel, root / "wheelhouse" / wheel.name)  # same file system: no copy
+        except OSError:
+            shutil.copyfile(wheel, root / "wheelhouse" / wheel.name)
+    if ca_bundle is not None:
+        shutil.copyfile(ca_bundle, root / "certs" / CA_NAME)
+    return root
+
+
+def _ensure_registry_base(client, ref: str, log: Log) -> None:
+    if image_id(client, ref):
+        return
+    log(f"pulling {ref}")
+    try:
+        client.api.pull(ref.split("@")[0], tag=ref.split("@")[1])
+    except Exception as error:  # noqa: BLE001 - any pull failure ends this image the same way
+        raise LockError(
+            f"cannot pull the pinned base {ref}: {error}. Build this image on a machine that "
+            "reaches the registry (or `docker load` the base there first)"
+        ) from None
+
+
+def _build_one(client, plan: _Plan, options: BuildOptions, log_dir: Path) -> float:
+    for value in plan.build_args.values():
+        if "@sha256:" in value:
+            _ensure_registry_base(client, value, options.log)
+    ca = options.ca_bundle
+    if ca is not None and not ca.is_file():
+        raise LockError(f"--ca-bundle {ca}: no such file")
+    build_args = dict(plan.build_args)
+    if ca is not None:
+        build_args["CA_BUNDLE"] = CA_NAME
+    context = _context_dir(plan, ca)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{plan.spec.name}.log"
+    started = time.monotonic()
+    lines: list[str] = []
+    stage_ends: list[str] = []  # final images of earlier stages: garbage once the build is done
+    try:
+        with log_path.open("w") as log_file:
+            stream = client.api.build(
+                path=str(context),
+                dockerfile="Dockerfile",
+                tag=plan.tag,
+                buildargs=build_args,
+                labels={
+                    "dlperf.image": plan.spec.name,
+                    "dlperf.inputs": plan.inputs,
+                    "org.opencontainers.image.base.name": ",".join(plan.hashed_from.values()),
+                },
+                rm=True,
+                forcerm=True,
+                pull=False,
+                network_mode="host",
+                decode=True,
+            )
+            last_id: str | None = None
+            for chunk in stream:
+                text = chunk.get("stream") or chunk.get("status") or ""
+                if text:
+                    log_file.write(text)
+                    lines.extend(text.splitlines())
+                    for line in text.splitlines():
+                        if line.startswith(" ---> ") and " " not in line[6:].strip():
+                            last_id = line[6:].strip()
+                        if line.startswith("Step "):
+                            options.log(f"  {plan.spec.name}: {line[:110]}")
+                            if " : FROM " in line and last_id:
+                                stage_ends.append(last_id)
+                if "error" in chunk:
+                    tail = "\n".join(lines[-25:])
+                    raise LockError(
+                        f"building {plan.spec.name} failed: {chunk['error'].strip()}\n{tail}\n"
+                        f"(full log: {log_path}; behind a TLS-intercepting proxy pass "
+                        "--ca-bundle FILE)"
+                    )
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    for stage in stage_ends:
+        # A build stage (e.g. the one holding the wheelhouse) is only a means to the venv; as a
+        # cache it would never be hit again (same inputs skip the build altogether).
+        try:
+            client.images.remove(stage, noprune=False)
+        except Exception:  # noqa: BLE001 - still referenced, or already gone
+            pass
+    return time.monotonic() - started
+
+
+def build_images(
+    names: list[str] | None,
+    options: BuildOptions,
+    *,
+    make_base: bool = False,
+) -> dict[str, BuiltImage]:
+    """Build ``names`` (every image when None) and what they are built FROM; skip what exists.
+
+    ``make_base``: make/pin the Debian base first when an image needs it (make images).
+    """
+    lock = options.lock()
+    specs = discover(options.root)
+    wanted = names or sorted(specs)
+    order = build_order(specs, wanted)
+    client = docker_client()
+    if make_base and any(f"@{BASE_NAME}" in specs[n].froms.values() for n in order):
+        ensure_base(
+            lock, load_recipe(options.root / "dockerfiles" / "debian-base.yaml"), log=options.log
+        )
+    cache = HashCache(state_dir(lock) / "hash-cache.json")
+    records_path = state_dir(lock) / "images-built.json"
+    records = json.loads(records_path.read_text()) if records_path.exists() else {}
+    plans: dict[str, _Plan] = {}
+    results: dict[str, BuiltImage] = {}
+    for name in order:
+        plan = _plan(name, specs, lock, plans, options, cache)
+        for arg, ref in plan.spec.froms.items():
+            if ref.startswith("@") and ref != f"@{BASE_NAME}":
+                parent = results[ref[1:]]
+                plan.build_args[arg] = parent.id or parent.tag
+            elif ref == f"@{BASE_NAME}" and not image_id(client, plan.build_args[arg]):
+                raise LockError(
+                    f"{name}: the pinned Debian base {plan.build_args[arg][:19]} is not on this "
+                    "machine; run `make base-image` (dlperf images base)"
+                )
+        existing = image_id(client, plan.tag)
+        if existing:
+            options.log(f"{name}: {plan.tag} is up to date ({existing[:19]})")
+            results[name] = BuiltImage(name, plan.tag, existing, plan.inputs, plan.hashed_from)
+            continue
+        options.log(f"{name}: building {plan.tag} from {plan.spec.dockerfile}")
+        seconds = _build_one(client, plan, options, state_dir(lock) / "build-logs")
+        built_id = image_id(client, plan.tag)
+        options.log(f"{name}: built {plan.tag} = {built_id} in {seconds:.1f} s")
+        results[name] = BuiltImage(
+            name, plan.tag, built_id, plan.inputs, plan.hashed_from, True, seconds
+        )
+        records[plan.tag] = {
+            **results[name].to_dict(),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "wheels": [wheel.name for wheel in plan.wheels],
+        }
+        _write_json(records_path, records)
+    _write_json(cache.path, {"files": cache.data})
+    return results

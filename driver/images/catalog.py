@@ -1,0 +1,202 @@
+"""Which images exist: shared layers in ``dockerfiles/``, framework images in their folders.
+
+    dockerfiles/Dockerfile.<name>          -> image <name>            (shared layers)
+    <Framework>/Dockerfile.cpu|gpu         -> image <framework>-cpu|gpu
+    an upstream source's Dockerfile         -> the image its source.yaml names (src-...)
+
+A Dockerfile names its bases only through build arguments declared in directives, so that no
+``FROM`` can bypass ``images.lock``::
+
+    # dlperf-from BASE_IMAGE=nvcr.io/nvidia/pytorch:25.04-py3   (a registry tag: pinned in the lock)
+    # dlperf-from BASE_IMAGE=@cpu-python                        (an image we build or make)
+    # dlperf-context requirements-cpu.txt                       (a file next to the Dockerfile)
+    # dlperf-wheels requirements-cpu.txt torch                  (wheels from the wheelhouse;
+    #                                                            the named ones must be there)
+    ARG BASE_IMAGE
+    FROM ${BASE_IMAGE}
+
+``@debian`` is the Debian base made with debootstrap (:mod:`driver.images.base`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from driver.frameworks.base import REPO_ROOT
+from driver.images.lock import LockError
+
+BASE_NAME = "debian"
+SHARED_DIR = "dockerfiles"
+VARIANTS = ("cpu", "gpu")
+# Frameworks without images of their own run in another one that has what they need.
+FALLBACK = {"calibration": {"cpu": "cpu-python", "gpu": "pytorch-gpu"}}
+
+_DIRECTIVE = re.compile(r"^#\s*dlperf-(from|context|wheels)\s+(.+?)\s*$")
+_FROM = re.compile(r"^FROM\s+(.+)$", re.IGNORECASE)
+_ARG_REF = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+
+
+@dataclass(frozen=True)
+class WheelSpec:
+    requirements: str  # relative to the Dockerfile's folder
+    required: tuple[str, ...]  # distributions that must come from the wheelhouse
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    name: str
+    dockerfile: Path
+    froms: dict[str, str]  # build argument -> "@image" or a registry tag
+    context: tuple[str, ...] = ()
+    wheels: WheelSpec | None = None
+    framework: str | None = None
+    variant: str | None = None
+    depends: tuple[str, ...] = field(default=())
+
+    @property
+    def folder(self) -> Path:
+        return self.dockerfile.parent
+
+    @property
+    def registry_refs(self) -> list[str]:
+        return [ref for ref in self.froms.values() if not ref.startswith("@")]
+
+
+def parse_dockerfile(path: Path, name: str, **kwargs: str | None) -> ImageSpec:
+    froms: dict[str, str] = {}
+    context: list[str] = []
+    wheels: WheelSpec | None = None
+    stages: set[str] = set()
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        where = f"{path}:{number}"
+        directive = _DIRECTIVE.match(line)
+        if directive:
+            kind, value = directive.groups()
+            if kind == "from":
+                arg, sep, ref = value.partition("=")
+                if not sep or not ref or " " in ref:
+                    raise LockError(f"{where}: dlperf-from wants ARG=<tag or @image>")
+                froms[arg.strip()] = ref.strip()
+            elif kind == "context":
+                context.extend(value.split())
+            else:
+                parts = value.split()
+                wheels = WheelSpec(parts[0], tuple(parts[1:]))
+            continue
+        match = _FROM.match(line)
+        if not match:
+            continue
+        tokens = [t for t in match.group(1).split() if not t.startswith("--")]
+        image = tokens[0]
+        alias = tokens[2].lower() if len(tokens) >= 3 and tokens[1].lower() == "as" else None
+        arg = _ARG_REF.match(image)
+        if image.lower() in stages:
+            pass  # FROM an earlier stage of this file
+        elif not arg or arg.group(1) not in froms:
+            raise LockError(
+                f"{where}: FROM {image} is not pinned through images.lock; write "
+                "`ARG BASE_IMAGE` + `FROM ${BASE_IMAGE}` and a `# dlperf-from BASE_IMAGE=<tag>` "
+                "directive (see docs/clusters.md)"
+            )
+        if alias:
+            stages.add(alias)
+    if not froms:
+        raise LockError(f"{path}: no `# dlperf-from` directive; every image needs a pinned base")
+    depends = tuple(ref[1:] for ref in froms.values() if ref.startswith("@"))
+    return ImageSpec(
+        name=name,
+        dockerfile=path,
+        froms=froms,
+        context=tuple(context),
+        wheels=wheels,
+        depends=depends,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
+    """Every image the repository (or a tree shaped like it) defines, by name."""
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    specs: dict[str, ImageSpec] = {}
+    for path in sorted((root / SHARED_DIR).glob("Dockerfile.*")):
+        name = path.name.split(".", 1)[1]
+        specs[name] = parse_dockerfile(path, name)
+    for framework_name in FRAMEWORKS.names():
+        framework = FRAMEWORKS.get(framework_name)
+        for variant in VARIANTS:
+            path = root / framework.folder / f"Dockerfile.{variant}"
+            if path.exists():
+                name = f"{framework_name}-{variant}"
+                specs[name] = parse_dockerfile(
+                    path, name, framework=framework_name, variant=variant
+                )
+    for image, dockerfile in source_dockerfiles(root).items():
+        specs[image] = parse_dockerfile(dockerfile, image, variant="gpu")
+    for spec in specs.values():
+        for dependency in spec.depends:
+            if dependency != BASE_NAME and dependency not in specs:
+                raise LockError(
+                    f"{spec.dockerfile}: FROM @{dependency}: no such image; known: "
+                    f"{', '.join(sorted([BASE_NAME, *specs]))}"
+                )
+    return specs
+
+
+def source_dockerfiles(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """Images of the upstream source plug-ins (their code, cloned at a pinned commit)."""
+    from driver.registry import SOURCES
+
+    found: dict[str, Path] = {}
+    for name in SOURCES.names():
+        source = SOURCES.get(name)()
+        image = getattr(source, "image", None)
+        dockerfile = getattr(getattr(source, "spec", None), "dockerfile", None)
+        if image and isinstance(dockerfile, Path):
+            try:
+                relative = dockerfile.relative_to(REPO_ROOT)
+            except ValueError:
+                relative = dockerfile
+            path = root / relative
+            if path.exists():
+                found[str(image)] = path
+    return found
+
+
+def build_order(specs: dict[str, ImageSpec], names: list[str]) -> list[str]:
+    """``names`` and the images they are built FROM, parents first."""
+    order: list[str] = []
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if name in chain:
+            raise LockError(f"images built FROM each other: {' -> '.join([*chain, name])}")
+        if name == BASE_NAME or name in order:
+            return
+        if name not in specs:
+            raise LockError(f"no image {name!r}; known: {', '.join(sorted([BASE_NAME, *specs]))}")
+        for dependency in specs[name].depends:
+            visit(dependency, (*chain, name))
+        order.append(name)
+
+    for name in names:
+        visit(name, ())
+    return order
+
+
+def image_for(framework: str, variant: str, specs: dict[str, ImageSpec]) -> str:
+    """The image a framework's processes run in, for a cpu or gpu node."""
+    name = f"{framework}-{variant}"
+    if name in specs:
+        return name
+    fallback = FALLBACK.get(framework, {}).get(variant)
+    if fallback and fallback in specs:
+        return fallback
+    raise LockError(
+        f"framework {framework!r} has no {variant} image (no {framework}/Dockerfile.{variant}); "
+        f"known images: {', '.join(sorted(specs))}"
+    )

@@ -1,0 +1,210 @@
+"""The docker runtime: one ``docker run --network host --ipc host`` per node, over SSH (Fabric).
+
+Each node's command (the framework's own launcher, e.g. torchrun, from ``plan_repeat``) runs in
+the framework's image, identified by its digest; the kit's code is mounted read-only at
+``/dlperf``. Containers are named per session/case/repeat/node and labelled
+``dlperf.session=<session>`` so that every node's leftovers can be found and removed. The node's
+docker client is driven through the node's own SSH connection, so nodes sharing one engine
+(tests on one machine) behave like separate hosts.
+
+    dlperf run --runtime docker --inventory inventory.yaml ...
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from driver.cluster.inventory import Inventory, Node
+from driver.cluster.remote import Remote, shell
+from driver.cluster.sshruntime import Launch, Prepared, SshRuntime
+from driver.registry import RUNTIMES
+
+WORKDIR = "/dlperf"
+
+
+def _parse_time(text: str | None) -> float | None:
+    """docker's RFC 3339 times (nanoseconds, Z) as a Unix time."""
+    if not text or text.startswith("0001-"):
+        return None
+    head, _, rest = text.rstrip("Z").partition(".")
+    fraction = float(f"0.{rest[:9]}") if rest else 0.0
+    return datetime.fromisoformat(head + "+00:00").timestamp() + fraction
+
+
+@RUNTIMES.register("docker")
+class DockerRuntime(SshRuntime):
+    name = "docker"
+    kind = "docker"
+    runs_sources = True
+
+    def __init__(self, inventory: Inventory | str | Path, *, build_options: Any = None) -> None:
+        super().__init__(inventory)
+        self.build_options = build_options  # driver.images.build.BuildOptions; None: defaults
+        self._images: dict[tuple[str, str, str], str] = {}
+
+    def workdir(self) -> str:
+        return WORKDIR
+
+    def workdir_on(self, code_dir: str) -> str:
+        return WORKDIR
+
+    def python(self, framework: Any) -> str:
+        return "python3"  # the image's: our CPU images put /opt/venv first on PATH
+
+    # -- images ----------------------------------------------------------------------------
+    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str:
+        """The image ID this node runs the case in: an inventory override, the upstream
+        source's image, or the framework's image for the node's variant."""
+        override = node.container.image.get(framework) or node.container.image.get("default")
+        if source != "dlperf":
+            override = None
+        key = (framework, source, override or node.container.variant)
+        if key not in self._images:
+            self._images[key] = (
+                self._resolve_override(override)
+                if override
+                else self._resolve_built(framework, node.container.variant, source)
+            )
+        return self._images[key]
+
+    def _resolve_built(self, framework: str, variant: str, source: str) -> str:
+        from driver.images.build import BuildOptions, resolve_image
+        from driver.images.catalog import discover, image_for
+        from driver.registry import SOURCES
+
+        options = self.build_options or BuildOptions(log=lambda _line: None)
+        if source != "dlperf":
+            name = str(SOURCES.get(source)().image)
+        else:
+            name = image_for(framework, variant, discover(options.root))
+        built = resolve_image(name, options)
+        assert built.id is not None
+        return built.id
+
+    def _resolve_override(self, ref: str) -> str:
+        if ref.startswith("sha256:"):
+            return ref
+        # A tag names different images on different hosts; the run pins the head's (or the
+        # first node's) digest, and pre-flight requires exactly that digest on every node.
+        try:
+            from driver.images.base import docker_client, image_id
+
+            found = image_id(docker_client(), ref)
+            if found:
+                return found
+        except Exception:  # noqa: BLE001 - no engine on the head: ask the first node
+            pass
+        remote = self.remotes[0]
+        result = remote.run_argv(remote.docker("image", "inspect", "--format", "{{.Id}}", ref))
+        if not result.ok:
+            raise ValueError(f"image {ref!r} (inventory container.image) not found: {result.why()}")
+        return result.stdout.strip()
+
+    # -- node operations -------------------------------------------------------------------
+    def probe_command(
+        self, remote: Remote, prepared_code: str, image: str | None, framework: str
+    ) -> str:
+        node = remote.node
+        argv = remote.docker(
+            "run", "--rm", "--network", "host", "--label", "dlperf.probe=1",
+            *(["--gpus", node.container.gpus] if node.container.gpus else []),
+            "-v", f"{prepared_code}:{WORKDIR}:ro", "-w", WORKDIR, "-e", f"PYTHONPATH={WORKDIR}",
+            str(image), "python3", "-m", "driver.cluster.probe",
+        )  # fmt: skip
+        return shell(argv)
+
+    def sweep(self, remote: Remote, label: str) -> str:
+        listed = remote.run_argv(
+            remote.docker("ps", "-aq", "--filter", f"label=dlperf.session={label}"), timeout=60
+        )
+        ids = listed.stdout.split() if listed.ok else []
+        if ids:
+            # Nodes sharing an engine sweep the same containers at once: "no such container"
+            # from the slower one is fine.
+            remote.run(shell(remote.docker("rm", "-f", *ids)) + " >/dev/null 2>&1 || true")
+        runs = f"{remote.node.scratch_dir.rstrip('/')}/runs/{label}"
+        remote.run_argv(["rm", "-rf", runs])
+        return f"removed containers {', '.join(i[:12] for i in ids)}" if ids else ""
+
+    def docker_args(self, launch: Launch, env: dict[str, str], code_dir: str) -> list[str]:
+        node = launch.remote.node
+        container = node.container
+        # Our scripts run from the kit's code; an upstream source from its own folder in its image.
+        workdir = launch.command.workdir or WORKDIR
+        args = [
+            "--network", "host", "--ipc", container.ipc, "--init",
+            "--workdir", workdir, "-v", f"{code_dir}:{WORKDIR}:ro",
+        ]  # fmt: skip
+        if node.data_dir:
+            args += ["-v", f"{node.data_dir}:{node.data_dir}:ro"]
+        for mount in container.mounts:
+            args += ["-v", mount]
+        if container.gpus:
+            args += ["--gpus", container.gpus]
+        if container.shm_size:
+            args += ["--shm-size", container.shm_size]
+        if container.memory:  # a hard cap: no swap beyond it, so exceeding it is an OOM kill
+            args += ["--memory", container.memory, "--memory-swap", container.memory]
+        for name, limit in sorted(container.ulimits.items()):
+            args += ["--ulimit", f"{name}={limit}"]
+        for key, value in sorted(env.items()):
+            args += ["-e", f"{key}={value}"]
+        return args
+
+    def create(
+        self, launch: Launch, env: dict[str, str], prepared: Prepared, labels: dict[str, str]
+    ) -> None:
+        remote = launch.remote
+        image = prepared.image[remote.node.name]
+        label_args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]
+        argv = remote.docker(
+            "create",
+            "--name",
+            launch.run_id,
+            *label_args,
+            *self.docker_args(launch, env, prepared.code_dirs[remote.node.name]),
+            image,
+            *launch.command.argv,
+        )
+        script = f"mkdir -p {shell([launch.run_dir])} && {shell(argv)}"
+        result = remote.run(script, timeout=120)
+        if not result.ok:
+            raise RuntimeError(f"docker create failed: {result.why()}")
+        launch.facts["container_id"] = result.stdout.strip()[:64]
+        launch.facts["image_id"] = image
+
+    def attach_command(self, launch: Launch) -> str:
+        # The attached client is the channel's process: its exit status is the container's,
+        # and the log is complete once it has exited.
+        start = shell(launch.remote.docker("start", "-a", launch.run_id))
+        return f"exec {start} > {shell([launch.log])} 2>&1 < /dev/null"
+
+    def stop(self, launch: Launch) -> None:
+        kill = shell(launch.remote.docker("kill", launch.run_id))
+        launch.remote.run(f"{kill} >/dev/null 2>&1 || true", timeout=60)
+
+    def inspect_and_remove(self, launch: Launch) -> None:
+        remote = launch.remote
+        inspect = shell(remote.docker("inspect", "--format", "{{json .State}}", launch.run_id))
+        remove = shell(remote.docker("rm", "-f", launch.run_id))
+        result = remote.run(f"{inspect}; {remove} >/dev/null 2>&1", timeout=60)
+        line = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
+        if not line.startswith("{"):
+            return  # never created
+        state = json.loads(line)
+        started, finished = (
+            _parse_time(state.get("StartedAt")),
+            _parse_time(state.get("FinishedAt")),
+        )
+        launch.facts.update(
+            oom_killed=bool(state.get("OOMKilled")),
+            container_exit_code=state.get("ExitCode"),
+            container_started_at=started,
+            container_finished_at=finished,
+            container_seconds=(finished - started) if started and finished else None,
+        )
+        if launch.exit_code is None and state.get("Status") == "exited":
+            launch.exit_code = int(state.get("ExitCode", -1))

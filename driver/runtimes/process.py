@@ -1,0 +1,117 @@
+"""The process runtime: the same node commands over SSH, without containers.
+
+For hosts that have the framework installed directly: each node runs the command with its own
+interpreter (inventory ``python``: one path, or one per framework) in a copy of the kit's code
+under its scratch folder. The process is the SSH session's own process-group leader (sshd starts
+every session in a new session), so stopping a node is one signal to that group; its pid is
+kept in the run folder, with ``DLPERF_RUN_ID`` in its environment, so that a later run can find
+and end a leftover without ever signalling an unrelated process that reused the pid.
+
+    dlperf run --runtime process --inventory inventory.yaml ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from driver.cluster.code import code_dir, make_bundle
+from driver.cluster.remote import Remote, shell
+from driver.cluster.sshruntime import Launch, Prepared, SshRuntime
+from driver.registry import RUNTIMES
+
+GRACE_S = 5
+
+# Signal a run's process group if (and only if) a process of it carries the run's id.
+_OWNED = (
+    'owned() { for p in $(pgrep -g "$1" 2>/dev/null || echo "$1"); do '
+    'tr "\\0" "\\n" < /proc/$p/environ 2>/dev/null | grep -qx "DLPERF_RUN_ID=$2" && return 0; '
+    "done; return 1; }"
+)
+
+
+@RUNTIMES.register("process")
+class ProcessRuntime(SshRuntime):
+    name = "process"
+    kind = "process"
+
+    def python(self, framework: Any) -> str:
+        name = getattr(framework, "name", str(framework))
+        return self.inventory.nodes[0].python_for(name)
+
+    def workdir(self) -> str:
+        # Every node's own copy is substituted at launch; this is the first node's, for records.
+        return code_dir(self.inventory.nodes[0].scratch_dir, make_bundle())
+
+    def probe_command(
+        self, remote: Remote, prepared_code: str, image: str | None, framework: str
+    ) -> str:
+        python = remote.node.python_for(framework)
+        return (
+            f"cd {shell([prepared_code])} && "
+            f"{shell(['env', f'PYTHONPATH={prepared_code}', python, '-m', 'driver.cluster.probe'])}"
+        )
+
+    def sweep(self, remote: Remote, label: str) -> str:
+        runs = f"{remote.node.scratch_dir.rstrip('/')}/runs/{label}"
+        script = (
+            f"{_OWNED}; cd {shell([runs])} 2>/dev/null || exit 0; "
+            'for f in */pid; do [ -f "$f" ] || continue; run=${f%/pid}; pid=$(cat "$f"); '
+            'if [ -n "$pid" ] && owned "$pid" "$run"; then '
+            'kill -KILL -- "-$pid" 2>/dev/null && echo "$run"; fi; done; '
+            f"cd / && rm -rf {shell([runs])}"
+        )
+        result = remote.run(script, timeout=60)
+        killed = result.stdout.split()
+        return f"killed leftover process groups {', '.join(killed)}" if killed else ""
+
+    def create(
+        self, launch: Launch, env: dict[str, str], prepared: Prepared, labels: dict[str, str]
+    ) -> None:
+        remote = launch.remote
+        made = remote.run_argv(["mkdir", "-p", launch.run_dir])
+        if not made.ok:
+            raise RuntimeError(f"mkdir {launch.run_dir}: {made.why()}")
+        code = prepared.code_dirs[remote.node.name]
+        argv = list(launch.command.argv)
+        first_python = self.inventory.nodes[0].python_for(prepared.framework)
+        node_python = remote.node.python_for(prepared.framework)
+        if argv and argv[0] == first_python and node_python != first_python:
+            argv[0] = node_python  # plan_repeat knows one interpreter; this node has its own
+        launch.facts.update(workdir=code, labels=labels)
+        env = {**env, "DLPERF_RUN_ID": launch.run_id}
+        launch.facts["argv"] = argv
+        launch.start_command = (
+            f"cd {shell([code])} && echo $$ > {shell([launch.run_dir + '/pid'])} && "
+            f"date +%s.%N > {shell([launch.run_dir + '/started'])} && "
+            f"exec {shell(['env', *(f'{k}={v}' for k, v in sorted(env.items())), *argv])} "
+            f"> {shell([launch.log])} 2>&1 < /dev/null"
+        )
+
+    def attach_command(self, launch: Launch) -> str:
+        return launch.start_command
+
+    def stop(self, launch: Launch) -> None:
+        pid_file = shell([launch.run_dir + "/pid"])
+        script = (
+            f'{_OWNED}; pid=$(cat {pid_file} 2>/dev/null) || exit 0; [ -n "$pid" ] || exit 0; '
+            f'owned "$pid" {shell([launch.run_id])} || exit 0; '
+            'kill -TERM -- "-$pid" 2>/dev/null || exit 0; i=0; '
+            f'while kill -0 -- "-$pid" 2>/dev/null && [ $i -lt {GRACE_S * 10} ]; do '
+            "sleep 0.1; i=$((i+1)); done; "
+            'kill -KILL -- "-$pid" 2>/dev/null; exit 0'
+        )
+        launch.remote.run(script, timeout=GRACE_S + 60)
+
+    def inspect_and_remove(self, launch: Launch) -> None:
+        """The process's own run time, on the node's clock: start stamp to the log's last write
+        (the run folder itself is removed by the caller once the log is fetched)."""
+        started = shell([launch.run_dir + "/started"])
+        result = launch.remote.run(
+            f"cat {started} 2>/dev/null && stat -c %.9Y {shell([launch.log])} 2>/dev/null"
+        )
+        values = result.stdout.split()
+        try:
+            begin, end = float(values[0]), float(values[1])
+        except (IndexError, ValueError):
+            return
+        launch.facts.update(process_started_at=begin, process_seconds=max(0.0, end - begin))

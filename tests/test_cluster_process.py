@@ -1,0 +1,126 @@
+"""The process runtime on real sshd nodes: no containers, the node's own Python over SSH."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from driver.cluster.sshruntime import session_label
+from driver.core.results import Session
+from driver.core.runner import run_cases
+from driver.runtimes.base import Verdict
+from driver.runtimes.process import ProcessRuntime
+from tests.cluster_fixtures import (
+    calibration_case,
+    direct_run,
+    log_ranks,
+    processes_with_env,
+    quiet,
+    records_of,
+    wait_for,
+)
+
+
+def process_inventory(inventory_file, **defaults) -> Path:
+    return inventory_file(defaults={"python": sys.executable, **defaults})
+
+
+def test_two_nodes_with_the_nodes_python(inventory_file, tmp_path: Path) -> None:
+    runtime = ProcessRuntime(process_inventory(inventory_file))
+    case = calibration_case("2n4g", repeats=2)
+    session = Session.open(tmp_path / "s")
+    summary = run_cases([case], session, runtime, printer=quiet)
+    assert summary.ok and summary.finished == 2
+    directory = session.repeat_dir(case, 2)
+    assert log_ranks(directory / "node0.log") == {0, 1}
+    assert log_ranks(directory / "node1.log") == {2, 3}
+    record = json.loads((directory / "record.json").read_text())
+    assert record["runtime"] == "process"
+    # Each node runs in its own copy of the kit's code, under its own scratch folder.
+    workdirs = {n: record["extra"]["nodes"][n]["workdir"] for n in ("node0", "node1")}
+    assert workdirs["node0"] != workdirs["node1"]
+    facts = json.loads((session.root / "provenance" / "node1.json").read_text())
+    assert facts["environment"]["python_executable"] == sys.executable
+    assert facts["host"]["nproc"] >= 1
+    assert [c["name"] for c in facts["preflight"]] == ["ssh", "python", "devices", "disk"]
+    assert not processes_with_env(f"DLPERF_RUN_ID=dlperf-{session_label(session.root)}")
+
+
+def test_hostile_arguments_and_environment_stay_verbatim(
+    inventory_file,
+    tmp_path: Path,
+) -> None:
+    marker = f"/tmp/dlperf-pwned-{uuid.uuid4().hex}"
+    hostile = f"$(touch {marker}-a) `touch {marker}-b` '; touch {marker}-c; ' \" \\ ; | & > <"
+    inventory = process_inventory(inventory_file, devices=1, env={"DLPERF_HOSTILE": hostile})
+    runtime = ProcessRuntime(inventory)
+    program = "import os, sys; print(repr(os.environ['DLPERF_HOSTILE'])); print(repr(sys.argv[1]))"
+    argv = [sys.executable, "-c", program, hostile]
+    outcome, directory = direct_run(runtime, [argv, argv], tmp_path / "s")
+    assert outcome.verdict == Verdict.OK, outcome.detail
+    for index in (0, 1):
+        lines = (directory / f"node{index}.log").read_text().splitlines()
+        assert lines[:2] == [repr(hostile), repr(hostile)]
+    assert not list(Path("/tmp").glob(Path(marker).name + "*"))
+
+
+def test_hung_rank_times_out_and_no_process_is_left(
+    inventory_file,
+    tmp_path: Path,
+) -> None:
+    runtime = ProcessRuntime(process_inventory(inventory_file))
+    case = calibration_case("2n4g", timeout_s=5, hang_at_step=3, faulty_rank=1)
+    session = Session.open(tmp_path / "s")
+    summary = run_cases([case], session, runtime, printer=quiet)
+    [(_, _, verdict, detail)] = summary.failed
+    assert verdict == "timeout" and "timeout of 5 s" in detail
+    assert log_ranks(session.repeat_dir(case, 1) / "node0.log") == {0, 1}
+    assert not processes_with_env(f"DLPERF_RUN_ID=dlperf-{session_label(session.root)}")
+
+
+def test_failed_rank_is_failed(inventory_file, tmp_path: Path) -> None:
+    runtime = ProcessRuntime(process_inventory(inventory_file))
+    case = calibration_case("2n4g", fail_at_step=2, faulty_rank=2)
+    session = Session.open(tmp_path / "s")
+    summary = run_cases([case], session, runtime, printer=quiet)
+    assert summary.failed == [(case.id, 1, "failed", "node node1: exit 3")]
+    assert not processes_with_env(f"DLPERF_RUN_ID=dlperf-{session_label(session.root)}")
+
+
+def test_node_lost_leaves_a_process_group_the_next_run_ends(
+    inventory_file,
+    ssh_nodes,
+    tmp_path: Path,
+) -> None:
+    inventory = process_inventory(inventory_file)
+    case = calibration_case("2n4g", repeats=1, step_time=0.05, measured_steps=600)
+    session = Session.open(tmp_path / "s")
+    label = session_label(session.root)
+    needle = f"DLPERF_RUN_ID=dlperf-{label}"
+
+    def drop_node1() -> None:
+        wait_for(lambda: len(processes_with_env(needle)) >= 6, 60, "every rank running")
+        ssh_nodes[1].kill(sessions_survive=True)
+
+    killer = threading.Thread(target=drop_node1)
+    killer.start()
+    summary = run_cases([case], session, ProcessRuntime(inventory), printer=quiet)
+    killer.join()
+    [(_, _, verdict, detail)] = summary.failed
+    assert verdict == "node-lost" and "node1" in detail
+    # Without SSH the head cannot stop node1's processes: they live on until a run reaches it.
+    assert processes_with_env(needle)
+    ssh_nodes[1].start()
+    quick = replace(case, total_steps=25, measured_steps=20)
+    summary = run_cases(
+        [quick], Session.open(tmp_path / "s"), ProcessRuntime(inventory), printer=quiet
+    )
+    assert summary.ok and summary.finished == 1
+    assert records_of(session, case)["repeat-01.failed-1"]["verdict"] == "node-lost"
+    swept = json.loads((session.root / "provenance" / "node1.json").read_text())["swept"]
+    assert swept.startswith("killed leftover process groups")
+    assert not processes_with_env(needle)

@@ -1,0 +1,165 @@
+"""The inventory schema: each mistake is one error naming the file, the field, what is allowed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.cluster.inventory import InventoryError, load_inventory, parse_inventory
+from driver.cluster.remote import env_prefix, shell
+from driver.core.matrix import MatrixError
+from driver.frameworks.base import REPO_ROOT
+
+
+def parse(data: Any, check_files: bool = False):
+    return parse_inventory(data, "inv.yaml", check_files=check_files)
+
+
+def error_of(data: Any, check_files: bool = False) -> str:
+    with pytest.raises(InventoryError) as caught:
+        parse(data, check_files)
+    return str(caught.value)
+
+
+def nodes(*entries: dict, **defaults: Any) -> dict:
+    return {"defaults": defaults, "nodes": list(entries)}
+
+
+@pytest.mark.parametrize("name", ["inventory.yaml", "inventory-cpu.yaml", "inventory-4n32g.yaml"])
+def test_examples_are_valid(name: str) -> None:
+    inventory = load_inventory(REPO_ROOT / "examples" / name, check_files=False)
+    assert len(inventory.nodes) >= 2
+    assert len({node.name for node in inventory.nodes}) == len(inventory.nodes)
+
+
+def test_defaults_merge_under_each_node_and_mappings_merge_per_key() -> None:
+    inventory = parse(
+        nodes(
+            {"name": "a", "address": "10.0.0.1"},
+            {"name": "b", "address": "10.0.0.2", "interface": "ib1", "ssh": {"port": 2222},
+             "container": {"gpus": "device=0,1"}, "env": {"B": 2}},
+            ssh={"user": "bench", "port": 22},
+            devices=8,
+            interface="ib0",
+            container={"variant": "gpu", "ulimits": {"memlock": -1}},
+            env={"A": "1"},
+        )
+    )  # fmt: skip
+    a, b = inventory.nodes
+    assert (a.interface, b.interface) == ("ib0", "ib1")
+    assert (a.ssh.user, a.ssh.port, b.ssh.user, b.ssh.port) == ("bench", 22, "bench", 2222)
+    assert a.container.gpus == "all" and b.container.gpus == "device=0,1"
+    assert b.container.ulimits == {"memlock": "-1"}
+    assert b.env == {"A": "1", "B": "2"}
+    assert b.collective_env() == {"NCCL_SOCKET_IFNAME": "ib1", "GLOO_SOCKET_IFNAME": "ib1"}
+    assert inventory.name == "inv"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "hint"),
+    [
+        ({"nodes": [{"address": "h"}], "extra": 1}, "inv.yaml: extra:", "allowed keys: cluster"),
+        (nodes({"address": "h", "gpu": 1}), "nodes[0].gpu:", "allowed keys:"),
+        (nodes({"address": "h", "container": {"shm": "1g"}}), "nodes[0].container.shm:", "ipc"),
+        (nodes({"address": "h", "ssh": {"password": "x"}}), "nodes[0].ssh.password:", "key"),
+        (nodes({"name": "x"}), "nodes[0].address:", "missing"),
+        (nodes({"address": "h", "ssh": {"port": 0}}), "nodes[0].ssh.port:", "1-65535"),
+        (nodes({"address": "h", "devices": 0}), "nodes[0].devices:", ">= 1"),
+        (nodes({"address": "h", "devices": True}), "nodes[0].devices:", "integer"),
+        (nodes({"address": "h", "container": {"variant": "tpu"}}), "variant:", "cpu, gpu"),
+        (nodes({"address": "h", "container": {"ipc": "none"}}), "ipc:", "host, private"),
+        (nodes({"address": "h", "container": {"shm_size": "8g"}}), "shm_size:", "ipc: private"),
+        (nodes({"address": "h", "container": {"ipc": "private", "shm_size": "lots"}}),
+         "shm_size:", "16g"),
+        (nodes({"address": "h", "container": {"variant": "cpu", "gpus": "all"}}), "gpus:", "cpu"),
+        (nodes({"address": "h", "container": {"gpus": "some"}}), "gpus:", "device="),
+        (nodes({"address": "h", "container": {"ulimits": {"files": 1}}}), "files:", "nofile"),
+        (nodes({"address": "h", "container": {"ulimits": {"stack": "big"}}}), "stack:", "-1"),
+        (nodes({"address": "h", "container": {"mounts": ["d:/d"]}}), "mounts[0]:", "absolute"),
+        (nodes({"address": "h", "container": {"mounts": ["/a:/b:rx"]}}), "mounts[0]:", "ro, rw"),
+        (nodes({"address": "h", "data_dir": "data"}), "nodes[0].data_dir:", "absolute"),
+        (nodes({"address": "h", "interface": "eth 0"}), "interface:", "interface name"),
+        (nodes({"address": "h; rm -rf /"}), "nodes[0].address:", "host name or IP"),
+        (nodes({"address": "h", "ssh": {"user": "$(id)"}}), "ssh.user:", "user name"),
+        (nodes({"address": "h", "env": {"1X": "y"}}), "env.1X:", "variable name"),
+        (nodes({"address": "h", "python": {"tensorflw": "/x"}}), "python.tensorflw:", "pytorch"),
+        (nodes({"address": "h", "docker_host": "/var/run/docker.sock"}), "docker_host:", "URL"),
+        (nodes({"address": "h", "name": "a b"}), "nodes[0].name:", "node name"),
+        (nodes({"address": "h", "name": "a"}, {"address": "g", "name": "a"}), "nodes[1].name:",
+         "also nodes[0]"),
+        (nodes({"address": "h"}, {"address": "h"}), "nodes[1].address:", "list every node once"),
+        ({"nodes": []}, "inv.yaml: nodes:", "non-empty"),
+        (nodes({"address": "h"}, devices=-1), "inv.yaml: defaults.devices:", ">= 1"),
+        ({"defaults": {"address": "h"}, "nodes": [{"address": "h"}]}, "defaults.address:", "keys"),
+    ],
+)  # fmt: skip
+def test_bad_inventories_name_the_field_and_what_is_allowed(
+    data: dict, field: str, hint: str
+) -> None:
+    message = error_of(data)
+    assert message.startswith("inv.yaml: ")
+    assert field in message and hint in message, message
+
+
+def test_key_files_must_exist_when_checked(tmp_path: Path) -> None:
+    message = error_of(nodes({"address": "h", "ssh": {"key": str(tmp_path / "nope")}}), True)
+    assert "nodes[0].ssh.key" in message and "does not exist" in message
+    key = tmp_path / "id"
+    key.write_text("k")
+    inventory = parse(nodes({"address": "h", "ssh": {"key": str(key)}}), True)
+    assert inventory.nodes[0].ssh.key == str(key)
+
+
+def test_file_errors_and_the_cli_reports_it_like_a_matrix_error(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="does not exist"):
+        load_inventory(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes: [\n")
+    with pytest.raises(InventoryError, match="not valid YAML"):
+        load_inventory(bad)
+    assert issubclass(InventoryError, MatrixError)  # `dlperf` prints it as "error: ..." (exit 2)
+
+
+def test_a_case_needing_more_nodes_than_listed_is_a_clear_error(tmp_path: Path) -> None:
+    from driver.runtimes.docker import DockerRuntime
+
+    path = tmp_path / "two.yaml"
+    path.write_text("nodes: [{address: 10.0.0.1}, {address: 10.0.0.2}]\n")
+    runtime = DockerRuntime(path)
+    assert runtime.node_addresses(2) == [("node0", "10.0.0.1"), ("node1", "10.0.0.2")]
+    with pytest.raises(ValueError, match=r"needs 4 nodes, the inventory lists 2"):
+        runtime.node_addresses(4)
+
+
+HOSTILE = [
+    "$(touch /tmp/x)",
+    "`id`",
+    "a'b",
+    'a"b',
+    "; rm -rf / #",
+    "x\ny",
+    "\\",
+    "*",
+    "",
+    "-n",
+]
+
+
+def test_shell_quoting_round_trips_hostile_values_through_a_real_shell() -> None:
+    argv = ["printf", "%s\\0", *HOSTILE]
+    out = subprocess.run(["sh", "-c", shell(argv)], capture_output=True, check=True).stdout
+    assert out.decode().split("\0")[:-1] == HOSTILE
+    env = {f"V{i}": value for i, value in enumerate(HOSTILE)}
+    program = (
+        "import os, json; "
+        "print(json.dumps({k: v for k, v in os.environ.items() if k[1:].isdigit()}))"
+    )
+    command = shell([*env_prefix(env), "python3", "-c", program])
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == env
+    assert shlex.split(command)[1:3] == [f"V0={HOSTILE[0]}", f"V1={HOSTILE[1]}"]
