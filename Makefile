@@ -26,7 +26,7 @@ run_flags = --profile $(PROFILE) --runtime $(RUNTIME) \
 
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
 
-.PHONY: install test lint selftest report images base-image audit clean-venv
+.PHONY: install test lint selftest report images base-image release audit clean-venv
 
 install: $(STAMP)
 
@@ -65,6 +65,18 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Released report versions: `make release VERSION=v0.2-gpu SESSIONS="results/a results/b"
+# CHANGELOG="why"`, then `make audit` (every version) or `make audit VERSION=reports/v0.2-gpu`.
+VERSION  ?=
+SESSIONS ?=
+CHANGELOG?=
+
+release: $(STAMP)
+	$(DLPERF) release $(VERSION) $(SESSIONS) $(if $(CHANGELOG),--changelog "$(CHANGELOG)")
+
+audit: $(STAMP)
+	$(DLPERF) audit $(if $(VERSION),$(VERSION),--all)
 
 clean-venv:
 	rm -rf $(VENV) .venvs

@@ -12,6 +12,8 @@ import csv
 import io
 import json
 from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,8 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
         )
     if any(s.case.xla for s in summaries):
         notes.append("w/XLA: compiled with XLA (jit_compile).")
+    if any(s.case.options.get("dali") for s in summaries):
+        notes.append("DALI: input pipeline on NVIDIA DALI (option `dali`), not the default loader.")
     for s in summaries:
         if s.case.batch_size == "max":
             notes.append(
@@ -99,22 +103,60 @@ def throughput_cell(summary: CaseSummary) -> str:
     return text
 
 
-def markdown_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
-    out: list[str] = []
-    hashes = "#" * heading_level
-    for (model, precision), items in sorted(grouped(summaries).items()):
+@dataclass(frozen=True)
+class ExtraColumn:
+    """A column added to every series of a table (e.g. MFU, a scaling bound), placed right after
+    the series' ``after`` column; a table shows it only where one of its cells is not "-"."""
+
+    header: str
+    cell: Callable[[CaseSummary], str]
+    after: str = "CV"
+
+
+BASE_COLUMNS = ("samples/s", "speedup", "efficiency", "CV")
+
+
+def table_title(summary: CaseSummary) -> str:
+    """The heading of the table a case's row is in (without the Markdown hashes)."""
+    c = summary.case
+    batch = summary.batch_size
+    label = f"bsz={batch}" if c.batch_size != "max" else f"bsz=max ({batch})"
+    return (
+        f"{MODEL_NAMES.get(c.model, c.model)}, {c.precision.upper()}, "
+        f"{label} per device, {c.dataset} data"
+    )
+
+
+def tables(summaries: list[CaseSummary]) -> list[tuple[str, list[CaseSummary]]]:
+    """(title, cases) of every table, in report order: per model and precision, then per batch
+    setting and dataset."""
+    out: list[tuple[str, list[CaseSummary]]] = []
+    for (_model, _precision), items in sorted(grouped(summaries).items()):
         by_setting: dict[tuple, list[CaseSummary]] = defaultdict(list)
         for s in items:
             by_setting[(str(s.case.batch_size), s.batch_size, s.case.dataset)].append(s)
-        for (setting, batch, dataset), group in sorted(by_setting.items()):
-            label = f"bsz={batch}" if setting != "max" else f"bsz=max ({batch})"
-            out.append(
-                f"{hashes} {MODEL_NAMES.get(model, model)}, {precision.upper()}, "
-                f"{label} per device, {dataset} data\n"
-            )
-            out.append(_series_table(group))
+        for _key, group in sorted(by_setting.items()):
+            out.append((table_title(group[0]), group))
+    return out
+
+
+def markdown_tables(
+    summaries: list[CaseSummary],
+    heading_level: int = 3,
+    extra_columns: Sequence[ExtraColumn] = (),
+    after_table: Callable[[str, list[CaseSummary]], str] | None = None,
+    extra_notes: Sequence[str] = (),
+) -> str:
+    out: list[str] = []
+    hashes = "#" * heading_level
+    for title, group in tables(summaries):
+        out.append(f"{hashes} {title}\n")
+        out.append(_series_table(group, extra_columns))
+        out.append("")
+        if after_table is not None:
+            out.append(after_table(title, group))
             out.append("")
-    notes = footnotes(summaries)
+    notes = footnotes(summaries) + list(extra_notes)
     if notes:
         out.append("Notes:\n")
         out.extend(f"- {note}" for note in notes)
@@ -122,26 +164,36 @@ def markdown_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str
     return "\n".join(out)
 
 
-def _series_table(group: list[CaseSummary]) -> str:
+def _series_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = ()) -> str:
     series: dict[str, dict[tuple[int, int], CaseSummary]] = defaultdict(dict)
     topologies: set[tuple[int, int]] = set()
     for s in group:
         key = (s.case.topology.nodes, s.case.topology.world_size)
         series[series_name(s)][key] = s
         topologies.add(key)
+    extras = [e for e in extra_columns if any(e.cell(s) != "-" for s in group)]
+    columns: list[tuple[str, Callable[[CaseSummary], str] | None]] = []
+    for base in BASE_COLUMNS:
+        columns.append((base, None))
+        columns += [(e.header, e.cell) for e in extras if e.after == base]
     headers = ["node num", "device num"]
     for name in series:
-        headers += [f"{name} samples/s", "speedup", "efficiency", "CV"]
+        headers += [f"{name} {title}" if title == "samples/s" else title for title, _ in columns]
     rows = []
     for nodes, devices in sorted(topologies, key=lambda t: (t[1], t[0])):
         row: list[Any] = [nodes, devices]
         for cells in series.values():
             s = cells.get((nodes, devices))
             if s is None:
-                row += ["-", "-", "-", "-"]
-            else:
-                eff = "-" if s.efficiency is None else f"{s.efficiency:.2%}"
-                row += [throughput_cell(s), _fmt(s.speedup), eff, f"{s.stats.cv:.2%}"]
+                row += ["-"] * len(columns)
+                continue
+            base_cells = {
+                "samples/s": throughput_cell(s),
+                "speedup": _fmt(s.speedup),
+                "efficiency": "-" if s.efficiency is None else f"{s.efficiency:.2%}",
+                "CV": f"{s.stats.cv:.2%}",
+            }
+            row += [base_cells[title] if cell is None else cell(s) for title, cell in columns]
         rows.append(row)
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 

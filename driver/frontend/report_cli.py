@@ -1,0 +1,198 @@
+"""``dlperf release / audit / compare / factor / probe``: released, auditable report versions.
+
+Imported by ``driver.frontend.cli`` when present (``add_subcommands``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from driver.frameworks.base import REPO_ROOT
+
+REPORTS = REPO_ROOT / "reports"
+RESULTS = REPO_ROOT / "results"
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    from driver.release.release import ReleaseError, release, resolve_session
+
+    try:
+        sessions = [resolve_session(s, Path(args.results)) for s in args.sessions]
+        target = release(
+            args.version,
+            sessions,
+            reports_root=Path(args.reports),
+            changelog=args.changelog,
+            title=args.title,
+            accept_remeasured=args.accept_remeasured,
+            compute_flops=not args.no_flops,
+        )
+    except ReleaseError as error:
+        print(f"release refused: {error}", file=sys.stderr)
+        return 2
+    print(f"{target}/README.md")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from driver.release.audit import audit
+    from driver.release.release import ReleaseError, released_versions, resolve_version
+
+    reports = Path(args.reports)
+    if args.all:
+        targets = [reports / name for name, _ in reversed(released_versions(reports))]
+        if not targets:
+            print(f"no released version under {reports}")
+            return 0
+    else:
+        if not args.versions:
+            print("give a version (reports/vX.Y) or --all", file=sys.stderr)
+            return 2
+        try:
+            targets = [resolve_version(v, reports) for v in args.versions]
+        except ReleaseError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    failed = 0
+    for target in targets:
+        report = audit(
+            target,
+            images_lock=Path(args.images_lock) if args.images_lock else None,
+            recompute_flops=not args.cached_flops,
+        )
+        print(report.text())
+        failed += not report.ok
+    return 1 if failed else 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from driver.release.compare import compare_sides, load_side
+
+    a = load_side(args.a, Path(args.reports), Path(args.results))
+    b = load_side(args.b, Path(args.reports), Path(args.results))
+    rows, text = compare_sides(a, b, alpha=args.alpha)
+    print(json.dumps(rows, indent=2) if args.json else text)
+    return 0
+
+
+def cmd_factor(args: argparse.Namespace) -> int:
+    from driver.release.compare import load_side
+    from driver.release.factor import factor_report
+
+    sides = [load_side(s, Path(args.reports), Path(args.results)) for s in args.inputs]
+    data, text = factor_report(sides, args.factor, args.a, args.b)
+    print(json.dumps(data, indent=2) if args.json else text)
+    return 0 if data["pairs"] else 1
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from driver.core.results import Session
+    from driver.frontend.cli import make_runtime
+    from driver.probes import ProbeError, run_allreduce_probe
+
+    root = Path(args.session)
+    if not root.is_absolute() and not (root / "session.json").exists():
+        root = Path(args.results) / args.session
+    session = Session.open(root, {"runtime": args.runtime})
+    runtime = make_runtime(args.runtime, args.inventory)
+    status = 0
+    for topology in args.topology:
+        try:
+            result = run_allreduce_probe(
+                session.root,
+                runtime,
+                topology,
+                python=args.python,
+                sizes_mb=args.sizes_mb,
+                iters=args.iters,
+            )
+        except (ProbeError, ValueError) as error:
+            print(f"probe {topology}: {error}", file=sys.stderr)
+            status = 1
+            continue
+        print(
+            f"probe {topology}: {result['backend']}, busbw {result['busbw_gbps']:.3f} GB/s at "
+            f"{result['busbw_at_bytes']} bytes -> {session.root}/probes/allreduce-{topology}.json"
+        )
+    return status
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--reports", default=str(REPORTS), help="the reports folder")
+        parser.add_argument("--results", default=str(RESULTS), help="the results folder")
+
+    release = sub.add_parser(
+        "release", help="turn result sessions into an immutable, auditable reports/<version>"
+    )
+    release.add_argument("version", help="vX.Y[.Z][-label], e.g. v0.1-cpu")
+    release.add_argument("sessions", nargs="+", help="session folders or names under results/")
+    release.add_argument(
+        "--changelog", help="what changed and why (required once a version exists)"
+    )
+    release.add_argument("--title", help="README title (default: dlperf report <version>)")
+    release.add_argument(
+        "--accept-remeasured",
+        action="store_true",
+        help="publish repeats whose raw logs now measure differently from their records",
+    )
+    release.add_argument(
+        "--no-flops", action="store_true", help="do not count model FLOPs (no MFU column)"
+    )
+    common(release)
+    release.set_defaults(func=cmd_release)
+
+    audit = sub.add_parser("audit", help="recompute a released version from its raw logs")
+    audit.add_argument("versions", nargs="*", help="reports/vX.Y folders or version names")
+    audit.add_argument("--all", action="store_true", help="every version under --reports")
+    audit.add_argument(
+        "--images-lock", help="fail when this images.lock pins another digest for an image"
+    )
+    audit.add_argument(
+        "--cached-flops",
+        action="store_true",
+        help="trust the manifest's model FLOPs even where torch could recount them",
+    )
+    common(audit)
+    audit.set_defaults(func=cmd_audit)
+
+    compare = sub.add_parser("compare", help="two versions or sessions, case by case")
+    compare.add_argument("a", help="baseline: a version or a session")
+    compare.add_argument("b", help="the other version or session")
+    compare.add_argument("--alpha", type=float, default=0.05)
+    compare.add_argument("--json", action="store_true")
+    common(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    factor = sub.add_parser(
+        "factor", help="ratio B/A of one factor's two values over otherwise-equal cases"
+    )
+    factor.add_argument("inputs", nargs="+", help="versions or sessions (pooled)")
+    factor.add_argument(
+        "--factor",
+        required=True,
+        help="precision, dataset, batch, device, model, framework, xla, topology, variant, source",
+    )
+    factor.add_argument("--a", required=True, help="the baseline value (e.g. fp32)")
+    factor.add_argument("--b", required=True, help="the other value (e.g. amp)")
+    factor.add_argument("--json", action="store_true")
+    common(factor)
+    factor.set_defaults(func=cmd_factor)
+
+    probe = sub.add_parser(
+        "probe", help="all-reduce bandwidth probe into a session (for scaling bounds)"
+    )
+    probe.add_argument("--session", required=True, help="session folder or name (created if new)")
+    probe.add_argument(
+        "--topology", action="append", required=True, help="e.g. 1n2g, 2n16g (repeatable)"
+    )
+    probe.add_argument("--sizes-mb", default="1,16,64")
+    probe.add_argument("--iters", type=int, default=10)
+    probe.add_argument("--python", help="interpreter with torch (default: the PyTorch venv)")
+    probe.add_argument("--runtime", default="local")
+    probe.add_argument("--inventory")
+    common(probe)
+    probe.set_defaults(func=cmd_probe)

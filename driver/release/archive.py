@@ -1,0 +1,137 @@
+"""The raw data of a release: which session files it keeps, and their deterministic archives.
+
+A session becomes one ``raw/<session>.tar.gz`` whose members keep their session-relative
+paths under the session name (``<session>/cases/<case id>/repeat-01/node0.log``), so every
+number of the report maps back to a file. Kept: ``session.json`` and any other file at the
+session root (provenance written by runtimes), ``probes/`` (without superseded probe runs), and
+per case everything in its folder (``case.json``, batch-search logs) except repeat folders that
+are not finished ``ok`` (failed attempts, crashes), which the manifest lists instead. The
+session's ``report/`` folder is derived and left out.
+
+Archives are byte-for-byte reproducible (sorted members, zeroed times and owners, gzip without
+a timestamp), so their SHA-256 depends on the content only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RAW_DIR = "raw"
+_REPEAT = re.compile(r"^repeat-\d+$")
+_SUPERSEDED_PROBE = re.compile(r"\.old-\d+$")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass
+class SessionFiles:
+    name: str
+    root: Path
+    files: dict[str, Path] = field(default_factory=dict)  # session-relative path -> file
+    repeats: list[str] = field(default_factory=list)  # kept repeat folders (relative)
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _record_verdict(folder: Path) -> tuple[str, str]:
+    path = folder / "record.json"
+    if not path.exists():
+        return "no record (crashed or in progress)", ""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        return "unreadable record", str(error)
+    return str(record.get("verdict")), str(record.get("detail", ""))
+
+
+def collect_session(root: Path) -> SessionFiles:
+    """The files of ``root`` that a release keeps (see the module docstring)."""
+    root = Path(root)
+    out = SessionFiles(name=root.name, root=root)
+    cases_root = root / "cases"
+    case_dirs = {p.parent for p in cases_root.rglob("case.json")} if cases_root.exists() else set()
+    verdicts: dict[Path, bool] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "report" or path.name.endswith(".tmp"):
+            continue
+        if rel.parts[0] == "probes" and any(_SUPERSEDED_PROBE.search(p) for p in rel.parts):
+            continue
+        if rel.parts[0] == "cases":
+            owners = [d for d in case_dirs if d in path.parents]
+            if owners:
+                case_dir = max(owners, key=lambda d: len(d.parts))
+                inner = path.relative_to(case_dir).parts
+                if len(inner) > 1 and inner[0].startswith("repeat-"):
+                    folder = case_dir / inner[0]
+                    if folder not in verdicts:
+                        verdict, detail = _record_verdict(folder)
+                        kept = bool(_REPEAT.match(inner[0])) and verdict == "ok"
+                        verdicts[folder] = kept
+                        relative = str(folder.relative_to(root))
+                        if kept:
+                            out.repeats.append(relative)
+                        else:
+                            out.excluded.append(
+                                {
+                                    "session": root.name,
+                                    "folder": relative,
+                                    "verdict": verdict,
+                                    "detail": detail,
+                                }
+                            )
+                    if not verdicts[folder]:
+                        continue
+        out.files[str(rel)] = path
+    return out
+
+
+def write_archive(name: str, files: dict[str, Path], out_path: Path) -> dict[str, dict[str, Any]]:
+    """Write ``<name>/<relative path>`` members; returns member -> {sha256, bytes}."""
+    digests: dict[str, dict[str, Any]] = {}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in sorted(files):
+            data = files[rel].read_bytes()
+            member = f"{name}/{rel}"
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+            digests[member] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        out_path.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz,
+    ):
+        gz.write(buffer.getvalue())
+    return digests
+
+
+def read_archive(path: Path) -> dict[str, bytes]:
+    """member name -> content of every regular file in a release archive."""
+    out: dict[str, bytes] = {}
+    with tarfile.open(path, mode="r:gz") as tar:
+        for info in tar:
+            if info.isfile():
+                handle = tar.extractfile(info)
+                out[info.name] = handle.read() if handle else b""
+    return out

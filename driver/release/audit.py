@@ -1,0 +1,556 @@
+"""``dlperf audit reports/vX.Y``: recompute a released version from its raw logs and compare.
+
+Checks, each failure naming the file, the cell and both values:
+
+1. the manifest's schema, and that the version folder holds exactly the files it lists;
+2. the SHA-256 of every archive, raw file (logs, records, telemetry, probes), config copy and
+   plot;
+3. every repeat re-measured from its raw logs with the parser its record names
+   (``driver.registry.PARSERS`` + ``driver.core.measure``), against its record;
+4. every case re-summarised (``driver.core.summary.summarize``: median, CV, speedup,
+   efficiency) with MFU, scaling bounds, references and telemetry, and README.md,
+   results.json and results.csv re-rendered and compared byte for byte; a difference is
+   reported by table, row and column (README, CSV) or by JSON path;
+5. the manifest parts that follow from the raw data (sessions, nodes, probes, counts, image
+   digests: the ``images.lock`` copy's pins, the digests the records ran, those no lock or build
+   record lists, which are noted), and the repo's current ``images.lock`` (a note, or a
+   failure with ``--images-lock``),
+   and the model FLOPs when torch is importable (cached values are used otherwise);
+6. the manifest's SHA-256 in ``reports/README.md``, when the version is listed there.
+
+Needs only the driver's own dependencies: no framework, no torch, no matplotlib.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import json
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver.core.report import tables
+from driver.release.archive import read_archive, sha256_bytes, sha256_file
+from driver.release.compute import Computed, compute
+from driver.release.dataset import load_dataset
+from driver.release.manifest import (
+    IMAGES_LOCK,
+    MANIFEST,
+    derived_parts,
+    read_images_lock,
+    validate,
+)
+from driver.release.render import csv_text, json_lines, readme_text, results_data
+
+VERSION_LEVEL = "(version)"
+PUBLISHED_TEXTS = ("README.md", "results.json", "results.csv")
+_CASE_IN_MEMBER = re.compile(r"^[^/]+/cases/(.+?)/(?:repeat-\d+(?:\.failed-\d+)?/|[^/]+$)")
+_CASE_IN_LABEL = re.compile(r"case_id=([^,\]]+)")
+
+
+@dataclass
+class Finding:
+    file: str
+    cell: str
+    published: str
+    recomputed: str
+    table: str = VERSION_LEVEL
+
+    def __str__(self) -> str:
+        return (
+            f"{self.file}: {self.cell}: published {self.published!r}, "
+            f"recomputed {self.recomputed!r}"
+        )
+
+
+@dataclass
+class AuditReport:
+    version_dir: Path
+    version: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
+    table_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # cases, repeats
+    notes: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def summary_line(self) -> str:
+        c = self.counts
+        return (
+            f"{c.get('cases', 0)} cases, {c.get('repeats', 0)} repeats, "
+            f"{c.get('raw_files', 0)} raw files"
+        )
+
+    def text(self) -> str:
+        by_table: dict[str, list[Finding]] = defaultdict(list)
+        for finding in self.findings:
+            by_table[finding.table].append(finding)
+        out = [f"audit {self.version_dir} (version {self.version or '?'}): {self.summary_line()}"]
+        version_findings = by_table.pop(VERSION_LEVEL, [])
+        out.append(
+            f"  [{'ok' if not version_findings else 'FAIL'}] manifest, checksums, images, "
+            f"provenance" + (f": {len(version_findings)} difference(s)" if version_findings else "")
+        )
+        out += [f"      {f}" for f in version_findings]
+        for title in self.tables + sorted(set(by_table) - set(self.tables)):
+            found = by_table.get(title, [])
+            cases, repeats = self.table_sizes.get(title, (0, 0))
+            size = f" ({cases} cases, {repeats} repeats)"
+            if found:
+                out.append(f'  [FAIL] table "{title}"{size}: {len(found)} difference(s)')
+                out += [f"      {f}" for f in found]
+            else:
+                out.append(f'  [ok]   table "{title}"{size}')
+        out += [f"  note: {n}" for n in self.notes]
+        verdict = "PASS" if self.ok else f"FAIL ({len(self.findings)} difference(s))"
+        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s")
+        return "\n".join(out)
+
+
+class _Audit:
+    def __init__(self, version_dir: Path, report: AuditReport) -> None:
+        self.dir = version_dir
+        self.report = report
+        self.case_titles: dict[str, str] = {}
+
+    def add(
+        self, file: str, cell: str, published: Any, recomputed: Any, case_id: str | None = None
+    ) -> None:
+        title = self.case_titles.get(case_id or "", VERSION_LEVEL)
+        self.report.findings.append(
+            Finding(file, cell, _show(published), _show(recomputed), table=title)
+        )
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def case_of_member(member: str) -> str | None:
+    match = _CASE_IN_MEMBER.match(member)
+    return match[1] if match else None
+
+
+def audit(
+    version_dir: Path,
+    *,
+    expected_version: str | None = None,
+    images_lock: Path | None = None,
+    recompute_flops: bool = True,
+    reports_root: Path | None = None,
+) -> AuditReport:
+    """Audit one version folder; never raises for a bad version (the findings say why)."""
+    started = time.perf_counter()
+    version_dir = Path(version_dir)
+    report = AuditReport(version_dir=version_dir)
+    state = _Audit(version_dir, report)
+    try:
+        _run(state, expected_version, images_lock, recompute_flops, reports_root)
+    finally:
+        report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def _run(
+    state: _Audit,
+    expected_version: str | None,
+    images_lock: Path | None,
+    recompute_flops: bool,
+    reports_root: Path | None,
+) -> None:
+    directory, report = state.dir, state.report
+    try:
+        manifest_bytes = (directory / MANIFEST).read_bytes()
+        manifest = json.loads(manifest_bytes)
+    except (OSError, ValueError) as error:
+        state.add(MANIFEST, "the file", "unreadable", f"a JSON manifest ({error})")
+        return
+    problems = validate(manifest)
+    for problem in problems:
+        state.add(MANIFEST, "schema", problem, "a valid manifest")
+    if problems:
+        return
+    report.version = manifest["version"]
+    expected = expected_version or directory.name
+    if manifest["version"] != expected:
+        state.add(MANIFEST, "version", manifest["version"], expected)
+
+    # 1-2: the files of the folder, and their checksums.
+    listed = {MANIFEST, *PUBLISHED_TEXTS, *manifest["files"], *manifest["archives"]}
+    listed |= set(manifest["config_files"])
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    for extra in sorted(present - listed):
+        state.add(extra, "presence", "a file the manifest does not list", "absent")
+    for path, entry in sorted(
+        {**manifest["files"], **manifest["config_files"], **manifest["archives"]}.items()
+    ):
+        if path not in present:
+            state.add(path, "presence", "missing", "listed in the manifest")
+        elif sha256_file(directory / path) != entry.get("sha256"):
+            state.add(path, "sha256", sha256_file(directory / path), entry.get("sha256"))
+    members: dict[str, bytes] = {}
+    for archive in sorted(manifest["archives"]):
+        if archive not in present:
+            continue
+        try:
+            members.update(read_archive(directory / archive))
+        except Exception as error:  # a corrupted archive: tarfile/gzip/zlib errors
+            state.add(
+                archive, "archive", f"unreadable ({type(error).__name__}: {error})", "readable"
+            )
+    raw = manifest["raw_files"]
+    for member in sorted(set(raw) - set(members)):
+        state.add(member, "presence", "missing from the archives", "listed", case_of_member(member))
+    for member in sorted(set(members) - set(raw)):
+        state.add(member, "presence", "in an archive", "not listed", case_of_member(member))
+
+    # 3-4: recompute.
+    dataset = load_dataset(members)
+    from driver.release.release import load_config
+
+    model_costs = manifest["model_costs"]
+    config = load_config(directory, model_costs)
+    computed = compute(dataset, config)
+    state.case_titles = dict(computed.titles)
+    for repeat in computed.repeats:  # a case that failed to summarise still maps its repeats
+        state.case_titles.setdefault(repeat.raw.case.id, VERSION_LEVEL)
+    # member hashes after titles are known, so that a changed log names its table
+    for member in sorted(set(raw) & set(members)):
+        actual = sha256_bytes(members[member])
+        if actual != raw[member].get("sha256"):
+            state.add(member, "sha256", actual, raw[member].get("sha256"), case_of_member(member))
+    for member, problem in dataset.problems:
+        state.add(member, "raw data", problem, "complete", case_of_member(member))
+    for folder, problem in computed.errors:
+        state.add(folder, "measurement", problem, "a measured window", case_of_member(folder + "/"))
+    report.tables = [title for title, _ in tables(computed.summaries)]
+    for s in computed.summaries:
+        cases, repeats = report.table_sizes.get(computed.titles[s.case_id], (0, 0))
+        report.table_sizes[computed.titles[s.case_id]] = (cases + 1, repeats + s.stats.repeats)
+    report.counts = {
+        "cases": len(computed.summaries),
+        "repeats": sum(1 for r in computed.repeats if r.measurement is not None),
+        "raw_files": len(members),
+    }
+    _check_records(state, computed, manifest)
+    _check_flops(state, manifest, recompute_flops)
+
+    # 5: manifest parts recomputed from the raw data and the config copies.
+    derived = derived_parts(dataset, computed, directory)
+    for name, value in derived.items():
+        _compare_values(state, f"{MANIFEST}", name, manifest.get(name), value)
+    _check_images(state, derived["images"], images_lock)
+
+    # 4: the published texts.
+    data = results_data(computed, manifest["version"])
+    expected_json_lines, labels = json_lines(data)
+    _compare_json(state, "results.json", expected_json_lines, labels)
+    _compare_csv(state, "results.csv", csv_text(data))
+    _compare_readme(state, "README.md", readme_text(computed, manifest), computed)
+
+    # 6: the index.
+    _check_index(state, manifest_bytes, manifest["version"], reports_root or directory.parent)
+
+
+def _read(state: _Audit, name: str) -> str | None:
+    try:
+        return (state.dir / name).read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        state.add(name, "presence", "missing", "present")
+        return None
+
+
+def _check_records(state: _Audit, computed: Computed, manifest: dict[str, Any]) -> None:
+    accepted = {
+        e.get("folder"): e.get("recomputed") for e in manifest["remeasured"] if isinstance(e, dict)
+    }
+    for result in computed.repeats:
+        if result.measurement is None:
+            continue
+        record = result.raw.record.measurement or {}
+        if result.measurement == record:
+            continue
+        if accepted.get(result.raw.folder) == result.measurement:
+            continue  # published with --accept-remeasured: listed in the manifest
+        for key in sorted(set(record) | set(result.measurement)):
+            if record.get(key) != result.measurement.get(key):
+                state.add(
+                    f"{result.raw.folder}/record.json",
+                    f"measurement.{key}",
+                    record.get(key),
+                    result.measurement.get(key),
+                    result.raw.case.id,
+                )
+
+
+def _check_flops(state: _Audit, manifest: dict[str, Any], recompute: bool) -> None:
+    costs = manifest["model_costs"]
+    if not costs:
+        return
+    if not recompute:
+        state.report.notes.append("model FLOPs: cached values used (not recomputed)")
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        state.report.notes.append("model FLOPs: cached values used (no torch here)")
+        return
+    from driver.release.mfu import compute_model_costs
+
+    fresh = compute_model_costs((c["model"], c["options"]) for c in costs.values())
+    for key, cost in sorted(costs.items()):
+        for name in ("flops_per_sample", "parameters"):
+            if fresh.get(key, {}).get(name) != cost.get(name):
+                state.add(
+                    MANIFEST,
+                    f"model_costs[{key}].{name}",
+                    cost.get(name),
+                    fresh.get(key, {}).get(name),
+                )
+
+
+def _compare_values(state: _Audit, file: str, path: str, published: Any, expected: Any) -> None:
+    if published == expected:
+        return
+    if isinstance(published, dict) and isinstance(expected, dict):
+        for key in sorted(set(published) | set(expected), key=str):
+            _compare_values(state, file, f"{path}.{key}", published.get(key), expected.get(key))
+        return
+    if (
+        isinstance(published, list)
+        and isinstance(expected, list)
+        and len(published) == len(expected)
+    ):
+        for index, (a, b) in enumerate(zip(published, expected, strict=True)):
+            _compare_values(state, file, f"{path}[{index}]", a, b)
+        return
+    state.add(file, path, published, expected)
+
+
+def _check_images(state: _Audit, images: dict[str, Any], explicit_lock: Path | None) -> None:
+    for digest in images.get("unlisted", []):
+        state.report.notes.append(
+            f"image {digest} ran (records) but neither images.lock nor the build records list it"
+        )
+    from driver.frameworks.base import REPO_ROOT
+
+    current = explicit_lock or REPO_ROOT / IMAGES_LOCK
+    if not images.get("digests") or not current.exists():
+        return
+    now = read_images_lock(current)
+    for name, digest in sorted(images["digests"].items()):
+        if name in now and now[name] != digest:
+            message = f"{current}: {name}"
+            if explicit_lock is not None:
+                state.add(str(current), f"image {name}", now[name], digest)
+            else:
+                state.report.notes.append(
+                    f"{message} is now {now[name]} (the version ran {digest}); pass "
+                    "--images-lock to make this a failure"
+                )
+
+
+def _check_index(state: _Audit, manifest_bytes: bytes, version: str, reports_root: Path) -> None:
+    from driver.release.release import index_digest
+
+    listed = index_digest(reports_root, version)
+    if listed is None:
+        state.report.notes.append(f"{reports_root / 'README.md'} does not list {version}")
+    elif listed != sha256_bytes(manifest_bytes):
+        state.add(
+            str(reports_root / "README.md"),
+            f"manifest sha256 of {version}",
+            listed,
+            sha256_bytes(manifest_bytes),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Text comparisons that name the cell
+
+
+def _pairs(published: list[str], expected: list[str]) -> list[tuple[int | None, int | None]]:
+    """Aligned (published index, expected index) pairs of the lines that differ."""
+    if len(published) == len(expected):
+        return [(i, i) for i, (a, b) in enumerate(zip(published, expected, strict=True)) if a != b]
+    out: list[tuple[int | None, int | None]] = []
+    matcher = difflib.SequenceMatcher(None, published, expected)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        for k in range(max(a1 - a0, b1 - b0)):
+            out.append((a0 + k if a0 + k < a1 else None, b0 + k if b0 + k < b1 else None))
+    return out
+
+
+def _compare_json(state: _Audit, name: str, expected: list[str], labels: list[str]) -> None:
+    text = _read(state, name)
+    if text is None:
+        return
+    published = text.split("\n")
+    if published and published[-1] == "":
+        published.pop()
+    for pub, exp in _pairs(published, expected):
+        label = labels[exp] if exp is not None else (labels[-1] if labels else "")
+        match = _CASE_IN_LABEL.search(label)
+        where = label or "(top level)"
+        state.add(
+            name,
+            f"{where} (line {(pub if pub is not None else exp or 0) + 1})",
+            published[pub].strip() if pub is not None else "(no line)",
+            expected[exp].strip() if exp is not None else "(no line)",
+            match[1] if match else None,
+        )
+
+
+def _csv_key(row: list[str], header: list[str]) -> str:
+    values = dict(zip(header, row, strict=False))
+    key = f"{values.get('row', '?')} {values.get('case_id', '?')}"
+    if values.get("row") == "repeat":
+        key += f" repeat {values.get('repeat', '?')}"
+    return key
+
+
+def _compare_csv(state: _Audit, name: str, expected_text: str) -> None:
+    text = _read(state, name)
+    if text is None or text == expected_text:
+        return
+    published = list(csv.reader(io.StringIO(text)))
+    expected = list(csv.reader(io.StringIO(expected_text)))
+    header = expected[0] if expected else []
+    if not published or published[0] != header:
+        got = published[0] if published else []
+        for index in range(max(len(got), len(header))):
+            a = got[index] if index < len(got) else "(none)"
+            b = header[index] if index < len(header) else "(none)"
+            if a != b:
+                state.add(name, f"header column {index + 1}", a, b)
+        return
+    found = False
+    for pub, exp in _pairs([",".join(r) for r in published], [",".join(r) for r in expected]):
+        if pub is None or exp is None:
+            row = expected[exp] if exp is not None else published[pub or 0]
+            case_id = dict(zip(header, row, strict=False)).get("case_id")
+            state.add(
+                name,
+                f"row {_csv_key(row, header)}",
+                "(no row)" if pub is None else "an extra row",
+                "a row" if pub is None else "(no row)",
+                case_id,
+            )
+            found = True
+            continue
+        a, b = published[pub], expected[exp]
+        case_id = dict(zip(header, b, strict=False)).get("case_id")
+        for column in range(max(len(a), len(b))):
+            x = a[column] if column < len(a) else "(none)"
+            y = b[column] if column < len(b) else "(none)"
+            if x != y:
+                column_name = header[column] if column < len(header) else f"#{column + 1}"
+                state.add(
+                    name,
+                    f"row {_csv_key(b, header)}, column {column_name}",
+                    x,
+                    y,
+                    case_id,
+                )
+                found = True
+    if not found:  # same cells, different bytes (quoting, line ends)
+        line = next(
+            (
+                i
+                for i, (a, b) in enumerate(
+                    zip(text.splitlines(), expected_text.splitlines(), strict=False)
+                )
+                if a != b
+            ),
+            min(len(text.splitlines()), len(expected_text.splitlines())),
+        )
+        state.add(
+            name,
+            f"line {line + 1} (same cells, other bytes)",
+            text.splitlines()[line : line + 1],
+            expected_text.splitlines()[line : line + 1],
+        )
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _compare_readme(state: _Audit, name: str, expected_text: str, computed: Computed) -> None:
+    text = _read(state, name)
+    if text is None or text == expected_text:
+        return
+    published = text.split("\n")
+    expected = expected_text.split("\n")
+    titles = set(computed.titles.values())
+    case_ids = set(computed.titles)
+    for pub, exp in _pairs(published, expected):
+        anchor = exp if exp is not None else min(pub or 0, len(expected) - 1)
+        heading = next(
+            (
+                expected[i].lstrip("#").strip() if expected[i].startswith("#") else "Notes"
+                for i in range(anchor, -1, -1)
+                if expected[i].startswith("#") or expected[i] == "Notes:"
+            ),
+            "(top)",
+        )
+        table = heading if heading in titles else None
+        a = published[pub] if pub is not None else "(no line)"
+        b = expected[exp] if exp is not None else "(no line)"
+        if exp is not None and b.startswith("|") and a.startswith("|"):
+            start = exp
+            while start > 0 and expected[start - 1].startswith("|"):
+                start -= 1
+            header = _cells(expected[start])
+            got, want = _cells(a), _cells(b)
+            row_label = _row_label(header, want)
+            case_id = next((c for c in want[:1] if c in case_ids), None)
+            for column in range(max(len(got), len(want))):
+                x = got[column] if column < len(got) else "(none)"
+                y = want[column] if column < len(want) else "(none)"
+                if x != y:
+                    column_name = header[column] if column < len(header) else f"#{column + 1}"
+                    where = f'table "{table}"' if table else f'section "{heading}" table'
+                    state.report.findings.append(
+                        Finding(
+                            name,
+                            f'{where}, {row_label}, column "{column_name}"',
+                            x,
+                            y,
+                            table=table or state.case_titles.get(case_id or "", VERSION_LEVEL),
+                        )
+                    )
+            continue
+        state.report.findings.append(
+            Finding(
+                name,
+                f'line {(exp if exp is not None else pub or 0) + 1} under "{heading}"',
+                a,
+                b,
+                table=table or VERSION_LEVEL,
+            )
+        )
+
+
+def _row_label(header: list[str], cells: list[str]) -> str:
+    if header[:2] == ["node num", "device num"] and len(cells) >= 2:
+        try:
+            return f"row {cells[0]}n{cells[1]}g"
+        except IndexError:  # pragma: no cover
+            pass
+    if header[:2] == ["case", "repeat"] and len(cells) >= 2:
+        return f"row {cells[0]} repeat {cells[1]}"
+    return f"row {cells[0]!r}" if cells else "row ?"

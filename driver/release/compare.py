@@ -1,0 +1,266 @@
+"""``dlperf compare A B``: two versions or sessions, case by case, with a noise-aware verdict.
+
+A change counts only when it stands out of both sides' spread: the repeats' ranges do not
+overlap, the ratio of medians is further from 1 than twice the larger CV (and 1%), and, where
+the repeat counts allow a two-sided Mann-Whitney U test to reach ``alpha`` at all, the test
+rejects at ``alpha``. With DLPerf's 7 repeats per side the test can reach p = 0.0006; with 3
+it cannot go below 0.1, so the range and CV criteria decide alone (the table says so).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from driver.core.measure import CaseStats, case_stats
+
+ALPHA = 0.05
+MIN_CHANGE = 0.01
+EXACT_LIMIT = 40  # exact U distribution up to this many repeats in total
+
+
+@dataclass
+class CaseView:
+    """What compare and factor need of a case, from a version's results or a session."""
+
+    case_id: str
+    fields: dict[str, Any]  # model, framework, source, topology, batch_per_device, ...
+    throughputs: list[float]
+    stats: CaseStats = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stats = case_stats(self.throughputs)
+
+
+@dataclass
+class Side:
+    name: str
+    kind: str  # version | session
+    cases: dict[str, CaseView]
+
+
+def _fields(row: dict[str, Any]) -> dict[str, Any]:
+    names = row.get("device_names") or []
+    return {
+        "model": row["model"],
+        "framework": row["framework"],
+        "source": row.get("source", "dlperf"),
+        "topology": f"{row['nodes']}n{row['devices']}g",
+        "nodes": row["nodes"],
+        "devices": row["devices"],
+        "batch": row["batch_per_device"],
+        "precision": row["precision"],
+        "dataset": row["dataset"],
+        "xla": "on" if row.get("xla") else "off",
+        "variant": row.get("variant", "default"),
+        "device": ", ".join(sorted(set(names))) or "unknown",
+    }
+
+
+def load_side(text: str, reports_root: Path, results_root: Path) -> Side:
+    """A released version (folder or name under reports/) or a session (folder or name)."""
+    path = Path(text)
+    candidates = [path, reports_root / text, results_root / text]
+    for candidate in candidates:
+        if (candidate / "manifest.json").exists() and (candidate / "results.json").exists():
+            return _version_side(candidate)
+        if (candidate / "session.json").exists():
+            return _session_side(candidate)
+    raise SystemExit(f"{text}: neither a released version nor a session folder")
+
+
+def _version_side(folder: Path) -> Side:
+    data = json.loads((folder / "results.json").read_text())
+    repeats: dict[str, list[tuple[int, float]]] = {}
+    for row in data.get("repeats", []):
+        if row.get("throughput") is not None:
+            repeats.setdefault(row["case_id"], []).append((row["repeat"], row["throughput"]))
+    cases = {}
+    for row in data.get("cases", []):
+        values = [t for _, t in sorted(repeats.get(row["case_id"], []))]
+        if values:
+            cases[row["case_id"]] = CaseView(row["case_id"], _fields(row), values)
+    return Side(folder.name, "version", cases)
+
+
+def _session_side(folder: Path) -> Side:
+    from driver.core.results import Session
+    from driver.core.summary import summarize
+
+    summaries = summarize((c, r) for c, r, _ in Session(folder).records())
+    cases = {
+        s.case_id: CaseView(
+            s.case_id, _fields({**s.row(), "device_names": s.devices}), s.throughputs
+        )
+        for s in summaries
+    }
+    return Side(folder.name, "session", cases)
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+
+
+@cache
+def _u_counts(m: int, n: int) -> tuple[int, ...]:
+    """Number of orderings of m + n distinct values giving each U (pairs where a > b)."""
+    if m == 0 or n == 0:
+        return (1,)
+    # The largest value is an ``a`` (adds n to U) or a ``b`` (adds nothing).
+    with_a, with_b = _u_counts(m - 1, n), _u_counts(m, n - 1)
+    out = [0] * (m * n + 1)
+    for u, count in enumerate(with_a):
+        out[u + n] += count
+    for u, count in enumerate(with_b):
+        out[u] += count
+    return tuple(out)
+
+
+def mann_whitney(a: list[float], b: list[float]) -> tuple[float, float]:
+    """(U of ``a``, two-sided p): exact without ties for small samples, else the normal
+    approximation with tie correction and continuity correction."""
+    m, n = len(a), len(b)
+    if not m or not n:
+        raise ValueError("both samples need values")
+    u = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in a for y in b)
+    values = a + b
+    ties = len(set(values)) < len(values)
+    if not ties and m + n <= EXACT_LIMIT:
+        counts = _u_counts(m, n)
+        total = sum(counts)
+        k = int(u)
+        low = sum(counts[: k + 1]) / total
+        high = sum(counts[k:]) / total
+        return u, min(1.0, 2 * min(low, high))
+    size = m + n
+    tie_sizes = [values.count(v) for v in set(values)]
+    correction = sum(t**3 - t for t in tie_sizes) / (size * (size - 1))
+    sigma = math.sqrt(m * n / 12 * ((size + 1) - correction))
+    if sigma == 0:
+        return u, 1.0
+    z = (abs(u - m * n / 2) - 0.5) / sigma
+    return u, min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+
+
+def min_p_value(m: int, n: int) -> float:
+    """The smallest two-sided p the exact test can give with these sample sizes."""
+    return min(1.0, 2 / math.comb(m + n, m))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ratio: float
+    p_value: float | None
+    threshold: float
+    label: str
+    tested: bool  # the U test could reach alpha and took part
+
+
+def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> Verdict:
+    """B against A (higher throughput is better)."""
+    sa, sb = case_stats(a), case_stats(b)
+    ratio = sb.median / sa.median
+    threshold = max(2 * sa.cv, 2 * sb.cv, MIN_CHANGE)
+    if len(a) < 2 or len(b) < 2:
+        return Verdict(ratio, None, threshold, "inconclusive (1 repeat)", False)
+    _u, p = mann_whitney(a, b)
+    tested = min_p_value(len(a), len(b)) <= alpha
+    disjoint = sa.maximum < sb.minimum or sb.maximum < sa.minimum
+    changed = disjoint and abs(ratio - 1) > threshold and (p <= alpha or not tested)
+    if not changed:
+        label = "within noise"
+    else:
+        label = "faster" if ratio > 1 else "slower"
+    return Verdict(ratio, p, threshold, label, tested)
+
+
+# --------------------------------------------------------------------------------------------
+# The comparison
+
+
+def compare_sides(a: Side, b: Side, alpha: float = ALPHA) -> tuple[list[dict[str, Any]], str]:
+    """Rows (one per common case) and the Markdown report."""
+    rows = []
+    for case_id in sorted(set(a.cases) & set(b.cases)):
+        ca, cb = a.cases[case_id], b.cases[case_id]
+        v = verdict(ca.throughputs, cb.throughputs, alpha)
+        rows.append(
+            {
+                "case_id": case_id,
+                "a_median": ca.stats.median,
+                "a_cv": ca.stats.cv,
+                "a_min": ca.stats.minimum,
+                "a_max": ca.stats.maximum,
+                "a_repeats": ca.stats.repeats,
+                "b_median": cb.stats.median,
+                "b_cv": cb.stats.cv,
+                "b_min": cb.stats.minimum,
+                "b_max": cb.stats.maximum,
+                "b_repeats": cb.stats.repeats,
+                "ratio": v.ratio,
+                "p_value": v.p_value,
+                "threshold": v.threshold,
+                "u_test": v.tested,
+                "verdict": v.label,
+            }
+        )
+    table = [
+        [
+            r["case_id"],
+            f"{r['a_median']:.2f}",
+            f"{r['a_cv']:.2%}",
+            f"{r['a_min']:.2f}-{r['a_max']:.2f} ({r['a_repeats']})",
+            f"{r['b_median']:.2f}",
+            f"{r['b_cv']:.2%}",
+            f"{r['b_min']:.2f}-{r['b_max']:.2f} ({r['b_repeats']})",
+            f"{r['ratio']:.4f}",
+            "-" if r["p_value"] is None else f"{r['p_value']:.4f}" + ("" if r["u_test"] else "*"),
+            r["verdict"],
+        ]
+        for r in rows
+    ]
+    headers = [
+        "case",
+        f"{a.name} median",
+        "CV",
+        "min-max (repeats)",
+        f"{b.name} median",
+        "CV",
+        "min-max (repeats)",
+        "B/A",
+        "U-test p",
+        "verdict",
+    ]
+    out = [f"# {b.name} ({b.kind}) against {a.name} ({a.kind})", ""]
+    if rows:
+        out.append(tabulate(table, headers=headers, tablefmt="github", disable_numparse=True))
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        ratios = [r["ratio"] for r in rows]
+        out += [
+            "",
+            f"{len(rows)} common case(s): "
+            + ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
+            + f"; median B/A {statistics.median(ratios):.4f}.",
+        ]
+    else:
+        out.append("No case in common.")
+    out.append(
+        f"\nA case changes when the repeats' ranges do not overlap, |B/A - 1| exceeds twice the "
+        f"larger CV (and {MIN_CHANGE:.0%}), and a two-sided Mann-Whitney U test gives p <= "
+        f"{alpha} where the repeat counts allow it (* : too few repeats for p to reach "
+        f"{alpha}; the range and CV criteria decide)."
+    )
+    for side, other in ((a, b), (b, a)):
+        only = sorted(set(side.cases) - set(other.cases))
+        if only:
+            out.append(f"\nOnly in {side.name}: " + ", ".join(f"`{c}`" for c in only))
+    return rows, "\n".join(out) + "\n"

@@ -1,0 +1,216 @@
+"""Every number of a release, derived from its raw data and its config copies.
+
+Per repeat: the window throughput recomputed from the raw logs, and the telemetry summary.
+Per case (through ``driver.core.summary.summarize``, the one statistics path): median, spread,
+speedup, efficiency; then MFU (cached model FLOPs x device peaks), the all-reduce scaling bound
+(probe bandwidth x gradient size) and the nearest published reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from driver.benchargs import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
+from driver.core.case import Case
+from driver.core.report import table_title
+from driver.core.summary import CaseSummary, summarize
+from driver.parsers.base import LogParseError
+from driver.probes import scaling_bound
+from driver.release.dataset import Dataset, RawRepeat, remeasure_parsed, telemetry_summary
+from driver.release.mfu import (
+    GRADIENT_BYTES_PER_PARAMETER,
+    cost_key,
+    match_device,
+    mfu,
+    peak_precision,
+)
+from driver.release.references import Ours, nearest
+
+
+@dataclass
+class Config:
+    peaks: list[dict[str, Any]] = field(default_factory=list)
+    references: list[dict[str, Any]] = field(default_factory=list)
+    model_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class RepeatResult:
+    raw: RawRepeat
+    measurement: dict[str, Any] | None
+    error: str | None
+    telemetry: dict[str, Any]
+    headers: list[dict[str, Any]] = field(default_factory=list)  # every rank's log header
+
+
+@dataclass
+class Computed:
+    summaries: list[CaseSummary]
+    repeats: list[RepeatResult]
+    extras: dict[str, dict[str, Any]]  # case id -> MFU, bound, reference fields
+    sessions_of: dict[str, str]  # case id -> session
+    titles: dict[str, str]  # case id -> table title
+    errors: list[tuple[str, str]]  # (archive member, message)
+
+
+EXTRA_FIELDS = (
+    "session",
+    "flops_per_sample",
+    "peak_device",
+    "peak_precision",
+    "peak_tflops",
+    "mfu",
+    "gradient_bytes",
+    "probe_topology",
+    "busbw_gbps",
+    "scaling_bound",
+    "reference_id",
+    "reference_framework",
+    "reference_hardware",
+    "reference_devices",
+    "reference_batch_per_device",
+    "reference_precision",
+    "reference_throughput",
+    "reference_per_device",
+    "reference_link",
+    "per_device",
+    "ratio_per_device",
+)
+
+
+def compute(dataset: Dataset, config: Config) -> Computed:
+    results: list[RepeatResult] = []
+    errors: list[tuple[str, str]] = []
+    for raw in sorted(dataset.repeats, key=lambda r: (r.case.id, r.record.repeat, r.session)):
+        headers: list[dict[str, Any]] = []
+        parsed = None
+        try:
+            measurement, parsed = remeasure_parsed(raw)
+            error = None
+            headers = [
+                parsed.ranks[r].header for r in sorted(parsed.ranks) if parsed.ranks[r].header
+            ]
+        except (LogParseError, KeyError, ValueError) as problem:
+            measurement, error, parsed = None, str(problem), None
+            errors.append((raw.folder, f"logs do not give a measurement: {problem}"))
+        telemetry = telemetry_summary(raw, parsed)
+        results.append(RepeatResult(raw, measurement, error, telemetry, headers))
+    records = [
+        (r.raw.case, replace(r.raw.record, measurement=r.measurement))
+        for r in results
+        if r.measurement is not None
+    ]
+    summaries = summarize(records)
+    sessions_of = {r.raw.case.id: r.raw.session for r in results}
+    headers = {}
+    for r in results:
+        headers.setdefault(r.raw.case.id, r.raw.record.header)
+    extras = {
+        s.case_id: _extras(s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)
+        for s in summaries
+    }
+    return Computed(
+        summaries=summaries,
+        repeats=results,
+        extras=extras,
+        sessions_of=sessions_of,
+        titles={s.case_id: table_title(s) for s in summaries},
+        errors=errors,
+    )
+
+
+def published_shapes(case: Case) -> bool:
+    """The case runs the full-size model (no shape option away from its default)."""
+    for key, value in case.options.items():
+        if key not in SHAPE_OPTIONS:
+            continue
+        default = DEFAULT_IMAGE_SIZE.get(case.model) if key == "image_size" else SHAPE_OPTIONS[key]
+        if value != default:
+            return False
+    return True
+
+
+def _gradient_bytes(summary: CaseSummary, options: dict[str, Any], config: Config) -> int | None:
+    if isinstance(options.get("gradient_bytes"), (int, float)):
+        return int(options["gradient_bytes"])
+    parameters = options.get("parameters")
+    if not isinstance(parameters, int):
+        cost = config.model_costs.get(cost_key(summary.case.model, summary.case.options))
+        parameters = cost.get("parameters") if cost else None
+    return parameters * GRADIENT_BYTES_PER_PARAMETER if isinstance(parameters, int) else None
+
+
+def _extras(
+    summary: CaseSummary,
+    summaries: list[CaseSummary],
+    header: dict[str, Any],
+    sessions_of: dict[str, str],
+    dataset: Dataset,
+    config: Config,
+) -> dict[str, Any]:
+    case = summary.case
+    options = dict(header.get("options") or {})
+    out: dict[str, Any] = dict.fromkeys(EXTRA_FIELDS)
+    session = sessions_of.get(case.id)
+    out["session"] = session
+    # MFU
+    cost = config.model_costs.get(cost_key(case.model, case.options))
+    device = summary.devices[0] if summary.devices else None
+    peak = match_device(device, config.peaks)
+    if cost:
+        out["flops_per_sample"] = cost.get("flops_per_sample")
+    if peak:
+        precision = peak_precision(case.precision, options)
+        out["peak_device"] = peak.get("name")
+        out["peak_precision"] = precision
+        out["peak_tflops"] = (peak.get("peaks") or {}).get(precision)
+    out["mfu"] = mfu(
+        summary.stats.median, out["flops_per_sample"], case.topology.world_size, out["peak_tflops"]
+    )
+    # Scaling bound
+    devices = case.topology.world_size
+    if devices > 1:
+        out["gradient_bytes"] = _gradient_bytes(summary, options, config)
+        probes = [
+            p for p in dataset.probes if p["session"] == session and p["world_size"] == devices
+        ]
+        probes.sort(key=lambda p: (p["topology"] != case.topology.label, p["topology"]))
+        base = next(
+            (
+                s
+                for s in summaries
+                if s.case.topology.world_size == 1
+                and s.case.group_key == case.group_key
+                and s.batch_size == summary.batch_size
+            ),
+            None,
+        )
+        if probes:
+            out["probe_topology"] = probes[0]["topology"]
+            out["busbw_gbps"] = probes[0]["busbw_gbps"]
+        if probes and base and out["gradient_bytes"]:
+            step_time = summary.batch_size / base.stats.median
+            out["scaling_bound"] = scaling_bound(
+                step_time, out["gradient_bytes"], devices, out["busbw_gbps"]
+            )
+    # Nearest published result (only for the published models' shapes)
+    if not published_shapes(case):
+        return out
+    reference = nearest(
+        Ours(
+            model=case.model,
+            framework=case.framework,
+            precision=case.precision,
+            devices=devices,
+            batch_per_device=summary.batch_size,
+            xla=case.xla,
+            dataset=case.dataset,
+            device_names=tuple(summary.devices),
+            throughput=summary.stats.median,
+        ),
+        config.references,
+    )
+    if reference:
+        out.update(reference)
+    return out

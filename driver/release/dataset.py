@@ -1,0 +1,205 @@
+"""A release's raw data as the release and the audit both read it: archive members -> repeats.
+
+Both go through :func:`load_dataset` and :func:`remeasure`, so what a release publishes and what
+an audit recomputes come from the same code reading the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from driver.core.case import Case
+from driver.core.measure import Window, measure_repeat
+from driver.core.results import RepeatRecord
+from driver.parsers.base import LogParseError, ParsedLog, RankLog
+from driver.plugins import load_all
+from driver.probes import ProbeError, parse_probe_log
+from driver.registry import PARSERS
+from driver.telemetry.summary import node_of, summarize_samples
+
+_REPEAT = re.compile(r"^repeat-\d+$")
+_NODE_LOG = re.compile(r"^node(\d+)\.log$")
+_PROBE_LOG = re.compile(r"^([^/]+)/probes/(allreduce-[^/]+)/node0\.log$")
+
+
+@dataclass
+class RawRepeat:
+    session: str
+    folder: str  # archive member folder: <session>/cases/<case id>/repeat-NN
+    case: Case
+    record: RepeatRecord  # as archived (its measurement is what the run computed)
+    logs: dict[str, str]  # node log name -> text
+    telemetry: dict[str, str]  # telemetry file name -> text
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.case.id, self.record.repeat
+
+
+@dataclass
+class Dataset:
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> session.json
+    repeats: list[RawRepeat] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)  # re-parsed from their logs
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (member, message)
+    members: dict[str, bytes] = field(default_factory=dict)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")  # as the runner reads logs
+
+
+def load_dataset(members: Mapping[str, bytes]) -> Dataset:
+    """Sessions, repeats and probes from archive members (``<session>/...`` paths)."""
+    data = Dataset(members=dict(members))
+    telemetry: dict[str, dict[str, str]] = {}  # repeat folder -> telemetry file -> text
+    for name, content in members.items():
+        folder, _, base = name.rpartition("/")
+        if node_of(base) is not None:
+            telemetry.setdefault(folder, {})[base] = _text(content)
+    for name, content in sorted(members.items()):
+        parts = PurePosixPath(name).parts
+        if len(parts) == 2 and parts[1] == "session.json":
+            try:
+                data.sessions[parts[0]] = json.loads(content)
+            except json.JSONDecodeError as error:
+                data.problems.append((name, f"not valid JSON ({error.msg})"))
+        elif len(parts) >= 4 and parts[1] == "cases" and parts[-1] == "record.json":
+            if _REPEAT.match(parts[-2]):
+                _load_repeat(data, name, content, telemetry)
+        else:
+            match = _PROBE_LOG.match(name)
+            if match:
+                try:
+                    probe = parse_probe_log(_text(content))
+                except ProbeError as error:
+                    data.problems.append((name, f"probe log: {error}"))
+                    continue
+                probe.update(session=match[1], log=name, topology=match[2][len("allreduce-") :])
+                data.probes.append(probe)
+    for name in sorted({PurePosixPath(m).parts[0] for m in members}):
+        if name not in data.sessions:
+            data.problems.append((f"{name}/session.json", "missing"))
+    return data
+
+
+def _load_repeat(
+    data: Dataset, name: str, content: bytes, telemetry: dict[str, dict[str, str]]
+) -> None:
+    folder = str(PurePosixPath(name).parent)
+    case_path = f"{PurePosixPath(folder).parent}/case.json"
+    try:
+        record = RepeatRecord.from_dict(json.loads(content))
+        case = Case.from_dict(json.loads(data.members[case_path]))
+    except KeyError:
+        data.problems.append((case_path, "missing (the repeat's case definition)"))
+        return
+    except (json.JSONDecodeError, TypeError, ValueError) as error:
+        data.problems.append((name, f"unreadable record or case ({error})"))
+        return
+    if record.case_id != case.id:
+        data.problems.append(
+            (name, f"record of case {record.case_id!r} in the folder of {case.id}")
+        )
+        return
+    logs = {}
+    for log in record.logs:
+        member = f"{folder}/{log}"
+        if member not in data.members:
+            data.problems.append((member, "missing (named in record.json)"))
+            return
+        logs[log] = _text(data.members[member])
+    data.repeats.append(
+        RawRepeat(
+            session=PurePosixPath(name).parts[0],
+            folder=folder,
+            case=case,
+            record=record,
+            logs=logs,
+            telemetry=dict(telemetry.get(folder, {})),
+        )
+    )
+
+
+def parse_logs(repeat: RawRepeat, texts: Mapping[str, str] | None = None) -> ParsedLog:
+    load_all()
+    return PARSERS.get(repeat.record.parser)().parse(
+        dict(texts if texts is not None else repeat.logs)
+    )
+
+
+def window_of(repeat: RawRepeat) -> Window:
+    warmup, measured, _total = repeat.case.window_for(repeat.record.batch_size)
+    return Window(warmup, measured)
+
+
+def remeasure_parsed(repeat: RawRepeat) -> tuple[dict[str, Any], ParsedLog]:
+    """The repeat's measurement recomputed from its raw logs (as ``runner.evaluate`` does) and
+    the parsed logs; raises LogParseError."""
+    parsed = parse_logs(repeat)
+    if parsed.world_size != repeat.case.topology.world_size:
+        raise LogParseError(
+            f"the log reports world size {parsed.world_size}, the case has "
+            f"{repeat.case.topology.world_size} devices"
+        )
+    return measure_repeat(parsed, window_of(repeat)).to_dict(), parsed
+
+
+def remeasure(repeat: RawRepeat) -> dict[str, Any]:
+    return remeasure_parsed(repeat)[0]
+
+
+def _cut(ranks: list[RankLog], window: Window) -> tuple[float, float] | None:
+    starts, ends = [], []
+    for rank in ranks:
+        by_step = {p.step: p.t for p in rank.points}
+        if window.first in by_step and window.last in by_step:
+            starts.append(by_step[window.first])
+            ends.append(by_step[window.last])
+    return (min(starts), max(ends)) if starts else None
+
+
+def step_windows(
+    repeat: RawRepeat, parsed: ParsedLog | None = None
+) -> dict[int, tuple[float, float]]:
+    """node index -> (start, end) of the measured window on that node's clock (its ranks'
+    step timestamps); nodes whose log cannot be cut are left out.
+
+    ``node<i>.log`` is the log of node rank ``i`` (the runtimes write them in node order): when
+    every rank's header names its node rank, the whole parse is split by it; otherwise each
+    node's log is parsed on its own.
+    """
+    window = window_of(repeat)
+    nodes = {int(m[1]): name for name in repeat.logs if (m := _NODE_LOG.match(name))}
+    out: dict[int, tuple[float, float]] = {}
+    if (
+        parsed is not None
+        and parsed.ranks
+        and all(isinstance(r.header.get("node_rank"), int) for r in parsed.ranks.values())
+    ):
+        for index in nodes:
+            ranks = [r for r in parsed.ranks.values() if r.header["node_rank"] == index]
+            cut = _cut(ranks, window)
+            if cut:
+                out[index] = cut
+        return out
+    for index, name in nodes.items():
+        try:
+            alone = parse_logs(repeat, {name: repeat.logs[name]})
+        except (LogParseError, KeyError, ValueError):
+            continue
+        cut = _cut(list(alone.ranks.values()), window)
+        if cut:
+            out[index] = cut
+    return out
+
+
+def telemetry_summary(repeat: RawRepeat, parsed: ParsedLog | None = None) -> dict[str, Any]:
+    run = (repeat.record.started_at, repeat.record.finished_at)
+    windows = step_windows(repeat, parsed) if repeat.telemetry else {}
+    return summarize_samples(repeat.telemetry, windows, run)

@@ -1,0 +1,304 @@
+"""The release manifest: what a version is made of, and the parts an audit can recompute.
+
+``manifest.json`` holds the schema version, the kit's commit and dirty flag at release, image
+digests (``images.lock``), the config files and their SHA-256 (copies under ``config/``), the
+provenance of every session and node, the SHA-256 of every raw file, the archives', the plots',
+the model FLOPs (cached so the audit needs no torch) and the probes. :func:`derived_parts` is
+the part recomputed from the raw data, by the release and again by the audit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from driver.release.compute import Computed
+from driver.release.dataset import Dataset
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = 1
+KIND = "dlperf-release"
+CONFIG_DIR = "config"
+IMAGES_LOCK = "images.lock"
+BUILT_RECORDS = ".dlperf/images-built.json"  # driver.images.build's records, beside the lock
+BUILT_COPY = "images-built.json"  # its copy in config/ (".dlperf/" is git-ignored)
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+DIGEST_KEYS = ("digest", "id", "sha256", "image_id")
+
+FIELDS: dict[str, tuple[type, ...]] = {
+    "schema": (int,),
+    "kind": (str,),
+    "version": (str,),
+    "title": (str,),
+    "released_at": (str,),
+    "changelog": (str,),
+    "previous": (str, type(None)),
+    "kit": (dict,),
+    "release_tool": (dict,),
+    "sessions": (list,),
+    "images": (dict,),
+    "config_files": (dict,),
+    "nodes": (dict,),
+    "raw_files": (dict,),
+    "archives": (dict,),
+    "files": (dict,),
+    "model_costs": (dict,),
+    "probes": (list,),
+    "excluded_repeats": (list,),
+    "remeasured": (list,),
+    "changes": (dict,),
+    "counts": (dict,),
+}
+
+
+def validate(manifest: Any) -> list[str]:
+    """Schema problems of a manifest ([] when it is well formed)."""
+    if not isinstance(manifest, dict):
+        return ["the manifest is not a JSON object"]
+    problems = []
+    for name, types in FIELDS.items():
+        if name not in manifest:
+            problems.append(f"field {name!r} is missing")
+        elif not isinstance(manifest[name], types) or isinstance(manifest[name], bool):
+            problems.append(f"field {name!r} has type {type(manifest[name]).__name__}")
+    for name in sorted(set(manifest) - set(FIELDS)):
+        problems.append(f"unknown field {name!r}")
+    if manifest.get("schema") not in (None, MANIFEST_SCHEMA) and "schema" in manifest:
+        problems.append(f"schema {manifest['schema']} (this kit reads {MANIFEST_SCHEMA})")
+    if manifest.get("kind", KIND) != KIND:
+        problems.append(f"kind {manifest['kind']!r} is not {KIND!r}")
+    for member, entry in (manifest.get("raw_files") or {}).items():
+        if not isinstance(entry, dict) or not re.fullmatch(
+            r"[0-9a-f]{64}", str(entry.get("sha256"))
+        ):
+            problems.append(f"raw_files[{member!r}] has no sha256")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# images.lock (written by another part of the kit; read tolerantly, whatever its shape)
+
+
+def lock_digests(data: Any, path: str = "", key: str = "") -> dict[str, str]:
+    """name -> ``sha256:...`` for every digest anywhere in a parsed YAML/JSON document.
+
+    A digest under a ``digest``/``id``/``sha256`` key is named by its mapping's
+    name/image/ref/tag field when it has one, else by the key holding that mapping (images.lock
+    ``pins: {<tag>: {digest: ...}}`` -> ``<tag>``); any other digest by its key path.
+    """
+    out: dict[str, str] = {}
+    if isinstance(data, dict):
+        label = next(
+            (
+                str(data[k])
+                for k in ("name", "image", "ref", "reference", "tag", "repository")
+                if isinstance(data.get(k), str) and not DIGEST.search(data[k])
+            ),
+            key or None,
+        )
+        for name, value in data.items():
+            here = f"{path}/{name}" if path else str(name)
+            if isinstance(value, str) and DIGEST.search(value):
+                digest = DIGEST.search(value)[0]
+                label_here = label if label and name in DIGEST_KEYS else here
+                if out.get(label_here, digest) != digest:
+                    label_here = here
+                out[label_here] = digest
+            else:
+                out.update(lock_digests(value, here, str(name)))
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            out.update(lock_digests(item, f"{path}[{index}]"))
+    elif isinstance(data, str) and DIGEST.search(data):
+        out[path or "image"] = DIGEST.search(data)[0]
+    return out
+
+
+def read_images_lock(path: Path) -> dict[str, str]:
+    """Digests of an images.lock file, YAML or JSON; a file that parses as neither is scanned
+    line by line (the text before a digest names it)."""
+    text = path.read_text(errors="replace")
+    try:
+        return lock_digests(yaml.safe_load(text))
+    except yaml.YAMLError:
+        pass
+    out = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = DIGEST.search(line)
+        if match:
+            name = line[: match.start()].strip(" :=@\t\"'") or f"line {number}"
+            out[name] = match[0]
+    return out
+
+
+def digests_in(value: Any) -> set[str]:
+    """Every image digest mentioned anywhere in a record's ``extra`` (runtimes put them there)."""
+    if isinstance(value, str):
+        return set(DIGEST.findall(value))
+    if isinstance(value, dict):
+        return set().union(set(), *(digests_in(v) for v in value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(set(), *(digests_in(v) for v in value))
+    return set()
+
+
+def images_part(version_dir: Path, computed: Computed) -> dict[str, Any]:
+    """The pinned digests (the version's copy of images.lock), the digests the repeats ran
+    (anywhere in their records' ``extra``: image IDs, provenance), and those of them that
+    neither the lock nor the build records (``.dlperf/images-built.json``) list."""
+    lock = version_dir / CONFIG_DIR / IMAGES_LOCK
+    built = version_dir / CONFIG_DIR / BUILT_COPY
+    digests = read_images_lock(lock) if lock.exists() else {}
+    built_digests = (
+        set(DIGEST.findall(built.read_text(errors="replace"))) if built.exists() else set()
+    )
+    ran = sorted(set().union(set(), *(digests_in(r.raw.record.extra) for r in computed.repeats)))
+    known = set(digests.values()) | built_digests
+    part: dict[str, Any] = {
+        "lock_file": f"{CONFIG_DIR}/{IMAGES_LOCK}" if lock.exists() else None,
+        "built_file": f"{CONFIG_DIR}/{BUILT_COPY}" if built.exists() else None,
+        "digests": digests,
+        "ran": ran,
+        "unlisted": [d for d in ran if d not in known],
+    }
+    if not lock.exists():
+        part["note"] = "no images.lock at release"
+    return part
+
+
+# --------------------------------------------------------------------------------------------
+# Config files
+
+
+def config_sources(
+    repo_root: Path, sessions: Iterable[dict[str, Any]], frameworks: Iterable[str]
+) -> list[Path]:
+    """The config files a release copies: references, peaks, images.lock, the driver's pins,
+    the case matrices the sessions name, the frameworks' CPU requirements."""
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    wanted = [
+        repo_root / "reports" / "references.yaml",
+        repo_root / "reports" / "peaks.yaml",
+        repo_root / IMAGES_LOCK,
+        repo_root / BUILT_RECORDS,
+        repo_root / "pyproject.toml",
+    ]
+    for meta in sessions:
+        for matrix in meta.get("matrix_files", []) or []:
+            path = Path(matrix)
+            wanted.append(path if path.is_absolute() else repo_root / path)
+    for name in sorted(set(frameworks)):
+        if name in FRAMEWORKS:
+            wanted.append(FRAMEWORKS.get(name).cpu_requirements)
+    seen: list[Path] = []
+    for path in wanted:
+        if path.is_file() and path.resolve() not in [p.resolve() for p in seen]:
+            seen.append(path)
+    return seen
+
+
+def config_destination(repo_root: Path, source: Path) -> str:
+    try:
+        rel = source.resolve().relative_to(repo_root.resolve())
+    except ValueError:
+        rel = Path("external") / source.name
+    if rel.as_posix() == BUILT_RECORDS:
+        rel = Path(BUILT_COPY)
+    return f"{CONFIG_DIR}/{rel.as_posix()}"
+
+
+# --------------------------------------------------------------------------------------------
+# Parts recomputed from the raw data
+
+
+def _sessions_part(dataset: Dataset) -> list[dict[str, Any]]:
+    out = []
+    for name, meta in sorted(dataset.sessions.items()):
+        members = [m for m in dataset.members if m.startswith(name + "/")]
+        out.append(
+            {
+                "name": name,
+                "archive": f"raw/{name}.tar.gz",
+                "files": len(members),
+                "created": meta.get("created"),
+                "head_node": meta.get("head_node"),
+                "profile": meta.get("profile"),
+                "runtime": meta.get("runtime"),
+                "kit": meta.get("kit"),
+                "argv": meta.get("argv"),
+                "provenance_files": sorted(
+                    m[len(name) + 1 :]
+                    for m in members
+                    if (m.count("/") == 1 and not m.endswith("/session.json"))
+                    or m.startswith(f"{name}/provenance/")
+                ),
+            }
+        )
+    return out
+
+
+def _nodes_part(computed: Computed) -> dict[str, Any]:
+    nodes: dict[str, dict[str, Any]] = {}
+    for result in computed.repeats:
+        for header in result.headers:
+            host = str(header.get("hostname") or f"{result.raw.session}:node?")
+            node = nodes.setdefault(
+                host,
+                {"devices": [], "versions": {}, "frameworks": [], "node_ranks": [], "ranks": 0},
+            )
+            for device in header.get("devices", []) or []:
+                if device not in node["devices"]:
+                    node["devices"].append(str(device))
+            for key, value in (header.get("versions") or {}).items():
+                seen = node["versions"].get(key)
+                if seen is None:
+                    node["versions"][key] = str(value)
+                elif str(value) not in seen.split(" | "):
+                    node["versions"][key] = f"{seen} | {value}"
+            for field, key in (("frameworks", "framework"), ("node_ranks", "node_rank")):
+                value = header.get(key)
+                if value is not None and value not in node[field]:
+                    node[field].append(value)
+            node["ranks"] += 1
+    for node in nodes.values():
+        node["devices"].sort()
+        node["frameworks"].sort(key=str)
+        node["node_ranks"].sort(key=str)
+    return dict(sorted(nodes.items()))
+
+
+def _probes_part(dataset: Dataset) -> list[dict[str, Any]]:
+    keys = ("session", "topology", "backend", "world_size", "nodes", "device", "torch")
+    return [
+        {**{k: p.get(k) for k in keys}, "log": p["log"], "busbw_gbps": p["busbw_gbps"],
+         "busbw_at_bytes": p["busbw_at_bytes"], "sizes": p["sizes"]}
+        for p in sorted(dataset.probes, key=lambda p: (p["session"], p["topology"]))
+    ]  # fmt: skip
+
+
+def derived_parts(dataset: Dataset, computed: Computed, version_dir: Path) -> dict[str, Any]:
+    """The manifest fields that follow from the raw data and the config copies alone."""
+    return {
+        "sessions": _sessions_part(dataset),
+        "nodes": _nodes_part(computed),
+        "probes": _probes_part(dataset),
+        "images": images_part(version_dir, computed),
+        "counts": {
+            "sessions": len(dataset.sessions),
+            "cases": len(computed.summaries),
+            "repeats": sum(1 for r in computed.repeats if r.measurement is not None),
+            "raw_files": len(dataset.members),
+        },
+    }
+
+
+def manifest_text(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,111 @@
+"""Model-FLOPs utilization: training FLOPs per sample from the model definitions, device peaks.
+
+FLOPs are counted by ``PyTorch.benchmark.flops.training_flops_per_sample`` (FlopCounterMode over
+one forward + backward on the meta device) when torch is importable at release time; the
+values are cached in the release manifest (``model_costs``) so that an audit needs no torch.
+The parameter count (for the gradient size of the scaling bound) comes from the same models.
+
+    MFU = throughput (samples/s) x FLOPs per sample / (devices x dense peak FLOP/s)
+
+The peak is the device's (``reports/peaks.yaml``, matched on the record header's device name)
+at the precision the run computed in: AMP -> its autocast dtype (bf16 or fp16), fp32 -> TF32
+when the run enabled TF32 math, else IEEE fp32.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from driver.benchargs import SHAPE_OPTIONS
+from driver.frameworks.base import REPO_ROOT
+
+COUNTED_MODELS = ("resnet50", "inception3", "bert")  # models with a PyTorch definition here
+FLOPS_SOURCE = "PyTorch/benchmark/flops.py training_flops_per_sample (FlopCounterMode)"
+GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients (also under AMP: fp32 master weights)
+
+
+def load_peaks(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    data = yaml.safe_load(path.read_text()) or {}
+    return list(data.get("devices", []))
+
+
+def match_device(name: str | None, peaks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first peak entry one of whose ``match`` strings is in ``name`` (case-insensitive)."""
+    if not name:
+        return None
+    lowered = name.lower()
+    for entry in peaks:
+        if any(str(m).lower() in lowered for m in entry.get("match", [])):
+            return entry
+    return None
+
+
+def peak_precision(precision: str, header_options: Mapping[str, Any]) -> str:
+    """The peak column a run computed in: bf16 / fp16 for AMP, tf32 / fp32 for fp32."""
+    if precision == "amp":
+        dtype = str(header_options.get("amp_dtype") or "float16").lower()
+        return "bf16" if dtype in ("bfloat16", "bf16") else "fp16"
+    return "tf32" if header_options.get("tf32") else "fp32"
+
+
+def shape_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that change a model's shapes (and so its FLOPs)."""
+    return {key: options[key] for key in sorted(SHAPE_OPTIONS) if key in options}
+
+
+def cost_key(model: str, options: Mapping[str, Any]) -> str:
+    return f"{model}|{json.dumps(shape_options(options), sort_keys=True)}"
+
+
+def compute_model_costs(
+    wanted: Iterable[tuple[str, Mapping[str, Any]]], printer: Any = None
+) -> dict[str, dict[str, Any]]:
+    """FLOPs per sample and parameters for each (model, options); {} when torch is absent.
+
+    Models without a PyTorch definition (the calibration workload) are skipped.
+    """
+    todo = {cost_key(m, o): (m, shape_options(o)) for m, o in wanted if m in COUNTED_MODELS}
+    if not todo:
+        return {}
+    root = str(REPO_ROOT)  # PyTorch/ is a folder of the repository, not an installed package
+    if root not in sys.path:
+        sys.path.append(root)
+    try:
+        import torch
+
+        from PyTorch.benchmark.flops import resolved_options, training_flops_per_sample
+        from PyTorch.benchmark.models import build_model, count_parameters
+    except ImportError as error:
+        if printer:
+            printer(f"model FLOPs not computed (no torch here: {error}); MFU cells will be '-'")
+        return {}
+    costs: dict[str, dict[str, Any]] = {}
+    for key, (model, options) in sorted(todo.items()):
+        flops = training_flops_per_sample(model, options)
+        with torch.device("meta"):
+            parameters = count_parameters(build_model(model, resolved_options(model, options)))
+        costs[key] = {
+            "model": model,
+            "options": options,
+            "flops_per_sample": float(flops),
+            "parameters": int(parameters),
+            "source": FLOPS_SOURCE,
+            "torch": torch.__version__,
+        }
+    return costs
+
+
+def mfu(
+    throughput: float, flops_per_sample: float | None, devices: int, peak_tflops: float | None
+) -> float | None:
+    if not flops_per_sample or not peak_tflops or devices <= 0:
+        return None
+    return throughput * flops_per_sample / (devices * peak_tflops * 1e12)

@@ -1,0 +1,428 @@
+"""``dlperf release vX.Y SESSION...``: result sessions -> an immutable ``reports/vX.Y/``.
+
+    reports/vX.Y/README.md          the DLPerf-style tables, references, telemetry, provenance
+    reports/vX.Y/results.json|csv   one row per case and one per repeat, every field named
+    reports/vX.Y/manifest.json      schema, kit commit, images, config hashes, nodes, SHA-256s
+    reports/vX.Y/raw/<session>.tar.gz   the raw logs (and records, telemetry, probes)
+    reports/vX.Y/config/...         copies of the config files the numbers depend on
+    reports/vX.Y/plots/*.png        throughput and efficiency vs devices, per table
+    reports/README.md               the generated changelog of all versions, newest first
+
+The version is built in a hidden folder, audited there, and only then renamed into place, so
+a version folder is always complete and always passes the audit at release. Releasing onto an
+existing version is refused; a correction is a new version with ``--changelog``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from driver.frameworks.base import REPO_ROOT
+from driver.release.archive import (
+    RAW_DIR,
+    collect_session,
+    read_archive,
+    sha256_bytes,
+    sha256_file,
+    write_archive,
+)
+from driver.release.compute import Config, compute
+from driver.release.dataset import load_dataset
+from driver.release.manifest import (
+    KIND,
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    config_destination,
+    config_sources,
+    derived_parts,
+    manifest_text,
+)
+from driver.release.mfu import compute_model_costs, load_peaks
+from driver.release.references import load_references
+from driver.release.render import csv_text, json_text, readme_text, results_data
+
+DEFAULT_REPORTS = REPO_ROOT / "reports"
+DEFAULT_RESULTS = REPO_ROOT / "results"
+VERSION = re.compile(r"^v\d+\.\d+(\.\d+)?(-[A-Za-z0-9][A-Za-z0-9.-]*)?$")
+INDEX = "README.md"
+Printer = Callable[[str], None]
+
+
+class ReleaseError(RuntimeError):
+    pass
+
+
+def load_manifest(version_dir: Path) -> dict[str, Any] | None:
+    import json
+
+    path = version_dir / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def released_versions(reports_root: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(name, manifest) of every released version under ``reports_root``, newest first."""
+    found = []
+    if reports_root.is_dir():
+        for child in reports_root.iterdir():
+            if child.is_dir() and VERSION.match(child.name):
+                manifest = load_manifest(child)
+                if manifest is not None:
+                    found.append((child.name, manifest))
+    found.sort(key=lambda item: (str(item[1].get("released_at", "")), item[0]), reverse=True)
+    return found
+
+
+def resolve_session(text: str, results_root: Path = DEFAULT_RESULTS) -> Path:
+    """A session folder given as a path or as a name under ``results/``."""
+    path = Path(text)
+    for candidate in (path, results_root / text):
+        if (candidate / "session.json").exists():
+            return candidate
+    raise ReleaseError(f"{text}: not a session folder (no session.json here or in {results_root})")
+
+
+def resolve_version(text: str, reports_root: Path = DEFAULT_REPORTS) -> Path:
+    path = Path(text)
+    for candidate in (path, reports_root / text):
+        if (candidate / MANIFEST).exists():
+            return candidate
+    raise ReleaseError(f"{text}: not a released version (no {MANIFEST} here or in {reports_root})")
+
+
+def _tool_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("dlperf", "tabulate", "matplotlib", "PyYAML"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _changes(previous: tuple[str, dict[str, Any]] | None, reports_root: Path, data: dict) -> dict:
+    import json
+
+    if previous is None:
+        return {}
+    try:
+        old = json.loads((reports_root / previous[0] / "results.json").read_text())
+        before = {row["case_id"]: row["throughput_median"] for row in old.get("cases", [])}
+    except (OSError, ValueError, KeyError):
+        return {"note": f"{previous[0]}/results.json unreadable"}
+    now = {row["case_id"]: row["throughput_median"] for row in data["cases"]}
+    return {
+        "added": sorted(set(now) - set(before)),
+        "removed": sorted(set(before) - set(now)),
+        "changed": [
+            {
+                "case_id": case_id,
+                "previous_median": before[case_id],
+                "median": now[case_id],
+                "ratio": now[case_id] / before[case_id] if before[case_id] else None,
+            }
+            for case_id in sorted(set(now) & set(before))
+            if now[case_id] != before[case_id]
+        ],
+    }
+
+
+def release(
+    version: str,
+    sessions: list[Path],
+    *,
+    reports_root: Path = DEFAULT_REPORTS,
+    changelog: str | None = None,
+    title: str | None = None,
+    accept_remeasured: bool = False,
+    compute_flops: bool = True,
+    repo_root: Path = REPO_ROOT,
+    printer: Printer = print,
+) -> Path:
+    """Build, audit and publish ``reports_root/version``; returns its folder."""
+    from driver.release.audit import audit
+
+    if not VERSION.match(version):
+        raise ReleaseError(f"version {version!r} is not of the form vX.Y[.Z][-label] (v0.1-cpu)")
+    reports_root = Path(reports_root)
+    target = reports_root / version
+    if target.exists():
+        raise ReleaseError(
+            f"{target} exists: a released version is never rewritten. Release the correction "
+            "as a new version, with --changelog saying what changed and why."
+        )
+    previous = released_versions(reports_root)
+    if previous and not (changelog or "").strip():
+        raise ReleaseError(
+            f"--changelog is required: {previous[0][0]} exists, so say what {version} changes "
+            "and why"
+        )
+    if not sessions:
+        raise ReleaseError("give at least one session")
+    names = [Path(s).name for s in sessions]
+    if len(set(names)) != len(names):
+        raise ReleaseError(f"two sessions share a name: {names}")
+    collected = [collect_session(Path(s)) for s in sessions]
+    if not any(c.repeats for c in collected):
+        raise ReleaseError("the sessions hold no finished repeat")
+
+    reports_root.mkdir(parents=True, exist_ok=True)
+    work = reports_root / f".{version}.tmp-{os.getpid()}"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir()
+    try:
+        _build(
+            work,
+            version,
+            collected,
+            previous[0] if previous else None,
+            reports_root=reports_root,
+            changelog=(changelog or "").strip(),
+            title=title or f"dlperf report {version}",
+            accept_remeasured=accept_remeasured,
+            compute_flops=compute_flops,
+            repo_root=repo_root,
+            printer=printer,
+        )
+        report = audit(work, expected_version=version, recompute_flops=False)
+        if not report.ok:
+            raise ReleaseError("the new version fails its own audit:\n" + report.text())
+        for path in work.rglob("*"):
+            if path.is_file():
+                path.chmod(0o444)
+        ignored = git_ignored(target, [p.relative_to(work) for p in work.rglob("*") if p.is_file()])
+        if ignored:
+            raise ReleaseError(
+                "git would not commit these files of the version (.gitignore): "
+                + ", ".join(ignored)
+            )
+        if target.exists():  # released by someone else meanwhile
+            raise ReleaseError(f"{target} appeared while releasing; nothing was written")
+        os.rename(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    write_index(reports_root)
+    printer(f"released {target} ({report.summary_line()})")
+    return target
+
+
+def _build(
+    work: Path,
+    version: str,
+    collected: list,
+    previous: tuple[str, dict[str, Any]] | None,
+    *,
+    reports_root: Path,
+    changelog: str,
+    title: str,
+    accept_remeasured: bool,
+    compute_flops: bool,
+    repo_root: Path,
+    printer: Printer,
+) -> None:
+    archives: dict[str, dict[str, Any]] = {}
+    raw_files: dict[str, dict[str, Any]] = {}
+    members: dict[str, bytes] = {}
+    for session in collected:
+        archive = f"{RAW_DIR}/{session.name}.tar.gz"
+        digests = write_archive(session.name, session.files, work / archive)
+        archives[archive] = {"sha256": sha256_file(work / archive), "members": len(digests)}
+        raw_files.update({m: {**d, "archive": archive} for m, d in digests.items()})
+        members.update(read_archive(work / archive))
+    dataset = load_dataset(members)
+    if dataset.problems:
+        raise ReleaseError(
+            "the sessions' raw data is incomplete:\n"
+            + "\n".join(f"  {m}: {p}" for m, p in dataset.problems)
+        )
+    owners: dict[str, set[str]] = {}
+    for repeat in dataset.repeats:
+        owners.setdefault(repeat.case.id, set()).add(repeat.session)
+    shared = {c: s for c, s in owners.items() if len(s) > 1}
+    if shared:
+        case_id, where = next(iter(sorted(shared.items())))
+        raise ReleaseError(
+            f"case {case_id} is in sessions {sorted(where)} (and {len(shared) - 1} more cases "
+            "are shared): release one session per case"
+        )
+
+    # Config files: copies in the version, read from there (as the audit will).
+    config_files: dict[str, dict[str, Any]] = {}
+    metas = list(dataset.sessions.values())
+    frameworks = {r.case.framework for r in dataset.repeats}
+    for source in config_sources(repo_root, metas, frameworks):
+        destination = config_destination(repo_root, source)
+        (work / destination).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, work / destination)
+        try:
+            shown = source.resolve().relative_to(repo_root.resolve()).as_posix()
+        except ValueError:
+            shown = str(source)
+        config_files[destination] = {"source": shown, "sha256": sha256_file(work / destination)}
+    model_costs = (
+        compute_model_costs(((r.case.model, r.case.options) for r in dataset.repeats), printer)
+        if compute_flops
+        else {}
+    )
+    config = load_config(work, model_costs)
+    computed = compute(dataset, config)
+    if computed.errors:
+        raise ReleaseError(
+            "finished repeats whose logs no longer give a measurement:\n"
+            + "\n".join(f"  {m}: {p}" for m, p in computed.errors)
+        )
+    remeasured = []
+    for result in computed.repeats:
+        if result.measurement != result.raw.record.measurement:
+            remeasured.append(
+                {
+                    "folder": result.raw.folder,
+                    "record": result.raw.record.measurement,
+                    "recomputed": result.measurement,
+                }
+            )
+    if remeasured and not accept_remeasured:
+        first = remeasured[0]
+        raise ReleaseError(
+            f"{len(remeasured)} repeat(s) measure differently from their raw logs now than when "
+            f"they ran (kit changed, or a file was edited); first: {first['folder']}: record "
+            f"{first['record']}, recomputed {first['recomputed']}. Pass --accept-remeasured to "
+            "publish the recomputed values (they are listed in the manifest)."
+        )
+    derived = derived_parts(dataset, computed, work)
+    if derived["images"]["unlisted"]:
+        printer(
+            "warning: the repeats ran image digest(s) that neither images.lock nor the build "
+            f"records list: {', '.join(derived['images']['unlisted'])}"
+        )
+    data = results_data(computed, version)
+    kit_manifest = _kit(repo_root)
+    manifest: dict[str, Any] = {
+        "schema": MANIFEST_SCHEMA,
+        "kind": KIND,
+        "version": version,
+        "title": title,
+        "released_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "changelog": changelog,
+        "previous": previous[0] if previous else None,
+        "kit": kit_manifest,
+        "release_tool": _tool_versions(),
+        **derived,
+        "config_files": config_files,
+        "raw_files": raw_files,
+        "archives": archives,
+        "files": {},
+        "model_costs": model_costs,
+        "excluded_repeats": [e for c in collected for e in c.excluded],
+        "remeasured": remeasured,
+        "changes": _changes(previous, reports_root, data),
+    }
+    from driver.release.plots import render_plots
+
+    for rel in render_plots(computed, work):
+        manifest["files"][rel] = {"sha256": sha256_file(work / rel)}
+    (work / "results.json").write_text(json_text(data))
+    (work / "results.csv").write_text(csv_text(data))
+    (work / "README.md").write_text(readme_text(computed, manifest))
+    (work / MANIFEST).write_text(manifest_text(manifest))
+
+
+def git_ignored(target: Path, relative: list[Path]) -> list[str]:
+    """The files (relative to ``target``) that .gitignore would keep out of a commit; [] when
+    ``target`` is not in a git work tree."""
+    import subprocess
+
+    probe = target.parent
+    try:
+        done = subprocess.run(
+            ["git", "check-ignore", "--stdin"],
+            cwd=probe,
+            input="\n".join(str(target / rel) for rel in relative),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if done.returncode != 0:  # 1: nothing ignored; 128: not a git work tree
+        return []
+    return sorted(Path(line).relative_to(target).as_posix() for line in done.stdout.splitlines())
+
+
+def _kit(repo_root: Path) -> dict[str, Any]:
+    from driver.core.results import kit_revision
+
+    return kit_revision() if repo_root == REPO_ROOT else {"commit": None, "dirty": None}
+
+
+def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Config:
+    return Config(
+        peaks=load_peaks(version_dir / "config" / "reports" / "peaks.yaml"),
+        references=load_references(version_dir / "config" / "reports" / "references.yaml"),
+        model_costs=model_costs,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# reports/README.md
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def index_text(reports_root: Path) -> str:
+    lines = [
+        "# Released report versions",
+        "",
+        "Generated by `dlperf release`, newest first. A version folder is never rewritten: a "
+        "correction is a new version whose changelog says what changed and why. Check any "
+        "version with `dlperf audit reports/<version>` (or `make audit`); the manifest SHA-256 "
+        "below pins each version's manifest.",
+        "",
+        "| version | released | cases | repeats | sessions | kit | changelog | manifest sha256 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, manifest in released_versions(reports_root):
+        counts = manifest.get("counts", {})
+        sessions = ", ".join(f"`{s.get('name')}`" for s in manifest.get("sessions", []))
+        kit = manifest.get("kit") or {}
+        commit = str(kit.get("commit"))[:12] + (" (dirty)" if kit.get("dirty") else "")
+        digest = sha256_bytes((reports_root / name / MANIFEST).read_bytes())
+        lines.append(
+            f"| [{name}]({name}/README.md) | {manifest.get('released_at')} | "
+            f"{counts.get('cases')} | {counts.get('repeats')} | {sessions} | `{commit}` | "
+            f"{_cell(manifest.get('changelog') or 'First version.')} | `{digest}` |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_index(reports_root: Path) -> Path:
+    path = reports_root / INDEX
+    path.write_text(index_text(reports_root))
+    return path
+
+
+def index_digest(reports_root: Path, version: str) -> str | None:
+    """The manifest SHA-256 the index lists for ``version`` (None when not listed)."""
+    path = reports_root / INDEX
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        if line.startswith(f"| [{version}]("):
+            match = re.search(r"`([0-9a-f]{64})` \|$", line)
+            return match[1] if match else ""
+    return None

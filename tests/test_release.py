@@ -1,0 +1,216 @@
+"""``dlperf release``: a real calibration session -> an immutable, complete report version."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from driver.frontend.cli import main
+from driver.release.archive import sha256_bytes, sha256_file
+from driver.release.audit import audit
+from driver.release.manifest import FIELDS, validate
+from driver.release.release import (
+    ReleaseError,
+    index_digest,
+    release,
+    released_versions,
+)
+from driver.release.synth import cached_session
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def session() -> Path:
+    return cached_session()
+
+
+@pytest.fixture(scope="module")
+def released(session: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    reports = tmp_path_factory.mktemp("reports")
+    return release("v0.1-cpu", [session], reports_root=reports, printer=quiet)
+
+
+def test_a_version_holds_every_artifact(released: Path, session: Path) -> None:
+    names = {p.relative_to(released).as_posix() for p in released.rglob("*") if p.is_file()}
+    for required in ("README.md", "results.json", "results.csv", "manifest.json"):
+        assert required in names
+    assert f"raw/{session.name}.tar.gz" in names
+    assert {"config/reports/references.yaml", "config/reports/peaks.yaml"} <= names
+    plots = sorted(n for n in names if n.startswith("plots/"))
+    assert len(plots) == 2 and all((released / p).read_bytes().startswith(PNG) for p in plots)
+    readme = (released / "README.md").read_text()
+    for plot in plots:
+        assert f"]({plot})" in readme  # linked from the README
+    # written once: every file is read-only
+    assert all(not (p.stat().st_mode & 0o222) for p in released.rglob("*") if p.is_file())
+
+
+def test_manifest_records_provenance_and_every_checksum(released: Path, session: Path) -> None:
+    manifest = json.loads((released / "manifest.json").read_text())
+    assert validate(manifest) == [] and set(manifest) == set(FIELDS)
+    assert manifest["schema"] == 1 and manifest["version"] == "v0.1-cpu"
+    kit = manifest["kit"]
+    assert kit["commit"] is None or len(kit["commit"]) == 40
+    assert kit["dirty"] in (True, False, None)
+    # every raw file of the session that the release keeps, hashed under its own name
+    for member, entry in manifest["raw_files"].items():
+        name, _, rel = member.partition("/")
+        assert name == session.name
+        assert entry["sha256"] == sha256_file(session / rel)
+    kept = {m.partition("/")[2] for m in manifest["raw_files"]}
+    logs = {p.relative_to(session).as_posix() for p in session.rglob("node*.log")}
+    assert logs <= kept and "session.json" in kept
+    assert any(k.endswith("telemetry-node0.jsonl") for k in kept)
+    with tarfile.open(released / f"raw/{session.name}.tar.gz") as tar:
+        assert sorted(tar.getnames()) == sorted(manifest["raw_files"])
+    for path, entry in manifest["config_files"].items():
+        assert entry["sha256"] == sha256_file(released / path)
+    (node,) = manifest["nodes"].values()
+    assert node["frameworks"] == ["calibration"] and node["versions"]["calibration"] == "1"
+    assert manifest["counts"] == {"sessions": 1, "cases": 3, "repeats": 9, "raw_files": len(kept)}
+    assert manifest["sessions"][0]["name"] == session.name
+
+
+def test_results_hold_one_row_per_case_and_per_repeat(released: Path, session: Path) -> None:
+    data = json.loads((released / "results.json").read_text())
+    assert len(data["cases"]) == 3 and len(data["repeats"]) == 9
+    records = {
+        (r["case_id"], r["repeat"]): r
+        for r in (json.loads(p.read_text()) for p in session.rglob("record.json"))
+    }
+    for row in data["repeats"]:
+        assert (
+            row["throughput"]
+            == records[(row["case_id"], row["repeat"])]["measurement"]["throughput"]
+        )
+        assert row["telemetry_window"] == "steps" and row["telemetry_cpu_pct_max"] is not None
+    for row in data["cases"]:
+        repeats = [r["throughput"] for r in data["repeats"] if r["case_id"] == row["case_id"]]
+        assert sorted(row["repeat_throughputs"]) == sorted(repeats)
+        assert row["throughput_median"] == sorted(repeats)[1]
+    rows = list(csv.DictReader(io.StringIO((released / "results.csv").read_text())))
+    assert [r["row"] for r in rows] == ["case"] * 3 + ["repeat"] * 9
+    assert {"case_id", "throughput_median", "throughput", "telemetry_rss_mib_max"} <= set(rows[0])
+    readme = (released / "README.md").read_text()
+    assert "| node num   | device num   | Calibration samples/s" in readme
+    assert "Profile `selftest`" in readme  # the smoke-profile footnote
+
+
+def test_released_versions_are_never_rewritten(released: Path, session: Path) -> None:
+    reports = released.parent
+    before = (released / "manifest.json").read_bytes()
+    with pytest.raises(ReleaseError, match="never rewritten"):
+        release("v0.1-cpu", [session], reports_root=reports, printer=quiet)
+    with pytest.raises(ReleaseError, match="--changelog is required"):
+        release("v0.2-cpu", [session], reports_root=reports, printer=quiet)
+    with pytest.raises(ReleaseError, match="not of the form"):
+        release("latest", [session], reports_root=reports, printer=quiet)
+    assert (released / "manifest.json").read_bytes() == before
+    assert not [p for p in reports.iterdir() if p.name.startswith(".")]  # no half version
+
+
+def test_a_correction_is_a_new_version_in_the_changelog(session: Path, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    first = release("v0.1", [session], reports_root=reports, printer=quiet)
+    other = tmp_path / "corrected"
+    shutil.copytree(session, other)
+    extra_case = next(other.rglob("1n2g/bs8/fp32/synthetic"))
+    shutil.rmtree(extra_case)  # the correction drops a case
+    second = release(
+        "v0.2",
+        [other],
+        reports_root=reports,
+        changelog="v0.1 counted a 1n2g case run during a\nhost update | reran",
+        printer=quiet,
+    )
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert manifest["previous"] == "v0.1"
+    assert manifest["changes"]["removed"] == ["calibration/calibration/1n2g/bs8/fp32/synthetic"]
+    readme = (second / "README.md").read_text()
+    assert "- removed `calibration/calibration/1n2g/bs8/fp32/synthetic`" in readme
+    index = (reports / "README.md").read_text()
+    assert index.index("[v0.2]") < index.index("[v0.1]")  # newest first
+    assert "host update \\| reran" in index
+    assert [name for name, _ in released_versions(reports)] == ["v0.2", "v0.1"]
+    assert index_digest(reports, "v0.1") == sha256_bytes((first / "manifest.json").read_bytes())
+    assert audit(first).ok and audit(second).ok
+
+
+def test_failed_attempts_are_listed_not_archived(session: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "s"
+    shutil.copytree(session, copy)
+    case_dir = next(copy.rglob("1n1g/bs8/fp32/synthetic"))
+    failed = case_dir / "repeat-02.failed-1"
+    shutil.copytree(case_dir / "repeat-02", failed)
+    record = json.loads((failed / "record.json").read_text())
+    record.update(verdict="timeout", detail="ran past the timeout of 3 s", measurement=None)
+    (failed / "record.json").write_text(json.dumps(record))
+    version = release("v1.0", [copy], reports_root=tmp_path / "reports", printer=quiet)
+    manifest = json.loads((version / "manifest.json").read_text())
+    (excluded,) = manifest["excluded_repeats"]
+    assert excluded["verdict"] == "timeout" and excluded["folder"].endswith("repeat-02.failed-1")
+    assert not [m for m in manifest["raw_files"] if ".failed-" in m]
+    assert (
+        "repeat-02.failed-1`: timeout ran past the timeout" in (version / "README.md").read_text()
+    )
+
+
+def test_edited_records_and_shared_cases_are_refused(session: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "edited"
+    shutil.copytree(session, copy)
+    record_path = next(copy.rglob("repeat-01/record.json"))
+    record = json.loads(record_path.read_text())
+    record["measurement"]["throughput"] *= 1.10  # a hand-edited number
+    record_path.write_text(json.dumps(record))
+    with pytest.raises(ReleaseError, match="measure differently"):
+        release("v1.0", [copy], reports_root=tmp_path / "r1", printer=quiet)
+    version = release(
+        "v1.0", [copy], reports_root=tmp_path / "r2", accept_remeasured=True, printer=quiet
+    )
+    manifest = json.loads((version / "manifest.json").read_text())
+    assert len(manifest["remeasured"]) == 1 and audit(version).ok
+    twin = tmp_path / "twin"
+    shutil.copytree(session, twin)
+    with pytest.raises(ReleaseError, match="release one session per case"):
+        release("v1.0", [session, twin], reports_root=tmp_path / "r3", printer=quiet)
+
+
+def test_release_command_line(session: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    reports = tmp_path / "reports"
+    assert main(["release", "v0.1-cpu", str(session), "--reports", str(reports)]) == 0
+    assert "v0.1-cpu/README.md" in capsys.readouterr().out
+    assert main(["release", "v0.1-cpu", str(session), "--reports", str(reports)]) == 2
+    assert "never rewritten" in capsys.readouterr().err
+    code = main(["audit", "v0.1-cpu", "--reports", str(reports)])
+    out = capsys.readouterr().out
+    assert code == 0 and "verdict: PASS" in out
+    assert '[ok]   table "Calibration workload, FP32, bsz=8 per device, synthetic data"' in out
+
+
+def test_no_file_of_a_version_is_git_ignored() -> None:
+    """.gitignore has `.dlperf/` and `results/`: a copied config under such a name would be
+    left out of the commit and the committed version would fail its audit."""
+    from driver.frameworks.base import REPO_ROOT
+    from driver.release.manifest import config_destination
+    from driver.release.release import git_ignored
+
+    target = REPO_ROOT / "reports" / "v0.0-probe"
+    if not (REPO_ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert git_ignored(target, [Path("config/.dlperf/images-built.json")]) == [
+        "config/.dlperf/images-built.json"
+    ]
+    built = config_destination(REPO_ROOT, REPO_ROOT / ".dlperf" / "images-built.json")
+    assert built == "config/images-built.json"
+    assert git_ignored(target, [Path(built), Path("raw/s.tar.gz"), Path("plots/a.png")]) == []
