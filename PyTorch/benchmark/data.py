@@ -188,7 +188,9 @@ def collate_images(items: Sequence[tuple[np.ndarray, int]]) -> Batch:
 # BERT shards
 
 
-def write_bert_shard(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+def write_bert_shard(
+    path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+) -> None:
     missing = set(BERT_FEATURES) - set(arrays)
     if missing:
         raise ValueError(f"shard lacks {sorted(missing)}")
@@ -198,7 +200,9 @@ def write_bert_shard(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarr
     np.savez(path, meta=np.asarray(json.dumps(dict(meta), sort_keys=True)), **arrays)
 
 
-def read_bert_shards(data_dir: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def read_bert_shards(
+    data_dir: str | os.PathLike[str],
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """All shards of ``data_dir`` (or one shard file) concatenated, with their common meta."""
     root = Path(data_dir)
     paths = [root] if root.is_file() else sorted(root.glob(f"*{BERT_SHARD_SUFFIX}"))
@@ -248,7 +252,10 @@ class BertShardDataset(Dataset):
     def __getitem__(self, rows: list[int]) -> Batch:
         index = np.asarray(rows)
         # int64 on the host: embedding, gather and cross-entropy all want long indices.
-        return {name: torch.from_numpy(array[index].astype(np.int64)) for name, array in self.arrays.items()}
+        return {
+            name: torch.from_numpy(array[index].astype(np.int64))
+            for name, array in self.arrays.items()
+        }
 
 
 # --------------------------------------------------------------------------------------------

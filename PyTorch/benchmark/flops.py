@@ -25,8 +25,8 @@ from torch.utils.flop_counter import FlopCounterMode
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from PyTorch.benchmark.data import synthetic_batch  # noqa: E402
-from PyTorch.benchmark.models import build_model, training_loss  # noqa: E402
+from PyTorch.benchmark.data import synthetic_batch
+from PyTorch.benchmark.models import build_model, training_loss
 
 try:  # the shared defaults; the kit's driver package is on PYTHONPATH in every real run
     from driver.benchargs import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
@@ -59,7 +59,7 @@ def resolved_options(model_name: str, options: Mapping[str, Any] | None = None) 
 def count_training_flops(
     model_name: str, options: Mapping[str, Any] | None = None, batch_size: int = _COUNT_BATCH
 ) -> dict[str, int]:
-    """FLOPs of one training step of ``batch_size`` samples: ``forward``, ``backward``, ``total``."""
+    """FLOPs of one training step of ``batch_size`` samples: forward, backward and total."""
     merged = resolved_options(model_name, options)
     with torch.device("meta"):
         model = build_model(model_name, merged)
@@ -94,8 +94,16 @@ def main(argv: list[str] | None = None) -> None:
         options[key.replace("-", "_")] = parse_option_value(value)
     counts = count_training_flops(args.model, options)
     per_sample = {name: value / _COUNT_BATCH for name, value in counts.items()}
-    print(json.dumps({"model": args.model, "options": resolved_options(args.model, options),
-                      "flops_per_sample": per_sample}, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "options": resolved_options(args.model, options),
+                "flops_per_sample": per_sample,
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

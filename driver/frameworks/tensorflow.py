@@ -1,12 +1,18 @@
-"""TensorFlow 2 (Keras 3): our own scripts in TensorFlow/benchmark.
+"""TensorFlow 2 (Keras 3): our own scripts in TensorFlow/benchmark, two distributed engines.
 
-Multi-process jobs start through the kit's spawner: the script builds TF_CONFIG for
-MultiWorkerMirroredStrategy from the rank environment. Horovod is the second engine
-(``horovodrun`` launcher, GPU images only).
+``tensorflow``: processes started by the kit's spawner; the script builds TF_CONFIG for
+MultiWorkerMirroredStrategy from the rank environment. ``tensorflow-horovod``: the same script
+started by ``horovodrun`` (it switches to Horovod's allreduce when horovodrun's variables are
+set); GPU images only, with its own GPU matrix in TensorFlow/horovod.
 """
 
 from driver.frameworks.base import Framework
 from driver.registry import FRAMEWORKS
+
+MODELS = ("resnet50", "inception3", "bert")
+SCRIPT = "TensorFlow/benchmark/train.py"
+# TensorFlow's C++ INFO lines (oneDNN banner, CPU features) would drown the protocol records.
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}
 
 TENSORFLOW = FRAMEWORKS.add(
     "tensorflow",
@@ -14,11 +20,24 @@ TENSORFLOW = FRAMEWORKS.add(
         name="tensorflow",
         display="TensorFlow",
         folder="TensorFlow",
-        models=("resnet50", "inception3", "bert"),
-        script="TensorFlow/benchmark/train.py",
+        models=MODELS,
+        script=SCRIPT,
         launcher="spawn",
         has_xla=True,
-        # oneDNN's start-up banner and TF's C++ INFO lines drown the protocol records.
-        env={"TF_CPP_MIN_LOG_LEVEL": "1"},
+        env=ENV,
+    ),
+)
+
+TENSORFLOW_HOROVOD = FRAMEWORKS.add(
+    "tensorflow-horovod",
+    Framework(
+        name="tensorflow-horovod",
+        display="TensorFlow (Horovod)",
+        folder="TensorFlow/horovod",
+        models=MODELS,
+        script=SCRIPT,
+        launcher="horovodrun",
+        has_xla=True,
+        env=ENV,
     ),
 )

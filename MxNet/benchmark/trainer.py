@@ -1,0 +1,278 @@
+"""The MXNet training loop (imported by ``train.py`` once OMP_NUM_THREADS is set).
+
+Data parallelism across processes is the parameter-server ``dist_sync`` kvstore: the servers
+sum the gradients and every worker runs the optimizer on its own copy
+(``update_on_kvstore=False``), so gradient clipping sees the global gradient. AMP is
+``mxnet.contrib.amp``: bf16 on CPU (oneDNN runs convolutions and dense layers in bf16), fp16
+with dynamic loss scaling on GPU; ``amp_effective`` in the header says whether low-precision
+kernels really ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+from mxnet.contrib import amp
+
+from driver.benchkit import (
+    OptionError,
+    cpu_model_name,
+    print_weights_checksum,
+    training_options,
+    warn,
+)
+from driver.steplog import StepLogger, rank_environment
+from MxNet.benchmark.models import build_training_net, count_parameters, initialize
+from MxNet.benchmark.optim import register_adamw
+
+FRAMEWORK = "mxnet"
+
+# MXNet's own knobs (the shared ones are driver.benchkit.TRAINING_OPTIONS: optimizer, lr,
+# momentum, weight_decay, grad_clip, num_threads, dali, weights_checksum).
+MXNET_OPTIONS: dict[str, Any] = {
+    "hybridize": True,  # compile the Gluon blocks into a static graph (static_alloc/shape)
+    "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
+    "kvstore": "dist_sync",  # multi-process kvstore: dist_sync | dist_device_sync
+}
+
+
+def resolve_options(args: argparse.Namespace, use_gpu: bool, world_size: int) -> dict[str, Any]:
+    """Shape options + the shared and MXNet knobs with the model's defaults, checked."""
+    if args.xla == "on":
+        raise OptionError("--xla on: MXNet has no XLA")
+    options = training_options(
+        args.model,
+        {**MXNET_OPTIONS, **args.options},
+        batch_size=args.batch_size,
+        world_size=world_size,
+        dataset=args.dataset,
+        on_gpu=use_gpu,
+        known=MXNET_OPTIONS,
+    )
+    if args.dataset != "synthetic":
+        raise OptionError("the MXNet scripts generate synthetic data only (--dataset synthetic)")
+    if options["kvstore"] not in ("dist_sync", "dist_device_sync"):
+        raise OptionError("kvstore must be dist_sync or dist_device_sync")
+    if args.model == "bert" and not 0 < int(options["max_predictions"]) < int(options["seq_len"]):
+        raise OptionError("max_predictions must be between 1 and seq_len - 1")
+    return options
+
+
+def gpu_names() -> list[str]:
+    """Visible GPUs by name (MXNet 1.9 has no device-name API); empty without a driver."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    if visible:
+        indices = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+        names = [names[i] for i in indices if i < len(names)]
+    return names
+
+
+def amp_probe(ctx: mx.Context) -> bool:
+    """Whether AMP really runs dense layers in low precision on this device and build."""
+    try:
+        data = mx.nd.ones((2, 4), ctx=ctx)
+        weight = mx.nd.ones((3, 4), ctx=ctx)
+        out = mx.nd.FullyConnected(data, weight, no_bias=True, num_hidden=3)
+        out.wait_to_read()
+    except Exception as error:  # any failure means "not effective"
+        warn(f"AMP probe failed, recording amp_effective=false: {error}")
+        return False
+    # bf16 shows as numpy's structured dtype [('bfloat16', '<u2')], fp16 as float16.
+    return bool(out.dtype != np.float32)
+
+
+def synthetic_batch(
+    model: str, options: Mapping[str, Any], batch_size: int, ctx: mx.Context
+) -> list[mx.nd.NDArray]:
+    """A random batch with the real inputs' shapes, made on the device once and reused.
+
+    Index inputs are float32: MXNet's Embedding/take/pick take float indices (exact to 2^24).
+    """
+    nd = mx.nd
+    if model == "resnet50":
+        size, classes = int(options["image_size"]), int(options["num_classes"])
+        images = nd.random.normal(shape=(batch_size, 3, size, size), ctx=ctx)
+        labels = nd.random.randint(0, classes, shape=(batch_size,), ctx=ctx).astype("float32")
+        return [images, labels]
+    seq_len, vocab = int(options["seq_len"]), int(options["vocab_size"])
+    predictions = int(options["max_predictions"])
+    # Distinct masked positions per sequence, never the [CLS] slot 0, in increasing order.
+    rng = np.random.default_rng(int(nd.random.randint(0, 2**31 - 1).asscalar()))
+    positions = np.sort(
+        np.stack([rng.permutation(seq_len - 1)[:predictions] + 1 for _ in range(batch_size)]),
+        axis=1,
+    )
+    segment_ids = np.zeros((batch_size, seq_len), dtype="float32")
+    segment_ids[:, seq_len // 2 :] = 1
+    return [
+        nd.random.randint(0, vocab, shape=(batch_size, seq_len), ctx=ctx).astype("float32"),
+        nd.array(segment_ids, ctx=ctx),
+        nd.ones((batch_size, seq_len), ctx=ctx),
+        nd.array(positions, ctx=ctx, dtype="float32"),
+        nd.random.randint(0, vocab, shape=(batch_size, predictions), ctx=ctx).astype("float32"),
+        nd.random.randint(0, 2, shape=(batch_size,), ctx=ctx).astype("float32"),
+    ]
+
+
+def train(args: argparse.Namespace, threads: int, threads_source: str) -> int:
+    env = rank_environment()
+    gpus = gpu_names() if args.device != "cpu" else []
+    use_gpu = bool(gpus)
+    if args.device == "gpu" and not use_gpu:
+        raise OptionError("--device gpu but no GPU is visible")
+    distributed = os.environ.get("DMLC_ROLE") == "worker"
+    world_size = int(os.environ.get("DMLC_NUM_WORKER", "1")) if distributed else 1
+    options = resolve_options(args, use_gpu, world_size)
+
+    ctx = mx.gpu(env["local_rank"]) if use_gpu else mx.cpu()
+    amp_dtype = None
+    if args.precision == "amp":
+        if not use_gpu and args.amp_dtype == "fp16":
+            raise OptionError("--amp-dtype fp16 is GPU only; CPU AMP runs in bf16 (oneDNN)")
+        if use_gpu and args.amp_dtype == "bf16":
+            raise OptionError("--amp-dtype bf16: MXNet 1.9's bf16 AMP is CPU only (oneDNN)")
+        amp_dtype = "float16" if use_gpu else "bfloat16"
+        amp.init(target_dtype=amp_dtype)  # before the model is built: it patches the operators
+    amp_effective = amp_dtype is not None and amp_probe(ctx)
+
+    kvstore = mx.kv.create(options["kvstore"]) if distributed else None
+    rank = kvstore.rank if kvstore is not None else 0
+    if kvstore is not None:
+        world_size = kvstore.num_workers
+    mx.random.seed(args.seed)  # same initial weights on every worker
+    net = build_training_net(args.model, options)
+    initialize(net, ctx)
+    parameters = count_parameters(net)
+    for param in net.collect_params().values():
+        if len(param.shape) <= 1:  # biases and norm parameters: no weight decay
+            param.wd_mult = 0.0
+    if options["hybridize"]:
+        net.hybridize(static_alloc=True, static_shape=True)
+
+    optimizer_params: dict[str, Any] = {
+        "learning_rate": options["lr"],
+        "wd": options["weight_decay"],
+    }
+    if options["optimizer"] == "sgd":
+        optimizer_params["momentum"] = options["momentum"]
+        optimizer_name = "sgd"
+    else:
+        optimizer_name = register_adamw()
+    # update_on_kvstore=False: the servers only sum gradients; each worker runs the optimizer,
+    # so clipping and AMP's overflow check see the summed gradient (and no pickled optimizer
+    # has to travel to the servers).
+    trainer = gluon.Trainer(
+        net.collect_params(),
+        optimizer_name,
+        optimizer_params,
+        kvstore=kvstore,
+        update_on_kvstore=False if kvstore is not None else None,
+    )
+    if kvstore is not None:
+        # Broadcast worker 0's initial weights now, not lazily inside the first step: the
+        # Trainer uses one kvstore key per parameter for both its initial value and its
+        # gradients, and without this barrier about half of our 2-process runs on MXNet 1.9.1
+        # ended with workers out of sync (a slow worker pulled a gradient sum as its weights).
+        trainer._init_kvstore()
+        trainer._init_params()
+        mx.nd.waitall()
+        kvstore._barrier()
+    loss_scaling = amp_dtype == "float16"
+    if loss_scaling:
+        amp.init_trainer(trainer)
+
+    mx.random.seed(args.seed + rank)  # per-worker data and dropout
+    batch = synthetic_batch(args.model, options, args.batch_size, ctx)
+    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    grad_clip = float(options["grad_clip"])
+
+    def step() -> mx.nd.NDArray:
+        with autograd.record():
+            loss, _logits = net(*batch)
+            if loss_scaling:
+                with amp.scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
+            else:
+                loss.backward()
+        # Each worker's loss is its batch mean and the kvstore sums over workers: normalise by
+        # the worker count.
+        if grad_clip > 0:
+            trainer.allreduce_grads()
+            if loss_scaling:
+                amp.unscale(trainer)
+            grads = [g for p in params for g in p.list_grad()]
+            # check_isfinite=False: no host sync inside the step.
+            gluon.utils.clip_global_norm(grads, grad_clip, check_isfinite=False)
+            trainer.update(world_size)
+        else:
+            trainer.step(world_size)
+        return loss
+
+    record = {
+        **options,
+        "batch_size": args.batch_size,
+        "global_batch_size": args.batch_size * world_size,
+        "precision": args.precision,
+        "amp_dtype": amp_dtype,
+        "amp_effective": amp_effective,
+        "dataset": args.dataset,
+        "warmup_steps": args.warmup_steps,
+        "total_steps": args.total_steps,
+        "device": str(ctx),
+        "seed": args.seed,
+        "xla": False,
+        "num_threads": threads,
+        "num_threads_source": threads_source,
+        "distributed_backend": kvstore.type if kvstore is not None else None,
+        "parameters": parameters,
+    }
+    features = mx.runtime.Features()
+    versions = {
+        "mxnet": mx.__version__,
+        "numpy": np.__version__,
+        "mkldnn": features.is_enabled("MKLDNN"),
+        "cuda": features.is_enabled("CUDA"),
+    }
+    devices = [gpus[env["local_rank"] % len(gpus)]] if use_gpu else [cpu_model_name()]
+    logger = StepLogger(
+        framework=FRAMEWORK,
+        model=args.model,
+        sync=mx.nd.waitall,
+        rank_env={**env, "rank": rank, "world_size": world_size},
+    )
+    logger.header(versions=versions, devices=devices, options=record)
+
+    if kvstore is not None:
+        kvstore._barrier()  # start the clocks of all workers together
+    logger.begin()
+    for number in range(1, args.total_steps + 1):
+        loss = step()
+        logger.sync()
+        logger.step(number, args.batch_size, float(loss.asscalar()))
+    logger.end()
+    if options["weights_checksum"]:
+        total = sum(float(p.data().abs().sum().asscalar()) for p in params)
+        print_weights_checksum(rank, total)
+    if kvstore is not None:
+        kvstore._barrier()
+    return 0

@@ -1,0 +1,1 @@
+"""OneFlow benchmark scripts of the dlperf kit (a package: the scripts import their models)."""

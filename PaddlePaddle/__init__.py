@@ -1,0 +1,1 @@
+"""PaddlePaddle benchmark scripts of the dlperf kit (a package so tests can import the models)."""

@@ -1,0 +1,1 @@
+"""Training benchmark for PaddlePaddle: models and the entry script."""

@@ -1,0 +1,539 @@
+"""dlperf PyTorch training benchmark: ResNet-50 v1.5, Inception v3 and BERT-base pre-training.
+
+Runs exactly ``--total-steps`` training steps (forward, backward, optimizer step) and writes the
+per-step JSON lines of ``driver.steplog`` on every rank; the driver computes throughput from
+the step timestamps. One process per device; under torchrun (WORLD_SIZE > 1) the model is
+wrapped in DistributedDataParallel over NCCL (GPU) or gloo (CPU).
+
+    python PyTorch/benchmark/train.py --model resnet50 --batch-size 64 --total-steps 120 \
+        --precision amp --option channels_last=true
+
+Options (``--option key=value``, all recorded in the header): the shape options of
+``driver.benchargs.SHAPE_OPTIONS``, the knobs every framework shares
+(``driver.benchkit.TRAINING_OPTIONS``: optimizer, lr, weight_decay, grad_clip, num_threads, ...)
+and PyTorch's own, :data:`PYTORCH_OPTIONS`; :func:`resolve_options` fills in the defaults.
+A step does no host synchronisation of its own: the only sync is the one before each step
+timestamp, and the loss is read on the host after it. An out-of-memory error prints a
+``{"dlperf": "oom", ...}`` line and exits with :data:`EXIT_OOM`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from driver.benchargs import parse_benchmark_args
+from driver.benchkit import (
+    EXIT_OOM,
+    OptionError,
+    cpu_model_name,
+    is_oom,
+    oom_exit,
+    print_weights_checksum,
+    threads_per_process,
+    training_options,
+    warn,
+)
+from driver.steplog import StepLogger, rank_environment
+from PyTorch.benchmark.data import (
+    DeviceFormat,
+    LoaderSource,
+    SyntheticSource,
+    real_data_source,
+    synthetic_batch,
+)
+from PyTorch.benchmark.models import (
+    IMAGE_MODELS,
+    Batch,
+    build_model,
+    count_parameters,
+    training_loss,
+)
+from PyTorch.benchmark.models.inception import AUX_MIN_IMAGE_SIZE, MIN_IMAGE_SIZE
+
+# EXIT_OOM (86), the status the driver's max-batch search reads as "does not fit", is benchkit's.
+__all__ = ["EXIT_OOM", "PYTORCH_OPTIONS", "main"]
+
+FRAMEWORK = "pytorch"
+
+# PyTorch's own knobs (the shared ones are driver.benchkit.TRAINING_OPTIONS).
+PYTORCH_OPTIONS: dict[str, Any] = {
+    "channels_last": False,  # NHWC activations and weights (image models)
+    "compile": False,  # torch.compile the (DDP-wrapped) model
+    "compile_mode": "default",  # default | reduce-overhead | max-autotune | ...-no-cudagraphs
+    "cuda_graphs": False,  # capture the whole training step in a CUDA graph (GPU only)
+    "optimizer_impl": "auto",  # auto (fused on GPU, foreach on CPU) | fused | foreach | loop
+    "set_to_none": True,  # zero_grad(set_to_none=...)
+    "tf32": False,  # GPU fp32 matmul/conv in TF32 (off: "fp32" means IEEE fp32)
+    "cudnn_benchmark": True,  # cuDNN autotuning for the fixed input shapes
+    "normalize_on": "device",  # real images: normalise on the device or in the loader workers
+    "aux_logits": False,  # Inception v3 auxiliary classifier (needs image_size 299)
+    "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
+}
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture (CUDA graphs docs)
+GRAPH_WARMUP_STEPS_DDP = 11  # DDP needs 11 eager iterations before its backward is captured
+
+
+# --------------------------------------------------------------------------------------------
+# Options, device, threads
+
+
+def resolve_device(requested: str) -> torch.device:
+    cuda = torch.cuda.is_available()
+    if requested == "gpu" and not cuda:
+        raise OptionError("--device gpu but torch sees no CUDA device")
+    if requested == "cpu" or not cuda:
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def resolve_amp_dtype(precision: str, requested: str, device: torch.device) -> torch.dtype | None:
+    """bf16 on CPU; on GPU bf16 where supported (auto), else fp16 (with a GradScaler)."""
+    if precision != "amp":
+        return None
+    if device.type == "cpu":
+        if requested == "fp16":
+            raise OptionError("--amp-dtype fp16 is GPU only; CPU autocast runs in bf16")
+        return torch.bfloat16
+    if requested == "fp16" or (requested == "auto" and not torch.cuda.is_bf16_supported()):
+        return torch.float16
+    return torch.bfloat16
+
+
+def resolve_options(
+    args: argparse.Namespace, device: torch.device, world_size: int
+) -> dict[str, Any]:
+    """Shape options + shared and PyTorch knobs, with the model's defaults filled in and checked."""
+    options = training_options(
+        args.model,
+        {**PYTORCH_OPTIONS, **args.options},
+        batch_size=args.batch_size,
+        world_size=world_size,
+        dataset=args.dataset,
+        on_gpu=device.type == "cuda",
+        known=PYTORCH_OPTIONS,
+    )
+    if options["dali"]:
+        raise OptionError("dali=true: the PyTorch scripts have no DALI pipeline (yet)")
+    image_model = args.model in IMAGE_MODELS
+    if options["compile_mode"] not in COMPILE_MODES:
+        raise OptionError(f"compile_mode must be one of {COMPILE_MODES}")
+    if options["optimizer_impl"] not in ("auto", "fused", "foreach", "loop"):
+        raise OptionError("optimizer_impl must be auto, fused, foreach or loop")
+    if options["normalize_on"] not in ("device", "loader"):
+        raise OptionError("normalize_on must be device or loader")
+    if options["channels_last"] and not image_model:
+        warn("channels_last only applies to the image models; ignored for bert")
+        options["channels_last"] = False
+    if args.model == "inception3":
+        size = int(options["image_size"])
+        if size < MIN_IMAGE_SIZE:
+            raise OptionError(f"inception3 needs image_size >= {MIN_IMAGE_SIZE}, got {size}")
+        if options["aux_logits"] and size < AUX_MIN_IMAGE_SIZE:
+            raise OptionError(f"aux_logits needs image_size >= {AUX_MIN_IMAGE_SIZE}")
+    if options["cuda_graphs"]:
+        if device.type != "cuda":
+            raise OptionError("cuda_graphs=true needs a GPU")
+        if options["compile"]:
+            raise OptionError(
+                "cuda_graphs and compile do not mix; use compile_mode=reduce-overhead"
+            )
+    return options
+
+
+def configure_threads(requested: int) -> tuple[int, str]:
+    """Intra-op threads per process: the option, else OMP_NUM_THREADS, else cores / processes.
+
+    torchrun exports OMP_NUM_THREADS=1 to its workers when it is unset and nproc-per-node > 1;
+    a launcher that wants more threads per process must export it (or pass num_threads).
+    """
+    threads, source = threads_per_process(requested)
+    torch.set_num_threads(threads)
+    return threads, source
+
+
+def configure_gpu_math(options: Mapping[str, Any]) -> None:
+    tf32 = bool(options["tf32"])
+    torch.backends.cudnn.benchmark = bool(options["cudnn_benchmark"])
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "tf32" if tf32 else "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+
+
+def library_versions(device: torch.device) -> dict[str, Any]:
+    versions: dict[str, Any] = {"torch": torch.__version__}
+    with contextlib.suppress(ImportError):
+        import numpy
+
+        versions["numpy"] = numpy.__version__
+    with contextlib.suppress(ImportError):
+        import PIL
+
+        versions["pillow"] = PIL.__version__
+    if torch.version.cuda:
+        versions["cuda"] = torch.version.cuda
+    if device.type == "cuda":
+        if torch.backends.cudnn.is_available():
+            versions["cudnn"] = torch.backends.cudnn.version()
+        with contextlib.suppress(Exception):  # NCCL may be absent from a build
+            nccl = torch.cuda.nccl.version()
+            versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+    return versions
+
+
+def device_names(device: torch.device) -> list[str]:
+    if device.type == "cuda":
+        return [torch.cuda.get_device_name(device)]
+    return [cpu_model_name()]
+
+
+# --------------------------------------------------------------------------------------------
+# Out of memory
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """CUDA OOM, the CPU allocator's refusal ("can't allocate memory"), or MemoryError."""
+    return is_oom(error, (torch.cuda.OutOfMemoryError,))
+
+
+# --------------------------------------------------------------------------------------------
+# Model, optimizer, step
+
+
+def build_optimizer(
+    model: nn.Module, options: Mapping[str, Any], device: torch.device
+) -> torch.optim.Optimizer:
+    # Biases and norm weights (1-d) get no weight decay, as in the NVIDIA recipes.
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
+    groups = [
+        {"params": decay, "weight_decay": options["weight_decay"]},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    impl = options["optimizer_impl"]
+    if impl == "auto":
+        impl = "fused" if device.type == "cuda" else "foreach"
+    kwargs: dict[str, Any] = {
+        "fused": impl == "fused" or None,
+        "foreach": impl == "foreach" or (False if impl == "loop" else None),
+    }
+    if options["optimizer"] == "sgd":
+        return torch.optim.SGD(groups, lr=options["lr"], momentum=options["momentum"], **kwargs)
+    # Captured optimizer steps must keep their step count on the device.
+    capturable = bool(options["cuda_graphs"])
+    return torch.optim.AdamW(
+        groups, lr=options["lr"], betas=(0.9, 0.999), eps=1e-6, capturable=capturable, **kwargs
+    )
+
+
+StepFn = Callable[[Batch, bool], torch.Tensor]
+
+
+def make_step(
+    model_name: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    options: Mapping[str, Any],
+    device: torch.device,
+    amp_dtype: torch.dtype | None,
+) -> StepFn:
+    """One training step; returns the (device) loss without reading it."""
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    grad_clip = float(options["grad_clip"])
+    set_to_none = bool(options["set_to_none"])
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def autocast() -> contextlib.AbstractContextManager[Any]:
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        # A captured graph must not rely on autocast's weight-cast cache.
+        cache = not options["cuda_graphs"]
+        return torch.autocast(device.type, dtype=amp_dtype, cache_enabled=cache)
+
+    def step(batch: Batch, zero_grad: bool = True) -> torch.Tensor:
+        with autocast():
+            loss = training_loss(model_name, model, batch)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            if grad_clip > 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            # Fused optimizers take the scale and inf flags on the device: no sync here.
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            if grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            optimizer.step()
+        if zero_grad:
+            optimizer.zero_grad(set_to_none=set_to_none)
+        return loss.detach()
+
+    return step
+
+
+class GraphedStep:
+    """Whole-step CUDA graph: eager warm-up steps on a side stream, capture, then replays.
+
+    Every call is one real training step: the warm-up calls train eagerly, the capture call
+    captures and then replays once, and later calls only replay. Inputs are copied into the
+    static input tensors first (nothing to copy for synthetic data, which is already static).
+    """
+
+    def __init__(self, step: StepFn, warmup_steps: int, set_to_none: bool) -> None:
+        self.step = step
+        self.warmup_steps = warmup_steps
+        self.set_to_none = set_to_none
+        self.calls = 0
+        self.side_stream = torch.cuda.Stream()
+        self.static_batch: Batch | None = None
+        self.static_loss: torch.Tensor | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def _stage(self, batch: Batch) -> Batch:
+        if self.static_batch is None:
+            # The first batch's tensors become the graph inputs: synthetic data is the same
+            # tensors every step (no copies at all); loader batches are fresh tensors each step.
+            self.static_batch = dict(batch)
+        else:
+            for name, tensor in batch.items():
+                if tensor.data_ptr() != self.static_batch[name].data_ptr():
+                    self.static_batch[name].copy_(tensor, non_blocking=True)
+        return self.static_batch
+
+    def __call__(self, batch: Batch, zero_grad: bool = True) -> torch.Tensor:
+        self.calls += 1
+        static = self._stage(batch)
+        current = torch.cuda.current_stream()
+        if self.calls <= self.warmup_steps:
+            self.side_stream.wait_stream(current)
+            with torch.cuda.stream(self.side_stream):
+                loss = self.step(static, True)
+            current.wait_stream(self.side_stream)
+            return loss
+        if self.graph is None:
+            self.graph = torch.cuda.CUDAGraph()
+            # The last eager step left grads None (set_to_none) or zeroed; the captured
+            # backward then writes fresh grads, so only a zeroing variant re-zeroes inside.
+            with torch.cuda.graph(self.graph):
+                self.static_loss = self.step(static, not self.set_to_none)
+        self.graph.replay()
+        assert self.static_loss is not None
+        return self.static_loss
+
+
+class HostLoss:
+    """Moves the step's loss to the host without a sync of its own (read after the step sync)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.buffer = torch.zeros((), dtype=torch.float32, pin_memory=self.cuda)
+        self.loss: torch.Tensor | None = None
+
+    def stage(self, loss: torch.Tensor) -> None:
+        if self.cuda:
+            self.buffer.copy_(loss.float(), non_blocking=True)
+        else:
+            self.loss = loss
+
+    def read(self) -> float:
+        """Only valid after the device sync that follows :meth:`stage`."""
+        if self.cuda:
+            return float(self.buffer.item())
+        assert self.loss is not None
+        return float(self.loss.item())
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+
+
+@dataclass
+class Context:
+    device: torch.device
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def device_sync(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def init_distributed(ctx: Context, cuda_graphs: bool) -> None:
+    if not ctx.distributed:
+        return
+    if ctx.device.type == "cuda":
+        if cuda_graphs:  # captured NCCL calls need the watchdog's async error handling off
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+            os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "0")
+        dist.init_process_group(
+            "nccl", rank=ctx.rank, world_size=ctx.world_size, device_id=ctx.device
+        )
+    else:
+        dist.init_process_group("gloo", rank=ctx.rank, world_size=ctx.world_size)
+
+
+def barrier(ctx: Context) -> None:
+    if not ctx.distributed:
+        return
+    if ctx.device.type == "cuda":
+        dist.barrier(device_ids=[ctx.device.index])
+    else:
+        dist.barrier()
+
+
+def wrap_model(model: nn.Module, ctx: Context, options: Mapping[str, Any]) -> nn.Module:
+    if ctx.distributed:
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        stream = (
+            torch.cuda.Stream() if options["cuda_graphs"] and ctx.device.type == "cuda" else None
+        )
+        # DDP meant for a captured backward must be built on a side stream (CUDA graphs docs).
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            model = DistributedDataParallel(
+                model, device_ids=device_ids, gradient_as_bucket_view=True
+            )
+    if options["compile"]:
+        mode = None if options["compile_mode"] == "default" else options["compile_mode"]
+        model = torch.compile(model, mode=mode)
+    return model
+
+
+def train(args: argparse.Namespace) -> int:
+    env = rank_environment()
+    if args.xla == "on":
+        raise OptionError("--xla on: the PyTorch scripts do not support XLA (no torch_xla)")
+    device = resolve_device(args.device)
+    ctx = Context(device, env["rank"], env["world_size"], env["local_rank"])
+    options = resolve_options(args, device, ctx.world_size)
+    amp_dtype = resolve_amp_dtype(args.precision, args.amp_dtype, device)
+    if options["cuda_graphs"] and amp_dtype == torch.float16:
+        # GradScaler's dynamic loss scale is not part of a captured graph; bf16 needs none.
+        raise OptionError("cuda_graphs does not support fp16 AMP (GradScaler); use bf16")
+    threads, threads_source = configure_threads(int(options["num_threads"]))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        configure_gpu_math(options)
+    init_distributed(ctx, bool(options["cuda_graphs"]))
+
+    # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data seeds.
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, options).to(device)
+    memory_format = torch.channels_last if options["channels_last"] else torch.contiguous_format
+    if options["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    parameters = count_parameters(model)
+    optimizer = build_optimizer(model, options, device)
+    train_model = wrap_model(model, ctx, options)
+    torch.manual_seed(args.seed + ctx.rank)
+
+    target = DeviceFormat(device, memory_format)
+    source: SyntheticSource | LoaderSource
+    if args.dataset == "synthetic":
+        batch = synthetic_batch(args.model, options, args.batch_size, device)
+        if "images" in batch:
+            batch["images"] = batch["images"].contiguous(memory_format=memory_format)
+        source = SyntheticSource(batch)
+    else:
+        source = real_data_source(
+            args.model,
+            options,
+            data_dir=args.data_dir,
+            batch_size=args.batch_size,
+            workers=args.loader_workers,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            seed=args.seed,
+            target=target,
+        )
+
+    step: StepFn = make_step(args.model, train_model, optimizer, options, device, amp_dtype)
+    if options["cuda_graphs"]:
+        warmup = GRAPH_WARMUP_STEPS_DDP if ctx.distributed else GRAPH_WARMUP_STEPS
+        step = GraphedStep(step, warmup, bool(options["set_to_none"]))
+
+    record = {
+        **options,
+        "batch_size": args.batch_size,
+        "global_batch_size": args.batch_size * ctx.world_size,
+        "precision": args.precision,
+        "amp_dtype": str(amp_dtype).removeprefix("torch.") if amp_dtype else None,
+        "dataset": args.dataset,
+        "data_dir": args.data_dir,
+        "loader_workers": args.loader_workers,
+        "warmup_steps": args.warmup_steps,
+        "total_steps": args.total_steps,
+        "device": str(device),
+        "seed": args.seed,
+        "xla": args.xla == "on",
+        "num_threads": threads,
+        "num_threads_source": threads_source,
+        "distributed_backend": dist.get_backend() if ctx.distributed else None,
+        "parameters": parameters,
+    }
+    logger = StepLogger(framework=FRAMEWORK, model=args.model, sync=device_sync(device))
+    logger.header(versions=library_versions(device), devices=device_names(device), options=record)
+
+    host_loss = HostLoss(device)
+    barrier(ctx)  # start the clocks of all ranks together
+    logger.begin()
+    for number in range(1, args.total_steps + 1):
+        loss = step(source.next(), True)
+        host_loss.stage(loss)
+        logger.sync()
+        logger.step(number, args.batch_size, host_loss.read())
+    logger.end()
+
+    if options["weights_checksum"]:
+        # After the measurement: equal sums on every rank show the gradients were all-reduced.
+        with torch.no_grad():
+            checksum = sum(float(p.double().abs().sum()) for p in model.parameters())
+        print_weights_checksum(ctx.rank, checksum)
+    source.close()
+    if ctx.distributed:
+        barrier(ctx)
+        dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_benchmark_args(argv, description="dlperf PyTorch training benchmark")
+    try:
+        return train(args)
+    except BaseException as error:  # re-raised below unless it is an allocator failure
+        if not is_out_of_memory(error):
+            raise
+        # Prints {"dlperf": "oom", ...} and leaves with EXIT_OOM through os._exit: peers may be
+        # stuck in a collective, and NCCL/atexit teardown could hang instead of exiting.
+        oom_exit(error, rank_environment()["rank"], args.batch_size)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

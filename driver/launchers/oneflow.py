@@ -1,0 +1,114 @@
+"""OneFlow's own launcher, ``python -m oneflow.distributed.launch``, behind a thin supervisor.
+
+The plug-in starts OneFlow's launcher with the node's rendezvous (``--nnodes --node_rank
+--nproc_per_node --master_addr --master_port``); it exports MASTER_ADDR/PORT, WORLD_SIZE, RANK
+and LOCAL_RANK to each process, which is what ``oneflow.env`` reads.
+
+The supervisor (this module's ``main``, stdlib only: it runs in the framework's environment)
+exists for two gaps of oneflow 0.9.0's launcher:
+
+- when a process fails, the launcher raises ``CalledProcessError`` and exits 1, so a benchmark's
+  out-of-memory exit code (86, which ``batch_size: max`` relies on) is lost. The supervisor
+  passes the output through and exits 86 when a rank printed a ``{"dlperf": "oom"}`` record;
+- the launcher stops its processes with ``killpg(os.getpid())``, which only works when it leads
+  its own process group: the supervisor starts it in a new session and sweeps that group when
+  the launcher exits or the supervisor is terminated, so no rank is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from driver.launchers.base import NodeRank
+from driver.launchers.builtin import single_process
+from driver.registry import LAUNCHERS
+
+EXIT_OOM = 86
+OOM_RECORD = re.compile(rb'"dlperf"\s*:\s*"oom"')
+POLL_S = 0.05
+STOP_GRACE_S = 5.0
+
+
+@LAUNCHERS.register("oneflow")
+class OneflowLaunch:
+    name = "oneflow"
+
+    def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
+        return single_process(python, script_argv, rank) or [
+            python, "-m", "driver.launchers.oneflow", "--",
+            python, "-m", "oneflow.distributed.launch",
+            f"--nnodes={rank.nodes}",
+            f"--node_rank={rank.node_rank}",
+            f"--nproc_per_node={rank.procs_per_node}",
+            f"--master_addr={rank.master_addr}",
+            f"--master_port={rank.master_port}",
+            *script_argv,
+        ]  # fmt: skip
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(launcher: subprocess.Popen) -> None:
+    """SIGTERM the launcher's group (it forwards to its ranks), then SIGKILL what is left."""
+    if launcher.poll() is None:
+        _kill_group(launcher.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and launcher.poll() is None:
+            time.sleep(POLL_S)
+    _kill_group(launcher.pid, signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = list(sys.argv[1:] if argv is None else argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("usage: python -m driver.launchers.oneflow -- <launcher command>", file=sys.stderr)
+        return 2
+    launcher = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    saw_oom = threading.Event()
+
+    def relay() -> None:
+        assert launcher.stdout is not None
+        out = sys.stdout.buffer
+        for line in iter(launcher.stdout.readline, b""):
+            if OOM_RECORD.search(line):
+                saw_oom.set()
+            out.write(line)
+            out.flush()
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
+
+    def terminate(signum: int, _frame: object) -> None:
+        _stop(launcher)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        code = launcher.wait()
+    except KeyboardInterrupt:
+        _stop(launcher)
+        return 130
+    _kill_group(launcher.pid, signal.SIGKILL)  # ranks the launcher may have left behind
+    reader.join(timeout=STOP_GRACE_S)
+    if code != 0 and saw_oom.is_set():
+        return EXIT_OOM
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
