@@ -60,7 +60,7 @@ images: $(STAMP)
 	$(DLPERF) images build $(IMAGES) $(if $(VARIANT),--variant $(VARIANT))
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check driver tests PyTorch
+	$(VENV)/bin/ruff check driver tests PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

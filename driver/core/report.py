@@ -51,8 +51,24 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _amp_noop_on_cpu(summary: CaseSummary) -> bool:
+    from driver.registry import FRAMEWORKS
+
+    framework = summary.case.framework
+    return (
+        summary.case.precision == "amp"
+        and framework in FRAMEWORKS
+        and not FRAMEWORKS.get(framework).has_amp_on_cpu
+        and summary.versions.get("cuda") in (None, "", "none")
+        and not any("gpu" in d.lower() or "nvidia" in d.lower() for d in summary.devices)
+    )
+
+
 def footnotes(summaries: list[CaseSummary]) -> list[str]:
     notes: list[str] = []
+    noop = sorted({series_name(s) for s in summaries if _amp_noop_on_cpu(s)})
+    if noop:
+        notes.append(f"AMP is a no-op on CPU for {', '.join(noop)}: its AMP rows trained in FP32.")
     profiles = sorted({s.case.profile for s in summaries if s.case.profile != "dlperf"})
     for profile in profiles:
         steps = {

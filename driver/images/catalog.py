@@ -31,7 +31,11 @@ BASE_NAME = "debian"
 SHARED_DIR = "dockerfiles"
 VARIANTS = ("cpu", "gpu")
 # Frameworks without images of their own run in another one that has what they need.
-FALLBACK = {"calibration": {"cpu": "cpu-python", "gpu": "pytorch-gpu"}}
+FALLBACK = {
+    "calibration": {"cpu": "cpu-python", "gpu": "pytorch-gpu"},
+    # Horovod is a second engine of the TensorFlow column; it runs in the TF GPU image.
+    "tensorflow-horovod": {"gpu": "tensorflow-gpu"},
+}
 
 _DIRECTIVE = re.compile(r"^#\s*dlperf-(from|context|wheels)\s+(.+?)\s*$")
 _FROM = re.compile(r"^FROM\s+(.+)$", re.IGNORECASE)
