@@ -76,3 +76,15 @@ def test_summaries_compute_speedup_against_1n1g(tmp_path: Path) -> None:
     }
     assert abs(summaries["1n2g"].speedup - 2.0) < 0.02
     assert abs(summaries["1n2g"].efficiency - 1.0) < 0.01
+
+
+def test_batch_max_search_finds_the_largest_fitting_batch(tmp_path: Path) -> None:
+    # The calibration workload "runs out of memory" above oom_above: the search must find it.
+    case = calibration_cases(0.002, 8, ["1n2g"], repeats=1, measured_steps=3)[0]
+    case = replace(case, batch_size="max", options={**case.options, "oom_above": 100})
+    session = Session.open(tmp_path / "s")
+    assert run_cases([case], session, LocalRuntime(), printer=quiet).ok
+    record = session.finished(case, 1)
+    assert 92 <= record.batch_size <= 100  # bisected down to the 8-sample granularity
+    probes = sorted(p.name for p in (session.case_dir(case) / "batch-search").iterdir())
+    assert "bs128" in probes  # 16, 32, 64 fit; 128 does not

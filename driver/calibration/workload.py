@@ -9,6 +9,7 @@ Jitter per step does not accumulate: deadlines are absolute.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,10 @@ def main() -> None:
     fail_at = int(args.options.get("fail_at_step", 0))
     hang_at = int(args.options.get("hang_at_step", 0))
     faulty_rank = int(args.options.get("faulty_rank", 0))
+    # A pretend memory limit, for the batch=max search: exit like a real script that ran out.
+    if args.batch_size > int(args.options.get("oom_above", 0) or sys.maxsize):
+        print(json.dumps({"dlperf": "oom", "rank": logger.rank, "batch_size": args.batch_size}))
+        sys.exit(1)  # as torchrun reports it: only the record tells it was memory
     start = logger.begin()
     for step in range(1, args.total_steps + 1):
         if logger.rank == faulty_rank and step == fail_at:

@@ -33,15 +33,16 @@ def _fits(case: Case, session: Session, runtime: Runtime, batch: int) -> bool:
     outcome = runtime.run(
         plan_repeat(probe_case, runtime, batch_size=batch), directory, case.timeout_s
     )
-    write_json(
-        directory / "verdict.json", {"verdict": outcome.verdict.value, "detail": outcome.detail}
-    )
-    if outcome.verdict not in (Verdict.OK, Verdict.OOM):
+    from driver.core.runner import refine_verdict
+
+    verdict = refine_verdict(outcome, directory)
+    write_json(directory / "verdict.json", {"verdict": verdict.value, "detail": outcome.detail})
+    if verdict not in (Verdict.OK, Verdict.OOM):
         raise RuntimeError(
             f"batch probe {batch} failed for another reason than memory: "
-            f"{outcome.verdict.value} {outcome.detail} (log: {directory})"
+            f"{verdict.value} {outcome.detail} (log: {directory})"
         )
-    return outcome.verdict == Verdict.OK
+    return verdict == Verdict.OK
 
 
 def search_max_batch(

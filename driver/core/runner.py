@@ -48,6 +48,17 @@ def logs_of(repeat_dir: Path) -> dict[str, str]:
 
 
 CACHE_DROP_MARK = "dlperf-cache-drop: "
+OOM_MARK = '"dlperf": "oom"'
+
+
+def refine_verdict(outcome: RepeatOutcome, repeat_dir: Path) -> Verdict:
+    """A launcher (torchrun) may turn a rank's out-of-memory exit 86 into a plain 1; the rank's
+    ``{"dlperf": "oom"}`` record in the log still tells it, and the batch search relies on it."""
+    if outcome.verdict == Verdict.FAILED and any(
+        OOM_MARK in text for text in logs_of(repeat_dir).values()
+    ):
+        return Verdict.OOM
+    return outcome.verdict
 
 
 def cache_drop_status(logs: dict[str, str]) -> dict[str, str]:
@@ -93,7 +104,8 @@ def run_repeat(
         interrupted = True
         now = time.time()
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, "Ctrl-C on the head node")
-    measurement, header, verdict, detail = None, {}, outcome.verdict, outcome.detail
+    measurement, header, detail = None, {}, outcome.detail
+    verdict = refine_verdict(outcome, directory)
     if verdict == Verdict.OK:
         try:
             measurement, header = evaluate(case, parser_name, directory, batch_size)
