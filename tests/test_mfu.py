@@ -214,8 +214,9 @@ def test_a_real_pytorch_session_releases_and_audits(tmp_path: Path) -> None:
         precision="fp32",
         dataset="synthetic",
         warmup_steps=2,
-        measured_steps=6,
-        total_steps=8,
+        # Long enough for several telemetry samples (every 0.05 s) inside the measured window.
+        measured_steps=60,
+        total_steps=62,
         repeats=1,
         timeout_s=300,
         options={**TINY_BERT, "num_threads": 1},
