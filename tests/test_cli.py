@@ -60,3 +60,39 @@ def test_selftest_command_reports_every_topology(capsys: pytest.CaptureFixture) 
         "selftest 2n2g",
     ]
     assert code == (0 if all("(ok," in line for line in lines) else 1)
+
+
+def test_sigterm_on_the_head_records_interrupted_and_leaves_no_process(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        "framework: calibration\n"
+        "defaults: {warmup_steps: 1, measured_steps: 500, repeats: 1}\n"
+        "suites: [{model: calibration, batch_size: 8, topology: 1n2g}]\n"
+    )
+    head = subprocess.Popen(
+        [sys.executable, "-m", "driver.frontend.cli", "run", "--matrix", str(matrix),
+         "--profile", "dlperf", "--results", str(tmp_path / "r"), "--session", "s",
+         "--option", "step_time=0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    logs = tmp_path / "r" / "s" / "cases"
+    deadline = time.monotonic() + 30
+    while not any(logs.rglob("node0.log")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    head.send_signal(signal.SIGTERM)
+    out, _ = head.communicate(timeout=30)
+    assert head.returncode == 130, out
+    (record_path,) = logs.rglob("record.json")
+    assert json.loads(record_path.read_text())["verdict"] == "interrupted"
+    # The ranks' command lines carry the unusual step time; none may be left running.
+    leftovers = subprocess.run(
+        ["pgrep", "-f", "calibration/workload.py.*step_time=0.05"], capture_output=True, text=True
+    )
+    assert leftovers.stdout.strip() == "", leftovers.stdout

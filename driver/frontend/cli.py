@@ -279,7 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate_as_interrupt(signum: int, _frame: object) -> None:
+    # SIGTERM (a job scheduler, `kill`, a CI timeout) takes the same path as Ctrl-C: the repeat
+    # in flight is recorded as interrupted and every process/container it started is removed.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     load_all()
     args = build_parser().parse_args(argv)
     try:
