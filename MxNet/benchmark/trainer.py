@@ -87,18 +87,26 @@ def gpu_names() -> list[str]:
     return names
 
 
-def amp_probe(ctx: mx.Context) -> bool:
-    """Whether AMP really runs dense layers in low precision on this device and build."""
+def low_precision_supported(ctx: mx.Context, dtype: str) -> bool:
+    """Whether this build and device run dense layers and convolutions in ``dtype``.
+
+    Asked before ``amp.init`` patches the operators: oneDNN's bf16 kernels need AVX-512 on
+    x86, and on a CPU without it every bf16 convolution fails at its first use. Then AMP is
+    not effective here; the run trains in FP32 and its header says so.
+    """
+    # MXNet names bf16 by numpy's structured dtype (mxnet.contrib.amp.amp.bfloat16).
+    target = np.dtype([("bfloat16", np.uint16)]) if dtype == "bfloat16" else np.float16
     try:
-        data = mx.nd.ones((2, 4), ctx=ctx)
-        weight = mx.nd.ones((3, 4), ctx=ctx)
-        out = mx.nd.FullyConnected(data, weight, no_bias=True, num_hidden=3)
-        out.wait_to_read()
-    except Exception as error:  # any failure means "not effective"
-        warn(f"AMP probe failed, recording amp_effective=false: {error}")
+        data = mx.nd.amp_cast(mx.nd.ones((1, 3, 8, 8), ctx=ctx), dtype=target)
+        kernel = mx.nd.amp_cast(mx.nd.ones((4, 3, 3, 3), ctx=ctx), dtype=target)
+        conv = mx.nd.Convolution(data, kernel, no_bias=True, num_filter=4, kernel=(3, 3))
+        weight = mx.nd.amp_cast(mx.nd.ones((2, 144), ctx=ctx), dtype=target)
+        dense = mx.nd.FullyConnected(conv, weight, no_bias=True, num_hidden=2)
+        dense.wait_to_read()
+    except mx.base.MXNetError as error:
+        warn(f"{dtype} kernels unavailable here, AMP runs FP32 (amp_effective=false): {error}")
         return False
-    # bf16 shows as numpy's structured dtype [('bfloat16', '<u2')], fp16 as float16.
-    return bool(out.dtype != np.float32)
+    return True
 
 
 def synthetic_batch(
@@ -152,8 +160,9 @@ def train(args: argparse.Namespace, threads: int, threads_source: str) -> int:
         if use_gpu and args.amp_dtype == "bf16":
             raise OptionError("--amp-dtype bf16: MXNet 1.9's bf16 AMP is CPU only (oneDNN)")
         amp_dtype = "float16" if use_gpu else "bfloat16"
+    amp_effective = amp_dtype is not None and low_precision_supported(ctx, amp_dtype)
+    if amp_effective:
         amp.init(target_dtype=amp_dtype)  # before the model is built: it patches the operators
-    amp_effective = amp_dtype is not None and amp_probe(ctx)
 
     kvstore = mx.kv.create(options["kvstore"]) if distributed else None
     rank = kvstore.rank if kvstore is not None else 0
@@ -197,7 +206,7 @@ def train(args: argparse.Namespace, threads: int, threads_source: str) -> int:
         trainer._init_params()
         mx.nd.waitall()
         kvstore._barrier()
-    loss_scaling = amp_dtype == "float16"
+    loss_scaling = amp_effective and amp_dtype == "float16"
     if loss_scaling:
         amp.init_trainer(trainer)
 

@@ -51,13 +51,17 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _amp_noop_on_cpu(summary: CaseSummary) -> bool:
+def _amp_not_effective(summary: CaseSummary) -> bool:
+    """An AMP case that trained in FP32: as its script recorded, else as its plug-in declares."""
     from driver.registry import FRAMEWORKS
 
+    if summary.case.precision != "amp":
+        return False
+    if summary.amp_effective is not None:
+        return not summary.amp_effective
     framework = summary.case.framework
     return (
-        summary.case.precision == "amp"
-        and framework in FRAMEWORKS
+        framework in FRAMEWORKS
         and not FRAMEWORKS.get(framework).has_amp_on_cpu
         and summary.versions.get("cuda") in (None, "", "none")
         and not any("gpu" in d.lower() or "nvidia" in d.lower() for d in summary.devices)
@@ -66,9 +70,13 @@ def _amp_noop_on_cpu(summary: CaseSummary) -> bool:
 
 def footnotes(summaries: list[CaseSummary]) -> list[str]:
     notes: list[str] = []
-    noop = sorted({series_name(s) for s in summaries if _amp_noop_on_cpu(s)})
+    noop = sorted({series_name(s) for s in summaries if _amp_not_effective(s)})
     if noop:
-        notes.append(f"AMP is a no-op on CPU for {', '.join(noop)}: its AMP rows trained in FP32.")
+        notes.append(
+            f"AMP was not effective for {', '.join(noop)} (no low-precision kernels in that "
+            "build or on that device; `amp_effective: false` in its logs): its AMP rows trained "
+            "in FP32."
+        )
     profiles = sorted({s.case.profile for s in summaries if s.case.profile != "dlperf"})
     for profile in profiles:
         steps = {

@@ -28,6 +28,9 @@ class CaseSummary:
     reported_by_source: bool = False
     versions: dict[str, Any] = field(default_factory=dict)
     devices: list[str] = field(default_factory=list)
+    # What the benchmark script found at run time (header option ``amp_effective``): False when
+    # an AMP case trained in FP32 because this build or device has no low-precision kernels.
+    amp_effective: bool | None = None
 
     @property
     def case_id(self) -> str:
@@ -90,6 +93,7 @@ def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]
                 reported_by_source=any(r.measurement.get("reported_by_source") for r in records_),
                 versions=dict(header.get("versions", {})),
                 devices=list(header.get("devices", [])),
+                amp_effective=header.get("options", {}).get("amp_effective"),
             )
         )
     _fill_speedups(summaries)
