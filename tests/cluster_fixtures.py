@@ -348,11 +348,12 @@ def image_options(docker_engine: None, tmp_path_factory: pytest.TempPathFactory)
     return options
 
 
-def _build(options, name: str) -> str:
+def build_image(options, name: str) -> str:
+    """``name`` built (or found, same inputs) over the session's lock copy; its image ID."""
     from driver.images.build import build_images
 
     started = time.monotonic()
-    built = build_images([name], options)[name]
+    built = build_images([name], options, make_base=True)[name]
     print(f"{name} ready in {time.monotonic() - started:.1f} s ({built.tag})", flush=True)
     assert built.id
     return built.id
@@ -361,13 +362,13 @@ def _build(options, name: str) -> str:
 @pytest.fixture(scope="session")
 def cpu_python_image(image_options) -> str:
     """The shared CPU layer: Python only, enough for the calibration workload."""
-    return _build(image_options, "cpu-python")
+    return build_image(image_options, "cpu-python")
 
 
 @pytest.fixture(scope="session")
 def pytorch_cpu_image(image_options) -> str:
     """The PyTorch CPU image (torch from the wheelhouse)."""
-    return _build(image_options, "pytorch-cpu")
+    return build_image(image_options, "pytorch-cpu")
 
 
 # -- helpers for the cluster tests ------------------------------------------------------------

@@ -65,7 +65,98 @@ def test_repository_images_are_all_pinned_through_the_lock() -> None:
     assert specs["pytorch-cpu"].wheels.required == ("torch",)
 
 
-OURS = ["dockerfiles/Dockerfile.cpu-python", "PyTorch/Dockerfile.cpu", "PyTorch/Dockerfile.gpu"]
+# Every Dockerfile of ours: the shared layers and each framework's CPU and GPU image (the
+# upstream sources' are linted in test_upstream_sources.py).
+OURS = sorted(
+    {
+        str(spec.dockerfile.relative_to(REPO_ROOT))
+        for name, spec in discover().items()
+        if not name.startswith("src-")
+    }
+)
+
+
+def test_every_framework_has_a_cpu_and_a_gpu_dockerfile_linted() -> None:
+    for folder in ("PyTorch", "TensorFlow", "PaddlePaddle", "MxNet", "OneFlow"):
+        assert {f"{folder}/Dockerfile.cpu", f"{folder}/Dockerfile.gpu"} <= set(OURS)
+
+
+def test_oneflow_builds_on_the_bullseye_layer_made_from_the_same_dockerfile() -> None:
+    specs = discover()
+    assert specs["cpu-python"].bases == ("debian",)
+    bullseye = specs["cpu-python-bullseye"]
+    assert bullseye.dockerfile == specs["cpu-python"].dockerfile
+    assert bullseye.bases == ("debian-bullseye",) and bullseye.depends == ()
+    assert specs["oneflow-cpu"].depends == ("cpu-python-bullseye",)
+    assert build_order(specs, ["oneflow-cpu"]) == ["cpu-python-bullseye", "oneflow-cpu"]
+
+
+def test_dlperf_also_builds_one_dockerfile_on_two_bases_with_two_tags(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        "# dlperf-from BASE_IMAGE=registry.example/team/base:1\n"
+        "# dlperf-also tool-old BASE_IMAGE=registry.example/team/base:0\n"
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN true\n",
+    )
+    lock = write_lock(
+        tmp_path / "images.lock",
+        {
+            "registry.example/team/base:1": {"digest": DIGEST_A, "source": "registry"},
+            "registry.example/team/base:0": {"digest": DIGEST_B, "source": "registry"},
+        },
+    )
+    plans = plan_images(
+        ["tool", "tool-old"], BuildOptions(lock_path=lock, root=root, wheelhouse=())
+    )
+    assert plans["tool"].build_args == {"BASE_IMAGE": f"registry.example/team/base:1@{DIGEST_A}"}
+    assert plans["tool-old"].build_args == {
+        "BASE_IMAGE": f"registry.example/team/base:0@{DIGEST_B}"
+    }
+    assert plans["tool"].tag != plans["tool-old"].tag
+
+
+def test_dlperf_also_must_name_an_argument_the_dockerfile_pins(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        "# dlperf-from BASE_IMAGE=registry.example/team/base:1\n"
+        "# dlperf-also tool-old PARENT=@debian\nARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n",
+    )
+    with pytest.raises(LockError, match=r"dlperf-also tool-old: PARENT is not a dlperf-from"):
+        discover(root)
+
+
+def test_an_unknown_debian_base_names_the_recipes_that_exist(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path, "# dlperf-from BASE_IMAGE=@debian-sid\nARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n"
+    )
+    (root / "dockerfiles" / "base-debian.yaml").write_text("suite: bookworm\nmirror: http://x\n")
+    with pytest.raises(LockError, match=r"FROM @debian-sid: no such image; known: debian, tool"):
+        discover(root)
+
+
+def test_making_one_base_keeps_the_pin_of_another_recipe(tmp_path: Path) -> None:
+    from driver.images.base import _pin, load_recipe
+
+    recipes = tmp_path / "dockerfiles"
+    recipes.mkdir()
+    lock_path = write_lock(tmp_path / "images.lock", {})
+    pinned = {}
+    for name, suite in (("debian", "bookworm"), ("debian-bullseye", "bullseye")):
+        path = recipes / f"base-{name}.yaml"
+        path.write_text(f"suite: {suite}\nmirror: http://deb.example/debian\n")
+        pinned[name] = load_recipe(path)
+    lock = load_lock(lock_path)
+    _pin(lock, pinned["debian"], DIGEST_A, log=lambda _line: None, previous=None)
+    _pin(lock, pinned["debian-bullseye"], DIGEST_B, log=lambda _line: None, previous=None)
+    assert {p.ref for p in load_lock(lock_path).pins.values()} == {
+        pinned["debian"].tag,
+        pinned["debian-bullseye"].tag,
+    }
+    edited = tmp_path / "dockerfiles" / "base-debian.yaml"
+    edited.write_text("suite: bookworm\nmirror: http://deb.example/debian\ninclude: [procps]\n")
+    _pin(lock, load_recipe(edited), DIGEST_B, log=lambda _line: None, previous=None)
+    refs = {p.ref for p in load_lock(lock_path).pins.values()}
+    assert refs == {load_recipe(edited).tag, pinned["debian-bullseye"].tag}  # old bookworm gone
 
 
 @pytest.mark.parametrize("dockerfile", OURS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,21 @@ def test_overrides_narrow_and_widen(tmp_path: Path) -> None:
     )
     assert {c.id for c in chosen} == {"resnet50/pytorch/4n32g/bs64/amp/synthetic"}
     assert chosen[0].repeats == 2 and chosen[0].total_steps == 320
+
+
+def test_a_shorter_window_shortens_an_implicit_total_but_keeps_an_explicit_one(
+    tmp_path: Path,
+) -> None:
+    [implicit] = apply_overrides(
+        load_matrix(write(tmp_path, GOOD)).cases,
+        Overrides(topologies=("1n1g",), batch_sizes=(64,), precisions=("amp",)),
+    )
+    assert implicit.total_steps == 120
+    [short] = apply_overrides([implicit], Overrides(warmup_steps=1, measured_steps=2))
+    assert short.total_steps == 3  # not 120: no steps run after the measured window
+    explicit = replace(implicit, total_steps=500)  # e.g. a matrix that sets total_steps
+    [kept] = apply_overrides([explicit], Overrides(warmup_steps=1, measured_steps=2))
+    assert kept.total_steps == 500
 
 
 def test_every_framework_matrix_in_the_repository_is_valid() -> None:

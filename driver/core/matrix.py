@@ -363,7 +363,10 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
     for case in selected:
         updated = replace(case, **changes, options={**case.options, **overrides.options})
         needed = updated.warmup_steps + updated.measured_steps
-        if needed > updated.total_steps:
+        # A total the matrix left implicit (warm-up + measured) follows the new steps both ways:
+        # a shorter window must not run the old number of steps after it.
+        implicit = case.total_steps == case.warmup_steps + case.measured_steps
+        if implicit or needed > updated.total_steps:
             updated = replace(updated, total_steps=needed)
         result.append(updated)
     return result

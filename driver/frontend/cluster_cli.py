@@ -59,11 +59,13 @@ def _errors() -> tuple[type[BaseException], ...]:
 
 
 def cmd_images_base(args: argparse.Namespace) -> int:
-    from driver.images.base import ensure_base
+    from driver.images.base import base_recipes, ensure_base, recipe_for
     from driver.images.lock import load_lock
 
     try:
-        ensure_base(load_lock(args.lock), rebuild=args.rebuild)
+        lock = load_lock(args.lock)
+        for name in args.names or sorted(base_recipes()):
+            ensure_base(lock, recipe_for(name), rebuild=args.rebuild)
     except _errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -202,6 +204,9 @@ def add_subcommands(subparsers: Any) -> None:
         return parser
 
     base = common(images_sub.add_parser("base", help="make and pin the Debian base (debootstrap)"))
+    base.add_argument(
+        "names", nargs="*", help="bases to make (dockerfiles/base-<name>.yaml); default: all"
+    )
     base.add_argument("--rebuild", action="store_true", help="debootstrap anew even if present")
     base.set_defaults(func=cmd_images_base)
 

@@ -1,10 +1,12 @@
-"""The Debian base image, made without a registry: debootstrap a rootfs, ``docker import`` it.
+"""The Debian base images, made without a registry: debootstrap a rootfs, ``docker import`` it.
 
-The recipe (``dockerfiles/debian-base.yaml``) names the suite, variant, mirror and packages; the
-image is tagged ``dlperf/debian:<suite>-<hash of the recipe>`` and its image ID is pinned in
-``images.lock``. A machine that already holds the pinned image does nothing; one that does not
-(a fresh CI runner) makes a new base and re-pins it, saying so: the package versions a mirror
-serves move with Debian point releases, so a base is pinned, not reproduced.
+Each recipe ``dockerfiles/base-<name>.yaml`` is a base that Dockerfiles name as ``@<name>``
+(``@debian``: bookworm; ``@debian-bullseye``: Debian 11, for wheels that stop at Python 3.9/3.10).
+A recipe names the suite, variant, mirror and packages; the image is tagged
+``dlperf/debian:<suite>-<hash of the recipe>`` and its image ID is pinned in ``images.lock``.
+A machine that already holds the pinned image does nothing; one that does not (a fresh CI
+runner) makes a new base and re-pins it, saying so: the package versions a mirror serves move
+with Debian point releases, so a base is pinned, not reproduced.
 """
 
 from __future__ import annotations
@@ -25,15 +27,35 @@ import yaml
 from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import Lock, LockError, Pin
 
-RECIPE = REPO_ROOT / "dockerfiles" / "debian-base.yaml"
+RECIPE_PREFIX = "base-"
+DEFAULT_BASE = "debian"
 REPOSITORY = "dlperf/debian"
 RECIPE_KEYS = {"suite", "variant", "mirror", "components", "include"}
 
 Log = Callable[[str], None]
 
 
+def base_recipes(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """Base name -> recipe file, from ``dockerfiles/base-<name>.yaml``."""
+    return {
+        path.stem.removeprefix(RECIPE_PREFIX): path
+        for path in sorted((root / "dockerfiles").glob(f"{RECIPE_PREFIX}*.yaml"))
+    }
+
+
+def recipe_for(name: str, root: Path = REPO_ROOT) -> BaseRecipe:
+    recipes = base_recipes(root)
+    if name not in recipes:
+        raise LockError(
+            f"no Debian base {name!r}: no dockerfiles/{RECIPE_PREFIX}{name}.yaml; known bases: "
+            f"{', '.join(sorted(recipes)) or 'none'}"
+        )
+    return load_recipe(recipes[name])
+
+
 @dataclass(frozen=True)
 class BaseRecipe:
+    path: Path  # the recipe file; not part of the digest (a renamed recipe is the same base)
     suite: str
     variant: str
     mirror: str
@@ -59,7 +81,7 @@ class BaseRecipe:
         return f"{REPOSITORY}:{self.suite}-{self.digest[:12]}"
 
 
-def load_recipe(path: Path = RECIPE) -> BaseRecipe:
+def load_recipe(path: Path) -> BaseRecipe:
     data = yaml.safe_load(path.read_text()) or {}
     unknown = set(data) - RECIPE_KEYS
     missing = {"suite", "mirror"} - set(data)
@@ -69,6 +91,7 @@ def load_recipe(path: Path = RECIPE) -> BaseRecipe:
             f"allowed keys: {', '.join(sorted(RECIPE_KEYS))}"
         )
     return BaseRecipe(
+        path=path,
         suite=str(data["suite"]),
         variant=str(data.get("variant", "minbase")),
         mirror=str(data["mirror"]),
@@ -195,7 +218,7 @@ def ensure_base(
     log: Log = print,
 ) -> Pin:
     """The pinned base on this machine: nothing to do when the pinned image is here."""
-    recipe = recipe or load_recipe()
+    recipe = recipe or recipe_for(DEFAULT_BASE)
     client = docker_client()
     pin = lock.get(recipe.tag)
     if pin and pin.resolved and not rebuild:
@@ -216,19 +239,32 @@ def ensure_base(
     return _pin(lock, recipe, new_id, log, previous=pin.digest if pin else None)
 
 
+def _recipe_label(recipe: BaseRecipe) -> str:
+    try:
+        return str(recipe.path.resolve().relative_to(REPO_ROOT))
+    except ValueError:  # a recipe outside the repository (tests)
+        return recipe.path.name
+
+
 def _pin(lock: Lock, recipe: BaseRecipe, digest: str, log: Log, previous: str | None) -> Pin:
+    label = _recipe_label(recipe)
     pin = Pin(
         ref=recipe.tag,
         digest=digest,
         source="debootstrap",
         extra={
-            "recipe": str(RECIPE.relative_to(REPO_ROOT)) if RECIPE.exists() else "recipe",
+            "recipe": label,
             "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "debootstrap": debootstrap_version(),
         },
     )
-    # Older bases of this recipe family are superseded: one Debian base pin at a time.
-    for ref in [r for r, p in lock.pins.items() if p.source == "debootstrap" and r != pin.ref]:
+    # An edited recipe supersedes its older base: one pin per recipe file (other recipes, e.g.
+    # bookworm beside bullseye, keep theirs).
+    for ref in [
+        r
+        for r, p in lock.pins.items()
+        if p.source == "debootstrap" and r != pin.ref and p.extra.get("recipe") == label
+    ]:
         del lock.pins[ref]
     lock.set(pin)
     lock.save()

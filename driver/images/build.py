@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from driver.frameworks.base import REPO_ROOT
-from driver.images.base import docker_client, ensure_base, image_id, load_recipe
-from driver.images.catalog import BASE_NAME, ImageSpec, build_order, discover
+from driver.images.base import docker_client, ensure_base, image_id, recipe_for
+from driver.images.catalog import ImageSpec, build_order, discover
 from driver.images.lock import Lock, LockError, load_lock
 
 Log = Callable[[str], None]
@@ -221,13 +221,13 @@ def _plan(
     hashed: dict[str, str] = {}
     args: dict[str, str] = {}
     for arg, ref in sorted(spec.froms.items()):
-        if ref == f"@{BASE_NAME}":
-            recipe = load_recipe(options.root / "dockerfiles" / "debian-base.yaml")
+        if ref[1:] in spec.bases:
+            recipe = recipe_for(ref[1:], options.root)
             pin = lock.get(recipe.tag)
             if pin is None or not pin.resolved:
                 raise LockError(
                     f"{name}: its base {recipe.tag} is not pinned in {lock.path}; run "
-                    "`make base-image` (dlperf images base) first"
+                    f"`make base-image` (dlperf images base {ref[1:]}) first"
                 )
             hashed[arg] = args[arg] = pin.pinned_ref
         elif ref.startswith("@"):
@@ -407,10 +407,9 @@ def build_images(
     wanted = names or sorted(specs)
     order = build_order(specs, wanted)
     client = docker_client()
-    if make_base and any(f"@{BASE_NAME}" in specs[n].froms.values() for n in order):
-        ensure_base(
-            lock, load_recipe(options.root / "dockerfiles" / "debian-base.yaml"), log=options.log
-        )
+    if make_base:
+        for base in sorted({base for n in order for base in specs[n].bases}):
+            ensure_base(lock, recipe_for(base, options.root), log=options.log)
     cache = HashCache(state_dir(lock) / "hash-cache.json")
     records_path = state_dir(lock) / "images-built.json"
     records = json.loads(records_path.read_text()) if records_path.exists() else {}
@@ -419,14 +418,16 @@ def build_images(
     for name in order:
         plan = _plan(name, specs, lock, plans, options, cache)
         for arg, ref in plan.spec.froms.items():
-            if ref.startswith("@") and ref != f"@{BASE_NAME}":
+            if ref[1:] in plan.spec.bases:
+                if not image_id(client, plan.build_args[arg]):
+                    raise LockError(
+                        f"{name}: the pinned Debian base {ref} ({plan.build_args[arg][:19]}) is "
+                        f"not on this machine; run `make base-image` (dlperf images base "
+                        f"{ref[1:]})"
+                    )
+            elif ref.startswith("@"):
                 parent = results[ref[1:]]
                 plan.build_args[arg] = parent.id or parent.tag
-            elif ref == f"@{BASE_NAME}" and not image_id(client, plan.build_args[arg]):
-                raise LockError(
-                    f"{name}: the pinned Debian base {plan.build_args[arg][:19]} is not on this "
-                    "machine; run `make base-image` (dlperf images base)"
-                )
         existing = image_id(client, plan.tag)
         if existing:
             options.log(f"{name}: {plan.tag} is up to date ({existing[:19]})")

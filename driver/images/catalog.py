@@ -12,22 +12,25 @@ A Dockerfile names its bases only through build arguments declared in directives
     # dlperf-context requirements-cpu.txt                       (a file next to the Dockerfile)
     # dlperf-wheels requirements-cpu.txt torch                  (wheels from the wheelhouse;
     #                                                            the named ones must be there)
+    # dlperf-also cpu-python-bullseye BASE_IMAGE=@debian-bullseye
+    #                                 (the same Dockerfile built on other bases: another image)
     ARG BASE_IMAGE
     FROM ${BASE_IMAGE}
 
-``@debian`` is the Debian base made with debootstrap (:mod:`driver.images.base`).
+``@debian`` and ``@debian-bullseye`` are Debian bases made with debootstrap
+(:mod:`driver.images.base`, one recipe ``dockerfiles/base-<name>.yaml`` each).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from driver.frameworks.base import REPO_ROOT
+from driver.images.base import base_recipes
 from driver.images.lock import LockError
 
-BASE_NAME = "debian"
 SHARED_DIR = "dockerfiles"
 VARIANTS = ("cpu", "gpu")
 # Frameworks without images of their own run in another one that has what they need.
@@ -37,7 +40,7 @@ FALLBACK = {
     "tensorflow-horovod": {"gpu": "tensorflow-gpu"},
 }
 
-_DIRECTIVE = re.compile(r"^#\s*dlperf-(from|context|wheels)\s+(.+?)\s*$")
+_DIRECTIVE = re.compile(r"^#\s*dlperf-(from|context|wheels|also)\s+(.+?)\s*$")
 _FROM = re.compile(r"^FROM\s+(.+)$", re.IGNORECASE)
 _ARG_REF = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
 
@@ -57,7 +60,10 @@ class ImageSpec:
     wheels: WheelSpec | None = None
     framework: str | None = None
     variant: str | None = None
-    depends: tuple[str, ...] = field(default=())
+    depends: tuple[str, ...] = field(default=())  # images we build that this one starts FROM
+    bases: tuple[str, ...] = field(default=())  # Debian bases (debootstrap) it starts FROM
+    # `# dlperf-also NAME ARG=@ref ...`: further images from this Dockerfile on other bases.
+    also: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(default=())
 
     @property
     def folder(self) -> Path:
@@ -68,8 +74,16 @@ class ImageSpec:
         return [ref for ref in self.froms.values() if not ref.startswith("@")]
 
 
+def _assignment(where: str, directive: str, text: str) -> tuple[str, str]:
+    arg, sep, ref = text.partition("=")
+    if not sep or not arg.strip() or not ref.strip() or " " in ref.strip():
+        raise LockError(f"{where}: dlperf-{directive} wants ARG=<tag or @image>, got {text!r}")
+    return arg.strip(), ref.strip()
+
+
 def parse_dockerfile(path: Path, name: str, **kwargs: str | None) -> ImageSpec:
     froms: dict[str, str] = {}
+    also: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     context: list[str] = []
     wheels: WheelSpec | None = None
     stages: set[str] = set()
@@ -80,10 +94,13 @@ def parse_dockerfile(path: Path, name: str, **kwargs: str | None) -> ImageSpec:
         if directive:
             kind, value = directive.groups()
             if kind == "from":
-                arg, sep, ref = value.partition("=")
-                if not sep or not ref or " " in ref:
-                    raise LockError(f"{where}: dlperf-from wants ARG=<tag or @image>")
-                froms[arg.strip()] = ref.strip()
+                arg, ref = _assignment(where, kind, value)
+                froms[arg] = ref
+            elif kind == "also":
+                other, *assignments = value.split()
+                if not assignments:
+                    raise LockError(f"{where}: dlperf-also wants NAME ARG=<tag or @image> ...")
+                also.append((other, tuple(_assignment(where, kind, a) for a in assignments)))
             elif kind == "context":
                 context.extend(value.split())
             else:
@@ -109,16 +126,49 @@ def parse_dockerfile(path: Path, name: str, **kwargs: str | None) -> ImageSpec:
             stages.add(alias)
     if not froms:
         raise LockError(f"{path}: no `# dlperf-from` directive; every image needs a pinned base")
-    depends = tuple(ref[1:] for ref in froms.values() if ref.startswith("@"))
+    for other, assignments in also:
+        unknown = [arg for arg, _ in assignments if arg not in froms]
+        if unknown:
+            raise LockError(
+                f"{path}: dlperf-also {other}: {', '.join(unknown)} is not a dlperf-from "
+                f"argument of this Dockerfile ({', '.join(froms)})"
+            )
     return ImageSpec(
         name=name,
         dockerfile=path,
         froms=froms,
         context=tuple(context),
         wheels=wheels,
-        depends=depends,
+        depends=tuple(ref[1:] for ref in froms.values() if ref.startswith("@")),
+        also=tuple(also),
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _with_bases(spec: ImageSpec, bases: set[str]) -> ImageSpec:
+    """Split ``@`` references into Debian bases and images we build."""
+    return replace(
+        spec,
+        depends=tuple(d for d in spec.depends if d not in bases),
+        bases=tuple(d for d in spec.depends if d in bases),
+    )
+
+
+def _variants(spec: ImageSpec) -> list[ImageSpec]:
+    """The spec and the images its ``dlperf-also`` directives make from the same Dockerfile."""
+    out = [spec]
+    for other, assignments in spec.also:
+        froms = {**spec.froms, **dict(assignments)}
+        out.append(
+            replace(
+                spec,
+                name=other,
+                froms=froms,
+                depends=tuple(ref[1:] for ref in froms.values() if ref.startswith("@")),
+                also=(),
+            )
+        )
+    return out
 
 
 def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
@@ -127,10 +177,12 @@ def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
     from driver.registry import FRAMEWORKS
 
     load_all()
+    bases = set(base_recipes(root))
     specs: dict[str, ImageSpec] = {}
     for path in sorted((root / SHARED_DIR).glob("Dockerfile.*")):
         name = path.name.split(".", 1)[1]
-        specs[name] = parse_dockerfile(path, name)
+        for spec in _variants(parse_dockerfile(path, name)):
+            specs[spec.name] = spec
     for framework_name in FRAMEWORKS.names():
         framework = FRAMEWORKS.get(framework_name)
         for variant in VARIANTS:
@@ -140,14 +192,20 @@ def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
                 specs[name] = parse_dockerfile(
                     path, name, framework=framework_name, variant=variant
                 )
+                if specs[name].also:
+                    raise LockError(
+                        f"{path}: dlperf-also is for the shared layers in {SHARED_DIR}/; a "
+                        "framework image has one Dockerfile per base"
+                    )
     for image, dockerfile in source_dockerfiles(root).items():
         specs[image] = parse_dockerfile(dockerfile, image, variant="gpu")
+    specs = {name: _with_bases(spec, bases) for name, spec in specs.items()}
     for spec in specs.values():
         for dependency in spec.depends:
-            if dependency != BASE_NAME and dependency not in specs:
+            if dependency not in specs:
                 raise LockError(
                     f"{spec.dockerfile}: FROM @{dependency}: no such image; known: "
-                    f"{', '.join(sorted([BASE_NAME, *specs]))}"
+                    f"{', '.join(sorted([*bases, *specs]))}"
                 )
     return specs
 
@@ -179,10 +237,10 @@ def build_order(specs: dict[str, ImageSpec], names: list[str]) -> list[str]:
     def visit(name: str, chain: tuple[str, ...]) -> None:
         if name in chain:
             raise LockError(f"images built FROM each other: {' -> '.join([*chain, name])}")
-        if name == BASE_NAME or name in order:
+        if name in order:
             return
         if name not in specs:
-            raise LockError(f"no image {name!r}; known: {', '.join(sorted([BASE_NAME, *specs]))}")
+            raise LockError(f"no image {name!r}; known: {', '.join(sorted(specs))}")
         for dependency in specs[name].depends:
             visit(dependency, (*chain, name))
         order.append(name)
