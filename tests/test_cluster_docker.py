@@ -389,9 +389,12 @@ def test_resnet50_in_containers_through_the_cli_in_each_framework_image(
     [(case, record, directory)] = list(session.records())
     world = nodes * per_node
     assert case.topology.label == f"{nodes}n{world}g" and record.ok and record.throughput > 0
+    # Every node's log came home with its own processes' ranks. Which ranks a node holds is the
+    # engine's business: MXNet's scheduler numbers workers in the order they register.
+    by_node = [log_ranks(directory / f"node{node}.log") for node in range(nodes)]
+    assert [len(ranks) for ranks in by_node] == [per_node] * nodes
+    assert set().union(*by_node) == set(range(nodes * per_node))
     for node in range(nodes):
-        ranks = set(range(node * per_node, (node + 1) * per_node))
-        assert log_ranks(directory / f"node{node}.log") == ranks
         assert record.extra["nodes"][f"node{node}"]["image_id"] == image
     assert record.measurement["ranks"] == record.measurement["world_size"] == world
     assert record.header["framework"] == framework

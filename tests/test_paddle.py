@@ -33,6 +33,7 @@ def test_paddle_launcher_command_names_the_node_and_the_master() -> None:
     argv = PaddleLaunch().command("python", [SCRIPT, "--model", "bert"], rank)
     assert argv[:3] == ["python", "-m", "driver.launchers.paddle"]
     assert {"--nnodes=2", "--rank=1", "--nproc-per-node=4", "--master=10.0.0.1:29500"} <= set(argv)
+    assert "--host=10.0.0.2" in argv  # node 1's own address, not what its host name resolves to
     assert argv[argv.index("--") + 1 :] == [SCRIPT, "--model", "bert"]
     single = PaddleLaunch().command("python", [SCRIPT], NodeRank(0, 1, 1, "127.0.0.1", 1))
     assert single == ["python", SCRIPT]

@@ -25,6 +25,12 @@ class NodeRank:
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
 
+    @property
+    def node_addr(self) -> str | None:
+        """This node's own address (from the inventory), for launchers that would otherwise
+        guess it from the host name, which on a multi-homed host names another interface."""
+        return self.node_addrs[self.node_rank] if self.node_addrs else None
+
     def environment(self) -> dict[str, str]:
         """The variables every runtime exports on the node (scripts and launchers read them)."""
         return {

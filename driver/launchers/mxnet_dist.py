@@ -51,7 +51,7 @@ class MxnetDist:
             f"--nproc-per-node={rank.procs_per_node}",
             f"--master-addr={rank.master_addr}",
             f"--master-port={rank.master_port}",
-            *([f"--node-addr={rank.node_addrs[rank.node_rank]}"] if rank.node_addrs else []),
+            *([f"--node-addr={rank.node_addr}"] if rank.node_addr else []),
             "--", *script_argv,
         ]  # fmt: skip
 

@@ -8,7 +8,10 @@ launcher with a private log folder and copies every worker log, line by line, to
 stdout. It also owns the cleanup: paddle starts each worker in its own session, so stopping the
 launcher's process group (what a runtime does on a timeout) would leave the workers running.
 
-Node rendezvous: ``--master <master addr>:<master port> --nnodes N --rank <node rank>``;
+Node rendezvous: ``--master <master addr>:<master port> --nnodes N --rank <node rank>`` and
+``--host <this node's inventory address>``: without it paddle takes the address its host name
+resolves to, and node 0 starts the rendezvous only when that equals the master address (a node
+reached on another interface, or on a loopback address, waits for a master forever);
 ``--nproc_per_node P`` processes per node, one GPU each on GPU nodes (paddle assigns them), gloo
 on CPU (the launcher sets PADDLE_DISTRI_BACKEND=gloo when it finds no device).
 """
@@ -47,6 +50,7 @@ class PaddleLaunch:
             f"--rank={rank.node_rank}",
             f"--nproc-per-node={rank.procs_per_node}",
             f"--master={rank.master_addr}:{rank.master_port}",
+            *([f"--host={rank.node_addr}"] if rank.node_addr else []),
             "--", *script_argv,
         ]  # fmt: skip
 
@@ -58,6 +62,7 @@ def launch_argv(args: argparse.Namespace, log_dir: str, script_argv: list[str]) 
         "--rank", str(args.rank),
         "--nproc_per_node", str(args.nproc_per_node),
         "--master", args.master,
+        *(["--host", args.host] if args.host else []),
         "--log_dir", log_dir,
         "--max_restart", "0",  # a failed repeat is a verdict, not something to retry
         *script_argv,
@@ -145,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--nproc-per-node", type=int, required=True)
     parser.add_argument("--master", required=True, help="addr:port of node 0's rendezvous")
+    parser.add_argument("--host", default=None, help="this node's address (the inventory's)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     script_argv = args.command[1:] if args.command[:1] == ["--"] else args.command
