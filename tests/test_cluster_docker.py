@@ -342,6 +342,21 @@ def test_ctrl_c_on_the_head_records_interrupted_removes_containers_and_resumes(
     assert session_containers(label) == []
 
 
+def test_selftest_across_two_nodes_in_containers_is_within_the_bound(
+    runtime: DockerRuntime,
+) -> None:
+    from driver.core.selftest import ERROR_BOUND, run_selftest
+
+    [result] = run_selftest(
+        step_time=0.02, repeats=2, measured_steps=50, topologies=("2n4g",), runtime=runtime,
+        printer=quiet,
+    )  # fmt: skip
+    assert result.error < ERROR_BOUND, result
+    # Two `docker run`s over SSH, the logs fetched back: more than a local process start, but
+    # still seconds, not tens of seconds.
+    assert 0 < result.overhead_s < 20, result
+
+
 # Each framework's CPU image, built by `make images` from the Debian bases and PyPI, trains
 # through its own distributed launcher in containers started over SSH.
 FRAMEWORK_RUNS = {  # framework: (nodes, processes per node, cpu-smoke variant, a package it runs)

@@ -3,11 +3,17 @@
 The workload's steps end on exact deadlines, so its true throughput is known
 (batch x processes / step time). Running it through the same planner, launcher, runtime,
 parser and statistics as a real benchmark measures the kit's own error.
+
+Its steps also take a known time, so the rest of each repeat's wall time is the kit's overhead:
+starting the processes (and containers, over SSH), collecting the logs, parsing, recording.
+``dlperf selftest --runtime docker --inventory FILE`` measures it across nodes.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +21,7 @@ from driver.core.case import Case, Topology
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.summary import summarize
+from driver.runtimes.base import Runtime
 from driver.runtimes.local import LocalRuntime
 
 ERROR_BOUND = 0.005  # the kit must be within 0.5% of the truth
@@ -25,6 +32,9 @@ class SelftestResult:
     topology: str
     truth: float
     measured: float
+    # Median over repeats of (repeat wall time - the workload's own steps x step time): process
+    # (and container) start, log collection, parsing and the record, per repeat.
+    overhead_s: float = 0.0
 
     @property
     def error(self) -> float:
@@ -66,25 +76,42 @@ def run_selftest(
     measured_steps: int = 100,
     results_dir: Path | None = None,
     printer=print,  # noqa: ANN001
+    runtime: Runtime | None = None,
 ) -> list[SelftestResult]:
     cases = calibration_cases(step_time, batch, list(topologies), repeats, measured_steps)
+    runtime = runtime or LocalRuntime()
     with tempfile.TemporaryDirectory(prefix="dlperf-selftest-") as scratch:
         session = Session.open(results_dir or Path(scratch) / "selftest", {"kind": "selftest"})
-        summary = run_cases(cases, session, LocalRuntime(), printer=lambda _line: None)
+        started = time.monotonic()
+        summary = run_cases(cases, session, runtime, printer=lambda _line: None)
+        elapsed = time.monotonic() - started
         if not summary.ok:
             raise RuntimeError(f"calibration runs failed: {summary.failed}")
+        records = list(session.records())
         results = [
             SelftestResult(
                 topology=s.case.topology.label,
                 truth=batch * s.case.topology.world_size / step_time,
                 measured=s.stats.median,
+                overhead_s=statistics.median(
+                    r.finished_at - r.started_at - c.total_steps * step_time
+                    for c, r, _ in records
+                    if c.id == s.case.id
+                ),
             )
-            for s in summarize((c, r) for c, r, _ in session.records())
+            for s in summarize((c, r) for c, r, _ in records)
         ]
     for result in results:
         printer(
             f"selftest {result.topology}: truth {result.truth:.2f} samples/s, measured "
             f"{result.measured:.2f}, error {result.error:.4%} "
-            f"({'ok' if result.passed else 'FAIL'}, bound {ERROR_BOUND:.1%})"
+            f"({'ok' if result.passed else 'FAIL'}, bound {ERROR_BOUND:.1%}); "
+            f"driver overhead {result.overhead_s:.2f} s per repeat"
         )
+    steps_s = sum(c.repeats * c.total_steps * step_time for c in cases)
+    printer(
+        f"selftest on the {runtime.name} runtime: {elapsed:.1f} s for {len(cases)} cases x "
+        f"{repeats} repeats, of which {steps_s:.1f} s in the workload's steps; driver overhead "
+        f"{(elapsed - steps_s) / len(cases):.2f} s per case ({repeats} repeats, with preparation)"
+    )
     return results

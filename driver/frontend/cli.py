@@ -198,7 +198,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     from driver.core.selftest import run_selftest
 
-    results = run_selftest(step_time=args.step_time, repeats=args.repeats)
+    runtime = make_runtime(args.runtime, args.inventory)
+    results = run_selftest(step_time=args.step_time, repeats=args.repeats, runtime=runtime)
     return 0 if all(r.passed for r in results) else 1
 
 
@@ -265,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
     selftest.add_argument("--step-time", type=float, default=0.02)
     selftest.add_argument("--repeats", type=int, default=3)
+    selftest.add_argument("--runtime", default="local", help="local, docker or process")
+    selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)
 
     listing = sub.add_parser("list", help="registered plug-ins")
