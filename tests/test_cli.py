@@ -36,6 +36,33 @@ def test_dry_run_prints_cases_and_torchrun_commands(capsys: pytest.CaptureFixtur
     assert "torch.distributed.run" in out and "--nproc-per-node=8" in out
 
 
+def test_dry_run_on_the_process_runtime_shows_what_each_node_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    example = Path(__file__).parents[1] / "examples" / "inventory-cpu.yaml"
+    key = tmp_path / "id_ed25519"  # the inventory check wants the key file to exist
+    key.write_text("")
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(example.read_text().replace("~/.ssh/id_ed25519", str(key)))
+    code = main(
+        ["run", "--framework", "pytorch", "--model", "resnet50", "--profile", "cpu-smoke",
+         "--variant", "default", "--amp", "off", "--nodes", "2", "--gpus", "2",
+         "--runtime", "process", "--inventory", str(inventory), "--dry-run"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = [line.strip() for line in out.splitlines() if line.startswith("    [")]
+    assert [line.split(" $ ")[0] for line in lines] == [
+        "[cpu01] bench@192.168.1.21:22",
+        "[cpu02] bench@192.168.1.22:22",
+    ]
+    for rank, line in enumerate(lines):
+        # The inventory's interpreter for pytorch, the node's copy of the kit, its rank.
+        assert line.split(" $ ")[1].startswith("cd /var/tmp/dlperf/code/")
+        assert " /opt/venvs/pytorch/bin/python -m torch.distributed.run " in line
+        assert f"--node-rank={rank} " in line and "GLOO_SOCKET_IFNAME=eth0 " in line
+
+
 def test_bad_matrix_is_a_clear_error_and_runs_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -407,6 +407,33 @@ def test_dry_run_with_the_docker_runtime_fills_hosts_from_the_inventory() -> Non
     assert [line.split("]")[0] for line in lines[:4]] == ["[gpu01", "[gpu02", "[gpu03", "[gpu04"]
     assert "-H 10.0.0.11:8,10.0.0.12:8,10.0.0.13:8,10.0.0.14:8" in lines[0]
     assert all("/usr/sbin/sshd -p 2222" in line for line in lines[1:4])
+    # The container each node starts, as the run sends it over SSH: the inventory's user,
+    # address and GPUs, the source's image (no tag until its NGC base digest is resolved).
+    for index, line in enumerate(lines[:4]):
+        assert line.startswith(f"[gpu0{index + 1}] bench@10.0.0.1{index + 1}:22 $ docker create ")
+        assert "--network host --ipc host" in line and "--gpus all" in line
+        assert f"-e DLPERF_NODE_RANK={index} " in line and "-e NCCL_SOCKET_IFNAME=ib0 " in line
+        assert "'dlperf/src-ngc-tf1:<unbuilt: base not resolved in images.lock>'" in line
+        assert line.endswith("&& docker start -a '<run>'")
+
+
+@pytest.mark.skipif("docker" not in RUNTIMES, reason="the docker runtime is not installed")
+def test_dry_run_names_the_tag_an_image_with_a_resolved_base_gets() -> None:
+    from driver.images.build import BuildOptions, plan_images
+
+    inventory = REPO_ROOT / "examples" / "inventory-4n32g.yaml"
+    args = ["run", "--runtime", "docker", "--inventory", str(inventory), "--matrix",
+            str(SPECS["ngc-pytorch"].matrix_file), "--nodes", "4", "--gpus", "8",
+            "--model", "resnet50", "--profile", "dlperf", "--dry-run"]  # fmt: skip
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(args) == 0
+    tag = plan_images(["src-ngc-pytorch"], BuildOptions(log=lambda _line: None))[
+        "src-ngc-pytorch"
+    ].tag
+    lines = [line.strip() for line in out.getvalue().splitlines() if line.startswith("    [")]
+    assert lines and all(f" {tag} sh -c " in line for line in lines)
+    assert [f"--node_rank {i} " in line for i, line in enumerate(lines[:4])] == [True] * 4
 
 
 def test_readme_support_table_marks_every_source() -> None:

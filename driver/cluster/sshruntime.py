@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.cluster import provenance
-from driver.cluster.code import CodeBundle, CodeSyncError, make_bundle, sync_code
+from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle, sync_code
 from driver.cluster.inventory import Inventory, Node, load_inventory
 from driver.cluster.preflight import Check, failures, run_preflight
 from driver.cluster.remote import NodeUnreachable, Remote, parallel
@@ -122,6 +122,9 @@ def framework_of(repeat_dir: Path, commands: list[NodeCommand]) -> tuple[str, st
     return "calibration", "dlperf"
 
 
+RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
+
+
 class SshRuntime:
     """Base of the runtimes that reach nodes over SSH; see the module docstring."""
 
@@ -157,6 +160,30 @@ class SshRuntime:
         raise NotImplementedError
 
     def python(self, framework: Any) -> str:
+        raise NotImplementedError
+
+    # -- --dry-run ---------------------------------------------------------------------------
+    def describe(self, framework: str, source: str, commands: list[NodeCommand]) -> list[str]:
+        """Per node, the SSH target and the command it would run there, exactly as a run
+        sends it (the run name is made per repeat; the image as its planned tag)."""
+        bundle = make_bundle()
+        lines = []
+        for index, (command, remote) in enumerate(
+            zip(commands, self.remotes_for(commands), strict=True)
+        ):
+            node = remote.node
+            code = code_dir(node.scratch_dir, bundle)
+            env = self.node_environment(command, node, self.workdir_on(code))
+            launch = Launch(index, remote, command, RUN_NAME, f"{node.scratch_dir}/runs/{RUN_NAME}")
+            there = self.node_command_line(launch, env, code, framework, source)
+            # The exact string the node's shell gets over SSH (Fabric sends it as it is).
+            lines.append(f"[{node.name}] {node.ssh.user}@{node.address}:{node.ssh.port} $ {there}")
+        return lines
+
+    def node_command_line(
+        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
+    ) -> str:
+        """The shell command a launch runs on its node (``describe``)."""
         raise NotImplementedError
 
     # -- subclass hooks --------------------------------------------------------------------

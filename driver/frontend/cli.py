@@ -132,8 +132,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"{case.id}  x{case.repeats}  (warm-up {case.warmup_steps}, "
                 f"measured {case.measured_steps}{note})"
             )
-            for command in plan_repeat(case, runtime, batch_size=int(batch), master_port=29500):
-                print(f"    {command_line(command)}")
+            commands = plan_repeat(case, runtime, batch_size=int(batch), master_port=29500)
+            describe = getattr(runtime, "describe", None)  # SSH runtimes: what each node runs
+            lines = (
+                describe(case.framework, case.source, commands)
+                if describe
+                else [command_line(command) for command in commands]
+            )
+            for line in lines:
+                print(f"    {line}")
         return 0
     if args.runtime == "local":
         for name in sorted({case.framework for case in cases}):

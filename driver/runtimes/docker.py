@@ -154,21 +154,54 @@ class DockerRuntime(SshRuntime):
             args += ["-e", f"{key}={value}"]
         return args
 
+    def create_argv(
+        self, launch: Launch, env: dict[str, str], code: str, image: str, labels: dict[str, str]
+    ) -> list[str]:
+        label_args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]
+        return launch.remote.docker(
+            "create",
+            "--name",
+            launch.run_id,
+            *label_args,
+            *self.docker_args(launch, env, code),
+            image,
+            *launch.command.argv,
+        )
+
+    def node_command_line(
+        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
+    ) -> str:
+        image = self.planned_image(framework, launch.remote.node, source)
+        create = self.create_argv(launch, env, code, image, {"dlperf.session": "<session>"})
+        return f"{shell(create)} && {shell(launch.remote.docker('start', '-a', launch.run_id))}"
+
+    def planned_image(self, framework: str, node: Node, source: str) -> str:
+        """The image a node would run, without an engine: the inventory's override, else the
+        tag of the image with today's inputs (what ``dlperf images build`` makes)."""
+        from driver.images.build import BuildOptions, plan_images
+        from driver.images.catalog import discover, image_for
+        from driver.images.lock import LockError
+        from driver.registry import SOURCES
+
+        override = node.container.image.get(framework) or node.container.image.get("default")
+        if override and source == "dlperf":
+            return override
+        options = self.build_options or BuildOptions(log=lambda _line: None)
+        if source != "dlperf":
+            name = str(SOURCES.get(source)().image)
+        else:
+            name = image_for(framework, node.container.variant, discover(options.root))
+        try:
+            return plan_images([name], options)[name].tag
+        except LockError:  # e.g. a base digest still unresolved: the name, and no tag yet
+            return f"dlperf/{name}:<unbuilt: base not resolved in images.lock>"
+
     def create(
         self, launch: Launch, env: dict[str, str], prepared: Prepared, labels: dict[str, str]
     ) -> None:
         remote = launch.remote
         image = prepared.image[remote.node.name]
-        label_args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]
-        argv = remote.docker(
-            "create",
-            "--name",
-            launch.run_id,
-            *label_args,
-            *self.docker_args(launch, env, prepared.code_dirs[remote.node.name]),
-            image,
-            *launch.command.argv,
-        )
+        argv = self.create_argv(launch, env, prepared.code_dirs[remote.node.name], image, labels)
         script = f"mkdir -p {shell([launch.run_dir])} && {shell(argv)}"
         result = remote.run(script, timeout=120)
         if not result.ok:

@@ -72,15 +72,20 @@ class ProcessRuntime(SshRuntime):
         if not made.ok:
             raise RuntimeError(f"mkdir {launch.run_dir}: {made.why()}")
         code = prepared.code_dirs[remote.node.name]
+        launch.facts.update(workdir=code, labels=labels)
+        launch.start_command = self.node_command_line(launch, env, code, prepared.framework)
+
+    def node_command_line(
+        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str = ""
+    ) -> str:
         argv = list(launch.command.argv)
-        first_python = self.inventory.nodes[0].python_for(prepared.framework)
-        node_python = remote.node.python_for(prepared.framework)
+        first_python = self.inventory.nodes[0].python_for(framework)
+        node_python = launch.remote.node.python_for(framework)
         if argv and argv[0] == first_python and node_python != first_python:
             argv[0] = node_python  # plan_repeat knows one interpreter; this node has its own
-        launch.facts.update(workdir=code, labels=labels)
         env = {**env, "DLPERF_RUN_ID": launch.run_id}
         launch.facts["argv"] = argv
-        launch.start_command = (
+        return (
             f"cd {shell([code])} && echo $$ > {shell([launch.run_dir + '/pid'])} && "
             f"date +%s.%N > {shell([launch.run_dir + '/started'])} && "
             f"exec {shell(['env', *(f'{k}={v}' for k, v in sorted(env.items())), *argv])} "
