@@ -33,6 +33,19 @@ def test_selftest_error_is_under_the_bound_single_and_multi_process(tmp_path: Pa
         assert 0 < result.overhead_s < 5, result
 
 
+def test_a_session_remembers_every_command_that_ran_into_it(tmp_path: Path) -> None:
+    session = Session.open(tmp_path / "s", {"profile": "cpu-smoke"})
+    session.note_run({"argv": ["run", "--amp", "off"]})
+    Session.open(tmp_path / "s", {"profile": "ignored: the session exists"}).note_run(
+        {"argv": ["run", "--amp", "on"]}
+    )
+    meta = Session(tmp_path / "s").meta
+    assert meta["profile"] == "cpu-smoke"
+    argvs = [run["argv"] for run in meta["runs"]]
+    assert argvs == [["run", "--amp", "off"], ["run", "--amp", "on"]]
+    assert all(set(run) >= {"started", "kit"} for run in meta["runs"])
+
+
 def test_resume_skips_finished_repeats_and_never_overwrites(tmp_path: Path) -> None:
     case = calibration_cases(0.005, 8, ["1n1g"], repeats=2, measured_steps=10)[0]
     session = Session.open(tmp_path / "s")

@@ -374,7 +374,7 @@ class SshRuntime:
                 timings["watch_s"] = round(time.monotonic() - t0, 3)
         except KeyboardInterrupt:
             interrupted = True
-            verdict, detail = Verdict.INTERRUPTED, "Ctrl-C on the head node"
+            verdict, detail = Verdict.INTERRUPTED, "Ctrl-C or SIGTERM on the head node"
         # Cleanup must finish even if Ctrl-C is pressed again: containers must not outlive us.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
         try:

@@ -112,6 +112,16 @@ class Session:
             )
         return session
 
+    def note_run(self, facts: dict[str, Any]) -> None:
+        """Append one invocation (argv, kit revision, time) to ``session.json``'s ``runs``: a
+        session resumed or widened by later commands says by which."""
+        meta = self.meta
+        runs = list(meta.get("runs", []))
+        runs.append(
+            {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kit": kit_revision(), **facts}
+        )
+        write_json(self.root / "session.json", {**meta, "runs": runs})
+
     @property
     def meta(self) -> dict[str, Any]:
         path = self.root / "session.json"

@@ -103,7 +103,9 @@ def run_repeat(
     except KeyboardInterrupt:
         interrupted = True
         now = time.time()
-        outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, "Ctrl-C on the head node")
+        outcome = RepeatOutcome(
+            Verdict.INTERRUPTED, [], now, now, "Ctrl-C or SIGTERM on the head node"
+        )
     measurement, header, detail = None, {}, outcome.detail
     verdict = refine_verdict(outcome, directory)
     if verdict == Verdict.OK:

@@ -158,6 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "argv": sys.argv[1:],
         },
     )
+    session.note_run({"argv": sys.argv[1:], "profile": profile, "runtime": runtime.name})
     print(f"session: {session.root}")
     if getattr(args, "probe", False):  # all-reduce bandwidth before the matrix (driver/probes)
         from driver.probes import probe_topologies
