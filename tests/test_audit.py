@@ -291,3 +291,48 @@ def test_a_large_version_from_real_logs(tmp_path: Path) -> None:
     report = audit(version)
     assert report.ok, report.text()
     assert report.counts["repeats"] == 36 and report.counts["cases"] == 12
+
+
+def test_the_kit_that_released_a_version_audits_it(
+    version: Path, capfd: pytest.CaptureFixture
+) -> None:
+    from driver.release.released_kit import released_commit
+
+    commit, _dirty = released_commit(version)
+    reports = str(version.parent)
+    assert main(["audit", str(version), "--reports", reports, "--kit", "released"]) == 0
+    out = capfd.readouterr().out  # the released kit prints from its own process
+    assert f"with the kit at {commit[:12]}" in out and "verdict: PASS" in out
+    # The kit's worktree is gone afterwards.
+    worktrees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True).stdout
+    assert "dlperf-kit-" not in worktrees
+
+
+def test_a_version_released_by_an_unknown_commit_is_a_clear_error(
+    version: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    copy = editable_copy(version, tmp_path)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["kit"]["commit"] = "0" * 40
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["audit", str(copy), "--reports", str(tmp_path), "--kit", "released"]) == 1
+    assert "which this repository does not hold" in capsys.readouterr().err
+
+
+def test_every_committed_version_passes_with_the_kit_that_released_it() -> None:
+    """The versions under reports/ as committed: recomputed from their raw logs by their own
+    kit, so a later change to the renderer never breaks them."""
+    from driver.release.release import DEFAULT_REPORTS, released_versions
+    from driver.release.released_kit import released_commit
+
+    versions = released_versions(DEFAULT_REPORTS)
+    assert versions, "no released version under reports/"
+    shallow = subprocess.run(
+        ["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
+    ).stdout.strip()
+    for name, _manifest in versions:
+        commit, _dirty = released_commit(DEFAULT_REPORTS / name)
+        held = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0
+        if not held and shallow == "true":
+            pytest.skip(f"{name}: kit commit {commit[:12]} is beyond this shallow clone's depth")
+        assert main(["audit", name, "--kit", "released"]) == 0, name

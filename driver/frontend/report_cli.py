@@ -56,6 +56,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         except ReleaseError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    if args.kit == "released":
+        return _audit_with_released_kits(targets, reports, args)
     failed = 0
     for target in targets:
         report = audit(
@@ -65,6 +67,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
         )
         print(report.text())
         failed += not report.ok
+    return 1 if failed else 0
+
+
+def _audit_with_released_kits(targets: list[Path], reports: Path, args: argparse.Namespace) -> int:
+    from driver.release.released_kit import ReleasedKitError, audit_with_released_kit
+
+    extra = [*(["--images-lock", args.images_lock] if args.images_lock else [])]
+    extra += ["--cached-flops"] if args.cached_flops else []
+    failed = 0
+    for target in targets:
+        try:
+            failed += audit_with_released_kit(target, reports, extra) != 0
+        except ReleasedKitError as error:
+            print(f"error: {error}", file=sys.stderr)
+            failed += 1
     return 1 if failed else 0
 
 
@@ -150,6 +167,13 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     audit.add_argument("--all", action="store_true", help="every version under --reports")
     audit.add_argument(
         "--images-lock", help="fail when this images.lock pins another digest for an image"
+    )
+    audit.add_argument(
+        "--kit",
+        choices=("current", "released"),
+        default="current",
+        help="audit with this checkout's kit, or with the kit commit that released the version "
+        "(a temporary git worktree: later renderer changes do not count as differences)",
     )
     audit.add_argument(
         "--cached-flops",

@@ -1,0 +1,71 @@
+"""Audit a version with the kit that released it (``dlperf audit --kit released``).
+
+The audit re-renders a version's README and tables with the kit that runs it, so a later change
+to the renderer (a reworded footnote, a new column) makes older versions differ although no
+number changed. This runs the audit of the kit at the version's ``manifest.json`` ``kit.commit``
+instead: a temporary ``git worktree`` of that commit, its own ``driver`` package first on the
+path, the same Python and dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from driver.frameworks.base import REPO_ROOT
+
+
+class ReleasedKitError(RuntimeError):
+    pass
+
+
+def released_commit(version: Path) -> tuple[str, bool]:
+    """(commit, dirty) of the kit that released ``version``."""
+    try:
+        kit = json.loads((version / "manifest.json").read_text())["kit"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ReleasedKitError(f"{version}/manifest.json: no kit commit ({error})") from None
+    commit = kit.get("commit") if isinstance(kit, dict) else None
+    if not commit:
+        raise ReleasedKitError(f"{version}/manifest.json: kit.commit is empty")
+    return str(commit), bool(kit.get("dirty"))
+
+
+def _git(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def audit_with_released_kit(version: Path, reports: Path, extra_args: list[str]) -> int:
+    """Run ``dlperf audit`` of the releasing kit on ``version``; returns its exit code."""
+    commit, dirty = released_commit(version)
+    if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        raise ReleasedKitError(
+            f"{version}: released by kit commit {commit[:12]}, which this repository does not "
+            "hold (fetch it, or audit with the current kit: drop --kit released)"
+        )
+    if dirty:
+        print(
+            f"note: {version.name} was released from a tree with uncommitted changes; auditing "
+            f"with its commit {commit[:12]} as the nearest kit"
+        )
+    scratch = Path(tempfile.mkdtemp(prefix="dlperf-kit-"))
+    tree = scratch / "kit"
+    try:
+        added = _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
+        if added.returncode != 0:
+            raise ReleasedKitError(f"git worktree add {commit[:12]}: {added.stderr.strip()}")
+        print(f"auditing {version.name} with the kit at {commit[:12]} (its release)", flush=True)
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        argv = [
+            sys.executable, "-m", "driver.frontend.cli", "audit", str(version.resolve()),
+            "--reports", str(reports.resolve()), *extra_args,
+        ]  # fmt: skip
+        return subprocess.run(argv, cwd=tree, env=env).returncode
+    finally:
+        _git("worktree", "remove", "--force", str(tree))
+        shutil.rmtree(scratch, ignore_errors=True)
