@@ -214,3 +214,28 @@ def test_no_file_of_a_version_is_git_ignored() -> None:
     built = config_destination(REPO_ROOT, REPO_ROOT / ".dlperf" / "images-built.json")
     assert built == "config/images-built.json"
     assert git_ignored(target, [Path(built), Path("raw/s.tar.gz"), Path("plots/a.png")]) == []
+
+
+def test_the_kit_is_dirty_for_code_changes_not_for_its_reports(tmp_path: Path) -> None:
+    """A version being written under reports/ is untracked; it must not mark the releasing kit
+    dirty, while any other uncommitted file (code, a matrix) must."""
+    import subprocess
+
+    from driver.core.results import kit_revision
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "driver.py").write_text("x = 1\n")
+    git("add", "driver.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "kit")
+    assert kit_revision(tmp_path)["dirty"] is False
+    (tmp_path / "reports" / ".v0.1-cpu.tmp-1").mkdir(parents=True)
+    (tmp_path / "reports" / ".v0.1-cpu.tmp-1" / "README.md").write_text("a version\n")
+    assert kit_revision(tmp_path)["dirty"] is False
+    (tmp_path / "driver.py").write_text("x = 2\n")
+    assert kit_revision(tmp_path)["dirty"] is True
+    git("checkout", "driver.py")
+    (tmp_path / "new_module.py").write_text("y = 1\n")
+    assert kit_revision(tmp_path)["dirty"] is True

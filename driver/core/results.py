@@ -36,11 +36,13 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def kit_revision() -> dict[str, Any]:
+def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The kit's git commit, and whether its code differs from that commit."""
+
     def git(*args: str) -> str:
         try:
             return subprocess.run(
-                ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+                ["git", *args], cwd=repo_root, capture_output=True, text=True, timeout=10
             ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
@@ -48,7 +50,11 @@ def kit_revision() -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     return {
         "commit": commit or None,
-        "dirty": bool(git("status", "--porcelain")) if commit else None,
+        # reports/ holds the kit's output (a version being released is untracked while it is
+        # written), not its code: changes there do not make the kit dirty.
+        "dirty": bool(git("status", "--porcelain", "--", ".", ":(exclude)reports"))
+        if commit
+        else None,
     }
 
 
