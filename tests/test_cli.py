@@ -91,12 +91,20 @@ def test_selftest_command_reports_every_topology(capsys: pytest.CaptureFixture) 
     assert code == (0 if all("(ok," in line for line in lines[:3]) else 1)
 
 
-def test_sigterm_on_the_head_records_interrupted_and_leaves_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT-from-a-background-shell"])
+def test_a_stop_signal_on_the_head_records_interrupted_and_leaves_no_process(
+    tmp_path: Path, stop: str
+) -> None:
+    """SIGTERM, and SIGINT to a run that a shell started in the background (SIGINT ignored and
+    inherited), both end the repeat as interrupted with every rank gone."""
     import json
     import signal
     import subprocess
     import sys
     import time
+
+    def as_a_background_job() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     matrix = tmp_path / "m.yaml"
     matrix.write_text(
@@ -109,13 +117,14 @@ def test_sigterm_on_the_head_records_interrupted_and_leaves_no_process(tmp_path:
          "--profile", "dlperf", "--results", str(tmp_path / "r"), "--session", "s",
          "--option", "step_time=0.05"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=as_a_background_job if stop.startswith("SIGINT") else None,
     )  # fmt: skip
     logs = tmp_path / "r" / "s" / "cases"
     deadline = time.monotonic() + 30
     while not any(logs.rglob("node0.log")) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)
-    head.send_signal(signal.SIGTERM)
+    head.send_signal(signal.SIGINT if stop.startswith("SIGINT") else signal.SIGTERM)
     out, _ = head.communicate(timeout=30)
     assert head.returncode == 130, out
     (record_path,) = logs.rglob("record.json")

@@ -279,6 +279,7 @@ def test_hung_node_is_noticed_by_its_silence_and_the_rerun_cleans_up(
 
 CTRL_C_SCRIPT = textwrap.dedent(
     """
+    import signal
     import sys
     from pathlib import Path
     from driver.core.results import Session
@@ -287,6 +288,9 @@ CTRL_C_SCRIPT = textwrap.dedent(
     from driver.runtimes.docker import DockerRuntime
     from tests.cluster_fixtures import calibration_case
 
+    # Ctrl-C as a terminal delivers it, even if this test runs under a shell's background job
+    # (which starts children with SIGINT ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     inventory, root, lock = sys.argv[1:4]
     case = calibration_case("2n4g", repeats=2, step_time=0.05, measured_steps=600)
     runtime = DockerRuntime(inventory, build_options=BuildOptions(lock_path=Path(lock)))

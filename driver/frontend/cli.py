@@ -300,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # A shell starts background jobs (`dlperf run ... &`, CI wrappers) with SIGINT ignored,
+        # and children inherit that: `kill -INT` would be lost while containers keep running on
+        # every node. A stop request always takes the recorded, cleaned-up interrupt path.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     load_all()
     args = build_parser().parse_args(argv)
     try:
