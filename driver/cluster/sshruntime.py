@@ -36,7 +36,13 @@ from driver.cluster.inventory import Inventory, Node, load_inventory
 from driver.cluster.preflight import Check, failures, run_preflight
 from driver.cluster.remote import NodeUnreachable, Remote, parallel
 from driver.launchers.base import NodeRank
-from driver.runtimes.base import NodeCommand, NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.base import (
+    INTERRUPTED_DETAIL,
+    NodeCommand,
+    NodeOutcome,
+    RepeatOutcome,
+    Verdict,
+)
 
 EXIT_OOM = 86  # the benchmark scripts' exit code for out-of-memory
 POLL_S = 0.05
@@ -374,7 +380,7 @@ class SshRuntime:
                 timings["watch_s"] = round(time.monotonic() - t0, 3)
         except KeyboardInterrupt:
             interrupted = True
-            verdict, detail = Verdict.INTERRUPTED, "Ctrl-C or SIGTERM on the head node"
+            verdict, detail = Verdict.INTERRUPTED, INTERRUPTED_DETAIL
         # Cleanup must finish even if Ctrl-C is pressed again: containers must not outlive us.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
         try:

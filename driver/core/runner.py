@@ -6,7 +6,6 @@ matrix goes on; Ctrl-C records the repeat in flight as interrupted, cleans up an
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,12 @@ from driver.core.results import RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
 from driver.registry import PARSERS
-from driver.runtimes.base import NodeCommand, RepeatOutcome, Runtime, Verdict
+from driver.runtimes.base import (
+    INTERRUPTED_DETAIL,
+    RepeatOutcome,
+    Runtime,
+    Verdict,
+)
 
 Printer = Callable[[str], None]
 
@@ -34,11 +38,6 @@ class RunSummary:
     @property
     def ok(self) -> bool:
         return not self.failed
-
-
-def command_line(command: NodeCommand) -> str:
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(command.env.items()))
-    return f"[{command.node}] {env} {shlex.join(command.argv)}".strip()
 
 
 def logs_of(repeat_dir: Path) -> dict[str, str]:
@@ -103,9 +102,7 @@ def run_repeat(
     except KeyboardInterrupt:
         interrupted = True
         now = time.time()
-        outcome = RepeatOutcome(
-            Verdict.INTERRUPTED, [], now, now, "Ctrl-C or SIGTERM on the head node"
-        )
+        outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
     measurement, header, detail = None, {}, outcome.detail
     verdict = refine_verdict(outcome, directory)
     if verdict == Verdict.OK:

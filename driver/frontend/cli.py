@@ -85,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from driver.core.envs import ensure_env
     from driver.core.report import markdown_tables
     from driver.core.results import Session
-    from driver.core.runner import command_line, run_cases
+    from driver.core.runner import run_cases
     from driver.core.summary import summarize
 
     matrix_files = [Path(m) for m in args.matrix] or [
@@ -133,13 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"measured {case.measured_steps}{note})"
             )
             commands = plan_repeat(case, runtime, batch_size=int(batch), master_port=29500)
-            describe = getattr(runtime, "describe", None)  # SSH runtimes: what each node runs
-            lines = (
-                describe(case.framework, case.source, commands)
-                if describe
-                else [command_line(command) for command in commands]
-            )
-            for line in lines:
+            for line in runtime.describe(case.framework, case.source, commands):
                 print(f"    {line}")
         return 0
     if args.runtime == "local":

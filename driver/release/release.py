@@ -25,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from driver.core.results import kit_revision
 from driver.frameworks.base import REPO_ROOT
 from driver.release.archive import (
     RAW_DIR,
@@ -309,7 +310,7 @@ def _build(
             f"records list: {', '.join(derived['images']['unlisted'])}"
         )
     data = results_data(computed, version)
-    kit_manifest = _kit(repo_root)
+    kit_manifest = kit_revision(repo_root)
     manifest: dict[str, Any] = {
         "schema": MANIFEST_SCHEMA,
         "kind": KIND,
@@ -360,12 +361,6 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
     if done.returncode != 0:  # 1: nothing ignored; 128: not a git work tree
         return []
     return sorted(Path(line).relative_to(target).as_posix() for line in done.stdout.splitlines())
-
-
-def _kit(repo_root: Path) -> dict[str, Any]:
-    from driver.core.results import kit_revision
-
-    return kit_revision() if repo_root == REPO_ROOT else {"commit": None, "dirty": None}
 
 
 def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Config:

@@ -9,6 +9,7 @@ failure or on the timeout, nothing left running afterwards. Registered in
 from __future__ import annotations
 
 import enum
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,8 +24,12 @@ class Verdict(str, enum.Enum):
     TIMEOUT = "timeout"  # the repeat ran past its timeout (e.g. a hung rank)
     OOM = "oom"  # a container or process was killed for memory
     NODE_LOST = "node-lost"  # SSH to a node dropped or the node died
-    INTERRUPTED = "interrupted"  # Ctrl-C on the head node
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM on the head node
     PARSE_ERROR = "parse-error"  # exited 0 but its log does not hold a valid window
+
+
+# The detail of an interrupted repeat, wherever the interrupt lands (runner or runtime).
+INTERRUPTED_DETAIL = "Ctrl-C or SIGTERM on the head node"
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,12 @@ class NodeCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+
+
+def command_line(command: NodeCommand) -> str:
+    """``[node] ENV=... argv``: a node's command as one shell-quoted line (``--dry-run``)."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(command.env.items()))
+    return f"[{command.node}] {env} {shlex.join(command.argv)}".strip()
 
 
 @dataclass
@@ -73,6 +84,10 @@ class Runtime(Protocol):
 
     def workdir(self) -> str:
         """The repository root as the node's processes see it (scripts are relative to it)."""
+        ...
+
+    def describe(self, framework: str, source: str, commands: list[NodeCommand]) -> list[str]:
+        """One line per node: what a repeat of these commands runs there (``--dry-run``)."""
         ...
 
     def run(self, commands: list[NodeCommand], repeat_dir: Path, timeout_s: float) -> RepeatOutcome:

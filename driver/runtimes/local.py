@@ -17,7 +17,13 @@ from pathlib import Path
 
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.registry import RUNTIMES
-from driver.runtimes.base import NodeCommand, NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.base import (
+    NodeCommand,
+    NodeOutcome,
+    RepeatOutcome,
+    Verdict,
+    command_line,
+)
 
 EXIT_OOM = 86  # the benchmark scripts' exit code for out-of-memory
 POLL_S = 0.05
@@ -187,6 +193,9 @@ class LocalRuntime:
 
     def workdir(self) -> str:
         return str(REPO_ROOT)
+
+    def describe(self, framework: str, source: str, commands: list[NodeCommand]) -> list[str]:
+        return [command_line(command) for command in commands]
 
     def run(self, commands: list[NodeCommand], repeat_dir: Path, timeout_s: float) -> RepeatOutcome:
         return run_process_group(commands, repeat_dir, timeout_s, telemetry=True)

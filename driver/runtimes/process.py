@@ -72,19 +72,25 @@ class ProcessRuntime(SshRuntime):
         if not made.ok:
             raise RuntimeError(f"mkdir {launch.run_dir}: {made.why()}")
         code = prepared.code_dirs[remote.node.name]
-        launch.facts.update(workdir=code, labels=labels)
+        launch.facts.update(
+            workdir=code, labels=labels, argv=self.node_argv(launch, prepared.framework)
+        )
         launch.start_command = self.node_command_line(launch, env, code, prepared.framework)
 
-    def node_command_line(
-        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str = ""
-    ) -> str:
+    def node_argv(self, launch: Launch, framework: str) -> list[str]:
+        """The launch's argv with this node's interpreter: plan_repeat knows only one."""
         argv = list(launch.command.argv)
         first_python = self.inventory.nodes[0].python_for(framework)
         node_python = launch.remote.node.python_for(framework)
         if argv and argv[0] == first_python and node_python != first_python:
-            argv[0] = node_python  # plan_repeat knows one interpreter; this node has its own
+            argv[0] = node_python
+        return argv
+
+    def node_command_line(
+        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str = ""
+    ) -> str:
+        argv = self.node_argv(launch, framework)
         env = {**env, "DLPERF_RUN_ID": launch.run_id}
-        launch.facts["argv"] = argv
         return (
             f"cd {shell([code])} && echo $$ > {shell([launch.run_dir + '/pid'])} && "
             f"date +%s.%N > {shell([launch.run_dir + '/started'])} && "
