@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from driver.benchargs import physical_cores, resolve_loader_workers
+from driver.bench.host import physical_cores, resolve_loader_workers
 from driver.core.measure import Window, slice_cv
 from driver.core.results import Session
 from driver.core.runner import run_cases

@@ -29,7 +29,7 @@ from driver.release.mfu import (
 from driver.release.release import release
 from driver.release.synth import telemetry_interval
 from driver.runtimes.local import LocalRuntime
-from driver.steplog import StepLogger
+from driver.bench.protocol import StepLogger
 
 H100 = "NVIDIA H100 80GB HBM3"
 PEAKS = load_peaks(REPO_ROOT / "reports" / "peaks.yaml")

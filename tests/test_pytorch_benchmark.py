@@ -22,8 +22,8 @@ import pytest
 # The PyTorch package lives at the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from driver.benchargs import SHAPE_OPTIONS
-from driver.benchkit import EXIT_OOM, TRAINING_OPTIONS
+from driver.bench.contract import SHAPE_OPTIONS, TRAINING_OPTIONS
+from driver.bench.protocol import EXIT_OOM
 from PyTorch.benchmark.make_bert_shards import make_bert_shards
 from PyTorch.benchmark.make_fake_imagenet import make_fake_imagenet
 from PyTorch.benchmark.train import PYTORCH_OPTIONS

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
+import argparse
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import torch
 # The PyTorch package lives at the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from driver.benchargs import parse_benchmark_args
+from driver.bench.contract import parse_benchmark_args, resolve_options
 from PyTorch.benchmark import train
 from PyTorch.benchmark.data import (
     BertShardDataset,
@@ -114,18 +115,26 @@ def test_bert_shards_follow_the_format(tmp_path: Path) -> None:
         BertShardDataset(str(tmp_path / "shards"), {**options, "seq_len": 64})
 
 
+def resolved(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
+    """The options as run_benchmark resolves them for PyTorch on the CPU, then checks them."""
+    options = resolve_options(args, train.PYTORCH_OPTIONS, world_size=world_size, on_gpu=False)
+    train.check_options(args, options, torch.device("cpu"))
+    return options
+
+
 def test_options_get_model_defaults_and_reject_bad_combinations() -> None:
     cpu = torch.device("cpu")
     args = parse_benchmark_args(["--model", "bert", "--batch-size", "4", "--total-steps", "1"])
-    options = train.resolve_options(args, cpu, world_size=1)
+    options = resolved(args, world_size=1)
     assert options["optimizer"] == "adamw" and options["grad_clip"] == 1.0
+    assert options["channels_last"] is False  # PyTorch's own knobs come with their defaults
     args = parse_benchmark_args(["--model", "resnet50", "--batch-size", "64", "--total-steps", "1"])
-    options = train.resolve_options(args, cpu, world_size=4)
+    options = resolved(args, world_size=4)
     assert options["optimizer"] == "sgd" and options["lr"] == pytest.approx(0.1)
     graphs = ["--model", "resnet50", "--batch-size", "2", "--total-steps", "1"]
     args = parse_benchmark_args([*graphs, "--option", "cuda_graphs=true"])
     with pytest.raises(SystemExit):
-        train.resolve_options(args, cpu, world_size=1)
+        resolved(args, world_size=1)
     with pytest.raises(SystemExit):
         train.resolve_amp_dtype("amp", "fp16", cpu)
     assert train.resolve_amp_dtype("amp", "auto", cpu) == torch.bfloat16
@@ -138,20 +147,3 @@ def test_out_of_memory_errors_are_recognised() -> None:
     assert train.is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you"))
     assert train.is_out_of_memory(RuntimeError("CUDA error: out of memory"))
     assert not train.is_out_of_memory(RuntimeError("shape mismatch"))
-
-
-def test_threads_follow_the_option_then_omp_then_cores_per_process(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    before = torch.get_num_threads()
-    try:
-        assert train.configure_threads(3) == (3, "option")
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert train.configure_threads(0) == (1, "OMP_NUM_THREADS")
-        monkeypatch.delenv("OMP_NUM_THREADS")
-        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-        threads, source = train.configure_threads(0)
-        assert source == "cores/local processes"
-        assert threads == max(1, len(os.sched_getaffinity(0)) // 2) == torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)

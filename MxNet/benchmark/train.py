@@ -1,7 +1,7 @@
 """dlperf MXNet training benchmark: ResNet-50 v1.5 and BERT-base pre-training (Gluon, hybridized).
 
 Runs exactly ``--total-steps`` training steps and writes the per-step JSON lines of
-``driver.steplog`` on every worker; the driver computes throughput from the step timestamps.
+``driver.bench.protocol`` on every worker; the driver computes throughput from the step timestamps.
 One process per device; more than one (``DMLC_ROLE=worker``, from
 ``driver.launchers.mxnet_dist``) train data-parallel through the ``dist_sync`` kvstore.
 
@@ -22,9 +22,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.benchargs import parse_benchmark_args
+from driver.bench.contract import parse_benchmark_args
 from driver.benchkit import is_oom, oom_exit, threads_per_process
-from driver.steplog import rank_environment
+from driver.bench.protocol import rank_environment
 
 MODELS = ("resnet50", "bert")
 # MXNet's allocator failures that do not say "out of memory" (CPU: std::bad_alloc).

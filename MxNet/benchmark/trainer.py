@@ -28,13 +28,13 @@ from driver.benchkit import (
     training_options,
     warn,
 )
-from driver.steplog import StepLogger, rank_environment
+from driver.bench.protocol import StepLogger, rank_environment
 from MxNet.benchmark.models import build_training_net, count_parameters, initialize
 from MxNet.benchmark.optim import register_adamw
 
 FRAMEWORK = "mxnet"
 
-# MXNet's own knobs (the shared ones are driver.benchkit.TRAINING_OPTIONS: optimizer, lr,
+# MXNet's own knobs (the shared ones are driver.bench.contract.TRAINING_OPTIONS: optimizer, lr,
 # momentum, weight_decay, grad_clip, num_threads, dali, weights_checksum).
 MXNET_OPTIONS: dict[str, Any] = {
     "hybridize": True,  # compile the Gluon blocks into a static graph (static_alloc/shape)

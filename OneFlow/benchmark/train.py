@@ -1,7 +1,7 @@
 """dlperf OneFlow training benchmark: ResNet-50 v1.5 and BERT-base pre-training, eager or graph.
 
 Runs exactly ``--total-steps`` training steps and writes the per-step JSON lines of
-``driver.steplog`` on every rank; the driver computes throughput from the step timestamps.
+``driver.bench.protocol`` on every rank; the driver computes throughput from the step timestamps.
 One process per device, started by ``python -m oneflow.distributed.launch`` when there are
 more (``driver.launchers.oneflow``). Two execution modes:
 
@@ -38,7 +38,7 @@ import oneflow as flow
 import oneflow.sysconfig
 from oneflow import nn
 
-from driver.benchargs import parse_benchmark_args
+from driver.bench.contract import parse_benchmark_args
 from driver.benchkit import (
     OptionError,
     cpu_model_name,
@@ -49,13 +49,13 @@ from driver.benchkit import (
     training_options,
     warn,
 )
-from driver.steplog import StepLogger, rank_environment
+from driver.bench.protocol import StepLogger, rank_environment
 from OneFlow.benchmark.models import IMAGE_MODELS, build_training_model, count_parameters
 
 FRAMEWORK = "oneflow"
 MODELS = ("resnet50", "bert")
 
-# OneFlow's own knobs (the shared ones are driver.benchkit.TRAINING_OPTIONS: optimizer, lr,
+# OneFlow's own knobs (the shared ones are driver.bench.contract.TRAINING_OPTIONS: optimizer, lr,
 # momentum, weight_decay, grad_clip, num_threads, dali, weights_checksum).
 ONEFLOW_OPTIONS: dict[str, Any] = {
     "graph": False,  # compile the training step as an nn.Graph (else eager)

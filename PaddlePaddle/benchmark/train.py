@@ -1,7 +1,7 @@
 """dlperf PaddlePaddle training benchmark: ResNet-50 v1.5 and BERT-base pre-training.
 
 Runs exactly ``--total-steps`` training steps (forward, backward, optimizer step, dynamic graph)
-and writes the per-step JSON lines of ``driver.steplog`` on every rank; the driver computes
+and writes the per-step JSON lines of ``driver.bench.protocol`` on every rank; the driver computes
 throughput from the step timestamps. One process per device; under
 ``python -m paddle.distributed.launch`` (PADDLE_TRAINERS_NUM > 1) the model is wrapped in
 ``paddle.DataParallel`` over NCCL (GPU) or gloo (CPU).
@@ -25,9 +25,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.benchargs import parse_benchmark_args
+from driver.bench.contract import parse_benchmark_args
 from driver.benchkit import is_oom, oom_exit, threads_per_process
-from driver.steplog import rank_environment
+from driver.bench.protocol import rank_environment
 
 MODELS = ("resnet50", "bert")
 

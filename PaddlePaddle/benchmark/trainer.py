@@ -21,7 +21,7 @@ import paddle.distributed as dist
 from paddle import nn
 
 from driver.benchkit import OptionError, cpu_model_name, print_weights_checksum, training_options
-from driver.steplog import StepLogger, rank_environment
+from driver.bench.protocol import StepLogger, rank_environment
 from PaddlePaddle.benchmark.models import (
     IMAGE_MODELS,
     Batch,

@@ -29,7 +29,7 @@ from PyTorch.benchmark.data import synthetic_batch
 from PyTorch.benchmark.models import build_model, training_loss
 
 try:  # the shared defaults; the kit's driver package is on PYTHONPATH in every real run
-    from driver.benchargs import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
+    from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
 except ImportError:  # pragma: no cover - standalone use of the models package
     SHAPE_OPTIONS = {
         "image_size": None,
@@ -82,7 +82,7 @@ def training_flops_per_sample(model_name: str, options: Mapping[str, Any] | None
 
 
 def main(argv: list[str] | None = None) -> None:
-    from driver.benchargs import parse_option_value
+    from driver.bench.contract import parse_option_value
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=("resnet50", "inception3", "bert"))

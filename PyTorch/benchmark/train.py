@@ -1,17 +1,17 @@
 """dlperf PyTorch training benchmark: ResNet-50 v1.5, Inception v3 and BERT-base pre-training.
 
-Runs exactly ``--total-steps`` training steps (forward, backward, optimizer step) and writes the
-per-step JSON lines of ``driver.steplog`` on every rank; the driver computes throughput from
-the step timestamps. One process per device; under torchrun (WORLD_SIZE > 1) the model is
-wrapped in DistributedDataParallel over NCCL (GPU) or gloo (CPU).
+The PyTorch adapter of ``driver.bench.loop.run_benchmark``, which runs exactly
+``--total-steps`` training steps (forward, backward, optimizer step) and writes the step-log
+records of ``driver.bench.protocol`` on every rank. One process per device; under torchrun
+(WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel over NCCL (GPU) or gloo (CPU).
 
     python PyTorch/benchmark/train.py --model resnet50 --batch-size 64 --total-steps 120 \
         --precision amp --option channels_last=true
 
 Options (``--option key=value``, all recorded in the header): the shape options of
-``driver.benchargs.SHAPE_OPTIONS``, the knobs every framework shares
-(``driver.benchkit.TRAINING_OPTIONS``: optimizer, lr, weight_decay, grad_clip, num_threads, ...)
-and PyTorch's own, :data:`PYTORCH_OPTIONS`; :func:`resolve_options` fills in the defaults.
+``driver.bench.contract.SHAPE_OPTIONS``, the knobs every framework shares
+(``driver.bench.contract.TRAINING_OPTIONS``: optimizer, lr, weight_decay, grad_clip,
+num_threads, ...) and PyTorch's own, :data:`PYTORCH_OPTIONS`, checked by :func:`check_options`.
 A step does no host synchronisation of its own: the only sync is the one before each step
 timestamp, and the loss is read on the host after it. An out-of-memory error prints a
 ``{"dlperf": "oom", ...}`` line and exits with :data:`EXIT_OOM`.
@@ -24,7 +24,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +35,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from driver.benchargs import parse_benchmark_args
-from driver.benchkit import (
-    EXIT_OOM,
-    OptionError,
-    cpu_model_name,
-    is_oom,
-    oom_exit,
-    print_weights_checksum,
-    threads_per_process,
-    training_options,
-    warn,
-)
-from driver.steplog import StepLogger, rank_environment
+from driver.bench.contract import OptionError, warn
+from driver.bench.host import cpu_model_name
+from driver.bench.loop import Adapter, is_oom, run_benchmark
+from driver.bench.protocol import EXIT_OOM
 from PyTorch.benchmark.data import (
     DeviceFormat,
     LoaderSource,
@@ -65,12 +55,11 @@ from PyTorch.benchmark.models import (
 )
 from PyTorch.benchmark.models.inception import AUX_MIN_IMAGE_SIZE, MIN_IMAGE_SIZE
 
-# EXIT_OOM (86), the status the driver's max-batch search reads as "does not fit", is benchkit's.
+# EXIT_OOM (86), the status the driver's max-batch search reads as "does not fit", is the
+# protocol's.
 __all__ = ["EXIT_OOM", "PYTORCH_OPTIONS", "main"]
 
-FRAMEWORK = "pytorch"
-
-# PyTorch's own knobs (the shared ones are driver.benchkit.TRAINING_OPTIONS).
+# PyTorch's own knobs (the shared ones are driver.bench.contract.TRAINING_OPTIONS).
 PYTORCH_OPTIONS: dict[str, Any] = {
     "channels_last": False,  # NHWC activations and weights (image models)
     "compile": False,  # torch.compile the (DDP-wrapped) model
@@ -115,19 +104,10 @@ def resolve_amp_dtype(precision: str, requested: str, device: torch.device) -> t
     return torch.bfloat16
 
 
-def resolve_options(
-    args: argparse.Namespace, device: torch.device, world_size: int
-) -> dict[str, Any]:
-    """Shape options + shared and PyTorch knobs, with the model's defaults filled in and checked."""
-    options = training_options(
-        args.model,
-        {**PYTORCH_OPTIONS, **args.options},
-        batch_size=args.batch_size,
-        world_size=world_size,
-        dataset=args.dataset,
-        on_gpu=device.type == "cuda",
-        known=PYTORCH_OPTIONS,
-    )
+def check_options(
+    args: argparse.Namespace, options: dict[str, Any], device: torch.device
+) -> None:
+    """PyTorch's checks of the resolved options (the shared ones are run_benchmark's)."""
     if options["dali"]:
         raise OptionError("dali=true: the PyTorch scripts have no DALI pipeline (yet)")
     image_model = args.model in IMAGE_MODELS
@@ -153,18 +133,6 @@ def resolve_options(
             raise OptionError(
                 "cuda_graphs and compile do not mix; use compile_mode=reduce-overhead"
             )
-    return options
-
-
-def configure_threads(requested: int) -> tuple[int, str]:
-    """Intra-op threads per process: the option, else OMP_NUM_THREADS, else cores / processes.
-
-    torchrun exports OMP_NUM_THREADS=1 to its workers when it is unset and nproc-per-node > 1;
-    a launcher that wants more threads per process must export it (or pass num_threads).
-    """
-    threads, source = threads_per_process(requested)
-    torch.set_num_threads(threads)
-    return threads, source
 
 
 def configure_gpu_math(options: Mapping[str, Any]) -> None:
@@ -203,10 +171,6 @@ def device_names(device: torch.device) -> list[str]:
     if device.type == "cuda":
         return [torch.cuda.get_device_name(device)]
     return [cpu_model_name()]
-
-
-# --------------------------------------------------------------------------------------------
-# Out of memory
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -364,175 +328,161 @@ class HostLoss:
 
 
 # --------------------------------------------------------------------------------------------
-# Main
+# The adapter
 
 
-@dataclass
-class Context:
-    device: torch.device
-    rank: int
-    world_size: int
-    local_rank: int
+class TorchAdapter(Adapter):
+    framework = "pytorch"
+    own_options = PYTORCH_OPTIONS
 
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    def setup(self) -> bool:
+        if self.args.xla == "on":
+            raise OptionError("--xla on: the PyTorch scripts do not support XLA (no torch_xla)")
+        self.torch_device = resolve_device(self.args.device)
+        # torchrun exports OMP_NUM_THREADS=1 to its workers when it is unset and
+        # nproc-per-node > 1; a launcher that wants more threads per process must export it.
+        torch.set_num_threads(self.run.threads)
+        return self.torch_device.type == "cuda"
 
+    def check_options(self, options: dict[str, Any]) -> None:
+        device = self.torch_device
+        check_options(self.args, options, device)
+        self.amp_dtype = resolve_amp_dtype(self.args.precision, self.args.amp_dtype, device)
+        if options["cuda_graphs"] and self.amp_dtype == torch.float16:
+            # GradScaler's dynamic loss scale is not part of a captured graph; bf16 needs none.
+            raise OptionError("cuda_graphs does not support fp16 AMP (GradScaler); use bf16")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+            configure_gpu_math(options)
 
-def device_sync(device: torch.device) -> Callable[[], None]:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-def init_distributed(ctx: Context, cuda_graphs: bool) -> None:
-    if not ctx.distributed:
-        return
-    if ctx.device.type == "cuda":
-        if cuda_graphs:  # captured NCCL calls need the watchdog's async error handling off
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
-            os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "0")
-        dist.init_process_group(
-            "nccl", rank=ctx.rank, world_size=ctx.world_size, device_id=ctx.device
+    def build_model(self) -> int:
+        args, options, device, run = self.args, self.options, self.torch_device, self.run
+        self.init_distributed()
+        # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data.
+        torch.manual_seed(args.seed)
+        model = build_model(args.model, options).to(device)
+        memory_format = (
+            torch.channels_last if options["channels_last"] else torch.contiguous_format
         )
-    else:
-        dist.init_process_group("gloo", rank=ctx.rank, world_size=ctx.world_size)
+        if options["channels_last"]:
+            model = model.to(memory_format=torch.channels_last)
+        model.train()
+        self.model = model
+        optimizer = build_optimizer(model, options, device)
+        train_model = self.wrap_model(model)
+        torch.manual_seed(args.seed + run.rank)
 
-
-def barrier(ctx: Context) -> None:
-    if not ctx.distributed:
-        return
-    if ctx.device.type == "cuda":
-        dist.barrier(device_ids=[ctx.device.index])
-    else:
-        dist.barrier()
-
-
-def wrap_model(model: nn.Module, ctx: Context, options: Mapping[str, Any]) -> nn.Module:
-    if ctx.distributed:
-        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        stream = (
-            torch.cuda.Stream() if options["cuda_graphs"] and ctx.device.type == "cuda" else None
-        )
-        # DDP meant for a captured backward must be built on a side stream (CUDA graphs docs).
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            model = DistributedDataParallel(
-                model, device_ids=device_ids, gradient_as_bucket_view=True
+        self.source: SyntheticSource | LoaderSource
+        if args.dataset == "synthetic":
+            batch = synthetic_batch(args.model, options, args.batch_size, device)
+            if "images" in batch:
+                batch["images"] = batch["images"].contiguous(memory_format=memory_format)
+            self.source = SyntheticSource(batch)
+        else:
+            self.source = real_data_source(
+                args.model,
+                options,
+                data_dir=args.data_dir,
+                batch_size=args.batch_size,
+                workers=args.loader_workers,
+                rank=run.rank,
+                world_size=run.world_size,
+                seed=args.seed,
+                target=DeviceFormat(device, memory_format),
             )
-    if options["compile"]:
-        mode = None if options["compile_mode"] == "default" else options["compile_mode"]
-        model = torch.compile(model, mode=mode)
-    return model
+        step = make_step(args.model, train_model, optimizer, options, device, self.amp_dtype)
+        if options["cuda_graphs"]:
+            warmup = GRAPH_WARMUP_STEPS_DDP if run.distributed else GRAPH_WARMUP_STEPS
+            step = GraphedStep(step, warmup, bool(options["set_to_none"]))
+        self.train_step: StepFn = step
+        self.loss_buffer = HostLoss(device)
+        return count_parameters(model)
 
+    def init_distributed(self) -> None:
+        run, device = self.run, self.torch_device
+        if not run.distributed:
+            return
+        if device.type == "cuda":
+            if self.options["cuda_graphs"]:
+                # Captured NCCL calls need the watchdog's async error handling off.
+                os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+                os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "0")
+            dist.init_process_group(
+                "nccl", rank=run.rank, world_size=run.world_size, device_id=device
+            )
+        else:
+            dist.init_process_group("gloo", rank=run.rank, world_size=run.world_size)
 
-def train(args: argparse.Namespace) -> int:
-    env = rank_environment()
-    if args.xla == "on":
-        raise OptionError("--xla on: the PyTorch scripts do not support XLA (no torch_xla)")
-    device = resolve_device(args.device)
-    ctx = Context(device, env["rank"], env["world_size"], env["local_rank"])
-    options = resolve_options(args, device, ctx.world_size)
-    amp_dtype = resolve_amp_dtype(args.precision, args.amp_dtype, device)
-    if options["cuda_graphs"] and amp_dtype == torch.float16:
-        # GradScaler's dynamic loss scale is not part of a captured graph; bf16 needs none.
-        raise OptionError("cuda_graphs does not support fp16 AMP (GradScaler); use bf16")
-    threads, threads_source = configure_threads(int(options["num_threads"]))
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        configure_gpu_math(options)
-    init_distributed(ctx, bool(options["cuda_graphs"]))
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        options, device = self.options, self.torch_device
+        if self.run.distributed:
+            device_ids = [device.index] if device.type == "cuda" else None
+            cuda_graphs = options["cuda_graphs"] and device.type == "cuda"
+            stream = torch.cuda.Stream() if cuda_graphs else None
+            # DDP meant for a captured backward must be built on a side stream (CUDA graphs).
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                model = DistributedDataParallel(
+                    model, device_ids=device_ids, gradient_as_bucket_view=True
+                )
+        if options["compile"]:
+            mode = None if options["compile_mode"] == "default" else options["compile_mode"]
+            model = torch.compile(model, mode=mode)
+        return model
 
-    # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data seeds.
-    torch.manual_seed(args.seed)
-    model = build_model(args.model, options).to(device)
-    memory_format = torch.channels_last if options["channels_last"] else torch.contiguous_format
-    if options["channels_last"]:
-        model = model.to(memory_format=torch.channels_last)
-    model.train()
-    parameters = count_parameters(model)
-    optimizer = build_optimizer(model, options, device)
-    train_model = wrap_model(model, ctx, options)
-    torch.manual_seed(args.seed + ctx.rank)
+    def make_batch(self) -> Batch:
+        return self.source.next()
 
-    target = DeviceFormat(device, memory_format)
-    source: SyntheticSource | LoaderSource
-    if args.dataset == "synthetic":
-        batch = synthetic_batch(args.model, options, args.batch_size, device)
-        if "images" in batch:
-            batch["images"] = batch["images"].contiguous(memory_format=memory_format)
-        source = SyntheticSource(batch)
-    else:
-        source = real_data_source(
-            args.model,
-            options,
-            data_dir=args.data_dir,
-            batch_size=args.batch_size,
-            workers=args.loader_workers,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            seed=args.seed,
-            target=target,
-        )
+    def step(self, batch: Batch) -> torch.Tensor:
+        loss = self.train_step(batch, True)
+        self.loss_buffer.stage(loss)  # copied to the host by the sync, read after it
+        return loss
 
-    step: StepFn = make_step(args.model, train_model, optimizer, options, device, amp_dtype)
-    if options["cuda_graphs"]:
-        warmup = GRAPH_WARMUP_STEPS_DDP if ctx.distributed else GRAPH_WARMUP_STEPS
-        step = GraphedStep(step, warmup, bool(options["set_to_none"]))
+    def sync(self) -> None:
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize(self.torch_device)
 
-    record = {
-        **options,
-        "batch_size": args.batch_size,
-        "global_batch_size": args.batch_size * ctx.world_size,
-        "precision": args.precision,
-        "amp_dtype": str(amp_dtype).removeprefix("torch.") if amp_dtype else None,
-        "dataset": args.dataset,
-        "data_dir": args.data_dir,
-        "loader_workers": args.loader_workers,
-        "warmup_steps": args.warmup_steps,
-        "total_steps": args.total_steps,
-        "device": str(device),
-        "seed": args.seed,
-        "xla": args.xla == "on",
-        "num_threads": threads,
-        "num_threads_source": threads_source,
-        "distributed_backend": dist.get_backend() if ctx.distributed else None,
-        "parameters": parameters,
-    }
-    logger = StepLogger(framework=FRAMEWORK, model=args.model, sync=device_sync(device))
-    logger.header(versions=library_versions(device), devices=device_names(device), options=record)
+    def host_loss(self, loss: torch.Tensor) -> float:
+        return self.loss_buffer.read()
 
-    host_loss = HostLoss(device)
-    barrier(ctx)  # start the clocks of all ranks together
-    logger.begin()
-    for number in range(1, args.total_steps + 1):
-        loss = step(source.next(), True)
-        host_loss.stage(loss)
-        logger.sync()
-        logger.step(number, args.batch_size, host_loss.read())
-    logger.end()
+    def is_oom(self, error: BaseException) -> bool:
+        return is_out_of_memory(error)
 
-    if options["weights_checksum"]:
-        # After the measurement: equal sums on every rank show the gradients were all-reduced.
+    def device(self) -> str:
+        return str(self.torch_device)
+
+    def versions(self) -> dict[str, Any]:
+        return library_versions(self.torch_device)
+
+    def devices(self) -> list[str]:
+        return device_names(self.torch_device)
+
+    def header_options(self) -> dict[str, Any]:
+        amp_dtype = self.amp_dtype
+        return {
+            "amp_dtype": str(amp_dtype).removeprefix("torch.") if amp_dtype else None,
+            "data_dir": self.args.data_dir,
+            "loader_workers": self.args.loader_workers,
+            "distributed_backend": dist.get_backend() if self.run.distributed else None,
+        }
+
+    def barrier(self) -> None:
+        if self.torch_device.type == "cuda":
+            dist.barrier(device_ids=[self.torch_device.index])
+        else:
+            dist.barrier()
+
+    def weights_checksum(self) -> float:
         with torch.no_grad():
-            checksum = sum(float(p.double().abs().sum()) for p in model.parameters())
-        print_weights_checksum(ctx.rank, checksum)
-    source.close()
-    if ctx.distributed:
-        barrier(ctx)
-        dist.destroy_process_group()
-    return 0
+            return sum(float(p.double().abs().sum()) for p in self.model.parameters())
+
+    def finish(self) -> None:
+        self.source.close()
+        if self.run.distributed:
+            dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_benchmark_args(argv, description="dlperf PyTorch training benchmark")
-    try:
-        return train(args)
-    except BaseException as error:  # re-raised below unless it is an allocator failure
-        if not is_out_of_memory(error):
-            raise
-        # Prints {"dlperf": "oom", ...} and leaves with EXIT_OOM through os._exit: peers may be
-        # stuck in a collective, and NCCL/atexit teardown could hang instead of exiting.
-        oom_exit(error, rank_environment()["rank"], args.batch_size)
+    return run_benchmark(TorchAdapter, argv, description="dlperf PyTorch training benchmark")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """dlperf TensorFlow 2 training benchmark: ResNet-50 v1.5, InceptionV3 and BERT-base pre-training.
 
 Runs exactly ``--total-steps`` training steps of a custom training loop and writes the per-step
-JSON lines of ``driver.steplog`` on every rank; the driver computes throughput from the step
+JSON lines of ``driver.bench.protocol`` on every rank; the driver computes throughput from the step
 timestamps. One process per device, three engines:
 
 - single process: the default strategy; with ``--xla on`` the whole step (forward, backward,
@@ -22,8 +22,8 @@ The step's time ends when its loss is fetched to the host: that fetch is the dev
         --precision amp --xla on
 
 Options (``--option key=value``, all recorded in the header): the shape options of
-``driver.benchargs.SHAPE_OPTIONS``, the shared training knobs of
-``driver.benchkit.TRAINING_OPTIONS`` (grad_clip, optimizer, lr, dali, ...) and
+``driver.bench.contract.SHAPE_OPTIONS``, the shared training knobs of
+``driver.bench.contract.TRAINING_OPTIONS`` (grad_clip, optimizer, lr, dali, ...) and
 :data:`TF_OPTIONS`. Out of memory prints ``{"dlperf": "oom", ...}`` and exits with 86.
 """
 
@@ -48,7 +48,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from driver.benchargs import parse_benchmark_args  # noqa: E402
+from driver.bench.contract import parse_benchmark_args  # noqa: E402
 from driver.benchkit import (  # noqa: E402
     OptionError,
     cpu_model_name,
@@ -58,7 +58,7 @@ from driver.benchkit import (  # noqa: E402
     threads_per_process,
     training_options,
 )
-from driver.steplog import StepLogger, rank_environment  # noqa: E402
+from driver.bench.protocol import StepLogger, rank_environment  # noqa: E402
 from TensorFlow.benchmark.cluster import tf_config  # noqa: E402
 from TensorFlow.benchmark.models import (  # noqa: E402
     IMAGE_MODELS,

@@ -1,18 +1,22 @@
-"""The command-line contract shared by every framework's benchmark script (stdlib only).
+"""The contract between the driver and every benchmark script: arguments and shared knobs.
 
-The driver builds one argument list for every framework (``driver.core.command``), so each
-script parses its arguments with :func:`parse_benchmark_args` instead of defining its own.
-Framework- or model-specific knobs travel as ``--option key=value`` pairs; the well-known ones
-are listed in :data:`SHAPE_OPTIONS` so that every framework reads the same names.
+stdlib only (it runs inside framework environments). The driver builds one argument list for
+every framework (``driver.core.command``), and :func:`driver.bench.loop.run_benchmark` parses it
+with :func:`parse_benchmark_args`. Framework- or model-specific knobs travel as
+``--option key=value`` pairs; the shape knobs every framework reads are :data:`SHAPE_OPTIONS`,
+the training knobs every framework resolves the same way are :data:`TRAINING_OPTIONS`
+(:func:`resolve_options`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from driver.bench.host import resolve_loader_workers
 
 MODELS = ("resnet50", "inception3", "bert")
 PRECISIONS = ("fp32", "amp")
@@ -32,6 +36,31 @@ SHAPE_OPTIONS: dict[str, Any] = {
 }
 
 DEFAULT_IMAGE_SIZE = {"resnet50": 224, "inception3": 299}
+IMAGE_MODELS = ("resnet50", "inception3")
+
+# Training knobs shared by the frameworks' scripts; None means "depends on the model".
+TRAINING_OPTIONS: dict[str, Any] = {
+    "optimizer": None,  # sgd (CNNs: momentum 0.9) | adamw (BERT)
+    "lr": None,  # sgd: 0.1 x global batch / 256 (Goyal et al.); adamw: 1e-4
+    "momentum": 0.9,
+    "weight_decay": None,  # sgd: 1e-4, adamw: 0.01; never on biases and norm weights
+    "grad_clip": None,  # max global gradient norm, 0 = off ("W/O clip" rows); BERT 1.0, CNNs 0
+    "num_threads": 0,  # CPU threads per process; 0 = OMP_NUM_THREADS, else cores / local procs
+    "dali": False,  # NVIDIA DALI input pipeline: GPU and real data only
+    "weights_checksum": False,  # print sum(|w|) per rank at the end (tests: ranks in sync?)
+}
+
+
+class OptionError(SystemExit):
+    """A bad option or option combination: a one-line message and exit status 2 (argparse's)."""
+
+    def __init__(self, message: str, prog: str = "train.py") -> None:
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+        super().__init__(2)
+
+
+def warn(message: str, prog: str = "train.py") -> None:
+    print(f"{prog}: warning: {message}", file=sys.stderr, flush=True)
 
 
 def parse_option_value(text: str) -> Any:
@@ -45,38 +74,6 @@ def parse_option_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
-
-
-def physical_cores() -> int:
-    """Physical cores of this node (hyper-threads counted once), from /proc/cpuinfo."""
-    cores: set[tuple[str, str]] = set()
-    physical = core = ""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if key == "physical id":
-                    physical = value
-                elif key == "core id":
-                    core = value
-                    cores.add((physical, core))
-    except OSError:
-        pass
-    return len(cores) or os.cpu_count() or 1
-
-
-def resolve_loader_workers(value: str | int) -> int:
-    """The Dell guide's default: physical cores per device on this node minus 4, at least 1."""
-    if str(value) != "auto":
-        workers = int(value)
-        if workers < 0:
-            raise SystemExit(f"--loader-workers must be >= 0 or auto, got {value}")
-        return workers
-    local_procs = int(
-        os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("DLPERF_NPROC_PER_NODE") or 1
-    )
-    return max(1, physical_cores() // max(1, local_procs) - 4)
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -143,3 +140,49 @@ def parse_benchmark_args(
         options["image_size"] = DEFAULT_IMAGE_SIZE.get(args.model)
     args.options = options
     return args
+
+
+def resolve_options(
+    args: argparse.Namespace,
+    own_options: Mapping[str, Any],
+    *,
+    world_size: int,
+    on_gpu: bool,
+) -> dict[str, Any]:
+    """The shape options, the shared knobs and the framework's own ones (``own_options``, their
+    defaults), merged with ``--option`` and with the model's defaults filled in and checked.
+
+    Only options neither shared nor the framework's own are warned about (they are recorded in
+    the header either way).
+    """
+    resolved = {**TRAINING_OPTIONS, **own_options, **args.options}
+    shared = {*TRAINING_OPTIONS, *SHAPE_OPTIONS, "loader_workers"}  # parse_benchmark_args' own
+    unknown = sorted(set(resolved) - shared - set(own_options))
+    if unknown:
+        warn(f"options this script does not use (recorded anyway): {unknown}")
+    image_model = args.model in IMAGE_MODELS
+    optimizer = resolved["optimizer"] or ("sgd" if image_model else "adamw")
+    if optimizer not in ("sgd", "adamw"):
+        raise OptionError(f"optimizer must be sgd or adamw, got {optimizer!r}")
+    resolved["optimizer"] = optimizer
+    if resolved["lr"] is None:
+        resolved["lr"] = 0.1 * args.batch_size * world_size / 256 if optimizer == "sgd" else 1e-4
+    if resolved["weight_decay"] is None:
+        resolved["weight_decay"] = 1e-4 if optimizer == "sgd" else 0.01
+    if resolved["grad_clip"] is None:
+        resolved["grad_clip"] = 0.0 if image_model else 1.0
+    for key in ("lr", "momentum", "weight_decay", "grad_clip"):
+        resolved[key] = float(resolved[key])
+    if resolved["grad_clip"] < 0:
+        raise OptionError(f"grad_clip must be >= 0 (0 = off), got {resolved['grad_clip']}")
+    resolved["num_threads"] = int(resolved["num_threads"])
+    resolved["dali"] = bool(resolved["dali"])
+    resolved["weights_checksum"] = bool(resolved["weights_checksum"])
+    if resolved["dali"]:
+        if not on_gpu:
+            raise OptionError(
+                "dali=true needs a GPU: DALI is NVIDIA's GPU input pipeline (no CPU runs)"
+            )
+        if args.dataset != "real" or not image_model:
+            raise OptionError("dali=true applies to real image data (--dataset real)")
+    return resolved

@@ -9,6 +9,11 @@ Every record is one JSON object on one line of stdout, tagged with ``"dlperf"``:
 - ``step``:   one per step: ``step`` (1-based), ``t`` (monotonic seconds, taken after a device
   sync at the end of the step), ``samples`` (samples this rank processed in the step), ``loss``.
 - ``end``:    after the last step.
+- ``oom``:    instead of the rest, when the allocator failed; the process then exits with
+  :data:`EXIT_OOM`, which the driver's ``batch_size: max`` search reads as "does not fit".
+
+Besides the records, a rank may print one ``dlperf-weights-checksum`` line after the run (the
+tests compare it across ranks). This module is the only place that writes or recognises either.
 
 Throughput is computed by the driver from ``t`` values (window end minus window start), never
 from per-step rates, so a script must not print rates of its own in these records.
@@ -19,14 +24,18 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 PROTOCOL_VERSION = 1
 TAG = "dlperf"
+EXIT_OOM = 86  # the driver's max-batch search reads this exit code as "batch does not fit"
+# Launchers may prefix a line and JSON writers may space it differently: match loosely.
+_OOM_RECORD = re.compile(rf'"{TAG}"\s*:\s*"oom"')
 
 
 def rank_environment() -> dict[str, int]:
@@ -128,3 +137,44 @@ class StepLogger:
 
     def end(self) -> None:
         self._emit("end", steps=self.steps_logged)
+
+
+def oom_record(rank: int, batch_size: int | None, error: BaseException | None = None) -> str:
+    """The ``{"dlperf": "oom"}`` line (``dlperf`` first: parsers look for ``"dlperf":``)."""
+    record: dict[str, Any] = {TAG: "oom", "v": PROTOCOL_VERSION, "rank": rank}
+    record["batch_size"] = batch_size
+    if error is not None:
+        lines = str(error).strip().splitlines()
+        record["error"] = type(error).__name__
+        record["message"] = lines[0][:500] if lines else ""
+    return json.dumps(record)
+
+
+def has_oom_record(text: str | bytes) -> bool:
+    """Whether a log (or one line of it) holds a rank's out-of-memory record.
+
+    Launchers that turn a rank's exit :data:`EXIT_OOM` into a plain failure (torchrun, paddle's
+    and oneflow's launchers) lose the verdict; the record in the log keeps it.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return _OOM_RECORD.search(text) is not None
+
+
+def oom_exit(error: BaseException, rank: int, batch_size: int | None) -> NoReturn:
+    """Print the OOM record and leave with :data:`EXIT_OOM` at once.
+
+    ``os._exit``: peers may be stuck in a collective, and interpreter teardown (atexit hooks,
+    collective library shutdown) could hang instead of exiting.
+    """
+    line = oom_record(rank, batch_size, error)
+    print(line, flush=True)
+    message = json.loads(line)["message"]
+    print(f"out of memory at batch size {batch_size}: {message}", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(EXIT_OOM)
+
+
+def print_weights_checksum(rank: int, value: float) -> None:
+    """The line the tests compare across ranks: equal sums mean the gradients were reduced."""
+    print(f"dlperf-weights-checksum rank={rank} sum={value:.6f}", flush=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.benchargs import parse_benchmark_args  # noqa: E402
-from driver.steplog import StepLogger  # noqa: E402
+from driver.bench.contract import parse_benchmark_args  # noqa: E402
+from driver.bench.protocol import StepLogger  # noqa: E402
 
 
 def wait_until(deadline: float) -> None:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from driver.benchargs import parse_option_value
+from driver.bench.contract import parse_option_value
 from driver.core.matrix import DLPERF_PROFILE, MatrixError, Overrides, apply_overrides, load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.plugins import load_all

@@ -1,4 +1,4 @@
-"""Parser for our own per-step JSON lines (``driver.steplog``).
+"""Parser for our own per-step JSON lines (``driver.bench.protocol``).
 
 Lines that are not protocol records (warnings, launcher chatter, tracebacks) are ignored; a
 protocol line that does not decode, a step out of order, or a rank seen in two logs is an error.
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
 from driver.registry import PARSERS
-from driver.steplog import TAG
+from driver.bench.protocol import TAG
 
 _MARK = f'"{TAG}":'  # launchers may prefix lines (e.g. "[default0]:"), so search for it
 

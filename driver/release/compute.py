@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from driver.benchargs import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
+from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
 from driver.core.case import Case
 from driver.core.report import table_title
 from driver.core.summary import CaseSummary, summarize

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from driver.benchargs import SHAPE_OPTIONS
+from driver.bench.contract import SHAPE_OPTIONS
 from driver.frameworks.base import REPO_ROOT
 
 COUNTED_MODELS = ("resnet50", "inception3", "bert")  # models with a PyTorch definition here
