@@ -118,10 +118,10 @@ def test_out_of_memory_prints_the_record_and_exits_86(tf_python: str) -> None:
     code = """
 import TensorFlow.benchmark.train as bench
 
-def exhausted(_args):
+def exhausted(*_args):
     raise bench.tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
-bench.train = exhausted
+bench.build_model = exhausted  # fails inside the adapter, as a real allocation would
 bench.main(["--model", "resnet50", "--batch-size", "4096", "--total-steps", "2"])
 """
     done = run_python(tf_python, code)

@@ -1,8 +1,8 @@
 """dlperf TensorFlow 2 training benchmark: ResNet-50 v1.5, InceptionV3 and BERT-base pre-training.
 
-Runs exactly ``--total-steps`` training steps of a custom training loop and writes the per-step
-JSON lines of ``driver.bench.protocol`` on every rank; the driver computes throughput from the step
-timestamps. One process per device, three engines:
+The TensorFlow adapter of ``driver.bench.loop.run_benchmark``: a custom training loop of exactly
+``--total-steps`` steps, with the step-log records of ``driver.bench.protocol`` on every rank.
+One process per device, three engines:
 
 - single process: the default strategy; with ``--xla on`` the whole step (forward, backward,
   optimizer update) is one ``tf.function(jit_compile=True)``.
@@ -24,12 +24,12 @@ The step's time ends when its loss is fetched to the host: that fetch is the dev
 Options (``--option key=value``, all recorded in the header): the shape options of
 ``driver.bench.contract.SHAPE_OPTIONS``, the shared training knobs of
 ``driver.bench.contract.TRAINING_OPTIONS`` (grad_clip, optimizer, lr, dali, ...) and
-:data:`TF_OPTIONS`. Out of memory prints ``{"dlperf": "oom", ...}`` and exits with 86.
+:data:`TF_OPTIONS`. Out of memory (``ResourceExhaustedError``) prints ``{"dlperf": "oom", ...}``
+and exits with 86.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -48,17 +48,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from driver.bench.contract import parse_benchmark_args  # noqa: E402
-from driver.benchkit import (  # noqa: E402
-    OptionError,
-    cpu_model_name,
-    is_oom,
-    oom_exit,
-    print_weights_checksum,
-    threads_per_process,
-    training_options,
-)
-from driver.bench.protocol import StepLogger, rank_environment  # noqa: E402
+from driver.bench.contract import OptionError  # noqa: E402
+from driver.bench.host import cpu_model_name  # noqa: E402
+from driver.bench.loop import Adapter, run_benchmark  # noqa: E402
 from TensorFlow.benchmark.cluster import tf_config  # noqa: E402
 from TensorFlow.benchmark.models import (  # noqa: E402
     IMAGE_MODELS,
@@ -69,7 +61,6 @@ from TensorFlow.benchmark.models import (  # noqa: E402
     training_loss,
 )
 
-FRAMEWORK = "tensorflow"
 ENGINES = ("auto", "mwms", "horovod")
 TF_OPTIONS: dict[str, Any] = {
     "engine": "auto",  # auto: horovod under horovodrun, mwms for > 1 process, else none
@@ -116,7 +107,7 @@ def amp_policy(precision: str, requested: str, on_gpu: bool) -> str | None:
     return "mixed_bfloat16" if requested == "bf16" else "mixed_float16"
 
 
-def configure_devices(args: argparse.Namespace, local_rank: int, threads: int) -> bool:
+def configure_devices(requested: str, local_rank: int, threads: int) -> bool:
     """Threads and the one visible GPU of this process; returns whether it trains on a GPU.
 
     Must run before anything initialises TensorFlow's runtime (both settings are fixed then).
@@ -124,9 +115,9 @@ def configure_devices(args: argparse.Namespace, local_rank: int, threads: int) -
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     gpus = tf.config.list_physical_devices("GPU")
-    if args.device == "gpu" and not gpus:
+    if requested == "gpu" and not gpus:
         raise OptionError("--device gpu but TensorFlow sees no GPU")
-    if args.device == "cpu" or not gpus:
+    if requested == "cpu" or not gpus:
         tf.config.set_visible_devices([], "GPU")
         return False
     if len(gpus) > 1 and local_rank >= len(gpus):
@@ -324,111 +315,104 @@ def device_names(on_gpu: bool) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Main
+# The adapter
 
 
-def train(args: argparse.Namespace) -> int:
-    env = rank_environment()
-    rank, world_size, local_rank = env["rank"], env["world_size"], env["local_rank"]
-    if args.dataset == "real":
-        raise OptionError("--dataset real: the TensorFlow scripts have no input pipeline yet")
-    engine = choose_engine(str(args.options.get("engine", "auto")), world_size)
-    hvd = import_horovod() if engine == "horovod" else None
-    if hvd is not None:  # horovodrun's ranks win over anything inherited
-        rank, world_size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
-    threads, threads_source = threads_per_process(int(args.options.get("num_threads", 0)))
-    on_gpu = configure_devices(args, local_rank, threads)
-    options = training_options(
-        args.model,
-        {**TF_OPTIONS, **args.options, "engine": engine},
-        batch_size=args.batch_size,
-        world_size=world_size,
-        dataset=args.dataset,
-        on_gpu=on_gpu,
-        known=TF_OPTIONS,
-    )
-    size = int(options["image_size"] or 0)
-    if args.model == "inception3" and size < INCEPTION_MIN_IMAGE_SIZE:
-        raise OptionError(f"inception3 needs image_size >= {INCEPTION_MIN_IMAGE_SIZE}, got {size}")
-    strategy = make_strategy(engine, rank, world_size, on_gpu)
-    ctx = Context(rank, world_size, local_rank, on_gpu, engine, strategy)
-    if engine == "mwms" and strategy.num_replicas_in_sync != world_size:
-        raise RuntimeError(
-            f"MultiWorkerMirroredStrategy has {strategy.num_replicas_in_sync} replicas, "
-            f"the launcher started {world_size} processes"
+class TensorFlowAdapter(Adapter):
+    framework = "tensorflow"
+    own_options = TF_OPTIONS
+    oom_types = (tf.errors.ResourceExhaustedError,)
+
+    def setup(self) -> bool:
+        args, run = self.args, self.run
+        if args.dataset == "real":
+            raise OptionError("--dataset real: the TensorFlow scripts have no input pipeline yet")
+        self.engine = choose_engine(str(args.options.get("engine", "auto")), run.world_size)
+        self.hvd = import_horovod() if self.engine == "horovod" else None
+        if self.hvd is not None:  # horovodrun's ranks win over anything inherited
+            run.rank, run.world_size = self.hvd.rank(), self.hvd.size()
+            run.local_rank = self.hvd.local_rank()
+        self.on_gpu = configure_devices(args.device, run.local_rank, run.threads)
+        return self.on_gpu
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        args, run, engine = self.args, self.run, self.engine
+        options["engine"] = engine
+        size = int(options["image_size"] or 0)
+        if args.model == "inception3" and size < INCEPTION_MIN_IMAGE_SIZE:
+            raise OptionError(
+                f"inception3 needs image_size >= {INCEPTION_MIN_IMAGE_SIZE}, got {size}"
+            )
+        strategy = make_strategy(engine, run.rank, run.world_size, self.on_gpu)
+        self.ctx = Context(
+            run.rank, run.world_size, run.local_rank, self.on_gpu, engine, strategy
         )
+        if engine == "mwms" and strategy.num_replicas_in_sync != run.world_size:
+            raise RuntimeError(
+                f"MultiWorkerMirroredStrategy has {strategy.num_replicas_in_sync} replicas, "
+                f"the launcher started {run.world_size} processes"
+            )
+        self.policy = amp_policy(args.precision, args.amp_dtype, self.on_gpu)
+        self.xla_scope = None
+        if args.xla == "on":  # multi-process engines keep the collective outside the cluster
+            self.xla_scope = "step" if engine == "none" else "forward+backward"
 
-    policy = amp_policy(args.precision, args.amp_dtype, on_gpu)
-    xla_scope = None
-    if args.xla == "on":  # multi-process engines keep the collective outside the cluster
-        xla_scope = "step" if engine == "none" else "forward+backward"
-    keras.mixed_precision.set_global_policy(policy or "float32")
-    keras.utils.set_random_seed(args.seed)  # same initial weights on every rank
-    with strategy.scope():
-        model = build_model(args.model, options)
-        variables = model.trainable_variables
-        optimizer = build_optimizer(options, variables, policy == "mixed_float16")
-    if hvd is not None:  # rank 0's initial state everywhere (Keras 3 variables: .value)
-        hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
-        hvd.broadcast_variables([v.value for v in optimizer.variables], root_rank=0)
-    batch = synthetic_batch(args.model, options, args.batch_size, seed=args.seed + rank)
-    step = make_step(args.model, model, optimizer, ctx, args.xla == "on", hvd)
-    barrier = make_barrier(ctx, hvd)
+    def build_model(self) -> int:
+        args, options, hvd = self.args, self.options, self.hvd
+        keras.mixed_precision.set_global_policy(self.policy or "float32")
+        keras.utils.set_random_seed(args.seed)  # same initial weights on every rank
+        with self.ctx.strategy.scope():
+            model = build_model(args.model, options)
+            self.variables = model.trainable_variables
+            optimizer = build_optimizer(options, self.variables, self.policy == "mixed_float16")
+        if hvd is not None:  # rank 0's initial state everywhere (Keras 3 variables: .value)
+            hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
+            hvd.broadcast_variables([v.value for v in optimizer.variables], root_rank=0)
+        self.batch = synthetic_batch(
+            args.model, options, args.batch_size, seed=args.seed + self.run.rank
+        )
+        self.train_step = make_step(args.model, model, optimizer, self.ctx, args.xla == "on", hvd)
+        self.reduce_barrier = make_barrier(self.ctx, hvd)
+        return int(sum(int(np.prod(v.shape)) for v in self.variables))
 
-    record = {
-        **options,
-        "batch_size": args.batch_size,
-        "global_batch_size": args.batch_size * world_size,
-        "precision": args.precision,
-        "amp_policy": policy,
-        "amp_effective": policy is not None,
-        "loss_scaling": policy == "mixed_float16",
-        "dataset": args.dataset,
-        "warmup_steps": args.warmup_steps,
-        "total_steps": args.total_steps,
-        "device": "gpu" if on_gpu else "cpu",
-        "seed": args.seed,
-        "xla": args.xla == "on",
-        "xla_scope": xla_scope,
-        "num_threads": threads,
-        "num_threads_source": threads_source,
-        "engine": engine,
-        "tf_config": json.loads(os.environ["TF_CONFIG"]) if engine == "mwms" else None,
-        "data_format": "channels_last" if args.model in IMAGE_MODELS else None,
-        "parameters": int(sum(int(np.prod(v.shape)) for v in variables)),
-    }
-    logger = StepLogger(
-        framework=FRAMEWORK,
-        model=args.model,
-        rank_env={**env, "rank": rank, "world_size": world_size, "local_rank": local_rank},
-    )
-    logger.header(
-        versions=library_versions(on_gpu, hvd), devices=device_names(on_gpu), options=record
-    )
+    def make_batch(self) -> Batch:
+        return self.batch
 
-    barrier()  # start the clocks of all ranks together
-    logger.begin()
-    for number in range(1, args.total_steps + 1):
-        loss = float(step(batch))  # the fetch waits for the step: the device sync
-        logger.step(number, args.batch_size, loss)
-    logger.end()
-    if options["weights_checksum"]:
-        total = sum(float(tf.reduce_sum(tf.abs(v.value))) for v in variables)
-        print_weights_checksum(rank, total)
-    barrier()  # no worker leaves while a peer still needs it for a collective
-    return 0
+    def step(self, batch: Batch) -> tf.Tensor:
+        return self.train_step(batch)  # host_loss's fetch waits for the step: the device sync
+
+    def device(self) -> str:
+        return "gpu" if self.on_gpu else "cpu"
+
+    def versions(self) -> dict[str, Any]:
+        return library_versions(self.on_gpu, self.hvd)
+
+    def devices(self) -> list[str]:
+        return device_names(self.on_gpu)
+
+    def header_options(self) -> dict[str, Any]:
+        policy, engine = self.policy, self.engine
+        return {
+            "amp_policy": policy,
+            "amp_effective": policy is not None,
+            "loss_scaling": policy == "mixed_float16",
+            "xla_scope": self.xla_scope,
+            "engine": engine,
+            "tf_config": json.loads(os.environ["TF_CONFIG"]) if engine == "mwms" else None,
+            "data_format": "channels_last" if self.args.model in IMAGE_MODELS else None,
+        }
+
+    def barrier(self) -> None:
+        self.reduce_barrier()
+
+    def weights_checksum(self) -> float:
+        return sum(float(tf.reduce_sum(tf.abs(v.value))) for v in self.variables)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_benchmark_args(argv, description="dlperf TensorFlow 2 training benchmark")
-    try:
-        return train(args)
-    except BaseException as error:  # re-raised below unless it is an allocator failure
-        if isinstance(error, (SystemExit, KeyboardInterrupt)) or not is_oom(
-            error, (tf.errors.ResourceExhaustedError,)
-        ):
-            raise
-        oom_exit(error, rank_environment()["rank"], args.batch_size)
+    return run_benchmark(
+        TensorFlowAdapter, argv, description="dlperf TensorFlow 2 training benchmark"
+    )
 
 
 if __name__ == "__main__":
