@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from driver.bench.protocol import StepLogger
 from driver.core.measure import Window, case_stats, measure_repeat, speedup
 from driver.parsers.base import LogParseError
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
-from driver.bench.protocol import StepLogger
 
 
 def fake_log(rank: int, world: int, times: list[float], batch: int = 4) -> str:

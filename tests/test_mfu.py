@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.bench.protocol import StepLogger
 from driver.core.case import Case, Topology
 from driver.core.results import RepeatRecord, Session
 from driver.core.runner import evaluate, run_cases
@@ -29,7 +30,6 @@ from driver.release.mfu import (
 from driver.release.release import release
 from driver.release.synth import telemetry_interval
 from driver.runtimes.local import LocalRuntime
-from driver.bench.protocol import StepLogger
 
 H100 = "NVIDIA H100 80GB HBM3"
 PEAKS = load_peaks(REPO_ROOT / "reports" / "peaks.yaml")

@@ -1,4 +1,4 @@
-"""The MXNet training loop (imported by ``train.py`` once OMP_NUM_THREADS is set).
+"""The MXNet adapter of ``run_benchmark`` (imported by ``train.py`` once OMP_NUM_THREADS is set).
 
 Data parallelism across processes is the parameter-server ``dist_sync`` kvstore: the servers
 sum the gradients and every worker runs the optimizer on its own copy
@@ -10,7 +10,6 @@ kernels really ran.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 from collections.abc import Mapping
@@ -21,18 +20,11 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.contrib import amp
 
-from driver.benchkit import (
-    OptionError,
-    cpu_model_name,
-    print_weights_checksum,
-    training_options,
-    warn,
-)
-from driver.bench.protocol import StepLogger, rank_environment
+from driver.bench.contract import OptionError, warn
+from driver.bench.host import cpu_model_name
+from driver.bench.loop import Adapter
 from MxNet.benchmark.models import build_training_net, count_parameters, initialize
 from MxNet.benchmark.optim import register_adamw
-
-FRAMEWORK = "mxnet"
 
 # MXNet's own knobs (the shared ones are driver.bench.contract.TRAINING_OPTIONS: optimizer, lr,
 # momentum, weight_decay, grad_clip, num_threads, dali, weights_checksum).
@@ -41,28 +33,8 @@ MXNET_OPTIONS: dict[str, Any] = {
     "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
     "kvstore": "dist_sync",  # multi-process kvstore: dist_sync | dist_device_sync
 }
-
-
-def resolve_options(args: argparse.Namespace, use_gpu: bool, world_size: int) -> dict[str, Any]:
-    """Shape options + the shared and MXNet knobs with the model's defaults, checked."""
-    if args.xla == "on":
-        raise OptionError("--xla on: MXNet has no XLA")
-    options = training_options(
-        args.model,
-        {**MXNET_OPTIONS, **args.options},
-        batch_size=args.batch_size,
-        world_size=world_size,
-        dataset=args.dataset,
-        on_gpu=use_gpu,
-        known=MXNET_OPTIONS,
-    )
-    if args.dataset != "synthetic":
-        raise OptionError("the MXNet scripts generate synthetic data only (--dataset synthetic)")
-    if options["kvstore"] not in ("dist_sync", "dist_device_sync"):
-        raise OptionError("kvstore must be dist_sync or dist_device_sync")
-    if args.model == "bert" and not 0 < int(options["max_predictions"]) < int(options["seq_len"]):
-        raise OptionError("max_predictions must be between 1 and seq_len - 1")
-    return options
+# MXNet's allocator failures that do not say "out of memory" (CPU: std::bad_alloc).
+OOM_MESSAGES = ("cudamalloc", "std::bad_alloc", "cannot allocate memory")
 
 
 def gpu_names() -> list[str]:
@@ -142,82 +114,117 @@ def synthetic_batch(
     ]
 
 
-def train(args: argparse.Namespace, threads: int, threads_source: str) -> int:
-    env = rank_environment()
-    gpus = gpu_names() if args.device != "cpu" else []
-    use_gpu = bool(gpus)
-    if args.device == "gpu" and not use_gpu:
-        raise OptionError("--device gpu but no GPU is visible")
-    distributed = os.environ.get("DMLC_ROLE") == "worker"
-    world_size = int(os.environ.get("DMLC_NUM_WORKER", "1")) if distributed else 1
-    options = resolve_options(args, use_gpu, world_size)
+class MxnetAdapter(Adapter):
+    framework = "mxnet"
+    own_options = MXNET_OPTIONS
+    oom_messages = OOM_MESSAGES
 
-    ctx = mx.gpu(env["local_rank"]) if use_gpu else mx.cpu()
-    amp_dtype = None
-    if args.precision == "amp":
-        if not use_gpu and args.amp_dtype == "fp16":
-            raise OptionError("--amp-dtype fp16 is GPU only; CPU AMP runs in bf16 (oneDNN)")
-        if use_gpu and args.amp_dtype == "bf16":
-            raise OptionError("--amp-dtype bf16: MXNet 1.9's bf16 AMP is CPU only (oneDNN)")
-        amp_dtype = "float16" if use_gpu else "bfloat16"
-    amp_effective = amp_dtype is not None and low_precision_supported(ctx, amp_dtype)
-    if amp_effective:
-        amp.init(target_dtype=amp_dtype)  # before the model is built: it patches the operators
+    def setup(self) -> bool:
+        args, run = self.args, self.run
+        self.gpus = gpu_names() if args.device != "cpu" else []
+        self.use_gpu = bool(self.gpus)
+        if args.device == "gpu" and not self.use_gpu:
+            raise OptionError("--device gpu but no GPU is visible")
+        if args.xla == "on":
+            raise OptionError("--xla on: MXNet has no XLA")
+        # The threads were set before mxnet loaded (OMP_NUM_THREADS, train.py).
+        self.distributed = os.environ.get("DMLC_ROLE") == "worker"
+        run.world_size = int(os.environ.get("DMLC_NUM_WORKER", "1")) if self.distributed else 1
+        return self.use_gpu
 
-    kvstore = mx.kv.create(options["kvstore"]) if distributed else None
-    rank = kvstore.rank if kvstore is not None else 0
-    if kvstore is not None:
-        world_size = kvstore.num_workers
-    mx.random.seed(args.seed)  # same initial weights on every worker
-    net = build_training_net(args.model, options)
-    initialize(net, ctx)
-    parameters = count_parameters(net)
-    for param in net.collect_params().values():
-        if len(param.shape) <= 1:  # biases and norm parameters: no weight decay
-            param.wd_mult = 0.0
-    if options["hybridize"]:
-        net.hybridize(static_alloc=True, static_shape=True)
+    def check_options(self, options: dict[str, Any]) -> None:
+        args = self.args
+        if args.dataset != "synthetic":
+            raise OptionError(
+                "the MXNet scripts generate synthetic data only (--dataset synthetic)"
+            )
+        if options["kvstore"] not in ("dist_sync", "dist_device_sync"):
+            raise OptionError("kvstore must be dist_sync or dist_device_sync")
+        seq_len, predictions = int(options["seq_len"]), int(options["max_predictions"])
+        if args.model == "bert" and not 0 < predictions < seq_len:
+            raise OptionError("max_predictions must be between 1 and seq_len - 1")
 
-    optimizer_params: dict[str, Any] = {
-        "learning_rate": options["lr"],
-        "wd": options["weight_decay"],
-    }
-    if options["optimizer"] == "sgd":
-        optimizer_params["momentum"] = options["momentum"]
-        optimizer_name = "sgd"
-    else:
-        optimizer_name = register_adamw()
-    # update_on_kvstore=False: the servers only sum gradients; each worker runs the optimizer,
-    # so clipping and AMP's overflow check see the summed gradient (and no pickled optimizer
-    # has to travel to the servers).
-    trainer = gluon.Trainer(
-        net.collect_params(),
-        optimizer_name,
-        optimizer_params,
-        kvstore=kvstore,
-        update_on_kvstore=False if kvstore is not None else None,
-    )
-    if kvstore is not None:
-        # Broadcast worker 0's initial weights now, not lazily inside the first step: the
-        # Trainer uses one kvstore key per parameter for both its initial value and its
-        # gradients, and without this barrier about half of our 2-process runs on MXNet 1.9.1
-        # ended with workers out of sync (a slow worker pulled a gradient sum as its weights).
-        trainer._init_kvstore()
-        trainer._init_params()
-        mx.nd.waitall()
-        kvstore._barrier()
-    loss_scaling = amp_effective and amp_dtype == "float16"
-    if loss_scaling:
-        amp.init_trainer(trainer)
+    def build_model(self) -> int:
+        args, options, run = self.args, self.options, self.run
+        use_gpu = self.use_gpu
+        self.ctx = ctx = mx.gpu(run.local_rank) if use_gpu else mx.cpu()
+        amp_dtype = None
+        if args.precision == "amp":
+            if not use_gpu and args.amp_dtype == "fp16":
+                raise OptionError("--amp-dtype fp16 is GPU only; CPU AMP runs in bf16 (oneDNN)")
+            if use_gpu and args.amp_dtype == "bf16":
+                raise OptionError("--amp-dtype bf16: MXNet 1.9's bf16 AMP is CPU only (oneDNN)")
+            amp_dtype = "float16" if use_gpu else "bfloat16"
+        self.amp_dtype = amp_dtype
+        self.amp_effective = amp_dtype is not None and low_precision_supported(ctx, amp_dtype)
+        if self.amp_effective:
+            amp.init(target_dtype=amp_dtype)  # before the model is built: it patches the ops
 
-    mx.random.seed(args.seed + rank)  # per-worker data and dropout
-    batch = synthetic_batch(args.model, options, args.batch_size, ctx)
-    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
-    grad_clip = float(options["grad_clip"])
+        kvstore = mx.kv.create(options["kvstore"]) if self.distributed else None
+        self.kvstore = kvstore
+        if kvstore is not None:
+            run.rank, run.world_size = kvstore.rank, kvstore.num_workers
+        mx.random.seed(args.seed)  # same initial weights on every worker
+        net = build_training_net(args.model, options)
+        initialize(net, ctx)
+        parameters = count_parameters(net)
+        for param in net.collect_params().values():
+            if len(param.shape) <= 1:  # biases and norm parameters: no weight decay
+                param.wd_mult = 0.0
+        if options["hybridize"]:
+            net.hybridize(static_alloc=True, static_shape=True)
+        self.net = net
+        self.trainer = self.build_trainer(net)
+        self.loss_scaling = self.amp_effective and amp_dtype == "float16"
+        if self.loss_scaling:
+            amp.init_trainer(self.trainer)
 
-    def step() -> mx.nd.NDArray:
+        mx.random.seed(args.seed + run.rank)  # per-worker data and dropout
+        self.batch = synthetic_batch(args.model, options, args.batch_size, ctx)
+        self.params = [p for p in net.collect_params().values() if p.grad_req != "null"]
+        return parameters
+
+    def build_trainer(self, net: gluon.Block) -> gluon.Trainer:
+        options, kvstore = self.options, self.kvstore
+        optimizer_params: dict[str, Any] = {
+            "learning_rate": options["lr"],
+            "wd": options["weight_decay"],
+        }
+        if options["optimizer"] == "sgd":
+            optimizer_params["momentum"] = options["momentum"]
+            optimizer_name = "sgd"
+        else:
+            optimizer_name = register_adamw()
+        # update_on_kvstore=False: the servers only sum gradients; each worker runs the
+        # optimizer, so clipping and AMP's overflow check see the summed gradient (and no
+        # pickled optimizer has to travel to the servers).
+        trainer = gluon.Trainer(
+            net.collect_params(),
+            optimizer_name,
+            optimizer_params,
+            kvstore=kvstore,
+            update_on_kvstore=False if kvstore is not None else None,
+        )
+        if kvstore is not None:
+            # Broadcast worker 0's initial weights now, not lazily inside the first step: the
+            # Trainer uses one kvstore key per parameter for both its initial value and its
+            # gradients, and without this barrier about half of our 2-process runs on MXNet
+            # 1.9.1 ended with workers out of sync (a slow worker pulled a gradient sum as its
+            # weights).
+            trainer._init_kvstore()
+            trainer._init_params()
+            mx.nd.waitall()
+            kvstore._barrier()
+        return trainer
+
+    def make_batch(self) -> list[mx.nd.NDArray]:
+        return self.batch
+
+    def step(self, batch: list[mx.nd.NDArray]) -> mx.nd.NDArray:
+        trainer, loss_scaling = self.trainer, self.loss_scaling
+        grad_clip, world_size = float(self.options["grad_clip"]), self.run.world_size
         with autograd.record():
-            loss, _logits = net(*batch)
+            loss, _logits = self.net(*batch)
             if loss_scaling:
                 with amp.scale_loss(loss, trainer) as scaled:
                     autograd.backward(scaled)
@@ -229,7 +236,7 @@ def train(args: argparse.Namespace, threads: int, threads_source: str) -> int:
             trainer.allreduce_grads()
             if loss_scaling:
                 amp.unscale(trainer)
-            grads = [g for p in params for g in p.list_grad()]
+            grads = [g for p in self.params for g in p.list_grad()]
             # check_isfinite=False: no host sync inside the step.
             gluon.utils.clip_global_norm(grads, grad_clip, check_isfinite=False)
             trainer.update(world_size)
@@ -237,51 +244,40 @@ def train(args: argparse.Namespace, threads: int, threads_source: str) -> int:
             trainer.step(world_size)
         return loss
 
-    record = {
-        **options,
-        "batch_size": args.batch_size,
-        "global_batch_size": args.batch_size * world_size,
-        "precision": args.precision,
-        "amp_dtype": amp_dtype,
-        "amp_effective": amp_effective,
-        "dataset": args.dataset,
-        "warmup_steps": args.warmup_steps,
-        "total_steps": args.total_steps,
-        "device": str(ctx),
-        "seed": args.seed,
-        "xla": False,
-        "num_threads": threads,
-        "num_threads_source": threads_source,
-        "distributed_backend": kvstore.type if kvstore is not None else None,
-        "parameters": parameters,
-    }
-    features = mx.runtime.Features()
-    versions = {
-        "mxnet": mx.__version__,
-        "numpy": np.__version__,
-        "mkldnn": features.is_enabled("MKLDNN"),
-        "cuda": features.is_enabled("CUDA"),
-    }
-    devices = [gpus[env["local_rank"] % len(gpus)]] if use_gpu else [cpu_model_name()]
-    logger = StepLogger(
-        framework=FRAMEWORK,
-        model=args.model,
-        sync=mx.nd.waitall,
-        rank_env={**env, "rank": rank, "world_size": world_size},
-    )
-    logger.header(versions=versions, devices=devices, options=record)
+    def sync(self) -> None:
+        mx.nd.waitall()
 
-    if kvstore is not None:
-        kvstore._barrier()  # start the clocks of all workers together
-    logger.begin()
-    for number in range(1, args.total_steps + 1):
-        loss = step()
-        logger.sync()
-        logger.step(number, args.batch_size, float(loss.asscalar()))
-    logger.end()
-    if options["weights_checksum"]:
-        total = sum(float(p.data().abs().sum().asscalar()) for p in params)
-        print_weights_checksum(rank, total)
-    if kvstore is not None:
-        kvstore._barrier()
-    return 0
+    def host_loss(self, loss: mx.nd.NDArray) -> float:
+        return float(loss.asscalar())
+
+    def device(self) -> str:
+        return str(self.ctx)
+
+    def versions(self) -> dict[str, Any]:
+        features = mx.runtime.Features()
+        return {
+            "mxnet": mx.__version__,
+            "numpy": np.__version__,
+            "mkldnn": features.is_enabled("MKLDNN"),
+            "cuda": features.is_enabled("CUDA"),
+        }
+
+    def devices(self) -> list[str]:
+        if self.use_gpu:
+            return [self.gpus[self.run.local_rank % len(self.gpus)]]
+        return [cpu_model_name()]
+
+    def header_options(self) -> dict[str, Any]:
+        kvstore = self.kvstore
+        return {
+            "amp_dtype": self.amp_dtype,
+            "amp_effective": self.amp_effective,
+            "distributed_backend": kvstore.type if kvstore is not None else None,
+        }
+
+    def barrier(self) -> None:
+        if self.kvstore is not None:
+            self.kvstore._barrier()
+
+    def weights_checksum(self) -> float:
+        return sum(float(p.data().abs().sum().asscalar()) for p in self.params)

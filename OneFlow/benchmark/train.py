@@ -1,8 +1,8 @@
 """dlperf OneFlow training benchmark: ResNet-50 v1.5 and BERT-base pre-training, eager or graph.
 
-Runs exactly ``--total-steps`` training steps and writes the per-step JSON lines of
-``driver.bench.protocol`` on every rank; the driver computes throughput from the step timestamps.
-One process per device, started by ``python -m oneflow.distributed.launch`` when there are
+The OneFlow adapter of ``driver.bench.loop.run_benchmark``: exactly ``--total-steps`` training
+steps, with the step-log records of ``driver.bench.protocol`` on every rank. One process per
+device, started by ``python -m oneflow.distributed.launch`` when there are
 more (``driver.launchers.oneflow``). Two execution modes:
 
 - eager (default): define-by-run; data parallel through ``nn.parallel.DistributedDataParallel``;
@@ -22,8 +22,6 @@ exits with 86.
 
 from __future__ import annotations
 
-import argparse
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -38,21 +36,11 @@ import oneflow as flow
 import oneflow.sysconfig
 from oneflow import nn
 
-from driver.bench.contract import parse_benchmark_args
-from driver.benchkit import (
-    OptionError,
-    cpu_model_name,
-    is_oom,
-    oom_exit,
-    print_weights_checksum,
-    threads_per_process,
-    training_options,
-    warn,
-)
-from driver.bench.protocol import StepLogger, rank_environment
+from driver.bench.contract import OptionError, warn
+from driver.bench.host import cpu_count, cpu_model_name
+from driver.bench.loop import Adapter, run_benchmark
 from OneFlow.benchmark.models import IMAGE_MODELS, build_training_model, count_parameters
 
-FRAMEWORK = "oneflow"
 MODELS = ("resnet50", "bert")
 
 # OneFlow's own knobs (the shared ones are driver.bench.contract.TRAINING_OPTIONS: optimizer, lr,
@@ -69,27 +57,6 @@ Batch = list[flow.Tensor]
 # Options, device, threads
 
 
-def resolve_options(args: argparse.Namespace, cuda: bool, world_size: int) -> dict[str, Any]:
-    """Shape options + the shared and OneFlow knobs with the model's defaults, checked."""
-    if args.xla == "on":
-        raise OptionError("--xla on: OneFlow has no XLA (graph=true is its compiler)")
-    options = training_options(
-        args.model,
-        {**ONEFLOW_OPTIONS, **args.options},
-        batch_size=args.batch_size,
-        world_size=world_size,
-        dataset=args.dataset,
-        on_gpu=cuda,
-        known=ONEFLOW_OPTIONS,
-    )
-    if args.dataset != "synthetic":
-        raise OptionError("the OneFlow scripts generate synthetic data only (--dataset synthetic)")
-    options["graph"] = bool(options["graph"])
-    if args.model == "bert" and not 0 < int(options["max_predictions"]) < int(options["seq_len"]):
-        raise OptionError("max_predictions must be between 1 and seq_len - 1")
-    return options
-
-
 def resolve_amp_dtype(precision: str, requested: str, cuda: bool) -> flow.dtype | None:
     """fp16 (loss-scaled) on GPU unless bf16 is asked for; None on CPU (no CPU AMP in 0.9.0)."""
     if precision != "amp":
@@ -100,16 +67,12 @@ def resolve_amp_dtype(precision: str, requested: str, cuda: bool) -> flow.dtype 
     return flow.bfloat16 if requested == "bf16" else flow.float16
 
 
-def configure_threads(requested: int) -> tuple[int, str]:
-    """CPU threads per process (driver.benchkit's rule); oneflow.distributed.launch exports
-    OMP_NUM_THREADS=1 when it is unset and a node runs more than one process, as torchrun does.
-    """
-    threads, source = threads_per_process(requested)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    # oneflow uses every core by default and warns when told to use all of them: only lower it.
-    if threads < (cores or 1):
+def apply_threads(threads: int) -> None:
+    """oneflow uses every core by default and warns when told to use all of them: only lower
+    it (oneflow.distributed.launch exports OMP_NUM_THREADS=1 when it is unset and a node runs
+    more than one process, as torchrun does)."""
+    if threads < cpu_count():
         flow.set_num_threads(threads)
-    return threads, source
 
 
 def gpu_name(index: int) -> str:
@@ -269,114 +232,114 @@ def weights_checksum(model: nn.Module) -> float:
     return total
 
 
-def rank_env() -> dict[str, int]:
-    """The rank environment as OneFlow sees it: importing oneflow in a process that no launcher
-    started sets RANK=-1 (and WORLD_SIZE=1), so the generic reader would log rank -1."""
-    return {
-        **rank_environment(),
-        "rank": flow.env.get_rank(),
-        "world_size": flow.env.get_world_size(),
-        "local_rank": flow.env.get_local_rank(),
-    }
+class OneflowAdapter(Adapter):
+    framework = "oneflow"
+    own_options = ONEFLOW_OPTIONS
 
+    def setup(self) -> bool:
+        args, run = self.args, self.run
+        # Importing oneflow in a process that no launcher started sets RANK=-1 (and
+        # WORLD_SIZE=1): the ranks are OneFlow's own.
+        run.rank, run.world_size = flow.env.get_rank(), flow.env.get_world_size()
+        run.local_rank = flow.env.get_local_rank()
+        if args.device == "gpu" and not flow.cuda.is_available():
+            raise OptionError("--device gpu but oneflow sees no CUDA device")
+        if args.xla == "on":
+            raise OptionError("--xla on: OneFlow has no XLA (graph=true is its compiler)")
+        self.cuda = args.device != "cpu" and flow.cuda.is_available()
+        self.flow_device = flow.device("cuda", run.local_rank) if self.cuda else flow.device("cpu")
+        return self.cuda
 
-def train(args: argparse.Namespace) -> int:
-    env = rank_env()
-    rank, world_size = env["rank"], env["world_size"]
-    if args.device == "gpu" and not flow.cuda.is_available():
-        raise OptionError("--device gpu but oneflow sees no CUDA device")
-    cuda = args.device != "cpu" and flow.cuda.is_available()
-    device = flow.device("cuda", env["local_rank"]) if cuda else flow.device("cpu")
-    options = resolve_options(args, cuda, world_size)
-    amp_dtype = resolve_amp_dtype(args.precision, args.amp_dtype, cuda)
-    threads, threads_source = configure_threads(int(options["num_threads"]))
-    graph_mode = options["graph"]
-    distributed = world_size > 1
+    def check_options(self, options: dict[str, Any]) -> None:
+        args = self.args
+        if args.dataset != "synthetic":
+            raise OptionError(
+                "the OneFlow scripts generate synthetic data only (--dataset synthetic)"
+            )
+        options["graph"] = bool(options["graph"])
+        seq_len, predictions = int(options["seq_len"]), int(options["max_predictions"])
+        if args.model == "bert" and not 0 < predictions < seq_len:
+            raise OptionError("max_predictions must be between 1 and seq_len - 1")
+        self.amp_dtype = resolve_amp_dtype(args.precision, args.amp_dtype, self.cuda)
+        apply_threads(self.run.threads)
 
-    flow.manual_seed(args.seed)  # same initial weights on every rank
-    model = build_training_model(args.model, options).to(device)
-    model.train()
-    parameters = count_parameters(model)
-    placement = None
-    if graph_mode and distributed:
-        placement = flow.placement(device.type, ranks=list(range(world_size)))
-        model.to_global(placement=placement, sbp=flow.sbp.broadcast)
-    optimizer = build_optimizer(model, options)
-    batch = synthetic_batch(args.model, options, args.batch_size, device, args.seed + rank)
+    def build_model(self) -> int:
+        args, options, run, device = self.args, self.options, self.run, self.flow_device
+        flow.manual_seed(args.seed)  # same initial weights on every rank
+        model = build_training_model(args.model, options).to(device)
+        model.train()
+        self.model = model
+        parameters = count_parameters(model)
+        placement = None
+        if options["graph"] and run.distributed:
+            placement = flow.placement(device.type, ranks=list(range(run.world_size)))
+            model.to_global(placement=placement, sbp=flow.sbp.broadcast)
+        optimizer = build_optimizer(model, options)
+        batch = synthetic_batch(args.model, options, args.batch_size, device, args.seed + run.rank)
+        self.backend: str | None
+        if options["graph"]:
+            if placement is not None:  # each rank's batch is its shard of the global batch
+                batch = [t.to_global(placement=placement, sbp=flow.sbp.split(0)) for t in batch]
+            graph = TrainGraph(model, optimizer, self.amp_dtype)
+            self.train_step: StepFn = lambda tensors: graph(*tensors)  # noqa: E731
+            self.backend = "nn.Graph global tensors" if run.distributed else None
+        else:
+            train_model = nn.parallel.DistributedDataParallel(model) if run.distributed else model
+            self.train_step = eager_step(train_model, optimizer, options, device, self.amp_dtype)
+            self.backend = "DistributedDataParallel" if run.distributed else None
+        self.batch = batch
+        return parameters
 
-    step: StepFn
-    if graph_mode:
-        if placement is not None:  # each rank's batch is its shard of the global batch
-            batch = [t.to_global(placement=placement, sbp=flow.sbp.split(0)) for t in batch]
-        graph = TrainGraph(model, optimizer, amp_dtype)
-        step = lambda tensors: graph(*tensors)  # noqa: E731 (the graph takes tensors, not a list)
-        backend = "nn.Graph global tensors" if distributed else None
-    else:
-        train_model = nn.parallel.DistributedDataParallel(model) if distributed else model
-        step = eager_step(train_model, optimizer, options, device, amp_dtype)
-        backend = "DistributedDataParallel" if distributed else None
+    def make_batch(self) -> Batch:
+        return self.batch
 
-    def host_loss(loss: flow.Tensor) -> float:
+    def step(self, batch: Batch) -> flow.Tensor:
+        return self.train_step(batch)
+
+    def sync(self) -> None:
+        device_sync()
+
+    def host_loss(self, loss: flow.Tensor) -> float:
         if loss.is_global:  # the graph's loss is split over the ranks: gather it first
             loss = loss.to_global(sbp=flow.sbp.broadcast).to_local()
         return float(loss.numpy())
 
-    record = {
-        **options,
-        "batch_size": args.batch_size,
-        "global_batch_size": args.batch_size * world_size,
-        "precision": args.precision,
-        "amp_dtype": str(amp_dtype).removeprefix("oneflow.") if amp_dtype else None,
-        "amp_effective": amp_dtype is not None,
-        "dataset": args.dataset,
-        "warmup_steps": args.warmup_steps,
-        "total_steps": args.total_steps,
-        "device": str(device),
-        "seed": args.seed,
-        "xla": False,
-        "num_threads": threads,
-        "num_threads_source": threads_source,
-        "distributed_backend": backend,
-        "parameters": parameters,
-    }
-    versions = {
-        "oneflow": flow.__version__,
-        "numpy": np.__version__,
-        "oneflow_git": getattr(flow, "__git_commit__", None),
-        # The PyPI wheel is a CUDA build even where no GPU is used (hence the nvidia wheels).
-        "oneflow_cuda": oneflow.sysconfig.get_cuda_version()
-        if oneflow.sysconfig.with_cuda()
-        else None,
-    }
-    devices = [gpu_name(device.index or 0)] if cuda else [cpu_model_name()]
-    logger = StepLogger(framework=FRAMEWORK, model=args.model, sync=device_sync, rank_env=env)
-    logger.header(versions=versions, devices=devices, options=record)
+    def device(self) -> str:
+        return str(self.flow_device)
 
-    if distributed:
-        flow.comm.barrier()  # start the clocks of all ranks together
-    logger.begin()
-    for number in range(1, args.total_steps + 1):
-        loss = step(batch)
-        logger.sync()
-        logger.step(number, args.batch_size, host_loss(loss))
-    logger.end()
-    if options["weights_checksum"]:
-        print_weights_checksum(rank, weights_checksum(model))
-    if distributed:
+    def versions(self) -> dict[str, Any]:
+        return {
+            "oneflow": flow.__version__,
+            "numpy": np.__version__,
+            "oneflow_git": getattr(flow, "__git_commit__", None),
+            # The PyPI wheel is a CUDA build even where no GPU is used (hence the nvidia wheels).
+            "oneflow_cuda": oneflow.sysconfig.get_cuda_version()
+            if oneflow.sysconfig.with_cuda()
+            else None,
+        }
+
+    def devices(self) -> list[str]:
+        return [gpu_name(self.flow_device.index or 0)] if self.cuda else [cpu_model_name()]
+
+    def header_options(self) -> dict[str, Any]:
+        amp_dtype = self.amp_dtype
+        return {
+            "amp_dtype": str(amp_dtype).removeprefix("oneflow.") if amp_dtype else None,
+            "amp_effective": amp_dtype is not None,
+            "distributed_backend": self.backend,
+        }
+
+    def barrier(self) -> None:
         flow.comm.barrier()
-    return 0
+
+    def weights_checksum(self) -> float:
+        return weights_checksum(self.model)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_benchmark_args(
-        argv, description="dlperf OneFlow training benchmark", models=MODELS
+    return run_benchmark(
+        OneflowAdapter, argv, description="dlperf OneFlow training benchmark", models=MODELS
     )
-    try:
-        return train(args)
-    except BaseException as error:  # re-raised below unless it is an allocator failure
-        if isinstance(error, (SystemExit, KeyboardInterrupt)) or not is_oom(error):
-            raise
-        oom_exit(error, flow.env.get_rank(), args.batch_size)
 
 
 if __name__ == "__main__":

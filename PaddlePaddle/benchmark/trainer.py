@@ -1,4 +1,4 @@
-"""The PaddlePaddle training loop behind ``PaddlePaddle/benchmark/train.py`` (imports paddle).
+"""The PaddlePaddle adapter behind ``PaddlePaddle/benchmark/train.py`` (imports paddle).
 
 AMP is ``paddle.amp.auto_cast`` at level O1: fp16 with a GradScaler on GPU (bf16 when asked).
 On CPU paddle 3.3.1 makes auto_cast a no-op (it warns "amp_guard can only be enabled on
@@ -11,7 +11,6 @@ host (``float(loss)``), which waits for the device.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,8 +19,9 @@ import paddle
 import paddle.distributed as dist
 from paddle import nn
 
-from driver.benchkit import OptionError, cpu_model_name, print_weights_checksum, training_options
-from driver.bench.protocol import StepLogger, rank_environment
+from driver.bench.contract import OptionError
+from driver.bench.host import cpu_model_name
+from driver.bench.loop import Adapter
 from PaddlePaddle.benchmark.models import (
     IMAGE_MODELS,
     Batch,
@@ -30,7 +30,6 @@ from PaddlePaddle.benchmark.models import (
     training_loss,
 )
 
-FRAMEWORK = "paddle"
 PADDLE_OPTIONS: dict[str, Any] = {
     "channels_last": False,  # NHWC activations (ResNet-50), Paddle's fast AMP layout on GPU
     "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
@@ -125,75 +124,68 @@ def device_names(on_gpu: bool) -> list[str]:
     return [cpu_model_name()]
 
 
-def train(args: argparse.Namespace, threads: int, threads_source: str) -> int:
-    env = rank_environment()
-    rank, world_size = env["rank"], env["world_size"]
-    if args.xla == "on":
-        raise OptionError("--xla on: PaddlePaddle has no XLA (framework has_xla=False)")
-    if args.dataset == "real":
-        raise OptionError("--dataset real: the PaddlePaddle scripts have no input pipeline yet")
-    on_gpu = resolve_device(args.device, env["local_rank"])
-    options = training_options(
-        args.model,
-        {**PADDLE_OPTIONS, **args.options},
-        batch_size=args.batch_size,
-        world_size=world_size,
-        dataset=args.dataset,
-        on_gpu=on_gpu,
-        known=PADDLE_OPTIONS,
-    )
-    distributed = world_size > 1
-    if distributed:  # gloo on CPU (the launcher sets PADDLE_DISTRI_BACKEND), NCCL on GPU
-        dist.init_parallel_env()
+class PaddleAdapter(Adapter):
+    framework = "paddle"
+    own_options = PADDLE_OPTIONS
 
-    paddle.seed(args.seed)  # same initial weights on every rank (DataParallel syncs them too)
-    data_format = "NHWC" if options["channels_last"] and args.model in IMAGE_MODELS else "NCHW"
-    model = build_model(args.model, options, data_format)
-    model.train()
-    parameters = int(sum(int(np.prod(p.shape)) for p in model.parameters()))
-    optimizer = build_optimizer(model, options)
-    dtype = amp_dtype(args.precision, args.amp_dtype, on_gpu)
-    scaler = None
-    if dtype == "float16":
-        scaler = paddle.amp.GradScaler(init_loss_scaling=float(options["init_loss_scaling"]))
-    train_model = paddle.DataParallel(model) if distributed else model
-    paddle.seed(args.seed + rank)
-    batch = synthetic_batch(args.model, options, args.batch_size, data_format)
-    step = make_step(args.model, train_model, optimizer, dtype, scaler)
+    def setup(self) -> bool:
+        args = self.args
+        if args.xla == "on":
+            raise OptionError("--xla on: PaddlePaddle has no XLA (framework has_xla=False)")
+        if args.dataset == "real":
+            raise OptionError("--dataset real: the PaddlePaddle scripts have no input pipeline yet")
+        # The threads were set before paddle loaded (OMP_NUM_THREADS, train.py).
+        self.on_gpu = resolve_device(args.device, self.run.local_rank)
+        return self.on_gpu
 
-    record = {
-        **options,
-        "batch_size": args.batch_size,
-        "global_batch_size": args.batch_size * world_size,
-        "precision": args.precision,
-        "amp_dtype": dtype,
-        "amp_level": "O1" if dtype else None,
-        "amp_effective": dtype is not None and on_gpu,
-        "dataset": args.dataset,
-        "warmup_steps": args.warmup_steps,
-        "total_steps": args.total_steps,
-        "device": "gpu" if on_gpu else "cpu",
-        "seed": args.seed,
-        "xla": False,
-        "data_format": data_format if args.model in IMAGE_MODELS else None,
-        "num_threads": threads,
-        "num_threads_source": threads_source,
-        "distributed_backend": ("nccl" if on_gpu else "gloo") if distributed else None,
-        "parameters": parameters,
-    }
-    logger = StepLogger(framework=FRAMEWORK, model=args.model, rank_env=env)
-    logger.header(versions=library_versions(on_gpu), devices=device_names(on_gpu), options=record)
+    def build_model(self) -> int:
+        args, options, run = self.args, self.options, self.run
+        if run.distributed:  # gloo on CPU (the launcher sets PADDLE_DISTRI_BACKEND), NCCL on GPU
+            dist.init_parallel_env()
+        paddle.seed(args.seed)  # same initial weights on every rank (DataParallel syncs them too)
+        image_model = args.model in IMAGE_MODELS
+        self.data_format = "NHWC" if options["channels_last"] and image_model else "NCHW"
+        model = build_model(args.model, options, self.data_format)
+        model.train()
+        self.model = model
+        optimizer = build_optimizer(model, options)
+        self.dtype = amp_dtype(args.precision, args.amp_dtype, self.on_gpu)
+        scaler = None
+        if self.dtype == "float16":
+            scaler = paddle.amp.GradScaler(init_loss_scaling=float(options["init_loss_scaling"]))
+        train_model = paddle.DataParallel(model) if run.distributed else model
+        paddle.seed(args.seed + run.rank)
+        self.batch = synthetic_batch(args.model, options, args.batch_size, self.data_format)
+        self.train_step = make_step(args.model, train_model, optimizer, self.dtype, scaler)
+        return int(sum(int(np.prod(p.shape)) for p in model.parameters()))
 
-    if distributed:
-        dist.barrier()  # start the clocks of all ranks together
-    logger.begin()
-    for number in range(1, args.total_steps + 1):
-        loss = float(step(batch))  # the fetch waits for the step: the device sync
-        logger.step(number, args.batch_size, loss)
-    logger.end()
-    if options["weights_checksum"]:
-        total = sum(float(p.abs().sum()) for p in model.parameters() if not p.stop_gradient)
-        print_weights_checksum(rank, total)
-    if distributed:
-        dist.barrier()  # no rank leaves while a peer still needs it for a collective
-    return 0
+    def make_batch(self) -> Batch:
+        return self.batch
+
+    def step(self, batch: Batch) -> paddle.Tensor:
+        return self.train_step(batch)  # host_loss's fetch waits for the step: the device sync
+
+    def device(self) -> str:
+        return "gpu" if self.on_gpu else "cpu"
+
+    def versions(self) -> dict[str, Any]:
+        return library_versions(self.on_gpu)
+
+    def devices(self) -> list[str]:
+        return device_names(self.on_gpu)
+
+    def header_options(self) -> dict[str, Any]:
+        dtype, distributed = self.dtype, self.run.distributed
+        return {
+            "amp_dtype": dtype,
+            "amp_level": "O1" if dtype else None,
+            "amp_effective": dtype is not None and self.on_gpu,
+            "data_format": self.data_format if self.args.model in IMAGE_MODELS else None,
+            "distributed_backend": ("nccl" if self.on_gpu else "gloo") if distributed else None,
+        }
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def weights_checksum(self) -> float:
+        return sum(float(p.abs().sum()) for p in self.model.parameters() if not p.stop_gradient)

@@ -37,7 +37,7 @@ def with_cache_drop(argv: list[str]) -> list[str]:
 
 
 def script_argv(case: Case, framework: Framework, batch_size: int) -> list[str]:
-    """The benchmark script's arguments (``driver.bench.contract`` parses them on the other side)."""
+    """The benchmark script's arguments (``driver.bench.contract`` parses them)."""
     warmup, _measured, total = case.window_for(batch_size)
     argv = [
         framework.script,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from driver.bench.protocol import TAG
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
 from driver.registry import PARSERS
-from driver.bench.protocol import TAG
 
 _MARK = f'"{TAG}":'  # launchers may prefix lines (e.g. "[default0]:"), so search for it
 
