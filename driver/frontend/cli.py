@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         probe_topologies(session.root, runtime, [case.topology for case in cases])
     try:
-        summary = run_cases(cases, session, runtime)
+        summary = run_cases(cases, session, runtime, progress=args.progress)
     except KeyboardInterrupt:
         print(
             f"interrupted; finished repeats are kept in {session.root}; rerun with "
@@ -248,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--measured-steps", type=int)
     run.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
     run.add_argument("--runtime", default="local", help="local, docker or process")
+    run.add_argument(
+        "--progress",
+        choices=("auto", "plain", "rich"),
+        default="auto",
+        help="a progress bar with ETA on a terminal (auto), or one line per repeat with the "
+        "ETA (plain: CI logs)",
+    )
     run.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     run.add_argument("--results", default=str(DEFAULT_RESULTS))
     run.add_argument("--session", help="session name; an existing one is resumed")
