@@ -1,18 +1,18 @@
 """Start N processes of one node with the rank environment, like torchrun without torch.
 
 stdlib only: it runs inside framework environments. Every child gets RANK, WORLD_SIZE,
-LOCAL_RANK, LOCAL_WORLD_SIZE; the first child that fails stops the others, and the exit code is
-the first non-zero one.
+LOCAL_RANK, LOCAL_WORLD_SIZE and dies with this process; the first child that fails stops the
+others, and the exit code is the first non-zero one (``driver.bench.supervisor``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
-import time
+
+from driver.bench.supervisor import NESTED_GRACE_S, start, stop, stop_on_signals, supervise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the script and its arguments after --")
     world = args.nnodes * args.nproc_per_node
     children: list[subprocess.Popen] = []
+    stop_on_signals(lambda: stop(children, grace_s=NESTED_GRACE_S))
     for local in range(args.nproc_per_node):
         env = dict(os.environ)
         env.update(
@@ -36,27 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             LOCAL_WORLD_SIZE=str(args.nproc_per_node),
             DLPERF_NODE_RANK=str(args.node_rank),
         )
-        children.append(subprocess.Popen([sys.executable, *command], env=env))
-
-    def stop_all(signum: int = signal.SIGTERM, _frame: object = None) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, lambda s, f: (stop_all(s), sys.exit(128 + s)))
-    exit_code = 0
-    while any(child.poll() is None for child in children):
-        failed = [c.returncode for c in children if c.returncode not in (None, 0)]
-        if failed:
-            exit_code = failed[0]
-            stop_all()
-            break
-        time.sleep(0.05)
-    for child in children:
-        child.wait()
-        if exit_code == 0 and child.returncode:
-            exit_code = child.returncode
-    return exit_code
+        children.append(start([sys.executable, *command], env=env))
+    return supervise(children)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ Jitter per step does not accumulate: deadlines are absolute.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from driver.bench.contract import parse_benchmark_args  # noqa: E402
-from driver.bench.protocol import StepLogger  # noqa: E402
+from driver.bench.protocol import StepLogger, oom_record  # noqa: E402
 
 
 def wait_until(deadline: float) -> None:
@@ -44,7 +43,7 @@ def main() -> None:
     faulty_rank = int(args.options.get("faulty_rank", 0))
     # A pretend memory limit, for the batch=max search: exit like a real script that ran out.
     if args.batch_size > int(args.options.get("oom_above", 0) or sys.maxsize):
-        print(json.dumps({"dlperf": "oom", "rank": logger.rank, "batch_size": args.batch_size}))
+        print(oom_record(logger.rank, args.batch_size), flush=True)
         sys.exit(1)  # as torchrun reports it: only the record tells it was memory
     start = logger.begin()
     for step in range(1, args.total_steps + 1):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.case import Case
 from driver.core.measure import Window, measure_repeat
@@ -49,14 +50,13 @@ def logs_of(repeat_dir: Path) -> dict[str, str]:
 
 
 CACHE_DROP_MARK = "dlperf-cache-drop: "
-OOM_MARK = '"dlperf": "oom"'
 
 
 def refine_verdict(outcome: RepeatOutcome, repeat_dir: Path) -> Verdict:
     """A launcher (torchrun) may turn a rank's out-of-memory exit 86 into a plain 1; the rank's
     ``{"dlperf": "oom"}`` record in the log still tells it, and the batch search relies on it."""
     if outcome.verdict == Verdict.FAILED and any(
-        OOM_MARK in text for text in logs_of(repeat_dir).values()
+        has_oom_record(text) for text in logs_of(repeat_dir).values()
     ):
         return Verdict.OOM
     return outcome.verdict

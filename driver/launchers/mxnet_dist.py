@@ -11,30 +11,27 @@ told apart by ps-lite's ``DMLC_*`` variables:
   role and exits when the workers are done (``mxnet/kvstore/kvstore_server.py``);
 - every node runs ``nproc_per_node`` **workers** (``DMLC_NUM_WORKER`` = world size): the script.
 
-The supervisor is stdlib only (it runs in the framework's environment). It exits with the first
-failing worker's code, so the benchmark's out-of-memory code (86) reaches the driver, and stops
-every role of the node when a worker fails or when it is terminated itself.
+The supervisor is stdlib only (it runs in the framework's environment; the process handling is
+``driver.bench.supervisor``'s). It exits with the first failing worker's code, so the
+benchmark's out-of-memory code (86) reaches the driver, and stops every role of the node when a
+worker fails or when it is terminated itself; every role dies with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Sequence
 
+from driver.bench.supervisor import NESTED_GRACE_S, start, stop, stop_on_signals, supervise
 from driver.launchers.base import NodeRank
 from driver.launchers.builtin import single_process
 from driver.registry import LAUNCHERS
 
-POLL_S = 0.05
 # After the last worker exits the servers and the scheduler finish on their own (the workers'
 # kvstores tell the scheduler they are done); past this grace period they are stopped.
 ROLE_EXIT_GRACE_S = 20.0
-STOP_GRACE_S = 5.0
 
 
 @LAUNCHERS.register("mxnet-dist")
@@ -99,41 +96,6 @@ def role_environments(
     return roles
 
 
-def _stop(processes: Sequence[subprocess.Popen]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in processes if p.poll() is None]
-        if not alive:
-            return
-        for process in alive:
-            process.send_signal(sig)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and any(p.poll() is None for p in alive):
-            time.sleep(POLL_S)
-
-
-def supervise(workers: list[subprocess.Popen], helpers: list[subprocess.Popen]) -> int:
-    """Wait for the workers; the first failure stops everything and is the exit code."""
-    everything = [*helpers, *workers]
-    while True:
-        # Poll every process each round (any() would stop at the first one still running).
-        states = [w.poll() for w in workers]
-        failed = [code for code in states if code not in (None, 0)]
-        # A server or scheduler dying early leaves the workers blocked in a push/pull.
-        dead_helpers = [code for code in (h.poll() for h in helpers) if code not in (None, 0)]
-        if failed or dead_helpers:
-            _stop(everything)
-            return failed[0] if failed else dead_helpers[0]
-        if None not in states:
-            break
-        time.sleep(POLL_S)
-    codes = [w.returncode for w in workers]
-    deadline = time.monotonic() + ROLE_EXIT_GRACE_S
-    while time.monotonic() < deadline and any(h.poll() is None for h in helpers):
-        time.sleep(POLL_S)
-    _stop(helpers)
-    return next((code for code in codes if code), 0)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m driver.launchers.mxnet_dist")
     parser.add_argument("--nnodes", type=int, default=1)
@@ -157,25 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     workers: list[subprocess.Popen] = []
     helpers: list[subprocess.Popen] = []
-
-    def terminate(signum: int, _frame: object) -> None:
-        _stop([*workers, *helpers])
-        sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
+    stop_on_signals(lambda: stop([*workers, *helpers], grace_s=NESTED_GRACE_S))
     for role, extra in roles:
         env = {**os.environ, **extra}
         if role == "worker":
-            workers.append(subprocess.Popen([sys.executable, *command], env=env))
+            workers.append(start([sys.executable, *command], env=env))
         else:
             # One thread is plenty for summing gradients; leave the cores to the workers.
             env.setdefault("OMP_NUM_THREADS", "1")
-            helpers.append(subprocess.Popen([sys.executable, "-c", "import mxnet"], env=env))
-    try:
-        return supervise(workers, helpers)
-    except KeyboardInterrupt:
-        _stop([*workers, *helpers])
-        return 130
+            helpers.append(start([sys.executable, "-c", "import mxnet"], env=env))
+    return supervise(workers, helpers, helper_exit_grace_s=ROLE_EXIT_GRACE_S)
 
 
 if __name__ == "__main__":

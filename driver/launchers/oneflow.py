@@ -12,27 +12,22 @@ exists for two gaps of oneflow 0.9.0's launcher:
   passes the output through and exits 86 when a rank printed a ``{"dlperf": "oom"}`` record;
 - the launcher stops its processes with ``killpg(os.getpid())``, which only works when it leads
   its own process group: the supervisor starts it in a new session and sweeps that group when
-  the launcher exits or the supervisor is terminated, so no rank is left behind.
+  the launcher exits or the supervisor is terminated (or dies: the launcher gets SIGTERM then),
+  so no rank is left behind. Process handling: ``driver.bench.supervisor``.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import subprocess
 import sys
 import threading
-import time
 
+from driver.bench.protocol import EXIT_OOM, has_oom_record
+from driver.bench.supervisor import NESTED_GRACE_S, signal_group, start, stop, stop_on_signals
 from driver.launchers.base import NodeRank
 from driver.launchers.builtin import single_process
 from driver.registry import LAUNCHERS
-
-EXIT_OOM = 86
-OOM_RECORD = re.compile(rb'"dlperf"\s*:\s*"oom"')
-POLL_S = 0.05
-STOP_GRACE_S = 5.0
 
 
 @LAUNCHERS.register("oneflow")
@@ -52,23 +47,6 @@ class OneflowLaunch:
         ]  # fmt: skip
 
 
-def _kill_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _stop(launcher: subprocess.Popen) -> None:
-    """SIGTERM the launcher's group (it forwards to its ranks), then SIGKILL what is left."""
-    if launcher.poll() is None:
-        _kill_group(launcher.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and launcher.poll() is None:
-            time.sleep(POLL_S)
-    _kill_group(launcher.pid, signal.SIGKILL)
-
-
 def main(argv: list[str] | None = None) -> int:
     command = list(sys.argv[1:] if argv is None else argv)
     if command[:1] == ["--"]:
@@ -76,35 +54,30 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         print("usage: python -m driver.launchers.oneflow -- <launcher command>", file=sys.stderr)
         return 2
-    launcher = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    launcher = start(
+        command,
+        new_group=True,
+        parent_death_signal=signal.SIGTERM,  # it forwards SIGTERM to its ranks
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
+    stop_on_signals(lambda: stop([launcher], groups=True, grace_s=NESTED_GRACE_S))
     saw_oom = threading.Event()
 
     def relay() -> None:
         assert launcher.stdout is not None
         out = sys.stdout.buffer
         for line in iter(launcher.stdout.readline, b""):
-            if OOM_RECORD.search(line):
+            if has_oom_record(line):
                 saw_oom.set()
             out.write(line)
             out.flush()
 
     reader = threading.Thread(target=relay, daemon=True)
     reader.start()
-
-    def terminate(signum: int, _frame: object) -> None:
-        _stop(launcher)
-        sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        code = launcher.wait()
-    except KeyboardInterrupt:
-        _stop(launcher)
-        return 130
-    _kill_group(launcher.pid, signal.SIGKILL)  # ranks the launcher may have left behind
-    reader.join(timeout=STOP_GRACE_S)
+    code = launcher.wait()
+    signal_group(launcher.pid, signal.SIGKILL)  # ranks the launcher may have left behind
+    reader.join(timeout=NESTED_GRACE_S)
     if code != 0 and saw_oom.is_set():
         return EXIT_OOM
     return code

@@ -6,7 +6,8 @@ The launcher plug-in therefore starts the relay in this module (``python -m
 driver.launchers.paddle``, stdlib only, run by the framework's interpreter), which runs the
 launcher with a private log folder and copies every worker log, line by line, to its own
 stdout. It also owns the cleanup: paddle starts each worker in its own session, so stopping the
-launcher's process group (what a runtime does on a timeout) would leave the workers running.
+launcher's process group (what a runtime does on a timeout) would leave the workers running
+(process handling: ``driver.bench.supervisor``; the launcher gets SIGTERM if the relay dies).
 
 Node rendezvous: ``--master <master addr>:<master port> --nnodes N --rank <node rank>`` and
 ``--host <this node's inventory address>``: without it paddle takes the address its host name
@@ -19,7 +20,6 @@ on CPU (the launcher sets PADDLE_DISTRI_BACKEND=gloo when it finds no device).
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
@@ -29,14 +29,13 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from driver.bench.protocol import EXIT_OOM, has_oom_record
+from driver.bench.supervisor import NESTED_GRACE_S, signal_group, start, stop, stop_on_signals
 from driver.launchers.base import NodeRank
 from driver.launchers.builtin import single_process
 from driver.registry import LAUNCHERS
 
-EXIT_OOM = 86  # the benchmark scripts' out-of-memory exit (driver.benchkit.EXIT_OOM)
-OOM_MARK = b'"dlperf": "oom"'
 POLL_S = 0.2
-STOP_GRACE_S = 3.0
 
 
 @LAUNCHERS.register("paddle")
@@ -78,7 +77,7 @@ class LineRelay:
         self.saw_oom = False
 
     def write(self, line: bytes) -> None:
-        if OOM_MARK in line:
+        if has_oom_record(line):
             self.saw_oom = True
         with self.lock:
             self.out.write(line if line.endswith(b"\n") else line + b"\n")
@@ -128,20 +127,12 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-def stop(launcher: subprocess.Popen) -> None:
+def stop_pod(launcher: subprocess.Popen) -> None:
     """Stop the launcher and, whatever it does, every worker session it started."""
     workers = children_of(launcher.pid)
-    if launcher.poll() is None:
-        launcher.terminate()  # paddle's launcher stops its pod on SIGTERM
-        try:
-            launcher.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            launcher.kill()
+    stop([launcher], grace_s=NESTED_GRACE_S)  # paddle's launcher stops its pod on SIGTERM
     for worker in workers:
-        try:
-            os.killpg(worker, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(worker, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,19 +150,14 @@ def main(argv: list[str] | None = None) -> int:
 
     relay = LineRelay(sys.stdout.buffer)
     with tempfile.TemporaryDirectory(prefix="dlperf-paddle-logs-") as log_dir:
-        launcher = subprocess.Popen(
+        launcher = start(
             launch_argv(args, log_dir, script_argv),
+            parent_death_signal=signal.SIGTERM,  # it stops its pod on SIGTERM
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-
-        def terminate(signum: int, _frame: object) -> None:
-            stop(launcher)
-            sys.exit(128 + signum)
-
-        signal.signal(signal.SIGTERM, terminate)
-        signal.signal(signal.SIGINT, terminate)
+        stop_on_signals(lambda: stop_pod(launcher))
         assert launcher.stdout is not None
         pump = threading.Thread(target=relay.pump_stream, args=(launcher.stdout,), daemon=True)
         pump.start()
@@ -181,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 logs.poll()
                 time.sleep(POLL_S)
         finally:
-            stop(launcher)
+            stop_pod(launcher)
             pump.join(timeout=5)
             logs.poll(final=True)
     code = launcher.returncode

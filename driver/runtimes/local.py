@@ -2,20 +2,28 @@
 
 With more than one node in a case, each "node" is one more launcher on this host talking over
 127.0.0.1 (a real multi-node rendezvous, on one machine). Each node's command runs in its own
-process group so that a timeout, a failure or Ctrl-C stops every process it started.
+process group so that a timeout, a failure or Ctrl-C stops every process it started, and gets
+SIGTERM when the driver dies, even by ``kill -9`` (``driver.bench.supervisor``).
+
+While a node command runs, ``<session>/.running/<pid>`` names it, and its environment carries
+the session (``DLPERF_LOCAL_SESSION``); a run killed too hard to clean up after itself leaves
+both, and :func:`clean_local_leftovers` ends what is left when the session is resumed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from driver.bench.protocol import EXIT_OOM
+from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.registry import RUNTIMES
 from driver.runtimes.base import (
@@ -29,9 +37,8 @@ from driver.runtimes.base import (
 if TYPE_CHECKING:
     from driver.core.plan import RepeatPlan
 
-EXIT_OOM = 86  # the benchmark scripts' exit code for out-of-memory
-POLL_S = 0.05
-GRACE_S = 5.0
+SESSION_VAR = "DLPERF_LOCAL_SESSION"  # in every node command's environment: its session
+RUNNING_DIR = ".running"  # <session>/.running/<pid>: a node command of this session runs
 
 
 def exit_verdict(code: int | None) -> Verdict:
@@ -61,64 +68,154 @@ def process_environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the process group, then SIGKILL what is left after a grace period."""
-    if process.poll() is not None:
-        try:  # children may outlive the leader: sweep the group anyway
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+def session_marker(session_root: Path) -> str:
+    return str(Path(session_root).resolve())
+
+
+def process_environ(pid: int) -> dict[str, str]:
+    """``/proc/<pid>/environ`` as a dict; empty when the process is gone or not ours to read."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0") if entry)
+    return {key: value for key, _, value in pairs}
+
+
+def process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def session_processes(session_root: Path) -> list[int]:
+    """Processes (other than this one) whose environment names this session."""
+    marker, found = session_marker(session_root), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            if process_environ(int(entry.name)).get(SESSION_VAR) == marker:
+                found.append(int(entry.name))
+    return found
+
+
+def clean_local_leftovers(session_root: Path) -> list[str]:
+    """End what an earlier run of this session left running, and say what.
+
+    A pid file whose process group still has members carrying this session's marker is a
+    leftover: its group gets SIGTERM, then SIGKILL after the grace period. Marked processes
+    that left their group (launchers that start workers in new sessions) are ended too. Pid
+    files of processes gone (or of a pid the system reused) are removed.
+    """
+    running = Path(session_root) / RUNNING_DIR
+    pid_files = sorted(running.iterdir()) if running.is_dir() else []
+    messages: list[str] = []
+    marked = set(session_processes(session_root))
+    groups: dict[int, str] = {}
+    for pid_file in pid_files:
+        if pid_file.name.isdigit():
+            pid = int(pid_file.name)
+            members = {p for p in marked if process_group(p) == pid}
+            if members:
+                groups[pid] = _started(pid_file)
+                marked -= members
+        pid_file.unlink(missing_ok=True)
+    for pgid, started in groups.items():
+        messages.append(f"ended leftover pid {pgid} of this session (started {started})")
+    for pid in sorted(marked):
+        messages.append(f"ended leftover pid {pid} of this session (outside its process group)")
+    _end([*groups], sorted(marked))
+    return messages
+
+
+def _started(pid_file: Path) -> str:
+    try:
+        facts = json.loads(pid_file.read_text())
+        return f"{facts['started']}: {facts['command']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "at an unknown time"
+
+
+def is_running(pid: int) -> bool:
+    """The process exists and is not a zombie (a zombie has exited; only its parent's wait is
+    missing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _end(pgids: list[int], pids: list[int]) -> None:
+    """SIGTERM the groups and the single processes, SIGKILL what is left after the grace."""
+    members = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    watched = {*pids, *(int(p.name) for p in members if process_group(int(p.name)) in pgids)}
+
+    def send(sig: int) -> None:
+        for pgid in pgids:
+            signal_group(pgid, sig)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+
+    send(signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(is_running(pid) for pid in watched):
+        time.sleep(POLL_S)
+    send(signal.SIGKILL)
+
+
+def _write_pid_file(session_root: Path, process: subprocess.Popen, command: NodeCommand) -> Path:
+    running = Path(session_root) / RUNNING_DIR
+    running.mkdir(parents=True, exist_ok=True)
+    pid_file = running / str(process.pid)
+    facts = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "node": command.node,
+        "command": command_line(command)[:300],
+    }
+    pid_file.write_text(json.dumps(facts))
+    return pid_file
 
 
 def run_process_group(
     commands: list[NodeCommand],
     repeat_dir: Path,
     timeout_s: float,
-    argv_for: Callable[[NodeCommand], list[str]] = lambda command: command.argv,
+    *,
+    session_root: Path,
     telemetry: bool = False,
 ) -> RepeatOutcome:
     """Start every command in its own process group, log each to node<i>.log, wait for all.
 
-    Shared by every runtime whose node commands are local processes (the local runtime runs the
-    launcher itself; the SSH runtimes run ``ssh``/``docker`` clients here). ``telemetry``:
-    sample each command's process tree (and this host's GPUs) into telemetry-node<i>.jsonl
-    (``driver.telemetry``); only meaningful where the commands are the benchmark itself.
+    ``telemetry``: sample each command's process tree (and this host's GPUs) into
+    telemetry-node<i>.jsonl (``driver.telemetry``). Nothing is left running afterwards, also
+    when interrupted (the interrupt is re-raised after the cleanup).
     """
     started = time.time()
     processes: list[tuple[NodeCommand, subprocess.Popen, Path]] = []
+    pid_files: list[Path] = []
     handles = []
     sampler = None
     telemetry_facts: dict | None = None
+    marker = {SESSION_VAR: session_marker(session_root)}
     try:
         for index, command in enumerate(commands):
             log_path = repeat_dir / f"node{index}.log"
             handle = log_path.open("wb")
             handles.append(handle)
-            process = subprocess.Popen(
-                argv_for(command),
+            process = start(
+                command.argv,
+                new_group=True,
+                parent_death_signal=signal.SIGTERM,  # launchers stop their ranks on SIGTERM
                 cwd=command.workdir or REPO_ROOT,
-                env=process_environment(command.env),
+                env=process_environment({**command.env, **marker}),
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
             )
             processes.append((command, process, log_path))
+            pid_files.append(_write_pid_file(session_root, process, command))
         if telemetry:
             from driver.telemetry import start_for_processes
 
@@ -142,17 +239,14 @@ def run_process_group(
                 command, process = failed[0]
                 verdict = exit_verdict(process.returncode)
                 detail = f"node {command.node}: {describe_exit(process.returncode)}"
-    except KeyboardInterrupt:
-        for _, process, _ in processes:
-            stop_group(process)
+    finally:  # also on KeyboardInterrupt, which then goes on up
+        stop([p for _, p, _ in processes], groups=True)
         for handle in handles:
             handle.close()
-        raise
-    finally:
-        for _, process, _ in processes:
-            stop_group(process)
-        for handle in handles:
-            handle.close()
+        for pid_file in pid_files:
+            pid_file.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # empty once no node command of it runs
+            (Path(session_root) / RUNNING_DIR).rmdir()
         if sampler is not None:
             telemetry_facts = sampler.stop()
     return RepeatOutcome(
@@ -203,8 +297,12 @@ class LocalRuntime:
 
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
         return run_process_group(
-            list(plan.commands), plan.repeat_dir, plan.timeout_s, telemetry=not plan.probe
+            list(plan.commands),
+            plan.repeat_dir,
+            plan.timeout_s,
+            session_root=plan.session_root,
+            telemetry=not plan.probe,
         )
 
     def clean_leftovers(self, session_root: Path) -> list[str]:
-        return []
+        return clean_local_leftovers(session_root)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from driver.bench.protocol import EXIT_OOM
 from driver.cluster import provenance
 from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle, sync_code
 from driver.cluster.inventory import Inventory, Node, load_inventory
@@ -47,7 +48,6 @@ from driver.runtimes.base import (
 if TYPE_CHECKING:
     from driver.core.plan import RepeatPlan
 
-EXIT_OOM = 86  # the benchmark scripts' exit code for out-of-memory
 POLL_S = 0.05
 SETTLE_S = 5.0  # after a stop, how long attached channels get to flush the last log lines
 HEARTBEAT_S = 2.0  # how often each node's sshd is asked for an answer during a repeat
