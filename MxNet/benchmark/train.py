@@ -15,30 +15,22 @@ prints ``{"dlperf": "oom", ...}`` and exits with 86.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.bench.loop import Adapter, Run, run_benchmark
+from driver.bench.loop import loaded_after_threads, run_benchmark
 
 MODELS = ("resnet50", "bert")
 
 
-def load_adapter(run: Run) -> Adapter:
-    os.environ["OMP_NUM_THREADS"] = str(run.threads)
-    # mxnet is imported only now, with the thread count in place.
-    from MxNet.benchmark.trainer import MxnetAdapter
-
-    return MxnetAdapter(run)
-
-
 def main(argv: list[str] | None = None) -> int:
-    return run_benchmark(
-        load_adapter, argv, description="dlperf MXNet training benchmark", models=MODELS
-    )
+    # The framework is imported only once OMP_NUM_THREADS is in place.
+    adapter = loaded_after_threads("MxNet.benchmark.trainer", "MxnetAdapter")
+    description = "dlperf MXNet training benchmark"
+    return run_benchmark(adapter, argv, description=description, models=MODELS)
 
 
 if __name__ == "__main__":

@@ -17,30 +17,22 @@ loads. The adapter is ``PaddlePaddle.benchmark.trainer``. Out of memory prints
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.bench.loop import Adapter, Run, run_benchmark
+from driver.bench.loop import loaded_after_threads, run_benchmark
 
 MODELS = ("resnet50", "bert")
 
 
-def load_adapter(run: Run) -> Adapter:
-    os.environ["OMP_NUM_THREADS"] = str(run.threads)
-    # paddle is imported only now, with the thread count in place.
-    from PaddlePaddle.benchmark.trainer import PaddleAdapter
-
-    return PaddleAdapter(run)
-
-
 def main(argv: list[str] | None = None) -> int:
-    return run_benchmark(
-        load_adapter, argv, description="dlperf PaddlePaddle training benchmark", models=MODELS
-    )
+    # The framework is imported only once OMP_NUM_THREADS is in place.
+    adapter = loaded_after_threads("PaddlePaddle.benchmark.trainer", "PaddleAdapter")
+    description = "dlperf PaddlePaddle training benchmark"
+    return run_benchmark(adapter, argv, description=description, models=MODELS)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ what its header says); this module owns everything else, once for every framewor
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -156,6 +158,18 @@ class Adapter(ABC):
 
 
 AdapterFactory = Callable[[Run], Adapter]
+
+
+def loaded_after_threads(module: str, adapter: str) -> AdapterFactory:
+    """A factory for frameworks that size their thread pools once, when they load (Paddle,
+    MXNet): it exports OMP_NUM_THREADS, then imports ``module`` and makes its ``adapter``."""
+
+    def factory(run: Run) -> Adapter:
+        os.environ["OMP_NUM_THREADS"] = str(run.threads)
+        adapter_class: type[Adapter] = getattr(importlib.import_module(module), adapter)
+        return adapter_class(run)
+
+    return factory
 
 
 def run_benchmark(

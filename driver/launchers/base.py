@@ -31,6 +31,17 @@ class NodeRank:
         guess it from the host name, which on a multi-homed host names another interface."""
         return self.node_addrs[self.node_rank] if self.node_addrs else None
 
+    def rendezvous_flags(self, separator: str = "-") -> dict[str, object]:
+        """The node's rendezvous as most launchers spell it: ``--nnodes``, ``--node-rank``,
+        ``--nproc-per-node``, ``--master-addr``, ``--master-port`` (``separator`` "_": OneFlow)."""
+        return {
+            "nnodes": self.nodes,
+            f"node{separator}rank": self.node_rank,
+            f"nproc{separator}per{separator}node": self.procs_per_node,
+            f"master{separator}addr": self.master_addr,
+            f"master{separator}port": self.master_port,
+        }
+
     def environment(self) -> dict[str, str]:
         """The variables every runtime exports on the node (scripts and launchers read them)."""
         return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from driver.launchers.base import NodeRank
 from driver.registry import LAUNCHERS
 
@@ -13,6 +15,24 @@ def single_process(python: str, script_argv: list[str], rank: NodeRank) -> list[
     return None
 
 
+def module_command(
+    python: str,
+    module: str,
+    flags: Mapping[str, object | None],
+    script_argv: list[str],
+    *,
+    separator: bool = True,
+) -> list[str]:
+    """``python -m module --flag=value ... [--] script argv``; a None value leaves its flag out.
+    ``separator``: the ``--`` before the script, for our own supervisors' argument parsers."""
+    return [
+        python, "-m", module,
+        *(f"--{flag}={value}" for flag, value in flags.items() if value is not None),
+        *(["--"] if separator else []),
+        *script_argv,
+    ]  # fmt: skip
+
+
 @LAUNCHERS.register("torchrun")
 class TorchRun:
     """PyTorch's elastic launcher with a static rendezvous at the master address."""
@@ -20,15 +40,9 @@ class TorchRun:
     name = "torchrun"
 
     def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
-        return single_process(python, script_argv, rank) or [
-            python, "-m", "torch.distributed.run",
-            f"--nnodes={rank.nodes}",
-            f"--node-rank={rank.node_rank}",
-            f"--nproc-per-node={rank.procs_per_node}",
-            f"--master-addr={rank.master_addr}",
-            f"--master-port={rank.master_port}",
-            *script_argv,
-        ]  # fmt: skip
+        return single_process(python, script_argv, rank) or module_command(
+            python, "torch.distributed.run", rank.rendezvous_flags(), script_argv, separator=False
+        )
 
 
 @LAUNCHERS.register("spawn")
@@ -42,10 +56,8 @@ class Spawn:
     name = "spawn"
 
     def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
-        return single_process(python, script_argv, rank) or [
-            python, "-m", "driver.spawn",
-            f"--nproc-per-node={rank.procs_per_node}",
-            f"--node-rank={rank.node_rank}",
-            f"--nnodes={rank.nodes}",
-            "--", *script_argv,
-        ]  # fmt: skip
+        flags = {"nproc-per-node": rank.procs_per_node, "node-rank": rank.node_rank,
+                 "nnodes": rank.nodes}  # fmt: skip
+        return single_process(python, script_argv, rank) or module_command(
+            python, "driver.spawn", flags, script_argv
+        )

@@ -26,7 +26,7 @@ import sys
 
 from driver.bench.supervisor import NESTED_GRACE_S, start, stop, stop_on_signals, supervise
 from driver.launchers.base import NodeRank
-from driver.launchers.builtin import single_process
+from driver.launchers.builtin import module_command, single_process
 from driver.registry import LAUNCHERS
 
 # After the last worker exits the servers and the scheduler finish on their own (the workers'
@@ -41,16 +41,10 @@ class MxnetDist:
     name = "mxnet-dist"
 
     def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
-        return single_process(python, script_argv, rank) or [
-            python, "-m", "driver.launchers.mxnet_dist",
-            f"--nnodes={rank.nodes}",
-            f"--node-rank={rank.node_rank}",
-            f"--nproc-per-node={rank.procs_per_node}",
-            f"--master-addr={rank.master_addr}",
-            f"--master-port={rank.master_port}",
-            *([f"--node-addr={rank.node_addr}"] if rank.node_addr else []),
-            "--", *script_argv,
-        ]  # fmt: skip
+        flags = {**rank.rendezvous_flags(), "node-addr": rank.node_addr}
+        return single_process(python, script_argv, rank) or module_command(
+            python, "driver.launchers.mxnet_dist", flags, script_argv
+        )
 
 
 def role_environments(

@@ -26,7 +26,7 @@ import threading
 from driver.bench.protocol import EXIT_OOM, has_oom_record
 from driver.bench.supervisor import NESTED_GRACE_S, signal_group, start, stop, stop_on_signals
 from driver.launchers.base import NodeRank
-from driver.launchers.builtin import single_process
+from driver.launchers.builtin import module_command, single_process
 from driver.registry import LAUNCHERS
 
 
@@ -35,16 +35,13 @@ class OneflowLaunch:
     name = "oneflow"
 
     def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
+        launch = module_command(
+            python, "oneflow.distributed.launch", rank.rendezvous_flags("_"), script_argv,
+            separator=False,
+        )  # fmt: skip
         return single_process(python, script_argv, rank) or [
-            python, "-m", "driver.launchers.oneflow", "--",
-            python, "-m", "oneflow.distributed.launch",
-            f"--nnodes={rank.nodes}",
-            f"--node_rank={rank.node_rank}",
-            f"--nproc_per_node={rank.procs_per_node}",
-            f"--master_addr={rank.master_addr}",
-            f"--master_port={rank.master_port}",
-            *script_argv,
-        ]  # fmt: skip
+            python, "-m", "driver.launchers.oneflow", "--", *launch
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:

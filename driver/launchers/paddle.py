@@ -32,7 +32,7 @@ from typing import BinaryIO
 from driver.bench.protocol import EXIT_OOM, has_oom_record
 from driver.bench.supervisor import NESTED_GRACE_S, signal_group, start, stop, stop_on_signals
 from driver.launchers.base import NodeRank
-from driver.launchers.builtin import single_process
+from driver.launchers.builtin import module_command, single_process
 from driver.registry import LAUNCHERS
 
 POLL_S = 0.2
@@ -43,15 +43,16 @@ class PaddleLaunch:
     name = "paddle"
 
     def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
-        return single_process(python, script_argv, rank) or [
-            python, "-m", "driver.launchers.paddle",
-            f"--nnodes={rank.nodes}",
-            f"--rank={rank.node_rank}",
-            f"--nproc-per-node={rank.procs_per_node}",
-            f"--master={rank.master_addr}:{rank.master_port}",
-            *([f"--host={rank.node_addr}"] if rank.node_addr else []),
-            "--", *script_argv,
-        ]  # fmt: skip
+        flags = {
+            "nnodes": rank.nodes,
+            "rank": rank.node_rank,
+            "nproc-per-node": rank.procs_per_node,
+            "master": f"{rank.master_addr}:{rank.master_port}",
+            "host": rank.node_addr,
+        }
+        return single_process(python, script_argv, rank) or module_command(
+            python, "driver.launchers.paddle", flags, script_argv
+        )
 
 
 def launch_argv(args: argparse.Namespace, log_dir: str, script_argv: list[str]) -> list[str]:
