@@ -81,6 +81,10 @@ def test_shared_knobs_get_model_defaults_and_the_framework_its_own() -> None:
                                  "--option", "dali=true"])  # fmt: skip
     with pytest.raises(SystemExit):
         resolve_options(dali, {}, world_size=1, on_gpu=False)
+    masked = parse_benchmark_args([*"--model bert --batch-size 4 --total-steps 1".split(),
+                                   "--option", "max_predictions=128"])  # fmt: skip
+    with pytest.raises(SystemExit):  # as many masked positions as tokens: no [CLS] left
+        resolve_options(masked, {}, world_size=1, on_gpu=False)
 
 
 def test_threads_follow_the_option_then_omp_then_cores_per_process(
@@ -164,7 +168,7 @@ def run_toy(
 ) -> tuple[int, str, LeastSquares]:
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", str(world_size))
-    made: list[LeastSquares] = []
+    made: list[LeastSquares] = []  # the adapter, for the events it recorded
 
     def factory(run: Run) -> LeastSquares:
         made.append(LeastSquares(run))
@@ -215,11 +219,21 @@ def test_several_ranks_meet_at_a_barrier_before_and_after(
     assert json.loads(out.splitlines()[0])["options"]["global_batch_size"] == 4
 
 
-def test_a_bad_framework_option_fails_like_argparse(monkeypatch: pytest.MonkeyPatch) -> None:
-    argv = "--model toy --batch-size 2 --total-steps 3 --option toy_lr=-1".split()
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--option", "toy_lr=-1"], "toy_lr must be positive"),
+        (["--dataset", "real", "--data-dir", "/data"], "toy scripts have no input pipeline"),
+    ],
+)
+def test_a_bad_option_fails_like_argparse_before_anything_is_built(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], extra: list[str],
+    message: str,
+) -> None:
+    argv = ["--model", "toy", "--batch-size", "2", "--total-steps", "3", *extra]
     with pytest.raises(SystemExit) as exit_info:
         run_toy(monkeypatch, argv)
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 TOY_SCRIPT = """

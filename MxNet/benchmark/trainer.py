@@ -133,16 +133,8 @@ class MxnetAdapter(Adapter):
         return self.use_gpu
 
     def check_options(self, options: dict[str, Any]) -> None:
-        args = self.args
-        if args.dataset != "synthetic":
-            raise OptionError(
-                "the MXNet scripts generate synthetic data only (--dataset synthetic)"
-            )
         if options["kvstore"] not in ("dist_sync", "dist_device_sync"):
             raise OptionError("kvstore must be dist_sync or dist_device_sync")
-        seq_len, predictions = int(options["seq_len"]), int(options["max_predictions"])
-        if args.model == "bert" and not 0 < predictions < seq_len:
-            raise OptionError("max_predictions must be between 1 and seq_len - 1")
 
     def build_model(self) -> int:
         args, options, run = self.args, self.options, self.run

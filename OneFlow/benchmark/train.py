@@ -252,14 +252,7 @@ class OneflowAdapter(Adapter):
 
     def check_options(self, options: dict[str, Any]) -> None:
         args = self.args
-        if args.dataset != "synthetic":
-            raise OptionError(
-                "the OneFlow scripts generate synthetic data only (--dataset synthetic)"
-            )
         options["graph"] = bool(options["graph"])
-        seq_len, predictions = int(options["seq_len"]), int(options["max_predictions"])
-        if args.model == "bert" and not 0 < predictions < seq_len:
-            raise OptionError("max_predictions must be between 1 and seq_len - 1")
         self.amp_dtype = resolve_amp_dtype(args.precision, args.amp_dtype, self.cuda)
         apply_threads(self.run.threads)
 

@@ -132,8 +132,6 @@ class PaddleAdapter(Adapter):
         args = self.args
         if args.xla == "on":
             raise OptionError("--xla on: PaddlePaddle has no XLA (framework has_xla=False)")
-        if args.dataset == "real":
-            raise OptionError("--dataset real: the PaddlePaddle scripts have no input pipeline yet")
         # The threads were set before paddle loaded (OMP_NUM_THREADS, train.py).
         self.on_gpu = resolve_device(args.device, self.run.local_rank)
         return self.on_gpu

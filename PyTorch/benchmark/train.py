@@ -333,6 +333,7 @@ class HostLoss:
 
 class TorchAdapter(Adapter):
     framework = "pytorch"
+    datasets = ("synthetic", "real")
     own_options = PYTORCH_OPTIONS
 
     def setup(self) -> bool:

@@ -325,8 +325,6 @@ class TensorFlowAdapter(Adapter):
 
     def setup(self) -> bool:
         args, run = self.args, self.run
-        if args.dataset == "real":
-            raise OptionError("--dataset real: the TensorFlow scripts have no input pipeline yet")
         self.engine = choose_engine(str(args.options.get("engine", "auto")), run.world_size)
         self.hvd = import_horovod() if self.engine == "horovod" else None
         if self.hvd is not None:  # horovodrun's ranks win over anything inherited

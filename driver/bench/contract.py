@@ -175,6 +175,8 @@ def resolve_options(
         resolved[key] = float(resolved[key])
     if resolved["grad_clip"] < 0:
         raise OptionError(f"grad_clip must be >= 0 (0 = off), got {resolved['grad_clip']}")
+    if args.model == "bert" and not 0 < int(resolved["max_predictions"]) < int(resolved["seq_len"]):
+        raise OptionError("max_predictions must be between 1 and seq_len - 1")
     resolved["num_threads"] = int(resolved["num_threads"])
     resolved["dali"] = bool(resolved["dali"])
     resolved["weights_checksum"] = bool(resolved["weights_checksum"])

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from driver.bench.contract import MODELS, parse_benchmark_args, resolve_options
+from driver.bench.contract import MODELS, OptionError, parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
 from driver.bench.protocol import StepLogger, oom_exit, print_weights_checksum, rank_environment
 
@@ -80,6 +80,7 @@ class Adapter(ABC):
     then per step make_batch, step, sync, host_loss; weights_checksum, barrier, finish."""
 
     framework: ClassVar[str]
+    datasets: ClassVar[tuple[str, ...]] = ("synthetic",)  # the inputs it has a pipeline for
     own_options: ClassVar[Mapping[str, Any]] = {}  # the framework's knobs and their defaults
     oom_types: ClassVar[tuple[type[BaseException], ...]] = ()  # its allocator-failure types
     oom_messages: ClassVar[tuple[str, ...]] = ()  # its allocator failures' own wordings
@@ -203,6 +204,11 @@ def run_benchmark(
 
 def _train(adapter: Adapter, run: Run) -> int:
     args = run.args
+    if args.dataset not in adapter.datasets:
+        raise OptionError(
+            f"--dataset {args.dataset}: the {adapter.framework} scripts have no input pipeline "
+            f"for it (they support: {', '.join(adapter.datasets)})"
+        )
     on_gpu = adapter.setup()
     options = resolve_options(
         args, adapter.own_options, world_size=run.world_size, on_gpu=on_gpu
