@@ -25,31 +25,16 @@ from torch.utils.flop_counter import FlopCounterMode
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS, parse_option_value
 from PyTorch.benchmark.data import synthetic_batch
 from PyTorch.benchmark.models import build_model, training_loss
-
-try:  # the shared defaults; the kit's driver package is on PYTHONPATH in every real run
-    from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
-except ImportError:  # pragma: no cover - standalone use of the models package
-    SHAPE_OPTIONS = {
-        "image_size": None,
-        "num_classes": 1000,
-        "seq_len": 128,
-        "vocab_size": 30522,
-        "bert_layers": 12,
-        "bert_hidden": 768,
-        "bert_heads": 12,
-        "bert_intermediate": 3072,
-        "max_predictions": 20,
-    }
-    DEFAULT_IMAGE_SIZE = {"resnet50": 224, "inception3": 299}
 
 # Two samples, not one: BatchNorm in training mode refuses a single value per channel.
 _COUNT_BATCH = 2
 
 
 def resolved_options(model_name: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The shape defaults merged with ``options`` (the same resolution benchargs does)."""
+    """The shape defaults merged with ``options`` (as ``driver.bench.contract`` resolves them)."""
     merged = {**SHAPE_OPTIONS, **dict(options or {})}
     if merged.get("image_size") is None:
         merged["image_size"] = DEFAULT_IMAGE_SIZE.get(model_name)
@@ -82,8 +67,6 @@ def training_flops_per_sample(model_name: str, options: Mapping[str, Any] | None
 
 
 def main(argv: list[str] | None = None) -> None:
-    from driver.bench.contract import parse_option_value
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=("resnet50", "inception3", "bert"))
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")

@@ -1,10 +1,11 @@
 """A framework-free benchmark whose true throughput is known in advance.
 
-Each step ends at a deadline ``t0 + k * step_time``, so over any window of whole steps the true
-rate is exactly
-``batch_size * world_size / step_time``. ``dlperf selftest`` runs it through the same launcher,
-runtime, parser and statistics as a real benchmark and prints the kit's error against that.
-Jitter per step does not accumulate: deadlines are absolute.
+It is an adapter of the same loop as every framework script (``driver.bench.loop``), so
+``dlperf selftest`` measures the kit's whole path: launcher, runtime, the benchmark loop, parser
+and statistics. Each step ends at a deadline ``t0 + k * step_time`` (``t0``: the first step's
+start), so over any window of whole steps the true rate is exactly
+``batch_size * world_size / step_time``. Jitter per step does not accumulate: deadlines are
+absolute.
 """
 
 from __future__ import annotations
@@ -12,11 +13,21 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.bench.contract import parse_benchmark_args  # noqa: E402
-from driver.bench.protocol import StepLogger, oom_record  # noqa: E402
+from driver.bench.loop import Adapter, run_benchmark  # noqa: E402
+from driver.bench.protocol import oom_record  # noqa: E402
+
+CALIBRATION_OPTIONS: dict[str, Any] = {
+    "step_time": 0.02,  # seconds per step: the known truth
+    # Fault injection for the kit's own tests: a rank that fails or hangs at a given step.
+    "fail_at_step": 0,
+    "hang_at_step": 0,
+    "faulty_rank": 0,
+    "oom_above": 0,  # a pretend memory limit (batch size), for the batch=max search; 0: none
+}
 
 
 def wait_until(deadline: float) -> None:
@@ -28,34 +39,59 @@ def wait_until(deadline: float) -> None:
         remaining = deadline - time.monotonic()
 
 
-def main() -> None:
-    args = parse_benchmark_args(description="dlperf calibration workload", models=("calibration",))
-    step_time = float(args.options.get("step_time", 0.02))
-    logger = StepLogger(framework="calibration", model=args.model)
-    logger.header(
-        versions={"calibration": "1"},
-        devices=["none"],
-        options={**args.options, "step_time": step_time, "batch_size": args.batch_size},
-    )
-    # Fault injection for the kit's own tests: a rank that fails or hangs at a given step.
-    fail_at = int(args.options.get("fail_at_step", 0))
-    hang_at = int(args.options.get("hang_at_step", 0))
-    faulty_rank = int(args.options.get("faulty_rank", 0))
-    # A pretend memory limit, for the batch=max search: exit like a real script that ran out.
-    if args.batch_size > int(args.options.get("oom_above", 0) or sys.maxsize):
-        print(oom_record(logger.rank, args.batch_size), flush=True)
-        sys.exit(1)  # as torchrun reports it: only the record tells it was memory
-    start = logger.begin()
-    for step in range(1, args.total_steps + 1):
-        if logger.rank == faulty_rank and step == fail_at:
+class CalibrationAdapter(Adapter):
+    framework = "calibration"
+    own_options = CALIBRATION_OPTIONS
+
+    def setup(self) -> bool:
+        return False
+
+    def build_model(self) -> int:
+        limit = int(self.options["oom_above"] or 0)
+        if limit and self.args.batch_size > limit:
+            print(oom_record(self.run.rank, self.args.batch_size), flush=True)
+            sys.exit(1)  # as torchrun reports it: only the record tells it was memory
+        self.step_time = float(self.options["step_time"])
+        self.steps = 0
+        self.start: float | None = None
+        return 0
+
+    def make_batch(self) -> None:
+        return None
+
+    def step(self, batch: None) -> float:
+        self.start = self.start if self.start is not None else time.monotonic()
+        self.steps += 1
+        faulty = self.run.rank == int(self.options["faulty_rank"])
+        if faulty and self.steps == int(self.options["fail_at_step"]):
             sys.exit(3)
-        if logger.rank == faulty_rank and step == hang_at:
+        if faulty and self.steps == int(self.options["hang_at_step"]):
             while True:
                 time.sleep(3600)
-        wait_until(start + step * step_time)
-        logger.step(step, args.batch_size, loss=0.0)
-    logger.end()
+        wait_until(self.start + self.steps * self.step_time)
+        return 0.0
+
+    def device(self) -> str:
+        return "none"
+
+    def versions(self) -> dict[str, Any]:
+        return {"calibration": "1"}
+
+    def devices(self) -> list[str]:
+        return ["none"]
+
+    def barrier(self) -> None:
+        """No collective: each rank's deadlines are its own."""
+
+    def weights_checksum(self) -> float:
+        return 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_benchmark(
+        CalibrationAdapter, argv, description="dlperf calibration workload", models=("calibration",)
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

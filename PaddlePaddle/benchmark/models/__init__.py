@@ -28,7 +28,7 @@ __all__ = [
 
 
 def build_model(name: str, options: Mapping[str, Any], data_format: str = "NCHW") -> nn.Layer:
-    """The model ``name`` at the shapes in ``options`` (benchargs.SHAPE_OPTIONS)."""
+    """The model ``name`` at the shapes in ``options`` (contract.SHAPE_OPTIONS)."""
     if name == "resnet50":
         return ResNet50(
             num_classes=int(options["num_classes"]),

@@ -35,7 +35,7 @@ __all__ = [
 
 
 def build_model(name: str, options: Mapping[str, Any]) -> nn.Module:
-    """The model ``name`` at the shapes in ``options`` (benchargs.SHAPE_OPTIONS and friends)."""
+    """The model ``name`` at the shapes in ``options`` (contract.SHAPE_OPTIONS and friends)."""
     if name == "resnet50":
         return resnet50(
             num_classes=int(options["num_classes"]),

@@ -32,7 +32,7 @@ __all__ = [
 
 
 def build_model(name: str, options: Mapping[str, Any]) -> keras.Model:
-    """The model ``name`` at the shapes in ``options`` (benchargs.SHAPE_OPTIONS), built."""
+    """The model ``name`` at the shapes in ``options`` (contract.SHAPE_OPTIONS), built."""
     if name == "resnet50":
         return resnet50(
             image_size=int(options["image_size"]),
