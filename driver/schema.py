@@ -53,12 +53,14 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
-# Shared field types --------------------------------------------------------------------------
+# Shared field types. Field(pattern=...) runs in pydantic-core's Rust regex engine, where
+# ``\A...\z`` is a whole-text match (Python's re has no ``\z``: use fullmatch() there).
+# --------------------------------------------------------------------------
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-NAME_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z"
+NAME_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\z"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 # One line of printable text: no control characters (newline, NUL, escape) anywhere.
-Line = Annotated[str, Field(pattern=r"\A[^\x00-\x1f\x7f]*\Z")]
+Line = Annotated[str, Field(pattern=r"\A[^\x00-\x1f\x7f]*\z")]
 
 
 def fullmatch(pattern: str | re.Pattern[str], text: str) -> bool:

@@ -51,7 +51,7 @@ def test_expands_cartesian_product_with_stable_ids(tmp_path: Path) -> None:
         (GOOD.replace("[128, max]", "['big']"), "suites[0].batch_size[0]", "'max'"),
         (GOOD.replace("model: resnet50", "model: vgg16"), "suites[0].model", "resnet50"),
         (GOOD.replace("framework: pytorch", "framework: caffe"), "framework", "pytorch"),
-        (GOOD.replace("repeats: 7", "repeats: seven"), "defaults.repeats", "must be int"),
+        (GOOD.replace("repeats: 7", "repeats: seven"), "defaults.repeats", "valid integer"),
         (GOOD.replace("repeats: 7}", "repeats: 7, total_steps: 50}"), "total_steps", "exceeds"),
         (GOOD.replace("[fp32, amp]", "[fp16]"), "suites[0].precision[0]", "fp32, amp"),
         (GOOD.replace("1n8g", "3n8g"), "suites[0].topology[1]", "multiple of nodes"),
