@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 MAX_BYTES = 8 * 1024 * 1024
@@ -67,6 +67,47 @@ def fullmatch(pattern: str | re.Pattern[str], text: str) -> bool:
     return re.fullmatch(pattern, text) is not None
 
 
+def one_of(*allowed: Any) -> AfterValidator:
+    """A value equal to one of ``allowed`` (type included: ``True`` is not ``1``)."""
+
+    def check(value: Any) -> Any:
+        if not any(value == a and type(value) is type(a) for a in allowed):
+            shown = ", ".join(str(a) for a in allowed)
+            raise ValueError(
+                f"{_shown(value)} is not allowed{did_you_mean(str(value), map(str, allowed))}; "
+                f"allowed values: {shown}"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+def text(pattern: str, what: str, *, numbers: bool = False) -> Any:
+    """A string fully matching ``pattern`` (Python ``re.fullmatch``); ``numbers``: an int or
+    float is taken as its text (``gpus: 2``, ``memory: 512``)."""
+
+    def check(value: Any) -> str:
+        if numbers and type(value) in (int, float):
+            value = str(value)
+        if not isinstance(value, str) or re.fullmatch(pattern, value) is None:
+            raise ValueError(f"must be {what}, got {_shown(value)}")
+        return value
+
+    return Annotated[Any, AfterValidator(check)]
+
+
+def number(low: float, high: float, what: str, *, integer: bool = True) -> Any:
+    """An int (or, unless ``integer``, a finite float) in ``[low, high]``; never a bool."""
+
+    def check(value: Any) -> Any:
+        kinds = (int,) if integer else (int, float)
+        if type(value) not in kinds or not low <= value <= high:
+            raise ValueError(f"must be {what}, got {_shown(value)}")
+        return value
+
+    return Annotated[Any, AfterValidator(check)]
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` when a close spelling exists, else ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
@@ -77,6 +118,8 @@ def field_path(loc: Iterable[Any]) -> str:
     """``("suites", 0, "batch_size", 2)`` -> ``suites[0].batch_size[2]``."""
     out = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker for a bad mapping key: the key names it already
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -297,6 +340,8 @@ def describe_error(model: type[BaseModel], error: Mapping[str, Any]) -> tuple[st
         return where, message[len("Value error, ") :]
     if message.startswith("Assertion failed, "):
         message = message[len("Assertion failed, ") :]
+    if kind == "too_short":
+        return where, "is empty; give a non-empty list or mapping"
     if kind == "string_pattern_mismatch":
         message = "has characters or a form that is not allowed here"
     return where, f"{message}, got {_shown(error.get('input'))}"

@@ -25,7 +25,6 @@ nothing runs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,6 +42,7 @@ from driver.schema import (
     did_you_mean,
     fullmatch,
     load_document,
+    one_of,
     validate,
 )
 
@@ -71,27 +71,6 @@ def _as_list(value: Any) -> Any:
             raise ValueError("empty list; give at least one value")
         return value
     return [value]
-
-
-def _choice(*allowed: Any) -> AfterValidator:
-    return AfterValidator(_choice_check(*allowed))
-
-
-def _choice_check(*allowed: Any) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed):
-            ok = False
-        else:
-            ok = any(value == a and type(value) is type(a) for a in allowed)
-        if not ok:
-            shown = ", ".join(str(a) for a in allowed)
-            raise ValueError(
-                f"{value!r} is not allowed{did_you_mean(str(value), map(str, allowed))}; "
-                f"allowed values: {shown}"
-            )
-        return value
-
-    return check
 
 
 def _batch(value: Any) -> int | str:
@@ -125,9 +104,9 @@ def _topology_label(label: Any) -> str:
 Listed = BeforeValidator(_as_list)
 Batch = Annotated[Any, AfterValidator(_batch)]
 TopologyLabel = Annotated[Any, AfterValidator(_topology_label)]
-Precision = Annotated[Any, _choice(*PRECISIONS)]
-DatasetName = Annotated[Any, _choice(*DATASETS)]
-XlaSetting = Annotated[Any, _choice("off", "on", False, True)]
+Precision = Annotated[Any, one_of(*PRECISIONS)]
+DatasetName = Annotated[Any, one_of(*DATASETS)]
+XlaSetting = Annotated[Any, one_of("off", "on", False, True)]
 # A folder on the nodes: safe path characters only, never an option ("-...") or a newline.
 DataDir = Annotated[str, Field(pattern=r"\A[A-Za-z0-9_./~+@=,:][A-Za-z0-9_./~+@=,:-]{0,4095}\z")]
 VariantName = Annotated[str, Field(pattern=r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,62}\z")]
