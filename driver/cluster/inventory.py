@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from driver.core.matrix import MAX_DEVICES_PER_NODE, MatrixError
+from driver.core.matrix import MatrixError
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
 
 
@@ -43,6 +43,7 @@ ULIMITS = (
     "rss", "rtprio", "rttime", "sigpending", "stack",
 )  # fmt: skip
 IPC_MODES = ("host", "private", "shareable")
+MAX_NODE_DEVICES = 4096  # processes a node may list (a case runs at most 64 per node)
 HOST_KEY_POLICIES = ("reject", "accept-new")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -157,7 +158,7 @@ class NodeDefaults(StrictModel):
     """What ``defaults:`` may set: everything of a node but its name and addresses."""
 
     ssh: SshSpec | None = None
-    devices: number(1, MAX_DEVICES_PER_NODE, f"an integer >= 1, at most {MAX_DEVICES_PER_NODE}") = 1
+    devices: number(1, MAX_NODE_DEVICES, f"an integer >= 1, at most {MAX_NODE_DEVICES}") = 1
     interface: text(_IFNAMES, "an interface name (e.g. eth0, ib0, ^docker,lo)") | None = None
     data_dir: AbsolutePath | None = None
     scratch_dir: AbsolutePath = "/var/tmp/dlperf"
