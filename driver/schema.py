@@ -330,7 +330,7 @@ def describe_error(model: type[BaseModel], error: Mapping[str, Any]) -> tuple[st
     where = field_path(loc)
     if kind == "extra_forbidden":
         parent = _parent_model(model, loc)
-        allowed = sorted(parent.model_fields) if parent else []
+        allowed = sorted(f.alias or n for n, f in parent.model_fields.items()) if parent else []
         hint = did_you_mean(str(loc[-1]), allowed)
         return where, f"unknown key{hint}; allowed keys: {', '.join(allowed)}"
     if kind == "missing":
