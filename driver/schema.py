@@ -358,7 +358,9 @@ def error_from(path: Path | str, model: type[BaseModel], error: ValidationError)
 def validate(
     model: type[M], data: Any, path: Path | str, context: Mapping[str, Any] | None = None
 ) -> M:
-    """``model`` from parsed data; any problem is one :class:`ConfigError` for ``path``."""
+    """``model`` from parsed data; any problem is one :class:`ConfigError` for ``path``.
+    NaN and infinity are refused anywhere in ``data``, also where a model takes any value."""
+    check_finite(path, data)
     try:
         return model.model_validate(data, context=dict(context or {}))
     except ValidationError as error:

@@ -62,6 +62,10 @@ class MatrixError(ConfigError):
     """A bad matrix or command-line selection: ``<file>: <field>: <what is allowed>``."""
 
 
+class UnknownProfile(MatrixError):
+    """The profile asked for is not in the matrix (the CLI names its --profile)."""
+
+
 # Field types -----------------------------------------------------------------------------------
 
 
@@ -356,7 +360,7 @@ def load_matrix(path: Path | str, profile: str = DLPERF_PROFILE) -> Matrix:
             f"; allowed values: {', '.join(FRAMEWORKS.names())}",
         )
     if profile != DLPERF_PROFILE and profile not in data.profiles:
-        raise MatrixError(
+        raise UnknownProfile(
             path,
             "profiles",
             f"no profile {profile!r}{did_you_mean(profile, data.profiles)}; "

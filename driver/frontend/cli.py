@@ -15,6 +15,8 @@ from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
     MatrixError,
+    Overrides,
+    UnknownProfile,
     apply_overrides,
     load_matrix,
     overrides_from,
@@ -79,11 +81,15 @@ def check_session_name(text: str) -> str:
     return text
 
 
-def _check_selection(cases: list, models: tuple[str, ...], variants: tuple[str, ...]) -> None:
-    """A --model or --variant that no matrix has is a typo, not an empty selection."""
+def _check_selection(cases: list, overrides: Overrides) -> None:
+    """A --model, --variant, --dataset or --xla that no matrix has is a mistake, not an empty
+    selection."""
+    xla = () if overrides.xla is None else ("on" if overrides.xla else "off",)
     for flag, asked, known in (
-        ("--model", models, {c.model for c in cases}),
-        ("--variant", variants, {c.variant for c in cases}),
+        ("--model", overrides.models, {c.model for c in cases}),
+        ("--variant", overrides.variants, {c.variant for c in cases}),
+        ("--dataset", overrides.datasets, {c.dataset for c in cases}),
+        ("--xla", xla, {"on" if c.xla else "off" for c in cases}),
     ):
         for name in asked:
             if name not in known:
@@ -126,6 +132,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from driver.core.runner import run_cases
     from driver.core.summary import summarize
 
+    for name in _csv(args.framework):
+        if name not in FRAMEWORKS:
+            raise MatrixError(
+                COMMAND_LINE,
+                "--framework",
+                f"{name!r} is not allowed{did_you_mean(name, FRAMEWORKS.names())}; "
+                f"allowed values: {', '.join(FRAMEWORKS.names())}",
+            )
     matrix_files = [Path(m) for m in args.matrix] or [
         FRAMEWORKS.get(name).matrix_file for name in (_csv(args.framework) or ("pytorch",))
     ]
@@ -155,11 +169,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     descriptions = {}
     loaded = []
     for path in matrix_files:
-        matrix = load_matrix(path, profile)
+        try:
+            matrix = load_matrix(path, profile)
+        except UnknownProfile as error:
+            raise MatrixError(COMMAND_LINE, "--profile", f"{error.path}: {error.message}") from None
         descriptions[str(path)] = matrix.description
         loaded += matrix.cases
         cases += apply_overrides(matrix.cases, overrides)
-    _check_selection(loaded, overrides.models, overrides.variants)
+    _check_selection(loaded, overrides)
     if not cases:
         print("no case matches the selection", file=sys.stderr)
         return 2
