@@ -53,14 +53,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
-# Shared field types. Field(pattern=...) runs in pydantic-core's Rust regex engine, where
-# ``\A...\z`` is a whole-text match (Python's re has no ``\z``: use fullmatch() there).
-# --------------------------------------------------------------------------
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-NAME_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\z"
-Name = Annotated[str, Field(pattern=NAME_PATTERN)]
-# One line of printable text: no control characters (newline, NUL, escape) anywhere.
-Line = Annotated[str, Field(pattern=r"\A[^\x00-\x1f\x7f]*\z")]
 
 
 def fullmatch(pattern: str | re.Pattern[str], text: str) -> bool:
@@ -125,6 +118,13 @@ def field_path(loc: Iterable[Any]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out or "(file)"
+
+
+# Shared field types: patterns are whole-text matches (re.fullmatch), never "^...$".
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
+Name = text(NAME_PATTERN, "a name: letters, digits, _ . - (starting with a letter or digit)")
+Line = text(r"[^\x00-\x1f\x7f]*", "one line of text (no newline or control character)")
+OptionName = text(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "an option name: letters, digits, _")
 
 
 # Reading -------------------------------------------------------------------------------------
@@ -342,8 +342,7 @@ def describe_error(model: type[BaseModel], error: Mapping[str, Any]) -> tuple[st
         message = message[len("Assertion failed, ") :]
     if kind == "too_short":
         return where, "is empty; give a non-empty list or mapping"
-    if kind == "string_pattern_mismatch":
-        message = "has characters or a form that is not allowed here"
+    message = re.sub(r" or instance of \w+", "", message)
     return where, f"{message}, got {_shown(error.get('input'))}"
 
 

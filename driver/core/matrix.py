@@ -38,11 +38,14 @@ from driver.registry import FRAMEWORKS, SOURCES
 from driver.schema import (
     ConfigError,
     FiniteFloat,
+    Name,
+    OptionName,
     StrictModel,
     did_you_mean,
     fullmatch,
     load_document,
     one_of,
+    text,
     validate,
 )
 
@@ -112,9 +115,11 @@ Precision = Annotated[Any, one_of(*PRECISIONS)]
 DatasetName = Annotated[Any, one_of(*DATASETS)]
 XlaSetting = Annotated[Any, one_of("off", "on", False, True)]
 # A folder on the nodes: safe path characters only, never an option ("-...") or a newline.
-DataDir = Annotated[str, Field(pattern=r"\A[A-Za-z0-9_./~+@=,:][A-Za-z0-9_./~+@=,:-]{0,4095}\z")]
-VariantName = Annotated[str, Field(pattern=r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,62}\z")]
-OptionName = Annotated[str, Field(pattern=r"\A[A-Za-z_][A-Za-z0-9_]{0,62}\z")]
+DataDir = text(
+    r"[A-Za-z0-9_./~+@=,:][A-Za-z0-9_./~+@=,:-]{0,4095}",
+    "a folder path of letters, digits and _ . / ~ + @ = , : - (not starting with '-')",
+)
+VariantName = text(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", "a name: letters, digits, - and _")
 Steps = Annotated[int, Field(ge=0, le=MAX_STEPS)]
 PositiveSteps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
 Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
@@ -129,7 +134,7 @@ class Settings(StrictModel):
     repeats: Repeats = 7
     timeout_s: Annotated[FiniteFloat, Field(gt=0, le=MAX_TIMEOUT_S)] = 3600.0
     data_dir: DataDir | None = None
-    source: Annotated[str, Field(pattern=r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\z")] = "dlperf"
+    source: Name = "dlperf"
     epochs: Annotated[FiniteFloat, Field(gt=0, le=1e6)] | None = None
     epoch_samples: Annotated[int, Field(ge=1, le=10**12)] | None = None
     drop_caches: bool = False

@@ -42,6 +42,7 @@ from driver.schema import (
     ConfigError,
     Line,
     Name,
+    OptionName,
     StrictModel,
     load_document,
     number,
@@ -122,7 +123,7 @@ class LaunchSpec(StrictModel):
     datasets: list[Annotated[Any, one_of("synthetic", "real")]] = ["synthetic"]
     precisions: list[Annotated[Any, one_of("fp32", "amp")]] = ["fp32", "amp"]
     xla: bool = False
-    options: dict[Annotated[str, Field(pattern=r"\A[A-Za-z_][A-Za-z0-9_]{0,62}\z")], Any] = {}
+    options: dict[OptionName, Any] = {}
     collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
     argv: Annotated[list[Word], Field(min_length=1)]
     flags: list[FlagBlockSpec] = []
