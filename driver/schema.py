@@ -364,13 +364,3 @@ def validate(
         return model.model_validate(data, context=dict(context or {}))
     except ValidationError as error:
         raise error_from(path, model, error) from None
-
-
-def prefixed(error: ConfigError, prefix: str) -> ConfigError:
-    """The same error one level down (``suites[0]`` + ``.batch_size``)."""
-    where = error.field_path
-    if where == "(file)":
-        joined = prefix
-    else:
-        joined = f"{prefix}{where}" if where.startswith("[") else f"{prefix}.{where}"
-    return type(error)(error.path, joined, error.message)

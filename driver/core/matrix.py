@@ -199,14 +199,23 @@ class Overrides(StrictModel):
     options: dict[OptionName, Any] = {}
 
 
-def overrides_from(values: dict[str, Any], flags: dict[str, str] | None = None) -> Overrides:
+# The dlperf run flag of each override (the others are --<name with dashes>).
+OVERRIDE_FLAGS = {
+    "topologies": "--nodes/--gpus", "batch_sizes": "--batch", "precisions": "--amp",
+    "datasets": "--dataset", "models": "--model", "variants": "--variant", "options": "--option",
+}  # fmt: skip
+
+
+def overrides_from(values: dict[str, Any]) -> Overrides:
     """:class:`Overrides` from command-line values; errors name the flag (``--repeats``)."""
     try:
         return validate(Overrides, values, COMMAND_LINE)
     except ConfigError as error:
         key = error.field_path.split(".")[0].split("[")[0]
-        flag = (flags or {}).get(key, "--" + key.replace("_", "-"))
-        raise MatrixError(COMMAND_LINE, flag, error.message) from None
+        flag = OVERRIDE_FLAGS.get(key, "--" + key.replace("_", "-"))
+        option = error.field_path[len(key) :].lstrip(".")
+        where = f"{flag} {option}" if key == "options" and option else flag
+        raise MatrixError(COMMAND_LINE, where, error.message) from None
 
 
 @dataclass

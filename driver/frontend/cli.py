@@ -160,11 +160,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "measured_steps": args.measured_steps,
             "data_dir": args.data_dir,
             "options": dict(args.option or []),
-        },
-        flags={"topologies": "--nodes/--gpus", "batch_sizes": "--batch", "precisions": "--amp",
-               "datasets": "--dataset", "models": "--model", "variants": "--variant",
-               "options": "--option"},
-    )  # fmt: skip
+        }
+    )
     cases = []
     descriptions = {}
     loaded = []
