@@ -350,7 +350,8 @@ def _profile_cases(
 ) -> list[Case]:
     cases: list[Case] = []
     for i, suite in enumerate(suites):
-        cases.extend(_expand_suite(path, f"{where}[{i}]", suite, data.framework, base, profile))
+        framework = FRAMEWORKS.canonical(data.framework)
+        cases.extend(_expand_suite(path, f"{where}[{i}]", suite, framework, base, profile))
     ids = [case.id for case in cases]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
@@ -390,7 +391,11 @@ def load_matrix(path: Path | str, profile: str = DLPERF_PROFILE) -> Matrix:
         if name == profile:
             chosen, description = cases, entry.description or name
     return Matrix(
-        path=path, framework=data.framework, profile=profile, description=description, cases=chosen
+        path=path,
+        framework=FRAMEWORKS.canonical(data.framework),
+        profile=profile,
+        description=description,
+        cases=chosen,
     )
 
 
