@@ -109,13 +109,17 @@ class SshNode:
     port: int
     root: Path
     key: Path  # the client's private key
-    known_hosts: Path  # the head's trusted host keys (this node's is written there at start)
     process: subprocess.Popen | None = None
     sftp: bool = True  # False: an sshd without the SFTP subsystem (Fabric's put/get fail)
+    # The head's trusted host keys: this node's is written there at start, and its inventory
+    # entry names the file (the strict path: unknown hosts are refused). Default: beside it.
+    known_hosts: Path | None = None
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.log = self.root / "sshd.log"
+        if self.known_hosts is None:
+            self.known_hosts = self.root.parent / f"{self.root.name}-known_hosts"
 
     @property
     def scratch(self) -> Path:
@@ -272,7 +276,9 @@ def _ssh_node_pool(
     for index in range(NODE_COUNT):
         address = f"127.0.0.{2 + index}"
         root = tmp_path_factory.mktemp(f"node{index}")
-        node = SshNode(index, address, free_port(address), root, ssh_client_key, known_hosts)
+        node = SshNode(
+            index, address, free_port(address), root, ssh_client_key, known_hosts=known_hosts
+        )
         node.scratch.mkdir()
         nodes.append(node)
     try:
