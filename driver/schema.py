@@ -225,9 +225,28 @@ def check_finite(path: Path | str, data: Any, where: tuple[Any, ...] = ()) -> No
             check_finite(path, value, (*where, index))
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing deep nesting while scanning (``[[[[...`` would otherwise
+    be read to the end before the composer's recursion fails)."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 - PyYAML's name
+        if self.flow_level >= MAX_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark()
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
+    def add_indent(self, column: int) -> bool:  # block nesting, by indentation
+        if len(self.indents) >= MAX_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark()
+            )
+        return super().add_indent(column)
+
+
 def parse_yaml(text: str, path: Path | str) -> Any:
     path = Path(path)
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         root = loader.get_single_node()
         if root is None:

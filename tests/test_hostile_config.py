@@ -103,6 +103,8 @@ def file_level_cases(
         "inf-anywhere": good_text + "\nnote: [1, -.inf]\n",
         "python-tag": "x: !!python/object/apply:os.system ['touch /tmp/x']\n",
         "deep-nesting": "x: " + "[" * 300 + "]" * 300 + "\n",
+        "deep-block-nesting": "".join(" " * i + f"k{i}:\n" for i in range(300)),
+        "endless-nesting": "x: " + "[" * 1_000_000,
         "scalar-document": "just text\n",
         "list-document": "- a\n- b\n",
         "empty": "",
