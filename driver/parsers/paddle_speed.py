@@ -10,10 +10,12 @@ command collects each node's trainer 0 log (``workerlog.0``): one timeline per n
 
 PaddleNLP BERT prints a rate only, every ``skip_steps`` steps::
 
-    epoch: 1, progress: 1/1, step: 20, ave loss: 7.1, ..., speed: 2.81 steps/s
+    epoch: 0, progress: 1/1, step: 20, loss: 7.1, ppl: 1200.5, next_sent_acc: 0.51, speed: 2.81 steps/s, file: part-0
 
-``speed`` is steps per second over the steps since the previous line, the same on every trainer;
-node 0's lines give the throughput, reported by the source (steps/s x global batch).
+BERT runs one trainer per node (a ParallelExecutor over the node's GPUs) and only trainer 0
+prints. Its ``speed`` is ``skip_steps x trainers / seconds`` since the previous line (train.py at
+the pinned release/1.8 commit): steps of all trainers, so the throughput, reported by the source,
+is speed / nodes x global batch (= speed x batch x GPUs per node).
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def _rate_intervals(log: NodeLog) -> list[RateInterval]:
                 source=log.name,
                 line=number,
             )
-        per_step = log.header.batch * log.header.world_size
+        # "speed" counts the steps of every trainer (one per node): speed / nodes is steps/s.
+        per_step = log.header.batch * log.header.world_size / log.header.nodes
         rate = positive_rate(match["speed"], log.name, number) * per_step
         intervals.append(RateInterval(previous, end, rate, log.name, number))
         previous = end
