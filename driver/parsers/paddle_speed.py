@@ -10,7 +10,7 @@ command collects each node's trainer 0 log (``workerlog.0``): one timeline per n
 
 PaddleNLP BERT prints a rate only, every ``skip_steps`` steps::
 
-    epoch: 0, progress: 1/1, step: 20, loss: 7.1, ppl: 1200.5, next_sent_acc: 0.51, speed: 2.81 steps/s, file: part-0
+    epoch: 0, progress: 1/1, step: 20, loss: 7.1, ..., speed: 2.81 steps/s, file: part-0
 
 BERT runs one trainer per node (a ParallelExecutor over the node's GPUs) and only trainer 0
 prints. Its ``speed`` is ``skip_steps x trainers / seconds`` since the previous line (train.py at
