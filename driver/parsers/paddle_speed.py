@@ -5,8 +5,9 @@ PaddleCV ``image_classification`` prints every ``print_step`` batches the time o
     [Pass 0, train batch 20] 	loss 6.90111, acc1 0.00000, ..., elapse 0.3456 sec
 
 With ``--print_step 1`` every batch's time is there and their running sum is the trainer's clock
-at each step boundary (a skipped batch is an error: the clock would have a hole). The node
-command collects each node's trainer 0 log (``workerlog.0``): one timeline per node.
+at each step boundary (a skipped batch is an error: the clock would have a hole). Only global
+trainer 0 prints (``if trainer_id == 0`` at the pinned commit): the node command collects each
+node's ``workerlog.0`` and node 0's holds the run's one timeline (logging ``rank0``).
 
 PaddleNLP BERT prints a rate only, every ``skip_steps`` steps::
 
