@@ -292,21 +292,29 @@ def test_recorded_facts_hold_at_the_pinned_commit(source: str, model: str) -> No
             for full in (f"refs/heads/{ref}", f"refs/tags/{ref}")
         ), f"{source} {model}: {commit[:12]} is not reachable from {ref}"
     texts: dict[str, str] = {}
+
+    def read(path: str) -> str:
+        if path not in texts:
+            shown = git(repo, "show", f"{commit}:{path}")
+            assert shown.returncode == 0, f"{path} does not exist at {commit[:12]}"
+            texts[path] = shown.stdout
+        return texts[path]
+
     for program in facts["programs"]:
         if "script" in program:
             blob = git(repo, "rev-parse", f"{commit}:{program['script']}").stdout.strip()
             assert blob == program["blob"], f"{program['script']} at {commit[:12]}"
         for flag, fact in (program.get("flags") or {}).items():
             where = str(fact["where"])
+            if not fact["defined"]:  # "path (why)": the pinned file must indeed lack it
+                path = where.split()[0]
+                lines = defined_flags(read(path))
+                assert flag not in lines, f"{source} {model}: {flag} is defined in {path}"
+                continue
             match = re.match(r"^(?P<path>[\w./-]+\.py):(?P<line>\d+)$", where)
-            if not fact["defined"] or match is None:
-                continue  # an external program (mpirun, torchrun) or a flag that is not defined
-            path = match["path"]
-            if path not in texts:
-                shown = git(repo, "show", f"{commit}:{path}")
-                assert shown.returncode == 0, f"{path} does not exist at {commit[:12]}"
-                texts[path] = shown.stdout
-            lines = defined_flags(texts[path])
+            if match is None:
+                continue  # an external program (mpirun, torchrun): not in this repository
+            lines = defined_flags(read(match["path"]))
             assert lines.get(flag) == int(match["line"]), (
                 f"{source} {model}: {flag} is not defined at {where} (found: {lines.get(flag)})"
             )
