@@ -223,7 +223,7 @@ def _series_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn]
 
 
 def to_csv(summaries: list[CaseSummary]) -> str:
-    rows = [s.row() for s in summaries]
+    rows = [s.row().model_dump() for s in summaries]
     if not rows:
         return ""
     buffer = io.StringIO()
@@ -240,7 +240,7 @@ def to_csv(summaries: list[CaseSummary]) -> str:
 
 
 def to_json(summaries: list[CaseSummary]) -> str:
-    return json.dumps([s.row() for s in summaries], indent=2, sort_keys=True) + "\n"
+    return json.dumps([s.row().model_dump() for s in summaries], indent=2, sort_keys=True) + "\n"
 
 
 def write_report(
