@@ -304,7 +304,10 @@ def _verify_repeat(case: Case, folder: Path) -> RepeatRecord | str | None:
     try:
         measurement, parsed = measure_logs(case, record.parser, texts, record.batch_size)
     except LogParseError as error:
-        return f"{folder}: the logs give no measurement ({error})"
+        return (
+            f"{folder}: the logs ({', '.join(record.logs) or 'none'}) give no measurement with "
+            f"the parser {path} names ({record.parser!r}): {error}"
+        )
     if measurement != record.measurement:
         recorded = record.measurement.model_dump() if record.measurement else {}
         derived = measurement.model_dump()
@@ -312,6 +315,15 @@ def _verify_repeat(case: Case, folder: Path) -> RepeatRecord | str | None:
         return (
             f"{path}: measurement.{field} is {recorded.get(field)!r} in the record but "
             f"{derived[field]!r} from the logs"
+        )
+    per_step = record.batch_size * case.topology.world_size
+    if not measurement.reported_by_source and measurement.samples != (
+        per_step * measurement.measured_steps
+    ):
+        return (
+            f"{path}: batch_size {record.batch_size} in the record, but the logs hold "
+            f"{measurement.samples} samples in {measurement.measured_steps} measured steps "
+            f"of {case.topology.world_size} device(s)"
         )
     if json.loads(json.dumps(parsed.header, default=str)) != record.header:  # as written
         return f"{path}: header differs from rank 0's header in the logs"
