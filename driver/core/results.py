@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,7 +225,13 @@ class Session:
         path = self.repeat_dir(case, repeat) / RECORD
         if not path.exists():
             return None
-        record = load_record(path)
+        try:
+            record = load_record(path)
+        except RecordError as error:
+            # Not trusted, so not finished: the repeat runs again and ``fresh_repeat_dir`` keeps
+            # this folder aside as a failed attempt.
+            print(f"warning: {error}; the repeat runs again", file=sys.stderr)
+            return None
         return record if record.ok else None
 
     def fresh_repeat_dir(self, case: Case, repeat: int) -> Path:
