@@ -33,6 +33,7 @@ RECORD = "record.json"
 # 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from).
 SCHEMA_VERSION = 2
 KNOWN_SCHEMAS = (1, 2)
+SESSION_SCHEMA = 1  # session.json (unchanged by record schema 2)
 
 
 class RecordError(ValueError):
@@ -183,7 +184,7 @@ class Session:
             write_json(
                 meta_path,
                 {
-                    "schema": SCHEMA_VERSION,
+                    "schema": SESSION_SCHEMA,
                     "name": session.root.name,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "head_node": platform.node(),
