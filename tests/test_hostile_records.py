@@ -546,6 +546,13 @@ COMPARE_CASES = [
         edit_results_json(lambda d: d["cases"][0].pop("model")),
     ),
     Hostile("compare: garbage", "compare", edit_text("results.json", "{", "[[")),
+    Hostile(
+        "compare: session record 9999",
+        "compare-session",
+        edit_record(set_field("measurement.throughput", 9999.0)),
+    ),
+    Hostile("compare: session record deleted", "compare-session", delete("record.json")),
+    Hostile("compare: session log truncated", "compare-session", edit_log(truncate(0.5))),
 ]
 
 ALL_CASES = RECORD_CASES + LOG_CASES + VERSION_CASES + COMPARE_CASES
@@ -571,12 +578,13 @@ def editable_copy(source: Path, target: Path) -> Path:
 
 
 def outcome_of(case: Hostile, session: Path, version: Path, scratch: Path) -> Outcome:
-    if case.target in ("record", "log"):
+    if case.target in ("record", "log", "compare-session"):
         copy = editable_copy(session, scratch / "s")
         named = case.apply(copy)
-        return classify(
-            lambda: run_cli(["report", str(copy), "--out", str(scratch / "out")]), named
-        )
+        argv = ["report", str(copy), "--out", str(scratch / "out")]
+        if case.target == "compare-session":
+            argv = ["compare", str(version), str(copy)]
+        return classify(lambda: run_cli(argv), named)
     copy = editable_copy(version, scratch / version.name)
     named = case.apply(copy)
     if case.target == "compare":

@@ -95,13 +95,17 @@ def _version_side(folder: Path) -> Side:
 
 
 def _session_side(folder: Path) -> Side:
-    from driver.core.results import RecordError, Session
+    """A session's cases as its raw logs give them (``dlperf report``'s verification)."""
+    from driver.core.report import verified_records
     from driver.core.summary import summarize
 
-    try:
-        summaries = summarize((c, r) for c, r, _ in Session(folder).records())
-    except RecordError as error:
-        raise SystemExit(f"error: {error}") from None
+    verified = verified_records([folder])
+    if verified.refused:
+        raise SystemExit(
+            "error: repeats whose record and logs disagree or cannot be read:\n"
+            + "\n".join(f"  {problem}" for problem in verified.refused)
+        )
+    summaries = summarize(verified.records)
     cases = {s.case_id: CaseView(s.case_id, _fields(s.row()), s.throughputs) for s in summaries}
     return Side(folder.name, "session", cases)
 
