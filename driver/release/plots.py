@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from driver.core.report import series_name, tables
-from driver.core.summary import CaseSummary
+from driver.core.summary import CaseSummary, baseline_of
 from driver.release.compute import Computed
 from driver.release.render import plot_files
 
@@ -56,7 +56,7 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                 ecolor=color,
                 capsize=3,
             )
-            base = next((s for s in items if s.case.topology.world_size == 1), None)
+            base = baseline_of(items[0], items)
             if base is not None:
                 ax.plot(
                     xs,
