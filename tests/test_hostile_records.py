@@ -2,9 +2,9 @@
 
 Every case breaks one thing in a copy of a real calibration session (``dlperf report``) or of a
 version released from it (``dlperf audit``, ``dlperf compare``), and must end in a clear error or
-flag that names the broken file: never a traceback, never silent acceptance. Self-contained (its
-own small classifier); the counts are printed as
-``hostile records corpus: N cases, T tracebacks, S silent``.
+flag that names the broken file: never a traceback, never silent acceptance, never a message
+that misses the file (the shared harness ``tests/hostile.py`` classifies each case); the counts
+are printed as ``hostile records corpus: N cases, T tracebacks, S silent``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import io
 import json
 import re
 import shutil
-import traceback
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from driver.release.archive import read_archive, sha256_bytes, sha256_file, writ
 from driver.release.audit import audit
 from driver.release.release import release
 from driver.release.synth import cached_session
+from tests.hostile import SILENT, TRACEBACK, HostileCase, run_corpus
 
 CASE_1N2G = "calibration/calibration/1n2g/bs8/fp32/synthetic"
 
@@ -37,12 +37,6 @@ class Hostile:
     name: str
     target: str  # what breaks: "record" | "log" | "version" | "compare"
     apply: Callable[[Path], str]  # breaks a copy; returns the text the message must name
-
-
-@dataclass(frozen=True)
-class Outcome:
-    kind: str  # clear | traceback | silent
-    detail: str
 
 
 def run_cli(argv: list[str]) -> tuple[int, str]:
@@ -56,14 +50,21 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue() + out.getvalue()
 
 
-def classify(run: Callable[[], tuple[int, str]], names: str) -> Outcome:
-    try:
+class Refused(Exception):
+    """The command refused or flagged the input (exit status not 0); the message is its output."""
+
+
+def refusing(run: Callable[[], tuple[int, str]]) -> Callable[[], str]:
+    """An action for the shared harness: a non-zero exit raises Refused with the output (the
+    harness then checks it names the file); exit 0 returns the output (silent acceptance)."""
+
+    def action() -> str:
         code, text = run()
-    except Exception:  # anything escaping the command is a traceback for its user
-        return Outcome("traceback", traceback.format_exc(limit=3))
-    if code != 0 and names in text:
-        return Outcome("clear", text)
-    return Outcome("silent", f"exit {code}, {names!r} not named: {text[-800:]}")
+        if code != 0:
+            raise Refused(text)
+        return text
+
+    return action
 
 
 # --------------------------------------------------------------------------------------------
@@ -577,44 +578,42 @@ def editable_copy(source: Path, target: Path) -> Path:
     return target
 
 
-def outcome_of(case: Hostile, session: Path, version: Path, scratch: Path) -> Outcome:
+def hostile_case(case: Hostile, session: Path, version: Path, scratch: Path) -> HostileCase:
+    """Break a fresh copy now; the returned case runs the command on it."""
     if case.target in ("record", "log", "compare-session"):
         copy = editable_copy(session, scratch / "s")
         named = case.apply(copy)
         argv = ["report", str(copy), "--out", str(scratch / "out")]
         if case.target == "compare-session":
             argv = ["compare", str(version), str(copy)]
-        return classify(lambda: run_cli(argv), named)
+        return HostileCase(case.name, refusing(lambda: run_cli(argv)), (named,), (Refused,))
     copy = editable_copy(version, scratch / version.name)
     named = case.apply(copy)
     if case.target == "compare":
-        return classify(
-            lambda: run_cli(["compare", str(copy), str(session)]), str(copy / "results.json")
-        )
+        argv = ["compare", str(copy), str(session)]
+        expect = (str(copy / "results.json"),)
+        return HostileCase(case.name, refusing(lambda: run_cli(argv)), expect, (Refused,))
 
     def run_audit() -> tuple[int, str]:
         report = audit(copy, reports_root=scratch)
         return (0 if report.ok else 1), report.text()
 
-    return classify(run_audit, named)
+    return HostileCase(case.name, refusing(run_audit), (named,), (Refused,))
 
 
 def test_the_corpus_is_refused_clearly_by_name(
     session: Path, version: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     assert len(ALL_CASES) >= 100
-    outcomes = {}
-    for index, case in enumerate(ALL_CASES):
-        outcomes[case.name] = outcome_of(case, session, version, tmp_path / f"c{index}")
-    tracebacks = {n: o.detail for n, o in outcomes.items() if o.kind == "traceback"}
-    silent = {n: o.detail for n, o in outcomes.items() if o.kind == "silent"}
+    counts = run_corpus(
+        hostile_case(case, session, version, tmp_path / f"c{index}")
+        for index, case in enumerate(ALL_CASES)
+    )
     with capsys.disabled():
-        print(
-            f"\nhostile records corpus: {len(outcomes)} cases, {len(tracebacks)} tracebacks, "
-            f"{len(silent)} silent"
-        )
-    assert not tracebacks, tracebacks
-    assert not silent, silent
+        print("\n" + counts.summary("records"))
+    assert counts.by_kind[TRACEBACK] == 0 and counts.by_kind[SILENT] == 0
+    failures = [f"{v.case.name}: {v.kind}: {v.detail[-600:]}" for v in counts.failures()]
+    assert not failures, failures
 
 
 def test_the_untouched_session_and_version_pass(
