@@ -425,22 +425,53 @@ def _compare_text(state: _Audit, name: str, expected: str) -> bool:
         "(top)",
     )
     diff = difflib.unified_diff(
-        published_lines, expected_lines, f"{name} (published)", f"{name} (recomputed)", lineterm=""
+        published_lines,
+        expected_lines,
+        f"{name} (published)",
+        f"{name} (recomputed)",
+        n=1,
+        lineterm="",
     )
     shown = list(diff)
+    published = "\n".join(published_lines[a0:a1]) or "(no line)"
+    recomputed = "\n".join(expected_lines[b0:b1]) or "(no line)"
+    if a1 - a0 == b1 - b0 == 1:
+        published, recomputed = _differing_cell(published, recomputed)
     if len(shown) > DIFF_LINES:
         shown = [*shown[:DIFF_LINES], f"... ({len(shown) - DIFF_LINES} more diff lines)"]
     state.report.findings.append(
         Finding(
             name,
             f'line {a0 + 1} under "{heading}"',
-            "\n".join(published_lines[a0:a1]) or "(no line)",
-            "\n".join(expected_lines[b0:b1]) or "(no line)",
+            published,
+            recomputed,
             table=heading if heading in state.case_titles.values() else VERSION_LEVEL,
             diff="\n".join(f"        {line}" for line in shown),
         )
     )
     return False
+
+
+def _differing_cell(published: str, recomputed: str) -> tuple[str, str]:
+    """The part of two lines that differs, widened to its table cell (between '|') when both
+    lines are table rows: the finding then shows the cell, the diff the whole line."""
+    start = next(
+        (i for i, (a, b) in enumerate(zip(published, recomputed, strict=False)) if a != b),
+        min(len(published), len(recomputed)),
+    )
+    end = 0
+    while end < min(len(published), len(recomputed)) - start and (
+        published[len(published) - 1 - end] == recomputed[len(recomputed) - 1 - end]
+    ):
+        end += 1
+    if not (published.startswith("|") and recomputed.startswith("|")):
+        return published, recomputed
+    left = published.rfind("|", 0, start) + 1
+    out = []
+    for line in (published, recomputed):
+        right = line.find("|", len(line) - end if end else len(line) - 1)
+        out.append(line[left : right if right >= 0 else len(line)].strip())
+    return (out[0], out[1]) if out[0] != out[1] else (published, recomputed)
 
 
 def _compare_json(state: _Audit, name: str, expected: str) -> None:
