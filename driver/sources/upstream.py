@@ -70,6 +70,7 @@ CONDITION_KEYS = ("precision", "dataset", "xla", "distributed", "multinode")
 SOURCE_KEYS = {
     "name", "framework", "title", "repository", "commit", "found", "image", "base_image",
     "parser", "workdir", "ssh_port", "notes", "models",
+    "pypi",  # the CPU run from PyPI: read by driver/sources/pypi.py
 }  # fmt: skip
 MODEL_KEYS = {
     "commit", "dir", "launch", "logging", "step_offset", "extra_steps", "log_every", "datasets",
