@@ -275,7 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="registered plug-ins")
     listing.set_defaults(func=cmd_list)
 
-    for module in ("driver.frontend.cluster_cli", "driver.frontend.report_cli"):
+    for module in (
+        "driver.frontend.cluster_cli", "driver.frontend.report_cli", "driver.frontend.import_cli"
+    ):
         try:
             importlib.import_module(module).add_subcommands(sub)
         except ModuleNotFoundError as error:
