@@ -221,6 +221,7 @@ def test_images_are_checked_against_the_lock(tmp_path: Path) -> None:
     (root / "reports").mkdir(parents=True)
     (root / "images.lock").write_text(
         f"schema: 1\npins:\n  dlperf/debian:bookworm-1:\n    digest: {digest}\n"
+        "    source: debootstrap\n"
     )
     (root / ".dlperf").mkdir()
     (root / ".dlperf" / "images-built.json").write_text(json.dumps({"dlperf/pt:1": {"id": built}}))
@@ -245,7 +246,10 @@ def test_images_are_checked_against_the_lock(tmp_path: Path) -> None:
     report = audit(version)
     assert report.ok and any("neither images.lock" in note for note in report.notes)
     moved = root / "images.lock.new"
-    moved.write_text(f"pins:\n  dlperf/debian:bookworm-1:\n    digest: sha256:{'cd' * 32}\n")
+    moved.write_text(
+        f"schema: 1\npins:\n  dlperf/debian:bookworm-1:\n    digest: sha256:{'cd' * 32}\n"
+        "    source: debootstrap\n"
+    )
     failed = audit(version, images_lock=moved)
     assert [f.cell for f in failed.findings] == ["image dlperf/debian:bookworm-1"]
     copy = editable_copy(version, tmp_path / "edit")

@@ -16,6 +16,7 @@ from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.case import Case
 from driver.core.measure import Window, measure_repeat
 from driver.core.plan import RepeatPlan, plan_repeat
+from driver.core.progress import Progress
 from driver.core.results import RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
@@ -181,44 +182,55 @@ def run_cases(
     *,
     printer: Printer = print,
     batch_resolver: Callable[[Case], int] | None = None,
+    progress: str = "auto",
 ) -> RunSummary:
+    """Run every repeat of every case into ``session``; ``progress``: auto (a rich bar on a
+    terminal, plain lines elsewhere), plain, rich or off (lines without the summary)."""
     load_all()
     summary = RunSummary()
     for message in runtime.clean_leftovers(session.root):
         printer(f"resume: {message}")
-    for index, case in enumerate(cases, start=1):
-        session.save_case(case)
-        try:
-            batch = _resolve_batch(case, session, runtime, printer, batch_resolver)
-        except BatchSearchFailed as failure:
-            summary.failed.append((case.id, 0, failure.verdict.value, failure.detail))
-            printer(f"[case {index}/{len(cases)} {case.id}] {failure.verdict.value.upper()}: "
-                    f"{failure.detail}")
-            continue  # the matrix goes on
-        if batch is None:
-            summary.failed.append((case.id, 0, "oom", "no batch size fits"))
-            continue
-        for repeat in range(1, case.repeats + 1):
-            prefix = f"[case {index}/{len(cases)} {case.id}] repeat {repeat}/{case.repeats}"
-            done = session.finished(case, repeat)
-            if done:
-                summary.skipped += 1
-                printer(f"{prefix}: already finished ({done.throughput:.2f} samples/s), skipped")
+    with Progress(cases, printer, progress) as report:
+        tracker = report.tracker
+        for index, case in enumerate(cases, start=1):
+            where = f"[case {index}/{len(cases)} {case.id}]"
+            session.save_case(case)
+            try:
+                batch = _resolve_batch(case, session, runtime, printer, batch_resolver)
+            except BatchSearchFailed as failure:
+                summary.failed.append((case.id, 0, failure.verdict.value, failure.detail))
+                tracker.stopped(case)
+                report.line(f"{where} {failure.verdict.value.upper()}: {failure.detail}")
+                continue  # the matrix goes on
+            if batch is None:
+                summary.failed.append((case.id, 0, "oom", "no batch size fits"))
+                tracker.stopped(case)
+                report.line(f"{where} OOM: no batch size fits")
                 continue
-            record = run_repeat(case, repeat, session, runtime, batch)
-            if record.ok:
-                summary.finished += 1
-                printer(
-                    f"{prefix}: {record.throughput:.2f} samples/s "
-                    f"({record.finished_at - record.started_at:.1f} s)"
-                )
-            else:
-                summary.failed.append((case.id, repeat, record.verdict, record.detail))
-                printer(
-                    f"{prefix}: {record.verdict.upper()}: {record.detail} "
-                    f"(log: {session.repeat_dir(case, repeat)})"
-                )
-                break  # the case's remaining repeats wait for a resume; the matrix goes on
+            for repeat in range(1, case.repeats + 1):
+                prefix = f"{where} repeat {repeat}/{case.repeats}"
+                done = session.finished(case, repeat)
+                if done:
+                    summary.skipped += 1
+                    tracker.skipped(case)
+                    report.line(
+                        f"{prefix}: already finished ({done.throughput:.2f} samples/s), skipped"
+                    )
+                    continue
+                record = run_repeat(case, repeat, session, runtime, batch)
+                wall_s = record.finished_at - record.started_at
+                if record.ok:
+                    summary.finished += 1
+                    tracker.finished(case, wall_s)
+                    report.line(f"{prefix}: {record.throughput:.2f} samples/s ({wall_s:.1f} s)")
+                else:
+                    summary.failed.append((case.id, repeat, record.verdict, record.detail))
+                    tracker.stopped(case)
+                    report.line(
+                        f"{prefix}: {record.verdict.upper()}: {record.detail} "
+                        f"(log: {session.repeat_dir(case, repeat)})"
+                    )
+                    break  # the case's remaining repeats wait for a resume; the matrix goes on
     return summary
 
 

@@ -158,11 +158,13 @@ def _shared_variant(name: str) -> str | None:
 def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
     from driver.frontend.cli import make_runtime
+    from driver.registry import FRAMEWORKS, UnknownPlugin
 
     try:
         runtime = make_runtime(args.runtime, args.inventory)
-        checks, _images = runtime.preflight(runtime.remotes, args.framework, args.devices)
-    except _errors() as error:
+        framework = FRAMEWORKS.canonical(args.framework)
+        checks, _images = runtime.preflight(runtime.remotes, framework, args.devices)
+    except (*_errors(), UnknownPlugin) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(report(checks))

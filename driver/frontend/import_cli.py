@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from driver.core.case import Case, Topology
 from driver.frameworks.base import REPO_ROOT
 from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
 from driver.parsers.base import LogParseError
 from driver.registry import SOURCES
+from driver.schema import ConfigError, StrictModel, load_document, validate
 
 IMPORTED = "imported logs, not run by dlperf"
 WORKER0 = "from worker 0's log"
@@ -43,10 +43,8 @@ class ImportLogsError(ValueError):
     """Bad facts or logs: the message names the file, the field and the fix."""
 
 
-class Facts(BaseModel):
+class Facts(StrictModel):
     """What the header of a kit-launched log would say, given by the user."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str
     topology: str = "1n1g"  # <nodes>n<total devices>g, as DLPerf writes it
@@ -82,28 +80,22 @@ def load_facts(path: Path | None, overrides: dict[str, Any]) -> Facts:
     """The facts of ``path`` (YAML mapping), the command line's values winning."""
     where = str(path) if path else "the command line"
     data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as error:
-            raise ImportLogsError(f"{path}: cannot read the facts: {error}") from None
-        if not isinstance(loaded, dict):
-            raise ImportLogsError(f"{path}: must be a mapping of fact -> value")
-        data.update(loaded)
-    data.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        facts = Facts.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        flag = "--" + field.replace("_", "-")
-        raise ImportLogsError(
-            f"{where}: fact {field!r}: {first['msg']} (set it in the facts file or with {flag})"
-        ) from None
+        if path is not None:
+            loaded = load_document(path)
+            if not isinstance(loaded, dict):
+                raise ConfigError(path, "(file)", "must be a mapping of fact -> value")
+            data.update(loaded)
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        facts = validate(Facts, data, where)
+    except ConfigError as error:
+        flag = "--" + error.field_path.split(".")[0].split("[")[0].replace("_", "-")
+        fix = f" (set it in the facts file or with {flag})" if flag[2:] in FACT_FLAGS else ""
+        raise ImportLogsError(f"{error}{fix}") from None
     try:
         Topology.parse(facts.topology)
     except ValueError as error:
-        raise ImportLogsError(f"{where}: fact 'topology': {error}") from None
+        raise ImportLogsError(f"{where}: topology: {error}") from None
     return facts
 
 

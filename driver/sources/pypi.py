@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from driver.core.case import Case
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader, header_line
 from driver.registry import SOURCES
+from driver.schema import ConfigError, StrictModel, load_document, validate
 from driver.sources.upstream import SPECS, SourceError, SourceSpec
 
 SUFFIX = "-pypi"
@@ -46,9 +46,7 @@ PLACEHOLDERS = {
 }
 
 
-class PypiModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PypiModel(StrictModel):
     argv: list[str] = Field(min_length=1)
     prepare: list[str] = Field(default_factory=list)  # run first, in the same folder
     log_every: int = Field(ge=1)
@@ -59,9 +57,7 @@ class PypiModel(BaseModel):
     notes: str = ""
 
 
-class PypiSection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PypiSection(StrictModel):
     package: str  # the release(s), as pip names them
     python: str = "3.11"
     runs: bool
@@ -84,15 +80,13 @@ def _check_placeholders(path: Path, where: str, items: list[str]) -> None:
 
 def load_section(spec: SourceSpec) -> PypiSection | None:
     """The ``pypi:`` section of a source's file (None where it has none), checked."""
-    data = yaml.safe_load(spec.path.read_text()).get("pypi")
+    data = load_document(spec.path).get("pypi")
     if data is None:
         return None
     try:
-        section = PypiSection.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = "pypi." + ".".join(str(part) for part in first["loc"])
-        raise SourceError(spec.path, where, first["msg"]) from None
+        section = validate(PypiSection, data, spec.path)
+    except ConfigError as error:
+        raise SourceError(error.path, f"pypi.{error.field_path}", error.message) from None
     if section.runs:
         if not section.requirements or not (spec.folder / section.requirements).is_file():
             raise SourceError(
