@@ -100,7 +100,7 @@ def _spec_with(tmp_path: Path, pypi: dict) -> object:
     [
         ({"package": "x", "runs": False, "differs": "d"}, "pypi.why_not", "say why"),
         ({"package": "x", "runs": True, "differs": "d"}, "pypi.requirements", "requirements"),
-        ({"package": "x", "runs": False, "differs": "d", "colour": 1}, "pypi.colour", "unknown key; allowed keys"),
+        ({"package": "x", "runs": False, "differs": "d", "colour": 1}, "pypi.colour", "unknown"),
         (
             {"package": "x", "runs": False, "differs": "d", "why_not": "w",
              "models": {"resnet50": {"argv": ["{pyhton}"], "log_every": 1}}},
