@@ -24,6 +24,7 @@ from driver.release.compare import compare_sides, load_side
 from driver.release.factor import factor_report
 
 REAL = Path(__file__).parent / "fixtures" / "upstream" / "real" / "tensorflow-models-pypi"
+GLUON = Path(__file__).parent / "fixtures" / "upstream" / "real" / "gluon-nlp" / "bert.log"
 STAMP = re.compile(r"batch_index: (\d+), timestamp: (\d+\.\d+)")
 
 
@@ -90,6 +91,27 @@ def test_real_log_without_header_matches_the_figure_the_source_implies(
         [load_side(str(kit), tmp_path, tmp_path), side], "variant", "default", "imported"
     )
     assert len(data["pairs"]) == 1 and data["pairs"][0]["ratio"] == pytest.approx(1.0, rel=1e-9)
+
+
+def test_real_gluon_nlp_log_without_header(tmp_path: Path) -> None:
+    # gluon-nlp's pinned script printed "[step N] ... time=T, latency=L ms/batch" at N = 9, 19,
+    # 29 (steps finished; (N + 1) % 10 == 0): the window is 9 warm-up + 20 measured steps.
+    text = GLUON.read_text()
+    assert "DLPERF" not in text
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
+            "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
+            "--measured-steps", "20", "--session", str(session)]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    latency = {int(n): float(ms) / 1000 for n, ms in re.findall(
+        r"\[step (\d+)\].*latency=(\d+\.\d+) ms/batch", text)}  # fmt: skip
+    implied = 20 * 4 / (10 * latency[19] + 10 * latency[29])  # the source's own per-batch times
+    assert record.throughput == pytest.approx(implied, rel=1e-3)
+    assert record.measurement["samples"] == 80
+    # A window whose boundaries the log never prints is refused, not guessed.
+    argv[argv.index("9")] = "10"
+    assert main([*argv[:-1], str(tmp_path / "t")]) == 2
 
 
 def _dllogger_plain(path: Path, step_s: float, iterations: int, every: int = 1) -> Path:
