@@ -158,6 +158,18 @@ def test_node_command_quotes_every_value_and_cleans_its_folder(tmp_path: Path) -
     assert not (tmp_path / "pwned").exists()
 
 
+def test_matrix_runs_the_release_from_its_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    from driver.frontend.cli import main
+
+    matrix = SPECS["tensorflow-models"].folder / "pypi" / "matrix.yaml"
+    argv = ["run", "--matrix", str(matrix), "--profile", "cpu-smoke", "--dry-run"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "resnet50/tensorflow/1n1g/bs2/fp32/synthetic/src-tensorflow-models-pypi  x3" in out
+    assert "bert/tensorflow/1n1g/bs4/fp32/synthetic/src-tensorflow-models-pypi  x3" in out
+    assert out.count(f"{source().python()} -m official.legacy.") == 2
+
+
 # --- real logs the release printed (kept fixtures) -----------------------------------------------
 
 

@@ -203,6 +203,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             framework = FRAMEWORKS.get(name)
             if framework.cpu_requirements.exists():
                 ensure_env(framework)
+        from driver.sources.pypi import ensure_case_envs
+
+        ensure_case_envs(cases)  # upstream code released on PyPI runs from .venvs/<source>
     session_name = args.session or f"{time.strftime('%Y%m%d-%H%M%S')}-{profile}"
     session = Session.open(
         Path(args.results) / session_name,

@@ -231,6 +231,14 @@ def ensure_source_env(source: PypiSource, log=print) -> Path:  # noqa: ANN001
     return ensure_env(source.env, log=log)  # type: ignore[arg-type]
 
 
+def ensure_case_envs(cases: list[Case], log=print) -> None:  # noqa: ANN001
+    """Make the environment of every PyPI source the cases run (``dlperf run``, local)."""
+    for name in sorted({case.source for case in cases}):
+        source = SOURCES.get(name)() if name in SOURCES else None
+        if isinstance(source, PypiSource):
+            ensure_source_env(source, log=log)
+
+
 SECTIONS: dict[str, PypiSection] = {}
 for _name, _spec in SPECS.items():
     _section = load_section(_spec)
