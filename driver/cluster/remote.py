@@ -313,16 +313,3 @@ def parallel(
             except Exception as error:  # noqa: BLE001 - the caller decides per node
                 out.append((item, None, error))
     return out
-
-
-def wait_channels(
-    channels: dict[str, paramiko.Channel], deadline: float, poll_s: float = 0.05
-) -> dict[str, int]:
-    """Exit statuses of the channels that finished before ``deadline`` (monotonic)."""
-    done: dict[str, int] = {}
-    while len(done) < len(channels) and time.monotonic() < deadline:
-        for name, channel in channels.items():
-            if name not in done and channel.exit_status_ready():
-                done[name] = channel.recv_exit_status()
-        time.sleep(poll_s)
-    return done
