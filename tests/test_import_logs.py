@@ -229,3 +229,22 @@ def test_a_kit_log_is_not_imported(tmp_path: Path, capsys: pytest.CaptureFixture
             "--session", str(tmp_path / "s")]  # fmt: skip
     assert main(argv) == 2
     assert "already has a DLPERF-UPSTREAM run header" in capsys.readouterr().err
+
+
+def test_a_release_of_imported_logs_audits_from_them(tmp_path: Path) -> None:
+    from driver.release.audit import audit
+    from driver.release.release import release
+
+    session = tmp_path / "imported"
+    argv = ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
+            "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
+            "--measured-steps", "20", "--session", str(session)]  # fmt: skip
+    assert main(argv) == 0
+    version = release(
+        "v0.0-imported", [session], reports_root=tmp_path / "reports", printer=lambda _l: None,
+        compute_flops=False,
+    )  # fmt: skip
+    readme = (version / "README.md").read_text()
+    assert "(i)" in readme and IMPORTED in readme
+    report = audit(version, recompute_flops=False)
+    assert report.ok, report.text()
