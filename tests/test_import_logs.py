@@ -248,3 +248,25 @@ def test_a_release_of_imported_logs_audits_from_them(tmp_path: Path) -> None:
     assert "(i)" in readme and IMPORTED in readme
     report = audit(version, recompute_flops=False)
     assert report.ok, report.text()
+
+
+def test_worker0_only_per_process_logging_scales_by_the_nodes(tmp_path: Path) -> None:
+    # pytorch/examples under torchrun --tee: every process of node 0 logs with its prefix; with
+    # worker 0's log only, node 0's 2 processes stand for the 2 nodes' 4 (samples x 2).
+    lines = []
+    for index in range(9, 40, 10):  # "[i/N]" is 0-based: steps 10, 20, 30, 40 finished
+        for local in (0, 1):
+            avg = 0.5 + 0.1 * local  # running mean batch time: process 1 is the slower one
+            lines.append(f"[default{local}]:Epoch: [0][{index:4d}/5005]\tTime  {avg:.3f} "
+                         f"({avg:6.3f})\tData  0.001 ( 0.001)\tLoss 6.9 (6.9)")  # fmt: skip
+    log = tmp_path / "node0.log"
+    log.write_text("\n".join(lines) + "\n")
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "pytorch-examples", "--logs", str(log), "--model",
+            "resnet50", "--topology", "2n4g", "--batch", "32", "--warmup-steps", "10",
+            "--measured-steps", "20", "--worker0-only", "--session", str(session)]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    assert record.measurement["ranks"] == 2 and record.measurement["world_size"] == 4
+    # 20 steps x 32 x 4 devices over the slowest process's 20 x 0.6 s.
+    assert record.throughput == pytest.approx(20 * 32 * 4 / (20 * 0.6), rel=1e-9)
