@@ -50,7 +50,8 @@ def test_real_log_without_header_matches_the_figure_the_source_implies(
     session = tmp_path / "imported"
     argv = ["import-logs", "--source", "tensorflow-models-pypi", "--logs", str(log),
             "--model", "resnet50", "--batch", "2", "--warmup-steps", "10",
-            "--measured-steps", "20", "--session", str(session)]  # fmt: skip
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     assert IMPORTED in capsys.readouterr().out
     (record,) = records(session)
@@ -101,7 +102,8 @@ def test_real_gluon_nlp_log_without_header(tmp_path: Path) -> None:
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
             "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
-            "--measured-steps", "20", "--session", str(session)]  # fmt: skip
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     (record,) = records(session)
     latency = {int(n): float(ms) / 1000 for n, ms in re.findall(
@@ -111,7 +113,8 @@ def test_real_gluon_nlp_log_without_header(tmp_path: Path) -> None:
     assert record.measurement["samples"] == 80
     # A window whose boundaries the log never prints is refused, not guessed.
     argv[argv.index("9")] = "10"
-    assert main([*argv[:-1], str(tmp_path / "t")]) == 2
+    assert main([*argv[:-1], "t"]) == 2
+    assert not (session.parent / "t").exists()
 
 
 def _dllogger_plain(path: Path, step_s: float, iterations: int, every: int = 1) -> Path:
@@ -140,7 +143,7 @@ def test_worker0_only_dllogger_plain_text(tmp_path: Path) -> None:
     )
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(log), "--facts", str(facts),
-            "--session", str(session)]  # fmt: skip
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     (record,) = records(session)
     assert record.throughput == pytest.approx(40 * 256 * 16 / (40 * 0.25), rel=1e-9)
@@ -156,7 +159,8 @@ def test_worker0_only_per_node_logging_scales_by_the_nodes(tmp_path: Path) -> No
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "tensorflow-models-pypi", "--logs", str(log),
             "--model", "resnet50", "--topology", "2n2g", "--batch", "2", "--warmup-steps", "10",
-            "--measured-steps", "20", "--worker0-only", "--session", str(session)]  # fmt: skip
+            "--measured-steps", "20", "--worker0-only",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     (record,) = records(session)
     seconds = [float(s) for s in re.findall(r"TimeHistory: (\d+\.\d+) seconds", log.read_text())]
@@ -170,7 +174,7 @@ def test_logs_every_100_steps_import(tmp_path: Path) -> None:
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(log), "--model", "resnet50",
             "--batch", "128", "--warmup-steps", "200", "--measured-steps", "1000",
-            "--session", str(session)]  # fmt: skip
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     (record,) = records(session)
     assert record.throughput == pytest.approx(1000 * 128 / (1000 * 0.2), rel=1e-9)
@@ -182,7 +186,8 @@ def test_several_runs_become_repeats(tmp_path: Path) -> None:
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(a), "--logs", str(b),
             "--model", "resnet50", "--batch", "64", "--warmup-steps", "10",
-            "--measured-steps", "20", "--session", str(session)]  # fmt: skip
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     got = sorted((r.repeat, round(r.throughput, 6)) for r in records(session))
     assert got == [(1, 256.0), (2, 320.0)]
@@ -206,10 +211,10 @@ def test_bad_facts_exit_2_naming_the_fix(
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "tensorflow-models-pypi", "--logs", str(log),
             "--model", "resnet50", "--warmup-steps", "10", "--measured-steps", "20",
-            "--session", str(session), *extra]  # fmt: skip
+            "--results", str(session.parent), "--session", session.name, *extra]  # fmt: skip
     assert main(argv) == 2
     assert fragment in capsys.readouterr().err
-    assert not list(session.rglob("repeat-*"))  # nothing half-imported
+    assert not session.exists()  # nothing half-imported
 
 
 def test_facts_file_errors_name_file_and_field(tmp_path: Path) -> None:
@@ -226,7 +231,7 @@ def test_a_kit_log_is_not_imported(tmp_path: Path, capsys: pytest.CaptureFixture
     argv = ["import-logs", "--source", "tensorflow-models-pypi",
             "--logs", str(REAL / "resnet50.log"), "--model", "resnet50", "--batch", "2",
             "--warmup-steps", "10", "--measured-steps", "20",
-            "--session", str(tmp_path / "s")]  # fmt: skip
+            "--results", str(tmp_path), "--session", "s"]  # fmt: skip
     assert main(argv) == 2
     assert "already has a DLPERF-UPSTREAM run header" in capsys.readouterr().err
 
@@ -238,7 +243,8 @@ def test_a_release_of_imported_logs_audits_from_them(tmp_path: Path) -> None:
     session = tmp_path / "imported"
     argv = ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
             "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
-            "--measured-steps", "20", "--session", str(session)]  # fmt: skip
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     version = release(
         "v0.0-imported", [session], reports_root=tmp_path / "reports", printer=lambda _l: None,
@@ -264,7 +270,8 @@ def test_worker0_only_per_process_logging_scales_by_the_nodes(tmp_path: Path) ->
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "pytorch-examples", "--logs", str(log), "--model",
             "resnet50", "--topology", "2n4g", "--batch", "32", "--warmup-steps", "10",
-            "--measured-steps", "20", "--worker0-only", "--session", str(session)]  # fmt: skip
+            "--measured-steps", "20", "--worker0-only",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     (record,) = records(session)
     assert record.measurement["ranks"] == 2 and record.measurement["world_size"] == 4

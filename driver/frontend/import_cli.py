@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -190,29 +191,32 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
                 "copy its repeat folder into a session instead of importing it"
             )
         texts.append(data)
+    stored = {}  # node log name -> (its bytes: the header made from the facts, then the original)
+    origins = []
+    for rank, (path, data) in enumerate(zip(logs, texts, strict=True)):
+        name = f"node{rank}.log"
+        line = header_line(replace(header, node_rank=rank)) + "\n"
+        stored[name] = line.encode() + data
+        origins.append(
+            {"file": str(path.resolve()), "sha256": hashlib.sha256(data).hexdigest(), "as": name}
+        )
+    with tempfile.TemporaryDirectory(prefix="dlperf-import-") as scratch:
+        for name, data in stored.items():
+            (Path(scratch) / name).write_bytes(data)
+        try:  # measured before anything is written to the session
+            measurement, parsed_header = evaluate(case, parser, Path(scratch), facts.batch)
+        except LogParseError as error:
+            raise ImportLogsError(
+                f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these "
+                f"facts: {error}"
+            ) from None
     session = Session.open(session_root, {"imported": IMPORTED})
     session.save_case(case)
     done = [int(p.name[len("repeat-") :]) for p in session.case_dir(case).glob("repeat-[0-9][0-9]")]
     repeat = max(done, default=0) + 1
     directory = session.fresh_repeat_dir(case, repeat)
-    stored = []
-    for rank, (path, data) in enumerate(zip(logs, texts, strict=True)):
-        name = f"node{rank}.log"
-        line = header_line(replace(header, node_rank=rank)) + "\n"
-        (directory / name).write_bytes(line.encode() + data)
-        stored.append(
-            {"file": str(path.resolve()), "sha256": hashlib.sha256(data).hexdigest(), "as": name}
-        )
-    try:
-        measurement, parsed_header = evaluate(case, parser, directory, facts.batch)
-    except LogParseError as error:
-        for path in directory.iterdir():
-            path.unlink()
-        directory.rmdir()
-        raise ImportLogsError(
-            f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these facts: "
-            f"{error}"
-        ) from None
+    for name, data in stored.items():
+        (directory / name).write_bytes(data)
     note = IMPORTED + (f", every figure {WORKER0}" if facts.worker0_only else "")
     now = time.time()
     record = RepeatRecord(
@@ -224,7 +228,7 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         finished_at=now,
         commands=[],
         exit_codes={},
-        logs=[item["as"] for item in stored],
+        logs=sorted(stored),
         parser=parser,
         measurement=measurement,
         header=parsed_header,
@@ -232,7 +236,7 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         runtime="imported",
         extra={
             "imported": note,
-            "imported_from": stored,
+            "imported_from": origins,
             "worker0_only": facts.worker0_only,
             "facts": facts.model_dump(),
         },
@@ -242,10 +246,10 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
 
 
 def cmd_import_logs(args: argparse.Namespace) -> int:
+    from driver.frontend.cli import check_session_name
+
     overrides = {field: getattr(args, flag) for flag, field in FACT_FLAGS.items()}
-    session = Path(args.session)
-    if not session.is_absolute() and len(session.parts) == 1:
-        session = Path(args.results) / session
+    session = Path(args.results) / check_session_name(args.session)
     try:
         facts = load_facts(Path(args.facts) if args.facts else None, overrides)
         runs = [expand(group) for group in args.logs]
@@ -297,7 +301,5 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--step-offset", type=int, help="default: the source's")
     parser.add_argument("--note", help="where the logs come from (kept in the record)")
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
-    parser.add_argument(
-        "--session", required=True, help="session name under --results, or a folder"
-    )
+    parser.add_argument("--session", required=True, help="session name under --results")
     parser.set_defaults(func=cmd_import_logs)
