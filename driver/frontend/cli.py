@@ -245,21 +245,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from driver.core.report import write_report
-    from driver.core.results import Session
+    """Tables from the sessions' raw logs; a repeat whose record disagrees with its logs, or
+    whose record or logs cannot be read, is refused: named, left out, and the exit status is 1."""
+    from driver.core.report import verified_records, write_report
     from driver.core.summary import summarize
 
-    records = []
     for root in args.sessions:
         if not (Path(root) / "session.json").exists():
             raise SystemExit(f"{root}: not a dlperf session folder (no session.json)")
-        records += [(c, r) for c, r, _ in Session(Path(root)).records()]
-    summaries = summarize(records)
+    verified = verified_records([Path(root) for root in args.sessions])
+    summaries = summarize(verified.records)
     out = Path(args.out) if args.out else Path(args.sessions[0]) / "report"
-    paths = write_report(summaries, out, args.title or "dlperf report")
+    paths = write_report(summaries, out, args.title or "dlperf report", refused=verified.refused)
     print(paths["markdown"].read_text())
     print(f"written: {', '.join(str(p) for p in paths.values())}")
-    return 0
+    for problem in verified.refused:
+        print(f"refused: {problem}", file=sys.stderr)
+    return 1 if verified.refused else 0
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
