@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -83,9 +82,9 @@ def test_real_log_without_header_matches_the_figure_the_source_implies(
     folder = kit_session.fresh_repeat_dir(kit_case, 1)
     (folder / "node0.log").write_text((REAL / "resnet50.log").read_text())
     measurement, header = evaluate(kit_case, "tf-timehistory", folder, 2)
-    kit_record = replace(
-        record, case_id=kit_case.id, extra={}, measurement=measurement, header=header,
-        runtime="local",
+    kit_record = record.model_copy(
+        update={"case_id": kit_case.id, "extra": {}, "measurement": measurement,
+                "header": header, "runtime": "local"}
     )  # fmt: skip
     kit_session.write_record(folder, kit_record)
     data, _text = factor_report(
@@ -110,7 +109,7 @@ def test_real_gluon_nlp_log_without_header(tmp_path: Path) -> None:
         r"\[step (\d+)\].*latency=(\d+\.\d+) ms/batch", text)}  # fmt: skip
     implied = 20 * 4 / (10 * latency[19] + 10 * latency[29])  # the source's own per-batch times
     assert record.throughput == pytest.approx(implied, rel=1e-3)
-    assert record.measurement["samples"] == 80
+    assert record.measurement.samples == 80
     # A window whose boundaries the log never prints is refused, not guessed.
     argv[argv.index("9")] = "10"
     assert main([*argv[:-1], "t"]) == 2
@@ -164,7 +163,7 @@ def test_worker0_only_per_node_logging_scales_by_the_nodes(tmp_path: Path) -> No
     assert main(argv) == 0
     (record,) = records(session)
     seconds = [float(s) for s in re.findall(r"TimeHistory: (\d+\.\d+) seconds", log.read_text())]
-    assert record.measurement["samples"] == 2 * 20 * 2
+    assert record.measurement.samples == 2 * 20 * 2
     assert record.throughput == pytest.approx(80 / (seconds[1] + seconds[2]), rel=1e-12)
 
 
@@ -274,6 +273,6 @@ def test_worker0_only_per_process_logging_scales_by_the_nodes(tmp_path: Path) ->
             "--results", str(session.parent), "--session", session.name]  # fmt: skip
     assert main(argv) == 0
     (record,) = records(session)
-    assert record.measurement["ranks"] == 2 and record.measurement["world_size"] == 4
+    assert record.measurement.ranks == 2 and record.measurement.world_size == 4
     # 20 steps x 32 x 4 devices over the slowest process's 20 x 0.6 s.
     assert record.throughput == pytest.approx(20 * 32 * 4 / (20 * 0.6), rel=1e-9)

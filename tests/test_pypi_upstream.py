@@ -220,8 +220,8 @@ def test_release_trains_for_real_through_the_kit(
     _case, record, folder = found
     text = (folder / "node0.log").read_text()
     assert summary.finished == 1 and record.ok, f"{record.detail}\n{text[-3000:]}"
-    assert record.parser == "tf-timehistory" and record.measurement["samples"] == measured * batch
-    assert str(tfm_env) in record.commands[0]["argv"][2]  # the release's own environment
+    assert record.parser == "tf-timehistory" and record.measurement.samples == measured * batch
+    assert str(tfm_env) in record.commands[0].argv[2]  # the release's own environment
     if model == "resnet50":  # the source's own Run stats imply the same figure
         assert "classifier_trainer.py" in text and len(TIME_HISTORY.findall(text)) == 2
         figure = stamps_figure(text, batch, 10, 20)

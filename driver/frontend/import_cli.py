@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -170,8 +169,8 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
     """Store one run's logs as the next repeat of its case in the session; its record."""
     from dataclasses import replace
 
-    from driver.core.results import RepeatRecord, Session
-    from driver.core.runner import evaluate
+    from driver.core.measure import measure_logs
+    from driver.core.results import RepeatRecord, Session, sha256_of_logs
     from driver.runtimes.base import Verdict
 
     case, header, parser = case_and_header(source_name, facts)
@@ -200,16 +199,14 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         origins.append(
             {"file": str(path.resolve()), "sha256": hashlib.sha256(data).hexdigest(), "as": name}
         )
-    with tempfile.TemporaryDirectory(prefix="dlperf-import-") as scratch:
-        for name, data in stored.items():
-            (Path(scratch) / name).write_bytes(data)
-        try:  # measured before anything is written to the session
-            measurement, parsed_header = evaluate(case, parser, Path(scratch), facts.batch)
-        except LogParseError as error:
-            raise ImportLogsError(
-                f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these "
-                f"facts: {error}"
-            ) from None
+    try:  # measured before anything is written to the session
+        texts_read = {name: data.decode(errors="replace") for name, data in stored.items()}
+        measurement, parsed = measure_logs(case, parser, texts_read, facts.batch)
+    except LogParseError as error:
+        raise ImportLogsError(
+            f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these facts: "
+            f"{error}"
+        ) from None
     session = Session.open(session_root, {"imported": IMPORTED})
     session.save_case(case)
     done = [int(p.name[len("repeat-") :]) for p in session.case_dir(case).glob("repeat-[0-9][0-9]")]
@@ -229,9 +226,10 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         commands=[],
         exit_codes={},
         logs=sorted(stored),
+        log_sha256=sha256_of_logs(directory, sorted(stored)),
         parser=parser,
         measurement=measurement,
-        header=parsed_header,
+        header=parsed.header,
         detail="",
         runtime="imported",
         extra={
@@ -256,9 +254,9 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
         for logs in runs:
             record = import_run(session, args.source, facts, logs)
             measured = record.measurement
-            kind = " (reported by the source)" if measured.get("reported_by_source") else ""
+            kind = " (reported by the source)" if measured.reported_by_source else ""
             print(
-                f"{record.case_id} repeat {record.repeat}: {measured['throughput']:.2f} "
+                f"{record.case_id} repeat {record.repeat}: {measured.throughput:.2f} "
                 f"samples/s{kind}; {record.extra['imported']}"
             )
     except ImportLogsError as error:
