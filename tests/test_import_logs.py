@@ -177,6 +177,8 @@ def test_logs_every_100_steps_import(tmp_path: Path) -> None:
     assert main(argv) == 0
     (record,) = records(session)
     assert record.throughput == pytest.approx(1000 * 128 / (1000 * 0.2), rel=1e-9)
+    # The interval-stability check has its slices at the logged steps: a steady run, CV 0.
+    assert record.measurement.interval_cv == pytest.approx(0.0, abs=1e-9)
 
 
 def test_several_runs_become_repeats(tmp_path: Path) -> None:
