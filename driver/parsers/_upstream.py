@@ -12,10 +12,10 @@ or a set of logs whose headers disagree or miss a node is a :class:`LogParseErro
 
 Logging modes (who writes step lines, and what one line's samples are):
 
-* ``rank0``: only global rank 0 logs (DeepLearningExamples, OneFlow-Benchmark, gluon-nlp); its
-  samples are one device's, times the world size.
-* ``per-node``: one timeline per node (tensorflow/models workers, Paddle's trainer 0 of a node);
-  samples are the node's devices', times the nodes.
+* ``rank0``: only global rank 0 logs (DeepLearningExamples, OneFlow-Benchmark, gluon-nlp,
+  PaddlePaddle/models); its samples are one device's, times the world size.
+* ``per-node``: one timeline per node (tensorflow/models workers); samples are the node's
+  devices', times the nodes.
 * ``per-process``: every process logs with a launcher prefix naming its rank (torchrun ``--tee``,
   ``mpirun --tag-output``); samples are one device's.
 
