@@ -303,6 +303,22 @@ class SlurmCluster:
                 pass
         return pids
 
+    def restart_node(self, node: str) -> None:
+        """Power the node back on: its slurmd starts again and Slurm resumes it."""
+        process = self.daemons.get(f"slurmd.{node}")
+        if process is not None and process.poll() is None:
+            process.kill()
+        if process is not None:
+            process.wait(timeout=15)
+        self._start_in(
+            self.namespace(node), node, ["slurmd", "-D", "-f", str(self.conf), "-N", node]
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.node_states().get(node) != "idle" and time.monotonic() < deadline:
+            self.client("scontrol", "update", f"NodeName={node}", "State=RESUME")
+            time.sleep(1)
+        self.wait_idle()
+
     def stop(self) -> None:
         """Cancel every job, stop every daemon and job step, remove namespaces and links."""
         if "slurmctld" in self.daemons and self.daemons["slurmctld"].poll() is None:

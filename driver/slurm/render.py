@@ -79,7 +79,7 @@ def srun_argv(
         "srun", f"--jobid={job_id}", f"--job-name={step_name}",
         f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
         f"--ntasks-per-node={tasks_per_node}",
-        "--label", "--kill-on-bad-exit=1", "--unbuffered",
+        "--label", "--kill-on-bad-exit=1",
     ]  # fmt: skip
     if cpus_per_task > 0:
         argv.append(f"--cpus-per-task={cpus_per_task}")
