@@ -115,7 +115,8 @@ def test_two_repeats_share_the_sessions_job(runtime: SlurmRuntime, tmp_path: Pat
 
 
 def test_rank_out_of_memory_is_an_oom_verdict(runtime: SlurmRuntime, tmp_path: Path) -> None:
-    plan = plan_for(tmp_path, [python("import time; time.sleep(30)"), python("raise SystemExit(86)")])
+    sleeper, oom = python("import time; time.sleep(30)"), python("raise SystemExit(86)")
+    plan = plan_for(tmp_path, [sleeper, oom])
     started = time.monotonic()
     outcome = runtime.run(plan)
     assert outcome.verdict == Verdict.OOM, outcome.detail

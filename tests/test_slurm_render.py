@@ -1,0 +1,181 @@
+"""The Slurm runtime's command lines and its ``slurm:`` section (no cluster needed).
+
+pyxis is not packaged in Debian: its path is covered here by the exact lines a 4 nodes x 8 GPUs
+run sends, and on the test cluster by a real srun with the container flags (a stand-in srun).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from driver.runtimes.base import NodeCommand
+from driver.runtimes.slurm import SlurmRuntime
+from driver.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.slurm.render import (
+    HOLDER_SCRIPT,
+    Container,
+    device_argv,
+    sbatch_argv,
+    srun_argv,
+    step_script,
+)
+
+DIGEST = "sha256:" + "ab" * 32
+GPU_CLUSTER = SlurmConfig(
+    partition="gpu",
+    account="perf",
+    qos="high",
+    time_limit="02:00:00",
+    constraint="h100",
+    reservation="bench",
+    gpus_per_node=8,
+    container="pyxis",
+    image={"pytorch": f"nvcr.io#nvidia/pytorch@{DIGEST}"},
+    mounts=["/data:/data:ro", "/scratch/me:/scratch"],
+    extra_sbatch_args=["--comment=dlperf"],
+)
+
+
+def test_sbatch_line_for_four_gpu_nodes() -> None:
+    argv = sbatch_argv(GPU_CLUSTER, 4, "dlperf-s-0a1b2c3d", "/r/s/slurm/job-%j.out")
+    assert argv == [
+        "sbatch", "--parsable", "--job-name=dlperf-s-0a1b2c3d", "--nodes=4",
+        "--ntasks-per-node=1", "--time=02:00:00", "--output=/r/s/slurm/job-%j.out",
+        "--partition=gpu", "--account=perf", "--qos=high", "--constraint=h100",
+        "--reservation=bench", "--gpus-per-node=8", "--exclusive", "--comment=dlperf",
+    ]  # fmt: skip
+    gres = GPU_CLUSTER.model_copy(update={"gpu_request": "gres", "exclusive": False})
+    assert sbatch_argv(gres, 1, "j", "o")[-2:] == ["--gres=gpu:8", "--comment=dlperf"]
+
+
+def test_srun_line_with_pyxis_for_four_nodes() -> None:
+    container = Container(
+        image=f"nvcr.io#nvidia/pytorch@{DIGEST}",
+        name="dlperf-pytorch",
+        mounts=("/kit:/kit:ro", "/r/s:/r/s", "/data:/data:ro"),
+        workdir="/kit",
+    )
+    nodes = ["g01", "g02", "g03", "g04"]
+    argv = srun_argv(GPU_CLUSTER, "4242", nodes, "dlperf-case-r1", 1, 96, container)
+    assert shlex.join(argv) == (
+        "srun --jobid=4242 --job-name=dlperf-case-r1 --nodes=4 --nodelist=g01,g02,g03,g04 "
+        "--ntasks-per-node=1 --label --kill-on-bad-exit=1 --cpus-per-task=96 "
+        "--gpus-per-node=8 --mpi=none "
+        f"'--container-image=nvcr.io#nvidia/pytorch@{DIGEST}' --container-name=dlperf-pytorch "
+        "--container-mounts=/kit:/kit:ro,/r/s:/r/s,/data:/data:ro --container-workdir=/kit"
+    )
+    device = GPU_CLUSTER.model_copy(update={"tasks": "device"})
+    argv = srun_argv(device, "4242", nodes, "s", 8, 12, None)
+    assert "--ntasks-per-node=8" in argv and "--cpus-per-task=12" in argv
+    assert "--mpi=pmix" in argv
+
+
+def test_step_script_picks_the_nodes_command_and_quotes_everything(tmp_path: Path) -> None:
+    commands = [
+        NodeCommand("a", ["python", "-c", "print('node', 0)"], {"X": "it's"}, "/kit dir"),
+        NodeCommand("b", ["python", "-c", "print('node', 1)"], {"X": "$HOME;rm"}, "/kit dir"),
+    ]
+    script = step_script(commands)
+    assert script.splitlines()[1] == (
+        "0) cd '/kit dir' && exec env 'X=it'\"'\"'s' python -c 'print('\"'\"'node'\"'\"', 0)' ;;"
+    )
+    # Run it as each node would: the right command, values arrive verbatim.
+    (tmp_path / "kit dir").mkdir()
+    script = script.replace("/kit dir", str(tmp_path / "kit dir"))
+    for node, expected in (("0", "node 0\n"), ("1", "node 1\n")):
+        probe = step_script(
+            [
+                NodeCommand("a", ["sh", "-c", 'printf "%s|" "$X"; pwd'], {"X": "it's"}),
+                NodeCommand("b", ["sh", "-c", 'printf "%s|" "$X"; pwd'], {"X": "$HOME;rm"}),
+            ]
+        )
+        out = subprocess.run(
+            ["sh", "-c", probe], env={"SLURM_NODEID": node, "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, cwd=tmp_path,
+        ).stdout  # fmt: skip
+        assert out.split("|")[0] == ("it's" if node == "0" else "$HOME;rm")
+        result = subprocess.run(
+            ["sh", "-c", script.replace("python", "python3")],
+            env={"SLURM_NODEID": node, "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert result.stdout == expected, result.stderr
+    missing = subprocess.run(
+        ["sh", "-c", script], env={"SLURM_NODEID": "7"}, capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "no command for node 7" in missing.stderr
+
+
+def test_device_tasks_drop_the_launcher_keep_the_cache_drop() -> None:
+    argv = ["sh", "-c", "drop", "dlperf-drop-caches", "/v/python", "-m", "torch.distributed.run",
+            "--nnodes=4", "PyTorch/benchmark/train.py", "--model", "resnet50"]  # fmt: skip
+    assert device_argv(argv, "/v/python", "PyTorch/benchmark/train.py") == [
+        "sh", "-c", "drop", "dlperf-drop-caches", "/v/python", "PyTorch/benchmark/train.py",
+        "--model", "resnet50",
+    ]  # fmt: skip
+    script = step_script([NodeCommand("a", ["python", "t.py"])], device_tasks=True)
+    assert 'RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID"' in script
+
+
+def test_holder_script_only_holds() -> None:
+    assert HOLDER_SCRIPT.startswith("#!/bin/sh\n") and "exec sleep infinity" in HOLDER_SCRIPT
+
+
+def test_pyxis_image_comes_from_images_lock_by_digest() -> None:
+    from driver.images.lock import load_lock
+
+    runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
+    image = runtime.image_for("pytorch")
+    digest = load_lock().get("nvcr.io/nvidia/pytorch:25.04-py3").digest
+    assert image == f"nvcr.io#nvidia/pytorch@{digest}"
+    override = SlurmRuntime(config=GPU_CLUSTER).image_for("pytorch")
+    assert override == f"nvcr.io#nvidia/pytorch@{DIGEST}"
+
+
+# -- the slurm: section ------------------------------------------------------------------------
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_section_loads_and_defaults(tmp_path: Path) -> None:
+    config = load_slurm_config(
+        write(tmp_path, "nodes: []\nslurm:\n  partition: gpu\n  gpus_per_node: 8\n")
+    )
+    assert config.partition == "gpu" and config.gpus_per_node == 8
+    assert config.container == "auto" and config.tasks == "node" and config.exclusive
+    assert load_slurm_config(write(tmp_path, "nodes: []\n")) == SlurmConfig()
+    assert load_slurm_config(None) == SlurmConfig()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("  partiton: gpu\n", "slurm.partiton: is not a slurm option (known: partition,"),
+        ("  time_limit: soon\n", "slurm.time_limit: 'soon' is not a Slurm time limit"),
+        ("  partition: gpu a\n", "slurm.partition: String should match pattern"),
+        ("  mounts: [data]\n", "slurm.mounts: 'data' is not SRC:DST[:FLAGS]"),
+        ("  container: docker\n", "slurm.container: Input should be 'auto', 'pyxis' or 'none'"),
+        ("  extra_sbatch_args: [exclusive]\n", "'exclusive' is not an option"),
+        ("  gpus_per_node: -1\n", "slurm.gpus_per_node: Input should be greater than"),
+    ],
+)
+def test_bad_section_names_file_field_and_fix(tmp_path: Path, body: str, message: str) -> None:
+    path = write(tmp_path, "slurm:\n" + body)
+    with pytest.raises(SlurmConfigError) as error:
+        load_slurm_config(path)
+    assert str(error.value).startswith(f"{path}: slurm.")
+    assert message in str(error.value)
+
+
+def test_time_limit_formats() -> None:
+    for good in ("90", "30:00", "04:00:00", "1-00:00:00", "2-12", "UNLIMITED"):
+        assert SlurmConfig(time_limit=good).time_limit == good
+    for bad in ("1h", "04:00:00:00", "-1", ""):
+        with pytest.raises(ValueError):
+            SlurmConfig(time_limit=bad)
