@@ -22,9 +22,14 @@ class UnknownPlugin(KeyError):
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    """Plug-ins by name. Names match case-insensitively, and an entry's ``alias_fields`` (e.g. a
+    framework's folder, ``PaddlePaddle``) are other spellings users type for the same entry."""
+
+    def __init__(self, kind: str, alias_fields: tuple[str, ...] = ()) -> None:
         self.kind = kind
+        self.alias_fields = alias_fields
         self._entries: dict[str, T] = {}
+        self._spellings: dict[str, str] = {}  # lower-case spelling -> canonical name
 
     def register(self, name: str) -> Callable[[T], T]:
         def decorate(entry: T) -> T:
@@ -36,26 +41,38 @@ class Registry(Generic[T]):
     def add(self, name: str, entry: T) -> T:
         if name in self._entries and self._entries[name] is not entry:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
+        aliases = (getattr(entry, field, None) for field in self.alias_fields)
+        spellings = {name.lower(), *(str(alias).lower() for alias in aliases if alias)}
+        for spelling in spellings:
+            owner = self._spellings.get(spelling, name)
+            if owner != name:  # checked before anything is added: no half-registered entry
+                raise ValueError(f"{self.kind} {name!r}: {spelling!r} already names {owner!r}")
         self._entries[name] = entry
+        self._spellings.update(dict.fromkeys(spellings, name))
         return entry
 
-    def get(self, name: str) -> T:
+    def canonical(self, name: str) -> str:
+        """The registered name for any accepted spelling (``PaddlePaddle`` -> ``paddle``)."""
         try:
-            return self._entries[name]
+            return self._spellings[str(name).lower()]
         except KeyError:
-            raise UnknownPlugin(self.kind, name, self.names()) from None
+            raise UnknownPlugin(self.kind, str(name), self.names()) from None
+
+    def get(self, name: str) -> T:
+        return self._entries[self.canonical(name)]
 
     def names(self) -> list[str]:
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return isinstance(name, str) and name.lower() in self._spellings
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
 
-FRAMEWORKS: Registry = Registry("framework")
+# A framework is also found by its folder and display names (``make resnet50-paddlepaddle``).
+FRAMEWORKS: Registry = Registry("framework", alias_fields=("folder", "display"))
 LAUNCHERS: Registry = Registry("launcher")
 RUNTIMES: Registry = Registry("runtime")
 PARSERS: Registry = Registry("log parser")

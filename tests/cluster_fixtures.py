@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from driver.core.case import Case
+from driver.core.plan import RepeatPlan
 from driver.core.results import Session
 from driver.core.selftest import calibration_cases
 from driver.launchers.base import NodeRank
@@ -109,6 +110,7 @@ class SshNode:
     root: Path
     key: Path  # the client's private key
     process: subprocess.Popen | None = None
+    sftp: bool = True  # False: an sshd without the SFTP subsystem (Fabric's put/get fail)
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -148,7 +150,7 @@ class SshNode:
                     # bash sources ~/.bashrc for commands run by sshd only at shell level 1;
                     # this machine's (pyenv init) would add ~0.3 s to every command.
                     "SetEnv SHLVL=1",
-                    f"Subsystem sftp {SFTP_SERVER}",
+                    f"Subsystem sftp {SFTP_SERVER}" if self.sftp else "",
                     "",
                 ]
             )
@@ -408,7 +410,19 @@ def direct_run(
         commands.append(
             NodeCommand(node=name, argv=argv, env={**rank.environment(), **(env or {})})
         )
-    return runtime.run(commands, directory, timeout_s), directory
+    case = replace(
+        calibration_case(f"{len(argvs)}n{len(argvs)}g"), model="direct", timeout_s=timeout_s
+    )
+    plan = RepeatPlan(
+        case=case,
+        repeat=1,
+        batch_size=8,
+        commands=tuple(commands),
+        repeat_dir=directory,
+        session_root=session.root,
+        parser="dlperf-jsonl",
+    )
+    return runtime.run(plan), directory
 
 
 def records_of(session: Session, case: Case) -> dict[str, dict]:

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from driver.cluster.sshruntime import session_label
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.runtimes.base import Verdict
 from driver.runtimes.docker import DockerRuntime
+from driver.runtimes.ssh import session_label
 from tests.cluster_fixtures import (
     build_image,
     calibration_case,
@@ -70,7 +70,7 @@ def test_two_nodes_run_logs_and_provenance_come_back(
         assert facts["environment"]["python"].startswith("3.")
         # No GPU driver here: NVML's LibraryNotFound is recorded, not raised.
         assert "LibraryNotFound" in facts["environment"]["nvml"]["reason"]
-        assert [c["name"] for c in facts["preflight"]][:3] == ["ssh", "docker", "image"]
+        assert [c["name"] for c in facts["preflight"]][:4] == ["ssh", "sftp", "docker", "image"]
     assert extra["timings"]["prepare_s"] < 1.0  # the second repeat reuses the preparation
     assert session_containers(session_label(session.root)) == []
 
@@ -234,10 +234,14 @@ def test_node_dropping_ssh_mid_repeat_is_node_lost_and_the_rerun_cleans_up(
     ssh_nodes[1].start()
     resumed = replace(long, total_steps=case.total_steps, options=case.options)
     rerun = DockerRuntime(inventory, build_options=image_options)
-    summary = run_cases([resumed], Session.open(tmp_path / "s"), rerun, printer=quiet)
+    lines: list[str] = []
+    summary = run_cases([resumed], Session.open(tmp_path / "s"), rerun, printer=lines.append)
     assert (summary.skipped, summary.finished) == (1, 1)
-    swept = json.loads((session.root / "provenance" / "node1.json").read_text())["swept"]
-    assert swept.startswith("removed containers")
+    # The resume removes the leftover container before anything runs, and says so.
+    assert any(
+        line.startswith("resume: node node1: ended leftovers of this session: removed containers")
+        for line in lines
+    ), lines
     assert session_containers(label) == []
 
 

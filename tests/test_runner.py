@@ -103,3 +103,67 @@ def test_batch_max_search_finds_the_largest_fitting_batch(tmp_path: Path) -> Non
     assert 92 <= record.batch_size <= 100  # bisected down to the 8-sample granularity
     probes = sorted(p.name for p in (session.case_dir(case) / "batch-search").iterdir())
     assert "bs128" in probes  # 16, 32, 64 fit; 128 does not
+
+
+def test_a_batch_search_that_fails_for_another_reason_is_a_verdict_and_the_matrix_goes_on(
+    tmp_path: Path,
+) -> None:
+    # Every probe fails at step 2 (not an out-of-memory): the search cannot decide a batch.
+    base = calibration_cases(0.002, 8, ["1n1g"], repeats=1, measured_steps=3)[0]
+    broken = replace(
+        base, batch_size="max", options={**base.options, "fail_at_step": 2}, variant="broken"
+    )
+    healthy = replace(base, variant="healthy")
+    lines: list[str] = []
+    session = Session.open(tmp_path / "s")
+    summary = run_cases([broken, healthy], session, LocalRuntime(), printer=lines.append)
+    assert [(case_id, verdict) for case_id, _, verdict, _ in summary.failed] == [
+        (broken.id, "failed")
+    ]
+    detail = summary.failed[0][3]
+    assert "batch search" in detail and "batch 16" in detail and "batch-search" in detail
+    assert summary.finished == 1  # the next case still ran
+    assert any("FAILED" in line and broken.id in line for line in lines)
+
+
+class _BrokenRuntime(LocalRuntime):
+    """A runtime whose run raises (a bug, a node vanishing mid-setup)."""
+
+    name = "broken"
+
+    def run(self, plan):  # noqa: ANN001, ANN201
+        raise ConnectionResetError("peer vanished while creating the container")
+
+
+def test_an_exception_inside_a_runtime_becomes_a_verdict_with_the_traceback_kept(
+    tmp_path: Path,
+) -> None:
+    cases = calibration_cases(0.002, 8, ["1n1g", "1n2g"], repeats=1, measured_steps=3)
+    session = Session.open(tmp_path / "s")
+    summary = run_cases(cases, session, _BrokenRuntime(), printer=quiet)
+    assert [verdict for _, _, verdict, _ in summary.failed] == ["failed", "failed"]
+    detail = summary.failed[0][3]
+    assert "ConnectionResetError: peer vanished" in detail and "runtime-error.txt" in detail
+    traceback_file = session.repeat_dir(cases[0], 1) / "runtime-error.txt"
+    assert "Traceback" in traceback_file.read_text()
+    record = json.loads((session.repeat_dir(cases[0], 1) / "record.json").read_text())
+    assert record["verdict"] == "failed"
+
+
+def test_the_runner_hands_the_runtime_the_whole_plan(tmp_path: Path) -> None:
+    seen = []
+
+    class Recording(LocalRuntime):
+        def run(self, plan):  # noqa: ANN001, ANN201
+            seen.append(plan)
+            return super().run(plan)
+
+    case = calibration_cases(0.002, 8, ["2n2g"], repeats=1, measured_steps=3)[0]
+    session = Session.open(tmp_path / "s")
+    assert run_cases([case], session, Recording(), printer=quiet).ok
+    (plan,) = seen
+    assert plan.case == case and plan.repeat == 1 and plan.batch_size == 8
+    assert plan.framework == "calibration" and plan.source == "dlperf"
+    assert plan.repeat_dir == session.repeat_dir(case, 1) and plan.session_root == session.root
+    assert plan.parser == "dlperf-jsonl" and plan.devices_per_node == 1
+    assert [c.node for c in plan.commands] == ["local0", "local1"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from driver.core.case import Case, Topology
-from driver.core.command import parser_for, plan_repeat
+from driver.core.command import node_commands, parser_for
 from driver.core.matrix import Overrides, apply_overrides, load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.frontend.cli import main
@@ -194,7 +194,7 @@ def test_matrix_cases_render_for_four_nodes(spec: SourceSpec) -> None:
     for case in cases:
         assert parser_for(case) == spec.parser
         batch = int(case.batch_size) if case.batch_size != "max" else 1
-        commands = plan_repeat(case, LocalRuntime(), batch_size=batch, master_port=29500)
+        commands = node_commands(case, LocalRuntime(), batch, master_port=29500)
         assert [c.node for c in commands] == ["local0", "local1", "local2", "local3"]
         for node_rank, command in enumerate(commands):
             assert command.argv[:2] == ["sh", "-c"] and command.workdir == spec.workdir

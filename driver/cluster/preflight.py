@@ -1,9 +1,10 @@
 """Pre-flight: every node checked in parallel before anything starts on any of them.
 
-docker runtime: SSH reachable, docker answers, the image (by digest) present, devices
-visible, free disk in the scratch folder, the data folder there. process runtime: SSH, the
-node's Python and the framework importable with it, devices, disk, data. A failed check names
-the node, the check and what to do.
+docker runtime: SSH reachable, its SFTP subsystem (Fabric copies the code and fetches every log
+with it), docker answers, the image (by digest) present, devices visible, free disk in the
+scratch folder, the data folder there. process runtime: SSH, SFTP, the node's Python and the
+framework importable with it, devices, disk, data. A failed check names the node, the check
+and what to do.
 """
 
 from __future__ import annotations
@@ -33,12 +34,40 @@ class Check:
         return f"{self.node:<12} {self.name:<8} {'ok' if self.ok else 'FAIL':<5} {self.detail}"
 
 
+def _sftp(remote: Remote) -> Check:
+    """Fabric's put/get (code bundle, every log) need the sshd's SFTP subsystem; without it a
+    run would fail later with a misleading 'Channel closed'."""
+    name = remote.node.name
+    try:
+        client = remote.connection().sftp()
+        client.stat(".")
+    except NodeUnreachable:
+        raise
+    except Exception as error:  # noqa: BLE001 - any SFTP failure is this check's verdict
+        return Check(
+            name,
+            "sftp",
+            False,
+            f"the SFTP subsystem does not answer ({type(error).__name__}: {error}); the kit "
+            "copies its code and fetches logs over SFTP: add `Subsystem sftp internal-sftp` "
+            "(or the sftp-server path) to the node's sshd_config and reload sshd",
+        )
+    return Check(name, "sftp", True, "SFTP subsystem answers")
+
+
 def _devices(remote: Remote, needed: int, variant: str) -> Check:
     name = remote.node.name
     if variant == "gpu":
         result = remote.run("nvidia-smi -L", timeout=30)
         if not result.ok:
-            return Check(name, "devices", False, f"nvidia-smi -L failed: {result.why()}")
+            return Check(
+                name,
+                "devices",
+                False,
+                f"nvidia-smi -L failed: {result.why()}; a GPU node needs the NVIDIA driver "
+                "(and the container toolkit for docker); a node without GPUs needs "
+                "`container: {variant: cpu}` in the inventory",
+            )
         count = sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
         what = "GPUs visible to nvidia-smi"
     else:
@@ -80,6 +109,7 @@ def check_node(
         checks.append(
             Check(node.name, "ssh", result.ok, f"{node.ssh.user}@{node.address}:{node.ssh.port}")
         )
+        checks.append(_sftp(remote))
         if kind == "docker":
             version = remote.run_argv(
                 remote.docker("version", "--format", "{{.Server.Version}}"), timeout=30
@@ -117,7 +147,10 @@ def check_node(
                     node.name,
                     "python",
                     version.ok,
-                    f"{python} {version.stdout.strip()}" if version.ok else version.why(),
+                    f"{python} {version.stdout.strip()}"
+                    if version.ok
+                    else f"{version.why()}; set the node's `python: {{default: ...}}` (or one per "
+                    "framework) in the inventory to an interpreter that exists there",
                 )
             )
             module = FRAMEWORK_MODULES.get(framework or "")
@@ -132,7 +165,11 @@ def check_node(
                         node.name,
                         "framework",
                         found.ok,
-                        f"{module} importable" if found.ok else f"{python} cannot import {module}",
+                        f"{module} importable"
+                        if found.ok
+                        else f"{python} cannot import {module}: install the framework there "
+                        f"(its requirements-cpu.txt) or point `python: {{{framework}: ...}}` "
+                        "at an environment that has it",
                     )
                 )
         checks.append(_devices(remote, devices or node.devices, node.container.variant))
@@ -141,7 +178,16 @@ def check_node(
             found = remote.run_argv(["test", "-d", node.data_dir])
             checks.append(Check(node.name, "data", found.ok, node.data_dir))
     except NodeUnreachable as error:
-        checks.append(Check(node.name, "ssh", False, error.detail))
+        checks.append(
+            Check(
+                node.name,
+                "ssh",
+                False,
+                f"{error.detail}; check the node's address, ssh.port, ssh.user and ssh.key in "
+                f"the inventory (try `ssh -p {node.ssh.port} {node.ssh.user}@{node.address} "
+                "true`)",
+            )
+        )
     return checks
 
 

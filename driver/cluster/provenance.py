@@ -139,14 +139,6 @@ def summary(facts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def session_root(repeat_dir: Path) -> Path:
-    """The session folder holding ``repeat_dir`` (the one with session.json)."""
-    for parent in [repeat_dir, *repeat_dir.parents]:
-        if (parent / "session.json").exists():
-            return parent
-    return repeat_dir.parent
-
-
 def write(root: Path, node: str, facts: dict[str, Any]) -> Path:
     folder = root / "provenance"
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from driver.core.case import Case
-from driver.core.command import plan_repeat
+from driver.core.plan import plan_repeat
 from driver.core.results import Session, write_json
 from driver.runtimes.base import Runtime, Verdict
 
@@ -18,6 +18,14 @@ PROBE_STEPS = 3
 START = 16
 CEILING = 4096  # on CPU nothing runs out of memory early; stop there
 GRANULARITY = 8
+
+
+class BatchSearchFailed(Exception):
+    """A probe failed for another reason than memory: the case ends with this verdict."""
+
+    def __init__(self, verdict: Verdict, detail: str) -> None:
+        super().__init__(detail)
+        self.verdict, self.detail = verdict, detail
 
 
 def _fits(case: Case, session: Session, runtime: Runtime, batch: int) -> bool:
@@ -30,17 +38,23 @@ def _fits(case: Case, session: Session, runtime: Runtime, batch: int) -> bool:
 
             return json.loads(verdict_file.read_text())["verdict"] == "ok"
     directory.mkdir(parents=True, exist_ok=True)
-    outcome = runtime.run(
-        plan_repeat(probe_case, runtime, batch_size=batch), directory, case.timeout_s
+    plan = plan_repeat(
+        probe_case,
+        runtime,
+        batch_size=batch,
+        repeat_dir=directory,
+        session_root=session.root,
+        probe=True,
     )
-    from driver.core.runner import refine_verdict
+    from driver.core.runner import run_plan
 
-    verdict = refine_verdict(outcome, directory)
+    outcome, verdict = run_plan(plan, runtime)
     write_json(directory / "verdict.json", {"verdict": verdict.value, "detail": outcome.detail})
     if verdict not in (Verdict.OK, Verdict.OOM):
-        raise RuntimeError(
-            f"batch probe {batch} failed for another reason than memory: "
-            f"{verdict.value} {outcome.detail} (log: {directory})"
+        raise BatchSearchFailed(
+            verdict,
+            f"batch search: the probe at batch {batch} failed for another reason than memory: "
+            f"{outcome.detail or verdict.value} (log: {directory})",
         )
     return verdict == Verdict.OK
 

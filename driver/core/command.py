@@ -1,4 +1,6 @@
-"""From a case to the command of every node: one function for every framework."""
+"""From a case to the command of every node: one function for every framework.
+
+``driver.core.plan`` wraps these commands into the repeat plan a runtime receives."""
 
 from __future__ import annotations
 
@@ -63,8 +65,8 @@ def free_port(address: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-def plan_repeat(
-    case: Case, runtime: Runtime, *, batch_size: int | None = None, master_port: int | None = None
+def node_commands(
+    case: Case, runtime: Runtime, batch_size: int, *, master_port: int | None = None
 ) -> list[NodeCommand]:
     """The command each node runs for one repeat of ``case``, with its rank environment."""
     load_all()
@@ -73,11 +75,10 @@ def plan_repeat(
     nodes = runtime.node_addresses(case.topology.nodes)
     master_addr = nodes[0][1]
     port = master_port or free_port(master_addr if master_addr.startswith("127.") else "127.0.0.1")
-    if case.batch_size == "max" and batch_size is None:
-        raise ValueError(f"{case.id}: batch 'max' must be resolved before planning")
-    batch = int(batch_size if batch_size is not None else case.batch_size)
-    argv = script_argv(case, framework, batch)
+    argv = script_argv(case, framework, batch_size)
     source = SOURCES.get(case.source)() if case.source != "dlperf" else None
+    # The runtime's own environment (the local venv's LD_LIBRARY_PATH), then the rank's.
+    base_env = {**framework.env, **runtime.environment(framework)}
     commands = []
     for node_rank, (name, _address) in enumerate(nodes):
         rank = NodeRank(
@@ -88,15 +89,9 @@ def plan_repeat(
             master_port=port,
             node_addrs=tuple(address for _, address in nodes),
         )
-        # Runtimes may add environment of their own (the local venv's LD_LIBRARY_PATH).
-        runtime_env = getattr(runtime, "environment", None)
-        env = {
-            **framework.env,
-            **(runtime_env(framework) if runtime_env else {}),
-            **rank.environment(),
-        }
+        env = {**base_env, **rank.environment()}
         if source is not None:  # upstream code: its own launcher, inside its own image
-            node_argv, workdir = source.command(case, rank, batch), source.workdir
+            node_argv, workdir = source.command(case, rank, batch_size), source.workdir
         else:
             node_argv = launcher.command(runtime.python(framework), argv, rank)
             workdir = runtime.workdir()

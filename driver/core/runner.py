@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.case import Case
-from driver.core.command import parser_for, plan_repeat
 from driver.core.measure import Window, measure_repeat
+from driver.core.plan import RepeatPlan, plan_repeat
+from driver.core.progress import Progress
 from driver.core.results import RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
@@ -71,6 +73,34 @@ def cache_drop_status(logs: dict[str, str]) -> dict[str, str]:
     return status
 
 
+RUNTIME_ERROR_LOG = "runtime-error.txt"
+
+
+def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict]:
+    """Run one plan; whatever goes wrong in the runtime ends as a verdict, never a traceback.
+
+    A runtime reports failing commands as verdicts itself; an exception escaping it (a node
+    that vanished mid-setup, a bug) becomes a FAILED verdict naming the error, with the
+    traceback kept beside the logs for whoever debugs it. Ctrl-C still propagates.
+    """
+    try:
+        outcome = runtime.run(plan)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as error:  # noqa: BLE001 - the verdict names it; the traceback is kept
+        import traceback
+
+        now = time.time()
+        plan.repeat_dir.mkdir(parents=True, exist_ok=True)
+        (plan.repeat_dir / RUNTIME_ERROR_LOG).write_text(traceback.format_exc())
+        detail = (
+            f"the {runtime.name} runtime failed: {type(error).__name__}: {error} "
+            f"(traceback: {plan.repeat_dir / RUNTIME_ERROR_LOG})"
+        )
+        outcome = RepeatOutcome(Verdict.FAILED, [], now, now, detail)
+    return outcome, refine_verdict(outcome, plan.repeat_dir)
+
+
 def evaluate(
     case: Case, parser_name: str, repeat_dir: Path, batch_size: int
 ) -> tuple[dict[str, Any], dict]:
@@ -93,18 +123,25 @@ def run_repeat(
     batch_size: int,
     extra: dict[str, Any] | None = None,
 ) -> RepeatRecord:
-    parser_name = parser_for(case)
-    commands = plan_repeat(case, runtime, batch_size=batch_size)
     directory = session.fresh_repeat_dir(case, repeat)
+    plan = plan_repeat(
+        case,
+        runtime,
+        batch_size=batch_size,
+        repeat_dir=directory,
+        session_root=session.root,
+        repeat=repeat,
+    )
+    parser_name = plan.parser
     interrupted = False
     try:
-        outcome = runtime.run(commands, directory, case.timeout_s)
+        outcome, verdict = run_plan(plan, runtime)
     except KeyboardInterrupt:
         interrupted = True
         now = time.time()
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
+        verdict = outcome.verdict
     measurement, header, detail = None, {}, outcome.detail
-    verdict = refine_verdict(outcome, directory)
     if verdict == Verdict.OK:
         try:
             measurement, header = evaluate(case, parser_name, directory, batch_size)
@@ -118,7 +155,8 @@ def run_repeat(
         started_at=outcome.started_at,
         finished_at=outcome.finished_at,
         commands=[
-            {"node": c.node, "argv": c.argv, "env": c.env, "workdir": c.workdir} for c in commands
+            {"node": c.node, "argv": c.argv, "env": c.env, "workdir": c.workdir}
+            for c in plan.commands
         ],
         exit_codes={n.node: n.exit_code for n in outcome.nodes},
         logs=sorted(p.name for p in directory.glob("node*.log")),
@@ -144,36 +182,55 @@ def run_cases(
     *,
     printer: Printer = print,
     batch_resolver: Callable[[Case], int] | None = None,
+    progress: str = "auto",
 ) -> RunSummary:
+    """Run every repeat of every case into ``session``; ``progress``: auto (a rich bar on a
+    terminal, plain lines elsewhere), plain, rich or off (lines without the summary)."""
     load_all()
     summary = RunSummary()
-    for index, case in enumerate(cases, start=1):
-        session.save_case(case)
-        batch = _resolve_batch(case, session, runtime, printer, batch_resolver)
-        if batch is None:
-            summary.failed.append((case.id, 0, "oom", "no batch size fits"))
-            continue
-        for repeat in range(1, case.repeats + 1):
-            prefix = f"[case {index}/{len(cases)} {case.id}] repeat {repeat}/{case.repeats}"
-            done = session.finished(case, repeat)
-            if done:
-                summary.skipped += 1
-                printer(f"{prefix}: already finished ({done.throughput:.2f} samples/s), skipped")
+    for message in runtime.clean_leftovers(session.root):
+        printer(f"resume: {message}")
+    with Progress(cases, printer, progress) as report:
+        tracker = report.tracker
+        for index, case in enumerate(cases, start=1):
+            where = f"[case {index}/{len(cases)} {case.id}]"
+            session.save_case(case)
+            try:
+                batch = _resolve_batch(case, session, runtime, printer, batch_resolver)
+            except BatchSearchFailed as failure:
+                summary.failed.append((case.id, 0, failure.verdict.value, failure.detail))
+                tracker.stopped(case)
+                report.line(f"{where} {failure.verdict.value.upper()}: {failure.detail}")
+                continue  # the matrix goes on
+            if batch is None:
+                summary.failed.append((case.id, 0, "oom", "no batch size fits"))
+                tracker.stopped(case)
+                report.line(f"{where} OOM: no batch size fits")
                 continue
-            record = run_repeat(case, repeat, session, runtime, batch)
-            if record.ok:
-                summary.finished += 1
-                printer(
-                    f"{prefix}: {record.throughput:.2f} samples/s "
-                    f"({record.finished_at - record.started_at:.1f} s)"
-                )
-            else:
-                summary.failed.append((case.id, repeat, record.verdict, record.detail))
-                printer(
-                    f"{prefix}: {record.verdict.upper()}: {record.detail} "
-                    f"(log: {session.repeat_dir(case, repeat)})"
-                )
-                break  # the case's remaining repeats wait for a resume; the matrix goes on
+            for repeat in range(1, case.repeats + 1):
+                prefix = f"{where} repeat {repeat}/{case.repeats}"
+                done = session.finished(case, repeat)
+                if done:
+                    summary.skipped += 1
+                    tracker.skipped(case)
+                    report.line(
+                        f"{prefix}: already finished ({done.throughput:.2f} samples/s), skipped"
+                    )
+                    continue
+                record = run_repeat(case, repeat, session, runtime, batch)
+                wall_s = record.finished_at - record.started_at
+                if record.ok:
+                    summary.finished += 1
+                    tracker.finished(case, wall_s)
+                    report.line(f"{prefix}: {record.throughput:.2f} samples/s ({wall_s:.1f} s)")
+                else:
+                    summary.failed.append((case.id, repeat, record.verdict, record.detail))
+                    tracker.stopped(case)
+                    report.line(
+                        f"{prefix}: {record.verdict.upper()}: {record.detail} "
+                        f"(log: {session.repeat_dir(case, repeat)})"
+                    )
+                    break  # the case's remaining repeats wait for a resume; the matrix goes on
     return summary
 
 
@@ -191,8 +248,6 @@ def _resolve_batch(
         import json
 
         return json.loads(path.read_text())["batch_size"]
-    from driver.core.batchsearch import search_max_batch
-
     found = (resolver or (lambda c: search_max_batch(c, session, runtime, printer)))(case)
     if found is not None:
         write_json(path, {"batch_size": found})

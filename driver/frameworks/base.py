@@ -46,7 +46,3 @@ class Framework:
     @property
     def cpu_requirements(self) -> Path:
         return self.path / "requirements-cpu.txt"
-
-    @property
-    def script_path(self) -> Path:
-        return REPO_ROOT / self.script

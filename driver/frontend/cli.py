@@ -68,21 +68,22 @@ def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
     return DLPERF_PROFILE, "GPUs or a cluster present: the DLPerf protocol"
 
 
-def make_runtime(kind: str, inventory: str | None):  # noqa: ANN201
-    if kind == "local":
-        from driver.runtimes.local import LocalRuntime
+def make_runtime(kind: str, inventory: str | None, **options: object):  # noqa: ANN201
+    """The runtime ``--runtime`` names, from its registry, or a clear exit 2."""
+    from driver.cluster.inventory import InventoryError
+    from driver.runtimes.base import RuntimeConfigError
+    from driver.runtimes.base import make_runtime as build
 
-        return LocalRuntime()
     try:
-        cluster_cli = importlib.import_module("driver.frontend.cluster_cli")
-    except ModuleNotFoundError:
-        raise SystemExit(f"--runtime {kind}: cluster support is not installed") from None
-    return cluster_cli.make_runtime(kind, inventory)
+        return build(kind, inventory=inventory, **options)
+    except (RuntimeConfigError, UnknownPlugin, InventoryError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from driver.core.command import plan_repeat
     from driver.core.envs import ensure_env
+    from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables
     from driver.core.results import Session
     from driver.core.runner import run_cases
@@ -132,8 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"{case.id}  x{case.repeats}  (warm-up {case.warmup_steps}, "
                 f"measured {case.measured_steps}{note})"
             )
-            commands = plan_repeat(case, runtime, batch_size=int(batch), master_port=29500)
-            for line in runtime.describe(case.framework, case.source, commands):
+            for line in runtime.describe(dry_run_plan(case, runtime, int(batch))):
                 print(f"    {line}")
         return 0
     if args.runtime == "local":
@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         probe_topologies(session.root, runtime, [case.topology for case in cases])
     try:
-        summary = run_cases(cases, session, runtime)
+        summary = run_cases(cases, session, runtime, progress=args.progress)
     except KeyboardInterrupt:
         print(
             f"interrupted; finished repeats are kept in {session.root}; rerun with "
@@ -248,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--measured-steps", type=int)
     run.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
     run.add_argument("--runtime", default="local", help="local, docker or process")
+    run.add_argument(
+        "--progress",
+        choices=("auto", "plain", "rich"),
+        default="auto",
+        help="a progress bar with ETA on a terminal (auto), or one line per repeat with the "
+        "ETA (plain: CI logs)",
+    )
     run.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     run.add_argument("--results", default=str(DEFAULT_RESULTS))
     run.add_argument("--session", help="session name; an existing one is resumed")

@@ -1,7 +1,7 @@
 """Cluster sub-commands of ``dlperf``: ``images base|build|lock|push|list`` and ``preflight``.
 
-``driver.frontend.cli`` calls :func:`add_subcommands` and, for ``--runtime docker|process``,
-:func:`make_runtime`. Heavy imports (fabric, docker) happen inside the commands.
+``driver.frontend.cli`` calls :func:`add_subcommands`; runtimes come from the registry through
+``driver.frontend.cli.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
 """
 
 from __future__ import annotations
@@ -11,30 +11,6 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-
-RUNTIME_KINDS = ("local", "docker", "process")
-
-
-def make_runtime(kind: str, inventory_path: str | None) -> Any:
-    """A Runtime for ``--runtime``: local, or docker / process over the inventory's nodes."""
-    if kind == "local":
-        from driver.runtimes.local import LocalRuntime
-
-        return LocalRuntime()
-    if kind not in RUNTIME_KINDS:
-        raise SystemExit(f"--runtime {kind!r}: allowed values: {', '.join(RUNTIME_KINDS)}")
-    if not inventory_path:
-        raise SystemExit(f"--runtime {kind} needs --inventory FILE (see docs/clusters.md)")
-    from driver.cluster.inventory import load_inventory
-
-    inventory = load_inventory(inventory_path)
-    if kind == "docker":
-        from driver.runtimes.docker import DockerRuntime
-
-        return DockerRuntime(inventory)
-    from driver.runtimes.process import ProcessRuntime
-
-    return ProcessRuntime(inventory)
 
 
 def _build_options(args: argparse.Namespace) -> Any:
@@ -181,11 +157,14 @@ def _shared_variant(name: str) -> str | None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
+    from driver.frontend.cli import make_runtime
+    from driver.registry import FRAMEWORKS, UnknownPlugin
 
     try:
         runtime = make_runtime(args.runtime, args.inventory)
-        checks, _images = runtime.preflight(runtime.remotes, args.framework, args.devices)
-    except _errors() as error:
+        framework = FRAMEWORKS.canonical(args.framework)
+        checks, _images = runtime.preflight(runtime.remotes, framework, args.devices)
+    except (*_errors(), UnknownPlugin) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(report(checks))

@@ -18,13 +18,16 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver.core.case import Topology
 from driver.core.command import free_port
 from driver.core.results import write_json
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import NodeCommand, Runtime, Verdict
+
+if TYPE_CHECKING:
+    from driver.core.plan import RepeatPlan
 
 PROBE_DIR = "probes"
 SCRIPT = "driver/probes/allreduce.py"
@@ -127,6 +130,39 @@ def probe_commands(
     return commands
 
 
+def probe_plan(
+    topology: Topology,
+    commands: list[NodeCommand],
+    folder: Path,
+    session_root: Path,
+    timeout_s: float,
+) -> RepeatPlan:
+    """The probe as a repeat plan: PyTorch's environment (image, interpreter) on every node."""
+    from driver.core.case import Case
+    from driver.core.plan import RepeatPlan
+
+    case = Case(
+        model="allreduce-probe",
+        framework="pytorch",
+        topology=topology,
+        batch_size=1,
+        precision="fp32",
+        dataset="synthetic",
+        timeout_s=timeout_s,
+        profile="probe",
+    )
+    return RepeatPlan(
+        case=case,
+        repeat=0,
+        batch_size=1,
+        commands=tuple(commands),
+        repeat_dir=folder,
+        session_root=session_root,
+        parser="allreduce-probe",  # read by parse_probe_log, not a registered step-log parser
+        probe=True,
+    )
+
+
 def default_python(runtime: Runtime) -> str:
     """The PyTorch framework's interpreter in ``runtime``; locally, this one if that is absent."""
     from driver.plugins import load_all
@@ -163,7 +199,7 @@ def run_allreduce_probe(
     folder.mkdir(parents=True)
     args = ["--sizes-mb", sizes_mb, "--iters", str(iters), "--warmup", str(warmup)]
     commands = probe_commands(runtime, topo, python or default_python(runtime), args)
-    outcome = runtime.run(commands, folder, timeout_s)
+    outcome = runtime.run(probe_plan(topo, commands, folder, Path(session_root), timeout_s))
     if outcome.verdict != Verdict.OK:
         raise ProbeError(f"probe {topology}: {outcome.verdict.value} {outcome.detail} ({folder})")
     result = parse_probe_log((folder / "node0.log").read_text(errors="replace"))

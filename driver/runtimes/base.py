@@ -1,9 +1,10 @@
 """The runtime plug-in interface.
 
-A runtime executes one repeat of one case: a command per node, started together, each node's
+A runtime executes one repeat of one case, given as a whole typed plan
+(``driver.core.plan.RepeatPlan``): a command per node, started together, each node's
 stdout+stderr written to its own raw log under the repeat folder, all stopped on the first
-failure or on the timeout, nothing left running afterwards. Registered in
-``driver.registry.RUNTIMES``.
+failure or on the timeout, nothing left running afterwards. Runtimes register in
+``driver.registry.RUNTIMES`` and are built only through :func:`make_runtime`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from driver.registry import RUNTIMES
+
 if TYPE_CHECKING:
+    from driver.core.plan import RepeatPlan
     from driver.frameworks.base import Framework
 
 
@@ -65,10 +69,6 @@ class RepeatOutcome:
     detail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # runtime facts (image digest, ...)
 
-    @property
-    def wall_s(self) -> float:
-        return self.finished_at - self.started_at
-
 
 class Runtime(Protocol):
     name: str
@@ -82,17 +82,53 @@ class Runtime(Protocol):
         """The interpreter that runs ``framework``'s scripts in this runtime."""
         ...
 
+    def environment(self, framework: Framework) -> dict[str, str]:
+        """Environment this runtime adds to every node command of ``framework`` (may be {})."""
+        ...
+
     def workdir(self) -> str:
         """The repository root as the node's processes see it (scripts are relative to it)."""
         ...
 
-    def describe(self, framework: str, source: str, commands: list[NodeCommand]) -> list[str]:
-        """One line per node: what a repeat of these commands runs there (``--dry-run``)."""
+    def describe(self, plan: RepeatPlan) -> list[str]:
+        """One line per node: what a repeat of this plan runs there (``--dry-run``)."""
         ...
 
-    def run(self, commands: list[NodeCommand], repeat_dir: Path, timeout_s: float) -> RepeatOutcome:
+    def run(self, plan: RepeatPlan) -> RepeatOutcome:
         """Run every node's command to completion (or failure/timeout); never raises for a
         failing command: the failure is the verdict. Must leave no process/container behind,
-        also when interrupted (KeyboardInterrupt is re-raised after cleanup, with the outcome
-        written first)."""
+        also when interrupted (KeyboardInterrupt is re-raised after cleanup)."""
         ...
+
+    def clean_leftovers(self, session_root: Path) -> list[str]:
+        """End what an earlier, killed run of this session left running (processes,
+        containers); one message per leftover ended. Called before a session (re)starts."""
+        ...
+
+
+class RuntimeConfigError(ValueError):
+    """A runtime cannot be built from what the command line gave (clear, one line)."""
+
+
+def make_runtime(name: str, *, inventory: Path | str | None = None, **options: Any) -> Runtime:
+    """The runtime registered as ``name``, built with its options.
+
+    Runtimes that place work on other hosts declare ``needs_inventory = True`` and get the
+    cluster file; the local runtime refuses one rather than silently ignoring it.
+    """
+    from driver.plugins import load_all
+
+    load_all()
+    runtime_class = RUNTIMES.get(name)
+    if getattr(runtime_class, "needs_inventory", False):
+        if not inventory:
+            raise RuntimeConfigError(
+                f"--runtime {name} needs --inventory FILE (the cluster file; see docs/clusters.md)"
+            )
+        return runtime_class(inventory, **options)
+    if inventory:
+        raise RuntimeConfigError(
+            f"--runtime {name} runs on this host and takes no --inventory; "
+            "use --runtime docker, process or slurm for a cluster file"
+        )
+    return runtime_class(**options)

@@ -19,8 +19,8 @@ from typing import Any
 
 from driver.cluster.inventory import Inventory, Node
 from driver.cluster.remote import Remote, shell
-from driver.cluster.sshruntime import Launch, Prepared, SshRuntime
 from driver.registry import RUNTIMES
+from driver.runtimes.ssh import Launch, Prepared, SshRuntime
 
 WORKDIR = "/dlperf"
 

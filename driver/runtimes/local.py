@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.registry import RUNTIMES
@@ -24,6 +25,9 @@ from driver.runtimes.base import (
     Verdict,
     command_line,
 )
+
+if TYPE_CHECKING:
+    from driver.core.plan import RepeatPlan
 
 EXIT_OOM = 86  # the benchmark scripts' exit code for out-of-memory
 POLL_S = 0.05
@@ -194,8 +198,13 @@ class LocalRuntime:
     def workdir(self) -> str:
         return str(REPO_ROOT)
 
-    def describe(self, framework: str, source: str, commands: list[NodeCommand]) -> list[str]:
-        return [command_line(command) for command in commands]
+    def describe(self, plan: RepeatPlan) -> list[str]:
+        return [command_line(command) for command in plan.commands]
 
-    def run(self, commands: list[NodeCommand], repeat_dir: Path, timeout_s: float) -> RepeatOutcome:
-        return run_process_group(commands, repeat_dir, timeout_s, telemetry=True)
+    def run(self, plan: RepeatPlan) -> RepeatOutcome:
+        return run_process_group(
+            list(plan.commands), plan.repeat_dir, plan.timeout_s, telemetry=not plan.probe
+        )
+
+    def clean_leftovers(self, session_root: Path) -> list[str]:
+        return []

@@ -16,8 +16,8 @@ from typing import Any
 
 from driver.cluster.code import code_dir, make_bundle
 from driver.cluster.remote import Remote, shell
-from driver.cluster.sshruntime import Launch, Prepared, SshRuntime
 from driver.registry import RUNTIMES
+from driver.runtimes.ssh import Launch, Prepared, SshRuntime
 
 GRACE_S = 5
 

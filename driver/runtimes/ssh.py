@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver.cluster import provenance
 from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle, sync_code
@@ -43,6 +43,9 @@ from driver.runtimes.base import (
     RepeatOutcome,
     Verdict,
 )
+
+if TYPE_CHECKING:
+    from driver.core.plan import RepeatPlan
 
 EXIT_OOM = 86  # the benchmark scripts' exit code for out-of-memory
 POLL_S = 0.05
@@ -97,37 +100,6 @@ def session_label(root: Path) -> str:
     return f"{slug(root.name, 40)}-{digest}"
 
 
-def case_of(repeat_dir: Path, root: Path) -> tuple[str, str]:
-    """(case id, repeat folder) of a repeat folder inside a session."""
-    try:
-        case_id = str(repeat_dir.parent.relative_to(root / "cases"))
-    except ValueError:
-        case_id = repeat_dir.parent.name
-    return case_id, repeat_dir.name
-
-
-def framework_of(repeat_dir: Path, commands: list[NodeCommand]) -> tuple[str, str]:
-    """(framework, source) of the case: from case.json beside the repeat, else from the
-    script path (a bare command: the calibration framework, whose image has just Python)."""
-    # repeat-NN/ sits in the case folder; a batch-size probe one level deeper.
-    for case_file in (repeat_dir.parent / "case.json", repeat_dir.parent.parent / "case.json"):
-        if case_file.exists():
-            try:
-                data = json.loads(case_file.read_text())
-                return str(data["framework"]), str(data.get("source", "dlperf"))
-            except (ValueError, KeyError):
-                pass
-    from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
-
-    load_all()
-    argv = [a for c in commands for a in c.argv]
-    for name in FRAMEWORKS.names():
-        if FRAMEWORKS.get(name).script in argv:
-            return name, "dlperf"
-    return "calibration", "dlperf"
-
-
 RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
 
 
@@ -135,6 +107,7 @@ class SshRuntime:
     """Base of the runtimes that reach nodes over SSH; see the module docstring."""
 
     name = "ssh"
+    needs_inventory = True  # make_runtime hands it the cluster file
     kind = "ssh"  # preflight flavour: docker | process
     runs_sources = False  # upstream sources bring their code in their image: docker only
 
@@ -159,7 +132,7 @@ class SshRuntime:
             )
         return [(node.name, node.collective_address) for node in nodes[:count]]
 
-    def environment(self, framework: Any) -> dict[str, str]:  # noqa: ARG002 - plan_repeat hook
+    def environment(self, framework: Any) -> dict[str, str]:  # noqa: ARG002 - protocol
         return {}
 
     def workdir(self) -> str:
@@ -169,13 +142,14 @@ class SshRuntime:
         raise NotImplementedError
 
     # -- --dry-run ---------------------------------------------------------------------------
-    def describe(self, framework: str, source: str, commands: list[NodeCommand]) -> list[str]:
+    def describe(self, plan: RepeatPlan) -> list[str]:
         """Per node, the SSH target and the command it would run there, exactly as a run
         sends it (the run name is made per repeat; the image as its planned tag)."""
         bundle = make_bundle()
         lines = []
+        framework, source = plan.framework, plan.source
         for index, (command, remote) in enumerate(
-            zip(commands, self.remotes_for(commands), strict=True)
+            zip(plan.commands, self.remotes_for(plan.commands), strict=True)
         ):
             node = remote.node
             code = code_dir(node.scratch_dir, bundle)
@@ -218,7 +192,7 @@ class SshRuntime:
         raise NotImplementedError
 
     # -- preparing -------------------------------------------------------------------------
-    def remotes_for(self, commands: list[NodeCommand]) -> list[Remote]:
+    def remotes_for(self, commands: tuple[NodeCommand, ...]) -> list[Remote]:
         by_name = {remote.node.name: remote for remote in self.remotes}
         missing = [c.node for c in commands if c.node not in by_name]
         if missing:
@@ -337,14 +311,30 @@ class SshRuntime:
             env[key] = command.env[key]  # the rank environment is the driver's, never overridden
         return env
 
-    def run(self, commands: list[NodeCommand], repeat_dir: Path, timeout_s: float) -> RepeatOutcome:
+    def clean_leftovers(self, session_root: Path) -> list[str]:
+        """Before a session (re)starts: remove what an earlier, killed run of it left on any
+        node (containers or process groups labelled with this session), saying what."""
+        label = session_label(session_root)
+        messages = []
+        for remote, removed, error in parallel(self.remotes, lambda r: self.sweep(r, label)):
+            if error is not None:
+                self._dirty.add(remote.node.name)  # swept again when the node is prepared
+                continue
+            if removed.strip():
+                messages.append(
+                    f"node {remote.node.name}: ended leftovers of this session: {removed.strip()}"
+                )
+        return messages
+
+    def run(self, plan: RepeatPlan) -> RepeatOutcome:
         started = time.time()
-        root = provenance.session_root(repeat_dir)
+        root, repeat_dir, timeout_s = plan.session_root, plan.repeat_dir, plan.timeout_s
         label = session_label(root)
-        case_id, repeat_name = case_of(repeat_dir, root)
-        framework, source = framework_of(repeat_dir, commands)
+        case_id, repeat_name = plan.case_id, repeat_dir.name
+        framework, source = plan.framework, plan.source
+        commands = plan.commands
         remotes = self.remotes_for(commands)
-        devices = max((self._devices_of(c) for c in commands), default=1)
+        devices = plan.devices_per_node
         timings: dict[str, float] = {}
         extra: dict[str, Any] = {"session_label": label, "timings": timings}
         launches: list[Launch] = []
@@ -425,13 +415,6 @@ class SshRuntime:
             )
             raise KeyboardInterrupt
         return outcome
-
-    @staticmethod
-    def _devices_of(command: NodeCommand) -> int:
-        try:
-            return int(command.env.get("DLPERF_NPROC_PER_NODE", "1"))
-        except ValueError:
-            return 1
 
     def _run_facts(self, prepared: Prepared, remotes: list[Remote]) -> dict[str, Any]:
         return {

@@ -1,0 +1,121 @@
+"""The SSH runtimes' watch state machine, on fake nodes: which event ends a repeat, and how.
+
+The real-sshd tests (test_cluster_process.py, test_cluster_docker.py) run these paths end to
+end; here each transition is driven exactly: a node's exit, a dropped connection, a silent
+sshd, the timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from driver.runtimes.base import NodeCommand, Verdict
+from driver.runtimes.ssh import EXIT_OOM, Launch, SshRuntime
+
+
+@dataclass
+class FakeChannel:
+    status: int | None = None  # None: still running
+
+    def exit_status_ready(self) -> bool:
+        return self.status is not None
+
+    def recv_exit_status(self) -> int:
+        assert self.status is not None
+        return self.status
+
+
+@dataclass
+class FakeNode:
+    name: str
+
+
+@dataclass
+class FakeRemote:
+    node: FakeNode
+    up: bool = True
+    silence_s: float = 0.0
+    beats: int = 0
+    closed: bool = field(default=False)
+
+    def alive(self) -> bool:
+        return self.up
+
+    def heartbeat(self) -> None:
+        self.beats += 1
+
+    def silent_for(self) -> float:
+        return self.silence_s
+
+    def reset_silence(self) -> None:
+        self.silence_s = 0.0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def launches(*statuses: int | None) -> list[Launch]:
+    out = []
+    for index, status in enumerate(statuses):
+        remote = FakeRemote(FakeNode(f"node{index}"))
+        launch = Launch(index, remote, NodeCommand(f"node{index}", ["true"]), f"run{index}", "/x")
+        launch.channel = FakeChannel(status)
+        out.append(launch)
+    return out
+
+
+def watch(items: list[Launch], timeout_s: float = 5.0) -> tuple[Verdict, str]:
+    runtime = SshRuntime.__new__(SshRuntime)  # no inventory needed for the state machine
+    runtime._dirty = set()
+    return runtime._watch(items, timeout_s)
+
+
+def test_every_node_exiting_zero_is_ok() -> None:
+    assert watch(launches(0, 0)) == (Verdict.OK, "")
+
+
+def test_the_first_failing_node_names_the_verdict() -> None:
+    verdict, detail = watch(launches(0, 3))
+    assert verdict == Verdict.FAILED and detail == "node node1: exit 3"
+
+
+def test_exit_86_is_out_of_memory() -> None:
+    verdict, detail = watch(launches(EXIT_OOM, None))
+    assert verdict == Verdict.OOM and "out of memory" in detail and "node0" in detail
+
+
+def test_a_dropped_connection_is_a_lost_node() -> None:
+    items = launches(None, None)
+    items[1].remote.up = False
+    runtime = SshRuntime.__new__(SshRuntime)
+    runtime._dirty = set()
+    verdict, detail = runtime._watch(items, 5.0)
+    assert verdict == Verdict.NODE_LOST and "node1" in detail and "dropped" in detail
+    assert runtime._dirty == {"node1"}  # its leftovers are swept before its next use
+
+
+def test_a_node_whose_sshd_stays_silent_is_lost_and_its_connection_closed() -> None:
+    items = launches(None, None)
+    items[0].remote.reset_silence = lambda: None  # type: ignore[method-assign]
+    items[0].remote.silence_s = SshRuntime.silence_limit_s + 1
+    verdict, detail = watch(items)
+    assert verdict == Verdict.NODE_LOST and "did not answer" in detail
+    assert items[0].remote.closed
+
+
+def test_a_repeat_that_runs_past_its_timeout_names_the_nodes_still_running() -> None:
+    verdict, detail = watch(launches(0, None), timeout_s=0.1)
+    assert verdict == Verdict.TIMEOUT and "still running on node1" in detail
+
+
+def test_a_signal_with_the_connection_up_is_a_failure_not_a_lost_node() -> None:
+    # -1: no exit status came (sshd sent exit-signal, which paramiko ignores).
+    verdict, detail = watch(launches(-1, None))
+    assert verdict == Verdict.FAILED and "killed by a signal" in detail
+
+
+@pytest.mark.parametrize("status", [1, 2, 137])
+def test_any_other_exit_is_a_failure(status: int) -> None:
+    assert watch(launches(status))[0] == Verdict.FAILED
