@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.core.plan import RepeatPlan
 from driver.core.selftest import calibration_cases
 from driver.runtimes.base import NodeCommand, Verdict
 from driver.runtimes.slurm import PLACEHOLDER, SlurmRuntime, job_name
@@ -49,18 +50,8 @@ def runtime(cluster_env: SlurmCluster) -> Iterator[SlurmRuntime]:
 
 def plan_for(
     root: Path, argvs: list[list[str]], timeout_s: float = 60, repeat: int = 1
-):  # noqa: ANN201 - the plan type of driver.core.plan
+) -> RepeatPlan:
     """A plan whose node i runs ``argvs[i]`` (nodes still unknown: placeholders)."""
-    try:
-        from driver.core.plan import RepeatPlan
-    except ImportError:  # TEMPORARY until main's plan is merged
-        from types import SimpleNamespace
-
-        def RepeatPlan(**kw):  # noqa: ANN003, ANN202, N802
-            c = kw["case"]
-            return SimpleNamespace(**kw, timeout_s=c.timeout_s, framework=c.framework,
-                                   devices_per_node=2, case_id=c.id, probe=False)
-
     case = dataclasses.replace(PLAN_CASE, timeout_s=timeout_s)
     commands = tuple(
         NodeCommand(node=PLACEHOLDER.format(index=i), argv=argv, env={"DLPERF_TEST": str(i)})
@@ -228,4 +219,26 @@ def test_ctrl_c_on_the_head(cluster_env: SlurmCluster, tmp_path: Path) -> None:
     assert head.returncode != 0 and "KeyboardInterrupt" in output, output
     interrupted = json.loads((log.parent / "interrupted.json").read_text())
     assert interrupted["detail"].startswith("Ctrl-C")
+    assert cluster_env.drained() == []
+
+
+def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluster) -> None:
+    """The calibration workload through planner, spawn launcher, Slurm, parser and statistics:
+    2 nodes x 2 processes within 0.05% of its known throughput (10 s windows: a few ms of
+    sleep jitter on this shared 2-core machine stays below the bound)."""
+    from driver.core.selftest import run_selftest
+
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    lines: list[str] = []
+    try:
+        results = run_selftest(
+            step_time=0.05, topologies=("2n2g",), repeats=3, measured_steps=200,
+            runtime=runtime, printer=lines.append,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    (result,) = results
+    assert result.topology == "2n2g"
+    assert result.error < 0.0005, lines
+    print("\n".join(lines))
     assert cluster_env.drained() == []

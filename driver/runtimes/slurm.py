@@ -135,6 +135,9 @@ def _task_ids(text: str) -> list[int]:
 @RUNTIMES.register("slurm")
 class SlurmRuntime:
     name = "slurm"
+    # make_runtime hands it the cluster file (its slurm: section); a file with only that
+    # section is enough, also inside an allocation.
+    needs_inventory = True
 
     def __init__(
         self,
