@@ -179,3 +179,71 @@ def test_time_limit_formats() -> None:
     for bad in ("1h", "04:00:00:00", "-1", ""):
         with pytest.raises(ValueError):
             SlurmConfig(time_limit=bad)
+
+
+# -- describe (--dry-run) of a planned case ---------------------------------------------------
+def four_by_eight_plan(runtime: SlurmRuntime):  # noqa: ANN201 - RepeatPlan
+    from driver.core.case import Case, Topology
+    from driver.core.plan import dry_run_plan
+
+    case = Case(  # 4 nodes x 8 GPUs
+        model="resnet50", framework="pytorch", topology=Topology.parse("4n32g"), batch_size=128,
+        precision="amp", dataset="synthetic", warmup_steps=20, measured_steps=100,
+        total_steps=120, repeats=7,
+    )  # fmt: skip
+    return dry_run_plan(case, runtime, 128)
+
+
+def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPatch) -> None:
+    from driver.frameworks.base import REPO_ROOT
+    from driver.runtimes.slurm import Allocation
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    runtime = SlurmRuntime(config=GPU_CLUSTER)
+    plan = four_by_eight_plan(runtime)
+    lines = runtime.describe(plan)
+    session = Path("results/<session>").absolute()
+    assert lines[0] == (
+        "$ sbatch --parsable --job-name=dlperf-session-" + lines[0].split("session-")[1][:8]
+        + " --nodes=4 --ntasks-per-node=1 --time=02:00:00 '--output=results/<session>/slurm/"
+        "job-%j.out' --partition=gpu --account=perf --qos=high --constraint=h100 "
+        "--reservation=bench --gpus-per-node=8 --exclusive --comment=dlperf <<'EOF'"
+    )
+    assert lines[1:6] == [*HOLDER_SCRIPT.splitlines(), "EOF"]
+    image = f"'--container-image=nvcr.io#nvidia/pytorch@{DIGEST}'"
+    mounts = (
+        f"'--container-mounts={REPO_ROOT}:{REPO_ROOT}:ro,{session}:{session},/data:/data:ro,"
+        "/scratch/me:/scratch'"
+    )
+    nodes = "--nodelist=@slurm-node0@,@slurm-node1@,@slurm-node2@,@slurm-node3@"
+    container = f"{image} --container-name=dlperf-pytorch {mounts} --container-workdir={REPO_ROOT}"
+    assert lines[7] == (
+        f"$ srun '--jobid=<job id>' --job-name=dlperf-container --nodes=4 {nodes} "
+        f"--ntasks-per-node=1 {container} true"
+    )
+    step = lines[8]
+    assert step.startswith(
+        "$ srun '--jobid=<job id>' --job-name=dlperf-resnet50-pytorch-4n32g-bs128-amp-synthetic-r1"
+        f" --nodes=4 {nodes} --ntasks-per-node=1 --label --kill-on-bad-exit=1 --gpus-per-node=8 "
+        f"--mpi=none {container} sh -c "
+    )
+    for rank in range(4):
+        assert (
+            f"\n{rank}) cd {REPO_ROOT} && exec env DLPERF_NNODES=4 "
+            "DLPERF_NODE_ADDRS=@slurm-node0@,@slurm-node1@,@slurm-node2@,@slurm-node3@ "
+            f"DLPERF_NODE_RANK={rank} DLPERF_NPROC_PER_NODE=8 MASTER_ADDR=@slurm-node0@ "
+            f"MASTER_PORT=29500 PYTHONPATH={REPO_ROOT} PYTHONUNBUFFERED=1 python3 -m "
+            f"torch.distributed.run --nnodes=4 --node-rank={rank} --nproc-per-node=8 "
+            "--master-addr=@slurm-node0@ --master-port=29500 PyTorch/benchmark/train.py "
+        ) in step
+    # Once the job runs, its nodes replace the placeholders (the head at its NodeAddr).
+    runtime.allocation = Allocation(
+        job_id="4242", nodes=["g01", "g02", "g03", "g04"],
+        addresses=["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"], partition="gpu",
+        cpus_per_node=96, owned=False,  # not submitted here: nothing to cancel at exit
+    )  # fmt: skip
+    lines = runtime.describe(plan)
+    assert lines[0].startswith("# once per job") and len(lines) == 3
+    assert "--jobid=4242" in lines[2] and "--nodelist=g01,g02,g03,g04" in lines[2]
+    assert "--cpus-per-task=96" in lines[2]
+    assert "--master-addr=10.0.0.1" in lines[2] and "@slurm-node" not in lines[2]

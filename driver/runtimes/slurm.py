@@ -251,7 +251,8 @@ class SlurmRuntime:
     def _container(self, plan: RepeatPlan, session_root: Path) -> Container | None:
         if self.container_mode() != "pyxis":
             return None
-        mounts = [f"{REPO_ROOT}:{REPO_ROOT}:ro", f"{session_root}:{session_root}"]
+        session = Path(session_root).absolute()  # mounts want absolute paths
+        mounts = [f"{REPO_ROOT}:{REPO_ROOT}:ro", f"{session}:{session}"]
         mounts += self.config.mounts
         return Container(
             image=self.image_for(plan.framework),
@@ -385,7 +386,7 @@ class SlurmRuntime:
 
     def _submit(self, count: int, session_root: Path) -> Allocation:
         name = job_name(session_root)
-        out_dir = session_root / "slurm"
+        out_dir = Path(session_root).absolute() / "slurm"
         out_dir.mkdir(parents=True, exist_ok=True)
         argv = sbatch_argv(self.config, count, name, str(out_dir / "job-%j.out"))
         (out_dir / "sbatch.txt").write_text(_join(argv) + "\n" + HOLDER_SCRIPT)
