@@ -242,3 +242,66 @@ def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluste
     assert result.error < 0.0005, lines
     print("\n".join(lines))
     assert cluster_env.drained() == []
+
+
+# pyxis is not packaged in Debian. This stand-in srun answers `--help` with pyxis's flag (so
+# `container: auto` picks pyxis), records each call's container flags and the call's last
+# argument, and hands the rest to the real srun: the runtime's pyxis path runs for real, with
+# the nodes' own python3 standing in for the image's.
+PYXIS_STAND_IN = """#!/bin/sh
+if [ "$1" = "--help" ]; then
+  "$REAL_SRUN" --help
+  echo "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH"
+  exit 0
+fi
+n=$#; i=0; flags=""; last=""
+while [ $i -lt $n ]; do
+  a=$1; shift; i=$((i+1)); last=$a
+  case "$a" in --container-*) flags="$flags $a" ;; *) set -- "$@" "$a" ;; esac
+done
+[ -n "$flags" ] && echo "$flags | $(echo "$last" | head -n 1)" >> "$PYXIS_LOG"
+exec "$REAL_SRUN" "$@"
+"""
+
+
+def test_pyxis_path_makes_one_container_per_session(
+    cluster_env: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from driver.core.selftest import run_selftest
+    from driver.frameworks.base import REPO_ROOT
+
+    stand_in = tmp_path / "bin" / "srun"
+    stand_in.parent.mkdir()
+    stand_in.write_text(PYXIS_STAND_IN)
+    stand_in.chmod(0o755)
+    log = tmp_path / "pyxis.log"
+    monkeypatch.setenv("REAL_SRUN", str(shutil.which("srun")))
+    monkeypatch.setenv("PYXIS_LOG", str(log))
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    image = "registry.example#calibration@sha256:" + "0" * 64
+    config = SlurmConfig(time_limit="10", image={"calibration": image}, mounts=["/tmp:/tmp"])
+    runtime = SlurmRuntime(config=config)
+    assert runtime.container_mode() == "pyxis"
+    assert runtime.python("calibration") == "python3"
+    results_dir = tmp_path / "session"
+    try:
+        (result,) = run_selftest(
+            step_time=0.01, topologies=("2n2g",), repeats=2, measured_steps=20,
+            runtime=runtime, results_dir=results_dir, printer=lambda _line: None,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    assert result.measured > 0
+    calls = log.read_text().splitlines()
+    mounts = f"--container-mounts={REPO_ROOT}:{REPO_ROOT}:ro,{results_dir}:{results_dir},/tmp:/tmp"
+    flags = (
+        f" --container-image={image} --container-name=dlperf-calibration {mounts} "
+        f"--container-workdir={REPO_ROOT}"
+    )
+    # One container per node made once for the session, then every repeat's step reuses it.
+    assert calls[0] == f"{flags} | true"
+    assert [call.split(" | ")[0] for call in calls[1:]] == [flags, flags]
+    assert all(call.split(" | ")[1].startswith("case ") for call in calls[1:])
+    assert cluster_env.drained() == []
