@@ -79,31 +79,28 @@ def test_step_script_picks_the_nodes_command_and_quotes_everything(tmp_path: Pat
         NodeCommand("a", ["python", "-c", "print('node', 0)"], {"X": "it's"}, "/kit dir"),
         NodeCommand("b", ["python", "-c", "print('node', 1)"], {"X": "$HOME;rm"}, "/kit dir"),
     ]
-    script = step_script(commands)
+    script = step_script(commands, ["/r/node0.log", "/r s/node1.log"])
     assert script.splitlines()[1] == (
-        "0) cd '/kit dir' && exec env 'X=it'\"'\"'s' python -c 'print('\"'\"'node'\"'\"', 0)' ;;"
+        "0) cd '/kit dir' && exec env 'X=it'\"'\"'s' python -c 'print('\"'\"'node'\"'\"', 0)' "
+        ">> /r/node0.log 2>&1 ;;"
     )
-    # Run it as each node would: the right command, values arrive verbatim.
+    assert script.splitlines()[2].endswith(" >> '/r s/node1.log' 2>&1 ;;")
+    # Run it as each node would: its own command, values verbatim, output in its own log.
+    probe = ["sh", "-c", 'printf "%s|%s\\n" "$X" "$(pwd)"']
+    logs = [str(tmp_path / "node0.log"), str(tmp_path / "node 1.log")]
     (tmp_path / "kit dir").mkdir()
-    script = script.replace("/kit dir", str(tmp_path / "kit dir"))
-    for node, expected in (("0", "node 0\n"), ("1", "node 1\n")):
-        probe = step_script(
-            [
-                NodeCommand("a", ["sh", "-c", 'printf "%s|" "$X"; pwd'], {"X": "it's"}),
-                NodeCommand("b", ["sh", "-c", 'printf "%s|" "$X"; pwd'], {"X": "$HOME;rm"}),
-            ]
-        )
-        out = subprocess.run(
-            ["sh", "-c", probe], env={"SLURM_NODEID": node, "PATH": "/usr/bin:/bin"},
-            capture_output=True, text=True, cwd=tmp_path,
-        ).stdout  # fmt: skip
-        assert out.split("|")[0] == ("it's" if node == "0" else "$HOME;rm")
+    script = step_script(
+        [NodeCommand("a", probe, {"X": "it's"}, str(tmp_path / "kit dir")),
+         NodeCommand("b", probe, {"X": "$HOME;rm"}, str(tmp_path))], logs,
+    )  # fmt: skip
+    for node in ("0", "1"):
         result = subprocess.run(
-            ["sh", "-c", script.replace("python", "python3")],
-            env={"SLURM_NODEID": node, "PATH": "/usr/bin:/bin"},
+            ["sh", "-c", script], env={"SLURM_NODEID": node, "PATH": "/usr/bin:/bin"},
             capture_output=True, text=True,
         )  # fmt: skip
-        assert result.stdout == expected, result.stderr
+        assert result.returncode == 0 and result.stdout == "", result.stderr
+    assert Path(logs[0]).read_text() == f"it's|{tmp_path / 'kit dir'}\n"
+    assert Path(logs[1]).read_text() == f"$HOME;rm|{tmp_path}\n"
     missing = subprocess.run(
         ["sh", "-c", script], env={"SLURM_NODEID": "7"}, capture_output=True, text=True
     )
@@ -117,7 +114,7 @@ def test_device_tasks_drop_the_launcher_keep_the_cache_drop() -> None:
         "sh", "-c", "drop", "dlperf-drop-caches", "/v/python", "PyTorch/benchmark/train.py",
         "--model", "resnet50",
     ]  # fmt: skip
-    script = step_script([NodeCommand("a", ["python", "t.py"])], device_tasks=True)
+    script = step_script([NodeCommand("a", ["python", "t.py"])], ["/l"], device_tasks=True)
     assert 'RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID"' in script
 
 

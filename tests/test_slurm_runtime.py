@@ -28,7 +28,7 @@ from tests.slurm_fixtures import SlurmCluster
 
 pytest_plugins = ["tests.slurm_fixtures"]
 
-PLAN_CASE = calibration_cases(0.02, 8, ["2n2g"], 1, 20)[0]
+PLAN_CASE = calibration_cases(0.02, 8, ["2n4g"], 1, 20)[0]
 
 
 @pytest.fixture
@@ -232,13 +232,13 @@ def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluste
     lines: list[str] = []
     try:
         results = run_selftest(
-            step_time=0.05, topologies=("2n2g",), repeats=3, measured_steps=200,
+            step_time=0.05, topologies=("2n4g",), repeats=3, measured_steps=200,
             runtime=runtime, printer=lines.append,
         )  # fmt: skip
     finally:
         runtime.close()
     (result,) = results
-    assert result.topology == "2n2g"
+    assert result.topology == "2n4g"
     assert result.error < 0.0005, lines
     print("\n".join(lines))
     assert cluster_env.drained() == []
@@ -288,7 +288,7 @@ def test_pyxis_path_makes_one_container_per_session(
     results_dir = tmp_path / "session"
     try:
         (result,) = run_selftest(
-            step_time=0.01, topologies=("2n2g",), repeats=2, measured_steps=20,
+            step_time=0.01, topologies=("2n4g",), repeats=2, measured_steps=20,
             runtime=runtime, results_dir=results_dir, printer=lambda _line: None,
         )  # fmt: skip
     finally:
@@ -304,4 +304,39 @@ def test_pyxis_path_makes_one_container_per_session(
     assert calls[0] == f"{flags} | true"
     assert [call.split(" | ")[0] for call in calls[1:]] == [flags, flags]
     assert all(call.split(" | ")[1].startswith("case ") for call in calls[1:])
+    assert cluster_env.drained() == []
+
+
+def test_pytorch_resnet50_two_nodes_two_processes(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """Real training steps: torchrun on each node (gloo across the two node namespaces), the
+    head at n1's NodeAddr, ranks 0-1 on n1 and 2-3 on n2, weights in sync at the end."""
+    from driver.core.case import Case, Topology
+    from driver.core.results import Session
+    from driver.core.runner import run_cases
+    from tests.real_frameworks import TINY_IMAGES, CaseRun, framework_env
+
+    framework_env("pytorch")
+    case = Case(
+        model="resnet50", framework="pytorch", topology=Topology.parse("2n4g"), batch_size=2,
+        precision="fp32", dataset="synthetic", warmup_steps=1, measured_steps=2, total_steps=3,
+        repeats=1, timeout_s=300, options={**TINY_IMAGES, "weights_checksum": True},
+        profile="test",
+    )  # fmt: skip
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    session = Session.open(tmp_path / "session")
+    try:
+        summary = run_cases([case], session, runtime, printer=lambda _line: None)
+    finally:
+        runtime.close()
+    run = CaseRun(case, [r for _, r, _ in session.records(include_failed=True)], session.root)
+    assert summary.ok, f"{summary.failed}\n{run.logs()[-4000:]}"
+    (record,) = run.records
+    assert record.throughput and record.runtime == "slurm"
+    assert record.extra["slurm"]["nodes"] == ["n1", "n2"]
+    run.assert_ranks_in_sync(4)
+    directory = session.repeat_dir(case, 1)
+    assert '"hostname": "n1"' in (directory / "node0.log").read_text()
+    assert '"hostname": "n2"' in (directory / "node1.log").read_text()
     assert cluster_env.drained() == []

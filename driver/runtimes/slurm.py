@@ -81,7 +81,6 @@ CHECK_S = 2.0  # how often the job and its nodes are asked about during a step
 STOP_GRACE_S = 15.0  # srun's own step cancel (SIGTERM -> tasks killed) before scancel
 PLACEHOLDER = "@slurm-node{index}@"  # a node not known until the session's job runs
 _PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
-_TASK_LINE = re.compile(rb"^(\d+): ?(.*)$", re.DOTALL)
 _TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): Exited with exit code (\d+)")
 _TASK_SIGNAL = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): ([A-Z][\w ]*)$")
 
@@ -120,8 +119,7 @@ class Step:
     tasks_per_node: int
     logs: list[Path]
     srun_log: Path
-    first_output_at: float | None = None
-    reader: threading.Thread | None = None
+    first_output_at: float | None = None  # when a node's log first grew
 
 
 def _task_ids(text: str) -> list[int]:
@@ -331,7 +329,7 @@ class SlurmRuntime:
             lines.append("# once per job: each node makes its named container")
             lines.append("$ " + _join(self._create_argv(allocation, container, len(commands))))
         argv = self._srun(plan, allocation, self._step_name(plan))
-        script = step_script(commands, device_tasks=self.config.tasks == "device")
+        script = self._step_script(plan, commands)
         lines.append("$ " + _join([*argv, "sh", "-c", script]))
         return lines
 
@@ -496,7 +494,7 @@ class SlurmRuntime:
                 {"node": c.node, "argv": c.argv, "env": c.env} for c in commands
             ]
             argv = [*self._srun(plan, allocation, self._step_name(plan)), "sh", "-c",
-                    step_script(commands, device_tasks=self.config.tasks == "device")]  # fmt: skip
+                    self._step_script(plan, commands)]  # fmt: skip
             extra["slurm"]["srun"] = _join(argv)
             step = self._start(argv, commands, repeat_dir, self._tasks_per_node(plan))
             timings["step_started_at"] = round(time.time() - started, 3)
@@ -513,8 +511,8 @@ class SlurmRuntime:
                 self._stop(step, allocation)
                 exit_codes, verdict, detail = self._conclude(step, allocation, verdict, detail)
                 timings["step_s"] = round(step_ended - started - timings["step_started_at"], 3)
-                if step.first_output_at:
-                    timings["submit_to_first_output_s"] = round(step.first_output_at - started, 3)
+                if step.first_output_at:  # the repeat's start to a node's first log line
+                    timings["first_output_s"] = round(step.first_output_at - started, 3)
             if allocation is not None and verdict != Verdict.OK:
                 try:  # the job as the fault left it (state, reason, nodes)
                     extra["slurm"]["job_after"] = client.show_job(allocation.job_id).raw
@@ -526,6 +524,9 @@ class SlurmRuntime:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         finished = time.time()
+        if "step_s" in timings:  # srun's exit to the outcome: stop, exit codes, job facts
+            timings["collect_s"] = round(finished - started - timings["step_started_at"]
+                                         - timings["step_s"], 3)  # fmt: skip
         timings["wall_s"] = round(finished - started, 3)
         nodes = [
             NodeOutcome(
@@ -572,55 +573,42 @@ class SlurmRuntime:
             raise _Failure(Verdict.FAILED, detail) from None
         allocation.containers.add(container.name)
 
+    def _step_script(self, plan: RepeatPlan, commands: list[NodeCommand]) -> str:
+        repeat_dir = Path(plan.repeat_dir).absolute()
+        logs = [str(repeat_dir / f"node{i}.log") for i in range(len(commands))]
+        return step_script(commands, logs, device_tasks=self.config.tasks == "device")
+
     def _start(
         self, argv: list[str], commands: list[NodeCommand], repeat_dir: Path, tasks_per_node: int
     ) -> Step:
         logs = [repeat_dir / f"node{i}.log" for i in range(len(commands))]
+        for log in logs:
+            log.unlink(missing_ok=True)  # the tasks append
         env = dict(os.environ)
         if not self.inside_allocation:
             # srun --jobid from outside: nothing of another job may leak into the step.
             env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-        process = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # Ctrl-C reaches the kit, which stops the step itself
-        )
+        srun_log = repeat_dir / "srun.log"
+        with srun_log.open("wb") as own:  # srun's own messages (task exits, cancels)
+            process = subprocess.Popen(
+                argv,
+                stdout=own,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # Ctrl-C reaches the kit, which stops the step itself
+            )
         nodes = [c.node for c in commands]
-        step = Step(process, nodes, tasks_per_node, logs, repeat_dir / "srun.log")
-        step.reader = threading.Thread(target=self._demux, args=(step,), daemon=True)
-        step.reader.start()
-        return step
-
-    @staticmethod
-    def _demux(step: Step) -> None:
-        """srun's labelled output (``<task>: line``) into node<i>.log; its own into srun.log."""
-        handles = [path.open("wb") for path in step.logs]
-        own = step.srun_log.open("wb")
-        try:
-            assert step.process.stdout is not None
-            for line in step.process.stdout:
-                match = _TASK_LINE.match(line)
-                if match:
-                    node = int(match.group(1)) // step.tasks_per_node
-                    if node < len(handles):
-                        if step.first_output_at is None:
-                            step.first_output_at = time.time()
-                        handles[node].write(match.group(2))
-                        handles[node].flush()
-                        continue
-                own.write(line)
-                own.flush()
-        finally:
-            for handle in [*handles, own]:
-                handle.close()
+        return Step(process, nodes, tasks_per_node, logs, srun_log)
 
     def _watch(self, step: Step, allocation: Allocation, timeout_s: float) -> tuple[Verdict, str]:
         deadline = time.monotonic() + timeout_s
         next_check = time.monotonic() + CHECK_S
         while step.process.poll() is None:
+            if step.first_output_at is None and any(
+                log.exists() and log.stat().st_size for log in step.logs
+            ):
+                step.first_output_at = time.time()
             if time.monotonic() > deadline:
                 return Verdict.TIMEOUT, f"ran past the timeout of {timeout_s:.0f} s"
             if time.monotonic() >= next_check:
@@ -668,8 +656,6 @@ class SlurmRuntime:
                     self._scancel_steps(allocation)
                 process.kill()
                 process.wait(timeout=30)
-        if step.reader is not None:
-            step.reader.join(timeout=30)
 
     def _scancel_steps(self, allocation: Allocation) -> None:
         try:

@@ -102,15 +102,25 @@ DEVICE_RANK_ENV = (
 )
 
 
-def step_script(commands: Sequence[NodeCommand], device_tasks: bool = False) -> str:
-    """The ``sh`` program every task of a step runs: its node's command, by ``SLURM_NODEID``."""
+def step_script(
+    commands: Sequence[NodeCommand], logs: Sequence[str], device_tasks: bool = False
+) -> str:
+    """The ``sh`` program every task of a step runs: its node's command, by ``SLURM_NODEID``,
+    appending stdout and stderr to that node's log in the session folder.
+
+    The log is written on the node, not carried by srun's stdio: srun forwards a task's output
+    in messages of at most 1 KiB, so the long JSON lines of the processes a launcher starts on
+    one node would interleave mid-line (a broken record). Appending to one file keeps each
+    write whole, exactly as the local runtime's shared log does. The session folder must
+    therefore be on a file system the nodes share, like the kit's checkout and venvs."""
     lines = ['case "$SLURM_NODEID" in']
-    for index, command in enumerate(commands):
+    for index, (command, log) in enumerate(zip(commands, logs, strict=True)):
         cd = f"cd {shlex.quote(command.workdir)} && " if command.workdir else ""
         env = shlex.join(["env", *_env_words(command.env)])
         if device_tasks:
             env = f"{env} {DEVICE_RANK_ENV}"
-        lines.append(f"{index}) {cd}exec {env} {shlex.join(command.argv)} ;;")
+        redirect = f">> {shlex.quote(log)} 2>&1"
+        lines.append(f"{index}) {cd}exec {env} {shlex.join(command.argv)} {redirect} ;;")
     lines.append('*) echo "dlperf-slurm: no command for node $SLURM_NODEID" >&2; exit 2 ;;')
     lines.append("esac")
     return "\n".join(lines)
