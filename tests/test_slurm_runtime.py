@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -339,4 +341,51 @@ def test_pytorch_resnet50_two_nodes_two_processes(
     directory = session.repeat_dir(case, 1)
     assert '"hostname": "n1"' in (directory / "node0.log").read_text()
     assert '"hostname": "n2"' in (directory / "node1.log").read_text()
+    assert cluster_env.drained() == []
+
+
+def test_inside_an_allocation_steps_go_into_it(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    """The kit started by a batch job (SLURM_JOB_ID set): every repeat is a step of that job,
+    no job of its own is submitted. `dlperf selftest --runtime slurm` from the job's script."""
+    from driver.frameworks.base import REPO_ROOT
+
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text("slurm:\n  time_limit: '10'\n  container: none\n")
+    command = shlex.join([
+        sys.executable, "-m", "driver.frontend.cli", "selftest", "--runtime", "slurm",
+        "--inventory", str(cluster_file), "--repeats", "1", "--step-time", "0.01",
+    ])  # fmt: skip
+    out = tmp_path / "job.out"
+    submitted = cluster_env.client(
+        "sbatch", "--parsable", "-N2", "--exclusive", f"--output={out}",
+        f"--chdir={REPO_ROOT}", f"--export=ALL,PYTHONPATH={REPO_ROOT}", "--wrap", command,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    assert cluster_env.drained(timeout=180) == [], out.read_text() if out.exists() else ""
+    text = out.read_text()
+    assert "submitted job" not in text, text
+    for topology in ("1n1g", "1n2g", "2n2g"):
+        assert re.search(rf"selftest {topology}: .* \(ok, bound", text), text
+    steps = cluster_env.client("scontrol", "show", "job", job).stdout
+    assert "JobState=COMPLETED" in steps, steps
+
+
+def test_clean_leftovers_cancels_the_sessions_old_job(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """A run killed with no chance to cancel (SIGKILL) leaves its job; the next run of the same
+    session cancels it, and nothing of another session."""
+    session = tmp_path / "session"
+    other = cluster_env.client("sbatch", "--parsable", "-N1", "--job-name=someone-else",
+                               "--wrap", "sleep 300")  # fmt: skip
+    left = cluster_env.client("sbatch", "--parsable", "-N1", f"--job-name={job_name(session)}",
+                              "--wrap", "sleep 300")  # fmt: skip
+    runtime = SlurmRuntime(config=SlurmConfig(container="none"))
+    try:
+        done = runtime.clean_leftovers(session)
+        assert done == [f"cancelled leftover Slurm job {left.stdout.strip()} ({job_name(session)})"]
+        assert other.stdout.strip() in cluster_env.queue()
+    finally:
+        cluster_env.client("scancel", other.stdout.strip())
     assert cluster_env.drained() == []
