@@ -244,3 +244,17 @@ def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPat
     assert "--jobid=4242" in lines[2] and "--nodelist=g01,g02,g03,g04" in lines[2]
     assert "--cpus-per-task=96" in lines[2]
     assert "--master-addr=10.0.0.1" in lines[2] and "@slurm-node" not in lines[2]
+
+
+def test_cli_names_a_bad_slurm_section_and_exits_2(tmp_path: Path) -> None:
+    import sys
+
+    path = write(tmp_path, "slurm:\n  time_limit: soon\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", "selftest", "--runtime", "slurm",
+         "--inventory", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert f"error: {path}: slurm.time_limit: 'soon' is not a Slurm time limit" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -27,10 +27,12 @@ container per node made by a first step and reused by every repeat, the kit's ch
 session folder mounted at their own paths, plus ``slurm.mounts``. ``none``: the nodes' own
 Python, the kit's framework venvs at the same paths as here (a shared file system).
 
-Every task's output comes back through srun (``--label``) and is split into ``node<i>.log``;
-srun's own messages go to ``srun.log``. Faults are verdicts: a task's exit (86: out of
-memory), a node Slurm sees down or not responding, the job cancelled from outside or at its
-time limit, the repeat's timeout, Ctrl-C.
+Each node's command appends its output to ``node<i>.log`` in the repeat folder itself (not
+through srun's stdio, which would split long lines; see ``step_script``), so the session folder
+must be on a file system the nodes share; srun's own messages go to ``srun.log``. Faults are
+verdicts: a task's exit (86: out of memory), a node Slurm sees down or not responding, the job
+cancelled from outside or at its time limit, the repeat's timeout, Ctrl-C. A Slurm command
+that fails (slurmctld unreachable, sbatch refused) is a failed repeat with its message.
 """
 
 from __future__ import annotations
@@ -152,7 +154,6 @@ class SlurmRuntime:
         self.allocation: Allocation | None = None
         self._container_mode: str | None = None
         self._version: str | None = None
-        self._closed = False
         atexit.register(self.close)
 
     # -- where and what ------------------------------------------------------------------
@@ -485,10 +486,11 @@ class SlurmRuntime:
                 if container is not None and container.name not in allocation.containers:
                     self._create_containers(allocation, container, len(plan.commands))
                     timings["container_create_s"] = round(time.time() - started, 3)
-            except _Failure as failure:
+                extra["slurm"].update(self._facts(allocation))
+            except (_Failure, client.SlurmError) as failure:
+                verdict = failure.verdict if isinstance(failure, _Failure) else Verdict.FAILED
                 now = time.time()
-                return RepeatOutcome(failure.verdict, [], started, now, failure.detail, extra)
-            extra["slurm"].update(self._facts(allocation))
+                return RepeatOutcome(verdict, [], started, now, str(failure), extra)
             commands = self._node_commands(plan, allocation)
             extra["slurm"]["commands"] = [
                 {"node": c.node, "argv": c.argv, "env": c.env} for c in commands

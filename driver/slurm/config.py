@@ -32,6 +32,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from driver.runtimes.base import RuntimeConfigError
+
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch --time).
 TIME_LIMIT = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED)$")
 # One word of an option value: no whitespace or control characters (a value is one argv item,
@@ -90,8 +92,9 @@ class SlurmConfig(BaseModel):
         return value
 
 
-class SlurmConfigError(ValueError):
-    """A bad ``slurm:`` section: the message names the file, the field and the fix."""
+class SlurmConfigError(RuntimeConfigError):
+    """A bad ``slurm:`` section: the message names the file, the field and the fix (the CLI
+    prints it and exits 2, as for every runtime built from a bad command line or file)."""
 
 
 def parse_slurm_config(data: object, path: Path | str) -> SlurmConfig:
