@@ -389,3 +389,22 @@ def test_clean_leftovers_cancels_the_sessions_old_job(
     finally:
         cluster_env.client("scancel", other.stdout.strip())
     assert cluster_env.drained() == []
+
+
+def test_allreduce_probe_is_a_step_of_the_sessions_job(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    from driver.probes import run_allreduce_probe
+    from tests.real_frameworks import framework_env
+
+    framework_env("pytorch")
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    try:
+        result = run_allreduce_probe(
+            tmp_path / "session", runtime, "2n4g", sizes_mb="1", iters=3, warmup=1
+        )
+    finally:
+        runtime.close()
+    assert result["world_size"] == 4 and result["nodes"] == 2 and result["runtime"] == "slurm"
+    assert result["busbw_gbps"] > 0
+    assert cluster_env.drained() == []
