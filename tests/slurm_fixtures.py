@@ -363,15 +363,42 @@ def leftovers(cluster: SlurmCluster) -> list[str]:
     return found
 
 
+PREFIXES = ("dlps", "dlpt")  # the fixture's and the teardown test's clusters
+
+
+def sweep_stale() -> list[str]:
+    """Remove what a test run killed outright (SIGKILL, a crashed CI job) left: namespaces of
+    ours whose creating process (its pid is in the name) is gone, their processes and links."""
+    removed = []
+    listing = _run(["ip", "netns", "list"], check=False).stdout.split("\n")
+    for ns in (line.split()[0] for line in listing if line.strip()):
+        prefix, _, rest = ns.partition("-")
+        tag, digits = prefix[:4], prefix[4:]
+        if tag not in PREFIXES or not digits.isdigit() or rest not in ("ctl", *NODES):
+            continue
+        if Path(f"/proc/{digits}").exists():
+            continue  # its test run is still going
+        for pid in _pids_in_netns(_netns_inode(ns)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _run(["ip", "netns", "del", ns], check=False)
+        _run(["ip", "link", "del", f"{prefix}h"], check=False)
+        removed.append(ns)
+    return removed
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """munged, slurmctld and two slurmd (n1, n2), each node its own host; all removed after."""
     why = slurm_missing()
     if why:
         require_real(why)
+    sweep_stale()
     root = Path(tempfile.mkdtemp(prefix="dlperf-slurm-"))
     root.chmod(0o755)
-    cluster = SlurmCluster(root=root, prefix=f"dlps{os.getpid() % 100000}", subnet=_free_subnet())
+    cluster = SlurmCluster(root=root, prefix=f"dlps{os.getpid()}", subnet=_free_subnet())
     try:
         cluster.start()
     except Exception as error:  # noqa: BLE001 - cleanup first, then one clear failure

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from tests.slurm_fixtures import SlurmCluster, leftovers
+if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
+    from tests.slurm_fixtures import SlurmCluster
 
 # The fixture module registers `slurm_cluster` (tests/conftest.py is not this module's to edit).
 pytest_plugins = ["tests.slurm_fixtures"]
@@ -40,13 +42,13 @@ def test_fixture_leaves_nothing_behind(tmp_path) -> None:  # noqa: ANN001
     """A cluster started and stopped here leaves no daemon, namespace or link."""
     import os
 
-    from tests.slurm_fixtures import _free_subnet, slurm_missing
+    from tests.slurm_fixtures import SlurmCluster, _free_subnet, leftovers, slurm_missing
 
     if slurm_missing():
         from tests.conftest import require_real
 
         require_real(str(slurm_missing()))
-    prefix = f"dlpt{os.getpid() % 100000}"
+    prefix = f"dlpt{os.getpid()}"
     cluster = SlurmCluster(root=tmp_path, prefix=prefix, subnet=_free_subnet())
     try:
         cluster.start()

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -26,7 +27,9 @@ from driver.core.selftest import calibration_cases
 from driver.runtimes.base import NodeCommand, Verdict
 from driver.runtimes.slurm import PLACEHOLDER, SlurmRuntime, job_name
 from driver.slurm.config import SlurmConfig
-from tests.slurm_fixtures import SlurmCluster
+
+if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
+    from tests.slurm_fixtures import SlurmCluster
 
 pytest_plugins = ["tests.slurm_fixtures"]
 
@@ -226,15 +229,16 @@ def test_ctrl_c_on_the_head(cluster_env: SlurmCluster, tmp_path: Path) -> None:
 
 def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluster) -> None:
     """The calibration workload through planner, spawn launcher, Slurm, parser and statistics:
-    2 nodes x 2 processes within 0.05% of its known throughput (10 s windows: a few ms of
-    sleep jitter on this shared 2-core machine stays below the bound)."""
+    2 nodes x 2 processes within 0.05% of its known throughput. 30 s windows: on this shared
+    2-core machine under load a rank wakes up to ~10 ms late at any step (measured), which
+    over a 10 s window is 0.1%; the runtime adds nothing inside the window."""
     from driver.core.selftest import run_selftest
 
     runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
     lines: list[str] = []
     try:
         results = run_selftest(
-            step_time=0.05, topologies=("2n4g",), repeats=3, measured_steps=200,
+            step_time=0.1, topologies=("2n4g",), repeats=3, measured_steps=300,
             runtime=runtime, printer=lines.append,
         )  # fmt: skip
     finally:
