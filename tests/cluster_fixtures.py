@@ -111,10 +111,15 @@ class SshNode:
     key: Path  # the client's private key
     process: subprocess.Popen | None = None
     sftp: bool = True  # False: an sshd without the SFTP subsystem (Fabric's put/get fail)
+    # The head's trusted host keys: this node's is written there at start, and its inventory
+    # entry names the file (the strict path: unknown hosts are refused). Default: beside it.
+    known_hosts: Path | None = None
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.log = self.root / "sshd.log"
+        if self.known_hosts is None:
+            self.known_hosts = self.root.parent / f"{self.root.name}-known_hosts"
 
     @property
     def scratch(self) -> Path:
@@ -158,10 +163,24 @@ class SshNode:
         (self.root / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())
         return config
 
+    def host_key_line(self) -> str:
+        """This node's known_hosts line (``[address]:port type key``), as OpenSSH writes it."""
+        kind, key = (self.root / "host_ed25519.pub").read_text().split()[:2]
+        return f"[{self.address}]:{self.port} {kind} {key}\n"
+
+    def trust_host_key(self) -> None:
+        """Write this node's host key into the known_hosts file the inventories name: the
+        tests take the default, strict path (unknown hosts refused)."""
+        lines = self.known_hosts.read_text().splitlines(True) if self.known_hosts.exists() else []
+        prefix = f"[{self.address}]:{self.port} "
+        lines = [line for line in lines if not line.startswith(prefix)] + [self.host_key_line()]
+        self.known_hosts.write_text("".join(lines))
+
     def start(self) -> None:
         if self.running:
             return
         config = self.write_config()
+        self.trust_host_key()
         self.process = subprocess.Popen(
             [SSHD, "-D", "-f", str(config), "-E", str(self.log)],
             stdin=subprocess.DEVNULL,
@@ -224,7 +243,12 @@ class SshNode:
         entry: dict[str, Any] = {
             "name": f"node{self.index}",
             "address": self.address,
-            "ssh": {"port": self.port, "key": str(self.key), "connect_timeout": 5},
+            "ssh": {
+                "port": self.port,
+                "key": str(self.key),
+                "connect_timeout": 5,
+                "known_hosts": str(self.known_hosts),
+            },
             "scratch_dir": str(self.scratch),
             "interface": "lo",
             "min_free_gb": 1,
@@ -247,11 +271,14 @@ def _ssh_node_pool(
     ssh_client_key: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[SshNode]]:
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
+    known_hosts = tmp_path_factory.mktemp("ssh-head") / "known_hosts"
     nodes = []
     for index in range(NODE_COUNT):
         address = f"127.0.0.{2 + index}"
         root = tmp_path_factory.mktemp(f"node{index}")
-        node = SshNode(index, address, free_port(address), root, ssh_client_key)
+        node = SshNode(
+            index, address, free_port(address), root, ssh_client_key, known_hosts=known_hosts
+        )
         node.scratch.mkdir()
         nodes.append(node)
     try:

@@ -134,3 +134,20 @@ def test_a_stop_signal_on_the_head_records_interrupted_and_leaves_no_process(
         ["pgrep", "-f", "calibration/workload.py.*step_time=0.05"], capture_output=True, text=True
     )
     assert leftovers.stdout.strip() == "", leftovers.stdout
+
+
+@pytest.mark.parametrize("name", ["20261123-120000-cpu-smoke", "run.1", "A_b-c"])
+def test_a_session_is_a_name_under_results(name: str) -> None:
+    from driver.frontend.cli import check_session_name
+
+    assert check_session_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs/path", ".", "..", "a/b", ".hidden", "x\n", ""])
+def test_a_session_path_is_refused_and_nothing_is_written(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    code = main(["run", "--profile", "cpu-smoke", "--results", str(tmp_path / "r"),
+                 "--session", name])  # fmt: skip
+    assert code == 2 and "--session" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() and not any(tmp_path.iterdir())

@@ -419,7 +419,7 @@ def test_resnet50_in_containers_through_the_cli_in_each_framework_image(
     assert set().union(*by_node) == set(range(nodes * per_node))
     for node in range(nodes):
         assert record.extra["nodes"][f"node{node}"]["image_id"] == image
-    assert record.measurement["ranks"] == record.measurement["world_size"] == world
+    assert record.measurement.ranks == record.measurement.world_size == world
     assert record.header["framework"] == framework
     assert package in record.extra["provenance"]["node0"]["packages"]
     assert session_containers(session_label(session.root)) == []

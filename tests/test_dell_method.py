@@ -22,8 +22,8 @@ def test_epoch_mode_sets_the_window_from_the_epoch(tmp_path: Path) -> None:
     session = Session.open(tmp_path / "s")
     assert run_cases([case], session, LocalRuntime(), printer=lambda _: None).ok
     record = session.finished(case, 1)
-    assert record.measurement["measured_steps"] == 20
-    assert record.measurement["samples"] == 320
+    assert record.measurement.measured_steps == 20
+    assert record.measurement.samples == 320
 
 
 def test_interval_variation_flags_a_slowdown_inside_the_window() -> None:

@@ -237,7 +237,9 @@ def test_bad_lock_files_are_clear_errors(tmp_path: Path) -> None:
     ):
         load_lock(lock)
     write_lock(lock, {"x:1": {"digest": DIGEST_A, "source": "ftp"}})
-    with pytest.raises(LockError, match=r"source: 'ftp'; allowed values: registry, debootstrap"):
+    with pytest.raises(
+        LockError, match=r"source: 'ftp' is not allowed; allowed values: registry, debootstrap"
+    ):
         load_lock(lock)
 
 

@@ -163,3 +163,53 @@ def test_shell_quoting_round_trips_hostile_values_through_a_real_shell() -> None
     result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
     assert json.loads(result.stdout) == env
     assert shlex.split(command)[1:3] == [f"V0={HOSTILE[0]}", f"V1={HOSTILE[1]}"]
+
+
+# --------------------------------------------------------------------------------------------
+# SSH host keys (real sshd nodes from tests/cluster_fixtures.py)
+
+
+def test_an_unknown_host_key_is_refused_naming_the_node_and_the_fix(
+    ssh_nodes, inventory_file, tmp_path: Path
+) -> None:
+    from driver.cluster.remote import NodeUnreachable, Remote, UnknownHostKey
+
+    trusted = load_inventory(inventory_file())  # the fixture's known_hosts has both keys
+    assert Remote(trusted.nodes[0]).run("true").ok
+
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    strict = load_inventory(inventory_file(name="strict.yaml", per_node={
+        1: {"ssh": {"port": ssh_nodes[1].port, "key": str(ssh_nodes[1].key),
+                    "known_hosts": str(empty)}},
+    }))  # fmt: skip
+    with pytest.raises(UnknownHostKey) as caught:
+        Remote(strict.nodes[1]).connection()
+    message = str(caught.value)
+    assert "node node1" in message and f"[127.0.0.3]:{ssh_nodes[1].port}" in message
+    assert "ssh-keyscan" in message and "host_key_policy: accept-new" in message
+    assert empty.read_text() == ""  # refused means not recorded
+
+    # accept-new: trusted on first use and recorded (the file need not exist yet) ...
+    recorded = tmp_path / "new" / "known_hosts"
+    tofu = load_inventory(inventory_file(name="tofu.yaml", per_node={
+        1: {"ssh": {"port": ssh_nodes[1].port, "key": str(ssh_nodes[1].key),
+                    "known_hosts": str(recorded), "host_key_policy": "accept-new"}},
+    }))  # fmt: skip
+    assert Remote(tofu.nodes[1]).run("true").ok
+    assert recorded.read_text() == ssh_nodes[1].host_key_line()
+    # ... and a key that changed afterwards is refused, also under accept-new.
+    other = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kind, key = Path(f"{other}.pub").read_text().split()[:2]
+    recorded.write_text(f"[127.0.0.3]:{ssh_nodes[1].port} {kind} {key}\n")
+    with pytest.raises(NodeUnreachable, match="node node1.*host key of .* changed.*ssh-keygen -R"):
+        Remote(tofu.nodes[1]).connection()
+
+
+def test_host_key_policy_is_checked_and_accept_new_defaults_to_the_users_known_hosts() -> None:
+    message = error_of(nodes({"address": "h", "ssh": {"host_key_policy": "yes"}}))
+    assert "nodes[0].ssh.host_key_policy" in message and "reject, accept-new" in message
+    node = parse(nodes({"address": "h", "ssh": {"host_key_policy": "accept-new"}})).nodes[0]
+    assert node.ssh.known_hosts == str(Path("~/.ssh/known_hosts").expanduser())
+    assert parse(nodes({"address": "h"})).nodes[0].ssh.host_key_policy == "reject"

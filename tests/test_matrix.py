@@ -51,7 +51,7 @@ def test_expands_cartesian_product_with_stable_ids(tmp_path: Path) -> None:
         (GOOD.replace("[128, max]", "['big']"), "suites[0].batch_size[0]", "'max'"),
         (GOOD.replace("model: resnet50", "model: vgg16"), "suites[0].model", "resnet50"),
         (GOOD.replace("framework: pytorch", "framework: caffe"), "framework", "pytorch"),
-        (GOOD.replace("repeats: 7", "repeats: seven"), "defaults.repeats", "must be int"),
+        (GOOD.replace("repeats: 7", "repeats: seven"), "defaults.repeats", "valid integer"),
         (GOOD.replace("repeats: 7}", "repeats: 7, total_steps: 50}"), "total_steps", "exceeds"),
         (GOOD.replace("[fp32, amp]", "[fp16]"), "suites[0].precision[0]", "fp32, amp"),
         (GOOD.replace("1n8g", "3n8g"), "suites[0].topology[1]", "multiple of nodes"),
@@ -135,3 +135,110 @@ def test_every_framework_matrix_in_the_repository_is_valid() -> None:
         framework = FRAMEWORKS.get(name)
         if framework.matrix_file.exists():
             assert load_matrix(framework.matrix_file).cases
+
+
+# --------------------------------------------------------------------------------------------
+# Options: each framework declares what its script reads
+
+
+def _script_options(script: Path, name: str) -> set[str]:
+    """The keys of the dict literal ``name = {...}`` in a script (read, not imported: the
+    scripts import their framework)."""
+    import ast
+
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                assert isinstance(node.value, ast.Dict)
+                return {key.value for key in node.value.keys}  # type: ignore[union-attr]
+    raise AssertionError(f"{script}: no {name}")
+
+
+@pytest.mark.parametrize(
+    ("framework", "script", "name"),
+    [
+        ("pytorch", "PyTorch/benchmark/train.py", "PYTORCH_OPTIONS"),
+        ("tensorflow", "TensorFlow/benchmark/train.py", "TF_OPTIONS"),
+        ("tensorflow-horovod", "TensorFlow/benchmark/train.py", "TF_OPTIONS"),
+        ("paddle", "PaddlePaddle/benchmark/trainer.py", "PADDLE_OPTIONS"),
+        ("mxnet", "MxNet/benchmark/trainer.py", "MXNET_OPTIONS"),
+        ("oneflow", "OneFlow/benchmark/train.py", "ONEFLOW_OPTIONS"),
+    ],
+)
+def test_declared_options_are_what_each_script_reads(
+    framework: str, script: str, name: str
+) -> None:
+    from driver.frameworks.base import REPO_ROOT
+
+    plugin = FRAMEWORKS.get(framework)
+    assert set(plugin.options) == _script_options(REPO_ROOT / script, name)
+
+
+def test_shared_option_declarations_follow_the_shared_dicts() -> None:
+    # SHAPE_OPTIONS / TRAINING_OPTIONS move to driver.bench (the bench package); either works.
+    import importlib
+
+    from driver.frameworks.base import SHAPE_OPTION_TYPES, TRAINING_OPTION_TYPES
+
+    def shared(name: str, *modules: str) -> set[str]:
+        for module in modules:
+            try:
+                return set(getattr(importlib.import_module(module), name))
+            except (ModuleNotFoundError, AttributeError):
+                continue
+        raise AssertionError(f"no {name} in {modules}")
+
+    assert set(SHAPE_OPTION_TYPES) == shared(
+        "SHAPE_OPTIONS", "driver.bench.benchargs", "driver.bench.args", "driver.benchargs"
+    )
+    assert set(TRAINING_OPTION_TYPES) == shared(
+        "TRAINING_OPTIONS", "driver.bench.benchkit", "driver.bench.kit", "driver.benchkit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variants", "field", "hint"),
+    [
+        ("{default: {chanels_last: true}}", "variants.default.chanels_last", "'channels_last'?"),
+        ("{default: {channels_last: 'yes'}}", "variants.default.channels_last", "valid boolean"),
+        ("{default: {lr: .nan}}", "variants.default.lr", "finite"),
+        ("{default: {step_time: 0.1}}", "variants.default.step_time", "its options"),
+    ],
+)
+def test_matrix_options_are_checked_against_the_framework(
+    tmp_path: Path, variants: str, field: str, hint: str
+) -> None:
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(write(tmp_path, GOOD + f"    variants: {variants}\n"))
+    assert field in str(caught.value) and hint in str(caught.value), str(caught.value)
+
+
+def test_cli_overrides_take_the_matrix_checks(tmp_path: Path) -> None:
+    from driver.core.matrix import overrides_from
+
+    cases = load_matrix(write(tmp_path, GOOD)).cases
+    for values, flag in (
+        ({"repeats": 0}, "--repeats"),
+        ({"measured_steps": 0}, "--measured-steps"),
+        ({"warmup_steps": -1}, "--warmup-steps"),
+        ({"topologies": ("1n65g",)}, "--nodes/--gpus"),
+        ({"batch_sizes": (0,)}, "--batch"),
+    ):
+        with pytest.raises(MatrixError, match=flag):
+            overrides_from(values)
+    with pytest.raises(MatrixError, match=r"--option chanels_last: .*'channels_last'\?"):
+        apply_overrides(cases, overrides_from({"options": {"chanels_last": True}}))
+    with pytest.raises(MatrixError, match="--option.*not a number"):
+        apply_overrides(cases, overrides_from({"options": {"step_time": float("nan")}}))
+
+
+def test_every_suite_is_checked_whatever_the_profile_and_duplicate_keys_are_refused(
+    tmp_path: Path,
+) -> None:
+    text = GOOD + "profiles:\n  smoke:\n    suites: [{model: vgg16}]\n"
+    with pytest.raises(MatrixError, match=r"profiles.smoke.suites\[0\].model"):
+        load_matrix(write(tmp_path, text))  # the default profile is asked for
+    twice = GOOD + "profiles:\n  a: {description: x}\nprofiles:\n  b: {description: y}\n"
+    with pytest.raises(MatrixError, match="'profiles' is given twice"):
+        load_matrix(write(tmp_path, twice))

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import pytest
 
-from driver.core.measure import Window, case_stats, measure_repeat, speedup
-from driver.parsers.base import LogParseError
+from driver.core.case import Case, Topology
+from driver.core.measure import (
+    RepeatMeasurement,
+    Window,
+    case_stats,
+    measure_logs,
+    measure_repeat,
+    parse_logs,
+    slice_cv,
+    speedup,
+)
+from driver.parsers.base import LogParseError, RankLog, StepPoint
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
 from driver.steplog import StepLogger
 
@@ -88,3 +99,73 @@ def test_case_stats_and_speedup() -> None:
 def test_records_are_single_json_lines() -> None:
     for line in fake_log(0, 1, [0.0, 1.0]).splitlines()[1:]:
         assert json.loads(line)["dlperf"] in {"header", "begin", "step", "end"}
+
+
+def sparse_log(every: int, last: int, slow_from: int | None = None) -> RankLog:
+    """A rank that logs every ``every`` steps (as upstream sources do), 0.1 s a step, 0.2 s
+    from ``slow_from`` on."""
+    points, t = [StepPoint(0, 0.0, 0)], 0.0
+    for step in range(every, last + 1, every):
+        for s in range(step - every + 1, step + 1):
+            t += 0.2 if slow_from is not None and s > slow_from else 0.1
+        points.append(StepPoint(step, t, 8 * every))
+    return RankLog(rank=0, points=points)
+
+
+def test_interval_cv_adapts_to_the_log_interval() -> None:
+    window = Window(warmup_steps=100, measured_steps=1000)
+    steady = sparse_log(100, 1100)  # 10 intervals of 100 steps in the window
+    assert slice_cv(steady, window) == pytest.approx(0.0, abs=1e-9)
+    # half the window at half speed: rates 80 and 40 samples/s -> CV 1/3
+    uneven = sparse_log(100, 1100, slow_from=600)
+    assert slice_cv(uneven, window) == pytest.approx(1 / 3)
+    # fewer logged intervals than slices: as many slices as the log has
+    coarse = sparse_log(250, 1100 + 150)  # points at 0, 250, 500, ... (window bounds absent)
+    assert slice_cv(coarse, window) is None
+    four = sparse_log(250, 1000)
+    assert slice_cv(four, Window(0, 1000)) == pytest.approx(0.0, abs=1e-9)
+    assert slice_cv(sparse_log(500, 1000), Window(500, 500)) is None  # one interval: no CV
+    # every step logged: the ten equal slices of before
+    dense = sparse_log(1, 110, slow_from=60)
+    assert slice_cv(dense, Window(10, 100)) == pytest.approx(1 / 3)
+
+
+def test_nan_and_negative_log_numbers_are_refused() -> None:
+    with pytest.raises(LogParseError, match="not a finite number"):
+        StepPoint(3, float("nan"), 8)
+    with pytest.raises(LogParseError, match="negative"):
+        StepPoint(3, 1.0, -8)
+    nan_log = fake_log(0, 1, [0.0, 1.0, 2.0, 3.0]).replace('"t": 2.0', '"t": NaN')
+    with pytest.raises(LogParseError, match="not a finite number"):
+        parse_logs("dlperf-jsonl", {"node0.log": nan_log})
+    mistyped = fake_log(0, 1, [0.0, 1.0, 2.0]).replace('"samples": 4', '"samples": "four"', 1)
+    with pytest.raises(LogParseError, match="node0.log: malformed record"):
+        parse_logs("dlperf-jsonl", {"node0.log": mistyped})
+    with pytest.raises(LogParseError, match="unknown log parser"):
+        parse_logs("nope", {"node0.log": mistyped})
+
+
+def test_measurement_fields_are_validated_and_written_with_their_flag() -> None:
+    parsed = DlperfJsonlParser().parse({"node0.log": fake_log(0, 1, [0.0, 1.0, 2.0, 3.0])})
+    result = measure_repeat(parsed, Window(1, 2))
+    written = result.model_dump()
+    assert written["interval_unstable"] is False and list(written)[-1] == "interval_unstable"
+    assert RepeatMeasurement.model_validate(written) == result  # read back as written
+    for bad in ({"throughput": -800.0}, {"throughput": float("nan")}, {"samples": -1}):
+        with pytest.raises(ValueError):
+            RepeatMeasurement.model_validate({**written, **bad})
+    zero = fake_log(0, 1, [0.0, 1.0, 2.0, 3.0]).replace('"samples": 4', '"samples": 0')
+    with pytest.raises(LogParseError, match="no samples"):
+        measure_repeat(DlperfJsonlParser().parse({"node0.log": zero}), Window(1, 2))
+
+
+def test_measure_logs_checks_the_world_size_against_the_case() -> None:
+    case = Case(model="m", framework="x", topology=Topology(1, 2), batch_size=4,
+                precision="fp32", dataset="synthetic", warmup_steps=1, measured_steps=2,
+                total_steps=3)  # fmt: skip
+    logs = {"node0.log": fake_log(0, 1, [0.0, 1.0, 2.0, 3.0])}
+    with pytest.raises(LogParseError, match="world size 1, the case has 2 devices"):
+        measure_logs(case, "dlperf-jsonl", logs, 4)
+    single = replace(case, topology=Topology(1, 1))
+    measurement, parsed = measure_logs(single, "dlperf-jsonl", logs, 4)
+    assert measurement.samples == 8 and parsed.world_size == 1

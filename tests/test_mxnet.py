@@ -137,7 +137,7 @@ def test_two_processes_on_one_node_train_through_dist_sync(
         assert header["options"]["distributed_backend"] == "dist_sync"
         assert header["options"]["grad_clip"] == 1.0 and header["options"]["num_threads"] == 1
     measurement = run.records[0].measurement
-    assert measurement["ranks"] == measurement["world_size"] == 2
+    assert measurement.ranks == measurement.world_size == 2
 
 
 def test_two_nodes_of_one_worker_each_without_clipping(tmp_path: Path, mxnet_python: str) -> None:

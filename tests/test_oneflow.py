@@ -101,7 +101,7 @@ def test_two_processes_on_one_node_eager_ddp(tmp_path: Path, oneflow_python: str
         assert header["world_size"] == 2
         assert header["options"]["distributed_backend"] == "DistributedDataParallel"
     measurement = run.records[0].measurement
-    assert measurement["ranks"] == measurement["world_size"] == 2
+    assert measurement.ranks == measurement.world_size == 2
 
 
 def test_two_processes_in_graph_mode_with_global_tensors(

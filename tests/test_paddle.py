@@ -60,7 +60,7 @@ def test_two_processes_on_one_node_log_every_rank(tmp_path: Path, paddle_python:
         assert header["options"]["grad_clip"] == 0.0
         assert header["options"]["num_threads"] == 1
     measurement = run.records[0].measurement
-    assert measurement["ranks"] == measurement["world_size"] == 2
+    assert measurement.ranks == measurement.world_size == 2
 
 
 def test_two_nodes_of_one_process_each(tmp_path: Path, paddle_python: str) -> None:

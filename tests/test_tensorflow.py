@@ -98,7 +98,7 @@ def test_two_workers_on_one_node_mirror_through_tf_config(tmp_path: Path, tf_pyt
         assert options["engine"] == "mwms" and options["grad_clip"] == 0.0
         assert len(options["tf_config"]["cluster"]["worker"]) == 2
         assert options["num_threads"] == 1  # 2 cores split between 2 workers
-    assert run.records[0].measurement["ranks"] == run.records[0].measurement["world_size"] == 2
+    assert run.records[0].measurement.ranks == run.records[0].measurement.world_size == 2
 
 
 def test_two_nodes_of_one_worker_each(tmp_path: Path, tf_python: str) -> None:

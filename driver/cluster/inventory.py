@@ -21,22 +21,20 @@ derives from :class:`~driver.core.matrix.MatrixError` so the CLI reports both th
 from __future__ import annotations
 
 import getpass
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from driver.core.matrix import MatrixError
+from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
 
 
 class InventoryError(MatrixError):
     """A bad inventory: ``<file>: <field>: <what is wrong and what is allowed>``."""
-
-    def __init__(self, path: Path | str, field_path: str, message: str) -> None:
-        super().__init__(path, field_path, message)
-        self.message = message
 
 
 VARIANTS = ("cpu", "gpu")
@@ -44,24 +42,146 @@ ULIMITS = (
     "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
     "rss", "rtprio", "rttime", "sigpending", "stack",
 )  # fmt: skip
-TOP_KEYS = {"cluster", "defaults", "nodes"}
-NODE_KEYS = {
-    "name", "address", "collective_address", "ssh", "devices", "interface", "data_dir",
-    "scratch_dir", "min_free_gb", "python", "docker_host", "env", "container",
-}  # fmt: skip
-DEFAULT_KEYS = NODE_KEYS - {"name", "address", "collective_address"}
-SSH_KEYS = {"user", "port", "key", "connect_timeout", "known_hosts"}
-CONTAINER_KEYS = {"variant", "image", "gpus", "ipc", "shm_size", "memory", "ulimits", "mounts"}
 IPC_MODES = ("host", "private", "shareable")
+MAX_NODE_DEVICES = 4096  # processes a node may list (a case runs at most 64 per node)
+HOST_KEY_POLICIES = ("reject", "accept-new")
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # also a docker-name-safe fragment
-_HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")  # DNS name, IPv4, IPv6 (bracketed or not)
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$")
-_IFNAME = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*$")
-_SIZE = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmgBKMG]?$")
-_GPUS = re.compile(r"^(all|[1-9][0-9]*|device=[A-Za-z0-9,-]+)$")
-_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DOCKER_HOST = re.compile(r"^(unix|tcp|ssh|fd|npipe)://\S+$")
+# Full-match patterns (re.fullmatch): "$" would also accept a value ending in a newline.
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"  # also a docker-name-safe fragment
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOSTNAME = rf"{_LABEL}(?:\.{_LABEL})*\.?"
+_USER = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?"
+_IFNAME = r"[A-Za-z0-9_.:@][A-Za-z0-9_.:@-]{0,30}"
+_IFNAMES = rf"[\^=]?{_IFNAME}(?:,{_IFNAME})*"
+_SIZE = r"[0-9]{1,12}(?:\.[0-9]{1,6})?[bkmgBKMG]?"
+_GPUS = r"all|[1-9][0-9]{0,2}|device=[A-Za-z0-9-]{1,64}(?:,[A-Za-z0-9-]{1,64})*"
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_DOCKER_HOST = r"(?:unix|tcp|ssh|fd|npipe)://[^\s\x00-\x1f\x7f]{1,1024}"
+_ABSOLUTE = r"/[^\x00-\x1f\x7f]{0,4095}"  # no newline, NUL or other control character
+_FILE = r"[^\x00-\x1f\x7f-][^\x00-\x1f\x7f]{0,4095}"
+_COMMAND = r"[^\x00-\x1f\x7f\s-][^\x00-\x1f\x7f]{0,4095}"  # an interpreter; never "-..."
+_IMAGE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}"
+_VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]{0,65536}"  # an env value: any text on one line
+
+
+def _host(value: Any) -> str:
+    """An IPv4/IPv6 address or a DNS host name; never an option ("-oProxyCommand=...")."""
+    what = "a host name or IP (IPv4, IPv6, or a DNS name; not starting with '-')"
+    if not isinstance(value, str) or not value or len(value) > 253:
+        raise ValueError(f"must be {what}, got {value!r}")
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    try:
+        ipaddress.ip_address(bare)
+        return value
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9.]+", value) or ":" in value:  # looks like an address, is not one
+        raise ValueError(f"must be {what}; {value!r} is not a valid IP address")
+    if re.fullmatch(_HOSTNAME, value) is None:
+        raise ValueError(f"must be {what}, got {value!r}")
+    return value
+
+
+Host = Annotated[Any, AfterValidator(_host)]
+NodeName = text(_NAME, "a node name (letters, digits, _ . -; at most 63)")
+LocalFile = text(_FILE, "a file path on the head node")
+AbsolutePath = text(_ABSOLUTE, "an absolute path on the node (one line)")
+Size = text(_SIZE, "a size such as 512m or 16g", numbers=True)
+
+
+def _ulimit(value: Any) -> str:
+    parts = value.split(":") if isinstance(value, str) else [value]
+    ok = len(parts) <= 2 and all(
+        (type(p) is int and p >= -1) or (isinstance(p, str) and re.fullmatch(r"-1|[0-9]{1,19}", p))
+        for p in parts
+    )
+    if not ok:
+        raise ValueError(f"must be an integer >= -1 (-1: unlimited) or 'soft:hard', got {value!r}")
+    return ":".join(str(p) for p in parts)
+
+
+def _mount(value: Any) -> str:
+    parts = value.split(":") if isinstance(value, str) else []
+    if len(parts) not in (2, 3) or not all(re.fullmatch(_ABSOLUTE, p) for p in parts[:2]):
+        raise ValueError(f"must be 'source:target[:ro|rw]' with absolute paths, got {value!r}")
+    if len(parts) == 3 and parts[2] not in ("ro", "rw"):
+        raise ValueError(f"mode {parts[2]!r} is not allowed; allowed values: ro, rw")
+    return value
+
+
+def _env_value(value: Any) -> str:
+    if type(value) in (int, float):
+        return str(value)
+    if not isinstance(value, str) or re.fullmatch(_VALUE, value) is None:
+        raise ValueError(f"must be a string (one line) or a number, got {value!r}")
+    return value
+
+
+def _framework_key(key: Any) -> str:
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    return one_of("default", *FRAMEWORKS.names()).func(key)
+
+
+def _by_framework(what: str, pattern: str) -> Any:
+    """One value for every framework, or a mapping framework (or "default") -> value."""
+    return Annotated[
+        dict[Annotated[Any, AfterValidator(_framework_key)], text(pattern, what)],
+        BeforeValidator(lambda value: {"default": value} if isinstance(value, str) else value),
+    ]
+
+
+class SshSpec(StrictModel):
+    user: text(_USER, "a user name") | None = None
+    port: number(1, 65535, "a port number 1-65535") = 22
+    key: LocalFile | None = None
+    connect_timeout: number(1, 3600, "a number of seconds 1-3600", integer=False) = 10
+    known_hosts: LocalFile | None = None
+    host_key_policy: Annotated[str, one_of(*HOST_KEY_POLICIES)] = "reject"
+
+
+class ContainerSpec(StrictModel):
+    variant: Annotated[Any, one_of(*VARIANTS)] = "gpu"
+    image: _by_framework("an image reference", _IMAGE) | None = None
+    gpus: text(_GPUS, "all, a count or device=<ids>", numbers=True) | None = None
+    ipc: Annotated[Any, one_of(*IPC_MODES)] = "host"
+    shm_size: Size | None = None
+    memory: Size | None = None
+    ulimits: dict[Annotated[Any, one_of(*ULIMITS)], Annotated[Any, AfterValidator(_ulimit)]] = {}
+    mounts: list[Annotated[Any, AfterValidator(_mount)]] = []
+
+
+class NodeDefaults(StrictModel):
+    """What ``defaults:`` may set: everything of a node but its name and addresses."""
+
+    ssh: SshSpec | None = None
+    devices: number(1, MAX_NODE_DEVICES, f"an integer >= 1, at most {MAX_NODE_DEVICES}") = 1
+    interface: text(_IFNAMES, "an interface name (e.g. eth0, ib0, ^docker,lo)") | None = None
+    data_dir: AbsolutePath | None = None
+    scratch_dir: AbsolutePath = "/var/tmp/dlperf"
+    min_free_gb: number(0, 1e6, "a number >= 0 (GB)", integer=False) = 5
+    python: _by_framework("an interpreter path", _COMMAND) = {"default": "python3"}
+    docker_host: text(_DOCKER_HOST, "a URL such as unix:///var/run/docker.sock") | None = None
+    env: dict[
+        text(_ENV_NAME, "a valid environment variable name"),
+        Annotated[Any, AfterValidator(_env_value)],
+    ] = {}
+    container: ContainerSpec = ContainerSpec()
+
+
+class NodeSpec(NodeDefaults):
+    name: NodeName | None = None
+    address: Host
+    collective_address: Host | None = None
+
+
+class InventoryFile(StrictModel):
+    cluster: NodeName | None = None
+    defaults: NodeDefaults | None = None
+    nodes: Annotated[list[dict[str, Any]], Field(min_length=1)]
 
 
 @dataclass(frozen=True)
@@ -70,7 +190,10 @@ class SshSettings:
     port: int = 22
     key: str | None = None  # a private key file on the head node; None: agent / ~/.ssh keys
     connect_timeout: float = 10.0
-    known_hosts: str | None = None  # set: host keys are checked against it (RejectPolicy)
+    # Host keys: the user's and the system's known_hosts plus this file are trusted; an unknown
+    # host is refused ("reject", OpenSSH's default) or recorded into this file ("accept-new").
+    known_hosts: str | None = None
+    host_key_policy: str = "reject"
 
 
 @dataclass(frozen=True)
@@ -137,59 +260,12 @@ class Inventory:
         raise KeyError(name)
 
 
-def _fail(path: Path, where: str, message: str) -> InventoryError:
-    return InventoryError(path, where, message)
-
-
-def _check_keys(path: Path, where: str, data: dict, allowed: set[str]) -> None:
-    for key in data:
-        if key not in allowed:
-            raise _fail(
-                path,
-                f"{where}.{key}" if where else str(key),
-                f"unknown key; allowed keys: {', '.join(sorted(allowed))}",
-            )
-
-
-def _mapping(path: Path, where: str, value: Any) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _fail(path, where, f"must be a mapping, got {type(value).__name__}")
-    return value
-
-
-def _string(path: Path, where: str, value: Any, pattern: re.Pattern | None, what: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise _fail(path, where, f"must be {what}, got {value!r}")
-    text = str(value)
-    if not text or (pattern is not None and not pattern.match(text)):
-        raise _fail(path, where, f"must be {what}, got {value!r}")
-    return text
-
-
-def _number(path: Path, where: str, value: Any, minimum: float, integer: bool) -> Any:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
-        kind = "an integer" if integer else "a number"
-        raise _fail(path, where, f"must be {kind} >= {minimum:g}, got {value!r}")
-    return value
-
-
-def _absolute(path: Path, where: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
-        raise _fail(path, where, f"must be an absolute path on the node, got {value!r}")
-    return value
-
-
-def _local_file(path: Path, where: str, value: Any, check_files: bool) -> str:
-    if not isinstance(value, str) or not value:
-        raise _fail(path, where, f"must be a file path on the head node, got {value!r}")
+def _local_file(path: Path, where: str, value: str, must_exist: bool) -> str:
     expanded = Path(value).expanduser()
     if not expanded.is_absolute():
         expanded = (path.parent / expanded).resolve()
-    if check_files and not expanded.is_file():
-        raise _fail(path, where, f"{str(expanded)!r} does not exist")
+    if must_exist and not expanded.is_file():
+        raise InventoryError(path, where, f"{str(expanded)!r} does not exist")
     return str(expanded)
 
 
@@ -205,249 +281,121 @@ def _merge(defaults: dict, node: dict) -> dict:
     return merged
 
 
-def _ssh(path: Path, where: str, data: Any, check_files: bool) -> SshSettings:
-    data = _mapping(path, where, data)
-    _check_keys(path, where, data, SSH_KEYS)
-    user = data.get("user") or getpass.getuser()
+def _ssh(path: Path, where: str, spec: SshSpec | None, check_files: bool) -> SshSettings:
+    spec = spec or SshSpec()
+    accept_new = spec.host_key_policy == "accept-new"
+    known_hosts = spec.known_hosts
+    if known_hosts is None and accept_new:
+        known_hosts = DEFAULT_KNOWN_HOSTS  # where OpenSSH records new hosts
     return SshSettings(
-        user=_string(path, f"{where}.user", user, _USER, "a user name"),
-        port=_port(path, f"{where}.port", data.get("port", 22)),
-        key=(
-            _local_file(path, f"{where}.key", data["key"], check_files)
-            if data.get("key") is not None
-            else None
-        ),
-        connect_timeout=float(
-            _number(path, f"{where}.connect_timeout", data.get("connect_timeout", 10), 1, False)
-        ),
+        user=spec.user or getpass.getuser(),
+        port=spec.port,
+        key=_local_file(path, f"{where}.key", spec.key, check_files) if spec.key else None,
+        connect_timeout=float(spec.connect_timeout),
+        # accept-new writes the file (it may not exist yet); reject reads it, so it must exist
         known_hosts=(
-            _local_file(path, f"{where}.known_hosts", data["known_hosts"], check_files)
-            if data.get("known_hosts") is not None
+            _local_file(path, f"{where}.known_hosts", known_hosts, check_files and not accept_new)
+            if known_hosts
             else None
         ),
+        host_key_policy=spec.host_key_policy,
     )
 
 
-def _port(path: Path, where: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise _fail(path, where, f"must be a port number 1-65535, got {value!r}")
-    return value
-
-
-def _by_framework(path: Path, where: str, value: Any, what: str) -> dict[str, str]:
-    """A single value for every framework, or a mapping framework -> value (+ "default")."""
-    from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
-
-    if isinstance(value, str) and value:
-        return {"default": value}
-    mapping = _mapping(path, where, value)
-    load_all()
-    allowed = ["default", *FRAMEWORKS.names()]
-    out = {}
-    for key, item in mapping.items():
-        if key not in allowed:
-            raise _fail(
-                path, f"{where}.{key}", f"unknown framework; allowed keys: {', '.join(allowed)}"
-            )
-        if not isinstance(item, str) or not item:
-            raise _fail(path, f"{where}.{key}", f"must be {what}, got {item!r}")
-        out[str(key)] = item
-    return out
-
-
-def _container(path: Path, where: str, data: Any) -> ContainerSettings:
-    data = _mapping(path, where, data)
-    _check_keys(path, where, data, CONTAINER_KEYS)
-    variant = data.get("variant", "gpu")
-    if variant not in VARIANTS:
-        raise _fail(
-            path, f"{where}.variant", f"{variant!r} is not allowed; allowed values: cpu, gpu"
+def _container(path: Path, where: str, spec: ContainerSpec) -> ContainerSettings:
+    gpus = spec.gpus if spec.gpus is not None else ("all" if spec.variant == "gpu" else None)
+    if spec.variant == "cpu" and gpus is not None:
+        raise InventoryError(
+            path, f"{where}.gpus", "a cpu variant container gets no GPUs; remove gpus"
         )
-    gpus = data.get("gpus", "all" if variant == "gpu" else None)
-    if gpus is not None:
-        gpus = _string(path, f"{where}.gpus", gpus, _GPUS, "all, a count or device=<ids>")
-    if variant == "cpu" and gpus is not None:
-        raise _fail(path, f"{where}.gpus", "a cpu variant container gets no GPUs; remove gpus")
-    ipc = data.get("ipc", "host")
-    if ipc not in IPC_MODES:
-        raise _fail(
-            path, f"{where}.ipc", f"{ipc!r} is not allowed; allowed values: {', '.join(IPC_MODES)}"
-        )
-    if ipc == "host" and data.get("shm_size") is not None:
-        raise _fail(
+    if spec.ipc == "host" and spec.shm_size is not None:
+        raise InventoryError(
             path,
             f"{where}.shm_size",
             "has no effect with ipc: host (the host's /dev/shm is used); set ipc: private",
         )
-    ulimits = {}
-    for name, limit in _mapping(path, f"{where}.ulimits", data.get("ulimits")).items():
-        if name not in ULIMITS:
-            raise _fail(
-                path,
-                f"{where}.ulimits.{name}",
-                f"unknown ulimit; allowed names: {', '.join(ULIMITS)}",
-            )
-        ulimits[name] = _ulimit(path, f"{where}.ulimits.{name}", limit)
-    mounts = data.get("mounts") or []
-    if not isinstance(mounts, list):
-        raise _fail(path, f"{where}.mounts", "must be a list of 'source:target[:ro|rw]'")
     return ContainerSettings(
-        variant=variant,
-        image=(
-            _by_framework(path, f"{where}.image", data["image"], "an image reference")
-            if data.get("image") is not None
-            else {}
-        ),
+        variant=spec.variant,
+        image=dict(spec.image or {}),
         gpus=gpus,
-        ipc=ipc,
-        shm_size=_size(path, f"{where}.shm_size", data.get("shm_size")),
-        memory=_size(path, f"{where}.memory", data.get("memory")),
-        ulimits=ulimits,
-        mounts=tuple(_mount(path, f"{where}.mounts[{i}]", m) for i, m in enumerate(mounts)),
+        ipc=spec.ipc,
+        shm_size=spec.shm_size,
+        memory=spec.memory,
+        ulimits=dict(spec.ulimits),
+        mounts=tuple(spec.mounts),
     )
 
 
-def _size(path: Path, where: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    return _string(path, where, value, _SIZE, "a size such as 512m or 16g")
-
-
-def _ulimit(path: Path, where: str, value: Any) -> str:
-    parts = str(value).split(":") if isinstance(value, str) else [value]
-    if len(parts) > 2:
-        raise _fail(path, where, f"must be a limit or 'soft:hard', got {value!r}")
-    for part in parts:
-        text = str(part)
-        if isinstance(part, bool) or not re.match(r"^-?[0-9]+$", text) or int(text) < -1:
-            raise _fail(path, where, f"must be an integer >= -1 (-1: unlimited), got {value!r}")
-    return ":".join(str(p) for p in parts)
-
-
-def _mount(path: Path, where: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise _fail(path, where, f"must be 'source:target[:ro|rw]', got {value!r}")
-    parts = value.split(":")
-    if len(parts) not in (2, 3) or not all(p.startswith("/") for p in parts[:2]):
-        raise _fail(path, where, f"must be 'source:target[:ro|rw]' with absolute paths: {value!r}")
-    if len(parts) == 3 and parts[2] not in ("ro", "rw"):
-        raise _fail(path, where, f"mode {parts[2]!r} is not allowed; allowed values: ro, rw")
-    return value
-
-
-def _env(path: Path, where: str, data: Any) -> dict[str, str]:
-    out = {}
-    for key, value in _mapping(path, where, data).items():
-        if not isinstance(key, str) or not _ENV.match(key):
-            raise _fail(path, f"{where}.{key}", "is not a valid environment variable name")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise _fail(path, f"{where}.{key}", f"must be a string or number, got {value!r}")
-        out[key] = str(value)
-    return out
-
-
-def _node(path: Path, index: int, data: dict, check_files: bool) -> Node:
+def _node(path: Path, index: int, spec: NodeSpec, check_files: bool) -> Node:
     where = f"nodes[{index}]"
-    name = _string(path, f"{where}.name", data.get("name", f"node{index}"), _NAME, "a node name")
-    if "address" not in data:
-        raise _fail(path, f"{where}.address", "missing; give the node's SSH host name or IP")
-    address = _string(path, f"{where}.address", data["address"], _HOST, "a host name or IP")
-    collective = data.get("collective_address", address)
     return Node(
         index=index,
-        name=name,
-        address=address,
-        collective_address=_string(
-            path, f"{where}.collective_address", collective, _HOST, "a host name or IP"
-        ),
-        ssh=_ssh(path, f"{where}.ssh", data.get("ssh"), check_files),
-        devices=_number(path, f"{where}.devices", data.get("devices", 1), 1, True),
-        interface=(
-            _string(path, f"{where}.interface", data["interface"], _IFNAME, "an interface name")
-            if data.get("interface") is not None
-            else None
-        ),
-        data_dir=(
-            _absolute(path, f"{where}.data_dir", data["data_dir"])
-            if data.get("data_dir") is not None
-            else None
-        ),
-        scratch_dir=_absolute(
-            path, f"{where}.scratch_dir", data.get("scratch_dir", "/var/tmp/dlperf")
-        ),
-        min_free_gb=float(
-            _number(path, f"{where}.min_free_gb", data.get("min_free_gb", 5), 0, False)
-        ),
-        python=_by_framework(
-            path, f"{where}.python", data.get("python", "python3"), "an interpreter path"
-        ),
-        docker_host=(
-            _string(path, f"{where}.docker_host", data["docker_host"], _DOCKER_HOST, "a URL")
-            if data.get("docker_host") is not None
-            else None
-        ),
-        env=_env(path, f"{where}.env", data.get("env")),
-        container=_container(path, f"{where}.container", data.get("container")),
+        name=spec.name or f"node{index}",
+        address=spec.address,
+        collective_address=spec.collective_address or spec.address,
+        ssh=_ssh(path, f"{where}.ssh", spec.ssh, check_files),
+        devices=spec.devices,
+        interface=spec.interface,
+        data_dir=spec.data_dir,
+        scratch_dir=spec.scratch_dir,
+        min_free_gb=float(spec.min_free_gb),
+        python=dict(spec.python),
+        docker_host=spec.docker_host,
+        env=dict(spec.env),
+        container=_container(path, f"{where}.container", spec.container),
     )
 
 
 def parse_inventory(data: Any, path: Path | str, *, check_files: bool = True) -> Inventory:
     path = Path(path)
-    if not isinstance(data, dict):
-        raise _fail(path, "(file)", "must be a mapping with keys: nodes (and cluster, defaults)")
-    _check_keys(path, "", data, TOP_KEYS)
-    defaults = _mapping(path, "defaults", data.get("defaults"))
-    _check_keys(path, "defaults", defaults, DEFAULT_KEYS)
-    nodes_data = data.get("nodes")
-    if not isinstance(nodes_data, list) or not nodes_data:
-        raise _fail(path, "nodes", "must be a non-empty list of nodes")
+    try:
+        parsed = validate(InventoryFile, data, path)
+    except ConfigError as error:
+        raise InventoryError(error.path, error.field_path, error.message) from None
+    defaults_data = data.get("defaults") or {}
     nodes: list[Node] = []
-    for index, entry in enumerate(nodes_data):
-        if not isinstance(entry, dict):
-            raise _fail(path, f"nodes[{index}]", "each node must be a mapping")
-        _check_keys(path, f"nodes[{index}]", entry, NODE_KEYS)
+    for index, entry in enumerate(parsed.nodes):
         try:
-            nodes.append(_node(path, index, _merge(defaults, entry), check_files))
-        except InventoryError as error:
+            spec = validate(NodeSpec, _merge(defaults_data, entry), path)
+        except ConfigError as error:
             # A bad value that came from `defaults` is reported where it was written.
-            key = error.field_path.split(".")[1] if "." in error.field_path else ""
-            if key and key not in entry and key in defaults:
-                field_path = "defaults." + error.field_path.split(".", 1)[1]
-                raise _fail(path, field_path, error.message) from None
-            raise
+            key = error.field_path.split(".")[0].split("[")[0]
+            if key and key not in entry and key in defaults_data:
+                where = f"defaults.{error.field_path}"
+            else:
+                where = f"nodes[{index}].{error.field_path}"
+            raise InventoryError(path, where, error.message) from None
+        nodes.append(_node(path, index, spec, check_files))
     seen: dict[str, int] = {}
     endpoints: dict[tuple, int] = {}
     for node in nodes:
         if node.name in seen:
-            raise _fail(
+            raise InventoryError(
                 path, f"nodes[{node.index}].name", f"{node.name!r} is also nodes[{seen[node.name]}]"
             )
         seen[node.name] = node.index
         endpoint = (node.address, node.ssh.port, node.docker_host)
         if endpoint in endpoints:
-            raise _fail(
+            raise InventoryError(
                 path,
                 f"nodes[{node.index}].address",
                 f"{node.address}:{node.ssh.port} is already nodes[{endpoints[endpoint]}]; "
                 "list every node once",
             )
         endpoints[endpoint] = node.index
-    name = data.get("cluster", path.stem)
-    return Inventory(
-        path=path,
-        name=_string(path, "cluster", name, _NAME, "a cluster name"),
-        nodes=tuple(nodes),
-    )
+    name = parsed.cluster or path.stem
+    if re.fullmatch(_NAME, name) is None:
+        raise InventoryError(
+            path, "cluster", f"the file name {name!r} is no cluster name; set cluster: <name>"
+        )
+    return Inventory(path=path, name=name, nodes=tuple(nodes))
 
 
 def load_inventory(path: Path | str, *, check_files: bool = True) -> Inventory:
     """Read and validate an inventory file; ``check_files``: SSH key files must exist."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise _fail(path, "(file)", "does not exist") from None
-    except yaml.YAMLError as error:
-        raise _fail(path, "(file)", f"is not valid YAML: {error}") from None
+        data = load_document(path)
+    except ConfigError as error:
+        raise InventoryError(error.path, error.field_path, error.message) from None
     return parse_inventory(data, path, check_files=check_files)

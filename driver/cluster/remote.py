@@ -27,14 +27,65 @@ if TYPE_CHECKING:
 
 KEEPALIVE_S = 5
 DEAD_AFTER_S = 30  # unacknowledged data older than this closes the connection (TCP_USER_TIMEOUT)
+# Trusted host keys, as OpenSSH reads them: the user's file and the system-wide one.
+USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 
 T = TypeVar("T")
+_KNOWN_HOSTS_WRITE = threading.Lock()  # nodes connect in parallel; one append at a time
 
 
 class NodeUnreachable(RuntimeError):
     def __init__(self, node: str, detail: str) -> None:
         super().__init__(f"node {node}: SSH unreachable: {detail}")
         self.node, self.detail = node, detail
+
+
+class UnknownHostKey(NodeUnreachable):
+    """The node's host key is in no trusted known_hosts file (OpenSSH refuses it too)."""
+
+
+def _host_key_policy(node: Node) -> paramiko.MissingHostKeyPolicy:
+    """Unknown hosts: refused (``reject``, the default), or trusted on first use and recorded
+    in the inventory's known_hosts file (``accept-new``, OpenSSH's StrictHostKeyChecking=
+    accept-new). A known host whose key changed is refused either way (paramiko raises
+    BadHostKeyException before asking the policy)."""
+    import paramiko
+
+    ssh = node.ssh
+    own = ssh.known_hosts or USER_KNOWN_HOSTS
+    searched = list(dict.fromkeys([USER_KNOWN_HOSTS, SYSTEM_KNOWN_HOSTS, own]))
+
+    class Reject(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            raise UnknownHostKey(
+                node.name,
+                f"the host key of {hostname} ({key.get_name()}) is in no known_hosts file "
+                f"({', '.join(searched)}); after checking its fingerprint, add it "
+                f"(ssh-keyscan -p {ssh.port} {node.address} >> {own})"
+                ", or set ssh.host_key_policy: accept-new in the inventory to record new hosts",
+            )
+
+    class AcceptNew(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            target = Path(ssh.known_hosts or USER_KNOWN_HOSTS).expanduser()
+            line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+            with _KNOWN_HOSTS_WRITE:
+                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                with target.open("a") as known:
+                    known.write(line)
+            client.get_host_keys().add(hostname, key.get_name(), key)
+
+    return AcceptNew() if ssh.host_key_policy == "accept-new" else Reject()
+
+
+def _load_known_hosts(client: paramiko.SSHClient, node: Node) -> None:
+    """Trust what OpenSSH would: the user's, the system's and the inventory's known_hosts.
+    Loaded read-only: paramiko never rewrites them (accept-new only appends)."""
+    client.load_system_host_keys()  # ~/.ssh/known_hosts, silently absent
+    for path in (SYSTEM_KNOWN_HOSTS, node.ssh.known_hosts):
+        if path and Path(path).expanduser().is_file():
+            client.load_system_host_keys(str(Path(path).expanduser()))
 
 
 @dataclass(frozen=True)
@@ -103,11 +154,20 @@ class Remote:
             connect_timeout=ssh.connect_timeout,
             connect_kwargs=connect_kwargs,
         )
-        if ssh.known_hosts:
-            connection.client.load_host_keys(ssh.known_hosts)
-            connection.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        # Fabric's default is paramiko's AutoAddPolicy (any host key accepted, unrecorded).
+        _load_known_hosts(connection.client, self.node)
+        connection.client.set_missing_host_key_policy(_host_key_policy(self.node))
         try:
             connection.open()
+        except UnknownHostKey:
+            raise
+        except paramiko.BadHostKeyException as error:
+            raise NodeUnreachable(
+                self.node.name,
+                f"the host key of {error.hostname} changed (a reinstalled node, or someone in "
+                "between); if the change is expected remove the old key with "
+                f"ssh-keygen -R '[{self.node.address}]:{ssh.port}' and connect again",
+            ) from None
         except Exception as error:  # noqa: BLE001 - every way of not connecting is one verdict
             raise NodeUnreachable(self.node.name, _describe(error)) from None
         transport = connection.client.get_transport()
@@ -253,16 +313,3 @@ def parallel(
             except Exception as error:  # noqa: BLE001 - the caller decides per node
                 out.append((item, None, error))
     return out
-
-
-def wait_channels(
-    channels: dict[str, paramiko.Channel], deadline: float, poll_s: float = 0.05
-) -> dict[str, int]:
-    """Exit statuses of the channels that finished before ``deadline`` (monotonic)."""
-    done: dict[str, int] = {}
-    while len(done) < len(channels) and time.monotonic() < deadline:
-        for name, channel in channels.items():
-            if name not in done and channel.exit_status_ready():
-                done[name] = channel.recv_exit_status()
-        time.sleep(poll_s)
-    return done

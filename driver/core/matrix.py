@@ -25,76 +25,197 @@ nothing runs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from driver.core.case import Case, Topology
+from driver.frameworks.base import OptionError
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, SOURCES
+from driver.schema import (
+    ConfigError,
+    FiniteFloat,
+    Name,
+    OptionName,
+    StrictModel,
+    did_you_mean,
+    fullmatch,
+    load_document,
+    one_of,
+    text,
+    validate,
+)
 
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
 ONOFF = {"on": True, "off": False, True: True, False: False}
-
-DEFAULTS: dict[str, Any] = {
-    "warmup_steps": 20,
-    "measured_steps": 100,
-    "total_steps": None,  # None: warm-up + measured
-    "repeats": 7,
-    "timeout_s": 3600,
-    "data_dir": None,
-    "source": "dlperf",
-    "epochs": None,
-    "epoch_samples": None,
-    "drop_caches": False,
-    "loader_workers": "auto",
-}
-DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
-    "warmup_steps": (int,),
-    "measured_steps": (int,),
-    "total_steps": (int, type(None)),
-    "repeats": (int,),
-    "timeout_s": (int, float),
-    "data_dir": (str, type(None)),
-    "source": (str,),
-    "epochs": (int, float, type(None)),
-    "epoch_samples": (int, type(None)),
-    "drop_caches": (bool,),
-    "loader_workers": (int, str),
-}
-SUITE_KEYS = {"model", "topology", "batch_size", "precision", "xla", "dataset", "variants"}
-SUITE_KEYS |= set(DEFAULTS)
-TOP_KEYS = {"framework", "defaults", "suites", "profiles"}
-PROFILE_KEYS = {"description", "defaults", "suites"}
 DLPERF_PROFILE = "dlperf"
+MAX_NODES = 1024
+MAX_DEVICES_PER_NODE = 64
+MAX_STEPS = 10_000_000
+MAX_REPEATS = 1000
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+COMMAND_LINE = "command line"
 
 
-class MatrixError(ValueError):
-    def __init__(self, path: Path | str, field_path: str, message: str) -> None:
-        super().__init__(f"{path}: {field_path}: {message}")
-        self.path, self.field_path = str(path), field_path
+class MatrixError(ConfigError):
+    """A bad matrix or command-line selection: ``<file>: <field>: <what is allowed>``."""
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """What the user narrows or changes on the command line (make NODES=4 BATCH=64 ...)."""
+class UnknownProfile(MatrixError):
+    """The profile asked for is not in the matrix (the CLI names its --profile)."""
+
+
+# Field types -----------------------------------------------------------------------------------
+
+
+def _as_list(value: Any) -> Any:
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("empty list; give at least one value")
+        return value
+    return [value]
+
+
+def _batch(value: Any) -> int | str:
+    if value == "max" and isinstance(value, str):
+        return value
+    if type(value) is not int or not 0 < value <= 1_000_000:
+        raise ValueError(f"must be a positive integer (at most 1000000) or 'max', got {value!r}")
+    return value
+
+
+def parse_topology(label: Any) -> Topology:
+    """``<nodes>n<total devices>g`` within :data:`MAX_NODES` x :data:`MAX_DEVICES_PER_NODE`."""
+    if not isinstance(label, str) or not fullmatch(r"[0-9]{1,7}n[0-9]{1,9}g", label):
+        raise ValueError(
+            f"topology {label!r} is not of the form <nodes>n<total devices>g (e.g. 2n16g)"
+        )
+    topology = Topology.parse(label)  # ValueError: total not a positive multiple of nodes
+    if topology.nodes > MAX_NODES or topology.devices_per_node > MAX_DEVICES_PER_NODE:
+        raise ValueError(
+            f"topology {label!r}: at most {MAX_NODES} nodes and {MAX_DEVICES_PER_NODE} "
+            "devices per node"
+        )
+    return topology
+
+
+def _topology_label(label: Any) -> str:
+    parse_topology(label)
+    return label
+
+
+Listed = BeforeValidator(_as_list)
+Batch = Annotated[Any, AfterValidator(_batch)]
+TopologyLabel = Annotated[Any, AfterValidator(_topology_label)]
+Precision = Annotated[Any, one_of(*PRECISIONS)]
+DatasetName = Annotated[Any, one_of(*DATASETS)]
+XlaSetting = Annotated[Any, one_of("off", "on", False, True)]
+# A folder on the nodes: safe path characters only, never an option ("-...") or a newline.
+DataDir = text(
+    r"[A-Za-z0-9_./~+@=,:][A-Za-z0-9_./~+@=,:-]{0,4095}",
+    "a folder path of letters, digits and _ . / ~ + @ = , : - (not starting with '-')",
+)
+VariantName = text(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", "a name: letters, digits, - and _")
+Steps = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+PositiveSteps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
+Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
+
+
+class Settings(StrictModel):
+    """``defaults:`` (top level or a profile's), and the same keys inside a suite."""
+
+    warmup_steps: Steps = 20
+    measured_steps: PositiveSteps = 100
+    total_steps: PositiveSteps | None = None  # None: warm-up + measured
+    repeats: Repeats = 7
+    timeout_s: Annotated[FiniteFloat, Field(gt=0, le=MAX_TIMEOUT_S)] = 3600.0
+    data_dir: DataDir | None = None
+    source: Name = "dlperf"
+    epochs: Annotated[FiniteFloat, Field(gt=0, le=1e6)] | None = None
+    epoch_samples: Annotated[int, Field(ge=1, le=10**12)] | None = None
+    drop_caches: bool = False
+    loader_workers: Any = "auto"
+
+    @field_validator("loader_workers")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        if value == "auto" and isinstance(value, str):
+            return value
+        if type(value) is not int or not 0 <= value <= 1024:
+            raise ValueError(f"must be 'auto' or a count 0-1024, got {value!r}")
+        return value
+
+
+SETTING_KEYS = tuple(Settings.model_fields)
+DEFAULTS: dict[str, Any] = Settings().model_dump()
+
+
+class Suite(Settings):
+    model: str
+    topology: Annotated[list[TopologyLabel], Listed] = ["1n1g"]
+    batch_size: Annotated[list[Batch], Listed] = [32]
+    precision: Annotated[list[Precision], Listed] = ["fp32"]
+    xla: Annotated[list[XlaSetting], Listed] = ["off"]
+    dataset: Annotated[list[DatasetName], Listed] = ["synthetic"]
+    variants: Annotated[dict[VariantName, dict[OptionName, Any]], Field(min_length=1)] = {
+        "default": {}
+    }
+
+
+class Profile(StrictModel):
+    description: str = ""
+    defaults: Settings | None = None
+    suites: Annotated[list[Suite], Field(min_length=1)] | None = None
+
+
+class MatrixFile(StrictModel):
+    framework: str
+    defaults: Settings | None = None
+    suites: Annotated[list[Suite], Field(min_length=1)]
+    profiles: dict[VariantName, Profile] = {}
+
+
+class Overrides(StrictModel):
+    """What the user narrows or changes on the command line (make NODES=4 BATCH=64 ...).
+
+    The same bounds as the matrix: a value the matrix would refuse is refused here too.
+    """
 
     models: tuple[str, ...] = ()
-    topologies: tuple[str, ...] = ()  # e.g. ("4n32g",) from NODES=4 GPUS=8
-    batch_sizes: tuple[int | str, ...] = ()
-    precisions: tuple[str, ...] = ()
+    topologies: tuple[TopologyLabel, ...] = ()  # e.g. ("4n32g",) from NODES=4 GPUS=8
+    batch_sizes: tuple[Batch, ...] = ()
+    precisions: tuple[Precision, ...] = ()
     xla: bool | None = None
-    datasets: tuple[str, ...] = ()
+    datasets: tuple[DatasetName, ...] = ()
     variants: tuple[str, ...] = ()
-    repeats: int | None = None
-    warmup_steps: int | None = None
-    measured_steps: int | None = None
-    data_dir: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    repeats: Repeats | None = None
+    warmup_steps: Steps | None = None
+    measured_steps: PositiveSteps | None = None
+    data_dir: DataDir | None = None
+    options: dict[OptionName, Any] = {}
+
+
+# The dlperf run flag of each override (the others are --<name with dashes>).
+OVERRIDE_FLAGS = {
+    "topologies": "--nodes/--gpus", "batch_sizes": "--batch", "precisions": "--amp",
+    "datasets": "--dataset", "models": "--model", "variants": "--variant", "options": "--option",
+}  # fmt: skip
+
+
+def overrides_from(values: dict[str, Any]) -> Overrides:
+    """:class:`Overrides` from command-line values; errors name the flag (``--repeats``)."""
+    try:
+        return validate(Overrides, values, COMMAND_LINE)
+    except ConfigError as error:
+        key = error.field_path.split(".")[0].split("[")[0]
+        flag = OVERRIDE_FLAGS.get(key, "--" + key.replace("_", "-"))
+        option = error.field_path[len(key) :].lstrip(".")
+        where = f"{flag} {option}" if key == "options" and option else flag
+        raise MatrixError(COMMAND_LINE, where, error.message) from None
 
 
 @dataclass
@@ -106,69 +227,48 @@ class Matrix:
     cases: list[Case]
 
 
-def _fail(path: Path, where: str, message: str) -> MatrixError:
-    return MatrixError(path, where, message)
+# Checks that need the registries (framework models, options, sources) -------------------------
 
 
-def _check_keys(path: Path, where: str, data: dict, allowed: set[str]) -> None:
-    for key in data:
-        if key not in allowed:
-            raise _fail(
+def check_options(
+    framework: str, source: str, model: str, options: dict[str, Any], path: Path | str, where: str
+) -> None:
+    """Every option name declared by the script (or upstream source) that reads it, every
+    value of its type; else a :class:`MatrixError` at ``where.<option>``."""
+    if source == "dlperf":
+        plugin = FRAMEWORKS.get(framework)
+        for name, value in options.items():
+            try:
+                plugin.check_option(name, value)
+            except OptionError as error:
+                raise MatrixError(path, f"{where}.{name}", str(error)) from None
+        return
+    launch = SOURCES.get(source)().spec.launches.get(model)
+    declared = dict(launch.options) if launch is not None else {}
+    for name, value in options.items():
+        if name not in declared:
+            raise MatrixError(
                 path,
-                f"{where}.{key}" if where else str(key),
-                f"unknown key; allowed keys: {', '.join(sorted(allowed))}",
+                f"{where}.{name}",
+                f"source {source} {model} has no option {name!r}{did_you_mean(name, declared)}; "
+                f"its options: {', '.join(sorted(declared)) or 'none'}",
+            )
+        default = declared[name]
+        if default is not None and type(value) is not type(default):
+            raise MatrixError(
+                path,
+                f"{where}.{name}",
+                f"must be a {type(default).__name__} like its default {default!r}, got {value!r}",
             )
 
 
-def _as_list(path: Path, where: str, value: Any) -> list:
-    if isinstance(value, list):
-        if not value:
-            raise _fail(path, where, "empty list; give at least one value")
-        return value
-    return [value]
-
-
-def _validated_defaults(path: Path, where: str, data: Any, base: dict[str, Any]) -> dict[str, Any]:
-    if data is None:
-        return dict(base)
-    if not isinstance(data, dict):
-        raise _fail(path, where, f"must be a mapping, got {type(data).__name__}")
-    _check_keys(path, where, data, set(DEFAULTS))
-    merged = dict(base)
-    for key, value in data.items():
-        types = DEFAULT_TYPES[key]
-        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            raise _fail(path, f"{where}.{key}", f"must be {names}, got {value!r}")
-        merged[key] = value
-    return merged
-
-
 def _check_steps(path: Path, where: str, settings: dict[str, Any]) -> int:
-    for key in ("warmup_steps", "measured_steps", "repeats"):
-        minimum = 0 if key == "warmup_steps" else 1
-        if settings[key] < minimum:
-            raise _fail(path, f"{where}.{key}", f"must be >= {minimum}, got {settings[key]}")
-    if settings["timeout_s"] <= 0:
-        raise _fail(path, f"{where}.timeout_s", f"must be positive, got {settings['timeout_s']}")
-    if settings["loader_workers"] != "auto" and (
-        isinstance(settings["loader_workers"], str) or settings["loader_workers"] < 0
-    ):
-        raise _fail(
-            path,
-            f"{where}.loader_workers",
-            f"must be 'auto' or a count >= 0, got {settings['loader_workers']!r}",
-        )
     if (settings["epochs"] is None) != (settings["epoch_samples"] is None):
-        raise _fail(path, f"{where}.epochs", "epoch mode needs both epochs and epoch_samples")
-    if settings["epochs"] is not None and (
-        settings["epochs"] <= 0 or settings["epoch_samples"] <= 0
-    ):
-        raise _fail(path, f"{where}.epochs", "epochs and epoch_samples must be positive")
+        raise MatrixError(path, f"{where}.epochs", "epoch mode needs both epochs and epoch_samples")
     needed = settings["warmup_steps"] + settings["measured_steps"]
     total = settings["total_steps"] if settings["total_steps"] is not None else needed
     if needed > total:
-        raise _fail(
+        raise MatrixError(
             path,
             f"{where}.total_steps",
             f"warmup_steps + measured_steps = {needed} exceeds total_steps = {total}; "
@@ -177,79 +277,49 @@ def _check_steps(path: Path, where: str, settings: dict[str, Any]) -> int:
     return total
 
 
-def _batch(path: Path, where: str, value: Any) -> int | str:
-    if value == "max":
-        return "max"
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise _fail(path, where, f"must be a positive integer or 'max', got {value!r}")
-    return value
-
-
-def _choice(path: Path, where: str, value: Any, allowed: Iterable[Any]) -> Any:
-    allowed = list(allowed)
-    if value not in allowed:
-        shown = ", ".join(str(a) for a in allowed)
-        raise _fail(path, where, f"{value!r} is not allowed; allowed values: {shown}")
-    return value
-
-
 def _expand_suite(
-    path: Path, where: str, suite: Any, framework: str, base: dict[str, Any], profile: str
+    path: Path, where: str, suite: Suite, framework: str, base: dict[str, Any], profile: str
 ) -> list[Case]:
-    if not isinstance(suite, dict):
-        raise _fail(path, where, "each suite must be a mapping")
-    _check_keys(path, where, suite, SUITE_KEYS)
     plugin = FRAMEWORKS.get(framework)
-    if "model" not in suite:
-        raise _fail(path, f"{where}.model", f"missing; allowed models: {', '.join(plugin.models)}")
-    model = _choice(path, f"{where}.model", suite["model"], plugin.models)
-    settings = _validated_defaults(
-        path, where, {k: v for k, v in suite.items() if k in DEFAULTS}, base
-    )
+    if suite.model not in plugin.models:
+        raise MatrixError(
+            path,
+            f"{where}.model",
+            f"{suite.model!r} is not allowed{did_you_mean(suite.model, plugin.models)}; "
+            f"allowed models: {', '.join(plugin.models)}",
+        )
+    settings = {**base, **suite.model_dump(include=set(SETTING_KEYS), exclude_unset=True)}
     total = _check_steps(path, where, settings)
-    _choice(path, f"{where}.source", settings["source"], ["dlperf", *SOURCES.names()])
-
-    topologies = []
-    for i, label in enumerate(_as_list(path, f"{where}.topology", suite.get("topology", "1n1g"))):
-        try:
-            topologies.append(Topology.parse(str(label)))
-        except ValueError as error:
-            raise _fail(path, f"{where}.topology[{i}]", str(error)) from None
-    batches = [
-        _batch(path, f"{where}.batch_size[{i}]", b)
-        for i, b in enumerate(_as_list(path, f"{where}.batch_size", suite.get("batch_size", 32)))
-    ]
-    precisions = [
-        _choice(path, f"{where}.precision[{i}]", p, PRECISIONS)
-        for i, p in enumerate(_as_list(path, f"{where}.precision", suite.get("precision", "fp32")))
-    ]
-    xla_allowed = ["off", False] + (["on", True] if plugin.has_xla else [])
-    xlas = [
-        ONOFF[_choice(path, f"{where}.xla[{i}]", x, xla_allowed)]
-        for i, x in enumerate(_as_list(path, f"{where}.xla", suite.get("xla", "off")))
-    ]
-    datasets = [
-        _choice(path, f"{where}.dataset[{i}]", d, DATASETS)
-        for i, d in enumerate(_as_list(path, f"{where}.dataset", suite.get("dataset", "synthetic")))
-    ]
-    if "real" in datasets and not settings["data_dir"]:
-        raise _fail(path, f"{where}.data_dir", "dataset 'real' needs data_dir (the data folder)")
-    variants = suite.get("variants", {"default": {}})
-    if not isinstance(variants, dict) or not variants:
-        raise _fail(path, f"{where}.variants", "must be a non-empty mapping of name -> options")
-    for name, options in variants.items():
-        if not isinstance(options, dict):
-            raise _fail(path, f"{where}.variants.{name}", "must be a mapping of option -> value")
-        if not str(name).replace("_", "").replace("-", "").isalnum():
-            raise _fail(path, f"{where}.variants.{name}", "names use letters, digits, - and _")
-
+    sources = ["dlperf", *SOURCES.names()]
+    if settings["source"] not in sources:
+        raise MatrixError(
+            path,
+            f"{where}.source",
+            f"{settings['source']!r} is not allowed{did_you_mean(settings['source'], sources)}; "
+            f"allowed values: {', '.join(sources)}",
+        )
+    for i, xla in enumerate(suite.xla):
+        if ONOFF[xla] and not plugin.has_xla:
+            raise MatrixError(
+                path, f"{where}.xla[{i}]", f"{framework} has no XLA; allowed values: off"
+            )
+    if "real" in suite.dataset and not settings["data_dir"]:
+        raise MatrixError(
+            path, f"{where}.data_dir", "dataset 'real' needs data_dir (the data folder)"
+        )
+    for name, options in suite.variants.items():
+        check_options(
+            framework, settings["source"], suite.model, options, path, f"{where}.variants.{name}"
+        )
+    topologies = [parse_topology(label) for label in suite.topology]
+    xlas = list(dict.fromkeys(ONOFF[x] for x in suite.xla))
     cases = []
     for topo, batch, precision, xla, dataset, (variant, options) in itertools.product(
-        topologies, batches, precisions, xlas, datasets, variants.items()
+        topologies, suite.batch_size, suite.precision, xlas, suite.dataset, suite.variants.items()
     ):
         cases.append(
             Case(
-                model=model,
+                model=suite.model,
                 framework=framework,
                 topology=topo,
                 batch_size=batch,
@@ -275,54 +345,57 @@ def _expand_suite(
     return cases
 
 
-def load_matrix(path: Path | str, profile: str = DLPERF_PROFILE) -> Matrix:
-    load_all()
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise _fail(path, "(file)", "does not exist") from None
-    except yaml.YAMLError as error:
-        raise _fail(path, "(file)", f"is not valid YAML: {error}") from None
-    if not isinstance(data, dict):
-        raise _fail(path, "(file)", "must be a mapping with keys framework, suites")
-    _check_keys(path, "", data, TOP_KEYS)
-    framework = data.get("framework")
-    if framework not in FRAMEWORKS:
-        raise _fail(
-            path,
-            "framework",
-            f"{framework!r} is not allowed; allowed values: {', '.join(FRAMEWORKS.names())}",
-        )
-    base = _validated_defaults(path, "defaults", data.get("defaults"), DEFAULTS)
-    suites, description = data.get("suites"), "the DLPerf protocol"
-    if profile != DLPERF_PROFILE:
-        profiles = data.get("profiles") or {}
-        if profile not in profiles:
-            raise _fail(
-                path,
-                "profiles",
-                f"no profile {profile!r}; profiles here: {', '.join([DLPERF_PROFILE, *profiles])}",
-            )
-        chosen = profiles[profile]
-        where = f"profiles.{profile}"
-        if not isinstance(chosen, dict):
-            raise _fail(path, where, "must be a mapping")
-        _check_keys(path, where, chosen, PROFILE_KEYS)
-        base = _validated_defaults(path, f"{where}.defaults", chosen.get("defaults"), base)
-        suites = chosen.get("suites", suites)
-        description = str(chosen.get("description", profile))
-    if not isinstance(suites, list) or not suites:
-        raise _fail(path, "suites", "must be a non-empty list of suites")
+def _profile_cases(
+    path: Path, data: MatrixFile, profile: str, where: str, suites: list[Suite], base: dict
+) -> list[Case]:
     cases: list[Case] = []
     for i, suite in enumerate(suites):
-        cases.extend(_expand_suite(path, f"suites[{i}]", suite, framework, base, profile))
+        framework = FRAMEWORKS.canonical(data.framework)
+        cases.extend(_expand_suite(path, f"{where}[{i}]", suite, framework, base, profile))
     ids = [case.id for case in cases]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
-        raise _fail(path, "suites", f"cases defined twice: {', '.join(duplicates)}")
+        raise MatrixError(path, where, f"cases defined twice: {', '.join(duplicates)}")
+    return cases
+
+
+def load_matrix(path: Path | str, profile: str = DLPERF_PROFILE) -> Matrix:
+    """The cases of ``profile``; every suite of every profile is checked whatever is chosen."""
+    load_all()
+    path = Path(path)
+    try:
+        data = validate(MatrixFile, load_document(path), path)
+    except ConfigError as error:
+        raise MatrixError(error.path, error.field_path, error.message) from None
+    if data.framework not in FRAMEWORKS:
+        raise MatrixError(
+            path,
+            "framework",
+            f"{data.framework!r} is not allowed{did_you_mean(data.framework, FRAMEWORKS.names())}"
+            f"; allowed values: {', '.join(FRAMEWORKS.names())}",
+        )
+    if profile != DLPERF_PROFILE and profile not in data.profiles:
+        raise UnknownProfile(
+            path,
+            "profiles",
+            f"no profile {profile!r}{did_you_mean(profile, data.profiles)}; "
+            f"profiles here: {', '.join([DLPERF_PROFILE, *data.profiles])}",
+        )
+    top = {**DEFAULTS, **(data.defaults.model_dump(exclude_unset=True) if data.defaults else {})}
+    chosen = _profile_cases(path, data, DLPERF_PROFILE, "suites", data.suites, top)
+    description = "the DLPerf protocol"
+    for name, entry in data.profiles.items():
+        base = {**top, **(entry.defaults.model_dump(exclude_unset=True) if entry.defaults else {})}
+        where = f"profiles.{name}.suites" if entry.suites is not None else "suites"
+        cases = _profile_cases(path, data, name, where, entry.suites or data.suites, base)
+        if name == profile:
+            chosen, description = cases, entry.description or name
     return Matrix(
-        path=path, framework=framework, profile=profile, description=description, cases=cases
+        path=path,
+        framework=FRAMEWORKS.canonical(data.framework),
+        profile=profile,
+        description=description,
+        cases=chosen,
     )
 
 
@@ -334,6 +407,14 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
     """
     from dataclasses import replace
 
+    for case in cases:
+        try:
+            check_options(
+                case.framework, case.source, case.model, overrides.options, COMMAND_LINE, "option"
+            )
+        except MatrixError as error:
+            name = error.field_path.split(".", 1)[1]
+            raise MatrixError(COMMAND_LINE, f"--option {name}", error.message) from None
     selected = [c for c in cases if not overrides.models or c.model in overrides.models]
     selected = [c for c in selected if not overrides.variants or c.variant in overrides.variants]
     selected = [c for c in selected if not overrides.datasets or c.dataset in overrides.datasets]

@@ -5,67 +5,80 @@ window starts at the end of the last warm-up step (the start of the first measur
 ends at the end of the last measured step. Each rank's duration comes from its own clock (no
 cross-node clock comparison); the job's duration is the slowest rank's, so a straggler counts.
 Never a mean of per-step rates.
+
+:func:`measure_logs` is the one path from raw logs to a measurement (parser, world-size check,
+window): the runner, ``dlperf report``, the release and the audit all call it.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
-from driver.parsers.base import LogParseError, ParsedLog, RankLog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
+
+from driver.parsers.base import LogParseError, ParsedLog, RankLog, Window
+
+if TYPE_CHECKING:
+    from driver.core.case import Case
+
+__all__ = ["LogParseError", "Window"]  # Window lives beside the parsers (they check it too)
 
 UNSTABLE_CV = 0.02  # a case whose repeats vary more than 2% is flagged in every table
+INTERVALS = 10
 
 
-@dataclass(frozen=True)
-class Window:
-    warmup_steps: int
-    measured_steps: int
+class StrictModel(BaseModel):
+    """Every record the kit writes or reads: no unknown field, no NaN or infinity."""
 
-    @property
-    def first(self) -> int:
-        return self.warmup_steps
-
-    @property
-    def last(self) -> int:
-        return self.warmup_steps + self.measured_steps
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
-@dataclass(frozen=True)
-class RepeatMeasurement:
-    throughput: float  # global samples / s
-    samples: int  # global samples in the window
-    duration_s: float  # slowest rank's window
-    ranks: int  # ranks that logged
-    world_size: int
+class RepeatMeasurement(StrictModel):
+    throughput: Annotated[float, Field(gt=0)]  # global samples / s
+    samples: Annotated[int, Field(ge=0)]  # global samples in the window
+    duration_s: Annotated[float, Field(ge=0)]  # slowest rank's window
+    ranks: Annotated[int, Field(ge=0)]  # ranks that logged
+    world_size: Annotated[int, Field(ge=1)]
     reported_by_source: bool = False  # the source printed a rate; no timestamps were used
-    warmup_steps: int = 0
-    measured_steps: int = 0
-    # The Dell method's stability check: CV of the throughput of equal slices of the window
-    # (rank 0's clock); None where the log has too few points to slice.
-    interval_cv: float | None = None
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    measured_steps: Annotated[int, Field(ge=0)] = 0
+    # The Dell method's stability check: CV of the throughput of slices of the window (rank 0's
+    # clock, slice bounds at logged steps); None where the log has too few points to slice.
+    interval_cv: Annotated[float, Field(ge=0)] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_field_is_not_input(cls, data: Any) -> Any:
+        # ``interval_unstable`` is written (computed) but follows from interval_cv on read.
+        if isinstance(data, dict) and "interval_unstable" in data:
+            data = {k: v for k, v in data.items() if k != "interval_unstable"}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def interval_unstable(self) -> bool:
         return self.interval_cv is not None and self.interval_cv > UNSTABLE_CV
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "interval_unstable": self.interval_unstable}
-
-
-INTERVALS = 10
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        """Field names as written (results files name every one)."""
+        return (*cls.model_fields, *cls.model_computed_fields)
 
 
 def slice_cv(log: RankLog, window: Window, intervals: int = INTERVALS) -> float | None:
-    """CV of throughput over ``intervals`` equal slices of the window (needs >= 2 slices)."""
+    """CV of throughput over up to ``intervals`` slices of the window, bounded by the steps the
+    log holds: every step for our logs (equal slices), every N steps for upstream logs (as many
+    slices as the log has intervals, up to ``intervals``). None with fewer than 2 slices."""
     by_step = {point.step: point for point in log.points}
-    slices = min(intervals, window.measured_steps)
+    held = sorted(s for s in by_step if window.first <= s <= window.last)
+    if not held or held[0] != window.first or held[-1] != window.last:
+        return None
+    slices = min(intervals, len(held) - 1)
     if slices < 2:
         return None
-    bounds = [window.first + round(i * window.measured_steps / slices) for i in range(slices + 1)]
-    if any(b not in by_step for b in bounds):
-        return None  # the log is sparser than the slices (upstream log frequency)
+    bounds = [held[round(i * (len(held) - 1) / slices)] for i in range(slices + 1)]
     rates = []
     for start, end in zip(bounds, bounds[1:], strict=False):
         samples = sum(p.samples for p in log.points if start < p.step <= end)
@@ -78,14 +91,8 @@ def slice_cv(log: RankLog, window: Window, intervals: int = INTERVALS) -> float 
 
 
 def _rank_window(log: RankLog, window: Window) -> tuple[int, float]:
+    window.check(log.rank, (point.step for point in log.points))
     by_step = {point.step: point for point in log.points}
-    if window.first not in by_step or window.last not in by_step:
-        logged = f"{log.points[0].step}..{log.points[-1].step}" if log.points else "none"
-        raise LogParseError(
-            f"rank {log.rank}: the window needs step boundaries {window.first} and {window.last} "
-            f"but the log holds steps {logged} (cut short, or warm-up/measured steps do not "
-            "match the log frequency)"
-        )
     start, end = by_step[window.first], by_step[window.last]
     samples = sum(p.samples for p in log.points if window.first < p.step <= window.last)
     if end.t <= start.t:
@@ -93,9 +100,20 @@ def _rank_window(log: RankLog, window: Window) -> tuple[int, float]:
     return samples, end.t - start.t
 
 
+def _measurement(**fields: Any) -> RepeatMeasurement:
+    try:
+        return RepeatMeasurement(**fields)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})"
+            for e in error.errors()
+        )
+        raise LogParseError(f"the log gives no valid measurement: {problems}") from None
+
+
 def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
     if parsed.reported_throughput is not None and not any(r.points for r in parsed.ranks.values()):
-        return RepeatMeasurement(
+        return _measurement(
             throughput=parsed.reported_throughput,
             samples=0,
             duration_s=0.0,
@@ -116,8 +134,10 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
         samples, duration = _rank_window(log, window)
         total_samples += samples * parsed.samples_scale
         longest = max(longest, duration)
+    if total_samples <= 0:
+        raise LogParseError("the measured window holds no samples")
     first_rank = parsed.ranks[min(parsed.ranks)]
-    return RepeatMeasurement(
+    return _measurement(
         throughput=total_samples / longest,
         samples=total_samples,
         duration_s=longest,
@@ -129,20 +149,53 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
     )
 
 
-@dataclass(frozen=True)
-class CaseStats:
+def parse_logs(parser_name: str, texts: Mapping[str, str]) -> ParsedLog:
+    """Run a registered parser; any failure on bad input is a LogParseError naming the logs."""
+    from driver.plugins import load_all
+    from driver.registry import PARSERS
+
+    load_all()
+    if parser_name not in PARSERS:
+        raise LogParseError(f"unknown log parser {parser_name!r}")
+    if not texts:
+        raise LogParseError("no node*.log file")
+    try:
+        return PARSERS.get(parser_name)().parse(dict(texts))
+    except LogParseError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
+        # a protocol line with a missing or mistyped field
+        raise LogParseError(
+            f"malformed record ({type(error).__name__}: {error})", source=",".join(sorted(texts))
+        ) from None
+
+
+def measure_logs(
+    case: Case, parser_name: str, texts: Mapping[str, str], batch_size: int
+) -> tuple[RepeatMeasurement, ParsedLog]:
+    """A repeat's measurement from its raw logs (raises LogParseError): the one statistics
+    path, from the parser through the world-size check to the window."""
+    parsed = parse_logs(parser_name, texts)
+    if parsed.world_size != case.topology.world_size:
+        raise LogParseError(
+            f"the log reports world size {parsed.world_size}, the case has "
+            f"{case.topology.world_size} devices"
+        )
+    warmup, measured, _total = case.window_for(batch_size)
+    return measure_repeat(parsed, Window(warmup, measured)), parsed
+
+
+class CaseStats(StrictModel):
     median: float
     minimum: float
     maximum: float
     cv: float  # population std / mean
     repeats: int
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def unstable(self) -> bool:
         return self.cv > UNSTABLE_CV
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "unstable": self.unstable}
 
 
 def case_stats(throughputs: list[float]) -> CaseStats:

@@ -4,11 +4,17 @@ Per model and precision, and per batch size and dataset inside it: rows are node
 num, and each series (framework, with its source, XLA and option variant) has throughput
 median, speedup and efficiency columns. Unstable cells (CV > 2%) carry a mark, and anything that
 is not the DLPerf protocol gets a footnote.
+
+``dlperf report`` prints only what the raw logs give: :func:`verified_records` re-measures every
+repeat from its logs (``measure_logs``, the runner's own path) and refuses, by file, a repeat
+whose record is missing or unreadable, whose logs are corrupt or changed since the record was
+written, or whose record disagrees with its logs.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from collections import defaultdict
@@ -19,7 +25,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from driver.core.measure import UNSTABLE_CV
+from driver.core.case import Case
+from driver.core.measure import UNSTABLE_CV, LogParseError, measure_logs
+from driver.core.results import RECORD, RecordError, RepeatRecord, Session, load_record
 from driver.core.summary import CaseSummary, grouped
 
 MODEL_NAMES = {
@@ -223,7 +231,7 @@ def _series_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn]
 
 
 def to_csv(summaries: list[CaseSummary]) -> str:
-    rows = [s.row() for s in summaries]
+    rows = [s.row().model_dump() for s in summaries]
     if not rows:
         return ""
     buffer = io.StringIO()
@@ -240,11 +248,94 @@ def to_csv(summaries: list[CaseSummary]) -> str:
 
 
 def to_json(summaries: list[CaseSummary]) -> str:
-    return json.dumps([s.row() for s in summaries], indent=2, sort_keys=True) + "\n"
+    return json.dumps([s.row().model_dump() for s in summaries], indent=2, sort_keys=True) + "\n"
+
+
+@dataclass
+class Verified:
+    records: list[tuple[Case, RepeatRecord]]  # measurement and header as the logs give them
+    refused: list[str]  # one line per refused repeat or unreadable case, naming the file
+
+
+def verified_records(session_roots: Sequence[Path]) -> Verified:
+    """Every finished repeat of the sessions, re-measured from its raw logs."""
+    out = Verified([], [])
+    for root in session_roots:
+        session = Session(root)
+        for case_file in sorted((session.root / "cases").rglob("case.json")):
+            try:
+                case = Case.from_dict(json.loads(case_file.read_text()))
+            except (OSError, ValueError, TypeError, KeyError) as error:
+                out.refused.append(f"{case_file}: unreadable case definition ({error})")
+                continue
+            for folder in session.repeat_dirs(case):
+                checked = _verify_repeat(case, folder)
+                if isinstance(checked, str):
+                    out.refused.append(checked)
+                elif checked is not None:
+                    out.records.append((case, checked))
+    return out
+
+
+def _verify_repeat(case: Case, folder: Path) -> RepeatRecord | str | None:
+    """The record with the measurement its logs give; a problem line; or None for a repeat
+    that did not finish ok (its verdict is its record's)."""
+    path = folder / RECORD
+    if not path.exists():
+        return f"{path}: missing (a repeat folder without its record: crashed, or deleted)"
+    try:
+        record = load_record(path)
+    except RecordError as error:
+        return str(error)
+    if record.case_id != case.id:
+        return f"{path}: a record of case {record.case_id!r} in the folder of {case.id}"
+    if not record.ok:
+        return None
+    texts: dict[str, str] = {}
+    for name in record.logs:
+        try:
+            data = (folder / name).read_bytes()
+        except OSError:
+            return f"{folder / name}: missing (named in {path})"
+        expected = record.log_sha256.get(name)
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+            return f"{folder / name}: changed since {path} was written (sha256 differs)"
+        texts[name] = data.decode("utf-8", errors="replace")  # as the runner reads logs
+    try:
+        measurement, parsed = measure_logs(case, record.parser, texts, record.batch_size)
+    except LogParseError as error:
+        return (
+            f"{folder}: the logs ({', '.join(record.logs) or 'none'}) give no measurement with "
+            f"the parser {path} names ({record.parser!r}): {error}"
+        )
+    if measurement != record.measurement:
+        recorded = record.measurement.model_dump() if record.measurement else {}
+        derived = measurement.model_dump()
+        field = next((k for k in derived if recorded.get(k) != derived[k]), "measurement")
+        return (
+            f"{path}: measurement.{field} is {recorded.get(field)!r} in the record but "
+            f"{derived[field]!r} from the logs"
+        )
+    per_step = record.batch_size * case.topology.world_size
+    if not measurement.reported_by_source and measurement.samples != (
+        per_step * measurement.measured_steps
+    ):
+        return (
+            f"{path}: batch_size {record.batch_size} in the record, but the logs hold "
+            f"{measurement.samples} samples in {measurement.measured_steps} measured steps "
+            f"of {case.topology.world_size} device(s)"
+        )
+    if json.loads(json.dumps(parsed.header, default=str)) != record.header:  # as written
+        return f"{path}: header differs from rank 0's header in the logs"
+    return record.model_copy(update={"measurement": measurement, "header": parsed.header})
 
 
 def write_report(
-    summaries: list[CaseSummary], out_dir: Path, title: str, preamble: str = ""
+    summaries: list[CaseSummary],
+    out_dir: Path,
+    title: str,
+    preamble: str = "",
+    refused: Sequence[str] = (),
 ) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -253,7 +344,11 @@ def write_report(
         "json": out_dir / "report.json",
     }
     body = f"# {title}\n\n{preamble}\n\n" if preamble else f"# {title}\n\n"
-    paths["markdown"].write_text(body + markdown_tables(summaries))
+    notes = [
+        f"Refused (left out of every table; the logs are the truth): {problem}"
+        for problem in refused
+    ]
+    paths["markdown"].write_text(body + markdown_tables(summaries, extra_notes=notes))
     paths["csv"].write_text(to_csv(summaries))
     paths["json"].write_text(to_json(summaries))
     return paths

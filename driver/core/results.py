@@ -12,21 +12,48 @@ crash leftover and is moved aside before the repeat runs again. Nothing is overw
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from driver.core.case import Case
+from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.frameworks.base import REPO_ROOT
 
 RECORD = "record.json"
-SCHEMA_VERSION = 1
+# 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from).
+SCHEMA_VERSION = 2
+KNOWN_SCHEMAS = (1, 2)
+SESSION_SCHEMA = 1  # session.json (unchanged by record schema 2)
+
+
+class RecordError(ValueError):
+    """A record file the kit cannot trust: unreadable, wrong schema, a field out of range."""
+
+
+def _finite_number(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} overflows to infinity")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a record may hold")
+
+
+def strict_json(text: str | bytes) -> Any:
+    """JSON without NaN or infinity anywhere (Python's json module accepts both)."""
+    return json.loads(text, parse_float=_finite_number, parse_constant=_no_constant)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -58,26 +85,46 @@ def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
     }
 
 
-@dataclass
-class RepeatRecord:
+class CommandRecord(StrictModel):
+    node: str
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str | None = None
+
+
+class RepeatRecord(StrictModel):
     """What one repeat produced: everything needed to recompute it from its raw logs."""
 
+    schema_: int = Field(SCHEMA_VERSION, alias="schema")
     case_id: str
-    repeat: int
+    repeat: Annotated[int, Field(ge=0)]
     verdict: str
-    batch_size: int
+    batch_size: Annotated[int, Field(ge=1)]
     started_at: float
     finished_at: float
-    commands: list[dict[str, Any]]
+    commands: list[CommandRecord]
     exit_codes: dict[str, int | None]
     logs: list[str]  # file names in the repeat folder
     parser: str
-    measurement: dict[str, Any] | None = None
-    header: dict[str, Any] = field(default_factory=dict)  # rank 0's header: versions, devices
+    measurement: RepeatMeasurement | None = None
+    header: dict[str, Any] = Field(default_factory=dict)  # rank 0's header: versions, devices
     detail: str = ""
     runtime: str = "local"
-    extra: dict[str, Any] = field(default_factory=dict)  # telemetry, image digests, ...
-    schema: int = SCHEMA_VERSION
+    extra: dict[str, Any] = Field(default_factory=dict)  # telemetry, image digests, ...
+    log_sha256: dict[str, str] = Field(default_factory=dict)  # log name -> sha256 (schema 2)
+
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _known_schema(cls, value: Any) -> Any:
+        if value not in KNOWN_SCHEMAS:
+            raise ValueError(
+                f"schema version {value!r} is not one this kit reads "
+                f"({', '.join(map(str, KNOWN_SCHEMAS))}): written by another kit; read it with "
+                "that kit, or upgrade this one"
+            )
+        return value
 
     @property
     def ok(self) -> bool:
@@ -85,14 +132,43 @@ class RepeatRecord:
 
     @property
     def throughput(self) -> float | None:
-        return self.measurement["throughput"] if self.measurement else None
+        return self.measurement.throughput if self.measurement else None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump(by_alias=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RepeatRecord:
-        return cls(**data)
+    def parse(cls, content: str | bytes, name: str) -> RepeatRecord:
+        """A record from its file's bytes; any problem is a RecordError naming ``name``."""
+        try:
+            data = strict_json(content)
+        except ValueError as error:  # JSONDecodeError included
+            raise RecordError(f"{name}: not a valid record ({error})") from None
+        if not isinstance(data, dict):
+            raise RecordError(f"{name}: not a valid record (a JSON object is expected)")
+        if "schema" not in data:
+            raise RecordError(f"{name}: no schema version (field 'schema'): not a dlperf record")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"field {'.'.join(str(p) for p in e['loc']).replace('schema_', 'schema')}: "
+                f"{e['msg']}"
+                for e in error.errors()
+            )
+            raise RecordError(f"{name}: {problems}") from None
+
+
+def load_record(path: Path) -> RepeatRecord:
+    try:
+        content = path.read_bytes()
+    except OSError as error:
+        raise RecordError(f"{path}: cannot be read ({error.strerror})") from None
+    return RepeatRecord.parse(content, str(path))
+
+
+def sha256_of_logs(repeat_dir: Path, names: list[str]) -> dict[str, str]:
+    return {n: hashlib.sha256((repeat_dir / n).read_bytes()).hexdigest() for n in names}
 
 
 class Session:
@@ -108,7 +184,7 @@ class Session:
             write_json(
                 meta_path,
                 {
-                    "schema": SCHEMA_VERSION,
+                    "schema": SESSION_SCHEMA,
                     "name": session.root.name,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "head_node": platform.node(),
@@ -150,7 +226,13 @@ class Session:
         path = self.repeat_dir(case, repeat) / RECORD
         if not path.exists():
             return None
-        record = RepeatRecord.from_dict(json.loads(path.read_text()))
+        try:
+            record = load_record(path)
+        except RecordError as error:
+            # Not trusted, so not finished: the repeat runs again and ``fresh_repeat_dir`` keeps
+            # this folder aside as a failed attempt.
+            print(f"warning: {error}; the repeat runs again", file=sys.stderr)
+            return None
         return record if record.ok else None
 
     def fresh_repeat_dir(self, case: Case, repeat: int) -> Path:
@@ -167,6 +249,11 @@ class Session:
     def write_record(self, directory: Path, record: RepeatRecord) -> None:
         write_json(directory / RECORD, record.to_dict())
 
+    def repeat_dirs(self, case: Case) -> list[Path]:
+        """The case's repeat folders (failed attempts aside), with or without a record."""
+        folders = self.case_dir(case).glob("repeat-*")
+        return sorted(p for p in folders if p.is_dir() and ".failed-" not in p.name)
+
     def cases(self) -> Iterator[Case]:
         for path in sorted((self.root / "cases").rglob("case.json")):
             yield Case.from_dict(json.loads(path.read_text()))
@@ -176,6 +263,6 @@ class Session:
         for case in self.cases():
             for path in sorted(self.case_dir(case).glob("repeat-*/" + RECORD)):
                 is_attempt = ".failed-" in path.parent.name
-                record = RepeatRecord.from_dict(json.loads(path.read_text()))
+                record = load_record(path)
                 if include_failed or (record.ok and not is_attempt):
                     yield case, record, path.parent

@@ -14,13 +14,12 @@ from typing import Any
 
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.case import Case
-from driver.core.measure import Window, measure_repeat
+from driver.core.measure import RepeatMeasurement, measure_logs
 from driver.core.plan import RepeatPlan, plan_repeat
 from driver.core.progress import Progress
-from driver.core.results import RepeatRecord, Session, write_json
+from driver.core.results import RepeatRecord, Session, sha256_of_logs, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
-from driver.registry import PARSERS
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RepeatOutcome,
@@ -103,16 +102,10 @@ def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict
 
 def evaluate(
     case: Case, parser_name: str, repeat_dir: Path, batch_size: int
-) -> tuple[dict[str, Any], dict]:
+) -> tuple[RepeatMeasurement, dict]:
     """Parse a repeat's raw logs and measure its window (raises LogParseError)."""
-    parsed = PARSERS.get(parser_name)().parse(logs_of(repeat_dir))
-    if parsed.world_size != case.topology.world_size:
-        raise LogParseError(
-            f"the log reports world size {parsed.world_size}, the case has "
-            f"{case.topology.world_size} devices"
-        )
-    warmup, measured, _total = case.window_for(batch_size)
-    return measure_repeat(parsed, Window(warmup, measured)).to_dict(), parsed.header
+    measurement, parsed = measure_logs(case, parser_name, logs_of(repeat_dir), batch_size)
+    return measurement, parsed.header
 
 
 def run_repeat(
@@ -147,6 +140,7 @@ def run_repeat(
             measurement, header = evaluate(case, parser_name, directory, batch_size)
         except LogParseError as error:
             verdict, detail = Verdict.PARSE_ERROR, str(error)
+    logs = sorted(p.name for p in directory.glob("node*.log"))
     record = RepeatRecord(
         case_id=case.id,
         repeat=repeat,
@@ -159,7 +153,8 @@ def run_repeat(
             for c in plan.commands
         ],
         exit_codes={n.node: n.exit_code for n in outcome.nodes},
-        logs=sorted(p.name for p in directory.glob("node*.log")),
+        logs=logs,
+        log_sha256=sha256_of_logs(directory, logs),
         parser=parser_name,
         measurement=measurement,
         header=header,

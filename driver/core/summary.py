@@ -9,12 +9,46 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from driver.core.case import Case
-from driver.core.measure import CaseStats, case_stats, speedup
+from driver.core.measure import CaseStats, StrictModel, case_stats, speedup
 from driver.core.results import RepeatRecord
+
+
+class CaseRow(StrictModel):
+    """One case as a flat row, every field named: report.csv/json, and the release's case rows
+    (which add their own fields to these)."""
+
+    case_id: str
+    model: str
+    framework: str
+    source: str
+    nodes: int
+    devices: int
+    devices_per_node: int
+    batch_per_device: int
+    batch_setting: int | str  # the matrix setting: a number or "max"
+    precision: str
+    xla: bool
+    dataset: str
+    variant: str
+    options: dict[str, Any]
+    profile: str
+    warmup_steps: int
+    measured_steps: int
+    repeats: int
+    throughput_median: float
+    throughput_min: float
+    throughput_max: float
+    cv: float
+    unstable: bool
+    speedup: float | None
+    efficiency: float | None
+    reported_by_source: bool
+    versions: dict[str, Any]
+    device_names: list[str]
 
 
 @dataclass
@@ -36,51 +70,52 @@ class CaseSummary:
     def case_id(self) -> str:
         return self.case.id
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> CaseRow:
         """One flat row, every field named (CSV/JSON)."""
         c = self.case
-        return {
-            "case_id": c.id,
-            "model": c.model,
-            "framework": c.framework,
-            "source": c.source,
-            "nodes": c.topology.nodes,
-            "devices": c.topology.world_size,
-            "devices_per_node": c.topology.devices_per_node,
-            "batch_per_device": self.batch_size,
-            "batch_setting": c.batch_size,
-            "precision": c.precision,
-            "xla": c.xla,
-            "dataset": c.dataset,
-            "variant": c.variant,
-            "options": dict(c.options),
-            "profile": c.profile,
-            "warmup_steps": c.warmup_steps,
-            "measured_steps": c.measured_steps,
-            "repeats": self.stats.repeats,
-            "throughput_median": self.stats.median,
-            "throughput_min": self.stats.minimum,
-            "throughput_max": self.stats.maximum,
-            "cv": self.stats.cv,
-            "unstable": self.stats.unstable,
-            "speedup": self.speedup,
-            "efficiency": self.efficiency,
-            "reported_by_source": self.reported_by_source,
-            "versions": self.versions,
-            "device_names": self.devices,
-        }
+        return CaseRow(
+            case_id=c.id,
+            model=c.model,
+            framework=c.framework,
+            source=c.source,
+            nodes=c.topology.nodes,
+            devices=c.topology.world_size,
+            devices_per_node=c.topology.devices_per_node,
+            batch_per_device=self.batch_size,
+            batch_setting=c.batch_size,
+            precision=c.precision,
+            xla=c.xla,
+            dataset=c.dataset,
+            variant=c.variant,
+            options=dict(c.options),
+            profile=c.profile,
+            warmup_steps=c.warmup_steps,
+            measured_steps=c.measured_steps,
+            repeats=self.stats.repeats,
+            throughput_median=self.stats.median,
+            throughput_min=self.stats.minimum,
+            throughput_max=self.stats.maximum,
+            cv=self.stats.cv,
+            unstable=self.stats.unstable,
+            speedup=self.speedup,
+            efficiency=self.efficiency,
+            reported_by_source=self.reported_by_source,
+            versions=self.versions,
+            device_names=self.devices,
+        )
 
 
 def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]:
     """Summaries of every case with at least one finished repeat, in a stable order."""
     by_case: dict[str, tuple[Case, list[RepeatRecord]]] = {}
     for case, record in records:
-        if record.ok and record.measurement:
+        if record.ok and record.measurement is not None:
             by_case.setdefault(case.id, (case, []))[1].append(record)
     summaries: list[CaseSummary] = []
     for case, records_ in by_case.values():
         records_.sort(key=lambda r: r.repeat)
-        throughputs = [r.measurement["throughput"] for r in records_]
+        measurements = [r.measurement for r in records_ if r.measurement is not None]
+        throughputs = [m.throughput for m in measurements]
         header = records_[0].header
         summaries.append(
             CaseSummary(
@@ -90,7 +125,7 @@ def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]
                 speedup=None,
                 efficiency=None,
                 throughputs=throughputs,
-                reported_by_source=any(r.measurement.get("reported_by_source") for r in records_),
+                reported_by_source=any(m.reported_by_source for m in measurements),
                 versions=dict(header.get("versions", {})),
                 devices=list(header.get("devices", [])),
                 amp_effective=header.get("options", {}).get("amp_effective"),
@@ -117,15 +152,26 @@ def sort_key(summary: CaseSummary) -> tuple:
     )
 
 
+def _baseline_key(summary: CaseSummary) -> tuple:
+    return (*summary.case.group_key, summary.batch_size)
+
+
+def baseline_of(summary: CaseSummary, summaries: Iterable[CaseSummary]) -> CaseSummary | None:
+    """The 1n1g case of the same model, framework, batch per device, precision and data: the
+    one baseline lookup (speedup, efficiency, the release's scaling bound)."""
+    key = _baseline_key(summary)
+    return next(
+        (s for s in summaries if s.case.topology.world_size == 1 and _baseline_key(s) == key),
+        None,
+    )
+
+
 def _fill_speedups(summaries: list[CaseSummary]) -> None:
-    """Speedup against the 1n1g case of the same model, framework, batch, precision, data."""
-    baselines: dict[tuple, float] = {}
     for s in summaries:
-        if s.case.topology.world_size == 1:
-            baselines[(*s.case.group_key, s.batch_size)] = s.stats.median
-    for s in summaries:
-        base = baselines.get((*s.case.group_key, s.batch_size))
-        s.speedup, s.efficiency = speedup(s.stats.median, base, s.case.topology.world_size)
+        base = baseline_of(s, summaries)
+        s.speedup, s.efficiency = speedup(
+            s.stats.median, base.stats.median if base else None, s.case.topology.world_size
+        )
 
 
 def grouped(summaries: Iterable[CaseSummary]) -> dict[tuple[str, str], list[CaseSummary]]:
@@ -134,7 +180,3 @@ def grouped(summaries: Iterable[CaseSummary]) -> dict[tuple[str, str], list[Case
     for s in summaries:
         tables[(s.case.model, s.case.precision)].append(s)
     return dict(tables)
-
-
-def stats_dict(summary: CaseSummary) -> dict[str, Any]:
-    return asdict(summary.stats)

@@ -8,10 +8,51 @@ environment is installed, and which modules name its version. Registered in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Option value types (``--option key=value`` and a matrix's ``variants``): strict, so that a
+# list, a string or a bool is never read as a number, and NaN/infinity are refused.
+Flag = Annotated[bool, Field(strict=True)]
+Count = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
+Size = Annotated[int, Field(strict=True, gt=0, le=10_000_000)]
+Real = Annotated[float, Field(strict=True, ge=0, le=1e9, allow_inf_nan=False)]
+PositiveReal = Annotated[float, Field(strict=True, gt=0, le=1e9, allow_inf_nan=False)]
+
+# The shape options every script reads (driver.benchargs.SHAPE_OPTIONS; the bench package
+# moves it to driver.bench: the test compares these names with whichever module holds it).
+SHAPE_OPTION_TYPES: dict[str, Any] = {
+    "image_size": Size,
+    "num_classes": Size,
+    "seq_len": Size,
+    "vocab_size": Size,
+    "bert_layers": Size,
+    "bert_hidden": Size,
+    "bert_heads": Size,
+    "bert_intermediate": Size,
+    "max_predictions": Count,
+}
+# The training knobs every framework script resolves (driver.benchkit.TRAINING_OPTIONS).
+TRAINING_OPTION_TYPES: dict[str, Any] = {
+    "optimizer": Literal["sgd", "adamw"],
+    "lr": PositiveReal,
+    "momentum": Real,
+    "weight_decay": Real,
+    "grad_clip": Real,
+    "num_threads": Count,
+    "dali": Flag,
+    "weights_checksum": Flag,
+}
+
+
+class OptionError(ValueError):
+    """An option a framework does not declare, or a value of the wrong type."""
 
 
 @dataclass(frozen=True)
@@ -30,10 +71,38 @@ class Framework:
     env: dict[str, str] = field(default_factory=dict)
     # Extra library folders inside the venv to put on LD_LIBRARY_PATH (glob patterns).
     venv_library_globs: tuple[str, ...] = ()
+    # The script's own ``--option`` names and value types (its *_OPTIONS dict); the shape and
+    # training options above are added unless ``shared_options`` is False.
+    options: Mapping[str, Any] = field(default_factory=dict)
+    shared_options: bool = True
 
     def __post_init__(self) -> None:
         if not (REPO_ROOT / self.folder).is_dir():
             raise ValueError(f"framework {self.name}: folder {self.folder!r} does not exist")
+
+    @property
+    def option_types(self) -> dict[str, Any]:
+        shared = {**SHAPE_OPTION_TYPES, **TRAINING_OPTION_TYPES} if self.shared_options else {}
+        return {**shared, **self.options}
+
+    def check_option(self, name: str, value: Any) -> Any:
+        """``value`` if ``name`` is an option of this framework's script and the value fits;
+        else :class:`OptionError` saying what is allowed (with a did-you-mean)."""
+        from driver.schema import did_you_mean
+
+        types = self.option_types
+        if name not in types:
+            raise OptionError(
+                f"{self.name} has no option {name!r}{did_you_mean(name, types)}; "
+                f"its options: {', '.join(sorted(types))}"
+            )
+        try:
+            return TypeAdapter(types[name]).validate_python(value, strict=True)
+        except ValidationError as error:
+            detail = error.errors()[0]["msg"]
+            raise OptionError(
+                f"{self.name} option {name!r}: {detail}, got {value!r}"
+            ) from None
 
     @property
     def path(self) -> Path:

@@ -1,7 +1,15 @@
 """OneFlow 0.9.0: our own scripts in OneFlow/benchmark, started by oneflow.distributed.launch."""
 
-from driver.frameworks.base import Framework
+from typing import Any
+
+from driver.frameworks.base import Flag, Framework
 from driver.registry import FRAMEWORKS
+
+# OneFlow/benchmark/train.py's own options (its ONEFLOW_OPTIONS), besides the shared ones.
+ONEFLOW_OPTION_TYPES: dict[str, Any] = {
+    "graph": Flag,
+    "zero_init_residual": Flag,
+}
 
 ONEFLOW = FRAMEWORKS.add(
     "oneflow",
@@ -20,5 +28,6 @@ ONEFLOW = FRAMEWORKS.add(
         # The PyPI wheel is a CUDA build that dlopens cuDNN/cuBLAS at import, also on CPU; the
         # nvidia-*-cu11 wheels keep them in site-packages/nvidia/<lib>/lib.
         venv_library_globs=("lib/python3.10/site-packages/nvidia/*/lib",),
+        options=ONEFLOW_OPTION_TYPES,
     ),
 )

@@ -4,8 +4,17 @@ OMP_NUM_THREADS is set by the script (cores / processes on the node) before padd
 without it paddle 3.3.1 uses one thread on CPU. AMP is a no-op on CPU (recorded per repeat).
 """
 
-from driver.frameworks.base import Framework
+from typing import Any
+
+from driver.frameworks.base import Flag, Framework, PositiveReal
 from driver.registry import FRAMEWORKS
+
+# PaddlePaddle/benchmark/trainer.py's own options (its PADDLE_OPTIONS), besides the shared ones.
+PADDLE_OPTION_TYPES: dict[str, Any] = {
+    "channels_last": Flag,
+    "zero_init_residual": Flag,
+    "init_loss_scaling": PositiveReal,
+}
 
 PADDLE = FRAMEWORKS.add(
     "paddle",
@@ -17,5 +26,6 @@ PADDLE = FRAMEWORKS.add(
         script="PaddlePaddle/benchmark/train.py",
         launcher="paddle",
         has_amp_on_cpu=False,
+        options=PADDLE_OPTION_TYPES,
     ),
 )

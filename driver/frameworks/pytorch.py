@@ -1,7 +1,27 @@
 """PyTorch: our own scripts in PyTorch/benchmark, started by torchrun."""
 
-from driver.frameworks.base import Framework
+from typing import Any, Literal
+
+from driver.frameworks.base import Flag, Framework
 from driver.registry import FRAMEWORKS
+
+# The names and values PyTorch/benchmark/train.py reads besides the shared ones (its
+# PYTORCH_OPTIONS; a test keeps the two name lists equal).
+PYTORCH_OPTION_TYPES: dict[str, Any] = {
+    "channels_last": Flag,
+    "compile": Flag,
+    "compile_mode": Literal[
+        "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
+    ],
+    "cuda_graphs": Flag,
+    "optimizer_impl": Literal["auto", "fused", "foreach", "loop"],
+    "set_to_none": Flag,
+    "tf32": Flag,
+    "cudnn_benchmark": Flag,
+    "normalize_on": Literal["device", "loader"],
+    "aux_logits": Flag,
+    "zero_init_residual": Flag,
+}
 
 PYTORCH = FRAMEWORKS.add(
     "pytorch",
@@ -12,5 +32,6 @@ PYTORCH = FRAMEWORKS.add(
         models=("resnet50", "inception3", "bert"),
         script="PyTorch/benchmark/train.py",
         launcher="torchrun",
+        options=PYTORCH_OPTION_TYPES,
     ),
 )

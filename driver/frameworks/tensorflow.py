@@ -6,13 +6,20 @@ started by ``horovodrun`` (it switches to Horovod's allreduce when horovodrun's 
 set); GPU images only, with its own GPU matrix in TensorFlow/horovod.
 """
 
-from driver.frameworks.base import Framework
+from typing import Any, Literal
+
+from driver.frameworks.base import Flag, Framework
 from driver.registry import FRAMEWORKS
 
 MODELS = ("resnet50", "inception3", "bert")
 SCRIPT = "TensorFlow/benchmark/train.py"
 # TensorFlow's C++ INFO lines (oneDNN banner, CPU features) would drown the protocol records.
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}
+# TensorFlow/benchmark/train.py's own options (its TF_OPTIONS), besides the shared ones.
+TF_OPTION_TYPES: dict[str, Any] = {
+    "engine": Literal["auto", "mwms", "horovod"],
+    "zero_init_residual": Flag,
+}
 
 TENSORFLOW = FRAMEWORKS.add(
     "tensorflow",
@@ -25,6 +32,7 @@ TENSORFLOW = FRAMEWORKS.add(
         launcher="spawn",
         has_xla=True,
         env=ENV,
+        options=TF_OPTION_TYPES,
     ),
 )
 
@@ -39,5 +47,6 @@ TENSORFLOW_HOROVOD = FRAMEWORKS.add(
         launcher="horovodrun",
         has_xla=True,
         env=ENV,
+        options=TF_OPTION_TYPES,
     ),
 )

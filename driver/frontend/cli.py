@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import re
 import sys
 import time
 from pathlib import Path
 
 from driver.benchargs import parse_option_value
-from driver.core.matrix import DLPERF_PROFILE, MatrixError, Overrides, apply_overrides, load_matrix
+from driver.core.matrix import (
+    COMMAND_LINE,
+    DLPERF_PROFILE,
+    MatrixError,
+    Overrides,
+    UnknownProfile,
+    apply_overrides,
+    load_matrix,
+    overrides_from,
+)
 from driver.frameworks.base import REPO_ROOT
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
+from driver.schema import ConfigError, did_you_mean
 
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
 DEFAULT_RESULTS = REPO_ROOT / "results"
+# A session is a folder NAME under --results, never a path (no "..", "/", or leading dot).
+SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
@@ -24,14 +38,10 @@ def _csv(text: str | None) -> tuple[str, ...]:
 
 
 def _batches(text: str | None) -> tuple[int | str, ...]:
+    """``64,max`` -> (64, "max"); anything else is passed on for the matrix's batch check."""
     out: list[int | str] = []
     for item in _csv(text):
-        if item == "max":
-            out.append("max")
-        elif item.isdigit() and int(item) > 0:
-            out.append(int(item))
-        else:
-            raise SystemExit(f"--batch: {item!r} is not a positive integer or 'max'")
+        out.append(int(item) if item.isascii() and item.isdigit() else item)
     return tuple(out)
 
 
@@ -43,7 +53,7 @@ def _precisions(amp: str | None) -> tuple[str, ...]:
     if key in ("0", "false", "no"):
         key = "off"
     if key not in choices:
-        raise SystemExit(f"--amp: {amp!r} is not one of on, off, both")
+        raise MatrixError(COMMAND_LINE, "--amp", f"{amp!r} is not allowed; allowed: on, off, both")
     return choices[key]
 
 
@@ -51,10 +61,44 @@ def _topologies(nodes: int | None, gpus: int | None) -> tuple[str, ...]:
     """NODES and GPUS (devices per node) from make; either alone keeps the other at 1."""
     if nodes is None and gpus is None:
         return ()
-    nodes, gpus = nodes or 1, gpus or 1
-    if nodes <= 0 or gpus <= 0:
-        raise SystemExit("--nodes and --gpus must be positive")
+    for flag, value in (("--nodes", nodes), ("--gpus", gpus)):
+        if value is not None and value <= 0:
+            raise MatrixError(COMMAND_LINE, flag, f"must be a positive count, got {value}")
+    nodes = 1 if nodes is None else nodes
+    gpus = 1 if gpus is None else gpus
     return (f"{nodes}n{nodes * gpus}g",)
+
+
+def check_session_name(text: str) -> str:
+    """``--session``: a folder name under --results; a path would write outside it."""
+    if not SESSION_NAME.fullmatch(text):
+        raise MatrixError(
+            COMMAND_LINE,
+            "--session",
+            f"{text!r} is not a session name: letters, digits, '.', '_' and '-', starting with "
+            "a letter or digit, at most 100 characters (a name, not a path)",
+        )
+    return text
+
+
+def _check_selection(cases: list, overrides: Overrides) -> None:
+    """A --model, --variant, --dataset or --xla that no matrix has is a mistake, not an empty
+    selection."""
+    xla = () if overrides.xla is None else ("on" if overrides.xla else "off",)
+    for flag, asked, known in (
+        ("--model", overrides.models, {c.model for c in cases}),
+        ("--variant", overrides.variants, {c.variant for c in cases}),
+        ("--dataset", overrides.datasets, {c.dataset for c in cases}),
+        ("--xla", xla, {"on" if c.xla else "off" for c in cases}),
+    ):
+        for name in asked:
+            if name not in known:
+                raise MatrixError(
+                    COMMAND_LINE,
+                    flag,
+                    f"{name!r} is in no selected matrix{did_you_mean(name, known)}; "
+                    f"allowed values: {', '.join(sorted(known))}",
+                )
 
 
 def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
@@ -89,30 +133,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     from driver.core.runner import run_cases
     from driver.core.summary import summarize
 
+    for name in _csv(args.framework):
+        if name not in FRAMEWORKS:
+            raise MatrixError(
+                COMMAND_LINE,
+                "--framework",
+                f"{name!r} is not allowed{did_you_mean(name, FRAMEWORKS.names())}; "
+                f"allowed values: {', '.join(FRAMEWORKS.names())}",
+            )
     matrix_files = [Path(m) for m in args.matrix] or [
         FRAMEWORKS.get(name).matrix_file for name in (_csv(args.framework) or ("pytorch",))
     ]
+    if args.session is not None:
+        check_session_name(args.session)
     profile, why = choose_profile(args.profile, args.runtime)
-    overrides = Overrides(
-        models=_csv(args.model),
-        topologies=_topologies(args.nodes, args.gpus),
-        batch_sizes=_batches(args.batch),
-        precisions=_precisions(args.amp),
-        xla=None if args.xla in (None, "") else args.xla == "on",
-        datasets=_csv(args.dataset),
-        variants=_csv(args.variant),
-        repeats=args.repeats,
-        warmup_steps=args.warmup_steps,
-        measured_steps=args.measured_steps,
-        data_dir=args.data_dir,
-        options=dict(args.option or []),
+    overrides = overrides_from(
+        {
+            "models": _csv(args.model),
+            "topologies": _topologies(args.nodes, args.gpus),
+            "batch_sizes": _batches(args.batch),
+            "precisions": _precisions(args.amp),
+            "xla": None if args.xla in (None, "") else args.xla == "on",
+            "datasets": _csv(args.dataset),
+            "variants": _csv(args.variant),
+            "repeats": args.repeats,
+            "warmup_steps": args.warmup_steps,
+            "measured_steps": args.measured_steps,
+            "data_dir": args.data_dir,
+            "options": dict(args.option or []),
+        }
     )
     cases = []
     descriptions = {}
+    loaded = []
     for path in matrix_files:
-        matrix = load_matrix(path, profile)
+        try:
+            matrix = load_matrix(path, profile)
+        except UnknownProfile as error:
+            raise MatrixError(COMMAND_LINE, "--profile", f"{error.path}: {error.message}") from None
         descriptions[str(path)] = matrix.description
+        loaded += matrix.cases
         cases += apply_overrides(matrix.cases, overrides)
+    _check_selection(loaded, overrides)
     if not cases:
         print("no case matches the selection", file=sys.stderr)
         return 2
@@ -180,21 +242,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from driver.core.report import write_report
-    from driver.core.results import Session
+    """Tables from the sessions' raw logs; a repeat whose record disagrees with its logs, or
+    whose record or logs cannot be read, is refused: named, left out, and the exit status is 1."""
+    from driver.core.report import verified_records, write_report
     from driver.core.summary import summarize
 
-    records = []
     for root in args.sessions:
         if not (Path(root) / "session.json").exists():
             raise SystemExit(f"{root}: not a dlperf session folder (no session.json)")
-        records += [(c, r) for c, r, _ in Session(Path(root)).records()]
-    summaries = summarize(records)
+    verified = verified_records([Path(root) for root in args.sessions])
+    summaries = summarize(verified.records)
     out = Path(args.out) if args.out else Path(args.sessions[0]) / "report"
-    paths = write_report(summaries, out, args.title or "dlperf report")
+    paths = write_report(summaries, out, args.title or "dlperf report", refused=verified.refused)
     print(paths["markdown"].read_text())
     print(f"written: {', '.join(str(p) for p in paths.values())}")
-    return 0
+    for problem in verified.refused:
+        print(f"refused: {problem}", file=sys.stderr)
+    return 1 if verified.refused else 0
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -218,10 +282,33 @@ def cmd_list(_args: argparse.Namespace) -> int:
 
 
 def _option(text: str) -> tuple[str, object]:
+    """KEY=VALUE; the name and the value's type are checked against the framework later."""
     key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"--option expects KEY=VALUE, got {text!r}")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", key):
+        raise argparse.ArgumentTypeError(
+            f"expects KEY=VALUE with KEY an option name (letters, digits, _), got {text!r}"
+        )
     return key, parse_option_value(value)
+
+
+def _positive_finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,8 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
-    selftest.add_argument("--step-time", type=float, default=0.02)
-    selftest.add_argument("--repeats", type=int, default=3)
+    selftest.add_argument("--step-time", type=_positive_finite, default=0.02)
+    selftest.add_argument("--repeats", type=_positive_int, default=3)
     selftest.add_argument("--runtime", default="local", help="local, docker or process")
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)
@@ -310,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (MatrixError, UnknownPlugin) as error:
+    except (ConfigError, UnknownPlugin) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

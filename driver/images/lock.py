@@ -19,17 +19,19 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field
 
 from driver.frameworks.base import REPO_ROOT
+from driver.schema import ConfigError, Line, StrictModel, load_document, one_of, text, validate
 
 REPO_LOCK = REPO_ROOT / "images.lock"
 UNRESOLVED = "unresolved"
 SCHEMA = 1
 SOURCES = ("registry", "debootstrap")
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST = re.compile(r"\Asha256:[0-9a-f]{64}\Z")  # Python's \Z: the very end (not "$")
 
 HEADER = """\
 # images.lock: the pinned FROM of every image dlperf builds (tag plus digest).
@@ -42,6 +44,34 @@ HEADER = """\
 
 class LockError(ValueError):
     """A bad lock file, or an image the lock does not allow to build."""
+
+
+class LockFileError(ConfigError, LockError):
+    """A bad ``images.lock``: ``<file>: <field>: <what is allowed>``."""
+
+
+class PinEntry(StrictModel):
+    """One pin: the digest and where it comes from, plus the notes the kit writes."""
+
+    digest: text(rf"{DIGEST.pattern}|{UNRESOLVED}", f"sha256:<64 hex> or {UNRESOLVED!r}")
+    source: Annotated[str, one_of(*SOURCES)]
+    # notes (where and when it was resolved or made, who uses it)
+    resolved_by: Line | None = None
+    resolved_at: Line | None = None
+    recipe: Line | None = None
+    made: Line | None = None
+    debootstrap: Line | None = None
+    used_by: Line | None = None
+    note: Line | None = None
+    error: Line | None = None
+
+
+ImageRef = text(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,511}", "an image reference repository:tag")
+
+
+class LockFile(StrictModel):
+    schema_: Annotated[Any, one_of(SCHEMA)] = Field(alias="schema")
+    pins: dict[ImageRef, PinEntry] = {}
 
 
 def default_lock_path() -> Path:
@@ -95,27 +125,22 @@ class Lock:
 
 
 def load_lock(path: Path | str | None = None) -> Lock:
+    """The one reader of ``images.lock`` (builds, the lock command, releases and audits)."""
     path = Path(path) if path else default_lock_path()
     if not path.exists():
-        raise LockError(f"{path}: does not exist; `dlperf images lock` creates it")
+        raise LockFileError(path, "(file)", "does not exist; `dlperf images lock` creates it")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise LockError(f"{path}: is not valid YAML: {error}") from None
-    if not isinstance(data, dict) or set(data) - {"schema", "pins"}:
-        raise LockError(f"{path}: must be a mapping with keys schema, pins")
-    if data.get("schema") != SCHEMA:
-        raise LockError(f"{path}: schema: {data.get('schema')!r} is not supported (want {SCHEMA})")
-    pins: dict[str, Pin] = {}
-    for ref, entry in (data.get("pins") or {}).items():
-        where = f"{path}: pins.{ref}"
-        if not isinstance(entry, dict):
-            raise LockError(f"{where}: must be a mapping with digest and source")
-        digest, source = entry.get("digest"), entry.get("source")
-        if digest != UNRESOLVED and not (isinstance(digest, str) and DIGEST.match(digest)):
-            raise LockError(f"{where}.digest: must be sha256:<64 hex> or {UNRESOLVED!r}")
-        if source not in SOURCES:
-            raise LockError(f"{where}.source: {source!r}; allowed values: {', '.join(SOURCES)}")
-        extra = {k: v for k, v in entry.items() if k not in ("digest", "source")}
-        pins[str(ref)] = Pin(str(ref), digest, source, extra)
+        raw = load_document(path)
+        data = validate(LockFile, raw, path)
+    except ConfigError as error:
+        raise LockFileError(error.path, error.field_path, error.message) from None
+    pins = {}
+    for ref, entry in data.pins.items():
+        notes = {k: v for k, v in raw["pins"][ref].items() if k not in ("digest", "source")}
+        pins[ref] = Pin(ref, entry.digest, entry.source, notes)  # notes keep the file's order
     return Lock(path, pins)
+
+
+def pinned_digests(path: Path | str) -> dict[str, str]:
+    """repository:tag -> digest of every resolved pin."""
+    return {ref: pin.digest for ref, pin in load_lock(path).pins.items() if pin.resolved}

@@ -12,10 +12,10 @@ or a set of logs whose headers disagree or miss a node is a :class:`LogParseErro
 
 Logging modes (who writes step lines, and what one line's samples are):
 
-* ``rank0``: only global rank 0 logs (DeepLearningExamples, OneFlow-Benchmark, gluon-nlp); its
-  samples are one device's, times the world size.
-* ``per-node``: one timeline per node (tensorflow/models workers, Paddle's trainer 0 of a node);
-  samples are the node's devices', times the nodes.
+* ``rank0``: only global rank 0 logs (DeepLearningExamples, OneFlow-Benchmark, gluon-nlp,
+  PaddlePaddle/models); its samples are one device's, times the world size.
+* ``per-node``: one timeline per node (tensorflow/models workers); samples are the node's
+  devices', times the nodes.
 * ``per-process``: every process logs with a launcher prefix naming its rank (torchrun ``--tee``,
   ``mpirun --tag-output``); samples are one device's.
 """
@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
+from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint, Window
 
 HEADER_MARK = "DLPERF-UPSTREAM "
 LOGGING_MODES = ("rank0", "per-node", "per-process")
@@ -287,20 +287,7 @@ class Timeline:
 
 
 def _check_window(header: RunHeader, rank: int, steps: Iterable[int]) -> None:
-    first, last = header.window
-    held = sorted(steps)
-    if first in held and last in held:
-        return
-    why = (
-        "cut short: the run ended early"
-        if held[-1] < last
-        else "the log interval does not divide the warm-up and measured steps"
-    )
-    raise LogParseError(
-        f"rank {rank}: the window needs step boundaries {first} and {last} (warm-up "
-        f"{header.warmup_steps}, measured {header.measured_steps}) but the log holds steps "
-        f"{held[0]}..{held[-1]} ({why})"
-    )
+    Window(header.warmup_steps, header.measured_steps).check(rank, steps)
 
 
 def steplog(header: RunHeader, timelines: Mapping[int, Timeline], fmt: str) -> ParsedLog:

@@ -8,7 +8,8 @@ rate; both fit this shape. Parsers are registered in ``driver.registry.PARSERS``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,10 +24,53 @@ class LogParseError(ValueError):
 
 
 @dataclass(frozen=True)
+class Window:
+    """The measured window: from the end of the last warm-up step to the end of the last
+    measured step (step numbers count finished steps)."""
+
+    warmup_steps: int
+    measured_steps: int
+
+    @property
+    def first(self) -> int:
+        return self.warmup_steps
+
+    @property
+    def last(self) -> int:
+        return self.warmup_steps + self.measured_steps
+
+    def check(self, rank: int, steps: Iterable[int]) -> None:
+        """The one window check (our logs and upstream logs): a rank's logged steps must hold
+        both boundaries; raises LogParseError saying why not."""
+        held = sorted(steps)
+        if self.first in held and self.last in held:
+            return
+        if not held:
+            why = "it logged no steps"
+        elif held[-1] < self.last:
+            why = "cut short: the run ended early"
+        else:
+            why = "the log interval does not divide the warm-up and measured steps"
+        logged = f"{held[0]}..{held[-1]}" if held else "none"
+        raise LogParseError(
+            f"rank {rank}: the window needs step boundaries {self.first} and {self.last} "
+            f"(warm-up {self.warmup_steps}, measured {self.measured_steps}) but the log holds "
+            f"steps {logged} ({why})"
+        )
+
+
+@dataclass(frozen=True)
 class StepPoint:
     step: int  # the number of steps finished at time t (0 = the start of step 1)
     t: float  # seconds on the rank's monotonic clock (or the log's wall clock)
     samples: int  # samples this rank processed since the previous point
+
+    def __post_init__(self) -> None:
+        # A log's numbers must be finite: NaN or inf would reach the window arithmetic.
+        if not math.isfinite(self.t):
+            raise LogParseError(f"step {self.step}: timestamp {self.t} is not a finite number")
+        if self.samples < 0:
+            raise LogParseError(f"step {self.step}: {self.samples} samples (negative)")
 
 
 @dataclass

@@ -5,15 +5,18 @@ PaddleCV ``image_classification`` prints every ``print_step`` batches the time o
     [Pass 0, train batch 20] 	loss 6.90111, acc1 0.00000, ..., elapse 0.3456 sec
 
 With ``--print_step 1`` every batch's time is there and their running sum is the trainer's clock
-at each step boundary (a skipped batch is an error: the clock would have a hole). The node
-command collects each node's trainer 0 log (``workerlog.0``): one timeline per node.
+at each step boundary (a skipped batch is an error: the clock would have a hole). Only global
+trainer 0 prints (``if trainer_id == 0`` at the pinned commit): the node command collects each
+node's ``workerlog.0`` and node 0's holds the run's one timeline (logging ``rank0``).
 
 PaddleNLP BERT prints a rate only, every ``skip_steps`` steps::
 
-    epoch: 1, progress: 1/1, step: 20, ave loss: 7.1, ..., speed: 2.81 steps/s
+    epoch: 0, progress: 1/1, step: 20, loss: 7.1, ..., speed: 2.81 steps/s, file: part-0
 
-``speed`` is steps per second over the steps since the previous line, the same on every trainer;
-node 0's lines give the throughput, reported by the source (steps/s x global batch).
+BERT runs one trainer per node (a ParallelExecutor over the node's GPUs) and only trainer 0
+prints. Its ``speed`` is ``skip_steps x trainers / seconds`` since the previous line (train.py at
+the pinned release/1.8 commit): steps of all trainers, so the throughput, reported by the source,
+is speed / nodes x global batch (= speed x batch x GPUs per node).
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ def _rate_intervals(log: NodeLog) -> list[RateInterval]:
                 source=log.name,
                 line=number,
             )
-        per_step = log.header.batch * log.header.world_size
+        # "speed" counts the steps of every trainer (one per node): speed / nodes is steps/s.
+        per_step = log.header.batch * log.header.world_size / log.header.nodes
         rate = positive_rate(match["speed"], log.name, number) * per_step
         intervals.append(RateInterval(previous, end, rate, log.name, number))
         previous = end

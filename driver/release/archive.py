@@ -17,12 +17,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import re
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from driver.core.results import RecordError, load_record
 
 RAW_DIR = "raw"
 _REPEAT = re.compile(r"^repeat-\d+$")
@@ -55,10 +56,10 @@ def _record_verdict(folder: Path) -> tuple[str, str]:
     if not path.exists():
         return "no record (crashed or in progress)", ""
     try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        record = load_record(path)
+    except RecordError as error:
         return "unreadable record", str(error)
-    return str(record.get("verdict")), str(record.get("detail", ""))
+    return record.verdict, record.detail
 
 
 def collect_session(root: Path) -> SessionFiles:

@@ -9,8 +9,9 @@ Checks, each failure naming the file, the cell and both values:
    (``driver.registry.PARSERS`` + ``driver.core.measure``), against its record;
 4. every case re-summarised (``driver.core.summary.summarize``: median, CV, speedup,
    efficiency) with MFU, scaling bounds, references and telemetry, and README.md,
-   results.json and results.csv re-rendered and compared byte for byte; a difference is
-   reported by table, row and column (README, CSV) or by JSON path;
+   results.json and results.csv re-rendered and compared: the result data structurally (JSON
+   path, or CSV row and column, of each differing value), every file byte for byte (a
+   unified diff shows where);
 5. the manifest parts that follow from the raw data (sessions, nodes, probes, counts, image
    digests: the ``images.lock`` copy's pins, the digests the records ran, those no lock or build
    record lists, which are noted), and the repo's current ``images.lock`` (a note, or a
@@ -45,12 +46,13 @@ from driver.release.manifest import (
     read_images_lock,
     validate,
 )
-from driver.release.render import csv_text, json_lines, readme_text, results_data
+from driver.release.render import csv_text, json_text, readme_text, results_data
 
 VERSION_LEVEL = "(version)"
 PUBLISHED_TEXTS = ("README.md", "results.json", "results.csv")
 _CASE_IN_MEMBER = re.compile(r"^[^/]+/cases/(.+?)/(?:repeat-\d+(?:\.failed-\d+)?/|[^/]+$)")
 _CASE_IN_LABEL = re.compile(r"case_id=([^,\]]+)")
+DIFF_LINES = 12  # of a unified diff shown under a finding
 
 
 @dataclass
@@ -60,12 +62,14 @@ class Finding:
     published: str
     recomputed: str
     table: str = VERSION_LEVEL
+    diff: str = ""  # a unified diff (published -> recomputed) where bytes differ
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"{self.file}: {self.cell}: published {self.published!r}, "
             f"recomputed {self.recomputed!r}"
         )
+        return text + ("\n" + self.diff if self.diff else "")
 
 
 @dataclass
@@ -198,7 +202,7 @@ def _run(
         if path not in present:
             state.add(path, "presence", "missing", "listed in the manifest")
         elif sha256_file(directory / path) != entry.get("sha256"):
-            state.add(path, "sha256", sha256_file(directory / path), entry.get("sha256"))
+            state.add(path, "sha256", entry.get("sha256"), sha256_file(directory / path))
     members: dict[str, bytes] = {}
     for archive in sorted(manifest["archives"]):
         if archive not in present:
@@ -229,7 +233,7 @@ def _run(
     for member in sorted(set(raw) & set(members)):
         actual = sha256_bytes(members[member])
         if actual != raw[member].get("sha256"):
-            state.add(member, "sha256", actual, raw[member].get("sha256"), case_of_member(member))
+            state.add(member, "sha256", raw[member].get("sha256"), actual, case_of_member(member))
     for member, problem in dataset.problems:
         state.add(member, "raw data", problem, "complete", case_of_member(member))
     for folder, problem in computed.errors:
@@ -254,10 +258,9 @@ def _run(
 
     # 4: the published texts.
     data = results_data(computed, manifest["version"])
-    expected_json_lines, labels = json_lines(data)
-    _compare_json(state, "results.json", expected_json_lines, labels)
+    _compare_json(state, "results.json", json_text(data))
     _compare_csv(state, "results.csv", csv_text(data))
-    _compare_readme(state, "README.md", readme_text(computed, manifest), computed)
+    _compare_text(state, "README.md", readme_text(computed, manifest))
 
     # 6: the index.
     _check_index(state, manifest_bytes, manifest["version"], reports_root or directory.parent)
@@ -276,22 +279,20 @@ def _check_records(state: _Audit, computed: Computed, manifest: dict[str, Any]) 
         e.get("folder"): e.get("recomputed") for e in manifest["remeasured"] if isinstance(e, dict)
     }
     for result in computed.repeats:
-        if result.measurement is None:
+        if result.measurement is None or result.measurement == result.raw.record.measurement:
             continue
-        record = result.raw.record.measurement or {}
-        if result.measurement == record:
-            continue
-        if accepted.get(result.raw.folder) == result.measurement:
+        recomputed = result.measurement.model_dump()
+        if accepted.get(result.raw.folder) == recomputed:
             continue  # published with --accept-remeasured: listed in the manifest
-        for key in sorted(set(record) | set(result.measurement)):
-            if record.get(key) != result.measurement.get(key):
-                state.add(
-                    f"{result.raw.folder}/record.json",
-                    f"measurement.{key}",
-                    record.get(key),
-                    result.measurement.get(key),
-                    result.raw.case.id,
-                )
+        record = result.raw.record.measurement
+        _compare_values(
+            state,
+            f"{result.raw.folder}/record.json",
+            "measurement",
+            record.model_dump() if record else None,
+            recomputed,
+            result.raw.case.id,
+        )
 
 
 def _check_flops(state: _Audit, manifest: dict[str, Any], recompute: bool) -> None:
@@ -320,22 +321,46 @@ def _check_flops(state: _Audit, manifest: dict[str, Any], recompute: bool) -> No
                 )
 
 
-def _compare_values(state: _Audit, file: str, path: str, published: Any, expected: Any) -> None:
+def _item_label(value: Any, index: int) -> str:
+    if isinstance(value, dict) and "case_id" in value:
+        label = f"case_id={value['case_id']}"
+        if value.get("row") == "repeat":
+            label += f", repeat={value.get('repeat')}"
+        return label
+    return str(index)
+
+
+def _compare_values(
+    state: _Audit, file: str, path: str, published: Any, expected: Any, case_id: str | None = None
+) -> None:
+    """Structural comparison: one finding per differing value, named by its path."""
     if published == expected:
         return
     if isinstance(published, dict) and isinstance(expected, dict):
         for key in sorted(set(published) | set(expected), key=str):
-            _compare_values(state, file, f"{path}.{key}", published.get(key), expected.get(key))
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in published or key not in expected:
+                state.add(
+                    file,
+                    sub,
+                    published.get(key, "(absent)"),
+                    expected.get(key, "(absent)"),
+                    case_id,
+                )
+            else:
+                _compare_values(state, file, sub, published[key], expected[key], case_id)
         return
-    if (
-        isinstance(published, list)
-        and isinstance(expected, list)
-        and len(published) == len(expected)
-    ):
-        for index, (a, b) in enumerate(zip(published, expected, strict=True)):
-            _compare_values(state, file, f"{path}[{index}]", a, b)
+    if isinstance(published, list) and isinstance(expected, list):
+        for index in range(max(len(published), len(expected))):
+            a = published[index] if index < len(published) else "(no item)"
+            b = expected[index] if index < len(expected) else "(no item)"
+            label = _item_label(b if index < len(expected) else a, index)
+            match = _CASE_IN_LABEL.search(label)
+            _compare_values(
+                state, file, f"{path}[{label}]", a, b, match[1] if match else case_id
+            )
         return
-    state.add(file, path, published, expected)
+    state.add(file, path, published, expected, case_id)
 
 
 def _check_images(state: _Audit, images: dict[str, Any], explicit_lock: Path | None) -> None:
@@ -377,180 +402,137 @@ def _check_index(state: _Audit, manifest_bytes: bytes, version: str, reports_roo
 
 
 # --------------------------------------------------------------------------------------------
-# Text comparisons that name the cell
+# The published files: result data structurally, every file byte for byte
 
 
-def _pairs(published: list[str], expected: list[str]) -> list[tuple[int | None, int | None]]:
-    """Aligned (published index, expected index) pairs of the lines that differ."""
-    if len(published) == len(expected):
-        return [(i, i) for i, (a, b) in enumerate(zip(published, expected, strict=True)) if a != b]
-    out: list[tuple[int | None, int | None]] = []
-    matcher = difflib.SequenceMatcher(None, published, expected)
-    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        for k in range(max(a1 - a0, b1 - b0)):
-            out.append((a0 + k if a0 + k < a1 else None, b0 + k if b0 + k < b1 else None))
-    return out
-
-
-def _compare_json(state: _Audit, name: str, expected: list[str], labels: list[str]) -> None:
+def _compare_text(state: _Audit, name: str, expected: str) -> bool:
+    """Byte comparison; a difference is one finding at its first differing line (the heading
+    above it names the table), with the unified diff. True when the bytes are equal."""
     text = _read(state, name)
     if text is None:
-        return
-    published = text.split("\n")
-    if published and published[-1] == "":
-        published.pop()
-    for pub, exp in _pairs(published, expected):
-        label = labels[exp] if exp is not None else (labels[-1] if labels else "")
-        match = _CASE_IN_LABEL.search(label)
-        where = label or "(top level)"
-        state.add(
+        return True
+    if text == expected:
+        return True
+    published_lines, expected_lines = text.split("\n"), expected.split("\n")
+    matcher = difflib.SequenceMatcher(None, published_lines, expected_lines, autojunk=False)
+    tag, a0, a1, b0, b1 = next(op for op in matcher.get_opcodes() if op[0] != "equal")
+    heading = next(
+        (
+            line.lstrip("#").strip()
+            for line in reversed(expected_lines[: b0 + 1])
+            if line.startswith("#")
+        ),
+        "(top)",
+    )
+    diff = difflib.unified_diff(
+        published_lines,
+        expected_lines,
+        f"{name} (published)",
+        f"{name} (recomputed)",
+        n=1,
+        lineterm="",
+    )
+    shown = list(diff)
+    published = "\n".join(published_lines[a0:a1]) or "(no line)"
+    recomputed = "\n".join(expected_lines[b0:b1]) or "(no line)"
+    if a1 - a0 == b1 - b0 == 1:
+        published, recomputed = _differing_cell(published, recomputed)
+    if len(shown) > DIFF_LINES:
+        shown = [*shown[:DIFF_LINES], f"... ({len(shown) - DIFF_LINES} more diff lines)"]
+    state.report.findings.append(
+        Finding(
             name,
-            f"{where} (line {(pub if pub is not None else exp or 0) + 1})",
-            published[pub].strip() if pub is not None else "(no line)",
-            expected[exp].strip() if exp is not None else "(no line)",
-            match[1] if match else None,
+            f'line {a0 + 1} under "{heading}"',
+            published,
+            recomputed,
+            table=heading if heading in state.case_titles.values() else VERSION_LEVEL,
+            diff="\n".join(f"        {line}" for line in shown),
         )
+    )
+    return False
 
 
-def _csv_key(row: list[str], header: list[str]) -> str:
-    values = dict(zip(header, row, strict=False))
-    key = f"{values.get('row', '?')} {values.get('case_id', '?')}"
-    if values.get("row") == "repeat":
-        key += f" repeat {values.get('repeat', '?')}"
-    return key
+def _differing_cell(published: str, recomputed: str) -> tuple[str, str]:
+    """The part of two lines that differs, widened to its table cell (between '|') when both
+    lines are table rows: the finding then shows the cell, the diff the whole line."""
+    start = next(
+        (i for i, (a, b) in enumerate(zip(published, recomputed, strict=False)) if a != b),
+        min(len(published), len(recomputed)),
+    )
+    end = 0
+    while end < min(len(published), len(recomputed)) - start and (
+        published[len(published) - 1 - end] == recomputed[len(recomputed) - 1 - end]
+    ):
+        end += 1
+    if not (published.startswith("|") and recomputed.startswith("|")):
+        return published, recomputed
+    left = published.rfind("|", 0, start) + 1
+    out = []
+    for line in (published, recomputed):
+        right = line.find("|", len(line) - end if end else len(line) - 1)
+        out.append(line[left : right if right >= 0 else len(line)].strip())
+    return (out[0], out[1]) if out[0] != out[1] else (published, recomputed)
 
 
-def _compare_csv(state: _Audit, name: str, expected_text: str) -> None:
+def _compare_json(state: _Audit, name: str, expected: str) -> None:
     text = _read(state, name)
-    if text is None or text == expected_text:
+    if text is None or text == expected:
         return
-    published = list(csv.reader(io.StringIO(text)))
-    expected = list(csv.reader(io.StringIO(expected_text)))
-    header = expected[0] if expected else []
-    if not published or published[0] != header:
-        got = published[0] if published else []
-        for index in range(max(len(got), len(header))):
-            a = got[index] if index < len(got) else "(none)"
-            b = header[index] if index < len(header) else "(none)"
-            if a != b:
-                state.add(name, f"header column {index + 1}", a, b)
+    # Numbers are compared as written: an edited digit shows as the published text has it.
+    try:
+        published = json.loads(text, parse_float=str, parse_constant=_no_constant)
+    except ValueError:
+        _compare_text(state, name, expected)  # not JSON any more: show where
         return
-    found = False
-    for pub, exp in _pairs([",".join(r) for r in published], [",".join(r) for r in expected]):
-        if pub is None or exp is None:
-            row = expected[exp] if exp is not None else published[pub or 0]
-            case_id = dict(zip(header, row, strict=False)).get("case_id")
-            state.add(
-                name,
-                f"row {_csv_key(row, header)}",
-                "(no row)" if pub is None else "an extra row",
-                "a row" if pub is None else "(no row)",
-                case_id,
-            )
-            found = True
-            continue
-        a, b = published[pub], expected[exp]
-        case_id = dict(zip(header, b, strict=False)).get("case_id")
-        for column in range(max(len(a), len(b))):
-            x = a[column] if column < len(a) else "(none)"
-            y = b[column] if column < len(b) else "(none)"
-            if x != y:
-                column_name = header[column] if column < len(header) else f"#{column + 1}"
-                state.add(
-                    name,
-                    f"row {_csv_key(b, header)}, column {column_name}",
-                    x,
-                    y,
-                    case_id,
-                )
-                found = True
-    if not found:  # same cells, different bytes (quoting, line ends)
-        line = next(
-            (
-                i
-                for i, (a, b) in enumerate(
-                    zip(text.splitlines(), expected_text.splitlines(), strict=False)
-                )
-                if a != b
-            ),
-            min(len(text.splitlines()), len(expected_text.splitlines())),
-        )
-        state.add(
-            name,
-            f"line {line + 1} (same cells, other bytes)",
-            text.splitlines()[line : line + 1],
-            expected_text.splitlines()[line : line + 1],
-        )
+    before = len(state.report.findings)
+    _compare_values(state, name, "", published, json.loads(expected, parse_float=str))
+    if len(state.report.findings) == before:  # same data, other bytes
+        _compare_text(state, name, expected)
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} in a results file")
 
 
-def _compare_readme(state: _Audit, name: str, expected_text: str, computed: Computed) -> None:
+def _csv_rows(text: str) -> list[dict[str, str]] | None:
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        return []
+    header = rows[0]
+    if any(len(row) != len(header) for row in rows[1:]):
+        return None
+    return [dict(zip(header, row, strict=True)) for row in rows[1:]]
+
+
+def _compare_csv(state: _Audit, name: str, expected: str) -> None:
     text = _read(state, name)
-    if text is None or text == expected_text:
+    if text is None or text == expected:
         return
-    published = text.split("\n")
-    expected = expected_text.split("\n")
-    titles = set(computed.titles.values())
-    case_ids = set(computed.titles)
-    for pub, exp in _pairs(published, expected):
-        anchor = exp if exp is not None else min(pub or 0, len(expected) - 1)
-        heading = next(
-            (
-                expected[i].lstrip("#").strip() if expected[i].startswith("#") else "Notes"
-                for i in range(anchor, -1, -1)
-                if expected[i].startswith("#") or expected[i] == "Notes:"
-            ),
-            "(top)",
-        )
-        table = heading if heading in titles else None
-        a = published[pub] if pub is not None else "(no line)"
-        b = expected[exp] if exp is not None else "(no line)"
-        if exp is not None and b.startswith("|") and a.startswith("|"):
-            start = exp
-            while start > 0 and expected[start - 1].startswith("|"):
-                start -= 1
-            header = _cells(expected[start])
-            got, want = _cells(a), _cells(b)
-            row_label = _row_label(header, want)
-            case_id = next((c for c in want[:1] if c in case_ids), None)
-            for column in range(max(len(got), len(want))):
-                x = got[column] if column < len(got) else "(none)"
-                y = want[column] if column < len(want) else "(none)"
-                if x != y:
-                    column_name = header[column] if column < len(header) else f"#{column + 1}"
-                    where = f'table "{table}"' if table else f'section "{heading}" table'
-                    state.report.findings.append(
-                        Finding(
-                            name,
-                            f'{where}, {row_label}, column "{column_name}"',
-                            x,
-                            y,
-                            table=table or state.case_titles.get(case_id or "", VERSION_LEVEL),
-                        )
-                    )
-            continue
-        state.report.findings.append(
-            Finding(
-                name,
-                f'line {(exp if exp is not None else pub or 0) + 1} under "{heading}"',
-                a,
-                b,
-                table=table or VERSION_LEVEL,
-            )
-        )
-
-
-def _row_label(header: list[str], cells: list[str]) -> str:
-    if header[:2] == ["node num", "device num"] and len(cells) >= 2:
-        try:
-            return f"row {cells[0]}n{cells[1]}g"
-        except IndexError:  # pragma: no cover
-            pass
-    if header[:2] == ["case", "repeat"] and len(cells) >= 2:
-        return f"row {cells[0]} repeat {cells[1]}"
-    return f"row {cells[0]!r}" if cells else "row ?"
+    published_header = next(csv.reader(io.StringIO(text)), [])
+    expected_header = next(csv.reader(io.StringIO(expected)), [])
+    published = _csv_rows(text)
+    before = len(state.report.findings)
+    if published_header != expected_header:
+        _compare_values(state, name, "header", published_header, expected_header)
+    elif published is None:
+        _compare_text(state, name, expected)  # a row with more or fewer cells: show where
+        return
+    else:
+        recomputed = _csv_rows(expected) or []
+        for index in range(max(len(published), len(recomputed))):
+            a = published[index] if index < len(published) else {}
+            b = recomputed[index] if index < len(recomputed) else {}
+            key = b or a
+            where = f"row {key.get('row', '?')} {key.get('case_id', '?')}"
+            if key.get("row") == "repeat":
+                where += f" repeat {key.get('repeat', '?')}"
+            if not a or not b:
+                state.add(name, where, "(no row)" if not a else "an extra row",
+                          "a row" if not a else "(no row)", key.get("case_id"))  # fmt: skip
+                continue
+            for column in expected_header:
+                if a[column] != b[column]:
+                    state.add(name, f"{where}, column {column}", a[column], b[column],
+                              b.get("case_id"))  # fmt: skip
+    if len(state.report.findings) == before:  # same cells, other bytes (quoting, line ends)
+        _compare_text(state, name, expected)

@@ -9,17 +9,17 @@ it cannot go below 0.1, so the range and CV criteria decide alone (the table say
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+from scipy.stats import mannwhitneyu
 from tabulate import tabulate
 
 from driver.core.measure import CaseStats, case_stats
+from driver.core.summary import CaseRow
 
 ALPHA = 0.05
 MIN_CHANGE = 0.01
@@ -46,21 +46,20 @@ class Side:
     cases: dict[str, CaseView]
 
 
-def _fields(row: dict[str, Any]) -> dict[str, Any]:
-    names = row.get("device_names") or []
+def _fields(row: CaseRow) -> dict[str, Any]:
     return {
-        "model": row["model"],
-        "framework": row["framework"],
-        "source": row.get("source", "dlperf"),
-        "topology": f"{row['nodes']}n{row['devices']}g",
-        "nodes": row["nodes"],
-        "devices": row["devices"],
-        "batch": row["batch_per_device"],
-        "precision": row["precision"],
-        "dataset": row["dataset"],
-        "xla": "on" if row.get("xla") else "off",
-        "variant": row.get("variant", "default"),
-        "device": ", ".join(sorted(set(names))) or "unknown",
+        "model": row.model,
+        "framework": row.framework,
+        "source": row.source,
+        "topology": f"{row.nodes}n{row.devices}g",
+        "nodes": row.nodes,
+        "devices": row.devices,
+        "batch": row.batch_per_device,
+        "precision": row.precision,
+        "dataset": row.dataset,
+        "xla": "on" if row.xla else "off",
+        "variant": row.variant,
+        "device": ", ".join(sorted(set(row.device_names))) or "unknown",
     }
 
 
@@ -77,30 +76,37 @@ def load_side(text: str, reports_root: Path, results_root: Path) -> Side:
 
 
 def _version_side(folder: Path) -> Side:
-    data = json.loads((folder / "results.json").read_text())
+    from driver.release.render import Results, ResultsError
+
+    try:
+        data = Results.load(folder / "results.json")
+    except ResultsError as error:
+        raise SystemExit(f"error: {error}") from None
     repeats: dict[str, list[tuple[int, float]]] = {}
-    for row in data.get("repeats", []):
-        if row.get("throughput") is not None:
-            repeats.setdefault(row["case_id"], []).append((row["repeat"], row["throughput"]))
+    for row in data.repeats:
+        if row.measurement is not None:
+            repeats.setdefault(row.case_id, []).append((row.repeat, row.measurement.throughput))
     cases = {}
-    for row in data.get("cases", []):
-        values = [t for _, t in sorted(repeats.get(row["case_id"], []))]
+    for case in data.cases:
+        values = [t for _, t in sorted(repeats.get(case.case_id, []))]
         if values:
-            cases[row["case_id"]] = CaseView(row["case_id"], _fields(row), values)
+            cases[case.case_id] = CaseView(case.case_id, _fields(case), values)
     return Side(folder.name, "version", cases)
 
 
 def _session_side(folder: Path) -> Side:
-    from driver.core.results import Session
+    """A session's cases as its raw logs give them (``dlperf report``'s verification)."""
+    from driver.core.report import verified_records
     from driver.core.summary import summarize
 
-    summaries = summarize((c, r) for c, r, _ in Session(folder).records())
-    cases = {
-        s.case_id: CaseView(
-            s.case_id, _fields({**s.row(), "device_names": s.devices}), s.throughputs
+    verified = verified_records([folder])
+    if verified.refused:
+        raise SystemExit(
+            "error: repeats whose record and logs disagree or cannot be read:\n"
+            + "\n".join(f"  {problem}" for problem in verified.refused)
         )
-        for s in summaries
-    }
+    summaries = summarize(verified.records)
+    cases = {s.case_id: CaseView(s.case_id, _fields(s.row()), s.throughputs) for s in summaries}
     return Side(folder.name, "session", cases)
 
 
@@ -108,45 +114,18 @@ def _session_side(folder: Path) -> Side:
 # Statistics
 
 
-@cache
-def _u_counts(m: int, n: int) -> tuple[int, ...]:
-    """Number of orderings of m + n distinct values giving each U (pairs where a > b)."""
-    if m == 0 or n == 0:
-        return (1,)
-    # The largest value is an ``a`` (adds n to U) or a ``b`` (adds nothing).
-    with_a, with_b = _u_counts(m - 1, n), _u_counts(m, n - 1)
-    out = [0] * (m * n + 1)
-    for u, count in enumerate(with_a):
-        out[u + n] += count
-    for u, count in enumerate(with_b):
-        out[u] += count
-    return tuple(out)
-
-
 def mann_whitney(a: list[float], b: list[float]) -> tuple[float, float]:
-    """(U of ``a``, two-sided p): exact without ties for small samples, else the normal
-    approximation with tie correction and continuity correction."""
-    m, n = len(a), len(b)
-    if not m or not n:
+    """(U of ``a``, two-sided p), by scipy: the exact U distribution without ties for small
+    samples, else the normal approximation with tie and continuity correction (the exact
+    distribution assumes distinct values)."""
+    if not a or not b:
         raise ValueError("both samples need values")
-    u = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in a for y in b)
-    values = a + b
-    ties = len(set(values)) < len(values)
-    if not ties and m + n <= EXACT_LIMIT:
-        counts = _u_counts(m, n)
-        total = sum(counts)
-        k = int(u)
-        low = sum(counts[: k + 1]) / total
-        high = sum(counts[k:]) / total
-        return u, min(1.0, 2 * min(low, high))
-    size = m + n
-    tie_sizes = [values.count(v) for v in set(values)]
-    correction = sum(t**3 - t for t in tie_sizes) / (size * (size - 1))
-    sigma = math.sqrt(m * n / 12 * ((size + 1) - correction))
-    if sigma == 0:
-        return u, 1.0
-    z = (abs(u - m * n / 2) - 0.5) / sigma
-    return u, min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+    values = [*a, *b]
+    exact = len(set(values)) == len(values) and len(values) <= EXACT_LIMIT
+    result = mannwhitneyu(
+        a, b, alternative="two-sided", method="exact" if exact else "asymptotic"
+    )
+    return float(result.statistic), min(1.0, float(result.pvalue))
 
 
 def min_p_value(m: int, n: int) -> float:

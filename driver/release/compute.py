@@ -8,13 +8,16 @@ speedup, efficiency; then MFU (cached model FLOPs x device peaks), the all-reduc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ConfigDict
 
 from driver.benchargs import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
 from driver.core.case import Case
+from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import table_title
-from driver.core.summary import CaseSummary, summarize
+from driver.core.summary import CaseSummary, baseline_of, summarize
 from driver.parsers.base import LogParseError
 from driver.probes import scaling_bound
 from driver.release.dataset import Dataset, RawRepeat, remeasure_parsed, telemetry_summary
@@ -38,7 +41,7 @@ class Config:
 @dataclass
 class RepeatResult:
     raw: RawRepeat
-    measurement: dict[str, Any] | None
+    measurement: RepeatMeasurement | None
     error: str | None
     telemetry: dict[str, Any]
     headers: list[dict[str, Any]] = field(default_factory=list)  # every rank's log header
@@ -48,35 +51,43 @@ class RepeatResult:
 class Computed:
     summaries: list[CaseSummary]
     repeats: list[RepeatResult]
-    extras: dict[str, dict[str, Any]]  # case id -> MFU, bound, reference fields
+    extras: dict[str, CaseExtras]  # case id -> MFU, bound, reference fields
     sessions_of: dict[str, str]  # case id -> session
     titles: dict[str, str]  # case id -> table title
     errors: list[tuple[str, str]]  # (archive member, message)
 
 
-EXTRA_FIELDS = (
-    "session",
-    "flops_per_sample",
-    "peak_device",
-    "peak_precision",
-    "peak_tflops",
-    "mfu",
-    "gradient_bytes",
-    "probe_topology",
-    "busbw_gbps",
-    "scaling_bound",
-    "reference_id",
-    "reference_framework",
-    "reference_hardware",
-    "reference_devices",
-    "reference_batch_per_device",
-    "reference_precision",
-    "reference_throughput",
-    "reference_per_device",
-    "reference_link",
-    "per_device",
-    "ratio_per_device",
-)
+Number = int | float  # as the config or the computation gave it (an int stays an int)
+
+
+class CaseExtras(StrictModel):
+    """What a release adds to a case's row: MFU, the scaling bound, the nearest reference."""
+
+    model_config = ConfigDict(frozen=False, validate_assignment=True)
+
+    session: str | None = None
+    flops_per_sample: Number | None = None
+    peak_device: str | None = None
+    peak_precision: str | None = None
+    peak_tflops: Number | None = None
+    mfu: float | None = None
+    gradient_bytes: int | None = None
+    probe_topology: str | None = None
+    busbw_gbps: Number | None = None
+    scaling_bound: float | None = None
+    reference_id: str | None = None
+    reference_framework: str | None = None
+    reference_hardware: str | None = None
+    reference_devices: int | None = None
+    reference_batch_per_device: int | None = None
+    reference_precision: str | None = None
+    reference_throughput: Number | None = None
+    reference_per_device: Number | None = None
+    reference_link: str | None = None
+    per_device: float | None = None
+    ratio_per_device: float | None = None
+    # Written only where a reference matched (rows without one have no such key).
+    reference_source: str | None = None
 
 
 def compute(dataset: Dataset, config: Config) -> Computed:
@@ -97,7 +108,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         telemetry = telemetry_summary(raw, parsed)
         results.append(RepeatResult(raw, measurement, error, telemetry, headers))
     records = [
-        (r.raw.case, replace(r.raw.record, measurement=r.measurement))
+        (r.raw.case, r.raw.record.model_copy(update={"measurement": r.measurement}))
         for r in results
         if r.measurement is not None
     ]
@@ -148,51 +159,41 @@ def _extras(
     sessions_of: dict[str, str],
     dataset: Dataset,
     config: Config,
-) -> dict[str, Any]:
+) -> CaseExtras:
     case = summary.case
     options = dict(header.get("options") or {})
-    out: dict[str, Any] = dict.fromkeys(EXTRA_FIELDS)
     session = sessions_of.get(case.id)
-    out["session"] = session
+    out = CaseExtras(session=session)
     # MFU
     cost = config.model_costs.get(cost_key(case.model, case.options))
     device = summary.devices[0] if summary.devices else None
     peak = match_device(device, config.peaks)
     if cost:
-        out["flops_per_sample"] = cost.get("flops_per_sample")
+        out.flops_per_sample = cost.get("flops_per_sample")
     if peak:
         precision = peak_precision(case.precision, options)
-        out["peak_device"] = peak.get("name")
-        out["peak_precision"] = precision
-        out["peak_tflops"] = (peak.get("peaks") or {}).get(precision)
-    out["mfu"] = mfu(
-        summary.stats.median, out["flops_per_sample"], case.topology.world_size, out["peak_tflops"]
+        out.peak_device = peak.get("name")
+        out.peak_precision = precision
+        out.peak_tflops = (peak.get("peaks") or {}).get(precision)
+    out.mfu = mfu(
+        summary.stats.median, out.flops_per_sample, case.topology.world_size, out.peak_tflops
     )
     # Scaling bound
     devices = case.topology.world_size
     if devices > 1:
-        out["gradient_bytes"] = _gradient_bytes(summary, options, config)
+        out.gradient_bytes = _gradient_bytes(summary, options, config)
         probes = [
             p for p in dataset.probes if p["session"] == session and p["world_size"] == devices
         ]
         probes.sort(key=lambda p: (p["topology"] != case.topology.label, p["topology"]))
-        base = next(
-            (
-                s
-                for s in summaries
-                if s.case.topology.world_size == 1
-                and s.case.group_key == case.group_key
-                and s.batch_size == summary.batch_size
-            ),
-            None,
-        )
+        base = baseline_of(summary, summaries)
         if probes:
-            out["probe_topology"] = probes[0]["topology"]
-            out["busbw_gbps"] = probes[0]["busbw_gbps"]
-        if probes and base and out["gradient_bytes"]:
+            out.probe_topology = probes[0]["topology"]
+            out.busbw_gbps = probes[0]["busbw_gbps"]
+        if probes and base and out.gradient_bytes:
             step_time = summary.batch_size / base.stats.median
-            out["scaling_bound"] = scaling_bound(
-                step_time, out["gradient_bytes"], devices, out["busbw_gbps"]
+            out.scaling_bound = scaling_bound(
+                step_time, out.gradient_bytes, devices, out.busbw_gbps
             )
     # Nearest published result (only for the published models' shapes)
     if not published_shapes(case):
@@ -212,5 +213,5 @@ def _extras(
         config.references,
     )
     if reference:
-        out.update(reference)
+        out = CaseExtras.model_validate({**out.model_dump(), **reference})
     return out

@@ -1,7 +1,8 @@
 """A release's raw data as the release and the audit both read it: archive members -> repeats.
 
-Both go through :func:`load_dataset` and :func:`remeasure`, so what a release publishes and what
-an audit recomputes come from the same code reading the same bytes.
+Both go through :func:`load_dataset` and :func:`remeasure_parsed` (``measure_logs``, the one
+statistics path the runner and ``dlperf report`` use too), so what a release publishes and what an
+audit recomputes come from the same code reading the same bytes.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from driver.core.case import Case
-from driver.core.measure import Window, measure_repeat
-from driver.core.results import RepeatRecord
+from driver.core.measure import RepeatMeasurement, Window, measure_logs, parse_logs
+from driver.core.results import RecordError, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog, RankLog
-from driver.plugins import load_all
 from driver.probes import ProbeError, parse_probe_log
-from driver.registry import PARSERS
 from driver.telemetry.summary import node_of, summarize_samples
 
 _REPEAT = re.compile(r"^repeat-\d+$")
@@ -82,6 +81,11 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
                     continue
                 probe.update(session=match[1], log=name, topology=match[2][len("allreduce-") :])
                 data.probes.append(probe)
+    for folder in sorted({str(PurePosixPath(m).parent) for m in members}):
+        parts = PurePosixPath(folder).parts
+        if len(parts) >= 4 and parts[1] == "cases" and _REPEAT.match(parts[-1]):
+            if f"{folder}/record.json" not in members:
+                data.problems.append((f"{folder}/record.json", "missing (the repeat has logs)"))
     for name in sorted({PurePosixPath(m).parts[0] for m in members}):
         if name not in data.sessions:
             data.problems.append((f"{name}/session.json", "missing"))
@@ -94,13 +98,17 @@ def _load_repeat(
     folder = str(PurePosixPath(name).parent)
     case_path = f"{PurePosixPath(folder).parent}/case.json"
     try:
-        record = RepeatRecord.from_dict(json.loads(content))
+        record = RepeatRecord.parse(content, name)
+    except RecordError as error:
+        data.problems.append((name, str(error).removeprefix(f"{name}: ")))
+        return
+    try:
         case = Case.from_dict(json.loads(data.members[case_path]))
     except KeyError:
         data.problems.append((case_path, "missing (the repeat's case definition)"))
         return
     except (json.JSONDecodeError, TypeError, ValueError) as error:
-        data.problems.append((name, f"unreadable record or case ({error})"))
+        data.problems.append((case_path, f"unreadable case ({error})"))
         return
     if record.case_id != case.id:
         data.problems.append(
@@ -126,32 +134,15 @@ def _load_repeat(
     )
 
 
-def parse_logs(repeat: RawRepeat, texts: Mapping[str, str] | None = None) -> ParsedLog:
-    load_all()
-    return PARSERS.get(repeat.record.parser)().parse(
-        dict(texts if texts is not None else repeat.logs)
-    )
-
-
 def window_of(repeat: RawRepeat) -> Window:
     warmup, measured, _total = repeat.case.window_for(repeat.record.batch_size)
     return Window(warmup, measured)
 
 
-def remeasure_parsed(repeat: RawRepeat) -> tuple[dict[str, Any], ParsedLog]:
-    """The repeat's measurement recomputed from its raw logs (as ``runner.evaluate`` does) and
-    the parsed logs; raises LogParseError."""
-    parsed = parse_logs(repeat)
-    if parsed.world_size != repeat.case.topology.world_size:
-        raise LogParseError(
-            f"the log reports world size {parsed.world_size}, the case has "
-            f"{repeat.case.topology.world_size} devices"
-        )
-    return measure_repeat(parsed, window_of(repeat)).to_dict(), parsed
-
-
-def remeasure(repeat: RawRepeat) -> dict[str, Any]:
-    return remeasure_parsed(repeat)[0]
+def remeasure_parsed(repeat: RawRepeat) -> tuple[RepeatMeasurement, ParsedLog]:
+    """The repeat's measurement recomputed from its raw logs and the parsed logs; raises
+    LogParseError."""
+    return measure_logs(repeat.case, repeat.record.parser, repeat.logs, repeat.record.batch_size)
 
 
 def _cut(ranks: list[RankLog], window: Window) -> tuple[float, float] | None:
@@ -190,7 +181,7 @@ def step_windows(
         return out
     for index, name in nodes.items():
         try:
-            alone = parse_logs(repeat, {name: repeat.logs[name]})
+            alone = parse_logs(repeat.record.parser, {name: repeat.logs[name]})
         except (LogParseError, KeyError, ValueError):
             continue
         cut = _cut(list(alone.ranks.values()), window)

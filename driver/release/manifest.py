@@ -13,12 +13,13 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from driver.release.compute import Computed
 from driver.release.dataset import Dataset
+from driver.schema import ConfigError, StrictModel, check_finite, describe_error, one_of, text
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
@@ -28,112 +29,75 @@ IMAGES_LOCK = "images.lock"
 BUILT_RECORDS = ".dlperf/images-built.json"  # driver.images.build's records, beside the lock
 BUILT_COPY = "images-built.json"  # its copy in config/ (".dlperf/" is git-ignored)
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-DIGEST_KEYS = ("digest", "id", "sha256", "image_id")
 
-FIELDS: dict[str, tuple[type, ...]] = {
-    "schema": (int,),
-    "kind": (str,),
-    "version": (str,),
-    "title": (str,),
-    "released_at": (str,),
-    "changelog": (str,),
-    "previous": (str, type(None)),
-    "kit": (dict,),
-    "release_tool": (dict,),
-    "sessions": (list,),
-    "images": (dict,),
-    "config_files": (dict,),
-    "nodes": (dict,),
-    "raw_files": (dict,),
-    "archives": (dict,),
-    "files": (dict,),
-    "model_costs": (dict,),
-    "probes": (list,),
-    "excluded_repeats": (list,),
-    "remeasured": (list,),
-    "changes": (dict,),
-    "counts": (dict,),
-}
+class RawFile(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    sha256: text(r"[0-9a-f]{64}", "a SHA-256 (64 hex digits)")
+
+
+class Manifest(StrictModel):
+    """The shape of ``manifest.json`` (what the release writes; the audit checks it first)."""
+
+    schema_: Annotated[Any, one_of(MANIFEST_SCHEMA)] = Field(alias="schema")
+    kind: Annotated[Any, one_of(KIND)]
+    version: str
+    title: str
+    released_at: str
+    changelog: str
+    previous: str | None
+    kit: dict[str, Any]
+    release_tool: dict[str, Any]
+    sessions: list[Any]
+    images: dict[str, Any]
+    config_files: dict[str, Any]
+    nodes: dict[str, Any]
+    raw_files: dict[str, RawFile]
+    archives: dict[str, Any]
+    files: dict[str, Any]
+    model_costs: dict[str, Any]
+    probes: list[Any]
+    excluded_repeats: list[Any]
+    remeasured: list[Any]
+    changes: dict[str, Any]
+    counts: dict[str, Any]
+
+
+FIELDS = tuple(info.alias or name for name, info in Manifest.model_fields.items())
 
 
 def validate(manifest: Any) -> list[str]:
     """Schema problems of a manifest ([] when it is well formed)."""
     if not isinstance(manifest, dict):
         return ["the manifest is not a JSON object"]
-    problems = []
-    for name, types in FIELDS.items():
-        if name not in manifest:
-            problems.append(f"field {name!r} is missing")
-        elif not isinstance(manifest[name], types) or isinstance(manifest[name], bool):
-            problems.append(f"field {name!r} has type {type(manifest[name]).__name__}")
-    for name in sorted(set(manifest) - set(FIELDS)):
-        problems.append(f"unknown field {name!r}")
-    if manifest.get("schema") not in (None, MANIFEST_SCHEMA) and "schema" in manifest:
-        problems.append(f"schema {manifest['schema']} (this kit reads {MANIFEST_SCHEMA})")
-    if manifest.get("kind", KIND) != KIND:
-        problems.append(f"kind {manifest['kind']!r} is not {KIND!r}")
-    for member, entry in (manifest.get("raw_files") or {}).items():
-        if not isinstance(entry, dict) or not re.fullmatch(
-            r"[0-9a-f]{64}", str(entry.get("sha256"))
-        ):
-            problems.append(f"raw_files[{member!r}] has no sha256")
-    return problems
+    try:
+        check_finite(MANIFEST, manifest)
+        Manifest.model_validate(manifest)
+    except ConfigError as error:
+        return [f"field {error.field_path!r}: {error.message}"]
+    except ValidationError as error:
+        problems = []
+        for detail in error.errors():
+            where, message = describe_error(Manifest, detail)
+            if detail["type"] == "missing":
+                problems.append(f"field {where!r} is missing")
+            elif detail["type"] == "extra_forbidden":
+                problems.append(f"unknown field {where!r}")
+            else:
+                problems.append(f"field {where!r}: {message}")
+        return problems
+    return []
 
 
 # --------------------------------------------------------------------------------------------
-# images.lock (written by another part of the kit; read tolerantly, whatever its shape)
-
-
-def lock_digests(data: Any, path: str = "", key: str = "") -> dict[str, str]:
-    """name -> ``sha256:...`` for every digest anywhere in a parsed YAML/JSON document.
-
-    A digest under a ``digest``/``id``/``sha256`` key is named by its mapping's
-    name/image/ref/tag field when it has one, else by the key holding that mapping (images.lock
-    ``pins: {<tag>: {digest: ...}}`` -> ``<tag>``); any other digest by its key path.
-    """
-    out: dict[str, str] = {}
-    if isinstance(data, dict):
-        label = next(
-            (
-                str(data[k])
-                for k in ("name", "image", "ref", "reference", "tag", "repository")
-                if isinstance(data.get(k), str) and not DIGEST.search(data[k])
-            ),
-            key or None,
-        )
-        for name, value in data.items():
-            here = f"{path}/{name}" if path else str(name)
-            if isinstance(value, str) and DIGEST.search(value):
-                digest = DIGEST.search(value)[0]
-                label_here = label if label and name in DIGEST_KEYS else here
-                if out.get(label_here, digest) != digest:
-                    label_here = here
-                out[label_here] = digest
-            else:
-                out.update(lock_digests(value, here, str(name)))
-    elif isinstance(data, list):
-        for index, item in enumerate(data):
-            out.update(lock_digests(item, f"{path}[{index}]"))
-    elif isinstance(data, str) and DIGEST.search(data):
-        out[path or "image"] = DIGEST.search(data)[0]
-    return out
+# images.lock: read by the one lock reader (driver.images.lock)
 
 
 def read_images_lock(path: Path) -> dict[str, str]:
-    """Digests of an images.lock file, YAML or JSON; a file that parses as neither is scanned
-    line by line (the text before a digest names it)."""
-    text = path.read_text(errors="replace")
-    try:
-        return lock_digests(yaml.safe_load(text))
-    except yaml.YAMLError:
-        pass
-    out = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        match = DIGEST.search(line)
-        if match:
-            name = line[: match.start()].strip(" :=@\t\"'") or f"line {number}"
-            out[name] = match[0]
-    return out
+    """repository:tag -> digest of the lock's resolved pins (``driver.images.lock``)."""
+    from driver.images.lock import pinned_digests
+
+    return pinned_digests(path)
 
 
 def digests_in(value: Any) -> set[str]:

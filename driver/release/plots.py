@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from driver.core.report import series_name, tables
-from driver.core.summary import CaseSummary
+from driver.core.summary import CaseSummary, baseline_of
 from driver.release.compute import Computed
 from driver.release.render import plot_files
 
@@ -56,7 +56,7 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                 ecolor=color,
                 capsize=3,
             )
-            base = next((s for s in items if s.case.topology.world_size == 1), None)
+            base = baseline_of(items[0], items)
             if base is not None:
                 ax.plot(
                     xs,
@@ -95,7 +95,7 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                     label=name,
                 )
             bounds = [
-                (x_of[s.case.topology.label], computed.extras[s.case_id].get("scaling_bound"))
+                (x_of[s.case.topology.label], computed.extras[s.case_id].scaling_bound)
                 for s in items
             ]
             bounds = [(x, b) for x, b in bounds if b is not None]
@@ -112,7 +112,7 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
         shown += [
             100 * b
             for s in group
-            if (b := computed.extras[s.case_id].get("scaling_bound")) is not None
+            if (b := computed.extras[s.case_id].scaling_bound) is not None
         ]
         ax.set_ylim(
             max(0.0, min([50.0, *(v - 5 for v in shown)])), max([110.0, *(v + 5 for v in shown)])

@@ -48,7 +48,14 @@ from driver.release.manifest import (
 )
 from driver.release.mfu import compute_model_costs, load_peaks
 from driver.release.references import load_references
-from driver.release.render import csv_text, json_text, readme_text, results_data
+from driver.release.render import (
+    Results,
+    ResultsError,
+    csv_text,
+    json_text,
+    readme_text,
+    results_data,
+)
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
@@ -112,17 +119,17 @@ def _tool_versions() -> dict[str, str]:
     return out
 
 
-def _changes(previous: tuple[str, dict[str, Any]] | None, reports_root: Path, data: dict) -> dict:
-    import json
-
+def _changes(
+    previous: tuple[str, dict[str, Any]] | None, reports_root: Path, data: Results
+) -> dict:
     if previous is None:
         return {}
     try:
-        old = json.loads((reports_root / previous[0] / "results.json").read_text())
-        before = {row["case_id"]: row["throughput_median"] for row in old.get("cases", [])}
-    except (OSError, ValueError, KeyError):
+        old = Results.load(reports_root / previous[0] / "results.json")
+    except ResultsError:
         return {"note": f"{previous[0]}/results.json unreadable"}
-    now = {row["case_id"]: row["throughput_median"] for row in data["cases"]}
+    before = {row.case_id: row.throughput_median for row in old.cases}
+    now = {row.case_id: row.throughput_median for row in data.cases}
     return {
         "added": sorted(set(now) - set(before)),
         "removed": sorted(set(before) - set(now)),
@@ -288,11 +295,12 @@ def _build(
     remeasured = []
     for result in computed.repeats:
         if result.measurement != result.raw.record.measurement:
+            recorded = result.raw.record.measurement
             remeasured.append(
                 {
                     "folder": result.raw.folder,
-                    "record": result.raw.record.measurement,
-                    "recomputed": result.measurement,
+                    "record": recorded.model_dump() if recorded else None,
+                    "recomputed": result.measurement.model_dump() if result.measurement else None,
                 }
             )
     if remeasured and not accept_remeasured:

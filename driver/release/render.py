@@ -12,128 +12,188 @@ import json
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 from tabulate import tabulate
 
+from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import ExtraColumn, markdown_tables
-from driver.core.summary import CaseSummary
-from driver.release.compute import Computed, RepeatResult
+from driver.core.results import strict_json
+from driver.core.summary import CaseRow, CaseSummary
+from driver.release.compute import CaseExtras, Computed, RepeatResult
 from driver.telemetry.summary import TELEMETRY_FIELDS
 
 RESULTS_SCHEMA = 1
-MEASUREMENT_FIELDS = (
-    "throughput",
-    "samples",
-    "duration_s",
-    "ranks",
-    "world_size",
-    "reported_by_source",
-    "warmup_steps",
-    "measured_steps",
-    "interval_cv",
-    "interval_unstable",
-)
+KNOWN_RESULTS_SCHEMAS = (1,)
+MEASUREMENT_FIELDS = RepeatMeasurement.columns()
 PLOTS_DIR = "plots"
 
 
 # --------------------------------------------------------------------------------------------
-# Rows
+# Rows: the typed records of results.json / results.csv
 
 
-def case_row(summary: CaseSummary, computed: Computed) -> dict[str, Any]:
-    return {
-        "row": "case",
-        **summary.row(),
-        **computed.extras[summary.case_id],
-        "repeat_throughputs": list(summary.throughputs),
-        "table": computed.titles[summary.case_id],
-    }
+class ReleaseCaseRow(CaseExtras, CaseRow):
+    """A case row of a release: the case's own row (``CaseRow``), the release's extras, its
+    repeats' throughputs and its table."""
+
+    model_config = ConfigDict(frozen=True, validate_assignment=False)
+
+    row: Literal["case"] = "case"
+    repeat_throughputs: list[float]
+    table: str
+
+    def dump(self) -> dict[str, Any]:
+        # reference_source is written only where a reference matched (as it always was)
+        unmatched = {"reference_source"} if self.reference_source is None else set()
+        return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
-def repeat_row(result: RepeatResult) -> dict[str, Any]:
-    record, measurement = result.raw.record, result.measurement or {}
-    row: dict[str, Any] = {
-        "row": "repeat",
-        "case_id": result.raw.case.id,
-        "repeat": record.repeat,
-        "session": result.raw.session,
-        "folder": result.raw.folder,
-        "batch_per_device": record.batch_size,
-        "parser": record.parser,
-        "runtime": record.runtime,
-        "logs": list(record.logs),
-        "started_at": record.started_at,
-        "finished_at": record.finished_at,
-        "verdict": "ok" if result.measurement is not None else "parse-error",
-        "error": result.error,
-    }
-    row.update({name: measurement.get(name) for name in MEASUREMENT_FIELDS})
-    row.update({name: result.telemetry.get(name) for name in TELEMETRY_FIELDS})
-    return row
+class ReleaseRepeatRow(StrictModel):
+    """A repeat row: the record's facts, its measurement recomputed from the raw logs (every
+    measurement field, empty where the logs give none) and its telemetry summary."""
+
+    row: Literal["repeat"] = "repeat"
+    case_id: str
+    repeat: int
+    session: str
+    folder: str
+    batch_per_device: int
+    parser: str
+    runtime: str
+    logs: list[str]
+    started_at: float
+    finished_at: float
+    verdict: str
+    error: str | None
+    measurement: RepeatMeasurement | None
+    telemetry: dict[str, Any]
+
+    def dump(self) -> dict[str, Any]:
+        out = self.model_dump(exclude={"measurement", "telemetry"})
+        measured = self.measurement.model_dump() if self.measurement else {}
+        out.update({name: measured.get(name) for name in MEASUREMENT_FIELDS})
+        out.update({name: self.telemetry.get(name) for name in TELEMETRY_FIELDS})
+        return out
+
+    @classmethod
+    def load(cls, flat: dict[str, Any]) -> ReleaseRepeatRow:
+        own = {k: v for k, v in flat.items() if k in cls.model_fields}
+        measured = {k: flat.get(k) for k in RepeatMeasurement.model_fields}
+        unknown = set(flat) - set(own) - set(MEASUREMENT_FIELDS) - set(TELEMETRY_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown field(s) {sorted(unknown)}")
+        return cls(
+            **own,
+            measurement=measured if flat.get("throughput") is not None else None,
+            telemetry={k: flat.get(k) for k in TELEMETRY_FIELDS},
+        )
 
 
-def results_data(computed: Computed, version: str) -> dict[str, Any]:
-    return {
-        "schema": RESULTS_SCHEMA,
-        "version": version,
-        "cases": [case_row(s, computed) for s in computed.summaries],
-        "repeats": [repeat_row(r) for r in computed.repeats],
-    }
+class ResultsError(ValueError):
+    """A results.json the kit cannot read (names the file and the problem)."""
 
 
-# --------------------------------------------------------------------------------------------
-# JSON with a label per line
+class Results(StrictModel):
+    schema_: int = Field(RESULTS_SCHEMA, alias="schema")
+    version: str
+    cases: list[ReleaseCaseRow]
+    repeats: list[ReleaseRepeatRow]
+
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _known_schema(cls, value: Any) -> Any:
+        if value not in KNOWN_RESULTS_SCHEMAS:
+            raise ValueError(
+                f"schema version {value!r} is not one this kit reads "
+                f"({', '.join(map(str, KNOWN_RESULTS_SCHEMAS))})"
+            )
+        return value
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema_,
+            "version": self.version,
+            "cases": [c.dump() for c in self.cases],
+            "repeats": [r.dump() for r in self.repeats],
+        }
+
+    @classmethod
+    def load(cls, path: Path) -> Results:
+        try:
+            data = strict_json(path.read_bytes())
+            if not isinstance(data, dict):
+                raise ValueError("a JSON object is expected")
+            return cls(
+                schema=data.get("schema"),
+                version=data.get("version"),
+                cases=data.get("cases", []),
+                repeats=[ReleaseRepeatRow.load(r) for r in data.get("repeats", [])],
+            )
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])).replace('schema_', 'schema')}: {e['msg']}"
+                for e in error.errors()[:5]
+            )
+            raise ResultsError(f"{path}: {problems}") from None
+        except (OSError, ValueError, TypeError, AttributeError) as error:
+            raise ResultsError(f"{path}: not a readable results file ({error})") from None
 
 
-def _item_label(value: Any, index: int) -> str:
-    if isinstance(value, dict) and "case_id" in value:
-        label = f"case_id={value['case_id']}"
-        if value.get("row") == "repeat":
-            label += f", repeat={value.get('repeat')}"
-        return label
-    return str(index)
+def case_row(summary: CaseSummary, computed: Computed) -> ReleaseCaseRow:
+    return ReleaseCaseRow(
+        **dict(summary.row()),
+        **dict(computed.extras[summary.case_id]),
+        repeat_throughputs=list(summary.throughputs),
+        table=computed.titles[summary.case_id],
+    )
 
 
-def json_lines(data: Any) -> tuple[list[str], list[str]]:
-    """The JSON text of ``data`` (2-space indent, sorted keys) as lines, and for each line the
-    path of the value it holds (``cases[case_id=...].throughput_median``)."""
-    lines: list[str] = []
-    labels: list[str] = []
-
-    def walk(value: Any, indent: int, prefix: str, label: str) -> None:
-        pad = "  " * indent
-        if isinstance(value, dict) and value:
-            lines.append(f"{pad}{prefix}{{")
-            labels.append(label)
-            items = sorted(value.items())
-            for i, (key, item) in enumerate(items):
-                walk(item, indent + 1, f"{json.dumps(key)}: ", f"{label}.{key}" if label else key)
-                if i < len(items) - 1:
-                    lines[-1] += ","
-            lines.append(f"{pad}}}")
-            labels.append(label)
-        elif isinstance(value, list) and value:
-            lines.append(f"{pad}{prefix}[")
-            labels.append(label)
-            for i, item in enumerate(value):
-                walk(item, indent + 1, "", f"{label}[{_item_label(item, i)}]")
-                if i < len(value) - 1:
-                    lines[-1] += ","
-            lines.append(f"{pad}]")
-            labels.append(label)
-        else:
-            if isinstance(value, float) and not math.isfinite(value):
-                value = None  # never NaN in a results file
-            lines.append(f"{pad}{prefix}{json.dumps(value)}")
-            labels.append(label)
-
-    walk(data, 0, "", "")
-    return lines, labels
+def repeat_row(result: RepeatResult) -> ReleaseRepeatRow:
+    record = result.raw.record
+    return ReleaseRepeatRow(
+        case_id=result.raw.case.id,
+        repeat=record.repeat,
+        session=result.raw.session,
+        folder=result.raw.folder,
+        batch_per_device=record.batch_size,
+        parser=record.parser,
+        runtime=record.runtime,
+        logs=list(record.logs),
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        verdict="ok" if result.measurement is not None else "parse-error",
+        error=result.error,
+        measurement=result.measurement,
+        telemetry=result.telemetry,
+    )
 
 
-def json_text(data: Any) -> str:
-    return "\n".join(json_lines(data)[0]) + "\n"
+def results_data(computed: Computed, version: str) -> Results:
+    return Results(
+        version=version,
+        cases=[case_row(s, computed) for s in computed.summaries],
+        repeats=[repeat_row(r) for r in computed.repeats],
+    )
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # never NaN in a results file (telemetry is summarised elsewhere)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_text(data: Results | dict[str, Any]) -> str:
+    plain = data.dump() if isinstance(data, Results) else data
+    return json.dumps(_finite(plain), indent=2, sort_keys=True) + "\n"
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,9 +212,10 @@ def csv_cell(value: Any) -> str:
     return str(value)
 
 
-def csv_text(data: dict[str, Any]) -> str:
+def csv_text(data: Results) -> str:
     """One row per case, then one per repeat; the columns are the union, every field named."""
-    rows = data["cases"] + data["repeats"]
+    plain = data.dump()
+    rows = plain["cases"] + plain["repeats"]
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
@@ -195,7 +256,7 @@ def _pair(row: dict[str, Any], name: str, digits: int = 1) -> str:
 
 
 def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
-    return lambda s: _pct(computed.extras[s.case_id].get(key))
+    return lambda s: _pct(getattr(computed.extras[s.case_id], key))
 
 
 def _tables_section(computed: Computed) -> str:
@@ -205,15 +266,15 @@ def _tables_section(computed: Computed) -> str:
     ]
     notes = []
     values = computed.extras.values()
-    if any(e.get("mfu") is not None for e in values):
+    if any(e.mfu is not None for e in values):
         notes.append(
             "MFU: model-FLOPs utilization = samples/s x training FLOPs per sample (counted from "
             "the model definition by PyTorch/benchmark/flops.py, cached in manifest.json) / "
             "(devices x dense peak of the device at the run's precision, config/peaks.yaml)."
         )
-    if any(e.get("peak_tflops") and e.get("mfu") is None for e in values):
+    if any(e.peak_tflops and e.mfu is None for e in values):
         notes.append("MFU '-': no FLOPs count for the model (torch was absent at release).")
-    if any(e.get("scaling_bound") is not None for e in values):
+    if any(e.scaling_bound is not None for e in values):
         notes.append(
             "bound: efficiency ceiling of a ring all-reduce without overlap, "
             "t / (t + 2(n-1)/n x gradient bytes / busbw), with t = batch / 1-device throughput "
@@ -237,21 +298,21 @@ def _references_section(computed: Computed) -> str:
     rows = []
     for s in computed.summaries:
         e = computed.extras[s.case_id]
-        if not e.get("reference_id"):
+        if not e.reference_id:
             continue
-        config = f"{e['reference_devices']} dev, bsz {e['reference_batch_per_device'] or '?'}, "
-        config += str(e["reference_precision"]).upper()
+        config = f"{e.reference_devices} dev, bsz {e.reference_batch_per_device or '?'}, "
+        config += str(e.reference_precision).upper()
         rows.append(
             [
                 s.case_id,
                 _num(s.stats.median, 2),
-                _num(e["per_device"], 2),
-                f"{e['reference_framework']} ({e['reference_id']})",
-                e["reference_hardware"],
+                _num(e.per_device, 2),
+                f"{e.reference_framework} ({e.reference_id})",
+                e.reference_hardware,
                 config,
-                _num(e["reference_per_device"], 2),
-                "-" if e["ratio_per_device"] is None else f"{e['ratio_per_device']:.4f}",
-                f"[{e['reference_source']}]({e['reference_link']})",
+                _num(e.reference_per_device, 2),
+                "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
+                f"[{e.reference_source}]({e.reference_link})",
             ]
         )
     if not rows:

@@ -29,18 +29,30 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AfterValidator, Field
 
 from driver.core.case import Case
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import LOGGING_MODES, RunHeader, header_line
 from driver.registry import SOURCES
+from driver.schema import (
+    ConfigError,
+    Line,
+    Name,
+    OptionName,
+    StrictModel,
+    load_document,
+    number,
+    one_of,
+    text,
+    validate,
+)
 
 SOURCE_GLOBS = ("NVIDIADeepLearningExamples/*/source.yaml", "*/upstream/source.yaml")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMMIT = re.compile(r"\A[0-9a-f]{40}\Z")  # Python's \Z: the very end ("$" allows a newline)
 LAUNCH_MODES = ("per-node", "mpi-head")
 PLACEHOLDERS = {
     "batch": "per-device batch",
@@ -67,14 +79,6 @@ PLACEHOLDERS = {
     "options": "the source's options, e.g. {options[dali]}",
 }
 CONDITION_KEYS = ("precision", "dataset", "xla", "distributed", "multinode")
-SOURCE_KEYS = {
-    "name", "framework", "title", "repository", "commit", "found", "image", "base_image",
-    "parser", "workdir", "ssh_port", "notes", "models",
-}  # fmt: skip
-MODEL_KEYS = {
-    "commit", "dir", "launch", "logging", "step_offset", "extra_steps", "log_every", "datasets",
-    "precisions", "xla", "options", "collect", "argv", "flags", "notes",
-}  # fmt: skip
 WORKER_SCRIPT = (
     'printf "%s\\n" "$1"; /usr/sbin/sshd -p {port} || exit 1; n=0; '
     "until pgrep -x orted >/dev/null || pgrep -x prted >/dev/null; do n=$((n+1)); "
@@ -84,9 +88,62 @@ WORKER_SCRIPT = (
 )
 
 
-class SourceError(ValueError):
-    def __init__(self, path: Path | str, where: str, message: str) -> None:
-        super().__init__(f"{path}: {where}: {message}")
+class SourceError(ConfigError):
+    """A bad ``source.yaml``: ``<file>: <field>: <what is allowed>``."""
+
+
+def _word(value: Any) -> str:
+    """An argv item: text, or a number written as text (``--epochs 1``); one line."""
+    if type(value) in (int, float):
+        return str(value)
+    if not isinstance(value, str) or re.fullmatch(r"[^\x00-\x1f\x7f]*", value) is None:
+        raise ValueError(f"must be a string (one line), got {value!r}")
+    return value
+
+
+Word = Annotated[Any, AfterValidator(_word)]
+Commit = text(COMMIT.pattern, "a full 40-hex commit")
+
+
+class FlagBlockSpec(StrictModel):
+    when: dict[str, Any] = {}
+    args: list[Word] = []
+
+
+class LaunchSpec(StrictModel):
+    """One model of a source (``models.<model>``)."""
+
+    commit: Commit | None = None
+    dir: Line
+    launch: Annotated[Any, one_of(*LAUNCH_MODES)] = "per-node"
+    logging: Annotated[Any, one_of(*LOGGING_MODES)] = "rank0"
+    step_offset: number(0, 10**6, "an integer >= 0") = 0
+    extra_steps: number(0, 10**6, "an integer >= 0") = 0
+    log_every: number(1, 10**6, "an integer >= 1") = 1
+    datasets: list[Annotated[Any, one_of("synthetic", "real")]] = ["synthetic"]
+    precisions: list[Annotated[Any, one_of("fp32", "amp")]] = ["fp32", "amp"]
+    xla: bool = False
+    options: dict[OptionName, Any] = {}
+    collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
+    argv: Annotated[list[Word], Field(min_length=1)]
+    flags: list[FlagBlockSpec] = []
+    notes: str = ""
+
+
+class SourceFile(StrictModel):
+    name: Name
+    framework: Name
+    title: Line
+    repository: Line
+    commit: Commit
+    found: str
+    image: Line
+    base_image: Line
+    parser: Name
+    workdir: Line
+    ssh_port: number(1, 65535, "a TCP port 1-65535") = 2222
+    notes: str = ""
+    models: Annotated[dict[Name, LaunchSpec], Field(min_length=1)]
 
 
 @dataclass(frozen=True)
@@ -149,22 +206,14 @@ class SourceSpec:
         return {self.commit} | {launch.commit for launch in self.launches.values()}
 
 
-def _need(path: Path, where: str, data: Mapping, key: str, kind: type | tuple[type, ...]) -> Any:
-    value = data.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise SourceError(path, f"{where}{key}", f"must be {names}, got {value!r}")
-    return value
-
-
-def _strings(path: Path, where: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
-        raise SourceError(path, where, f"must be a list of strings, got {value!r}")
-    return tuple(str(v) for v in value)
-
-
 def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any]) -> None:
-    for _literal, name, _spec, _conversion in string.Formatter().parse(text):
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError as error:
+        raise SourceError(
+            path, where, f"is not a valid template ({error}); write {{{{ for {{"
+        ) from None
+    for _literal, name, _spec, _conversion in fields:
         if name is None:
             continue
         root = name.split("[", 1)[0].split(".", 1)[0]
@@ -178,115 +227,63 @@ def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any
                 raise SourceError(path, where, f"{{{name}}} names no option of the model")
 
 
-def _launch(path: Path, model: str, data: Any, default_commit: str) -> ModelLaunch:
+def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str) -> ModelLaunch:
     where = f"models.{model}."
-    if not isinstance(data, dict):
-        raise SourceError(path, f"models.{model}", "must be a mapping")
-    unknown = set(data) - MODEL_KEYS
-    if unknown:
-        raise SourceError(
-            path, where + sorted(unknown)[0], f"unknown key; allowed: {sorted(MODEL_KEYS)}"
-        )
-    commit = str(data.get("commit", default_commit))
-    if not COMMIT.match(commit):
-        raise SourceError(path, where + "commit", f"must be a full 40-hex commit, got {commit!r}")
-    launch = data.get("launch", "per-node")
-    if launch not in LAUNCH_MODES:
-        raise SourceError(path, where + "launch", f"must be one of {LAUNCH_MODES}")
-    logging = data.get("logging", "rank0")
-    if logging not in LOGGING_MODES:
-        raise SourceError(path, where + "logging", f"must be one of {LOGGING_MODES}")
-    options = data.get("options", {}) or {}
-    if not isinstance(options, dict):
-        raise SourceError(path, where + "options", "must be a mapping of option -> default")
-    argv = _strings(path, where + "argv", data.get("argv"))
-    if not argv:
-        raise SourceError(path, where + "argv", "must not be empty")
-    for i, item in enumerate(argv):
-        _check_template(path, f"{where}argv[{i}]", item, options)
+    for i, item in enumerate(spec.argv):
+        _check_template(path, f"{where}argv[{i}]", item, spec.options)
     blocks = []
-    for i, block in enumerate(data.get("flags", []) or []):
+    for i, block in enumerate(spec.flags):
         at = f"{where}flags[{i}]"
-        if not isinstance(block, dict) or set(block) - {"when", "args"}:
-            raise SourceError(path, at, "must be a mapping with keys when, args")
-        when = block.get("when", {}) or {}
-        if not isinstance(when, dict):
-            raise SourceError(path, at + ".when", "must be a mapping")
         conditions = {}
-        for key, value in when.items():
-            if key not in CONDITION_KEYS and key not in options:
+        for key, value in block.when.items():
+            if key not in CONDITION_KEYS and key not in spec.options:
                 raise SourceError(
                     path, f"{at}.when.{key}", f"not one of {CONDITION_KEYS} or the model's options"
                 )
             conditions[key] = tuple(value) if isinstance(value, list) else (value,)
-        args = _strings(path, at + ".args", block.get("args", []))
-        for j, item in enumerate(args):
-            _check_template(path, f"{at}.args[{j}]", item, options)
-        blocks.append(FlagBlock(when=conditions, args=args))
-    for key in ("step_offset", "extra_steps"):
-        if not isinstance(data.get(key, 0), int) or data.get(key, 0) < 0:
-            raise SourceError(path, where + key, "must be an integer >= 0")
-    log_every = data.get("log_every", 1)
-    if not isinstance(log_every, int) or log_every < 1:
-        raise SourceError(path, where + "log_every", "must be an integer >= 1")
-    collect = data.get("collect")
-    if collect is not None and not (isinstance(collect, str) and collect.startswith("/")):
-        raise SourceError(path, where + "collect", "must be an absolute path in the container")
-    directory = _need(path, where, data, "dir", str)
+        for j, item in enumerate(block.args):
+            _check_template(path, f"{at}.args[{j}]", item, spec.options)
+        blocks.append(FlagBlock(when=conditions, args=tuple(block.args)))
     return ModelLaunch(
         model=model,
-        commit=commit,
-        directory=directory,
-        launch=launch,
-        logging=logging,
-        step_offset=int(data.get("step_offset", 0)),
-        extra_steps=int(data.get("extra_steps", 0)),
-        log_every=log_every,
-        datasets=_strings(path, where + "datasets", data.get("datasets", ["synthetic"])),
-        precisions=_strings(path, where + "precisions", data.get("precisions", ["fp32", "amp"])),
-        xla=bool(data.get("xla", False)),
-        options=dict(options),
-        collect=collect,
-        argv=argv,
+        commit=spec.commit or default_commit,
+        directory=spec.dir,
+        launch=spec.launch,
+        logging=spec.logging,
+        step_offset=spec.step_offset,
+        extra_steps=spec.extra_steps,
+        log_every=spec.log_every,
+        datasets=tuple(spec.datasets),
+        precisions=tuple(spec.precisions),
+        xla=spec.xla,
+        options=dict(spec.options),
+        collect=spec.collect,
+        argv=tuple(spec.argv),
         flags=tuple(blocks),
-        notes=str(data.get("notes", "")),
+        notes=spec.notes,
     )
 
 
 def load_spec(path: Path) -> SourceSpec:
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise SourceError(path, "(file)", f"is not valid YAML: {error}") from None
-    if not isinstance(data, dict):
-        raise SourceError(path, "(file)", "must be a mapping")
-    unknown = set(data) - SOURCE_KEYS
-    if unknown:
-        raise SourceError(path, sorted(unknown)[0], f"unknown key; allowed: {sorted(SOURCE_KEYS)}")
-    commit = _need(path, "", data, "commit", str)
-    if not COMMIT.match(commit):
-        raise SourceError(path, "commit", f"must be a full 40-hex commit, got {commit!r}")
-    models = data.get("models")
-    if not isinstance(models, dict) or not models:
-        raise SourceError(path, "models", "must be a non-empty mapping of model -> launch")
-    port = data.get("ssh_port", 2222)
-    if not isinstance(port, int) or not 0 < port < 65536:
-        raise SourceError(path, "ssh_port", "must be a TCP port")
+        data = validate(SourceFile, load_document(path), path)
+    except ConfigError as error:
+        raise SourceError(error.path, error.field_path, error.message) from None
     return SourceSpec(
-        name=_need(path, "", data, "name", str),
-        framework=_need(path, "", data, "framework", str),
-        title=_need(path, "", data, "title", str),
-        repository=_need(path, "", data, "repository", str),
-        commit=commit,
-        found=_need(path, "", data, "found", str),
-        image=_need(path, "", data, "image", str),
-        base_image=_need(path, "", data, "base_image", str),
-        parser=_need(path, "", data, "parser", str),
-        workdir=_need(path, "", data, "workdir", str),
-        ssh_port=port,
+        name=data.name,
+        framework=data.framework,
+        title=data.title,
+        repository=data.repository,
+        commit=data.commit,
+        found=data.found,
+        image=data.image,
+        base_image=data.base_image,
+        parser=data.parser,
+        workdir=data.workdir,
+        ssh_port=data.ssh_port,
         path=path,
-        launches={str(m): _launch(path, str(m), d, commit) for m, d in models.items()},
-        notes=str(data.get("notes", "")),
+        launches={m: _launch(path, m, spec, data.commit) for m, spec in data.models.items()},
+        notes=data.notes,
     )
 
 
