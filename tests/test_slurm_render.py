@@ -258,3 +258,39 @@ def test_cli_names_a_bad_slurm_section_and_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert f"error: {path}: slurm.time_limit: 'soon' is not a Slurm time limit" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_dry_run_prints_the_job_and_the_steps(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    path = write(tmp_path, "slurm:\n  partition: gpu\n  gpus_per_node: 8\n  container: none\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", "run", "--framework", "pytorch",
+         "--model", "resnet50", "--nodes", "2", "--gpus", "8", "--batch", "64", "--amp", "off",
+         "--runtime", "slurm", "--inventory", str(path), "--dry-run"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "$ sbatch --parsable --job-name=dlperf-" in out and "--partition=gpu" in out
+    assert "exec sleep infinity" in out
+    assert "$ srun '--jobid=<job id>'" in out and "--gpus-per-node=8" in out
+    assert "--nodelist=@slurm-node0@,@slurm-node1@" in out
+    assert "--container-image" not in out  # container: none
+
+
+def test_python_per_framework_for_nodes_without_containers() -> None:
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    pytorch = FRAMEWORKS.get("pytorch")
+    runtime = SlurmRuntime(
+        config=SlurmConfig(container="none", python={"pytorch": "/shared/pt/bin/python"})
+    )
+    assert runtime.python(pytorch) == "/shared/pt/bin/python"
+    assert runtime.environment(pytorch) == {}
+    pyxis = SlurmRuntime(config=SlurmConfig(container="pyxis"))
+    assert pyxis.python(pytorch) == "python3" and pyxis.environment(pytorch) == {}
