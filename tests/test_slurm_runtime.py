@@ -412,3 +412,30 @@ def test_allreduce_probe_is_a_step_of_the_sessions_job(
     assert result["world_size"] == 4 and result["nodes"] == 2 and result["runtime"] == "slurm"
     assert result["busbw_gbps"] > 0
     assert cluster_env.drained() == []
+
+
+def test_one_task_per_device(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    """`tasks: device`: Slurm starts every process (2 tasks per node), the script without its
+    launcher, ranks from SLURM_PROCID. `mpi: none` here: Debian's pmix plug-in does not load
+    on this machine, and the calibration workload needs no MPI."""
+    import json as json_
+
+    from driver.core.selftest import ERROR_BOUND, run_selftest
+
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none", tasks="device",
+                                              mpi="none"))  # fmt: skip
+    try:
+        (result,) = run_selftest(
+            step_time=0.02, topologies=("2n4g",), repeats=1, measured_steps=50,
+            runtime=runtime, results_dir=tmp_path / "s", printer=lambda _line: None,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    assert result.error < ERROR_BOUND
+    (record,) = (tmp_path / "s").rglob("record.json")
+    srun = json_.loads(record.read_text())["extra"]["slurm"]["srun"]
+    assert "--ntasks-per-node=2" in srun and "--mpi=none" in srun and "driver.spawn" not in srun
+    for log, ranks in (("node0.log", {0, 1}), ("node1.log", {2, 3})):
+        lines = (record.parent / log).read_text().splitlines()
+        assert {json_.loads(line)["rank"] for line in lines if line.startswith("{")} == ranks
+    assert cluster_env.drained() == []
