@@ -106,7 +106,6 @@ class Allocation:
     partition: str
     cpus_per_node: int
     owned: bool  # submitted by this runtime, which cancels it
-    session_root: Path | None = None
     submitted_at: float = 0.0
     running_at: float = 0.0
     containers: set[str] = field(default_factory=set)  # pyxis containers made in this job
@@ -396,7 +395,7 @@ class SlurmRuntime:
             raise _Failure(Verdict.FAILED, f"sbatch refused the session's job: {error}") from None
         allocation = Allocation(
             job_id=job_id, nodes=[], addresses=[], partition="", cpus_per_node=0, owned=True,
-            session_root=session_root, submitted_at=submitted,
+            submitted_at=submitted,
         )  # fmt: skip
         self.allocation = allocation
         self.printer(f"slurm: submitted job {job_id} ({name}, {count} nodes)")
