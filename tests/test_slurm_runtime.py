@@ -439,3 +439,29 @@ def test_one_task_per_device(cluster_env: SlurmCluster, tmp_path: Path) -> None:
         lines = (record.parent / log).read_text().splitlines()
         assert {json_.loads(line)["rank"] for line in lines if line.startswith("{")} == ranks
     assert cluster_env.drained() == []
+
+
+def test_queue_wait_is_visible_and_bounded(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    """While another job holds the nodes the session's job waits, its state printed as it
+    changes; past slurm.queue_timeout_s it is cancelled (a timeout verdict); once the nodes
+    free up, the next repeat's job runs."""
+    blocker = cluster_env.client("sbatch", "--parsable", "-N2", "--exclusive",
+                                 "--job-name=someone-else", "--wrap", "sleep 300")  # fmt: skip
+    assert blocker.returncode == 0, blocker.stderr
+    lines: list[str] = []
+    config = SlurmConfig(time_limit="10", container="none", queue_timeout_s=4)
+    runtime = SlurmRuntime(config=config, printer=lines.append)
+    try:
+        waited = runtime.run(plan_for(tmp_path, [REPORT, REPORT]))
+        assert waited.verdict == Verdict.TIMEOUT, waited.detail
+        assert "in the queue (slurm.queue_timeout_s); cancelled" in waited.detail
+        assert any(re.search(r"slurm: job \d+ PENDING \((Resources|Priority)\)", x) for x in lines)
+        assert cluster_env.queue() == [blocker.stdout.strip()]
+        cluster_env.client("scancel", blocker.stdout.strip())
+        runtime.config = config.model_copy(update={"queue_timeout_s": 60})
+        again = runtime.run(plan_for(tmp_path, [REPORT, REPORT], repeat=2))
+        assert again.verdict == Verdict.OK, again.detail
+    finally:
+        cluster_env.client("scancel", blocker.stdout.strip())
+        runtime.close()
+    assert cluster_env.drained() == []
