@@ -65,6 +65,8 @@ class CaseSummary:
     # What the benchmark script found at run time (header option ``amp_effective``): False when
     # an AMP case trained in FP32 because this build or device has no low-precision kernels.
     amp_effective: bool | None = None
+    # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
+    imported: str = ""
 
     @property
     def case_id(self) -> str:
@@ -129,6 +131,7 @@ def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]
                 versions=dict(header.get("versions", {})),
                 devices=list(header.get("devices", [])),
                 amp_effective=header.get("options", {}).get("amp_effective"),
+                imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
             )
         )
     _fill_speedups(summaries)
