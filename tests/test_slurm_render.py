@@ -294,3 +294,19 @@ def test_python_per_framework_for_nodes_without_containers() -> None:
     assert runtime.environment(pytorch) == {}
     pyxis = SlurmRuntime(config=SlurmConfig(container="pyxis"))
     assert pyxis.python(pytorch) == "python3" and pyxis.environment(pytorch) == {}
+
+
+def test_clean_leftovers_without_a_controller_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    if not shutil.which("squeue"):
+        from tests.conftest import require_real
+
+        require_real("no Slurm client (apt-get install slurm-client; .ci/setup-system.sh)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=none\nSlurmctldHost=nowhere(127.0.0.1)\nSlurmctldPort=9\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    done = SlurmRuntime(config=SlurmConfig()).clean_leftovers(tmp_path / "session")
+    assert len(done) == 1 and done[0].startswith("could not look for leftover Slurm jobs: squeue")

@@ -459,11 +459,14 @@ class SlurmRuntime:
             return []
         done = []
         held = self.allocation.job_id if self.allocation else None
-        for job_id in client.jobs_named(job_name(session_root)):
-            if job_id == held:
-                continue
-            client.cancel(job_id)
-            done.append(f"cancelled leftover Slurm job {job_id} ({job_name(session_root)})")
+        try:
+            for job_id in client.jobs_named(job_name(session_root)):
+                if job_id == held:
+                    continue
+                client.cancel(job_id)
+                done.append(f"cancelled leftover Slurm job {job_id} ({job_name(session_root)})")
+        except client.SlurmError as error:  # no controller answers: the first repeat will say
+            done.append(f"could not look for leftover Slurm jobs: {error}")
         return done
 
     # -- one repeat ------------------------------------------------------------------------
