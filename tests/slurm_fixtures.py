@@ -125,10 +125,12 @@ class SlurmCluster:
         return f"{self.prefix}-{node}"
 
     def client(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        """A Slurm client command (srun, sbatch, squeue, ...) against this cluster."""
+        """A Slurm client command (srun, sbatch, squeue, ...) against this cluster; run in the
+        cluster's folder, where a job without --output writes its slurm-<id>.out."""
         return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, env=self.client_env()
-        )
+            list(argv), capture_output=True, text=True, timeout=timeout, env=self.client_env(),
+            cwd=self.root,
+        )  # fmt: skip
 
     def queue(self) -> list[str]:
         """Job ids still in the queue (pending, running or completing)."""
