@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # System parts the cluster tests use for real: a docker engine, sshd (the fixture starts its own
-# instances; the package is only needed for the binary) and debootstrap (the CPU base image).
+# instances; the package is only needed for the binary), debootstrap (the CPU base image) and
+# Slurm with munge (tests/slurm_fixtures.py starts its own munged, slurmctld and two slurmd in
+# network namespaces; only the binaries are needed, the packages' own services stay stopped).
 # Idempotent: installs only what is missing and starts dockerd only when `docker info` fails.
 # Called by .ci/run; safe to run by hand (needs root, or sudo for apt-get and dockerd).
 set -euo pipefail
@@ -15,6 +17,11 @@ command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+[ -x /usr/sbin/slurmctld ] || need+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || need+=(slurmd)
+command -v srun >/dev/null 2>&1 || need+=(slurm-client)
+[ -x /usr/sbin/munged ] || need+=(munge)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "setup-system: installing ${need[*]}"
     $SUDO apt-get update -qq

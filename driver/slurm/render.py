@@ -1,0 +1,136 @@
+"""The exact ``sbatch`` and ``srun`` command lines of the Slurm runtime (``--dry-run`` prints them).
+
+One job per session (``sbatch`` of :data:`HOLDER_SCRIPT`, which only holds the nodes), one
+``srun`` job step per repeat into it. A step's tasks run :func:`step_script`: a POSIX ``sh``
+``case`` on ``SLURM_NODEID`` that execs that node's command from the plan, so every node gets
+its own rank environment and argv through Slurm alone (no shared file, no Python needed before
+the command itself: it works the same inside a pyxis container).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from driver.runtimes.base import NodeCommand
+from driver.slurm.config import SlurmConfig
+
+# The batch script of the session's job: it holds the allocation while the kit runs one srun
+# step per repeat into it from the submitting host (srun --jobid), and it ends when the kit
+# cancels the job (end of session, Ctrl-C, SIGTERM) or at the job's time limit.
+HOLDER_SCRIPT = """\
+#!/bin/sh
+# dlperf: holds this allocation for the session's job steps (one srun step per repeat).
+echo "dlperf-slurm: job $SLURM_JOB_ID holds $SLURM_JOB_NODELIST"
+exec sleep infinity
+"""
+
+
+@dataclass(frozen=True)
+class Container:
+    """pyxis flags of a step: one named container per node, made once per job and reused."""
+
+    image: str
+    name: str
+    mounts: tuple[str, ...]
+    workdir: str
+
+    def flags(self) -> list[str]:
+        flags = [f"--container-image={self.image}", f"--container-name={self.name}"]
+        if self.mounts:
+            flags.append(f"--container-mounts={','.join(self.mounts)}")
+        return [*flags, f"--container-workdir={self.workdir}"]
+
+
+def gpu_flags(config: SlurmConfig) -> list[str]:
+    if not config.gpus_per_node:
+        return []
+    if config.gpu_request == "gres":
+        return [f"--gres=gpu:{config.gpus_per_node}"]
+    return [f"--gpus-per-node={config.gpus_per_node}"]
+
+
+def sbatch_argv(config: SlurmConfig, nodes: int, job_name: str, output: str) -> list[str]:
+    """``sbatch`` of the session's job (the script comes on stdin: no file to share)."""
+    argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--nodes={nodes}"]
+    argv += ["--ntasks-per-node=1", f"--time={config.time_limit}", f"--output={output}"]
+    for option in ("partition", "account", "qos", "constraint", "reservation"):
+        value = getattr(config, option)
+        if value:
+            argv.append(f"--{option}={value}")
+    argv += gpu_flags(config)
+    if config.exclusive:
+        argv.append("--exclusive")
+    return [*argv, *config.extra_sbatch_args]
+
+
+def srun_argv(
+    config: SlurmConfig,
+    job_id: str,
+    nodes: Sequence[str],
+    step_name: str,
+    tasks_per_node: int,
+    cpus_per_task: int,
+    container: Container | None,
+) -> list[str]:
+    """One job step on the first ``len(nodes)`` nodes of the job, output labelled per task."""
+    argv = [
+        "srun", f"--jobid={job_id}", f"--job-name={step_name}",
+        f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
+        f"--ntasks-per-node={tasks_per_node}",
+        "--label", "--kill-on-bad-exit=1",
+    ]  # fmt: skip
+    if cpus_per_task > 0:
+        argv.append(f"--cpus-per-task={cpus_per_task}")
+    argv += gpu_flags(config)
+    argv.append(f"--mpi={config.mpi}" if config.tasks == "device" else "--mpi=none")
+    if container is not None:
+        argv += container.flags()
+    return argv
+
+
+def _env_words(env: dict[str, str]) -> list[str]:
+    return [f"{key}={value}" for key, value in sorted(env.items())]
+
+
+# Per task in device mode: the rank environment every framework script reads (as driver.spawn
+# and torchrun set it), from the step's own task ids.
+DEVICE_RANK_ENV = (
+    'RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
+    'LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"'
+)
+
+
+def step_script(
+    commands: Sequence[NodeCommand], logs: Sequence[str], device_tasks: bool = False
+) -> str:
+    """The ``sh`` program every task of a step runs: its node's command, by ``SLURM_NODEID``,
+    appending stdout and stderr to that node's log in the session folder.
+
+    The log is written on the node, not carried by srun's stdio: srun forwards a task's output
+    in messages of at most 1 KiB, so the long JSON lines of the processes a launcher starts on
+    one node would interleave mid-line (a broken record). Appending to one file keeps each
+    write whole, exactly as the local runtime's shared log does. The session folder must
+    therefore be on a file system the nodes share, like the kit's checkout and venvs."""
+    lines = ['case "$SLURM_NODEID" in']
+    for index, (command, log) in enumerate(zip(commands, logs, strict=True)):
+        cd = f"cd {shlex.quote(command.workdir)} && " if command.workdir else ""
+        env = shlex.join(["env", *_env_words(command.env)])
+        if device_tasks:
+            env = f"{env} {DEVICE_RANK_ENV}"
+        redirect = f">> {shlex.quote(log)} 2>&1"
+        lines.append(f"{index}) {cd}exec {env} {shlex.join(command.argv)} {redirect} ;;")
+    lines.append('*) echo "dlperf-slurm: no command for node $SLURM_NODEID" >&2; exit 2 ;;')
+    lines.append("esac")
+    return "\n".join(lines)
+
+
+def device_argv(argv: list[str], python: str, script: str) -> list[str]:
+    """A node command without its launcher: the interpreter and the script's own argv, for one
+    task per device (Slurm starts the processes and gives each its rank). Anything before the
+    interpreter (the page-cache drop wrapper) stays."""
+    if script not in argv or python not in argv:
+        return argv
+    start, first = argv.index(python), argv.index(script)
+    return [*argv[:start], python, *argv[first:]] if start < first else argv

@@ -1,0 +1,312 @@
+"""The Slurm runtime's command lines and its ``slurm:`` section (no cluster needed).
+
+pyxis is not packaged in Debian: its path is covered here by the exact lines a 4 nodes x 8 GPUs
+run sends, and on the test cluster by a real srun with the container flags (a stand-in srun).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from driver.runtimes.base import NodeCommand
+from driver.runtimes.slurm import SlurmRuntime
+from driver.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.slurm.render import (
+    HOLDER_SCRIPT,
+    Container,
+    device_argv,
+    sbatch_argv,
+    srun_argv,
+    step_script,
+)
+
+DIGEST = "sha256:" + "ab" * 32
+GPU_CLUSTER = SlurmConfig(
+    partition="gpu",
+    account="perf",
+    qos="high",
+    time_limit="02:00:00",
+    constraint="h100",
+    reservation="bench",
+    gpus_per_node=8,
+    container="pyxis",
+    image={"pytorch": f"nvcr.io#nvidia/pytorch@{DIGEST}"},
+    mounts=["/data:/data:ro", "/scratch/me:/scratch"],
+    extra_sbatch_args=["--comment=dlperf"],
+)
+
+
+def test_sbatch_line_for_four_gpu_nodes() -> None:
+    argv = sbatch_argv(GPU_CLUSTER, 4, "dlperf-s-0a1b2c3d", "/r/s/slurm/job-%j.out")
+    assert argv == [
+        "sbatch", "--parsable", "--job-name=dlperf-s-0a1b2c3d", "--nodes=4",
+        "--ntasks-per-node=1", "--time=02:00:00", "--output=/r/s/slurm/job-%j.out",
+        "--partition=gpu", "--account=perf", "--qos=high", "--constraint=h100",
+        "--reservation=bench", "--gpus-per-node=8", "--exclusive", "--comment=dlperf",
+    ]  # fmt: skip
+    gres = GPU_CLUSTER.model_copy(update={"gpu_request": "gres", "exclusive": False})
+    assert sbatch_argv(gres, 1, "j", "o")[-2:] == ["--gres=gpu:8", "--comment=dlperf"]
+
+
+def test_srun_line_with_pyxis_for_four_nodes() -> None:
+    container = Container(
+        image=f"nvcr.io#nvidia/pytorch@{DIGEST}",
+        name="dlperf-pytorch",
+        mounts=("/kit:/kit:ro", "/r/s:/r/s", "/data:/data:ro"),
+        workdir="/kit",
+    )
+    nodes = ["g01", "g02", "g03", "g04"]
+    argv = srun_argv(GPU_CLUSTER, "4242", nodes, "dlperf-case-r1", 1, 96, container)
+    assert shlex.join(argv) == (
+        "srun --jobid=4242 --job-name=dlperf-case-r1 --nodes=4 --nodelist=g01,g02,g03,g04 "
+        "--ntasks-per-node=1 --label --kill-on-bad-exit=1 --cpus-per-task=96 "
+        "--gpus-per-node=8 --mpi=none "
+        f"'--container-image=nvcr.io#nvidia/pytorch@{DIGEST}' --container-name=dlperf-pytorch "
+        "--container-mounts=/kit:/kit:ro,/r/s:/r/s,/data:/data:ro --container-workdir=/kit"
+    )
+    device = GPU_CLUSTER.model_copy(update={"tasks": "device"})
+    argv = srun_argv(device, "4242", nodes, "s", 8, 12, None)
+    assert "--ntasks-per-node=8" in argv and "--cpus-per-task=12" in argv
+    assert "--mpi=pmix" in argv
+
+
+def test_step_script_picks_the_nodes_command_and_quotes_everything(tmp_path: Path) -> None:
+    commands = [
+        NodeCommand("a", ["python", "-c", "print('node', 0)"], {"X": "it's"}, "/kit dir"),
+        NodeCommand("b", ["python", "-c", "print('node', 1)"], {"X": "$HOME;rm"}, "/kit dir"),
+    ]
+    script = step_script(commands, ["/r/node0.log", "/r s/node1.log"])
+    assert script.splitlines()[1] == (
+        "0) cd '/kit dir' && exec env 'X=it'\"'\"'s' python -c 'print('\"'\"'node'\"'\"', 0)' "
+        ">> /r/node0.log 2>&1 ;;"
+    )
+    assert script.splitlines()[2].endswith(" >> '/r s/node1.log' 2>&1 ;;")
+    # Run it as each node would: its own command, values verbatim, output in its own log.
+    probe = ["sh", "-c", 'printf "%s|%s\\n" "$X" "$(pwd)"']
+    logs = [str(tmp_path / "node0.log"), str(tmp_path / "node 1.log")]
+    (tmp_path / "kit dir").mkdir()
+    script = step_script(
+        [NodeCommand("a", probe, {"X": "it's"}, str(tmp_path / "kit dir")),
+         NodeCommand("b", probe, {"X": "$HOME;rm"}, str(tmp_path))], logs,
+    )  # fmt: skip
+    for node in ("0", "1"):
+        result = subprocess.run(
+            ["sh", "-c", script], env={"SLURM_NODEID": node, "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert result.returncode == 0 and result.stdout == "", result.stderr
+    assert Path(logs[0]).read_text() == f"it's|{tmp_path / 'kit dir'}\n"
+    assert Path(logs[1]).read_text() == f"$HOME;rm|{tmp_path}\n"
+    missing = subprocess.run(
+        ["sh", "-c", script], env={"SLURM_NODEID": "7"}, capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "no command for node 7" in missing.stderr
+
+
+def test_device_tasks_drop_the_launcher_keep_the_cache_drop() -> None:
+    argv = ["sh", "-c", "drop", "dlperf-drop-caches", "/v/python", "-m", "torch.distributed.run",
+            "--nnodes=4", "PyTorch/benchmark/train.py", "--model", "resnet50"]  # fmt: skip
+    assert device_argv(argv, "/v/python", "PyTorch/benchmark/train.py") == [
+        "sh", "-c", "drop", "dlperf-drop-caches", "/v/python", "PyTorch/benchmark/train.py",
+        "--model", "resnet50",
+    ]  # fmt: skip
+    script = step_script([NodeCommand("a", ["python", "t.py"])], ["/l"], device_tasks=True)
+    assert 'RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID"' in script
+
+
+def test_holder_script_only_holds() -> None:
+    assert HOLDER_SCRIPT.startswith("#!/bin/sh\n") and "exec sleep infinity" in HOLDER_SCRIPT
+
+
+def test_pyxis_image_comes_from_images_lock_by_digest() -> None:
+    from driver.images.lock import load_lock
+
+    runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
+    image = runtime.image_for("pytorch")
+    digest = load_lock().get("nvcr.io/nvidia/pytorch:25.04-py3").digest
+    assert image == f"nvcr.io#nvidia/pytorch@{digest}"
+    override = SlurmRuntime(config=GPU_CLUSTER).image_for("pytorch")
+    assert override == f"nvcr.io#nvidia/pytorch@{DIGEST}"
+
+
+# -- the slurm: section ------------------------------------------------------------------------
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_section_loads_and_defaults(tmp_path: Path) -> None:
+    config = load_slurm_config(
+        write(tmp_path, "nodes: []\nslurm:\n  partition: gpu\n  gpus_per_node: 8\n")
+    )
+    assert config.partition == "gpu" and config.gpus_per_node == 8
+    assert config.container == "auto" and config.tasks == "node" and config.exclusive
+    assert load_slurm_config(write(tmp_path, "nodes: []\n")) == SlurmConfig()
+    assert load_slurm_config(None) == SlurmConfig()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("  partiton: gpu\n", "slurm.partiton: is not a slurm option (known: partition,"),
+        ("  time_limit: soon\n", "slurm.time_limit: 'soon' is not a Slurm time limit"),
+        ("  partition: gpu a\n", "slurm.partition: String should match pattern"),
+        ("  mounts: [data]\n", "slurm.mounts: 'data' is not SRC:DST[:FLAGS]"),
+        ("  container: docker\n", "slurm.container: Input should be 'auto', 'pyxis' or 'none'"),
+        ("  extra_sbatch_args: [exclusive]\n", "'exclusive' is not an option"),
+        ("  gpus_per_node: -1\n", "slurm.gpus_per_node: Input should be greater than"),
+    ],
+)
+def test_bad_section_names_file_field_and_fix(tmp_path: Path, body: str, message: str) -> None:
+    path = write(tmp_path, "slurm:\n" + body)
+    with pytest.raises(SlurmConfigError) as error:
+        load_slurm_config(path)
+    assert str(error.value).startswith(f"{path}: slurm.")
+    assert message in str(error.value)
+
+
+def test_time_limit_formats() -> None:
+    for good in ("90", "30:00", "04:00:00", "1-00:00:00", "2-12", "UNLIMITED"):
+        assert SlurmConfig(time_limit=good).time_limit == good
+    for bad in ("1h", "04:00:00:00", "-1", ""):
+        with pytest.raises(ValueError):
+            SlurmConfig(time_limit=bad)
+
+
+# -- describe (--dry-run) of a planned case ---------------------------------------------------
+def four_by_eight_plan(runtime: SlurmRuntime):  # noqa: ANN201 - RepeatPlan
+    from driver.core.case import Case, Topology
+    from driver.core.plan import dry_run_plan
+
+    case = Case(  # 4 nodes x 8 GPUs
+        model="resnet50", framework="pytorch", topology=Topology.parse("4n32g"), batch_size=128,
+        precision="amp", dataset="synthetic", warmup_steps=20, measured_steps=100,
+        total_steps=120, repeats=7,
+    )  # fmt: skip
+    return dry_run_plan(case, runtime, 128)
+
+
+def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPatch) -> None:
+    from driver.frameworks.base import REPO_ROOT
+    from driver.runtimes.slurm import Allocation
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    runtime = SlurmRuntime(config=GPU_CLUSTER)
+    plan = four_by_eight_plan(runtime)
+    lines = runtime.describe(plan)
+    session = Path("results/<session>").absolute()
+    assert lines[0] == (
+        "$ sbatch --parsable --job-name=dlperf-session-" + lines[0].split("session-")[1][:8]
+        + " --nodes=4 --ntasks-per-node=1 --time=02:00:00 '--output=results/<session>/slurm/"
+        "job-%j.out' --partition=gpu --account=perf --qos=high --constraint=h100 "
+        "--reservation=bench --gpus-per-node=8 --exclusive --comment=dlperf <<'EOF'"
+    )
+    assert lines[1:6] == [*HOLDER_SCRIPT.splitlines(), "EOF"]
+    image = f"'--container-image=nvcr.io#nvidia/pytorch@{DIGEST}'"
+    mounts = (
+        f"'--container-mounts={REPO_ROOT}:{REPO_ROOT}:ro,{session}:{session},/data:/data:ro,"
+        "/scratch/me:/scratch'"
+    )
+    nodes = "--nodelist=@slurm-node0@,@slurm-node1@,@slurm-node2@,@slurm-node3@"
+    container = f"{image} --container-name=dlperf-pytorch {mounts} --container-workdir={REPO_ROOT}"
+    assert lines[7] == (
+        f"$ srun '--jobid=<job id>' --job-name=dlperf-container --nodes=4 {nodes} "
+        f"--ntasks-per-node=1 {container} true"
+    )
+    step = lines[8]
+    assert step.startswith(
+        "$ srun '--jobid=<job id>' --job-name=dlperf-resnet50-pytorch-4n32g-bs128-amp-synthetic-r1"
+        f" --nodes=4 {nodes} --ntasks-per-node=1 --label --kill-on-bad-exit=1 --gpus-per-node=8 "
+        f"--mpi=none {container} sh -c "
+    )
+    for rank in range(4):
+        assert (
+            f"\n{rank}) cd {REPO_ROOT} && exec env DLPERF_NNODES=4 "
+            "DLPERF_NODE_ADDRS=@slurm-node0@,@slurm-node1@,@slurm-node2@,@slurm-node3@ "
+            f"DLPERF_NODE_RANK={rank} DLPERF_NPROC_PER_NODE=8 MASTER_ADDR=@slurm-node0@ "
+            f"MASTER_PORT=29500 PYTHONPATH={REPO_ROOT} PYTHONUNBUFFERED=1 python3 -m "
+            f"torch.distributed.run --nnodes=4 --node-rank={rank} --nproc-per-node=8 "
+            "--master-addr=@slurm-node0@ --master-port=29500 PyTorch/benchmark/train.py "
+        ) in step
+    # Once the job runs, its nodes replace the placeholders (the head at its NodeAddr).
+    runtime.allocation = Allocation(
+        job_id="4242", nodes=["g01", "g02", "g03", "g04"],
+        addresses=["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"], partition="gpu",
+        cpus_per_node=96, owned=False,  # not submitted here: nothing to cancel at exit
+    )  # fmt: skip
+    lines = runtime.describe(plan)
+    assert lines[0].startswith("# once per job") and len(lines) == 3
+    assert "--jobid=4242" in lines[2] and "--nodelist=g01,g02,g03,g04" in lines[2]
+    assert "--cpus-per-task=96" in lines[2]
+    assert "--master-addr=10.0.0.1" in lines[2] and "@slurm-node" not in lines[2]
+
+
+def test_cli_names_a_bad_slurm_section_and_exits_2(tmp_path: Path) -> None:
+    import sys
+
+    path = write(tmp_path, "slurm:\n  time_limit: soon\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", "selftest", "--runtime", "slurm",
+         "--inventory", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert f"error: {path}: slurm.time_limit: 'soon' is not a Slurm time limit" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_dry_run_prints_the_job_and_the_steps(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    path = write(tmp_path, "slurm:\n  partition: gpu\n  gpus_per_node: 8\n  container: none\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", "run", "--framework", "pytorch",
+         "--model", "resnet50", "--nodes", "2", "--gpus", "8", "--batch", "64", "--amp", "off",
+         "--runtime", "slurm", "--inventory", str(path), "--dry-run"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "$ sbatch --parsable --job-name=dlperf-" in out and "--partition=gpu" in out
+    assert "exec sleep infinity" in out
+    assert "$ srun '--jobid=<job id>'" in out and "--gpus-per-node=8" in out
+    assert "--nodelist=@slurm-node0@,@slurm-node1@" in out
+    assert "--container-image" not in out  # container: none
+
+
+def test_python_per_framework_for_nodes_without_containers() -> None:
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    pytorch = FRAMEWORKS.get("pytorch")
+    runtime = SlurmRuntime(
+        config=SlurmConfig(container="none", python={"pytorch": "/shared/pt/bin/python"})
+    )
+    assert runtime.python(pytorch) == "/shared/pt/bin/python"
+    assert runtime.environment(pytorch) == {}
+    pyxis = SlurmRuntime(config=SlurmConfig(container="pyxis"))
+    assert pyxis.python(pytorch) == "python3" and pyxis.environment(pytorch) == {}
+
+
+def test_clean_leftovers_without_a_controller_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    if not shutil.which("squeue"):
+        from tests.conftest import require_real
+
+        require_real("no Slurm client (apt-get install slurm-client; .ci/setup-system.sh)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=none\nSlurmctldHost=nowhere(127.0.0.1)\nSlurmctldPort=9\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    done = SlurmRuntime(config=SlurmConfig()).clean_leftovers(tmp_path / "session")
+    assert len(done) == 1 and done[0].startswith("could not look for leftover Slurm jobs: squeue")

@@ -1,0 +1,467 @@
+"""The Slurm runtime against the real 2-node test cluster: repeats, the session's job, faults.
+
+Every test ends with the queue empty: the kit never leaves a job behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from driver.core.plan import RepeatPlan
+from driver.core.selftest import calibration_cases
+from driver.runtimes.base import NodeCommand, Verdict
+from driver.runtimes.slurm import PLACEHOLDER, SlurmRuntime, job_name
+from driver.slurm.config import SlurmConfig
+
+if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
+    from tests.slurm_fixtures import SlurmCluster
+
+pytest_plugins = ["tests.slurm_fixtures"]
+
+PLAN_CASE = calibration_cases(0.02, 8, ["2n4g"], 1, 20)[0]
+
+
+@pytest.fixture
+def cluster_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """This process's Slurm clients point at the test cluster, outside any allocation."""
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    return slurm_cluster
+
+
+@pytest.fixture
+def runtime(cluster_env: SlurmCluster) -> Iterator[SlurmRuntime]:
+    made = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"), printer=print)
+    yield made
+    made.close()
+    assert cluster_env.drained() == [], "a job was left in the queue"
+
+
+def plan_for(
+    root: Path, argvs: list[list[str]], timeout_s: float = 60, repeat: int = 1
+) -> RepeatPlan:
+    """A plan whose node i runs ``argvs[i]`` (nodes still unknown: placeholders)."""
+    case = dataclasses.replace(PLAN_CASE, timeout_s=timeout_s)
+    commands = tuple(
+        NodeCommand(node=PLACEHOLDER.format(index=i), argv=argv, env={"DLPERF_TEST": str(i)})
+        for i, argv in enumerate(argvs)
+    )
+    session = root / "session"
+    return RepeatPlan(
+        case=case,
+        repeat=repeat,
+        batch_size=8,
+        commands=commands,
+        repeat_dir=session / "cases" / "t" / f"repeat-{repeat:02d}",
+        session_root=session,
+        parser="dlperf-jsonl",
+    )
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+REPORT = python(
+    """
+    import os, socket
+    print("node", os.environ["SLURM_NODEID"], socket.gethostname(), os.environ["DLPERF_TEST"])
+    """
+)
+
+
+def test_two_repeats_share_the_sessions_job(runtime: SlurmRuntime, tmp_path: Path) -> None:
+    first = runtime.run(plan_for(tmp_path, [REPORT, REPORT]))
+    assert first.verdict == Verdict.OK, first.detail
+    plan = plan_for(tmp_path, [REPORT, REPORT], repeat=2)
+    second = runtime.run(plan)
+    assert second.verdict == Verdict.OK, second.detail
+    assert (plan.repeat_dir / "node0.log").read_text() == "node 0 n1 0\n"
+    assert (plan.repeat_dir / "node1.log").read_text() == "node 1 n2 1\n"
+    facts = first.extra["slurm"], second.extra["slurm"]
+    assert facts[0]["job_id"] == facts[1]["job_id"]  # one job per session
+    assert facts[0]["nodes"] == ["n1", "n2"] and facts[0]["partition"] == "debug"
+    assert facts[0]["version"].startswith("slurm")
+    assert f"JobId={facts[0]['job_id']}" in facts[0]["scontrol_show_job"]
+    assert [n.node for n in second.nodes] == ["n1", "n2"]
+    assert [n.exit_code for n in second.nodes] == [0, 0]
+    # The job is the session's, named after it, and still held until the runtime closes.
+    assert runtime.allocation is not None
+    info = subprocess.run(
+        ["squeue", "--noheader", "--format=%j", f"--jobs={facts[0]['job_id']}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert info == job_name(plan.session_root)
+
+
+def test_rank_out_of_memory_is_an_oom_verdict(runtime: SlurmRuntime, tmp_path: Path) -> None:
+    sleeper, oom = python("import time; time.sleep(30)"), python("raise SystemExit(86)")
+    plan = plan_for(tmp_path, [sleeper, oom])
+    started = time.monotonic()
+    outcome = runtime.run(plan)
+    assert outcome.verdict == Verdict.OOM, outcome.detail
+    assert "n2" in outcome.detail and "86" in outcome.detail
+    assert outcome.nodes[1].exit_code == 86
+    assert time.monotonic() - started < 20  # the other node was stopped, not waited for
+
+
+def test_timeout_stops_the_step_and_keeps_the_job(runtime: SlurmRuntime, tmp_path: Path) -> None:
+    hang = python("import time; print('started', flush=True); time.sleep(300)")
+    outcome = runtime.run(plan_for(tmp_path, [hang, hang], timeout_s=3))
+    assert outcome.verdict == Verdict.TIMEOUT, outcome.detail
+    job = outcome.extra["slurm"]["job_id"]
+    steps = subprocess.run(
+        ["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%j"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert [s for s in steps if s != "batch"] == []
+    # The next repeat runs in the same job.
+    again = runtime.run(plan_for(tmp_path, [REPORT, REPORT], repeat=2))
+    assert again.verdict == Verdict.OK and again.extra["slurm"]["job_id"] == job
+
+
+def test_job_cancelled_from_outside(
+    runtime: SlurmRuntime, cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    hang = python("import time; print('started', flush=True); time.sleep(300)")
+    plan = plan_for(tmp_path, [hang, hang], timeout_s=120)
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(outcome=runtime.run(plan)))
+    thread.start()
+    log = plan.repeat_dir / "node1.log"
+    deadline = time.monotonic() + 30
+    while not (log.exists() and "started" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert runtime.allocation is not None
+    cluster_env.client("scancel", runtime.allocation.job_id)
+    thread.join(timeout=60)
+    outcome = result["outcome"]
+    assert outcome.verdict == Verdict.INTERRUPTED, outcome.detail
+    assert "cancelled from outside" in outcome.detail
+
+
+def test_job_time_limit(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="1", container="none"), printer=print)
+    try:
+        hang = python("import time; time.sleep(600)")
+        outcome = runtime.run(plan_for(tmp_path, [hang, hang], timeout_s=240))
+    finally:
+        runtime.close()
+    assert outcome.verdict == Verdict.TIMEOUT, outcome.detail
+    assert "time limit" in outcome.detail
+    assert cluster_env.drained() == []
+
+
+def test_node_killed_mid_repeat(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"), printer=print)
+    hang = python("import time; print('started', flush=True); time.sleep(300)")
+    first = plan_for(tmp_path, [REPORT, REPORT])
+    plan = plan_for(tmp_path, [hang, hang], timeout_s=120, repeat=2)
+    result: dict = {}
+    try:
+        assert runtime.run(first).verdict == Verdict.OK
+        thread = threading.Thread(target=lambda: result.update(outcome=runtime.run(plan)))
+        thread.start()
+        log = plan.repeat_dir / "node1.log"
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "started" in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster_env.kill_node("n2")
+        thread.join(timeout=120)
+    finally:
+        runtime.close()
+        cluster_env.restart_node("n2")
+    outcome = result["outcome"]
+    assert outcome.verdict == Verdict.NODE_LOST, outcome.detail
+    assert "n2" in outcome.detail
+    # The finished repeat's logs are kept.
+    assert (first.repeat_dir / "node1.log").read_text() == "node 1 n2 1\n"
+    assert cluster_env.drained() == []
+
+
+CTRL_C_SCRIPT = """
+import sys, time
+from pathlib import Path
+from driver.runtimes.slurm import SlurmRuntime
+from driver.slurm.config import SlurmConfig
+from tests.test_slurm_runtime import plan_for, python
+
+runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+hang = python("import time; print('started', flush=True); time.sleep(300)")
+runtime.run(plan_for(Path(sys.argv[1]), [hang, hang], timeout_s=200))
+"""
+
+
+def test_ctrl_c_on_the_head(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    head = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_SCRIPT, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    log = tmp_path / "session" / "cases" / "t" / "repeat-01" / "node1.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and "started" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cluster_env.queue(), "the session's job should be running"
+    head.send_signal(signal.SIGINT)
+    output, _ = head.communicate(timeout=60)
+    assert head.returncode != 0 and "KeyboardInterrupt" in output, output
+    interrupted = json.loads((log.parent / "interrupted.json").read_text())
+    assert interrupted["detail"].startswith("Ctrl-C")
+    assert cluster_env.drained() == []
+
+
+def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluster) -> None:
+    """The calibration workload through planner, spawn launcher, Slurm, parser and statistics:
+    2 nodes x 2 processes within 0.05% of its known throughput. 30 s windows: on this shared
+    2-core machine under load a rank wakes up to ~10 ms late at any step (measured), which
+    over a 10 s window is 0.1%; the runtime adds nothing inside the window."""
+    from driver.core.selftest import run_selftest
+
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    lines: list[str] = []
+    try:
+        results = run_selftest(
+            step_time=0.1, topologies=("2n4g",), repeats=3, measured_steps=300,
+            runtime=runtime, printer=lines.append,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    (result,) = results
+    assert result.topology == "2n4g"
+    assert result.error < 0.0005, lines
+    print("\n".join(lines))
+    assert cluster_env.drained() == []
+
+
+# pyxis is not packaged in Debian. This stand-in srun answers `--help` with pyxis's flag (so
+# `container: auto` picks pyxis), records each call's container flags and the call's last
+# argument, and hands the rest to the real srun: the runtime's pyxis path runs for real, with
+# the nodes' own python3 standing in for the image's.
+PYXIS_STAND_IN = """#!/bin/sh
+if [ "$1" = "--help" ]; then
+  "$REAL_SRUN" --help
+  echo "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH"
+  exit 0
+fi
+n=$#; i=0; flags=""; last=""
+while [ $i -lt $n ]; do
+  a=$1; shift; i=$((i+1)); last=$a
+  case "$a" in --container-*) flags="$flags $a" ;; *) set -- "$@" "$a" ;; esac
+done
+[ -n "$flags" ] && echo "$flags | $(echo "$last" | head -n 1)" >> "$PYXIS_LOG"
+exec "$REAL_SRUN" "$@"
+"""
+
+
+def test_pyxis_path_makes_one_container_per_session(
+    cluster_env: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from driver.core.selftest import run_selftest
+    from driver.frameworks.base import REPO_ROOT
+
+    stand_in = tmp_path / "bin" / "srun"
+    stand_in.parent.mkdir()
+    stand_in.write_text(PYXIS_STAND_IN)
+    stand_in.chmod(0o755)
+    log = tmp_path / "pyxis.log"
+    monkeypatch.setenv("REAL_SRUN", str(shutil.which("srun")))
+    monkeypatch.setenv("PYXIS_LOG", str(log))
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    image = "registry.example#calibration@sha256:" + "0" * 64
+    config = SlurmConfig(time_limit="10", image={"calibration": image}, mounts=["/tmp:/tmp"])
+    runtime = SlurmRuntime(config=config)
+    assert runtime.container_mode() == "pyxis"
+    assert runtime.python("calibration") == "python3"
+    results_dir = tmp_path / "session"
+    try:
+        (result,) = run_selftest(
+            step_time=0.01, topologies=("2n4g",), repeats=2, measured_steps=20,
+            runtime=runtime, results_dir=results_dir, printer=lambda _line: None,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    assert result.measured > 0
+    calls = log.read_text().splitlines()
+    mounts = f"--container-mounts={REPO_ROOT}:{REPO_ROOT}:ro,{results_dir}:{results_dir},/tmp:/tmp"
+    flags = (
+        f" --container-image={image} --container-name=dlperf-calibration {mounts} "
+        f"--container-workdir={REPO_ROOT}"
+    )
+    # One container per node made once for the session, then every repeat's step reuses it.
+    assert calls[0] == f"{flags} | true"
+    assert [call.split(" | ")[0] for call in calls[1:]] == [flags, flags]
+    assert all(call.split(" | ")[1].startswith("case ") for call in calls[1:])
+    assert cluster_env.drained() == []
+
+
+def test_pytorch_resnet50_two_nodes_two_processes(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """Real training steps: torchrun on each node (gloo across the two node namespaces), the
+    head at n1's NodeAddr, ranks 0-1 on n1 and 2-3 on n2, weights in sync at the end."""
+    from driver.core.case import Case, Topology
+    from driver.core.results import Session
+    from driver.core.runner import run_cases
+    from tests.real_frameworks import TINY_IMAGES, CaseRun, framework_env
+
+    framework_env("pytorch")
+    case = Case(
+        model="resnet50", framework="pytorch", topology=Topology.parse("2n4g"), batch_size=2,
+        precision="fp32", dataset="synthetic", warmup_steps=1, measured_steps=2, total_steps=3,
+        repeats=1, timeout_s=300, options={**TINY_IMAGES, "weights_checksum": True},
+        profile="test",
+    )  # fmt: skip
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    session = Session.open(tmp_path / "session")
+    try:
+        summary = run_cases([case], session, runtime, printer=lambda _line: None)
+    finally:
+        runtime.close()
+    run = CaseRun(case, [r for _, r, _ in session.records(include_failed=True)], session.root)
+    assert summary.ok, f"{summary.failed}\n{run.logs()[-4000:]}"
+    (record,) = run.records
+    assert record.throughput and record.runtime == "slurm"
+    assert record.extra["slurm"]["nodes"] == ["n1", "n2"]
+    run.assert_ranks_in_sync(4)
+    directory = session.repeat_dir(case, 1)
+    assert '"hostname": "n1"' in (directory / "node0.log").read_text()
+    assert '"hostname": "n2"' in (directory / "node1.log").read_text()
+    assert cluster_env.drained() == []
+
+
+def test_inside_an_allocation_steps_go_into_it(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    """The kit started by a batch job (SLURM_JOB_ID set): every repeat is a step of that job,
+    no job of its own is submitted. `dlperf selftest --runtime slurm` from the job's script."""
+    from driver.frameworks.base import REPO_ROOT
+
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text("slurm:\n  time_limit: '10'\n  container: none\n")
+    command = shlex.join([
+        sys.executable, "-m", "driver.frontend.cli", "selftest", "--runtime", "slurm",
+        "--inventory", str(cluster_file), "--repeats", "1", "--step-time", "0.01",
+    ])  # fmt: skip
+    out = tmp_path / "job.out"
+    submitted = cluster_env.client(
+        "sbatch", "--parsable", "-N2", "--exclusive", f"--output={out}",
+        f"--chdir={REPO_ROOT}", f"--export=ALL,PYTHONPATH={REPO_ROOT}", "--wrap", command,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    assert cluster_env.drained(timeout=180) == [], out.read_text() if out.exists() else ""
+    text = out.read_text()
+    assert "submitted job" not in text, text
+    for topology in ("1n1g", "1n2g", "2n2g"):
+        assert re.search(rf"selftest {topology}: .* \(ok, bound", text), text
+    steps = cluster_env.client("scontrol", "show", "job", job).stdout
+    assert "JobState=COMPLETED" in steps, steps
+
+
+def test_clean_leftovers_cancels_the_sessions_old_job(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """A run killed with no chance to cancel (SIGKILL) leaves its job; the next run of the same
+    session cancels it, and nothing of another session."""
+    session = tmp_path / "session"
+    other = cluster_env.client("sbatch", "--parsable", "-N1", "--job-name=someone-else",
+                               "--wrap", "sleep 300")  # fmt: skip
+    left = cluster_env.client("sbatch", "--parsable", "-N1", f"--job-name={job_name(session)}",
+                              "--wrap", "sleep 300")  # fmt: skip
+    runtime = SlurmRuntime(config=SlurmConfig(container="none"))
+    try:
+        done = runtime.clean_leftovers(session)
+        assert done == [f"cancelled leftover Slurm job {left.stdout.strip()} ({job_name(session)})"]
+        assert other.stdout.strip() in cluster_env.queue()
+    finally:
+        cluster_env.client("scancel", other.stdout.strip())
+    assert cluster_env.drained() == []
+
+
+def test_allreduce_probe_is_a_step_of_the_sessions_job(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    from driver.probes import run_allreduce_probe
+    from tests.real_frameworks import framework_env
+
+    framework_env("pytorch")
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    try:
+        result = run_allreduce_probe(
+            tmp_path / "session", runtime, "2n4g", sizes_mb="1", iters=3, warmup=1
+        )
+    finally:
+        runtime.close()
+    assert result["world_size"] == 4 and result["nodes"] == 2 and result["runtime"] == "slurm"
+    assert result["busbw_gbps"] > 0
+    assert cluster_env.drained() == []
+
+
+def test_one_task_per_device(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    """`tasks: device`: Slurm starts every process (2 tasks per node), the script without its
+    launcher, ranks from SLURM_PROCID. `mpi: none` here: Debian's pmix plug-in does not load
+    on this machine, and the calibration workload needs no MPI."""
+    import json as json_
+
+    from driver.core.selftest import ERROR_BOUND, run_selftest
+
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none", tasks="device",
+                                              mpi="none"))  # fmt: skip
+    try:
+        (result,) = run_selftest(
+            step_time=0.02, topologies=("2n4g",), repeats=1, measured_steps=50,
+            runtime=runtime, results_dir=tmp_path / "s", printer=lambda _line: None,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    assert result.error < ERROR_BOUND
+    (record,) = (tmp_path / "s").rglob("record.json")
+    srun = json_.loads(record.read_text())["extra"]["slurm"]["srun"]
+    assert "--ntasks-per-node=2" in srun and "--mpi=none" in srun and "driver.spawn" not in srun
+    for log, ranks in (("node0.log", {0, 1}), ("node1.log", {2, 3})):
+        lines = (record.parent / log).read_text().splitlines()
+        assert {json_.loads(line)["rank"] for line in lines if line.startswith("{")} == ranks
+    assert cluster_env.drained() == []
+
+
+def test_queue_wait_is_visible_and_bounded(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    """While another job holds the nodes the session's job waits, its state printed as it
+    changes; past slurm.queue_timeout_s it is cancelled (a timeout verdict); once the nodes
+    free up, the next repeat's job runs."""
+    blocker = cluster_env.client("sbatch", "--parsable", "-N2", "--exclusive",
+                                 "--job-name=someone-else", "--wrap", "sleep 300")  # fmt: skip
+    assert blocker.returncode == 0, blocker.stderr
+    lines: list[str] = []
+    config = SlurmConfig(time_limit="10", container="none", queue_timeout_s=4)
+    runtime = SlurmRuntime(config=config, printer=lines.append)
+    try:
+        waited = runtime.run(plan_for(tmp_path, [REPORT, REPORT]))
+        assert waited.verdict == Verdict.TIMEOUT, waited.detail
+        assert "in the queue (slurm.queue_timeout_s); cancelled" in waited.detail
+        assert any(re.search(r"slurm: job \d+ PENDING \((Resources|Priority)\)", x) for x in lines)
+        assert cluster_env.queue() == [blocker.stdout.strip()]
+        cluster_env.client("scancel", blocker.stdout.strip())
+        runtime.config = config.model_copy(update={"queue_timeout_s": 60})
+        again = runtime.run(plan_for(tmp_path, [REPORT, REPORT], repeat=2))
+        assert again.verdict == Verdict.OK, again.detail
+    finally:
+        cluster_env.client("scancel", blocker.stdout.strip())
+        runtime.close()
+    assert cluster_env.drained() == []
