@@ -45,8 +45,16 @@ def test_unknown_runtimes_and_missing_or_misplaced_inventories_are_clear_errors(
 def test_the_cli_says_so_with_exit_2(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as stop:
-        main(["run", "--framework", "pytorch", "--model", "resnet50", "--dry-run", *argv])
-    assert stop.value.code == 2
+    assert main(["run", "--framework", "pytorch", "--model", "resnet50", "--dry-run", *argv]) == 2
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error
+
+
+def test_slurm_takes_a_cluster_file_or_none(tmp_path: Path) -> None:
+    from driver.runtimes.slurm import SlurmRuntime
+
+    assert make_runtime("slurm").config.partition is None  # inside an allocation: defaults
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("slurm:\n  partition: gpu\n")
+    assert isinstance(runtime := make_runtime("slurm", inventory=cluster), SlurmRuntime)
+    assert runtime.config.partition == "gpu"

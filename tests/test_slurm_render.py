@@ -153,20 +153,23 @@ def test_section_loads_and_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("  partiton: gpu\n", "slurm.partiton: is not a slurm option (known: partition,"),
-        ("  time_limit: soon\n", "slurm.time_limit: 'soon' is not a Slurm time limit"),
-        ("  partition: gpu a\n", "slurm.partition: String should match pattern"),
-        ("  mounts: [data]\n", "slurm.mounts: 'data' is not SRC:DST[:FLAGS]"),
-        ("  container: docker\n", "slurm.container: Input should be 'auto', 'pyxis' or 'none'"),
-        ("  extra_sbatch_args: [exclusive]\n", "'exclusive' is not an option"),
-        ("  gpus_per_node: -1\n", "slurm.gpus_per_node: Input should be greater than"),
+        ("  partiton: gpu\n", "slurm.partiton: unknown key (did you mean 'partition'?)"),
+        ("  time_limit: soon\n", "slurm.time_limit: must be a Slurm time limit"),
+        ('  time_limit: "04:00:00\\n"\n', "slurm.time_limit: must be a Slurm time limit"),
+        ("  partition: gpu a\n", "slurm.partition: must be one word"),
+        ("  mounts: [data]\n", "slurm.mounts[0]: must be SRC:DST[:FLAGS]"),
+        ("  container: docker\n", "slurm.container: 'docker' is not allowed; allowed values"),
+        ("  extra_sbatch_args: [exclusive]\n", "must be an option: write each as --name=value"),
+        ("  gpus_per_node: -1\n", "slurm.gpus_per_node: must be a GPU count 0-1024"),
+        ("  gpus_per_node: .nan\n", "slurm.gpus_per_node"),
+        ("  exclusive: true\n  exclusive: false\n", "key 'exclusive' is given twice"),
     ],
 )
 def test_bad_section_names_file_field_and_fix(tmp_path: Path, body: str, message: str) -> None:
     path = write(tmp_path, "slurm:\n" + body)
     with pytest.raises(SlurmConfigError) as error:
         load_slurm_config(path)
-    assert str(error.value).startswith(f"{path}: slurm.")
+    assert str(error.value).startswith(f"{path}: ")  # a field path, or the line of a key
     assert message in str(error.value)
 
 
@@ -256,7 +259,7 @@ def test_cli_names_a_bad_slurm_section_and_exits_2(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
-    assert f"error: {path}: slurm.time_limit: 'soon' is not a Slurm time limit" in result.stderr
+    assert f"error: {path}: slurm.time_limit: must be a Slurm time limit" in result.stderr
     assert "Traceback" not in result.stderr
 
 

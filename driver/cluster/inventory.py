@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BeforeValidator, Field
 
 from driver.core.matrix import MatrixError
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
+from driver.slurm.config import SlurmConfig
 
 
 class InventoryError(MatrixError):
@@ -182,6 +183,8 @@ class InventoryFile(StrictModel):
     cluster: NodeName | None = None
     defaults: NodeDefaults | None = None
     nodes: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    # One cluster file can serve the SSH runtimes and Slurm: its section is checked here too.
+    slurm: SlurmConfig | None = None
 
 
 @dataclass(frozen=True)

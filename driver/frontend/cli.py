@@ -24,6 +24,7 @@ from driver.core.matrix import (
 from driver.frameworks.base import REPO_ROOT
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
+from driver.runtimes.base import RuntimeConfigError, make_runtime
 from driver.schema import ConfigError, did_you_mean
 
 AUTO = "auto"
@@ -112,19 +113,6 @@ def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
     return DLPERF_PROFILE, "GPUs or a cluster present: the DLPerf protocol"
 
 
-def make_runtime(kind: str, inventory: str | None, **options: object):  # noqa: ANN201
-    """The runtime ``--runtime`` names, from its registry, or a clear exit 2."""
-    from driver.cluster.inventory import InventoryError
-    from driver.runtimes.base import RuntimeConfigError
-    from driver.runtimes.base import make_runtime as build
-
-    try:
-        return build(kind, inventory=inventory, **options)
-    except (RuntimeConfigError, UnknownPlugin, InventoryError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from driver.core.envs import ensure_env
     from driver.core.plan import dry_run_plan
@@ -178,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cases:
         print("no case matches the selection", file=sys.stderr)
         return 2
-    runtime = make_runtime(args.runtime, args.inventory)
+    runtime = make_runtime(args.runtime, inventory=args.inventory)
     try:  # a case that needs more nodes than the inventory has is a clear error, up front
         for case in cases:
             runtime.node_addresses(case.topology.nodes)
@@ -267,7 +255,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     from driver.core.selftest import run_selftest
 
-    runtime = make_runtime(args.runtime, args.inventory)
+    runtime = make_runtime(args.runtime, inventory=args.inventory)
     results = run_selftest(step_time=args.step_time, repeats=args.repeats, runtime=runtime)
     return 0 if all(r.passed for r in results) else 1
 
@@ -337,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--measured-steps", type=int)
     run.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
-    run.add_argument("--runtime", default="local", help="local, docker or process")
+    run.add_argument("--runtime", default="local", help="local, docker, process or slurm (see docs/clusters.md)")
     run.add_argument(
         "--progress",
         choices=("auto", "plain", "rich"),
@@ -365,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
     selftest.add_argument("--step-time", type=_positive_finite, default=0.02)
     selftest.add_argument("--repeats", type=_positive_int, default=3)
-    selftest.add_argument("--runtime", default="local", help="local, docker or process")
+    selftest.add_argument("--runtime", default="local", help="local, docker, process or slurm (see docs/clusters.md)")
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)
 
@@ -402,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, UnknownPlugin) as error:
+    except (ConfigError, UnknownPlugin, RuntimeConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -1,7 +1,7 @@
 """Cluster sub-commands of ``dlperf``: ``images base|build|lock|push|list`` and ``preflight``.
 
 ``driver.frontend.cli`` calls :func:`add_subcommands`; runtimes come from the registry through
-``driver.frontend.cli.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
+``driver.runtimes.base.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
 """
 
 from __future__ import annotations
@@ -157,11 +157,11 @@ def _shared_variant(name: str) -> str | None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
-    from driver.frontend.cli import make_runtime
     from driver.registry import FRAMEWORKS, UnknownPlugin
+    from driver.runtimes.base import make_runtime
 
     try:
-        runtime = make_runtime(args.runtime, args.inventory)
+        runtime = make_runtime(args.runtime, inventory=args.inventory)
         framework = FRAMEWORKS.canonical(args.framework)
         checks, _images = runtime.preflight(runtime.remotes, framework, args.devices)
     except (*_errors(), UnknownPlugin) as error:

@@ -107,14 +107,14 @@ def cmd_factor(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from driver.core.results import Session
-    from driver.frontend.cli import make_runtime
     from driver.probes import ProbeError, run_allreduce_probe
+    from driver.runtimes.base import make_runtime
 
     root = Path(args.session)
     if not root.is_absolute() and not (root / "session.json").exists():
         root = Path(args.results) / args.session
     session = Session.open(root, {"runtime": args.runtime})
-    runtime = make_runtime(args.runtime, args.inventory)
+    runtime = make_runtime(args.runtime, inventory=args.inventory)
     status = 0
     for topology in args.topology:
         try:

@@ -113,22 +113,25 @@ class RuntimeConfigError(ValueError):
 def make_runtime(name: str, *, inventory: Path | str | None = None, **options: Any) -> Runtime:
     """The runtime registered as ``name``, built with its options.
 
-    Runtimes that place work on other hosts declare ``needs_inventory = True`` and get the
-    cluster file; the local runtime refuses one rather than silently ignoring it.
+    A runtime class says how it uses a cluster file in ``cluster_file``: ``"required"`` (the
+    SSH runtimes: the file lists the nodes), ``"optional"`` (Slurm: its ``slurm:`` section, or
+    every default inside an allocation) or ``"none"`` (local: a file given is refused rather
+    than silently ignored).
     """
     from driver.plugins import load_all
 
     load_all()
     runtime_class = RUNTIMES.get(name)
-    if getattr(runtime_class, "needs_inventory", False):
-        if not inventory:
-            raise RuntimeConfigError(
-                f"--runtime {name} needs --inventory FILE (the cluster file; see docs/clusters.md)"
-            )
-        return runtime_class(inventory, **options)
-    if inventory:
+    use = getattr(runtime_class, "cluster_file", "none")
+    if use == "required" and not inventory:
         raise RuntimeConfigError(
-            f"--runtime {name} runs on this host and takes no --inventory; "
-            "use --runtime docker, process or slurm for a cluster file"
+            f"--runtime {name} needs --inventory FILE (the cluster file; see docs/clusters.md)"
         )
-    return runtime_class(**options)
+    if use == "none":
+        if inventory:
+            raise RuntimeConfigError(
+                f"--runtime {name} runs on this host and takes no --inventory; "
+                "use --runtime docker, process or slurm for a cluster file"
+            )
+        return runtime_class(**options)
+    return runtime_class(inventory, **options)

@@ -136,7 +136,7 @@ class SlurmRuntime:
     name = "slurm"
     # make_runtime hands it the cluster file (its slurm: section); a file with only that
     # section is enough, also inside an allocation.
-    needs_inventory = True
+    cluster_file = "optional"  # its slurm: section; inside an allocation, defaults do
 
     def __init__(
         self,

@@ -107,7 +107,7 @@ class SshRuntime:
     """Base of the runtimes that reach nodes over SSH; see the module docstring."""
 
     name = "ssh"
-    needs_inventory = True  # make_runtime hands it the cluster file
+    cluster_file = "required"  # the inventory lists the nodes (make_runtime)
     kind = "ssh"  # preflight flavour: docker | process
     runs_sources = False  # upstream sources bring their code in their image: docker only
 
