@@ -13,11 +13,13 @@ count is then known before training starts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
+
+from driver.bench.shapes import BertShape, ImageShape, build_registered
 
 IMAGE_MODELS = ("resnet50",)
 # Kaiming-normal, fan-out, for ReLU networks (as torchvision and NVIDIA initialise ResNet).
@@ -120,31 +122,10 @@ class ImageClassifierLoss(HybridBlock):
 # BERT pre-training
 
 
-@dataclass(frozen=True)
-class BertConfig:
-    vocab_size: int = 30522
-    hidden: int = 768
-    layers: int = 12
-    heads: int = 12
-    intermediate: int = 3072
-    seq_len: int = 128
-    max_position: int = 512
-    type_vocab_size: int = 2
-    dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    init_std: float = 0.02
-
-    def __post_init__(self) -> None:
-        if self.hidden % self.heads:
-            raise ValueError(f"bert_hidden {self.hidden} is not a multiple of heads {self.heads}")
-        if self.seq_len > self.max_position:
-            raise ValueError(f"seq_len {self.seq_len} exceeds max_position {self.max_position}")
-
-
 class BertLayer(HybridBlock):
     """Post-LayerNorm transformer block, as in the original BERT; Q, K, V from one projection."""
 
-    def __init__(self, config: BertConfig, **kwargs: Any) -> None:
+    def __init__(self, config: BertShape, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.heads = config.heads
         self.scale = 1.0 / math.sqrt(config.hidden // config.heads)
@@ -193,7 +174,7 @@ class BertPretrainingLoss(HybridBlock):
     next_sentence_labels [B]. Returns (mean MLM loss + mean NSP loss, MLM logits).
     """
 
-    def __init__(self, config: BertConfig, **kwargs: Any) -> None:
+    def __init__(self, config: BertShape, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.config = config
         init = mx.init.Normal(config.init_std)
@@ -271,29 +252,22 @@ class BertPretrainingLoss(HybridBlock):
 # --------------------------------------------------------------------------------------------
 
 
-def build_training_net(model: str, options: dict[str, Any]) -> HybridBlock:
+def _resnet50(options: Mapping[str, Any]) -> HybridBlock:
+    image = ImageShape.from_options(options)
+    return ImageClassifierLoss(
+        ResNet50V15(num_classes=image.num_classes, zero_init_residual=image.zero_init_residual)
+    )
+
+
+BUILDERS = {
+    "resnet50": _resnet50,
+    "bert": lambda options: BertPretrainingLoss(BertShape.from_options(options)),
+}
+
+
+def build_training_net(model: str, options: Mapping[str, Any]) -> HybridBlock:
     """The model with its loss: ``net(*inputs) -> (loss, logits)``."""
-    if model == "resnet50":
-        return ImageClassifierLoss(
-            ResNet50V15(
-                num_classes=int(options["num_classes"]),
-                zero_init_residual=bool(options.get("zero_init_residual", False)),
-            )
-        )
-    if model == "bert":
-        seq_len = int(options["seq_len"])
-        return BertPretrainingLoss(
-            BertConfig(
-                vocab_size=int(options["vocab_size"]),
-                hidden=int(options["bert_hidden"]),
-                layers=int(options["bert_layers"]),
-                heads=int(options["bert_heads"]),
-                intermediate=int(options["bert_intermediate"]),
-                seq_len=seq_len,
-                max_position=max(512, seq_len),
-            )
-        )
-    raise ValueError(f"unknown model {model!r}")
+    return build_registered(BUILDERS, model, options)
 
 
 def initialize(net: HybridBlock, ctx: mx.Context) -> None:

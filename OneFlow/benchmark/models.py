@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import oneflow as flow
 import oneflow.nn.functional as F
 from oneflow import nn
+
+from driver.bench.shapes import BertShape, ImageShape, build_registered
+from PyTorch.benchmark.torchlike import resnet_classes
 
 IMAGE_MODELS = ("resnet50",)
 
@@ -24,79 +26,9 @@ IMAGE_MODELS = ("resnet50",)
 # ResNet-50 v1.5
 
 
-class Bottleneck(nn.Module):
-    expansion = 4
-
-    def __init__(
-        self, in_channels: int, width: int, stride: int, downsample: nn.Module | None
-    ) -> None:
-        super().__init__()
-        out_channels = width * self.expansion
-        self.conv1 = nn.Conv2d(in_channels, width, kernel_size=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        # v1.5: the stride sits here, on the 3x3, not on conv1 (as in v1).
-        self.conv2 = nn.Conv2d(width, width, kernel_size=3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, out_channels, kernel_size=1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out_channels)
-        self.relu = nn.ReLU()
-        self.downsample = downsample
-
-    def forward(self, x: flow.Tensor) -> flow.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
-
-
-class ResNet50V15(nn.Module):
-    def __init__(
-        self,
-        num_classes: int = 1000,
-        layers: tuple[int, ...] = (3, 4, 6, 3),
-        zero_init_residual: bool = False,
-    ) -> None:
-        super().__init__()
-        self.in_channels = 64
-        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU()
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(64, layers[0], stride=1)
-        self.layer2 = self._make_layer(128, layers[1], stride=2)
-        self.layer3 = self._make_layer(256, layers[2], stride=2)
-        self.layer4 = self._make_layer(512, layers[3], stride=2)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512 * Bottleneck.expansion, num_classes)
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(module, nn.BatchNorm2d):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-        if zero_init_residual:  # each residual branch starts as identity (Goyal et al.)
-            for module in self.modules():
-                if isinstance(module, Bottleneck):
-                    nn.init.zeros_(module.bn3.weight)
-
-    def _make_layer(self, width: int, blocks: int, stride: int) -> nn.Sequential:
-        out_channels = width * Bottleneck.expansion
-        downsample = None
-        if stride != 1 or self.in_channels != out_channels:
-            downsample = nn.Sequential(
-                nn.Conv2d(self.in_channels, out_channels, kernel_size=1, stride=stride, bias=False),
-                nn.BatchNorm2d(out_channels),
-            )
-        layers = [Bottleneck(self.in_channels, width, stride, downsample)]
-        self.in_channels = out_channels
-        layers += [Bottleneck(out_channels, width, 1, None) for _ in range(1, blocks)]
-        return nn.Sequential(*layers)
-
-    def forward(self, x: flow.Tensor) -> flow.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(flow.flatten(self.avgpool(x), 1))
+# The network is the PyTorch benchmark's own definition, built on oneflow.nn (the same layers,
+# shapes and initialisation: one definition, no copy to drift).
+Bottleneck, ResNet = resnet_classes(flow)
 
 
 class ImageClassifierLoss(nn.Module):
@@ -115,26 +47,8 @@ class ImageClassifierLoss(nn.Module):
 # BERT pre-training
 
 
-@dataclass(frozen=True)
-class BertConfig:
-    vocab_size: int = 30522
-    hidden: int = 768
-    layers: int = 12
-    heads: int = 12
-    intermediate: int = 3072
-    max_position: int = 512
-    type_vocab_size: int = 2
-    dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    init_std: float = 0.02
-
-    def __post_init__(self) -> None:
-        if self.hidden % self.heads:
-            raise ValueError(f"bert_hidden {self.hidden} is not a multiple of heads {self.heads}")
-
-
 class BertEmbeddings(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertShape) -> None:
         super().__init__()
         self.word = nn.Embedding(config.vocab_size, config.hidden)
         self.position = nn.Embedding(config.max_position, config.hidden)
@@ -153,7 +67,7 @@ class BertEmbeddings(nn.Module):
 class BertLayer(nn.Module):
     """Post-LayerNorm transformer block, as in the original BERT."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertShape) -> None:
         super().__init__()
         self.heads = config.heads
         self.scale = 1.0 / math.sqrt(config.hidden // config.heads)
@@ -187,7 +101,7 @@ class BertPretrainingLoss(nn.Module):
     word-embedding matrix (weight tying), as the reference does.
     """
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertShape) -> None:
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
@@ -239,28 +153,22 @@ class BertPretrainingLoss(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
+def _resnet50(options: Mapping[str, Any]) -> nn.Module:
+    image = ImageShape.from_options(options)
+    return ImageClassifierLoss(
+        ResNet(num_classes=image.num_classes, zero_init_residual=image.zero_init_residual)
+    )
+
+
+BUILDERS = {
+    "resnet50": _resnet50,
+    "bert": lambda options: BertPretrainingLoss(BertShape.from_options(options)),
+}
+
+
 def build_training_model(name: str, options: Mapping[str, Any]) -> nn.Module:
     """The model ``name`` with its loss, at the shapes in ``options``."""
-    if name == "resnet50":
-        return ImageClassifierLoss(
-            ResNet50V15(
-                num_classes=int(options["num_classes"]),
-                zero_init_residual=bool(options.get("zero_init_residual", False)),
-            )
-        )
-    if name == "bert":
-        seq_len = int(options["seq_len"])
-        return BertPretrainingLoss(
-            BertConfig(
-                vocab_size=int(options["vocab_size"]),
-                hidden=int(options["bert_hidden"]),
-                layers=int(options["bert_layers"]),
-                heads=int(options["bert_heads"]),
-                intermediate=int(options["bert_intermediate"]),
-                max_position=max(512, seq_len),
-            )
-        )
-    raise ValueError(f"unknown model {name!r}")
+    return build_registered(BUILDERS, name, options)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -9,6 +9,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
+from driver.bench.shapes import BertShape
 from PaddlePaddle.benchmark.models.bert import BertPretraining, pretraining_loss
 from PaddlePaddle.benchmark.models.resnet import ResNet50
 
@@ -36,14 +37,7 @@ def build_model(name: str, options: Mapping[str, Any], data_format: str = "NCHW"
             zero_init_residual=bool(options.get("zero_init_residual", False)),
         )
     if name == "bert":
-        return BertPretraining(
-            vocab_size=int(options["vocab_size"]),
-            hidden=int(options["bert_hidden"]),
-            layers=int(options["bert_layers"]),
-            heads=int(options["bert_heads"]),
-            intermediate=int(options["bert_intermediate"]),
-            seq_len=int(options["seq_len"]),
-        )
+        return BertPretraining(BertShape.from_options(options))
     raise ValueError(f"unknown model {name!r}")
 
 
@@ -61,8 +55,8 @@ def synthetic_batch(
             "labels": paddle.randint(0, int(options["num_classes"]), [batch_size], dtype="int64"),
         }
     if model == "bert":
-        seq_len, vocab = int(options["seq_len"]), int(options["vocab_size"])
-        predictions = min(int(options["max_predictions"]), seq_len - 1)
+        shape = BertShape.from_options(options)
+        seq_len, vocab, predictions = shape.seq_len, shape.vocab_size, shape.predictions
         # Distinct masked positions per sequence, never the [CLS] slot 0, in increasing order.
         order = paddle.argsort(paddle.rand([batch_size, seq_len - 1]), axis=1)
         positions = paddle.sort(order[:, :predictions], axis=1) + 1

@@ -12,6 +12,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
+from driver.bench.shapes import BertShape
+
 IGNORE_ID = -1  # masked_lm_ids of padded prediction slots
 LN_EPSILON = 1e-12
 DROPOUT = 0.1
@@ -66,29 +68,23 @@ class EncoderLayer(nn.Layer):
 class BertPretraining(nn.Layer):
     """Inputs: the feature dict of the shard format; outputs: (masked-LM logits, NSP logits)."""
 
-    def __init__(
-        self,
-        vocab_size: int = 30522,
-        hidden: int = 768,
-        layers: int = 12,
-        heads: int = 12,
-        intermediate: int = 3072,
-        seq_len: int = 128,
-    ) -> None:
+    def __init__(self, shape: BertShape) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(vocab_size, hidden, weight_attr=_attr())
-        self.position_embeddings = nn.Embedding(seq_len, hidden, weight_attr=_attr())
-        self.type_embeddings = nn.Embedding(2, hidden, weight_attr=_attr())
+        hidden = shape.hidden
+        self.word_embeddings = nn.Embedding(shape.vocab_size, hidden, weight_attr=_attr())
+        # One row per position of the benchmark's sequences (Paddle's table: seq_len rows).
+        self.position_embeddings = nn.Embedding(shape.seq_len, hidden, weight_attr=_attr())
+        self.type_embeddings = nn.Embedding(shape.type_vocab_size, hidden, weight_attr=_attr())
         self.embedding_norm = nn.LayerNorm(hidden, epsilon=LN_EPSILON)
         self.dropout = nn.Dropout(DROPOUT)
         self.encoder = nn.LayerList(
-            [EncoderLayer(hidden, heads, intermediate) for _ in range(layers)]
+            [EncoderLayer(hidden, shape.heads, shape.intermediate) for _ in range(shape.layers)]
         )
         self.pooler = _linear(hidden, hidden)
         self.mlm_transform = _linear(hidden, hidden)
         self.mlm_norm = nn.LayerNorm(hidden, epsilon=LN_EPSILON)
         self.mlm_bias = self.create_parameter(
-            [vocab_size], is_bias=True, default_initializer=nn.initializer.Constant(0.0)
+            [shape.vocab_size], is_bias=True, default_initializer=nn.initializer.Constant(0.0)
         )
         self.nsp = _linear(hidden, 2)
 

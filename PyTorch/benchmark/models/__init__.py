@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from PyTorch.benchmark.models.bert import BertForPreTraining, bert_pretraining, pretraining_loss
+from driver.bench.shapes import BertShape, ImageShape, build_registered
+from PyTorch.benchmark.models.bert import BertForPreTraining, pretraining_loss
 from PyTorch.benchmark.models.inception import Inception3, inception_v3
 from PyTorch.benchmark.models.resnet import ResNet, resnet50
 
@@ -34,28 +35,26 @@ __all__ = [
 ]
 
 
+def _resnet50(options: Mapping[str, Any]) -> nn.Module:
+    image = ImageShape.from_options(options)
+    return resnet50(num_classes=image.num_classes, zero_init_residual=image.zero_init_residual)
+
+
+def _inception3(options: Mapping[str, Any]) -> nn.Module:
+    image = ImageShape.from_options(options)
+    return inception_v3(num_classes=image.num_classes, aux_logits=image.aux_logits)
+
+
+BUILDERS = {
+    "resnet50": _resnet50,
+    "inception3": _inception3,
+    "bert": lambda options: BertForPreTraining(BertShape.from_options(options)),
+}
+
+
 def build_model(name: str, options: Mapping[str, Any]) -> nn.Module:
     """The model ``name`` at the shapes in ``options`` (contract.SHAPE_OPTIONS and friends)."""
-    if name == "resnet50":
-        return resnet50(
-            num_classes=int(options["num_classes"]),
-            zero_init_residual=bool(options.get("zero_init_residual", False)),
-        )
-    if name == "inception3":
-        return inception_v3(
-            num_classes=int(options["num_classes"]),
-            aux_logits=bool(options.get("aux_logits", False)),
-        )
-    if name == "bert":
-        return bert_pretraining(
-            vocab_size=int(options["vocab_size"]),
-            hidden=int(options["bert_hidden"]),
-            layers=int(options["bert_layers"]),
-            heads=int(options["bert_heads"]),
-            intermediate=int(options["bert_intermediate"]),
-            seq_len=int(options["seq_len"]),
-        )
-    raise ValueError(f"unknown model {name!r}")
+    return build_registered(BUILDERS, name, options)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

@@ -10,35 +10,17 @@ the base configuration matches the reference's 110,106,428.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from driver.bench.shapes import BertShape
+
 IGNORE_INDEX = -1  # label of a padded masked-LM slot (no prediction there)
 
 
-@dataclass(frozen=True)
-class BertConfig:
-    vocab_size: int = 30522
-    hidden: int = 768
-    layers: int = 12
-    heads: int = 12
-    intermediate: int = 3072
-    max_position: int = 512
-    type_vocab_size: int = 2
-    dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    init_std: float = 0.02
-
-    def __post_init__(self) -> None:
-        if self.hidden % self.heads:
-            raise ValueError(f"bert_hidden {self.hidden} is not a multiple of heads {self.heads}")
-
-
 class BertEmbeddings(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertShape) -> None:
         super().__init__()
         self.word = nn.Embedding(config.vocab_size, config.hidden)
         self.position = nn.Embedding(config.max_position, config.hidden)
@@ -55,7 +37,7 @@ class BertEmbeddings(nn.Module):
 class BertLayer(nn.Module):
     """Post-LayerNorm transformer block, as in the original BERT."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertShape) -> None:
         super().__init__()
         self.heads = config.heads
         self.dropout_p = config.dropout
@@ -84,7 +66,7 @@ class BertLayer(nn.Module):
 class BertForPreTraining(nn.Module):
     """``forward`` returns ``(mlm_logits [B, P, V], nsp_logits [B, 2])``."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertShape) -> None:
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
@@ -141,22 +123,3 @@ def pretraining_loss(
     )
     nsp = F.cross_entropy(nsp_logits.float(), next_sentence_labels.reshape(-1).long())
     return mlm + nsp
-
-
-def bert_pretraining(
-    vocab_size: int = 30522,
-    hidden: int = 768,
-    layers: int = 12,
-    heads: int = 12,
-    intermediate: int = 3072,
-    seq_len: int = 128,
-) -> BertForPreTraining:
-    config = BertConfig(
-        vocab_size=vocab_size,
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        intermediate=intermediate,
-        max_position=max(512, seq_len),
-    )
-    return BertForPreTraining(config)

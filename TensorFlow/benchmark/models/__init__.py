@@ -12,6 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from driver.bench.shapes import BertShape
 from TensorFlow.benchmark.models.bert import BertPretraining, pretraining_loss
 from TensorFlow.benchmark.models.resnet import resnet50
 
@@ -51,15 +52,7 @@ def build_model(name: str, options: Mapping[str, Any]) -> keras.Model:
             classifier_activation=None,  # logits: the loss applies the softmax
         )
     if name == "bert":
-        model = BertPretraining(
-            vocab_size=int(options["vocab_size"]),
-            hidden=int(options["bert_hidden"]),
-            layers_=int(options["bert_layers"]),
-            heads=int(options["bert_heads"]),
-            intermediate=int(options["bert_intermediate"]),
-            seq_len=int(options["seq_len"]),
-            name="bert_pretraining",
-        )
+        model = BertPretraining(BertShape.from_options(options), name="bert_pretraining")
         batch = synthetic_batch("bert", options, 1)
         model(batch, training=False)  # create the variables now, before the optimizer's
         return model
@@ -78,8 +71,8 @@ def synthetic_batch(
             "labels": rng.uniform((batch_size,), 0, classes, dtype=tf.int32),
         }
     if model == "bert":
-        seq_len, vocab = int(options["seq_len"]), int(options["vocab_size"])
-        predictions = min(int(options["max_predictions"]), seq_len - 1)
+        shape = BertShape.from_options(options)
+        seq_len, vocab, predictions = shape.seq_len, shape.vocab_size, shape.predictions
         # Distinct masked positions per sequence, never the [CLS] slot 0, in increasing order.
         order = tf.argsort(rng.uniform((batch_size, seq_len - 1)), axis=1)
         positions = tf.sort(order[:, :predictions], axis=1) + 1

@@ -19,6 +19,8 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from driver.bench.shapes import BertShape
+
 IGNORE_ID = -1  # masked_lm_ids of padded prediction slots
 LN_EPSILON = 1e-12
 DROPOUT = 0.1
@@ -75,37 +77,36 @@ class EncoderLayer(layers.Layer):
 class BertPretraining(keras.Model):
     """Inputs: the feature dict of the shard format; outputs: (masked-LM logits, NSP logits)."""
 
-    def __init__(
-        self,
-        vocab_size: int = 30522,
-        hidden: int = 768,
-        layers_: int = 12,
-        heads: int = 12,
-        intermediate: int = 3072,
-        seq_len: int = 128,
-        **kwargs,  # noqa: ANN003
-    ) -> None:
+    def __init__(self, shape: BertShape, **kwargs) -> None:  # noqa: ANN003
         super().__init__(**kwargs)
+        hidden = shape.hidden
         self.word_embeddings = layers.Embedding(
-            vocab_size, hidden, embeddings_initializer=_init(), name="word_embeddings"
+            shape.vocab_size, hidden, embeddings_initializer=_init(), name="word_embeddings"
         )
+        # One row per position of the benchmark's sequences (TensorFlow's table: seq_len rows).
         self.position_embeddings = layers.Embedding(
-            seq_len, hidden, embeddings_initializer=_init(), name="position_embeddings"
+            shape.seq_len, hidden, embeddings_initializer=_init(), name="position_embeddings"
         )
         self.type_embeddings = layers.Embedding(
-            2, hidden, embeddings_initializer=_init(), name="token_type_embeddings"
+            shape.type_vocab_size,
+            hidden,
+            embeddings_initializer=_init(),
+            name="token_type_embeddings",
         )
         self.embedding_norm = layers.LayerNormalization(epsilon=LN_EPSILON, name="embedding_ln")
         self.dropout = layers.Dropout(DROPOUT)
         self.encoder = [
-            EncoderLayer(hidden, heads, intermediate, name=f"layer_{i}") for i in range(layers_)
+            EncoderLayer(hidden, shape.heads, shape.intermediate, name=f"layer_{i}")
+            for i in range(shape.layers)
         ]
         self.pooler = layers.Dense(
             hidden, activation="tanh", kernel_initializer=_init(), name="pooler"
         )
         self.mlm_transform = layers.Dense(hidden, kernel_initializer=_init(), name="mlm_dense")
         self.mlm_norm = layers.LayerNormalization(epsilon=LN_EPSILON, name="mlm_ln")
-        self.mlm_bias = self.add_weight(shape=(vocab_size,), initializer="zeros", name="mlm_bias")
+        self.mlm_bias = self.add_weight(
+            shape=(shape.vocab_size,), initializer="zeros", name="mlm_bias"
+        )
         self.nsp = layers.Dense(2, kernel_initializer=_init(), dtype="float32", name="nsp")
 
     def call(
