@@ -302,6 +302,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
+RUNTIME_HELP = "local, docker, process or slurm (see docs/clusters.md)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dlperf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -325,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--measured-steps", type=int)
     run.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
-    run.add_argument("--runtime", default="local", help="local, docker, process or slurm (see docs/clusters.md)")
+    run.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     run.add_argument(
         "--progress",
         choices=("auto", "plain", "rich"),
@@ -353,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
     selftest.add_argument("--step-time", type=_positive_finite, default=0.02)
     selftest.add_argument("--repeats", type=_positive_int, default=3)
-    selftest.add_argument("--runtime", default="local", help="local, docker, process or slurm (see docs/clusters.md)")
+    selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)
 
