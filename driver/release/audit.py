@@ -186,9 +186,15 @@ def _run(
     if problems:
         return
     report.version = manifest["version"]
-    expected = expected_version or directory.name
-    if manifest["version"] != expected:
-        state.add(MANIFEST, "version", manifest["version"], expected)
+    # A version is what its manifest says: a copy unpacked under another folder name is the
+    # same version (noted); only a version the caller named explicitly must match.
+    if expected_version is not None and manifest["version"] != expected_version:
+        state.add(MANIFEST, "version", manifest["version"], expected_version)
+    elif manifest["version"] != directory.name:
+        report.notes.append(
+            f"the folder name {directory.name!r} differs from the version its manifest names "
+            f"({manifest['version']!r}): audited as {manifest['version']}"
+        )
 
     # 1-2: the files of the folder, and their checksums.
     listed = {MANIFEST, *PUBLISHED_TEXTS, *manifest["files"], *manifest["archives"]}
