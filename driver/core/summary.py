@@ -51,6 +51,17 @@ class CaseRow(StrictModel):
     device_names: list[str]
 
 
+def device_model(devices: Iterable[str]) -> str:
+    """The device model of a repeat, from its header's ``devices`` (the GPU name, or the CPU
+    model where there is no GPU): one name, or several joined when a rank saw mixed devices."""
+    return ", ".join(sorted(set(devices))) or "unknown device"
+
+
+def hardware_label(devices: Iterable[str], devices_per_node: int) -> str:
+    """Device model and count per node, as a table shows it: ``8 x NVIDIA A100-SXM4-80GB``."""
+    return f"{devices_per_node} x {device_model(devices)}"
+
+
 @dataclass
 class CaseSummary:
     case: Case
@@ -65,10 +76,30 @@ class CaseSummary:
     # What the benchmark script found at run time (header option ``amp_effective``): False when
     # an AMP case trained in FP32 because this build or device has no low-precision kernels.
     amp_effective: bool | None = None
+    # An imported published figure (``dlperf import``): who published it; None when measured.
+    published_by: str | None = None
+    published_url: str | None = None
+    # The speedup the publisher printed, used where no 1n1g figure of the same hardware exists.
+    published_speedup: float | None = None
+    machine: str = ""  # the host (rank 0's header) or, for a published figure, its system
 
     @property
     def case_id(self) -> str:
         return self.case.id
+
+    @property
+    def device_model(self) -> str:
+        return device_model(self.devices)
+
+    @property
+    def hardware(self) -> str:
+        return hardware_label(self.devices, self.case.topology.devices_per_node)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """A case's identity in every table: the case, its device model, and whether (by whom)
+        it was published rather than measured. Repeats with different keys are never pooled."""
+        return (self.case.id, self.device_model, self.published_by or "")
 
     def row(self) -> CaseRow:
         """One flat row, every field named (CSV/JSON)."""
@@ -105,13 +136,23 @@ class CaseSummary:
         )
 
 
-def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]:
-    """Summaries of every case with at least one finished repeat, in a stable order."""
-    by_case: dict[str, tuple[Case, list[RepeatRecord]]] = {}
+def record_device_model(record: RepeatRecord) -> str:
+    """The device model a repeat ran on (its header's ``devices``)."""
+    return device_model(record.header.get("devices", []))
+
+
+def summarize(
+    records: Iterable[tuple[Case, RepeatRecord]], published: Iterable[CaseSummary] = ()
+) -> list[CaseSummary]:
+    """Summaries of every case with at least one finished repeat, in a stable order: one per
+    case and device model (repeats on different hardware are never pooled into one median),
+    beside the published figures given (``driver.release.imported``)."""
+    by_case: dict[tuple[str, str], tuple[Case, list[RepeatRecord]]] = {}
     for case, record in records:
         if record.ok and record.measurement is not None:
-            by_case.setdefault(case.id, (case, []))[1].append(record)
-    summaries: list[CaseSummary] = []
+            key = (case.id, record_device_model(record))
+            by_case.setdefault(key, (case, []))[1].append(record)
+    summaries: list[CaseSummary] = list(published)
     for case, records_ in by_case.values():
         records_.sort(key=lambda r: r.repeat)
         measurements = [r.measurement for r in records_ if r.measurement is not None]
@@ -129,6 +170,7 @@ def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]
                 versions=dict(header.get("versions", {})),
                 devices=list(header.get("devices", [])),
                 amp_effective=header.get("options", {}).get("amp_effective"),
+                machine=str(header.get("hostname", "")),
             )
         )
     _fill_speedups(summaries)
@@ -147,17 +189,20 @@ def sort_key(summary: CaseSummary) -> tuple:
         c.dataset,
         c.xla,
         c.variant,
+        summary.published_by or "",
+        summary.device_model,
         c.topology.world_size,
         c.topology.nodes,
     )
 
 
 def _baseline_key(summary: CaseSummary) -> tuple:
-    return (*summary.case.group_key, summary.batch_size)
+    return (*summary.case.group_key, summary.batch_size, summary.device_model, summary.published_by)
 
 
 def baseline_of(summary: CaseSummary, summaries: Iterable[CaseSummary]) -> CaseSummary | None:
-    """The 1n1g case of the same model, framework, batch per device, precision and data: the
+    """The 1n1g case of the same model, framework, batch per device, precision and data, on
+    the same device model, and measured (or published by the same publisher) as the case: the
     one baseline lookup (speedup, efficiency, the release's scaling bound)."""
     key = _baseline_key(summary)
     return next(
@@ -169,8 +214,13 @@ def baseline_of(summary: CaseSummary, summaries: Iterable[CaseSummary]) -> CaseS
 def _fill_speedups(summaries: list[CaseSummary]) -> None:
     for s in summaries:
         base = baseline_of(s, summaries)
+        devices = s.case.topology.world_size
+        if base is None and s.published_speedup is not None:
+            # no published 1n1g figure: the publisher's own speedup (their baseline)
+            s.speedup, s.efficiency = s.published_speedup, s.published_speedup / devices
+            continue
         s.speedup, s.efficiency = speedup(
-            s.stats.median, base.stats.median if base else None, s.case.topology.world_size
+            s.stats.median, base.stats.median if base else None, devices
         )
 
 

@@ -35,7 +35,7 @@ from driver.release.archive import (
     sha256_file,
     write_archive,
 )
-from driver.release.compute import Config, compute
+from driver.release.compute import Computed, Config, compute
 from driver.release.dataset import load_dataset
 from driver.release.manifest import (
     KIND,
@@ -49,6 +49,7 @@ from driver.release.manifest import (
 from driver.release.mfu import compute_model_costs, load_peaks
 from driver.release.references import load_references
 from driver.release.render import (
+    README_LAYOUT,
     Results,
     ResultsError,
     csv_text,
@@ -287,6 +288,13 @@ def _build(
     )
     config = load_config(work, model_costs)
     computed = compute(dataset, config)
+    mixed = _cases_on_several_devices(computed)
+    if mixed:
+        raise ReleaseError(
+            "a version holds each case on one device model; these ran on several (release "
+            "their sessions as separate versions, or compare them with `dlperf report`):\n"
+            + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
+        )
     if computed.errors:
         raise ReleaseError(
             "finished repeats whose logs no longer give a measurement:\n"
@@ -338,6 +346,7 @@ def _build(
         "excluded_repeats": [e for c in collected for e in c.excluded],
         "remeasured": remeasured,
         "changes": _changes(previous, reports_root, data),
+        "readme_layout": README_LAYOUT,
     }
     from driver.release.plots import render_plots
 
@@ -417,6 +426,13 @@ def write_index(reports_root: Path) -> Path:
     path = reports_root / INDEX
     path.write_text(index_text(reports_root))
     return path
+
+
+def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]:
+    models: dict[str, set[str]] = {}
+    for s in computed.summaries:
+        models.setdefault(s.case_id, set()).add(s.device_model)
+    return [(c, sorted(m)) for c, m in sorted(models.items()) if len(m) > 1]
 
 
 def index_digest(reports_root: Path, version: str) -> str | None:
