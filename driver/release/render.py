@@ -310,16 +310,13 @@ def _tables_section(computed: Computed, long_format: bool = False) -> str:
 
 def _references_section(computed: Computed, like_with_like: bool = False) -> str:
     rows = []
+    not_comparable: dict[str, int] = {}
     for s in computed.summaries:
         e = computed.extras[s.case_id]
         if not e.reference_id:
             continue
         if like_with_like and not comparable(s.devices, str(e.reference_hardware or "")):
-            rows.append(
-                [s.case_id, _num(s.stats.median, 2), _num(e.per_device, 2)]
-                + [f"no comparable reference ({s.device_model} is not a GPU of a published "
-                   "result)", "-", "-", "-", "-", "-"]
-            )
+            not_comparable[s.device_model] = not_comparable.get(s.device_model, 0) + 1
             continue
         config = f"{e.reference_devices} dev, bsz {e.reference_batch_per_device or '?'}, "
         config += str(e.reference_precision).upper()
@@ -336,8 +333,13 @@ def _references_section(computed: Computed, like_with_like: bool = False) -> str
                 f"[{e.reference_source}]({e.reference_link})",
             ]
         )
+    unmatched = "".join(
+        f"No comparable reference for the {count} case(s) on {model}: published results are "
+        "GPU figures, and a CPU is set beside none of them.\n"
+        for model, count in sorted(not_comparable.items())
+    )
     if not rows:
-        return (
+        return unmatched or (
             "No published result matches a measured case (references are matched on the "
             "model at its published shapes only).\n"
         )
@@ -364,7 +366,8 @@ def _references_section(computed: Computed, like_with_like: bool = False) -> str
             "in that order; only a GPU beside a GPU (a CPU row says so, results.json keeps the "
             "nearest figure).",
         )
-    return intro + tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) + "\n"
+    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return intro + table + "\n" + (f"\n{unmatched}" if unmatched else "")
 
 
 def _telemetry_section(computed: Computed) -> str:
