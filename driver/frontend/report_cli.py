@@ -100,9 +100,37 @@ def cmd_factor(args: argparse.Namespace) -> int:
     from driver.release.factor import factor_report
 
     sides = [load_side(s, Path(args.reports), Path(args.results)) for s in args.inputs]
-    data, text = factor_report(sides, args.factor, args.a, args.b)
+    data, text = factor_report(
+        sides, args.factor, args.a, args.b, where=args.where, metric=args.metric, by=args.by
+    )
     print(json.dumps(data, indent=2) if args.json else text)
     return 0 if data["pairs"] else 1
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Check an import file of published figures and show what the kit derives from them."""
+    from driver.core.report import write_report
+    from driver.release.imported import imported_summaries
+    from driver.schema import ConfigError
+
+    path = Path(args.file)
+    try:
+        summaries = imported_summaries(path)
+    except ConfigError as error:
+        print(f"import refused: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else path.with_name(f"{path.stem}-report")
+    publishers = sorted({str(s.published_by) for s in summaries})
+    preamble = (
+        f"{len(summaries)} published figure(s) from `{path.name}` (published by "
+        f"{', '.join(publishers)}): rates as published, not measured by this kit. Give the "
+        "file to `dlperf report`, `factor` or `compare` beside sessions and versions."
+    )
+    paths = write_report(summaries, out, args.title or f"published figures: {path.name}", preamble)
+    print(json.dumps([s.row().model_dump() for s in summaries], indent=2) if args.json else
+          paths["markdown"].read_text())
+    print(f"written: {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    return 0
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -194,17 +222,46 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     factor = sub.add_parser(
         "factor", help="ratio B/A of one factor's two values over otherwise-equal cases"
     )
-    factor.add_argument("inputs", nargs="+", help="versions or sessions (pooled)")
+    factor.add_argument(
+        "inputs", nargs="+", help="versions, sessions or import files (pooled, never a median "
+        "across device models)"
+    )
     factor.add_argument(
         "--factor",
         required=True,
-        help="precision, dataset, batch, device, model, framework, xla, topology, variant, source",
+        help="precision, dataset, batch, device, model, framework, xla, topology, variant, "
+        "source, hardware, machine",
     )
     factor.add_argument("--a", required=True, help="the baseline value (e.g. fp32)")
     factor.add_argument("--b", required=True, help="the other value (e.g. amp)")
+    factor.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FACTOR=VALUE",
+        help="keep only cases with this value (repeatable): topology=1n1g, device=V100",
+    )
+    factor.add_argument(
+        "--metric",
+        choices=("throughput", "speedup", "efficiency"),
+        default="throughput",
+        help="the ratio of median throughputs, of speedups or of efficiencies",
+    )
+    factor.add_argument("--by", help="median rows per value of this factor too (e.g. model)")
     factor.add_argument("--json", action="store_true")
     common(factor)
     factor.set_defaults(func=cmd_factor)
+
+    imported = sub.add_parser(
+        "import",
+        help="published figures (CSV or YAML, docs/reports.md): checked, with their derived "
+        "speedups and efficiencies; then give the file to report, factor or compare",
+    )
+    imported.add_argument("file", help="an import file: .csv, .yaml or .yml")
+    imported.add_argument("--out", help="report folder (default: <file>-report beside it)")
+    imported.add_argument("--title")
+    imported.add_argument("--json", action="store_true", help="the derived rows as JSON")
+    imported.set_defaults(func=cmd_import)
 
     probe = sub.add_parser(
         "probe", help="all-reduce bandwidth probe into a session (for scaling bounds)"

@@ -195,9 +195,14 @@ def figure_summary(figure: Figure) -> CaseSummary:
     )
 
 
+def figure_summaries(path: Path | str) -> list[CaseSummary]:
+    """The figures of an import file, for ``summarize(records, published=...)``."""
+    return [figure_summary(f) for f in load_import(path).figures]
+
+
 def imported_summaries(path: Path | str) -> list[CaseSummary]:
     """The figures of an import file as case summaries, speedups derived within the file."""
-    return summarize([], published=[figure_summary(f) for f in load_import(path).figures])
+    return summarize([], published=figure_summaries(path))
 
 
 def is_import_file(path: Path) -> bool:
