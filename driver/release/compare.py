@@ -82,11 +82,10 @@ def _view_key(summary: CaseSummary, ambiguous: set[str]) -> str:
 
 
 def side_of_summaries(name: str, kind: str, summaries: list[CaseSummary]) -> Side:
-    counts: dict[str, int] = {}
+    devices: dict[tuple[str, str], set[str]] = {}
     for s in summaries:
-        if not s.published_by:
-            counts[s.case_id] = counts.get(s.case_id, 0) + 1
-    ambiguous = {c for c, n in counts.items() if n > 1}
+        devices.setdefault((s.case_id, s.published_by or ""), set()).add(s.device_model)
+    ambiguous = {case_id for (case_id, _), models in devices.items() if len(models) > 1}
     cases = {
         _view_key(s, ambiguous): CaseView(
             s.case_id,

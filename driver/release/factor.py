@@ -93,8 +93,15 @@ def metric_of(view: CaseView, metric: str) -> float | None:
     raise SystemExit(f"--metric {metric!r}: one of {', '.join(METRICS)}")
 
 
+def _key_factors(factor: str) -> list[str]:
+    """The factors equal in every pair: all but the one studied and the descriptive ones; a
+    machine or hardware comes with its device model, so that differs with them too."""
+    follows = ("device",) if factor in ("machine", "hardware") else ()
+    return [f for f in FACTORS if f != factor and f not in DESCRIPTIVE and f not in follows]
+
+
 def _others(view: CaseView, factor: str) -> tuple:
-    return tuple(_value(view, f) for f in FACTORS if f != factor and f not in DESCRIPTIVE)
+    return tuple(_value(view, f) for f in _key_factors(factor))
 
 
 def _published(view: CaseView) -> str:
@@ -182,7 +189,7 @@ def factor_report(
             "groups": [],
         }
         return empty, "\n".join(out) + "\n"
-    others = [f for f in FACTORS if f != factor and f not in DESCRIPTIVE]
+    others = _key_factors(factor)
     varying = [f for f in others if len({_value(p[0], f) for p in pairs}) > 1]
     shown = varying or others[:3]
     if group_by and group_by != factor and group_by not in shown:
