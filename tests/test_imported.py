@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.core.summary import CaseSummary
 from driver.frontend.cli import main
 from driver.release.compare import load_side
 from driver.release.factor import factor_report
@@ -21,10 +22,11 @@ DLPERF = FIXTURES / "dlperf-v1.0-resnet50.yaml"  # DLPerf v1.0 ResNet-50, 4n32g 
 SHEET = FIXTURES / "dle-pytorch-resnet50-a100-v100.csv"  # DeepLearningExamples, A100 and V100
 
 
-def by_key(path: Path) -> dict[tuple, object]:
+def by_key(path: Path) -> dict[tuple, CaseSummary]:
     return {
-        (s.case.framework, s.case.source, s.case.precision, s.case.topology.label, s.device_model): s
+        (c.framework, c.source, c.precision, c.topology.label, s.device_model): s
         for s in imported_summaries(path)
+        for c in [s.case]
     }
 
 
