@@ -55,13 +55,16 @@ def test_dlperf_report_median_rows_across_series(tmp_path: Path) -> None:
     # (26.25 x 26.50 x 28.67 x 28.75 x 29.27 x 29.72 x 31.21) ** (1/7) = 28.5798...
     assert [c.strip() for c in geomean_row.split("|")][6:8] == ["28.58", "89.31%"]
     # every row says who published it; a published figure shows no CV
-    rows = [line for line in fp32.splitlines() if "published by DLPerf v1.0" in line]
+    rows = [line for line in fp32.splitlines() if line.startswith("| ") and "DLPerf v1.0" in line]
     assert len(rows) == 7 and all(line.rstrip().endswith("| -    |") for line in rows)
     summary = text.split("## Summary")[1].split("## Detail")[0]
     oneflow = next(line for line in summary.splitlines() if "OneFlow" in line)
     assert "12411.97 @4n32g" in oneflow and "31.21" in oneflow and "33141.02 @4n32g" in oneflow
     data = json.loads((out / "report.json").read_text())
     assert {row["reported_by_source"] for row in data} == {False}
+    assert {row["published_by"] for row in data} == {"DLPerf v1.0"}
+    assert {row["hardware"] for row in data} == {"8 x NVIDIA V100-SXM2-16GB"}
+    assert "- published by DLPerf v1.0: figures as published (https://github.com/" in text
 
 
 def test_a_sheet_of_two_gpu_types_derives_speedups_per_device() -> None:

@@ -112,6 +112,15 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
             notes.append(
                 f"{s.case.id}: batch `max` resolved by search to {s.batch_size} per device."
             )
+    published: dict[str, set[str]] = {}
+    for s in summaries:
+        if s.published_by:
+            published.setdefault(s.published_by, set()).add(s.published_url or "no URL")
+    for publisher, urls in sorted(published.items()):
+        notes.append(
+            f"published by {publisher}: figures as published ({', '.join(sorted(urls))}), "
+            "imported with `dlperf import`; not measured by this kit, no repeats, no CV."
+        )
     if any(s.reported_by_source for s in summaries):
         notes.append("(r): throughput as reported by the source's own log (no step timestamps).")
     if any(s.stats.unstable for s in summaries):
@@ -376,8 +385,20 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
     return "\n".join(out)
 
 
+def report_row(summary: CaseSummary) -> dict[str, Any]:
+    """A case's row in report.csv/json: its row, and what it ran on, or who published it."""
+    return {
+        **summary.row().model_dump(),
+        "device_model": summary.device_model,
+        "hardware": summary.hardware,
+        "machine": summary.machine,
+        "published_by": summary.published_by,
+        "published_url": summary.published_url,
+    }
+
+
 def to_csv(summaries: list[CaseSummary]) -> str:
-    rows = [s.row().model_dump() for s in summaries]
+    rows = [report_row(s) for s in summaries]
     if not rows:
         return ""
     buffer = io.StringIO()
@@ -394,7 +415,7 @@ def to_csv(summaries: list[CaseSummary]) -> str:
 
 
 def to_json(summaries: list[CaseSummary]) -> str:
-    return json.dumps([s.row().model_dump() for s in summaries], indent=2, sort_keys=True) + "\n"
+    return json.dumps([report_row(s) for s in summaries], indent=2, sort_keys=True) + "\n"
 
 
 @dataclass

@@ -127,8 +127,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         "file to `dlperf report`, `factor` or `compare` beside sessions and versions."
     )
     paths = write_report(summaries, out, args.title or f"published figures: {path.name}", preamble)
-    print(json.dumps([s.row().model_dump() for s in summaries], indent=2) if args.json else
-          paths["markdown"].read_text())
+    if args.json:
+        print(paths["json"].read_text(), end="")
+    else:
+        print(paths["markdown"].read_text())
     print(f"written: {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
     return 0
 
