@@ -123,6 +123,9 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
         )
     if any(s.reported_by_source for s in summaries):
         notes.append("(r): throughput as reported by the source's own log (no step timestamps).")
+    for s in summaries:
+        if s.imported:
+            notes.append(f"(i) {s.case.id}: {s.imported} (dlperf import-logs).")
     if any(s.stats.unstable for s in summaries):
         notes.append(
             f"{UNSTABLE_MARK}: unstable, coefficient of variation over repeats > {UNSTABLE_CV:.0%}."
@@ -145,6 +148,8 @@ def throughput_cell(summary: CaseSummary) -> str:
         return text  # the series says who published it; a published figure has no spread
     if summary.reported_by_source:
         text += " (r)"
+    if summary.imported:
+        text += " (i)"
     if summary.stats.unstable:
         text += f" {UNSTABLE_MARK}"
     return text

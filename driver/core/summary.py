@@ -82,6 +82,8 @@ class CaseSummary:
     # The speedup the publisher printed, used where no 1n1g figure of the same hardware exists.
     published_speedup: float | None = None
     machine: str = ""  # the host (rank 0's header) or, for a published figure, its system
+    # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
+    imported: str = ""
 
     @property
     def case_id(self) -> str:
@@ -171,6 +173,7 @@ def summarize(
                 devices=list(header.get("devices", [])),
                 amp_effective=header.get("options", {}).get("amp_effective"),
                 machine=str(header.get("hostname", "")),
+                imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
             )
         )
     _fill_speedups(summaries)

@@ -203,6 +203,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             framework = FRAMEWORKS.get(name)
             if framework.cpu_requirements.exists():
                 ensure_env(framework)
+        from driver.sources.pypi import ensure_case_envs
+
+        ensure_case_envs(cases)  # upstream code released on PyPI runs from .venvs/<source>
     session_name = args.session or f"{time.strftime('%Y%m%d-%H%M%S')}-{profile}"
     session = Session.open(
         Path(args.results) / session_name,
@@ -385,7 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="registered plug-ins")
     listing.set_defaults(func=cmd_list)
 
-    for module in ("driver.frontend.cluster_cli", "driver.frontend.report_cli"):
+    for module in (
+        "driver.frontend.cluster_cli", "driver.frontend.report_cli", "driver.frontend.import_cli"
+    ):
         try:
             importlib.import_module(module).add_subcommands(sub)
         except ModuleNotFoundError as error:

@@ -18,6 +18,11 @@ Logging modes (who writes step lines, and what one line's samples are):
   devices', times the nodes.
 * ``per-process``: every process logs with a launcher prefix naming its rank (torchrun ``--tee``,
   ``mpirun --tag-output``); samples are one device's.
+
+Logs the kit did not launch (``dlperf import-logs``) get the same header from the facts the user
+gives, stored with them; its optional ``"worker0_only": true`` says only node 0's log was kept
+(DLPerf's practice for multi-node runs): the other nodes' logs are not required and node 0's
+logging ranks stand for the whole job (samples scaled by world size / ranks logged).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class RunHeader:
     step_offset: int  # a logged step index + step_offset = steps finished at that line
     warmup_steps: int
     measured_steps: int
+    worker0_only: bool = False  # imported logs: only node 0's was kept (optional header field)
 
     @property
     def world_size(self) -> int:
@@ -75,11 +81,14 @@ class RunHeader:
         """Everything every node of one run agrees on (all but the node rank)."""
         return (
             self.source, self.model, self.nodes, self.procs_per_node, self.batch, self.logging,
-            self.step_offset, self.warmup_steps, self.measured_steps,
+            self.step_offset, self.warmup_steps, self.measured_steps, self.worker0_only,
         )  # fmt: skip
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in _HEADER_FIELDS}
+        data = {name: getattr(self, name) for name in _HEADER_FIELDS}
+        if self.worker0_only:
+            data["worker0_only"] = True
+        return data
 
 
 def header_line(header: RunHeader) -> str:
@@ -112,7 +121,14 @@ def _decode_header(text: str, source: str, number: int) -> RunHeader:
                 line=number,
             )
         values[name] = value
-    header = RunHeader(**values)
+    worker0_only = data.get("worker0_only", False)
+    if not isinstance(worker0_only, bool):
+        raise LogParseError(
+            f"run header field 'worker0_only' must be true or false, got {worker0_only!r}",
+            source=source,
+            line=number,
+        )
+    header = RunHeader(**values, worker0_only=worker0_only)
     if header.logging not in LOGGING_MODES:
         raise LogParseError(
             f"run header logging {header.logging!r} is not one of {', '.join(LOGGING_MODES)}",
@@ -166,6 +182,13 @@ def node_logs(texts: Mapping[str, str], parser: str) -> list[NodeLog]:
                 f"{by_rank[log.header.node_rank].name} and {log.name}"
             )
         by_rank[log.header.node_rank] = log
+    if first.worker0_only:
+        if set(by_rank) != {0}:
+            raise LogParseError(
+                f"worker0_only: exactly node 0's log is expected, got the logs of node(s) "
+                f"{sorted(by_rank)}"
+            )
+        return [by_rank[0]]
     missing = sorted(set(range(first.nodes)) - set(by_rank))
     if missing:
         raise LogParseError(
@@ -242,9 +265,10 @@ def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
 def expected_ranks(header: RunHeader) -> list[int]:
     if header.logging == "rank0":
         return [0]
+    nodes = 1 if header.worker0_only else header.nodes
     if header.logging == "per-node":
-        return list(range(header.nodes))
-    return list(range(header.world_size))
+        return list(range(nodes))
+    return list(range(nodes * header.procs_per_node))
 
 
 def rank_batch(header: RunHeader) -> tuple[int, int]:
@@ -255,6 +279,8 @@ def rank_batch(header: RunHeader) -> tuple[int, int]:
     """
     if header.logging == "rank0":
         return header.batch, header.world_size
+    if header.worker0_only:  # node 0's logging ranks stand for every node's
+        return header.batch, header.world_size // len(expected_ranks(header))
     if header.logging == "per-node":
         return header.batch, header.procs_per_node
     return header.batch, 1
@@ -315,8 +341,15 @@ def steplog(header: RunHeader, timelines: Mapping[int, Timeline], fmt: str) -> P
         ranks=ranks,
         world_size=header.world_size,
         samples_scale=scale,
-        meta={"format": fmt, "source": header.source, "logging": header.logging},
+        meta=_meta(header, fmt),
     )
+
+
+def _meta(header: RunHeader, fmt: str) -> dict:
+    meta = {"format": fmt, "source": header.source, "logging": header.logging}
+    if header.worker0_only:
+        meta["worker0_only"] = True
+    return meta
 
 
 @dataclass(frozen=True)
@@ -376,7 +409,7 @@ def reported(header: RunHeader, intervals: list[RateInterval], fmt: str) -> Pars
             f"time-weighted mean of {len(inside)} rate line(s) over steps {first}..{last}, "
             f"as printed by the source ({fmt})"
         ),
-        meta={"format": fmt, "source": header.source, "logging": header.logging},
+        meta=_meta(header, fmt),
     )
 
 

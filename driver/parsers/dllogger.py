@@ -10,6 +10,13 @@ row (one record per verbosity level) keeps its first timestamp. The run header's
 0-based ones). Global rank 0 writes the records; the node command prints the JSON file after
 the run, so a record from another rank or node is a mixed log.
 
+DLLogger's StdOutBackend prints the same records as plain text, the time first::
+
+    DLL 2020-09-15 14:29:15.387051 - Epoch: 0 Iteration: 4  train.loss : 6.80420  ...
+
+A log with no JSON records is read from those lines (training ones: ``[Epoch: E] [Training]
+Iteration: I`` followed by no validation iteration), with the same step and epoch rules.
+
 DeepLearningExamples scripts that predate DLLogger (TensorFlow 1 BERT) print a rate only::
 
     Step =     20 Throughput =      1234.5 MLM Loss = ... (or "Rank =  0 :: Step = ...")
@@ -22,7 +29,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from driver.parsers._upstream import (
@@ -40,6 +48,10 @@ from driver.parsers.base import LogParseError, ParsedLog
 from driver.registry import PARSERS
 
 MARK = "DLLL "
+PLAIN = re.compile(
+    r"^DLL (?P<stamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) - "
+    r"(?:Epoch: (?P<epoch>\d+)\s+)?(?:Training )?Iteration: (?P<index>\d+)\b(?P<rest>.*)$"
+)
 RATE = re.compile(
     r"(?:Rank\s*=\s*(?P<rank>\d+)\s*::\s*)?Step\s*=\s*(?P<step>\d+)\s+"
     r"Throughput\s*=\s*(?P<rate>\d+(?:\.\d+)?)"
@@ -59,6 +71,76 @@ def train_step(step: Any) -> int | None:
     return None
 
 
+def _json_records(log: NodeLog) -> Iterator[tuple[int, int | None, int, int | None, float]]:
+    """(line, rank, iteration, epoch, timestamp) of each DLLogger JSON training record."""
+    for number, raw in log.lines:
+        rank, text = line_rank(log, raw)
+        at = text.find(MARK)
+        if at < 0:
+            continue
+        try:
+            record = json.loads(text[at + len(MARK) :])
+        except json.JSONDecodeError as error:
+            raise LogParseError(
+                f"broken DLLogger record ({error.msg})", source=log.name, line=number
+            ) from None
+        if not isinstance(record, dict) or record.get("type") != "LOG":
+            continue
+        index = train_step(record.get("step"))
+        if index is None:
+            continue
+        try:
+            stamp = float(record["timestamp"])
+        except (KeyError, TypeError, ValueError):
+            raise LogParseError(
+                "a training record without a numeric timestamp", source=log.name, line=number
+            ) from None
+        epoch = record["step"][0] if isinstance(record["step"], list) else None
+        yield number, rank, index, epoch, stamp
+
+
+def _plain_records(log: NodeLog) -> Iterator[tuple[int, int | None, int, int | None, float]]:
+    """The same from StdOutBackend lines (``DLL <date> <time> - Epoch: E Iteration: I ...``)."""
+    for number, raw in log.lines:
+        rank, text = line_rank(log, raw)
+        match = PLAIN.match(text.strip())
+        if not match or "Iteration:" in match["rest"]:  # a validation iteration inside
+            continue
+        # The log's wall clock (local time, no zone): only differences of it are used.
+        stamp = datetime.fromisoformat(match["stamp"]).replace(tzinfo=timezone.utc).timestamp()
+        epoch = int(match["epoch"]) if match["epoch"] is not None else None
+        yield number, rank, int(match["index"]), epoch, stamp
+
+
+Records = Callable[[NodeLog], Iterator[tuple[int, int | None, int, int | None, float]]]
+
+
+def _timelines(logs: list[NodeLog], records: Records) -> dict[int, Timeline]:
+    header = logs[0].header
+    timelines: dict[int, Timeline] = {}
+    epochs: set[int] = set()
+    for log in logs:
+        for number, rank, index, epoch, stamp in records(log):
+            if epoch is not None:
+                epochs.add(epoch)
+                if len(epochs) > 1:
+                    raise LogParseError(
+                        f"training records of epochs {sorted(epochs)}: iterations restart "
+                        "each epoch, run one epoch",
+                        source=log.name,
+                        line=number,
+                    )
+            key = logging_rank(log, rank, number)
+            if key is None:
+                continue
+            finished = index + header.step_offset
+            timeline = timelines.setdefault(key, Timeline(key))
+            if timeline.points and timeline.points[-1][0] == finished:
+                continue  # the same step's record at another verbosity level
+            timeline.add(finished, stamp, log.name, number)
+    return timelines
+
+
 @PARSERS.register("dllogger")
 class DLLoggerParser:
     name = "dllogger"
@@ -66,57 +148,15 @@ class DLLoggerParser:
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
         header = logs[0].header
-        timelines: dict[int, Timeline] = {}
-        epochs: set[int] = set()
-        for log in logs:
-            for number, raw in log.lines:
-                rank, text = line_rank(log, raw)
-                at = text.find(MARK)
-                if at < 0:
-                    continue
-                try:
-                    record = json.loads(text[at + len(MARK) :])
-                except json.JSONDecodeError as error:
-                    raise LogParseError(
-                        f"broken DLLogger record ({error.msg})", source=log.name, line=number
-                    ) from None
-                if not isinstance(record, dict) or record.get("type") != "LOG":
-                    continue
-                index = train_step(record.get("step"))
-                if index is None:
-                    continue
-                if isinstance(record["step"], list):
-                    epochs.add(record["step"][0])
-                    if len(epochs) > 1:
-                        raise LogParseError(
-                            f"training records of epochs {sorted(epochs)}: iterations restart "
-                            "each epoch, run one epoch",
-                            source=log.name,
-                            line=number,
-                        )
-                key = logging_rank(log, rank, number)
-                if key is None:
-                    continue
-                try:
-                    stamp = float(record["timestamp"])
-                except (KeyError, TypeError, ValueError):
-                    raise LogParseError(
-                        "a training record without a numeric timestamp",
-                        source=log.name,
-                        line=number,
-                    ) from None
-                finished = index + header.step_offset
-                timeline = timelines.setdefault(key, Timeline(key))
-                if timeline.points and timeline.points[-1][0] == finished:
-                    continue  # the same step's record at another verbosity level
-                timeline.add(finished, stamp, log.name, number)
+        # JSON records first: a run with both backends prints the same records twice.
+        timelines = _timelines(logs, _json_records) or _timelines(logs, _plain_records)
         if timelines:
             return steplog(header, timelines, self.name)
         intervals = _rate_intervals(logs)
         if not intervals:
             raise LogParseError(
-                "no DLLogger step records (DLLL ... type LOG) and no 'Step = N Throughput = X' "
-                "lines",
+                "no DLLogger step records (DLLL ... type LOG, or 'DLL <time> - Epoch: E "
+                "Iteration: I' lines) and no 'Step = N Throughput = X' lines",
                 source=logs[0].name,
             )
         return reported(header, intervals, self.name)

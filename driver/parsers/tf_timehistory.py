@@ -10,14 +10,31 @@ the intervals of one worker are contiguous, so their running sum is that worker'
 logged step boundary (the first interval starts at 0 s). Every node runs one worker of the
 multi-worker strategy and logs its own lines (logging mode per-node); a gap between intervals,
 a step going back or a worker without lines is an error.
+
+Newer releases' BERT pre-training (``official/legacy/bert``, tf-models-official 2.x) installs no
+TimeHistory callback; its custom training loop logs after every ``--steps_per_loop`` steps, once
+the loss is fetched from the device::
+
+    I1123 13:01:02.503556 1400596 model_training_utils.py:518] Train Step: 20/30  / loss = 7.6
+
+A log without TimeHistory lines is read from those: ``Train Step: N`` is steps finished, and the
+absl prefix's time (month, day, microseconds; no year) is that worker's clock at step N.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 
-from driver.parsers._upstream import Timeline, line_rank, logging_rank, node_logs, steplog
+from driver.parsers._upstream import (
+    NodeLog,
+    Timeline,
+    line_rank,
+    logging_rank,
+    node_logs,
+    steplog,
+)
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.registry import PARSERS
 
@@ -25,6 +42,40 @@ LINE = re.compile(
     r"TimeHistory: (?P<secs>\d+(?:\.\d+)?) seconds, (?P<rate>\d+(?:\.\d+)?) "
     r"examples/second between steps (?P<start>\d+) and (?P<end>\d+)"
 )
+
+TRAIN_STEP = re.compile(
+    r"^[IWEF](?P<month>\d{2})(?P<day>\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}\.\d{6})\s+\d+\s+\S+\] "
+    r"Train Step: (?P<step>\d+)/\d+"
+)
+YEAR_S = 366 * 86400.0
+
+
+def absl_seconds(match: re.Match[str], previous: float | None) -> float:
+    """Seconds since a leap year's start of an absl line's time; a new year continues the clock."""
+    text = f"2000-{match['month']}-{match['day']} {match['clock']}"
+    stamp = datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f")
+    seconds = (stamp - datetime(2000, 1, 1)).total_seconds()
+    while previous is not None and seconds < previous - YEAR_S / 2:
+        seconds += YEAR_S  # the log crossed New Year (absl prints no year)
+    return seconds
+
+
+def _train_step_timelines(logs: list[NodeLog]) -> dict[int, Timeline]:
+    timelines: dict[int, Timeline] = {}
+    for log in logs:
+        for number, raw in log.lines:
+            rank, text = line_rank(log, raw)
+            match = TRAIN_STEP.match(text.strip())
+            if not match:
+                continue
+            key = logging_rank(log, rank, number)
+            if key is None:
+                continue
+            timeline = timelines.setdefault(key, Timeline(key))
+            previous = timeline.points[-1][1] if timeline.points else None
+            finished = int(match["step"]) + log.header.step_offset
+            timeline.add(finished, absl_seconds(match, previous), log.name, number)
+    return timelines
 
 
 @PARSERS.register("tf-timehistory")
@@ -61,4 +112,12 @@ class TimeHistoryParser:
                     )
                 clocks[key] += float(match["secs"])
                 timeline.add(end, clocks[key], log.name, number)
+        if not timelines:
+            timelines = _train_step_timelines(logs)
+        if not timelines:
+            raise LogParseError(
+                "no 'TimeHistory: ... between steps A and B' lines and no absl 'Train Step: N/M' "
+                "lines",
+                source=logs[0].name,
+            )
         return steplog(header, timelines, self.name)

@@ -144,6 +144,7 @@ class SourceFile(StrictModel):
     ssh_port: number(1, 65535, "a TCP port 1-65535") = 2222
     notes: str = ""
     models: Annotated[dict[Name, LaunchSpec], Field(min_length=1)]
+    pypi: Any = None  # the CPU run from PyPI: checked by driver/sources/pypi.py
 
 
 @dataclass(frozen=True)

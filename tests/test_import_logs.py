@@ -1,0 +1,280 @@
+"""``dlperf import-logs``: logs the kit did not launch, re-measured from facts given by the user.
+
+The real log is the one tf-models-official 2.20.0 printed when the kit ran its ResNet-50 on CPU
+(``fixtures/upstream/real``), with the kit's run-header line removed: exactly the release's own
+output. Its 'Run stats' line holds the release's unrounded step timestamps, the figure it implies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from driver.core.results import Session
+from driver.core.runner import evaluate
+from driver.core.summary import summarize
+from driver.frontend.cli import main
+from driver.frontend.import_cli import IMPORTED, WORKER0, ImportLogsError, load_facts
+from driver.release.compare import compare_sides, load_side
+from driver.release.factor import factor_report
+
+REAL = Path(__file__).parent / "fixtures" / "upstream" / "real" / "tensorflow-models-pypi"
+GLUON = Path(__file__).parent / "fixtures" / "upstream" / "real" / "gluon-nlp" / "bert.log"
+STAMP = re.compile(r"batch_index: (\d+), timestamp: (\d+\.\d+)")
+
+
+def upstream_output(tmp_path: Path) -> Path:
+    """The release's own log: the fixture without the kit's header line."""
+    lines = (REAL / "resnet50.log").read_text().splitlines(keepends=True)
+    assert lines[0].startswith("DLPERF-UPSTREAM ")
+    path = tmp_path / "published" / "resnet50.log"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("".join(lines[1:]))
+    assert "DLPERF" not in path.read_text()
+    return path
+
+
+def records(session: Path) -> list:
+    return [record for _case, record, _folder in Session(session).records()]
+
+
+def test_real_log_without_header_matches_the_figure_the_source_implies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = upstream_output(tmp_path)
+    session = tmp_path / "imported"
+    argv = ["import-logs", "--source", "tensorflow-models-pypi", "--logs", str(log),
+            "--model", "resnet50", "--batch", "2", "--warmup-steps", "10",
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    assert IMPORTED in capsys.readouterr().out
+    (record,) = records(session)
+    stamps = {int(step): float(t) for step, t in STAMP.findall(log.read_text())}
+    implied = 20 * 2 / (stamps[30] - stamps[10])  # the release's own unrounded timestamps
+    assert record.throughput == pytest.approx(implied, rel=1e-3)
+    assert record.runtime == "imported" and record.extra["imported"] == IMPORTED
+    stored = Session(session).repeat_dir(next(Session(session).cases()), 1) / "node0.log"
+    original = log.read_bytes()
+    assert stored.read_bytes().endswith(original)  # the original bytes, after the header
+    assert record.extra["imported_from"][0]["sha256"] == hashlib.sha256(original).hexdigest()
+    case_json = json.loads(next(session.rglob("case.json")).read_text())
+    assert case_json["variant"] == "imported" and case_json["source"] == "tensorflow-models-pypi"
+
+    # report, compare and factor read it like any session; the report marks it.
+    assert main(["report", str(session)]) == 0
+    report = capsys.readouterr().out
+    assert "(i)" in report and f"{IMPORTED} (dlperf import-logs)" in report
+    side = load_side(str(session), tmp_path, tmp_path)
+    rows, _text = compare_sides(side, side)
+    assert [row["case_id"] for row in rows] == [record.case_id]
+
+    # The same log as the kit ran it (header and all) beside it: factor variant default/imported.
+    kit = tmp_path / "kit"
+    kit_case = next(Session(session).cases())
+    kit_case = type(kit_case).from_dict({**kit_case.to_dict(), "variant": "default"})
+    kit_session = Session.open(kit)
+    kit_session.save_case(kit_case)
+    folder = kit_session.fresh_repeat_dir(kit_case, 1)
+    (folder / "node0.log").write_text((REAL / "resnet50.log").read_text())
+    measurement, header = evaluate(kit_case, "tf-timehistory", folder, 2)
+    kit_record = record.model_copy(
+        update={"case_id": kit_case.id, "extra": {}, "measurement": measurement,
+                "header": header, "runtime": "local"}
+    )  # fmt: skip
+    kit_session.write_record(folder, kit_record)
+    data, _text = factor_report(
+        [load_side(str(kit), tmp_path, tmp_path), side], "variant", "default", "imported"
+    )
+    assert len(data["pairs"]) == 1 and data["pairs"][0]["ratio"] == pytest.approx(1.0, rel=1e-9)
+
+
+def test_real_gluon_nlp_log_without_header(tmp_path: Path) -> None:
+    # gluon-nlp's pinned script printed "[step N] ... time=T, latency=L ms/batch" at N = 9, 19,
+    # 29 (steps finished; (N + 1) % 10 == 0): the window is 9 warm-up + 20 measured steps.
+    text = GLUON.read_text()
+    assert "DLPERF" not in text
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
+            "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    latency = {int(n): float(ms) / 1000 for n, ms in re.findall(
+        r"\[step (\d+)\].*latency=(\d+\.\d+) ms/batch", text)}  # fmt: skip
+    implied = 20 * 4 / (10 * latency[19] + 10 * latency[29])  # the source's own per-batch times
+    assert record.throughput == pytest.approx(implied, rel=1e-3)
+    assert record.measurement.samples == 80
+    # A window whose boundaries the log never prints is refused, not guessed.
+    argv[argv.index("9")] = "10"
+    assert main([*argv[:-1], "t"]) == 2
+    assert not (session.parent / "t").exists()
+
+
+def _dllogger_plain(path: Path, step_s: float, iterations: int, every: int = 1) -> Path:
+    """DLLogger StdOutBackend lines as DeepLearningExamples ConvNets print them (rank 0)."""
+    lines = ["DLL 2020-09-15 14:29:10.000000 - PARAMETER arch : resnet50  batch_size : 256"]
+    for i in range(every, iterations + 1, every):
+        seconds = 10 + i * step_s
+        stamp = f"2020-09-15 14:{29 + int(seconds // 60):02d}:{seconds % 60:09.6f}"
+        lines.append(
+            f"DLL {stamp} - Epoch: 0 Iteration: {i}  train.loss : 6.80420  "
+            f"train.total_ips : 11124.52 img/s"
+        )
+        if i % 20 == 0:  # a validation line in between is not a training step
+            lines.append(f"DLL {stamp} - Epoch: 0 Iteration: {i} Validation Iteration: 1  v : 1")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_worker0_only_dllogger_plain_text(tmp_path: Path) -> None:
+    # 2 nodes x 8 GPUs, batch 256, only worker 0's log kept; one step every 0.25 s.
+    log = _dllogger_plain(tmp_path / "worker0.log", 0.25, 60)
+    facts = tmp_path / "facts.yaml"
+    facts.write_text(
+        "model: resnet50\ntopology: 2n16g\nbatch: 256\nprecision: amp\nwarmup_steps: 20\n"
+        "measured_steps: 40\nworker0_only: true\nnote: NGC 20.06 published log\n"
+    )
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(log), "--facts", str(facts),
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    assert record.throughput == pytest.approx(40 * 256 * 16 / (40 * 0.25), rel=1e-9)
+    assert record.extra["imported"] == f"{IMPORTED}, every figure {WORKER0}"
+    assert record.extra["facts"]["note"] == "NGC 20.06 published log"
+    (summary,) = summarize((c, r) for c, r, _ in Session(session).records())
+    assert WORKER0 in summary.imported and summary.case.topology.label == "2n16g"
+
+
+def test_worker0_only_per_node_logging_scales_by_the_nodes(tmp_path: Path) -> None:
+    # tensorflow/models logs one timeline per node: worker 0's stands for the 2 nodes.
+    log = upstream_output(tmp_path)
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "tensorflow-models-pypi", "--logs", str(log),
+            "--model", "resnet50", "--topology", "2n2g", "--batch", "2", "--warmup-steps", "10",
+            "--measured-steps", "20", "--worker0-only",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    seconds = [float(s) for s in re.findall(r"TimeHistory: (\d+\.\d+) seconds", log.read_text())]
+    assert record.measurement.samples == 2 * 20 * 2
+    assert record.throughput == pytest.approx(80 / (seconds[1] + seconds[2]), rel=1e-12)
+
+
+def test_logs_every_100_steps_import(tmp_path: Path) -> None:
+    # A published log printing every 100 steps: the window is given in hundreds.
+    log = _dllogger_plain(tmp_path / "every100.log", 0.2, 1200, every=100)
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(log), "--model", "resnet50",
+            "--batch", "128", "--warmup-steps", "200", "--measured-steps", "1000",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    assert record.throughput == pytest.approx(1000 * 128 / (1000 * 0.2), rel=1e-9)
+    # The interval-stability check has its slices at the logged steps: a steady run, CV 0.
+    assert record.measurement.interval_cv == pytest.approx(0.0, abs=1e-9)
+
+
+def test_several_runs_become_repeats(tmp_path: Path) -> None:
+    a = _dllogger_plain(tmp_path / "a.log", 0.25, 30)
+    b = _dllogger_plain(tmp_path / "b.log", 0.20, 30)
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(a), "--logs", str(b),
+            "--model", "resnet50", "--batch", "64", "--warmup-steps", "10",
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    got = sorted((r.repeat, round(r.throughput, 6)) for r in records(session))
+    assert got == [(1, 256.0), (2, 320.0)]
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ([], "the command line: batch: missing; this key is required (set it in the facts file or "
+             "with --batch)"),
+        (["--batch", "2", "--topology", "3n4g"], "total devices must be a positive multiple"),
+        (["--batch", "2", "--worker0-only"], "--worker0-only is for multi-node runs"),
+        (["--batch", "2", "--topology", "2n2g"], "2n2g needs 2 log(s)"),
+        (["--batch", "2", "--measured-steps", "30"], "cannot measure it with these facts"),
+    ],
+)
+def test_bad_facts_exit_2_naming_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
+) -> None:
+    log = upstream_output(tmp_path)
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "tensorflow-models-pypi", "--logs", str(log),
+            "--model", "resnet50", "--warmup-steps", "10", "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name, *extra]  # fmt: skip
+    assert main(argv) == 2
+    assert fragment in capsys.readouterr().err
+    assert not session.exists()  # nothing half-imported
+
+
+def test_facts_file_errors_name_file_and_field(tmp_path: Path) -> None:
+    facts = tmp_path / "facts.yaml"
+    facts.write_text("model: resnet50\nbatch: 2\nwarmup_steps: 10\nmeasured_steps: 20\ngpus: 8\n")
+    with pytest.raises(ImportLogsError, match=r"facts.yaml: gpus: unknown key; allowed keys: b"):
+        load_facts(facts, {})
+    facts.write_text("- a list\n")
+    with pytest.raises(ImportLogsError, match="must be a mapping"):
+        load_facts(facts, {})
+
+
+def test_a_kit_log_is_not_imported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["import-logs", "--source", "tensorflow-models-pypi",
+            "--logs", str(REAL / "resnet50.log"), "--model", "resnet50", "--batch", "2",
+            "--warmup-steps", "10", "--measured-steps", "20",
+            "--results", str(tmp_path), "--session", "s"]  # fmt: skip
+    assert main(argv) == 2
+    assert "already has a DLPERF-UPSTREAM run header" in capsys.readouterr().err
+
+
+def test_a_release_of_imported_logs_audits_from_them(tmp_path: Path) -> None:
+    from driver.release.audit import audit
+    from driver.release.release import release
+
+    session = tmp_path / "imported"
+    argv = ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
+            "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
+            "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    version = release(
+        "v0.0-imported", [session], reports_root=tmp_path / "reports", printer=lambda _l: None,
+        compute_flops=False,
+    )  # fmt: skip
+    readme = (version / "README.md").read_text()
+    assert "(i)" in readme and IMPORTED in readme
+    report = audit(version, recompute_flops=False)
+    assert report.ok, report.text()
+
+
+def test_worker0_only_per_process_logging_scales_by_the_nodes(tmp_path: Path) -> None:
+    # pytorch/examples under torchrun --tee: every process of node 0 logs with its prefix; with
+    # worker 0's log only, node 0's 2 processes stand for the 2 nodes' 4 (samples x 2).
+    lines = []
+    for index in range(9, 40, 10):  # "[i/N]" is 0-based: steps 10, 20, 30, 40 finished
+        for local in (0, 1):
+            avg = 0.5 + 0.1 * local  # running mean batch time: process 1 is the slower one
+            lines.append(f"[default{local}]:Epoch: [0][{index:4d}/5005]\tTime  {avg:.3f} "
+                         f"({avg:6.3f})\tData  0.001 ( 0.001)\tLoss 6.9 (6.9)")  # fmt: skip
+    log = tmp_path / "node0.log"
+    log.write_text("\n".join(lines) + "\n")
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "pytorch-examples", "--logs", str(log), "--model",
+            "resnet50", "--topology", "2n4g", "--batch", "32", "--warmup-steps", "10",
+            "--measured-steps", "20", "--worker0-only",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    assert record.measurement.ranks == 2 and record.measurement.world_size == 4
+    # 20 steps x 32 x 4 devices over the slowest process's 20 x 0.6 s.
+    assert record.throughput == pytest.approx(20 * 32 * 4 / (20 * 0.6), rel=1e-9)
