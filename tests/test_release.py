@@ -307,3 +307,37 @@ def test_a_case_on_two_device_models_is_refused(session: Path, tmp_path: Path) -
     (folder / "record.json").write_text(json.dumps(record))
     with pytest.raises(ReleaseError, match=r"on several.*\n  calibration/.*: X1, none$"):
         release("v0.1", [other], reports_root=tmp_path / "reports", printer=quiet)
+
+
+def test_published_figures_are_released_beside_and_audited_by_checksum(
+    session: Path, tmp_path: Path
+) -> None:
+    dlperf = Path(__file__).parent / "fixtures" / "published" / "dlperf-v1.0-resnet50.yaml"
+    assert main(
+        ["release", "v0.1", str(session), "--import", str(dlperf), "--no-flops",
+         "--reports", str(tmp_path / "reports")]
+    ) == 0  # fmt: skip
+    target = tmp_path / "reports" / "v0.1"
+    manifest = json.loads((target / "manifest.json").read_text())
+    entry = manifest["config_files"]["config/published/dlperf-v1.0-resnet50.yaml"]
+    assert entry["sha256"] == sha256_file(dlperf) and entry["source"] == str(dlperf)
+    readme = (target / "README.md").read_text()
+    assert "16 cases (13 of them published figures, `config/published/`), 9 repeats" in readme
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and "4n32g" in line]
+    assert len(rows) == 8 and all("published by DLPerf v1.0" in line for line in rows)
+    data = json.loads((target / "results.json").read_text())
+    published = [c for c in data["cases"] if c.get("published_by")]
+    assert len(published) == 13 and all(c["repeats"] == 1 for c in published)
+    assert all("published_by" not in c for c in data["cases"] if c["model"] == "calibration")
+    assert audit(target).ok
+    # an edited published figure fails the audit by the file's checksum
+    copy = tmp_path / "copy" / "v0.1"
+    shutil.copytree(target, copy)
+    edited = copy / "config" / "published" / "dlperf-v1.0-resnet50.yaml"
+    edited.chmod(0o644)
+    edited.write_text(edited.read_text().replace("12411.97", "13411.97"))
+    findings = audit(copy).findings
+    assert ("config/published/dlperf-v1.0-resnet50.yaml", "sha256") in {
+        (f.file, f.cell) for f in findings
+    }
+    assert any(f.file == "README.md" for f in findings)  # and the numbers it changes

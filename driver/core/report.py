@@ -397,8 +397,6 @@ def report_row(summary: CaseSummary) -> dict[str, Any]:
         "device_model": summary.device_model,
         "hardware": summary.hardware,
         "machine": summary.machine,
-        "published_by": summary.published_by,
-        "published_url": summary.published_url,
     }
 
 

@@ -49,6 +49,8 @@ class CaseRow(StrictModel):
     reported_by_source: bool
     versions: dict[str, Any]
     device_names: list[str]
+    published_by: str | None = None  # an imported published figure (written only then)
+    published_url: str | None = None
 
 
 def device_model(devices: Iterable[str]) -> str:
@@ -135,6 +137,8 @@ class CaseSummary:
             reported_by_source=self.reported_by_source,
             versions=self.versions,
             device_names=self.devices,
+            published_by=self.published_by,
+            published_url=self.published_url,
         )
 
 

@@ -29,6 +29,7 @@ def cmd_release(args: argparse.Namespace) -> int:
             title=args.title,
             accept_remeasured=args.accept_remeasured,
             compute_flops=not args.no_flops,
+            imports=[Path(p) for p in args.imports],
         )
     except ReleaseError as error:
         print(f"release refused: {error}", file=sys.stderr)
@@ -188,6 +189,14 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     )
     release.add_argument(
         "--no-flops", action="store_true", help="do not count model FLOPs (no MFU column)"
+    )
+    release.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="published figures (dlperf import file) beside the measured cases (repeatable)",
     )
     common(release)
     release.set_defaults(func=cmd_release)

@@ -47,6 +47,7 @@ from driver.release.manifest import (
     validate,
 )
 from driver.release.render import csv_text, json_text, readme_text, results_data
+from driver.schema import ConfigError
 
 VERSION_LEVEL = "(version)"
 PUBLISHED_TEXTS = ("README.md", "results.json", "results.csv")
@@ -230,7 +231,11 @@ def _run(
     from driver.release.release import load_config
 
     model_costs = manifest["model_costs"]
-    config = load_config(directory, model_costs)
+    try:
+        config = load_config(directory, model_costs)
+    except ConfigError as error:  # an import file of published figures that does not load
+        state.add(error.path, error.field_path, error.message, "a valid import file")
+        return
     computed = compute(dataset, config)
     state.case_titles = dict(computed.titles)
     for repeat in computed.repeats:  # a case that failed to summarise still maps its repeats

@@ -20,7 +20,7 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from driver.release.archive import (
 )
 from driver.release.compute import Computed, Config, compute
 from driver.release.dataset import load_dataset
+from driver.release.imported import figure_summaries, load_import
 from driver.release.manifest import (
     KIND,
     MANIFEST,
@@ -57,8 +58,10 @@ from driver.release.render import (
     readme_text,
     results_data,
 )
+from driver.schema import ConfigError
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
+PUBLISHED_DIR = "config/published"  # import files of published figures, as released
 DEFAULT_RESULTS = REPO_ROOT / "results"
 VERSION = re.compile(r"^v\d+\.\d+(\.\d+)?(-[A-Za-z0-9][A-Za-z0-9.-]*)?$")
 INDEX = "README.md"
@@ -158,8 +161,11 @@ def release(
     compute_flops: bool = True,
     repo_root: Path = REPO_ROOT,
     printer: Printer = print,
+    imports: Sequence[Path] = (),
 ) -> Path:
-    """Build, audit and publish ``reports_root/version``; returns its folder."""
+    """Build, audit and publish ``reports_root/version``; returns its folder. ``imports``:
+    files of published figures (``dlperf import``) shown beside the measured cases; each is
+    copied into ``config/published/`` and audited by its SHA-256."""
     from driver.release.audit import audit
 
     if not VERSION.match(version):
@@ -182,6 +188,14 @@ def release(
     names = [Path(s).name for s in sessions]
     if len(set(names)) != len(names):
         raise ReleaseError(f"two sessions share a name: {names}")
+    import_names = [Path(p).name for p in imports]
+    if len(set(import_names)) != len(import_names):
+        raise ReleaseError(f"two import files share a name: {import_names}")
+    for path in imports:
+        try:
+            load_import(path)
+        except ConfigError as error:
+            raise ReleaseError(f"import file refused: {error}") from None
     collected = [collect_session(Path(s)) for s in sessions]
     if not any(c.repeats for c in collected):
         raise ReleaseError("the sessions hold no finished repeat")
@@ -204,6 +218,7 @@ def release(
             compute_flops=compute_flops,
             repo_root=repo_root,
             printer=printer,
+            imports=[Path(p) for p in imports],
         )
         report = audit(work, expected_version=version, recompute_flops=False)
         if not report.ok:
@@ -241,6 +256,7 @@ def _build(
     compute_flops: bool,
     repo_root: Path,
     printer: Printer,
+    imports: Sequence[Path] = (),
 ) -> None:
     archives: dict[str, dict[str, Any]] = {}
     raw_files: dict[str, dict[str, Any]] = {}
@@ -281,6 +297,11 @@ def _build(
         except ValueError:
             shown = str(source)
         config_files[destination] = {"source": shown, "sha256": sha256_file(work / destination)}
+    for path in imports:  # published figures: read from the version's copy, like the audit
+        destination = f"{PUBLISHED_DIR}/{path.name}"
+        (work / destination).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, work / destination)
+        config_files[destination] = {"source": str(path), "sha256": sha256_file(work / destination)}
     model_costs = (
         compute_model_costs(((r.case.model, r.case.options) for r in dataset.repeats), printer)
         if compute_flops
@@ -291,8 +312,9 @@ def _build(
     mixed = _cases_on_several_devices(computed)
     if mixed:
         raise ReleaseError(
-            "a version holds each case on one device model; these ran on several (release "
-            "their sessions as separate versions, or compare them with `dlperf report`):\n"
+            "a version holds each case on one device model, measured or published; these are "
+            "on several or both (release them as separate versions, or compare them with "
+            "`dlperf report`):\n"
             + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
         )
     if computed.errors:
@@ -381,10 +403,15 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
 
 
 def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Config:
+    """The version's config copies; an import file that does not load raises ConfigError."""
+    published = []
+    for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
+        published += figure_summaries(path)
     return Config(
         peaks=load_peaks(version_dir / "config" / "reports" / "peaks.yaml"),
         references=load_references(version_dir / "config" / "reports" / "references.yaml"),
         model_costs=model_costs,
+        published=published,
     )
 
 
@@ -429,9 +456,11 @@ def write_index(reports_root: Path) -> Path:
 
 
 def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]:
-    models: dict[str, set[str]] = {}
+    """Case ids held more than once (the version's rows are keyed by case id)."""
+    models: dict[str, list[str]] = {}
     for s in computed.summaries:
-        models.setdefault(s.case_id, set()).add(s.device_model)
+        label = s.device_model + (f" (published by {s.published_by})" if s.published_by else "")
+        models.setdefault(s.case_id, []).append(label)
     return [(c, sorted(m)) for c, m in sorted(models.items()) if len(m) > 1]
 
 

@@ -48,8 +48,11 @@ class ReleaseCaseRow(CaseExtras, CaseRow):
     table: str
 
     def dump(self) -> dict[str, Any]:
-        # reference_source is written only where a reference matched (as it always was)
+        # reference_source is written only where a reference matched (as it always was), and
+        # the publisher fields only for a published figure (the first versions have none)
         unmatched = {"reference_source"} if self.reference_source is None else set()
+        if self.published_by is None:
+            unmatched |= {"published_by", "published_url"}
         return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
@@ -535,11 +538,13 @@ def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
     sessions = ", ".join(f"`{s['name']}`" for s in manifest["sessions"])
     dirty = " (dirty tree)" if kit.get("dirty") else ""
     repeats = sum(1 for r in computed.repeats if r.measurement is not None)
+    published = sum(1 for s in computed.summaries if s.published_by)
+    of_them = f" ({published} of them published figures, `config/published/`)" if published else ""
     head = (
         f"# {manifest['title']}\n\n"
         f"Version `{version}`, released {manifest['released_at']} by `dlperf release` from "
         f"{sessions}; kit `{str(kit.get('commit'))[:12]}`{dirty}. "
-        f"{len(computed.summaries)} cases, {repeats} repeats.\n\n"
+        f"{len(computed.summaries)} cases{of_them}, {repeats} repeats.\n\n"
         f"Every number here is recomputed from the raw logs in `raw/` by "
         f"`dlperf audit reports/{version}`. `manifest.json` holds the SHA-256 of every raw file "
         "and config file, the image digests and the provenance of every node; `results.json` "
