@@ -162,3 +162,18 @@ def test_report_takes_an_import_file_beside_sessions(tmp_path: Path) -> None:
     assert "median (4 series)" in table  # DLPerf's four 4n32g AMP series only
     with pytest.raises(SystemExit, match="neither a dlperf session folder"):
         main(["report", str(tmp_path / "nothing.txt")])
+
+
+def test_compare_keeps_each_device_model_a_case_of_its_own(tmp_path: Path) -> None:
+    from driver.release.compare import compare_sides
+
+    side = load_side(str(SHEET), tmp_path, tmp_path)
+    assert side.kind == "published" and len(side.cases) == 8
+    amp = "resnet50/pytorch/1n8g/bs256/amp/synthetic/src-deeplearningexamples"
+    suffix = " (published by NVIDIA DeepLearningExamples)"
+    a100 = side.cases[f"{amp} on NVIDIA A100-SXM4-80GB{suffix}"]
+    v100 = side.cases[f"{amp} on NVIDIA V100-SXM2-16GB{suffix}"]
+    assert (a100.throughputs, v100.throughputs) == ([16621.0], [8322.0])
+    rows, text = compare_sides(side, side)
+    assert len(rows) == 8 and {r["ratio"] for r in rows} == {1.0}
+    assert "published figures (one figure per case, no repeats)" in text
