@@ -16,6 +16,9 @@ from driver.core.case import Case
 from driver.core.measure import CaseStats, StrictModel, case_stats, speedup
 from driver.core.results import RepeatRecord
 
+# CaseRow fields a row has only for a published figure (the first versions' rows have none)
+PUBLISHED_FIELDS = ("published_by", "published_url")
+
 
 class CaseRow(StrictModel):
     """One case as a flat row, every field named: report.csv/json, and the release's case rows

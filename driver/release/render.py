@@ -22,7 +22,7 @@ from tabulate import tabulate
 from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.results import strict_json
-from driver.core.summary import CaseRow, CaseSummary
+from driver.core.summary import PUBLISHED_FIELDS, CaseRow, CaseSummary
 from driver.release.compute import CaseExtras, Computed, RepeatResult
 from driver.release.references import comparable
 from driver.telemetry.summary import TELEMETRY_FIELDS
@@ -52,7 +52,7 @@ class ReleaseCaseRow(CaseExtras, CaseRow):
         # the publisher fields only for a published figure (the first versions have none)
         unmatched = {"reference_source"} if self.reference_source is None else set()
         if self.published_by is None:
-            unmatched |= {"published_by", "published_url"}
+            unmatched |= set(PUBLISHED_FIELDS)
         return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
