@@ -330,6 +330,15 @@ def test_published_figures_are_released_beside_and_audited_by_checksum(
     assert len(published) == 13 and all(c["repeats"] == 1 for c in published)
     assert all("published_by" not in c for c in data["cases"] if c["model"] == "calibration")
     assert audit(target).ok
+    # factor reads the released figures back: DLPerf's two PyTorch sources at FP32
+    from driver.release.compare import load_side
+    from driver.release.factor import factor_report
+
+    side = load_side(str(target), tmp_path, tmp_path)
+    factor, _text = factor_report(
+        [side], "source", "pytorch-examples", "deeplearningexamples", where=["precision=fp32"]
+    )
+    assert [p["ratio"] for p in factor["pairs"]] == [10917.09 / 10021.29]
     # an edited published figure fails the audit by the file's checksum
     copy = tmp_path / "copy" / "v0.1"
     shutil.copytree(target, copy)

@@ -135,6 +135,8 @@ def _version_side(folder: Path) -> Side:
     cases = {}
     for case in data.cases:
         values = [t for _, t in sorted(repeats.get(case.case_id, []))]
+        if case.published_by:  # a published figure: its one rate, no repeat rows
+            values = list(case.repeat_throughputs)
         if values:
             cases[case.case_id] = CaseView(
                 case.case_id,
@@ -142,6 +144,7 @@ def _version_side(folder: Path) -> Side:
                 values,
                 speedup=case.speedup,
                 efficiency=case.efficiency,
+                published_by=case.published_by,
             )
     return Side(folder.name, "version", cases)
 
