@@ -13,7 +13,6 @@ take a session or a version.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import re
 from pathlib import Path
@@ -207,7 +206,3 @@ def imported_summaries(path: Path | str) -> list[CaseSummary]:
 
 def is_import_file(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in SUFFIXES
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
