@@ -270,7 +270,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     summaries = summarize(verified.records, published=published)
     first = Path(args.sessions[0])
     out = Path(args.out) if args.out else (
-        first / "report" if sessions and first == sessions[0] else Path(f"{first}-report")
+        first / "report" if sessions and first == sessions[0] else first.with_name(
+            f"{first.stem}-report"
+        )
     )
     paths = write_report(summaries, out, args.title or "dlperf report", refused=verified.refused)
     print(paths["markdown"].read_text())
