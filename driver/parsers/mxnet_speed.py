@@ -16,13 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import (
-    RateInterval,
-    node_logs,
-    positive_rate,
-    reported,
-    step_lines,
-)
+from driver.parsers._upstream import RateInterval, node_logs, positive_rate, reported, step_lines
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.registry import PARSERS
 

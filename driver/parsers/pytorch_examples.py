@@ -15,12 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import (
-    Timeline,
-    node_logs,
-    step_lines,
-    steplog,
-)
+from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
 from driver.parsers.base import ParsedLog
 from driver.registry import PARSERS
 

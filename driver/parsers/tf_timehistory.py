@@ -27,13 +27,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from driver.parsers._upstream import (
-    NodeLog,
-    Timeline,
-    node_logs,
-    step_lines,
-    steplog,
-)
+from driver.parsers._upstream import NodeLog, Timeline, node_logs, step_lines, steplog
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.registry import PARSERS
 
