@@ -7,7 +7,14 @@ Plug-ins register themselves by name with a decorator (``@LAUNCHERS.register("to
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:  # the interfaces, for the registries' types only (their modules import this)
+    from driver.frameworks.base import Framework
+    from driver.launchers.base import Launcher
+    from driver.parsers.base import LogParser
+    from driver.runtimes.base import Runtime
+    from driver.sources.base import Source
 
 T = TypeVar("T")
 
@@ -71,9 +78,11 @@ class Registry(Generic[T]):
         return iter(self.names())
 
 
-# A framework is also found by its folder and display names (``make resnet50-paddlepaddle``).
-FRAMEWORKS: Registry = Registry("framework", alias_fields=("folder", "display"))
-LAUNCHERS: Registry = Registry("launcher")
-RUNTIMES: Registry = Registry("runtime")
-PARSERS: Registry = Registry("log parser")
-SOURCES: Registry = Registry("source")
+# Each registry holds the plug-in interface its kind implements (the protocols in each
+# package's base module). A framework is also found by its folder and display names
+# (``make resnet50-paddlepaddle``).
+FRAMEWORKS: Registry[Framework] = Registry("framework", alias_fields=("folder", "display"))
+LAUNCHERS: Registry[type[Launcher]] = Registry("launcher")
+RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
+PARSERS: Registry[type[LogParser]] = Registry("log parser")
+SOURCES: Registry[type[Source]] = Registry("source")

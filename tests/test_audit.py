@@ -341,3 +341,15 @@ def test_every_committed_version_passes_with_the_kit_that_released_it() -> None:
         if not held and shallow == "true":
             pytest.skip(f"{name}: kit commit {commit[:12]} is beyond this shallow clone's depth")
         assert main(["audit", name, "--kit", "released"]) == 0, name
+
+
+def test_a_copy_under_another_folder_name_is_the_version_its_manifest_names(
+    version: Path, tmp_path: Path
+) -> None:
+    copy = shutil.copytree(version, tmp_path / "download" / "v")
+    report = audit(copy)
+    assert report.ok, report.text()
+    assert report.version == "v0.1-cpu"
+    assert any("folder name 'v' differs" in note for note in report.notes), report.notes
+    named = audit(copy, expected_version="v0.3")  # a caller that names a version still checks
+    assert [(f.file, f.cell) for f in named.findings] == [("manifest.json", "version")]

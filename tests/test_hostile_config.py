@@ -28,6 +28,7 @@ from driver.images.lock import load_lock
 from driver.release.manifest import validate as validate_manifest
 from driver.schema import ConfigError
 from driver.sources.upstream import load_spec
+from tests.config_samples import minimal_source
 from tests.hostile import (
     ACCEPTED,
     CLEAR,
@@ -414,19 +415,7 @@ def _has(data: Any, path: tuple) -> bool:
 # --------------------------------------------------------------------------------------------
 # source.yaml
 
-SOURCE: dict[str, Any] = {
-    "name": "demo",
-    "framework": "pytorch",
-    "title": "demo",
-    "repository": "https://example.invalid/demo",
-    "commit": "a" * 40,
-    "found": "a test",
-    "image": "src-demo",
-    "base_image": "demo:1",
-    "parser": "dllogger",
-    "workdir": "/workspace/src",
-    "models": {"resnet50": {"dir": "/workspace/src/x", "argv": ["run", "{batch}"]}},
-}
+SOURCE: dict[str, Any] = minimal_source()
 SOURCE_VALUES: dict[tuple, list[Any]] = {
     ("commit",): ["v2.3.0", "a" * 40 + "\n", "a" * 41, "A" * 40, 1],
     ("ssh_port",): [0, NAN, "22", 70000],

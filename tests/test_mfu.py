@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,17 @@ TINY_BERT = {
     "vocab_size": 100,
     "max_predictions": 2,
 }
+
+
+def bert_case(**fields: Any) -> Case:
+    """A synthetic-data PyTorch BERT case on 1n1g; each test gives the rest."""
+    return Case(
+        model="bert",
+        framework="pytorch",
+        topology=Topology.parse("1n1g"),
+        dataset="synthetic",
+        **fields,
+    )
 
 
 def quiet(_line: str) -> None:
@@ -141,16 +153,8 @@ def handmade_session(root: Path, case: Case, step_s: float, devices: list[str]) 
 
 @needs_torch
 def test_mfu_cells_are_computed_cached_and_audited_without_torch(tmp_path: Path) -> None:
-    case = Case(
-        model="bert",
-        framework="pytorch",
-        topology=Topology.parse("1n1g"),
-        batch_size=64,
-        precision="amp",
-        dataset="synthetic",
-        warmup_steps=2,
-        measured_steps=10,
-        total_steps=12,
+    case = bert_case(
+        batch_size=64, precision="amp", warmup_steps=2, measured_steps=10, total_steps=12,
         repeats=3,
     )
     session = handmade_session(tmp_path / "h100", case, step_s=0.0144, devices=[H100])
@@ -180,17 +184,8 @@ def test_mfu_cells_are_computed_cached_and_audited_without_torch(tmp_path: Path)
 
 
 def test_mfu_is_blank_without_a_peak_or_flops(tmp_path: Path) -> None:
-    case = Case(
-        model="bert",
-        framework="pytorch",
-        topology=Topology.parse("1n1g"),
-        batch_size=8,
-        precision="fp32",
-        dataset="synthetic",
-        warmup_steps=1,
-        measured_steps=4,
-        total_steps=5,
-        repeats=2,
+    case = bert_case(
+        batch_size=8, precision="fp32", warmup_steps=1, measured_steps=4, total_steps=5, repeats=2,
         options=TINY_BERT,
     )
     session = handmade_session(tmp_path / "cpu", case, step_s=0.5, devices=["AMD EPYC 9B14"])
@@ -206,13 +201,9 @@ def test_mfu_is_blank_without_a_peak_or_flops(tmp_path: Path) -> None:
 @needs_torch
 def test_a_real_pytorch_session_releases_and_audits(tmp_path: Path) -> None:
     """The PyTorch benchmark itself (tiny BERT on CPU) through run, release and audit."""
-    case = Case(
-        model="bert",
-        framework="pytorch",
-        topology=Topology.parse("1n1g"),
+    case = bert_case(
         batch_size=4,
         precision="fp32",
-        dataset="synthetic",
         warmup_steps=2,
         # Long enough for several telemetry samples (every 0.05 s) inside the measured window.
         measured_steps=60,

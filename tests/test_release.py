@@ -103,7 +103,8 @@ def test_results_hold_one_row_per_case_and_per_repeat(released: Path, session: P
     assert [r["row"] for r in rows] == ["case"] * 3 + ["repeat"] * 9
     assert {"case_id", "throughput_median", "throughput", "telemetry_rss_mib_max"} <= set(rows[0])
     readme = (released / "README.md").read_text()
-    assert "| node num   | device num   | Calibration samples/s" in readme
+    # README layout 2: one row per series and topology (layout 1 had a column group each)
+    assert "| series      | node num   | device num   | samples/s   |" in readme
     assert "Profile `selftest`" in readme  # the smoke-profile footnote
 
 
@@ -239,3 +240,113 @@ def test_the_kit_is_dirty_for_code_changes_not_for_its_reports(tmp_path: Path) -
     git("checkout", "driver.py")
     (tmp_path / "new_module.py").write_text("y = 1\n")
     assert kit_revision(tmp_path)["dirty"] is True
+
+
+def committed_sessions(version: Path, target: Path) -> list[Path]:
+    """The sessions a committed version was released from, unpacked from its raw archives."""
+    from driver.release.archive import read_archive
+
+    sessions = []
+    for archive in sorted((version / "raw").glob("*.tar.gz")):
+        for name, data in read_archive(archive).items():
+            path = target / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        sessions.append(target / archive.name.removesuffix(".tar.gz"))
+    return sessions
+
+
+def table_blocks(text: str) -> list[list[str]]:
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.startswith("|"):
+            blocks[-1].append(line)
+        elif blocks[-1]:
+            blocks.append([])
+    return [b for b in blocks if b]
+
+
+def test_a_version_from_the_committed_sessions_reads_at_a_glance(tmp_path: Path) -> None:
+    committed = Path(__file__).resolve().parents[1] / "reports" / "v0.2-cpu"
+    sessions = committed_sessions(committed, tmp_path / "results")
+    target = release(
+        "v0.3-cpu", sessions, reports_root=tmp_path / "reports", compute_flops=False,
+        printer=quiet,
+    )  # fmt: skip
+    readme = (target / "README.md").read_text()
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["readme_layout"] == 2
+    throughput = readme.split("## Summary")[1].split("## Beside published results")[0]
+    tables = table_blocks(throughput)
+    assert len(tables) == 3 + 6  # a summary per model, then a table per model/precision/batch
+    for table in tables:
+        assert max(len(line) for line in table) <= 120, "\n".join(table)
+    # the wide layout had 34 columns for ResNet-50 FP32; now one row per series and topology
+    rn50 = throughput.split("### ResNet-50 v1.5, FP32, bsz=8 per device")[1]
+    assert "| median (5 series)" in rn50 and "| geometric mean (4 series)" in rn50
+    # CPU rows are set beside no GPU reference; telemetry is one row per case
+    beside = readme.split("## Beside published results")[1].split("## Telemetry")[0]
+    assert "No comparable reference for the 28 case(s) on AMD EPYC" in beside
+    assert "|" not in beside
+    telemetry = table_blocks(readme.split("## Telemetry")[1].split("## Provenance")[0])
+    assert len(telemetry) == 1 and len(telemetry[0]) == 2 + manifest["counts"]["cases"]
+    assert audit(target, recompute_flops=False).ok
+
+
+def test_a_case_on_two_device_models_is_refused(session: Path, tmp_path: Path) -> None:
+    # one session resumed on another machine: one repeat of a case ran on other devices
+    other = tmp_path / "resumed"
+    shutil.copytree(session, other)
+    folder = sorted(other.glob("cases/**/repeat-02"))[0]
+    record = json.loads((folder / "record.json").read_text())
+    for name in record["logs"]:
+        log = folder / name
+        log.write_text(log.read_text().replace('"devices": ["none"]', '"devices": ["X1"]'))
+        record["log_sha256"][name] = sha256_file(log)
+    record["header"]["devices"] = ["X1"]
+    (folder / "record.json").write_text(json.dumps(record))
+    with pytest.raises(ReleaseError, match=r"on several.*\n  calibration/.*: X1, none$"):
+        release("v0.1", [other], reports_root=tmp_path / "reports", printer=quiet)
+
+
+def test_published_figures_are_released_beside_and_audited_by_checksum(
+    session: Path, tmp_path: Path
+) -> None:
+    dlperf = Path(__file__).parent / "fixtures" / "published" / "dlperf-v1.0-resnet50.yaml"
+    assert main(
+        ["release", "v0.1", str(session), "--import", str(dlperf), "--no-flops",
+         "--reports", str(tmp_path / "reports")]
+    ) == 0  # fmt: skip
+    target = tmp_path / "reports" / "v0.1"
+    manifest = json.loads((target / "manifest.json").read_text())
+    entry = manifest["config_files"]["config/published/dlperf-v1.0-resnet50.yaml"]
+    assert entry["sha256"] == sha256_file(dlperf) and entry["source"] == str(dlperf)
+    readme = (target / "README.md").read_text()
+    assert "16 cases (13 of them published figures, `config/published/`), 9 repeats" in readme
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and "4n32g" in line]
+    assert len(rows) == 8 and all("published by DLPerf v1.0" in line for line in rows)
+    data = json.loads((target / "results.json").read_text())
+    published = [c for c in data["cases"] if c.get("published_by")]
+    assert len(published) == 13 and all(c["repeats"] == 1 for c in published)
+    assert all("published_by" not in c for c in data["cases"] if c["model"] == "calibration")
+    assert audit(target).ok
+    # factor reads the released figures back: DLPerf's two PyTorch sources at FP32
+    from driver.release.compare import load_side
+    from driver.release.factor import factor_report
+
+    side = load_side(str(target), tmp_path, tmp_path)
+    factor, _text = factor_report(
+        [side], "source", "pytorch-examples", "deeplearningexamples", where=["precision=fp32"]
+    )
+    assert [p["ratio"] for p in factor["pairs"]] == [10917.09 / 10021.29]
+    # an edited published figure fails the audit by the file's checksum
+    copy = tmp_path / "copy" / "v0.1"
+    shutil.copytree(target, copy)
+    edited = copy / "config" / "published" / "dlperf-v1.0-resnet50.yaml"
+    edited.chmod(0o644)
+    edited.write_text(edited.read_text().replace("12411.97", "13411.97"))
+    findings = audit(copy).findings
+    assert ("config/published/dlperf-v1.0-resnet50.yaml", "sha256") in {
+        (f.file, f.cell) for f in findings
+    }
+    assert any(f.file == "README.md" for f in findings)  # and the numbers it changes

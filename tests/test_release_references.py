@@ -74,3 +74,12 @@ def test_the_nearest_reference_prefers_the_same_gpu_precision_and_size() -> None
     assert squad and nearest(ours(model="bert"), REFERENCES)["reference_id"] not in {
         r["id"] for r in squad
     }
+
+
+def test_like_with_like_sets_a_gpu_beside_a_gpu_only() -> None:
+    from driver.release.references import comparable
+
+    assert comparable(["NVIDIA H100 80GB HBM3"], "8x V100-SXM2-16GB")
+    assert not comparable(["AMD EPYC"], "8x V100-SXM2-16GB")
+    assert not comparable(["Intel(R) Xeon(R) CPU @ 2.20GHz"], "A100-SXM4-80GB")
+    assert not comparable([], "A100")

@@ -7,8 +7,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from driver.core.report import verified_records
 from driver.core.results import Session
+from driver.core.summary import baseline_of, summarize
 from driver.release.synth import cached_session
 
 
@@ -67,3 +70,86 @@ def test_a_failed_repeat_is_not_a_refusal(tmp_path: Path) -> None:
     (folder / "record.json").write_text(json.dumps(data))
     verified = verified_records([root])
     assert verified.refused == [] and len(verified.records) == 8
+
+
+def on_device(source: Path, target: Path, device: str) -> Path:
+    """A copy of a session whose every rank's header says it ran on ``device`` (logs rehashed,
+    records' headers rewritten), as a run on another machine would have written it."""
+    shutil.copytree(source, target)
+    for case, _record, folder in Session(target).records():
+        data = json.loads((folder / "record.json").read_text())
+        for name in data["logs"]:
+            log = folder / name
+            lines = []
+            for line in log.read_text().split("\n"):
+                if '"dlperf": "header"' in line:
+                    line = json.dumps({**json.loads(line), "devices": [device]}, sort_keys=True)
+                lines.append(line)
+            log.write_text("\n".join(lines))
+            data["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
+        data["header"]["devices"] = [device]
+        (folder / "record.json").write_text(json.dumps(data))
+        assert case.id == data["case_id"]
+    return target
+
+
+def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(
+    tmp_path: Path,
+) -> None:
+    from driver.core.measure import measure_logs
+    from driver.frontend.cli import main
+
+    slow = on_device(cached_session(), tmp_path / "v100", "Tesla V100-SXM2-16GB")
+    fast = on_device(cached_session(), tmp_path / "h100", "NVIDIA H100 80GB HBM3")
+    # the H100 session runs twice as fast: every timestamp of its logs halved
+    for case, record, folder in Session(fast).records():
+        data = json.loads((folder / "record.json").read_text())
+        texts = {}
+        for name in data["logs"]:
+            log = folder / name
+            lines = []
+            for line in log.read_text().split("\n"):
+                if '"t": ' in line:
+                    event = json.loads(line)
+                    line = json.dumps({**event, "t": event["t"] / 2}, sort_keys=True)
+                lines.append(line)
+            texts[name] = "\n".join(lines)
+            log.write_text(texts[name])
+            data["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
+        measurement, _parsed = measure_logs(case, record.parser, texts, record.batch_size)
+        data["measurement"] = measurement.model_dump()
+        (folder / "record.json").write_text(json.dumps(data))
+    verified = verified_records([slow, fast])
+    assert verified.refused == []
+    summaries = summarize(verified.records)
+    ids = {s.case_id for s in summaries}
+    # the same case ids on two device models: two summaries each, repeats never pooled
+    assert len(summaries) == 2 * len(ids) and all(s.stats.repeats == 3 for s in summaries)
+    for s in summaries:
+        base = baseline_of(s, summaries)
+        assert base is not None and base.device_model == s.device_model
+    out = tmp_path / "report"
+    assert main(["report", str(slow), str(fast), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    table = text.split("## Detail")[1]
+    assert "| device " in table
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "|--" not in line]
+    devices = [line.split("|")[1].strip() for line in rows[1:]]
+    assert devices == sorted(devices)  # one group per device, labelled on every row
+    assert set(devices) == {"NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB"}
+    for line in rows[1:]:
+        cells = [c.strip() for c in line.split("|")]
+        if cells[2].startswith(("median", "geometric")):
+            continue
+        topology = f"{cells[3]}n{cells[4]}g"
+        (s,) = [
+            x for x in summaries if x.device_model == cells[1] and x.case.topology.label == topology
+        ]
+        assert cells[5] == f"{s.stats.median:.2f}" + (" ~" if s.stats.unstable else "")
+    h100 = [s for s in summaries if s.device_model.startswith("NVIDIA H100")]
+    v100 = {s.case_id: s for s in summaries if s.device_model.startswith("Tesla")}
+    for s in h100:  # every median is its own device's: no 79.75 from 29.5 and 130
+        assert s.stats.median == pytest.approx(2 * v100[s.case_id].stats.median, rel=1e-6)
+    summary = text.split("## Summary")[1].split("## Detail")[0]
+    assert summary.count("| NVIDIA H100 80GB HBM3 ") == 1
+    assert summary.count("| Tesla V100-SXM2-16GB ") == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 from driver.core.case import Case, Topology
 from driver.core.measure import RepeatMeasurement
 from driver.core.results import RepeatRecord
-from driver.core.summary import CaseRow, baseline_of, summarize
+from driver.core.summary import PUBLISHED_FIELDS, CaseRow, baseline_of, summarize
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
@@ -42,7 +42,8 @@ def record(c: Case, repeat: int, throughput: float, verdict: str = "ok") -> Repe
 
 def test_the_case_row_is_the_csv_header_of_the_reports() -> None:
     header = next(csv.reader(io.StringIO((REPORTS / "v0.1-cpu" / "results.csv").read_text())))
-    fields = list(CaseRow.model_fields)
+    # the publisher's fields are written only for a published figure (none in v0.1-cpu)
+    fields = [f for f in CaseRow.model_fields if f not in PUBLISHED_FIELDS]
     assert header[1 : 1 + len(fields)] == fields  # after "row", in the declared order
 
 

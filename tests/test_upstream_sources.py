@@ -42,6 +42,7 @@ from driver.sources.upstream import (
     load_spec,
     wrapper_script,
 )
+from tests.config_samples import minimal_source
 
 load_all()
 
@@ -376,19 +377,7 @@ def test_rendered_command_log_parses(tmp_path: Path) -> None:
 
 
 def _write_spec(tmp_path: Path, **changes: object) -> Path:
-    data = {
-        "name": "demo",
-        "framework": "pytorch",
-        "title": "demo",
-        "repository": "https://example.invalid/demo",
-        "commit": "a" * 40,
-        "found": "a test",
-        "image": "src-demo",
-        "base_image": "demo:1",
-        "parser": "dllogger",
-        "workdir": "/workspace/src",
-        "models": {"resnet50": {"dir": "/workspace/src/aaaaaaaaaaaa", "argv": ["run", "{batch}"]}},
-    }
+    data = minimal_source("/workspace/src/aaaaaaaaaaaa")
     data.update(changes)
     path = tmp_path / "source.yaml"
     path.write_text(json.dumps(data))

@@ -17,6 +17,8 @@ import csv
 import hashlib
 import io
 import json
+import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,8 @@ def series_name(summary: CaseSummary) -> str:
         name += " w/XLA"
     if c.variant != "default":
         name += f" [{c.variant}]"
+    if summary.published_by:
+        name += f", published by {summary.published_by}"
     return name
 
 
@@ -108,6 +112,15 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
             notes.append(
                 f"{s.case.id}: batch `max` resolved by search to {s.batch_size} per device."
             )
+    published: dict[str, set[str]] = {}
+    for s in summaries:
+        if s.published_by:
+            published.setdefault(s.published_by, set()).add(s.published_url or "no URL")
+    for publisher, urls in sorted(published.items()):
+        notes.append(
+            f"published by {publisher}: figures as published ({', '.join(sorted(urls))}), "
+            "imported with `dlperf import`; not measured by this kit, no repeats, no CV."
+        )
     if any(s.reported_by_source for s in summaries):
         notes.append("(r): throughput as reported by the source's own log (no step timestamps).")
     for s in summaries:
@@ -131,6 +144,8 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
 
 def throughput_cell(summary: CaseSummary) -> str:
     text = _fmt(summary.stats.median)
+    if summary.published_by:
+        return text  # the series says who published it; a published figure has no spread
     if summary.reported_by_source:
         text += " (r)"
     if summary.imported:
@@ -183,17 +198,30 @@ def markdown_tables(
     extra_columns: Sequence[ExtraColumn] = (),
     after_table: Callable[[str, list[CaseSummary]], str] | None = None,
     extra_notes: Sequence[str] = (),
+    long_format: bool = True,
 ) -> str:
+    """Every table. ``long_format``: one row per series and topology, split by device model,
+    with median and geometric-mean rows across series (what ``dlperf report`` and releases of
+    README layout 2 show); else the first releases' wide layout (one column group per series),
+    kept so that their READMEs render as published."""
     out: list[str] = []
     hashes = "#" * heading_level
     for title, group in tables(summaries):
         out.append(f"{hashes} {title}\n")
-        out.append(_series_table(group, extra_columns))
+        if long_format:
+            out.append(long_table(group, extra_columns))
+        else:
+            out.append(_series_table(group, extra_columns))
         out.append("")
         if after_table is not None:
             out.append(after_table(title, group))
             out.append("")
     notes = footnotes(summaries) + list(extra_notes)
+    if long_format and any(row_label == MEDIAN_LABEL for row_label in _median_labels(summaries)):
+        notes.append(
+            f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one device "
+            "model at that topology (speedup and efficiency; never across device models)."
+        )
     if notes:
         out.append("Notes:\n")
         out.extend(f"- {note}" for note in notes)
@@ -235,8 +263,145 @@ def _series_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
+MEDIAN_LABEL = "median"
+GEOMEAN_LABEL = "geometric mean"
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def shows_device(group: Sequence[CaseSummary]) -> bool:
+    """A device column where a table holds more than one device model, or published figures."""
+    return len({s.device_model for s in group}) > 1 or any(s.published_by for s in group)
+
+
+def _topology(s: CaseSummary) -> tuple[int, int]:
+    return (s.case.topology.nodes, s.case.topology.world_size)
+
+
+def across_series(
+    group: Sequence[CaseSummary],
+) -> list[tuple[str, tuple[int, int], int, list[float], list[float]]]:
+    """(device model, (nodes, devices), series, speedups, efficiencies) per device model and
+    multi-device topology where two or more series have a speedup: the rows of the median and
+    geometric mean across series. Never across device models."""
+    cells: dict[tuple[str, tuple[int, int]], list[CaseSummary]] = defaultdict(list)
+    for s in group:
+        if s.speedup is not None and s.efficiency is not None and s.case.topology.world_size > 1:
+            cells[(s.device_model, _topology(s))].append(s)
+    out = []
+    for (device, topology), items in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1][1])):
+        if len(items) > 1:
+            speedups = [s.speedup for s in items if s.speedup is not None]
+            efficiencies = [s.efficiency for s in items if s.efficiency is not None]
+            out.append((device, topology, len(items), speedups, efficiencies))
+    return out
+
+
+def _median_labels(summaries: list[CaseSummary]) -> list[str]:
+    return [MEDIAN_LABEL for _title, group in tables(summaries) if across_series(group)]
+
+
+def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = ()) -> str:
+    """One row per series and topology (rows of one device model together, labelled where the
+    table has more than one), then the median and geometric mean across series."""
+    extras = [e for e in extra_columns if any(e.cell(s) != "-" for s in group)]
+    columns: list[tuple[str, Callable[[CaseSummary], str] | None]] = []
+    for base in BASE_COLUMNS:
+        columns.append((base, None))
+        columns += [(e.header, e.cell) for e in extras if e.after == base]
+    device_column = shows_device(group)
+    headers = [*(["device"] if device_column else []), "series", "node num", "device num"]
+    headers += [title for title, _ in columns]
+    ordered = sorted(
+        group,
+        key=lambda s: (s.device_model, series_name(s), *_topology(s)[::-1]),
+    )
+    rows: list[list[Any]] = []
+    for s in ordered:
+        base_cells = {
+            "samples/s": throughput_cell(s),
+            "speedup": _fmt(s.speedup),
+            "efficiency": "-" if s.efficiency is None else f"{s.efficiency:.2%}",
+            "CV": "-" if s.published_by else f"{s.stats.cv:.2%}",
+        }
+        row: list[Any] = [s.device_model] if device_column else []
+        row += [series_name(s), s.case.topology.nodes, s.case.topology.world_size]
+        row += [base_cells[title] if cell is None else cell(s) for title, cell in columns]
+        rows.append(row)
+    for device, (nodes, devices), count, speedups, efficiencies in across_series(group):
+        for label, reduce in ((MEDIAN_LABEL, statistics.median), (GEOMEAN_LABEL, _geomean)):
+            row = [device] if device_column else []
+            row += [f"{label} ({count} series)", nodes, devices]
+            cells = {"speedup": _fmt(reduce(speedups)), "efficiency": f"{reduce(efficiencies):.2%}"}
+            row += [cells.get(title, "") for title, _ in columns]
+            rows.append(row)
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _headline(candidates: list[CaseSummary]) -> CaseSummary | None:
+    """The case a summary row shows: the largest topology, then the largest batch."""
+    return max(
+        candidates,
+        key=lambda s: (*_topology(s)[::-1], s.batch_size, s.case.dataset == "synthetic"),
+        default=None,
+    )
+
+
+def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
+    """DLPerf's summary, first: per model one row per series (framework and source) and device
+    model, FP32 and AMP throughput at the largest topology measured, with its speedup."""
+    out: list[str] = []
+    hashes = "#" * heading_level
+    by_model: dict[str, list[CaseSummary]] = defaultdict(list)
+    for s in summaries:
+        by_model[s.case.model].append(s)
+    for model, items in sorted(by_model.items()):
+        series: dict[tuple[str, str], dict[str, list[CaseSummary]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for s in items:
+            key = (s.device_model, series_name(s))
+            series[key][s.case.precision].append(s)
+        device_column = shows_device(items)
+        headers = [*(["device"] if device_column else []), "series"]
+        headers += ["FP32 samples/s", "FP32 speedup", "AMP samples/s", "AMP speedup"]
+        rows = []
+        for (device, name), by_precision in sorted(series.items()):
+            row: list[Any] = [device] if device_column else []
+            row.append(name)
+            for precision in ("fp32", "amp"):
+                best = _headline(by_precision.get(precision, []))
+                if best is None:
+                    row += ["-", "-"]
+                    continue
+                row += [f"{throughput_cell(best)} @{best.case.topology.label}", _fmt(best.speedup)]
+            rows.append(row)
+        out.append(f"{hashes} {MODEL_NAMES.get(model, model)}\n")
+        out.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+        out.append("")
+    if out:
+        out.append(
+            "Each row: the largest topology (`@<nodes>n<devices>g`) of the series at that "
+            "precision (then the largest batch); speedup against its 1n1g at the same batch per "
+            "device on the same device model.\n"
+        )
+    return "\n".join(out)
+
+
+def report_row(summary: CaseSummary) -> dict[str, Any]:
+    """A case's row in report.csv/json: its row, and what it ran on, or who published it."""
+    return {
+        **summary.row().model_dump(),
+        "device_model": summary.device_model,
+        "hardware": summary.hardware,
+        "machine": summary.machine,
+    }
+
+
 def to_csv(summaries: list[CaseSummary]) -> str:
-    rows = [s.row().model_dump() for s in summaries]
+    rows = [report_row(s) for s in summaries]
     if not rows:
         return ""
     buffer = io.StringIO()
@@ -253,7 +418,7 @@ def to_csv(summaries: list[CaseSummary]) -> str:
 
 
 def to_json(summaries: list[CaseSummary]) -> str:
-    return json.dumps([s.row().model_dump() for s in summaries], indent=2, sort_keys=True) + "\n"
+    return json.dumps([report_row(s) for s in summaries], indent=2, sort_keys=True) + "\n"
 
 
 @dataclass
@@ -353,6 +518,8 @@ def write_report(
         f"Refused (left out of every table; the logs are the truth): {problem}"
         for problem in refused
     ]
+    if summaries:
+        body += "## Summary\n\n" + summary_tables(summaries) + "\n## Detail\n\n"
     paths["markdown"].write_text(body + markdown_tables(summaries, extra_notes=notes))
     paths["csv"].write_text(to_csv(summaries))
     paths["json"].write_text(to_json(summaries))

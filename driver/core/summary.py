@@ -16,6 +16,9 @@ from driver.core.case import Case
 from driver.core.measure import CaseStats, StrictModel, case_stats, speedup
 from driver.core.results import RepeatRecord
 
+# CaseRow fields a row has only for a published figure (the first versions' rows have none)
+PUBLISHED_FIELDS = ("published_by", "published_url")
+
 
 class CaseRow(StrictModel):
     """One case as a flat row, every field named: report.csv/json, and the release's case rows
@@ -49,6 +52,19 @@ class CaseRow(StrictModel):
     reported_by_source: bool
     versions: dict[str, Any]
     device_names: list[str]
+    published_by: str | None = None  # an imported published figure (written only then)
+    published_url: str | None = None
+
+
+def device_model(devices: Iterable[str]) -> str:
+    """The device model of a repeat, from its header's ``devices`` (the GPU name, or the CPU
+    model where there is no GPU): one name, or several joined when a rank saw mixed devices."""
+    return ", ".join(sorted(set(devices))) or "unknown device"
+
+
+def hardware_label(devices: Iterable[str], devices_per_node: int) -> str:
+    """Device model and count per node, as a table shows it: ``8 x NVIDIA A100-SXM4-80GB``."""
+    return f"{devices_per_node} x {device_model(devices)}"
 
 
 @dataclass
@@ -65,12 +81,32 @@ class CaseSummary:
     # What the benchmark script found at run time (header option ``amp_effective``): False when
     # an AMP case trained in FP32 because this build or device has no low-precision kernels.
     amp_effective: bool | None = None
+    # An imported published figure (``dlperf import``): who published it; None when measured.
+    published_by: str | None = None
+    published_url: str | None = None
+    # The speedup the publisher printed, used where no 1n1g figure of the same hardware exists.
+    published_speedup: float | None = None
+    machine: str = ""  # the host (rank 0's header) or, for a published figure, its system
     # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
     imported: str = ""
 
     @property
     def case_id(self) -> str:
         return self.case.id
+
+    @property
+    def device_model(self) -> str:
+        return device_model(self.devices)
+
+    @property
+    def hardware(self) -> str:
+        return hardware_label(self.devices, self.case.topology.devices_per_node)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """A case's identity in every table: the case, its device model, and whether (by whom)
+        it was published rather than measured. Repeats with different keys are never pooled."""
+        return (self.case.id, self.device_model, self.published_by or "")
 
     def row(self) -> CaseRow:
         """One flat row, every field named (CSV/JSON)."""
@@ -104,16 +140,28 @@ class CaseSummary:
             reported_by_source=self.reported_by_source,
             versions=self.versions,
             device_names=self.devices,
+            published_by=self.published_by,
+            published_url=self.published_url,
         )
 
 
-def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]:
-    """Summaries of every case with at least one finished repeat, in a stable order."""
-    by_case: dict[str, tuple[Case, list[RepeatRecord]]] = {}
+def record_device_model(record: RepeatRecord) -> str:
+    """The device model a repeat ran on (its header's ``devices``)."""
+    return device_model(record.header.get("devices", []))
+
+
+def summarize(
+    records: Iterable[tuple[Case, RepeatRecord]], published: Iterable[CaseSummary] = ()
+) -> list[CaseSummary]:
+    """Summaries of every case with at least one finished repeat, in a stable order: one per
+    case and device model (repeats on different hardware are never pooled into one median),
+    beside the published figures given (``driver.release.imported``)."""
+    by_case: dict[tuple[str, str], tuple[Case, list[RepeatRecord]]] = {}
     for case, record in records:
         if record.ok and record.measurement is not None:
-            by_case.setdefault(case.id, (case, []))[1].append(record)
-    summaries: list[CaseSummary] = []
+            key = (case.id, record_device_model(record))
+            by_case.setdefault(key, (case, []))[1].append(record)
+    summaries: list[CaseSummary] = list(published)
     for case, records_ in by_case.values():
         records_.sort(key=lambda r: r.repeat)
         measurements = [r.measurement for r in records_ if r.measurement is not None]
@@ -131,6 +179,7 @@ def summarize(records: Iterable[tuple[Case, RepeatRecord]]) -> list[CaseSummary]
                 versions=dict(header.get("versions", {})),
                 devices=list(header.get("devices", [])),
                 amp_effective=header.get("options", {}).get("amp_effective"),
+                machine=str(header.get("hostname", "")),
                 imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
             )
         )
@@ -150,17 +199,20 @@ def sort_key(summary: CaseSummary) -> tuple:
         c.dataset,
         c.xla,
         c.variant,
+        summary.published_by or "",
+        summary.device_model,
         c.topology.world_size,
         c.topology.nodes,
     )
 
 
 def _baseline_key(summary: CaseSummary) -> tuple:
-    return (*summary.case.group_key, summary.batch_size)
+    return (*summary.case.group_key, summary.batch_size, summary.device_model, summary.published_by)
 
 
 def baseline_of(summary: CaseSummary, summaries: Iterable[CaseSummary]) -> CaseSummary | None:
-    """The 1n1g case of the same model, framework, batch per device, precision and data: the
+    """The 1n1g case of the same model, framework, batch per device, precision and data, on
+    the same device model, and measured (or published by the same publisher) as the case: the
     one baseline lookup (speedup, efficiency, the release's scaling bound)."""
     key = _baseline_key(summary)
     return next(
@@ -172,8 +224,13 @@ def baseline_of(summary: CaseSummary, summaries: Iterable[CaseSummary]) -> CaseS
 def _fill_speedups(summaries: list[CaseSummary]) -> None:
     for s in summaries:
         base = baseline_of(s, summaries)
+        devices = s.case.topology.world_size
+        if base is None and s.published_speedup is not None:
+            # no published 1n1g figure: the publisher's own speedup (their baseline)
+            s.speedup, s.efficiency = s.published_speedup, s.published_speedup / devices
+            continue
         s.speedup, s.efficiency = speedup(
-            s.stats.median, base.stats.median if base else None, s.case.topology.world_size
+            s.stats.median, base.stats.median if base else None, devices
         )
 
 

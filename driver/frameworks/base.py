@@ -60,9 +60,10 @@ class Framework:
     name: str  # matrix and case-id name: "pytorch"
     display: str  # table column: "PyTorch"
     folder: str  # repository folder: "PyTorch"
-    models: tuple[str, ...]
-    script: str  # benchmark entry, relative to the repository root
     launcher: str  # LAUNCHERS name used when a node runs more than one process
+    models: tuple[str, ...] = ("resnet50", "bert")
+    # Benchmark entry, relative to the repository root; "": <folder>/benchmark/train.py.
+    script: str = ""
     parser: str = "dlperf-jsonl"
     python: str = "3.11"  # interpreter version for the local virtual environment
     has_xla: bool = False
@@ -79,6 +80,8 @@ class Framework:
     def __post_init__(self) -> None:
         if not (REPO_ROOT / self.folder).is_dir():
             raise ValueError(f"framework {self.name}: folder {self.folder!r} does not exist")
+        if not self.script:  # frozen: the derived default is set once, here
+            object.__setattr__(self, "script", f"{self.folder}/benchmark/train.py")
 
     @property
     def option_types(self) -> dict[str, Any]:

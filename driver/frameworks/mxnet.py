@@ -21,8 +21,6 @@ MXNET = FRAMEWORKS.add(
         name="mxnet",
         display="MXNet",
         folder="MxNet",
-        models=("resnet50", "bert"),
-        script="MxNet/benchmark/train.py",
         # The parameter-server kvstore (scheduler, servers, workers from DMLC_* variables).
         launcher="mxnet-dist",
         python="3.11",

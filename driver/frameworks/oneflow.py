@@ -17,8 +17,6 @@ ONEFLOW = FRAMEWORKS.add(
         name="oneflow",
         display="OneFlow",
         folder="OneFlow",
-        models=("resnet50", "bert"),
-        script="OneFlow/benchmark/train.py",
         launcher="oneflow",
         # oneflow 0.9.0 ships wheels for CPython 3.8-3.10 only.
         python="3.10",

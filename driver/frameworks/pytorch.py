@@ -30,7 +30,6 @@ PYTORCH = FRAMEWORKS.add(
         display="PyTorch",
         folder="PyTorch",
         models=("resnet50", "inception3", "bert"),
-        script="PyTorch/benchmark/train.py",
         launcher="torchrun",
         options=PYTORCH_OPTION_TYPES,
     ),

@@ -237,13 +237,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     whose record or logs cannot be read, is refused: named, left out, and the exit status is 1."""
     from driver.core.report import verified_records, write_report
     from driver.core.summary import summarize
+    from driver.release.imported import figure_summaries, is_import_file
+    from driver.schema import ConfigError
 
+    sessions, published = [], []
     for root in args.sessions:
-        if not (Path(root) / "session.json").exists():
-            raise SystemExit(f"{root}: not a dlperf session folder (no session.json)")
-    verified = verified_records([Path(root) for root in args.sessions])
-    summaries = summarize(verified.records)
-    out = Path(args.out) if args.out else Path(args.sessions[0]) / "report"
+        if is_import_file(Path(root)):
+            try:  # published figures, beside the measured cases (marked in every table)
+                published += figure_summaries(Path(root))
+            except ConfigError as error:
+                raise SystemExit(f"error: {error}") from None
+        elif (Path(root) / "session.json").exists():
+            sessions.append(Path(root))
+        else:
+            raise SystemExit(
+                f"{root}: neither a dlperf session folder (no session.json) nor an import file "
+                "of published figures (.csv, .yaml)"
+            )
+    verified = verified_records(sessions)
+    summaries = summarize(verified.records, published=published)
+    first = Path(args.sessions[0])
+    out = Path(args.out) if args.out else (
+        first / "report" if sessions and first == sessions[0] else first.with_name(
+            f"{first.stem}-report"
+        )
+    )
     paths = write_report(summaries, out, args.title or "dlperf report", refused=verified.refused)
     print(paths["markdown"].read_text())
     print(f"written: {', '.join(str(p) for p in paths.values())}")
@@ -302,6 +320,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
+RUNTIME_HELP = "local, docker, process or slurm (see docs/clusters.md)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dlperf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -325,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--measured-steps", type=int)
     run.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
-    run.add_argument("--runtime", default="local", help="local, docker, process or slurm (see docs/clusters.md)")
+    run.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     run.add_argument(
         "--progress",
         choices=("auto", "plain", "rich"),
@@ -345,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     report = sub.add_parser("report", help="tables (Markdown, CSV, JSON) from sessions")
-    report.add_argument("sessions", nargs="+")
+    report.add_argument("sessions", nargs="+", help="session folders, and import files")
     report.add_argument("--out")
     report.add_argument("--title")
     report.set_defaults(func=cmd_report)
@@ -353,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
     selftest.add_argument("--step-time", type=_positive_finite, default=0.02)
     selftest.add_argument("--repeats", type=_positive_int, default=3)
-    selftest.add_argument("--runtime", default="local", help="local, docker, process or slurm (see docs/clusters.md)")
+    selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)
 

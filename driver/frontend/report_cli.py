@@ -29,6 +29,7 @@ def cmd_release(args: argparse.Namespace) -> int:
             title=args.title,
             accept_remeasured=args.accept_remeasured,
             compute_flops=not args.no_flops,
+            imports=[Path(p) for p in args.imports],
         )
     except ReleaseError as error:
         print(f"release refused: {error}", file=sys.stderr)
@@ -100,9 +101,39 @@ def cmd_factor(args: argparse.Namespace) -> int:
     from driver.release.factor import factor_report
 
     sides = [load_side(s, Path(args.reports), Path(args.results)) for s in args.inputs]
-    data, text = factor_report(sides, args.factor, args.a, args.b)
+    data, text = factor_report(
+        sides, args.factor, args.a, args.b, where=args.where, metric=args.metric, by=args.by
+    )
     print(json.dumps(data, indent=2) if args.json else text)
     return 0 if data["pairs"] else 1
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Check an import file of published figures and show what the kit derives from them."""
+    from driver.core.report import write_report
+    from driver.release.imported import imported_summaries
+    from driver.schema import ConfigError
+
+    path = Path(args.file)
+    try:
+        summaries = imported_summaries(path)
+    except ConfigError as error:
+        print(f"import refused: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else path.with_name(f"{path.stem}-report")
+    publishers = sorted({str(s.published_by) for s in summaries})
+    preamble = (
+        f"{len(summaries)} published figure(s) from `{path.name}` (published by "
+        f"{', '.join(publishers)}): rates as published, not measured by this kit. Give the "
+        "file to `dlperf report`, `factor` or `compare` beside sessions and versions."
+    )
+    paths = write_report(summaries, out, args.title or f"published figures: {path.name}", preamble)
+    if args.json:
+        print(paths["json"].read_text(), end="")
+    else:
+        print(paths["markdown"].read_text())
+    print(f"written: {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    return 0
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -159,6 +190,14 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     release.add_argument(
         "--no-flops", action="store_true", help="do not count model FLOPs (no MFU column)"
     )
+    release.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="published figures (dlperf import file) beside the measured cases (repeatable)",
+    )
     common(release)
     release.set_defaults(func=cmd_release)
 
@@ -194,17 +233,46 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     factor = sub.add_parser(
         "factor", help="ratio B/A of one factor's two values over otherwise-equal cases"
     )
-    factor.add_argument("inputs", nargs="+", help="versions or sessions (pooled)")
+    factor.add_argument(
+        "inputs", nargs="+", help="versions, sessions or import files (pooled, never a median "
+        "across device models)"
+    )
     factor.add_argument(
         "--factor",
         required=True,
-        help="precision, dataset, batch, device, model, framework, xla, topology, variant, source",
+        help="precision, dataset, batch, device, model, framework, xla, topology, variant, "
+        "source, hardware, machine",
     )
     factor.add_argument("--a", required=True, help="the baseline value (e.g. fp32)")
     factor.add_argument("--b", required=True, help="the other value (e.g. amp)")
+    factor.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FACTOR=VALUE",
+        help="keep only cases with this value (repeatable): topology=1n1g, device=V100",
+    )
+    factor.add_argument(
+        "--metric",
+        choices=("throughput", "speedup", "efficiency"),
+        default="throughput",
+        help="the ratio of median throughputs, of speedups or of efficiencies",
+    )
+    factor.add_argument("--by", help="median rows per value of this factor too (e.g. model)")
     factor.add_argument("--json", action="store_true")
     common(factor)
     factor.set_defaults(func=cmd_factor)
+
+    imported = sub.add_parser(
+        "import",
+        help="published figures (CSV or YAML, docs/reports.md): checked, with their derived "
+        "speedups and efficiencies; then give the file to report, factor or compare",
+    )
+    imported.add_argument("file", help="an import file: .csv, .yaml or .yml")
+    imported.add_argument("--out", help="report folder (default: <file>-report beside it)")
+    imported.add_argument("--title")
+    imported.add_argument("--json", action="store_true", help="the derived rows as JSON")
+    imported.set_defaults(func=cmd_import)
 
     probe = sub.add_parser(
         "probe", help="all-reduce bandwidth probe into a session (for scaling bounds)"

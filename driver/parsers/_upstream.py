@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint, Window
@@ -260,6 +260,67 @@ def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
             line=line,
         )
     return rank
+
+
+Matcher = Callable[[str], "re.Match[str] | None"]
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """A line of a node's log that a parser's pattern matched, with the rank it counts for."""
+
+    log: NodeLog
+    number: int  # line number in the log
+    rank: int  # the logging rank (see :func:`logging_rank`)
+    match: re.Match[str]
+
+    def error(self, message: str) -> LogParseError:
+        return LogParseError(message, source=self.log.name, line=self.number)
+
+    @property
+    def step(self) -> int:
+        """The match's ``group`` as a step number of the run (the log's step offset added)."""
+        return self.at("step")
+
+    def at(self, group: str) -> int:
+        return int(self.match[group]) + self.log.header.step_offset
+
+
+def step_lines(
+    logs: list[NodeLog],
+    matcher: Matcher,
+    *,
+    first_epoch: tuple[str, str] | None = None,
+    unprefixed_is_node: bool = False,
+) -> Iterator[StepLine]:
+    """Every line of ``logs`` that ``matcher`` recognises, from a rank that logs for the run,
+    in log order: the one loop every upstream parser walks.
+
+    ``first_epoch``: (group, unit): a line whose ``group`` is not 0 is refused, since the
+    source restarts its step numbers each ``unit`` and the window is read from the first.
+    ``unprefixed_is_node``: with one process per node, a line without a rank prefix is that
+    node's process's own.
+    """
+    for log in logs:
+        for number, raw in log.lines:
+            rank, text = line_rank(log, raw.strip())
+            match = matcher(text)
+            if not match:
+                continue
+            if first_epoch is not None:
+                group, unit = first_epoch
+                if match[group] not in (None, "0"):
+                    raise LogParseError(
+                        f"a line of {unit} {match[group]}: step numbers restart each {unit}, "
+                        f"the window is read from {unit} 0",
+                        source=log.name,
+                        line=number,
+                    )
+            if rank is None and unprefixed_is_node and log.header.procs_per_node == 1:
+                rank = log.header.node_rank
+            key = logging_rank(log, rank, number)
+            if key is not None:
+                yield StepLine(log, number, key, match)
 
 
 def expected_ranks(header: RunHeader) -> list[int]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import Timeline, line_rank, logging_rank, node_logs, steplog
+from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
 from driver.parsers.base import ParsedLog
 from driver.registry import PARSERS
 
@@ -33,20 +33,12 @@ class GluonNlpParser:
         header = logs[0].header
         timelines: dict[int, Timeline] = {}
         clocks: dict[int, float] = {}
-        for log in logs:
-            for number, raw in log.lines:
-                rank, text = line_rank(log, raw)
-                match = LINE.search(text)
-                if not match:
-                    continue
-                key = logging_rank(log, rank, number)
-                if key is None:
-                    continue
-                timeline = timelines.setdefault(key, Timeline(key))
-                if not timeline.points:
-                    clocks[key] = 0.0
-                    timeline.add(0, 0.0, log.name, number)
-                clocks[key] += float(match["secs"])
-                finished = int(match["step"]) + header.step_offset
-                timeline.add(finished, clocks[key], log.name, number)
+        for line in step_lines(logs, LINE.search):
+            key = line.rank
+            timeline = timelines.setdefault(key, Timeline(key))
+            if not timeline.points:
+                clocks[key] = 0.0
+                timeline.add(0, 0.0, line.log.name, line.number)
+            clocks[key] += float(line.match["secs"])
+            timeline.add(line.step, clocks[key], line.log.name, line.number)
         return steplog(header, timelines, self.name)

@@ -16,14 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import (
-    RateInterval,
-    line_rank,
-    logging_rank,
-    node_logs,
-    positive_rate,
-    reported,
-)
+from driver.parsers._upstream import RateInterval, node_logs, positive_rate, reported, step_lines
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.registry import PARSERS
 
@@ -42,33 +35,17 @@ class MxnetSpeedParser:
         header = logs[0].header
         intervals: list[RateInterval] = []
         previous = 0
-        for log in logs:
-            for number, raw in log.lines:
-                rank, text = line_rank(log, raw)
-                match = LINE.search(text)
-                if not match:
-                    continue
-                if match["epoch"] != "0":
-                    raise LogParseError(
-                        f"a line of epoch {match['epoch']}: batch numbers restart each epoch, "
-                        "the window is read from epoch 0",
-                        source=log.name,
-                        line=number,
-                    )
-                if logging_rank(log, rank, number) is None:
-                    continue
-                end = int(match["last"]) + header.step_offset
-                start = int(match["first"]) if match["first"] is not None else previous
-                if end <= start or start < previous:
-                    raise LogParseError(
-                        f"batches {start}..{end} after step {previous} (restarted, mixed or "
-                        "malformed output)",
-                        source=log.name,
-                        line=number,
-                    )
-                rate = positive_rate(match["rate"], log.name, number)
-                intervals.append(RateInterval(start, end, rate, log.name, number))
-                previous = end
+        for line in step_lines(logs, LINE.search, first_epoch=("epoch", "epoch")):
+            end = line.at("last")
+            start = int(line.match["first"]) if line.match["first"] is not None else previous
+            if end <= start or start < previous:
+                raise line.error(
+                    f"batches {start}..{end} after step {previous} (restarted, mixed or "
+                    "malformed output)"
+                )
+            rate = positive_rate(line.match["rate"], line.log.name, line.number)
+            intervals.append(RateInterval(start, end, rate, line.log.name, line.number))
+            previous = end
         if not intervals:
             raise LogParseError("no 'Speed: ... samples/sec' lines", source=logs[0].name)
         return reported(header, intervals, self.name)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import Timeline, line_rank, logging_rank, node_logs, steplog
-from driver.parsers.base import LogParseError, ParsedLog
+from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
+from driver.parsers.base import ParsedLog
 from driver.registry import PARSERS
 
 _NUMBER = r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
@@ -41,26 +41,15 @@ class OneFlowBenchmarkParser:
         header = logs[0].header
         timelines: dict[int, Timeline] = {}
         epoch: str | None = None
-        for log in logs:
-            for number, raw in log.lines:
-                rank, text = line_rank(log, raw.strip())
-                match = CNN.match(text) or BERT.match(text)
-                if not match:
-                    continue
-                found = match.groupdict().get("epoch")
-                if found is not None:
-                    if epoch is not None and found != epoch:
-                        raise LogParseError(
-                            f"lines of epochs {epoch} and {found}: iterations restart each "
-                            "epoch, size the epoch to the run (--num_examples)",
-                            source=log.name,
-                            line=number,
-                        )
-                    epoch = found
-                key = logging_rank(log, rank, number)
-                if key is None:
-                    continue
-                timeline = timelines.setdefault(key, Timeline(key))
-                finished = int(match["index"]) + header.step_offset
-                timeline.add(finished, float(match["t"]), log.name, number)
+        for line in step_lines(logs, lambda text: CNN.match(text) or BERT.match(text)):
+            found = line.match.groupdict().get("epoch")
+            if found is not None:
+                if epoch is not None and found != epoch:
+                    raise line.error(
+                        f"lines of epochs {epoch} and {found}: iterations restart each "
+                        "epoch, size the epoch to the run (--num_examples)"
+                    )
+                epoch = found
+            timeline = timelines.setdefault(line.rank, Timeline(line.rank))
+            timeline.add(line.at("index"), float(line.match["t"]), line.log.name, line.number)
         return steplog(header, timelines, self.name)

@@ -29,10 +29,10 @@ from driver.parsers._upstream import (
     RateInterval,
     Timeline,
     line_rank,
-    logging_rank,
     node_logs,
     positive_rate,
     reported,
+    step_lines,
     steplog,
 )
 from driver.parsers.base import LogParseError, ParsedLog
@@ -47,36 +47,19 @@ SPEED = re.compile(r"\bstep: (?P<step>\d+),.*?\bspeed: (?P<speed>\d+(?:\.\d+)?) 
 def _batch_timelines(logs: list[NodeLog]) -> dict[int, Timeline]:
     timelines: dict[int, Timeline] = {}
     clocks: dict[int, float] = {}
-    for log in logs:
-        for number, raw in log.lines:
-            rank, text = line_rank(log, raw)
-            match = BATCH.search(text)
-            if not match:
-                continue
-            if match["epoch"] != "0":
-                raise LogParseError(
-                    f"a line of pass {match['epoch']}: batch indices restart each pass, the "
-                    "window is read from pass 0",
-                    source=log.name,
-                    line=number,
-                )
-            key = logging_rank(log, rank, number)
-            if key is None:
-                continue
-            finished = int(match["index"]) + log.header.step_offset
-            timeline = timelines.setdefault(key, Timeline(key))
-            if not timeline.points:
-                clocks[key] = 0.0
-                timeline.add(finished - 1, 0.0, log.name, number)
-            elif timeline.points[-1][0] != finished - 1:
-                raise LogParseError(
-                    f"trainer {key}: batch {match['index']} follows step "
-                    f"{timeline.points[-1][0]}: every batch's time is needed (--print_step 1)",
-                    source=log.name,
-                    line=number,
-                )
-            clocks[key] += float(match["secs"])
-            timeline.add(finished, clocks[key], log.name, number)
+    for line in step_lines(logs, BATCH.search, first_epoch=("epoch", "pass")):
+        key, finished = line.rank, line.at("index")
+        timeline = timelines.setdefault(key, Timeline(key))
+        if not timeline.points:
+            clocks[key] = 0.0
+            timeline.add(finished - 1, 0.0, line.log.name, line.number)
+        elif timeline.points[-1][0] != finished - 1:
+            raise line.error(
+                f"trainer {key}: batch {line.match['index']} follows step "
+                f"{timeline.points[-1][0]}: every batch's time is needed (--print_step 1)"
+            )
+        clocks[key] += float(line.match["secs"])
+        timeline.add(finished, clocks[key], line.log.name, line.number)
     return timelines
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import Timeline, line_rank, logging_rank, node_logs, steplog
-from driver.parsers.base import LogParseError, ParsedLog
+from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
+from driver.parsers.base import ParsedLog
 from driver.registry import PARSERS
 
 LINE = re.compile(
@@ -33,25 +33,12 @@ class PytorchExamplesParser:
         logs = node_logs(texts, self.name)
         header = logs[0].header
         timelines: dict[int, Timeline] = {}
-        for log in logs:
-            for number, raw in log.lines:
-                rank, text = line_rank(log, raw)
-                match = LINE.match(text.strip())
-                if not match:
-                    continue
-                if match["epoch"] != "0":
-                    raise LogParseError(
-                        f"a line of epoch {match['epoch']}: the window is read from epoch 0 "
-                        "(batch indices restart each epoch)",
-                        source=log.name,
-                        line=number,
-                    )
-                if rank is None and header.procs_per_node == 1:
-                    rank = header.node_rank  # one process per node: the line is its own
-                key = logging_rank(log, rank, number)
-                if key is None:
-                    continue
-                finished = int(match["index"]) + header.step_offset
-                timeline = timelines.setdefault(key, Timeline(key))
-                timeline.add(finished, float(match["avg"]) * finished, log.name, number)
+        lines = step_lines(
+            logs, LINE.match, first_epoch=("epoch", "epoch"), unprefixed_is_node=True
+        )
+        for line in lines:
+            finished = line.at("index")
+            timeline = timelines.setdefault(line.rank, Timeline(line.rank))
+            # The printed average batch time x batches finished: the clock at that batch.
+            timeline.add(finished, float(line.match["avg"]) * finished, line.log.name, line.number)
         return steplog(header, timelines, self.name)

@@ -27,14 +27,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from driver.parsers._upstream import (
-    NodeLog,
-    Timeline,
-    line_rank,
-    logging_rank,
-    node_logs,
-    steplog,
-)
+from driver.parsers._upstream import NodeLog, Timeline, node_logs, step_lines, steplog
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.registry import PARSERS
 
@@ -62,19 +55,10 @@ def absl_seconds(match: re.Match[str], previous: float | None) -> float:
 
 def _train_step_timelines(logs: list[NodeLog]) -> dict[int, Timeline]:
     timelines: dict[int, Timeline] = {}
-    for log in logs:
-        for number, raw in log.lines:
-            rank, text = line_rank(log, raw)
-            match = TRAIN_STEP.match(text.strip())
-            if not match:
-                continue
-            key = logging_rank(log, rank, number)
-            if key is None:
-                continue
-            timeline = timelines.setdefault(key, Timeline(key))
-            previous = timeline.points[-1][1] if timeline.points else None
-            finished = int(match["step"]) + log.header.step_offset
-            timeline.add(finished, absl_seconds(match, previous), log.name, number)
+    for line in step_lines(logs, TRAIN_STEP.match):
+        timeline = timelines.setdefault(line.rank, Timeline(line.rank))
+        previous = timeline.points[-1][1] if timeline.points else None
+        timeline.add(line.step, absl_seconds(line.match, previous), line.log.name, line.number)
     return timelines
 
 
@@ -87,31 +71,19 @@ class TimeHistoryParser:
         header = logs[0].header
         timelines: dict[int, Timeline] = {}
         clocks: dict[int, float] = {}
-        for log in logs:
-            for number, raw in log.lines:
-                rank, text = line_rank(log, raw)
-                match = LINE.search(text)
-                if not match:
-                    continue
-                key = logging_rank(log, rank, number)
-                if key is None:
-                    continue
-                start, end = int(match["start"]), int(match["end"])
-                start += header.step_offset
-                end += header.step_offset
-                timeline = timelines.setdefault(key, Timeline(key))
-                if not timeline.points:
-                    clocks[key] = 0.0
-                    timeline.add(start, 0.0, log.name, number)
-                elif timeline.points[-1][0] != start:
-                    raise LogParseError(
-                        f"worker {key}: an interval from step {start} after one that ended at "
-                        f"step {timeline.points[-1][0]} (a gap in the TimeHistory lines)",
-                        source=log.name,
-                        line=number,
-                    )
-                clocks[key] += float(match["secs"])
-                timeline.add(end, clocks[key], log.name, number)
+        for line in step_lines(logs, LINE.search):
+            key, start, end = line.rank, line.at("start"), line.at("end")
+            timeline = timelines.setdefault(key, Timeline(key))
+            if not timeline.points:
+                clocks[key] = 0.0
+                timeline.add(start, 0.0, line.log.name, line.number)
+            elif timeline.points[-1][0] != start:
+                raise line.error(
+                    f"worker {key}: an interval from step {start} after one that ended at "
+                    f"step {timeline.points[-1][0]} (a gap in the TimeHistory lines)"
+                )
+            clocks[key] += float(line.match["secs"])
+            timeline.add(end, clocks[key], line.log.name, line.number)
         if not timelines:
             timelines = _train_step_timelines(logs)
         if not timelines:

@@ -47,6 +47,7 @@ from driver.release.manifest import (
     validate,
 )
 from driver.release.render import csv_text, json_text, readme_text, results_data
+from driver.schema import ConfigError
 
 VERSION_LEVEL = "(version)"
 PUBLISHED_TEXTS = ("README.md", "results.json", "results.csv")
@@ -186,9 +187,15 @@ def _run(
     if problems:
         return
     report.version = manifest["version"]
-    expected = expected_version or directory.name
-    if manifest["version"] != expected:
-        state.add(MANIFEST, "version", manifest["version"], expected)
+    # A version is what its manifest says: a copy unpacked under another folder name is the
+    # same version (noted); only a version the caller named explicitly must match.
+    if expected_version is not None and manifest["version"] != expected_version:
+        state.add(MANIFEST, "version", manifest["version"], expected_version)
+    elif manifest["version"] != directory.name:
+        report.notes.append(
+            f"the folder name {directory.name!r} differs from the version its manifest names "
+            f"({manifest['version']!r}): audited as {manifest['version']}"
+        )
 
     # 1-2: the files of the folder, and their checksums.
     listed = {MANIFEST, *PUBLISHED_TEXTS, *manifest["files"], *manifest["archives"]}
@@ -224,7 +231,11 @@ def _run(
     from driver.release.release import load_config
 
     model_costs = manifest["model_costs"]
-    config = load_config(directory, model_costs)
+    try:
+        config = load_config(directory, model_costs)
+    except ConfigError as error:  # an import file of published figures that does not load
+        state.add(error.path, error.field_path, error.message, "a valid import file")
+        return
     computed = compute(dataset, config)
     state.case_titles = dict(computed.titles)
     for repeat in computed.repeats:  # a case that failed to summarise still maps its repeats

@@ -9,6 +9,7 @@ it cannot go below 0.1, so the range and CV criteria decide alone (the table say
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from scipy.stats import mannwhitneyu
 from tabulate import tabulate
 
 from driver.core.measure import CaseStats, case_stats
-from driver.core.summary import CaseRow
+from driver.core.summary import CaseRow, CaseSummary
 
 ALPHA = 0.05
 MIN_CHANGE = 0.01
@@ -33,6 +34,9 @@ class CaseView:
     case_id: str
     fields: dict[str, Any]  # model, framework, source, topology, batch_per_device, ...
     throughputs: list[float]
+    speedup: float | None = None
+    efficiency: float | None = None
+    published_by: str | None = None  # an imported published figure (rate only)
     stats: CaseStats = field(init=False)
 
     def __post_init__(self) -> None:
@@ -46,7 +50,8 @@ class Side:
     cases: dict[str, CaseView]
 
 
-def _fields(row: CaseRow) -> dict[str, Any]:
+def _fields(row: CaseRow, machine: str = "") -> dict[str, Any]:
+    device = ", ".join(sorted(set(row.device_names))) or "unknown device"
     return {
         "model": row.model,
         "framework": row.framework,
@@ -59,13 +64,53 @@ def _fields(row: CaseRow) -> dict[str, Any]:
         "dataset": row.dataset,
         "xla": "on" if row.xla else "off",
         "variant": row.variant,
-        "device": ", ".join(sorted(set(row.device_names))) or "unknown",
+        "device": device,
+        "hardware": f"{row.devices_per_node} x {device}",
+        "machine": machine or "unknown",
     }
+
+
+def _view_key(summary: CaseSummary, ambiguous: set[str]) -> str:
+    """A side's key of a case: its id, with the device model where the side holds the case on
+    more than one, and the publisher for a published figure (never pooled, never confused)."""
+    key = summary.case_id
+    if summary.case_id in ambiguous:
+        key += f" on {summary.device_model}"
+    if summary.published_by:
+        key += f" (published by {summary.published_by})"
+    return key
+
+
+def side_of_summaries(name: str, kind: str, summaries: list[CaseSummary]) -> Side:
+    devices: dict[tuple[str, str], set[str]] = {}
+    for s in summaries:
+        devices.setdefault((s.case_id, s.published_by or ""), set()).add(s.device_model)
+    ambiguous = {case_id for (case_id, _), models in devices.items() if len(models) > 1}
+    cases = {
+        _view_key(s, ambiguous): CaseView(
+            s.case_id,
+            _fields(s.row(), s.machine),
+            s.throughputs,
+            speedup=s.speedup,
+            efficiency=s.efficiency,
+            published_by=s.published_by,
+        )
+        for s in summaries
+    }
+    return Side(name, kind, cases)
 
 
 def load_side(text: str, reports_root: Path, results_root: Path) -> Side:
     """A released version (folder or name under reports/) or a session (folder or name)."""
+    from driver.release.imported import imported_summaries, is_import_file
+    from driver.schema import ConfigError
+
     path = Path(text)
+    if is_import_file(path):
+        try:
+            return side_of_summaries(path.name, "published", imported_summaries(path))
+        except ConfigError as error:
+            raise SystemExit(f"error: {error}") from None
     candidates = [path, reports_root / text, results_root / text]
     for candidate in candidates:
         if (candidate / "manifest.json").exists() and (candidate / "results.json").exists():
@@ -86,12 +131,31 @@ def _version_side(folder: Path) -> Side:
     for row in data.repeats:
         if row.measurement is not None:
             repeats.setdefault(row.case_id, []).append((row.repeat, row.measurement.throughput))
+    machines = _session_hosts(folder)
     cases = {}
     for case in data.cases:
         values = [t for _, t in sorted(repeats.get(case.case_id, []))]
+        if case.published_by:  # a published figure: its one rate, no repeat rows
+            values = list(case.repeat_throughputs)
         if values:
-            cases[case.case_id] = CaseView(case.case_id, _fields(case), values)
+            cases[case.case_id] = CaseView(
+                case.case_id,
+                _fields(case, machines.get(case.session or "", "")),
+                values,
+                speedup=case.speedup,
+                efficiency=case.efficiency,
+                published_by=case.published_by,
+            )
     return Side(folder.name, "version", cases)
+
+
+def _session_hosts(folder: Path) -> dict[str, str]:
+    """Session name -> its head node, from a version's manifest (a version case's machine)."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        return {str(s["name"]): str(s.get("head_node") or "") for s in manifest["sessions"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _session_side(folder: Path) -> Side:
@@ -105,9 +169,7 @@ def _session_side(folder: Path) -> Side:
             "error: repeats whose record and logs disagree or cannot be read:\n"
             + "\n".join(f"  {problem}" for problem in verified.refused)
         )
-    summaries = summarize(verified.records)
-    cases = {s.case_id: CaseView(s.case_id, _fields(s.row()), s.throughputs) for s in summaries}
-    return Side(folder.name, "session", cases)
+    return side_of_summaries(folder.name, "session", summarize(verified.records))
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,6 +250,8 @@ def compare_sides(a: Side, b: Side, alpha: float = ALPHA) -> tuple[list[dict[str
                 "threshold": v.threshold,
                 "u_test": v.tested,
                 "verdict": v.label,
+                "a_device": ca.fields["device"],
+                "b_device": cb.fields["device"],
             }
         )
     table = [
@@ -238,6 +302,19 @@ def compare_sides(a: Side, b: Side, alpha: float = ALPHA) -> tuple[list[dict[str
         f"{alpha} where the repeat counts allow it (* : too few repeats for p to reach "
         f"{alpha}; the range and CV criteria decide)."
     )
+    across = [r for r in rows if r["a_device"] != r["b_device"]]
+    if across:
+        out.append(
+            "\nOn different device models (the ratio is the hardware's as much as the "
+            "kit's): "
+            + ", ".join(f"`{r['case_id']}` ({r['a_device']} -> {r['b_device']})" for r in across)
+        )
+    published = [s.name for s in (a, b) if s.kind == "published"]
+    if published:
+        out.append(
+            f"\n{', '.join(published)}: published figures (one figure per case, no repeats): "
+            "never a measurement of this kit; the verdict cannot test them."
+        )
     for side, other in ((a, b), (b, a)):
         only = sorted(set(side.cases) - set(other.cases))
         if only:

@@ -8,6 +8,7 @@ speedup, efficiency; then MFU (cached model FLOPs x device peaks), the all-reduc
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ class Config:
     peaks: list[dict[str, Any]] = field(default_factory=list)
     references: list[dict[str, Any]] = field(default_factory=list)
     model_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # published figures (``dlperf import`` files in the version's config/published/)
+    published: list[CaseSummary] = field(default_factory=list)
 
 
 @dataclass
@@ -112,13 +115,15 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         for r in results
         if r.measurement is not None
     ]
-    summaries = summarize(records)
+    summaries = summarize(records, published=[copy.copy(s) for s in config.published])
     sessions_of = {r.raw.case.id: r.raw.session for r in results}
     headers = {}
     for r in results:
         headers.setdefault(r.raw.case.id, r.raw.record.header)
     extras = {
-        s.case_id: _extras(s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)
+        s.case_id: CaseExtras()  # a published figure: no MFU, bound or reference of ours
+        if s.published_by
+        else _extras(s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)
         for s in summaries
     }
     return Computed(

@@ -1,15 +1,19 @@
 """``dlperf factor``: the effect of one factor, as the TensorFlow benchmark sheets show it.
 
 For a factor with two values A and B (synthetic vs real data, batch 64 vs 32, device type,
-model, framework, AMP vs FP32, XLA on vs off, ...), every case with the value A is paired with
-the case that has the value B and every other factor equal; each pair gives B/A of the median
-throughputs, and the table ends with the median ratio (and the geometric mean).
+machine, model, framework, AMP vs FP32, XLA on vs off, ...), every case with the value A is
+paired with the case that has the value B and every other factor equal; each pair gives B/A of
+a metric (the median throughput, the speedup or the efficiency), and the table ends with the
+median ratio (and the geometric mean), overall and per group of a factor (``--by``) the way the
+published sheets show a median column. ``--where factor=value`` keeps only matching cases
+(``--where topology=1n1g``, ``--where device=V100``).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
@@ -27,8 +31,25 @@ FACTORS = (
     "topology",
     "variant",
     "source",
+    "hardware",
+    "machine",
 )
-ALIASES = {"amp": "precision", "data": "dataset", "gpu": "device", "batch_size": "batch"}
+# Descriptive factors: not part of "every other factor equal" (hardware is device x devices per
+# node, both already compared; the machine a case ran on differs between sessions) unless they
+# are the factor studied.
+DESCRIPTIVE = ("hardware", "machine")
+ALIASES = {
+    "amp": "precision",
+    "data": "dataset",
+    "gpu": "device",
+    "batch_size": "batch",
+    "host": "machine",
+    "system": "machine",
+}
+METRICS = ("throughput", "speedup", "efficiency")
+# Factors whose pairs may set a published figure beside a measured one (your H100 beside a
+# published V100); any other factor pairs figures of one publisher, or measured cases only.
+CROSS_PUBLISHER = ("device", "hardware", "machine", "source")
 _TRUTH = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 
 
@@ -48,62 +69,169 @@ def matches(view: CaseView, factor: str, wanted: str) -> bool:
     wanted = wanted.lower()
     if factor == "xla":
         wanted = _TRUTH.get(wanted, wanted)
-    if factor == "device":
+    if factor in ("device", "hardware", "machine"):
         return wanted in value  # "H100" matches "NVIDIA H100 80GB HBM3"
     return value == wanted
 
 
+def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
+    """``["topology=1n1g", "device=V100"]`` -> [(factor, value)]; a bad item exits naming it."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value:
+            raise SystemExit(f"--where {item!r}: give factor=value, e.g. topology=1n1g")
+        out.append((normalize_factor(name), value))
+    return out
+
+
+def metric_of(view: CaseView, metric: str) -> float | None:
+    if metric == "throughput":
+        return view.stats.median
+    if metric in ("speedup", "efficiency"):
+        return getattr(view, metric)
+    raise SystemExit(f"--metric {metric!r}: one of {', '.join(METRICS)}")
+
+
+def _key_factors(factor: str) -> list[str]:
+    """The factors equal in every pair: all but the one studied and the descriptive ones; a
+    machine or hardware comes with its device model, so that differs with them too."""
+    follows = ("device",) if factor in ("machine", "hardware") else ()
+    return [f for f in FACTORS if f != factor and f not in DESCRIPTIVE and f not in follows]
+
+
 def _others(view: CaseView, factor: str) -> tuple:
-    return tuple(_value(view, f) for f in FACTORS if f != factor)
+    return tuple(_value(view, f) for f in _key_factors(factor))
+
+
+def _published(view: CaseView) -> str:
+    return view.published_by or ""
 
 
 def factor_pairs(
-    sides: list[Side], factor: str, a: str, b: str
+    sides: list[Side],
+    factor: str,
+    a: str,
+    b: str,
+    where: Sequence[tuple[str, str]] = (),
+    metric: str = "throughput",
 ) -> list[tuple[CaseView, CaseView, float]]:
-    views = [v for side in sides for v in side.cases.values()]
+    views = [
+        v
+        for side in sides
+        for v in side.cases.values()
+        if all(matches(v, name, value) for name, value in where)
+    ]
     b_by_key: dict[tuple, list[CaseView]] = {}
     for view in views:
         if matches(view, factor, b):
             b_by_key.setdefault(_others(view, factor), []).append(view)
     pairs = []
     for view in views:
-        if matches(view, factor, a):
-            for other in b_by_key.get(_others(view, factor), []):
-                if other is not view:
-                    pairs.append((view, other, other.stats.median / view.stats.median))
+        if not matches(view, factor, a):
+            continue
+        for other in b_by_key.get(_others(view, factor), []):
+            if other is view:
+                continue
+            if factor not in CROSS_PUBLISHER and _published(other) != _published(view):
+                continue  # a published figure pairs with one of its own publisher
+            value_a, value_b = metric_of(view, metric), metric_of(other, metric)
+            if value_a and value_b is not None:
+                pairs.append((view, other, value_b / value_a))
     pairs.sort(key=lambda p: (p[0].case_id, p[1].case_id))
     return pairs
 
 
-def factor_report(sides: list[Side], factor: str, a: str, b: str) -> tuple[dict[str, Any], str]:
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def _metric_cell(view: CaseView, metric: str) -> str:
+    value = metric_of(view, metric)
+    if value is None:
+        return "-"
+    return f"{value:.2%}" if metric == "efficiency" else f"{value:.2f}"
+
+
+def factor_report(
+    sides: list[Side],
+    factor: str,
+    a: str,
+    b: str,
+    where: Sequence[str] = (),
+    metric: str = "throughput",
+    by: str | None = None,
+) -> tuple[dict[str, Any], str]:
     factor = normalize_factor(factor)
-    pairs = factor_pairs(sides, factor, a, b)
+    if metric not in METRICS:
+        raise SystemExit(f"--metric {metric!r}: one of {', '.join(METRICS)}")
+    filters = parse_where(where)
+    group_by = normalize_factor(by) if by else None
+    pairs = factor_pairs(sides, factor, a, b, filters, metric)
     names = " + ".join(s.name for s in sides)
-    out = [f"# {factor}: {b} against {a} ({names})", ""]
+    label = "" if metric == "throughput" else f" {metric}"
+    out = [f"# {factor}{label}: {b} against {a} ({names})", ""]
+    if filters:
+        out += ["Only cases with " + ", ".join(f"{n}={v}" for n, v in filters) + ".", ""]
     if not pairs:
         out.append(
             f"No pair of cases differs only in {factor} ({a} vs {b}). Values seen: "
             + ", ".join(sorted({_value(v, factor) for s in sides for v in s.cases.values()}))
         )
-        return {"factor": factor, "a": a, "b": b, "pairs": [], "median_ratio": None}, "\n".join(
-            out
-        ) + "\n"
-    others = [f for f in FACTORS if f != factor]
+        empty = {
+            "factor": factor,
+            "a": a,
+            "b": b,
+            "metric": metric,
+            "where": dict(filters),
+            "pairs": [],
+            "median_ratio": None,
+            "groups": [],
+        }
+        return empty, "\n".join(out) + "\n"
+    others = _key_factors(factor)
     varying = [f for f in others if len({_value(p[0], f) for p in pairs}) > 1]
     shown = varying or others[:3]
+    if group_by and group_by != factor and group_by not in shown:
+        shown = [group_by, *shown]
+    if group_by:  # rows of a group together, as its median row follows them
+        pairs.sort(key=lambda p: (_value(p[0], group_by), p[0].case_id, p[1].case_id))
+    unit = "samples/s" if metric == "throughput" else metric
+    published = any(pa.published_by or pb.published_by for pa, pb, _ in pairs)
     rows = [
         [
             *(_value(pa, f) for f in shown),
-            f"{pa.stats.median:.2f}",
-            f"{pb.stats.median:.2f}",
+            *([pa.published_by or "measured"] if published else []),
+            _metric_cell(pa, metric),
+            _metric_cell(pb, metric),
             f"{ratio:.4f}",
         ]
         for pa, pb, ratio in pairs
     ]
-    headers = [*shown, f"{a} samples/s", f"{b} samples/s", f"{b}/{a}"]
     ratios = [r for _, _, r in pairs]
     median = statistics.median(ratios)
-    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    geomean = _geomean(ratios)
+    groups = []
+    if group_by:
+        values = sorted({_value(pa, group_by) for pa, _, _ in pairs})
+        for value in values:
+            members = [r for pa, _, r in pairs if _value(pa, group_by) == value]
+            groups.append(
+                {
+                    "factor": group_by,
+                    "value": value,
+                    "pairs": len(members),
+                    "median_ratio": statistics.median(members),
+                    "geometric_mean_ratio": _geomean(members),
+                }
+            )
+    blank = [""] * (len(shown) - 1 + (1 if published else 0) + 2)
+    for g in groups:
+        rows.append([f"median {group_by}={g['value']}", *blank, f"{g['median_ratio']:.4f}"])
+    rows.append(["median (all pairs)", *blank, f"{median:.4f}"])
+    rows.append(["geometric mean (all pairs)", *blank, f"{geomean:.4f}"])
+    headers = [*shown, *(["published by"] if published else []), f"{a} {unit}", f"{b} {unit}"]
+    headers.append(f"{b}/{a}")
     out.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     constant = [f"{f}={_value(pairs[0][0], f)}" for f in others if f not in varying]
     out += [
@@ -115,17 +243,23 @@ def factor_report(sides: list[Side], factor: str, a: str, b: str) -> tuple[dict[
         "factor": factor,
         "a": a,
         "b": b,
+        "metric": metric,
+        "where": dict(filters),
         "pairs": [
             {
                 "a_case": pa.case_id,
                 "b_case": pb.case_id,
                 "a_median": pa.stats.median,
                 "b_median": pb.stats.median,
+                "a_value": metric_of(pa, metric),
+                "b_value": metric_of(pb, metric),
+                "published_by": pa.published_by,
                 "ratio": ratio,
             }
             for pa, pb, ratio in pairs
         ],  # fmt: skip
         "median_ratio": median,
         "geometric_mean_ratio": geomean,
+        "groups": groups,
     }
     return data, "\n".join(out).rstrip() + "\n"

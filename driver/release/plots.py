@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from driver.core.report import series_name, tables
 from driver.core.summary import CaseSummary, baseline_of
@@ -66,15 +67,8 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                     alpha=0.5,
                     label=f"{name} ideal",
                 )
-        ax.set_xticks(range(len(ticks)), ticks)
-        ax.set_xlabel("nodes / devices")
-        ax.set_ylabel("samples/s (median, min-max bars)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        _save(fig, out_dir / throughput_file)
-        plt.close(fig)
+        ylabel = "samples/s (median, min-max bars)"
+        _finish(fig, ax, ticks, ylabel, title, out_dir / throughput_file)
         written.append(throughput_file)
 
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
@@ -117,17 +111,24 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
         ax.set_ylim(
             max(0.0, min([50.0, *(v - 5 for v in shown)])), max([110.0, *(v + 5 for v in shown)])
         )
-        ax.set_xticks(range(len(ticks)), ticks)
-        ax.set_xlabel("nodes / devices")
-        ax.set_ylabel("scaling efficiency (%)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        _save(fig, out_dir / efficiency_file)
-        plt.close(fig)
+        _finish(fig, ax, ticks, "scaling efficiency (%)", title, out_dir / efficiency_file)
         written.append(efficiency_file)
     return written
+
+
+def _finish(fig: Any, ax: Any, ticks: list[str], ylabel: str, title: str, path: Path) -> None:
+    """Axes, labels and legend the two plots share; then the file, and the figure closed."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xticks(range(len(ticks)), ticks)
+    ax.set_xlabel("nodes / devices")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
 
 
 def _save(fig: object, path: Path) -> None:

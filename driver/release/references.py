@@ -45,6 +45,17 @@ def families(text: str) -> set[str]:
     return set(_FAMILY.findall(text.upper()))
 
 
+def is_gpu(name: str) -> bool:
+    lowered = name.lower()
+    return bool(families(name)) or "nvidia" in lowered or "gpu" in lowered
+
+
+def comparable(device_names: Sequence[str], reference_hardware: str) -> bool:
+    """Like with like: a GPU beside a GPU (the nearest reference ranks the same family first);
+    a CPU compares with no published GPU figure."""
+    return any(is_gpu(n) for n in device_names) and is_gpu(reference_hardware)
+
+
 @dataclass(frozen=True)
 class Ours:
     model: str

@@ -20,7 +20,7 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,9 @@ from driver.release.archive import (
     sha256_file,
     write_archive,
 )
-from driver.release.compute import Config, compute
+from driver.release.compute import Computed, Config, compute
 from driver.release.dataset import load_dataset
+from driver.release.imported import figure_summaries, load_import
 from driver.release.manifest import (
     KIND,
     MANIFEST,
@@ -49,6 +50,7 @@ from driver.release.manifest import (
 from driver.release.mfu import compute_model_costs, load_peaks
 from driver.release.references import load_references
 from driver.release.render import (
+    README_LAYOUT,
     Results,
     ResultsError,
     csv_text,
@@ -56,8 +58,10 @@ from driver.release.render import (
     readme_text,
     results_data,
 )
+from driver.schema import ConfigError
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
+PUBLISHED_DIR = "config/published"  # import files of published figures, as released
 DEFAULT_RESULTS = REPO_ROOT / "results"
 VERSION = re.compile(r"^v\d+\.\d+(\.\d+)?(-[A-Za-z0-9][A-Za-z0-9.-]*)?$")
 INDEX = "README.md"
@@ -157,8 +161,11 @@ def release(
     compute_flops: bool = True,
     repo_root: Path = REPO_ROOT,
     printer: Printer = print,
+    imports: Sequence[Path] = (),
 ) -> Path:
-    """Build, audit and publish ``reports_root/version``; returns its folder."""
+    """Build, audit and publish ``reports_root/version``; returns its folder. ``imports``:
+    files of published figures (``dlperf import``) shown beside the measured cases; each is
+    copied into ``config/published/`` and audited by its SHA-256."""
     from driver.release.audit import audit
 
     if not VERSION.match(version):
@@ -181,6 +188,14 @@ def release(
     names = [Path(s).name for s in sessions]
     if len(set(names)) != len(names):
         raise ReleaseError(f"two sessions share a name: {names}")
+    import_names = [Path(p).name for p in imports]
+    if len(set(import_names)) != len(import_names):
+        raise ReleaseError(f"two import files share a name: {import_names}")
+    for path in imports:
+        try:
+            load_import(path)
+        except ConfigError as error:
+            raise ReleaseError(f"import file refused: {error}") from None
     collected = [collect_session(Path(s)) for s in sessions]
     if not any(c.repeats for c in collected):
         raise ReleaseError("the sessions hold no finished repeat")
@@ -203,6 +218,7 @@ def release(
             compute_flops=compute_flops,
             repo_root=repo_root,
             printer=printer,
+            imports=[Path(p) for p in imports],
         )
         report = audit(work, expected_version=version, recompute_flops=False)
         if not report.ok:
@@ -240,6 +256,7 @@ def _build(
     compute_flops: bool,
     repo_root: Path,
     printer: Printer,
+    imports: Sequence[Path] = (),
 ) -> None:
     archives: dict[str, dict[str, Any]] = {}
     raw_files: dict[str, dict[str, Any]] = {}
@@ -280,6 +297,11 @@ def _build(
         except ValueError:
             shown = str(source)
         config_files[destination] = {"source": shown, "sha256": sha256_file(work / destination)}
+    for path in imports:  # published figures: read from the version's copy, like the audit
+        destination = f"{PUBLISHED_DIR}/{path.name}"
+        (work / destination).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, work / destination)
+        config_files[destination] = {"source": str(path), "sha256": sha256_file(work / destination)}
     model_costs = (
         compute_model_costs(((r.case.model, r.case.options) for r in dataset.repeats), printer)
         if compute_flops
@@ -287,6 +309,14 @@ def _build(
     )
     config = load_config(work, model_costs)
     computed = compute(dataset, config)
+    mixed = _cases_on_several_devices(computed)
+    if mixed:
+        raise ReleaseError(
+            "a version holds each case on one device model, measured or published; these are "
+            "on several or both (release them as separate versions, or compare them with "
+            "`dlperf report`):\n"
+            + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
+        )
     if computed.errors:
         raise ReleaseError(
             "finished repeats whose logs no longer give a measurement:\n"
@@ -338,6 +368,7 @@ def _build(
         "excluded_repeats": [e for c in collected for e in c.excluded],
         "remeasured": remeasured,
         "changes": _changes(previous, reports_root, data),
+        "readme_layout": README_LAYOUT,
     }
     from driver.release.plots import render_plots
 
@@ -372,10 +403,15 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
 
 
 def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Config:
+    """The version's config copies; an import file that does not load raises ConfigError."""
+    published = []
+    for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
+        published += figure_summaries(path)
     return Config(
         peaks=load_peaks(version_dir / "config" / "reports" / "peaks.yaml"),
         references=load_references(version_dir / "config" / "reports" / "references.yaml"),
         model_costs=model_costs,
+        published=published,
     )
 
 
@@ -417,6 +453,15 @@ def write_index(reports_root: Path) -> Path:
     path = reports_root / INDEX
     path.write_text(index_text(reports_root))
     return path
+
+
+def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]:
+    """Case ids held more than once (the version's rows are keyed by case id)."""
+    models: dict[str, list[str]] = {}
+    for s in computed.summaries:
+        label = s.device_model + (f" (published by {s.published_by})" if s.published_by else "")
+        models.setdefault(s.case_id, []).append(label)
+    return [(c, sorted(m)) for c, m in sorted(models.items()) if len(m) > 1]
 
 
 def index_digest(reports_root: Path, version: str) -> str | None:

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -19,10 +20,11 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from tabulate import tabulate
 
 from driver.core.measure import RepeatMeasurement, StrictModel
-from driver.core.report import ExtraColumn, markdown_tables
+from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.results import strict_json
-from driver.core.summary import CaseRow, CaseSummary
+from driver.core.summary import PUBLISHED_FIELDS, CaseRow, CaseSummary
 from driver.release.compute import CaseExtras, Computed, RepeatResult
+from driver.release.references import comparable
 from driver.telemetry.summary import TELEMETRY_FIELDS
 
 RESULTS_SCHEMA = 1
@@ -46,8 +48,11 @@ class ReleaseCaseRow(CaseExtras, CaseRow):
     table: str
 
     def dump(self) -> dict[str, Any]:
-        # reference_source is written only where a reference matched (as it always was)
+        # reference_source is written only where a reference matched (as it always was), and
+        # the publisher fields only for a published figure (the first versions have none)
         unmatched = {"reference_source"} if self.reference_source is None else set()
+        if self.published_by is None:
+            unmatched |= set(PUBLISHED_FIELDS)
         return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
@@ -259,7 +264,18 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
     return lambda s: _pct(getattr(computed.extras[s.case_id], key))
 
 
-def _tables_section(computed: Computed) -> str:
+# README layouts: 1, the first releases (one column group per series, every repeat's
+# telemetry, the nearest reference whatever its device); 2 (manifest ``readme_layout``), a
+# summary first, long tables split by device model with median rows, telemetry per case,
+# references only where the devices compare. The audit renders a version in its own layout.
+README_LAYOUT = 2
+
+
+def readme_layout(manifest: dict[str, Any]) -> int:
+    return int(manifest.get("readme_layout", 1))
+
+
+def _tables_section(computed: Computed, long_format: bool = False) -> str:
     extras = [
         ExtraColumn("bound", _extra_cell(computed, "scaling_bound"), after="efficiency"),
         ExtraColumn("MFU", _extra_cell(computed, "mfu"), after="CV"),
@@ -291,14 +307,19 @@ def _tables_section(computed: Computed) -> str:
         extra_columns=extras,
         after_table=plots,
         extra_notes=notes,
+        long_format=long_format,
     )
 
 
-def _references_section(computed: Computed) -> str:
+def _references_section(computed: Computed, like_with_like: bool = False) -> str:
     rows = []
+    not_comparable: dict[str, int] = {}
     for s in computed.summaries:
         e = computed.extras[s.case_id]
         if not e.reference_id:
+            continue
+        if like_with_like and not comparable(s.devices, str(e.reference_hardware or "")):
+            not_comparable[s.device_model] = not_comparable.get(s.device_model, 0) + 1
             continue
         config = f"{e.reference_devices} dev, bsz {e.reference_batch_per_device or '?'}, "
         config += str(e.reference_precision).upper()
@@ -315,8 +336,13 @@ def _references_section(computed: Computed) -> str:
                 f"[{e.reference_source}]({e.reference_link})",
             ]
         )
+    unmatched = "".join(
+        f"No comparable reference for the {count} case(s) on {model}: published results are "
+        "GPU figures, and a CPU is set beside none of them.\n"
+        for model, count in sorted(not_comparable.items())
+    )
     if not rows:
-        return (
+        return unmatched or (
             "No published result matches a measured case (references are matched on the "
             "model at its published shapes only).\n"
         )
@@ -337,7 +363,14 @@ def _references_section(computed: Computed) -> str:
         "then same GPU family, precision, device count, framework, dataset, XLA and batch, in "
         "that order. Compared per device, since topologies differ.\n\n"
     )
-    return intro + tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) + "\n"
+    if like_with_like:
+        intro = intro.replace(
+            "in that order.",
+            "in that order; only a GPU beside a GPU (a CPU row says so, results.json keeps the "
+            "nearest figure).",
+        )
+    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return intro + table + "\n" + (f"\n{unmatched}" if unmatched else "")
 
 
 def _telemetry_section(computed: Computed) -> str:
@@ -371,6 +404,47 @@ def _telemetry_section(computed: Computed) -> str:
     )
     table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
     return intro + table + "\n"
+
+
+def _telemetry_per_case(computed: Computed) -> str:
+    """Layout 2: one row per case (median of the repeats' medians / max of their maxima);
+    every repeat's figures are in results.csv and results.json."""
+    metrics = [("CPU % (1 core = 100)", "cpu_pct"), ("RSS MiB", "rss_mib")]
+    gpu = any(r.telemetry.get("telemetry_gpu_power_w_max") is not None for r in computed.repeats)
+    if gpu:
+        metrics += [
+            ("GPU W", "gpu_power_w"),
+            ("SM %", "gpu_sm_pct"),
+            ("mem %", "gpu_mem_pct"),
+            ("GPU mem MiB", "gpu_mem_used_mib"),
+            ("SM MHz", "gpu_sm_clock_mhz"),
+            ("temp C", "gpu_temp_c"),
+        ]
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for r in computed.repeats:
+        by_case.setdefault(r.raw.case.id, []).append(r.telemetry)
+    rows = []
+    for case_id, telemetry in sorted(by_case.items()):
+        windows = sorted({str(t.get("telemetry_window")) for t in telemetry})
+        row: list[Any] = [case_id, len(telemetry), ", ".join(windows)]
+        for _header, name in metrics:
+            medians = [t[f"telemetry_{name}_median"] for t in telemetry
+                       if t.get(f"telemetry_{name}_median") is not None]
+            maxima = [t[f"telemetry_{name}_max"] for t in telemetry
+                      if t.get(f"telemetry_{name}_max") is not None]
+            row.append(_pair({"m_median": statistics.median(medians) if medians else None,
+                              "m_max": max(maxima) if maxima else None}, "m"))
+        rows.append(row)
+    statuses = sorted({str(r.telemetry.get("telemetry_status")) for r in computed.repeats})
+    intro = (
+        "Per case over its repeats: the median of the repeats' medians / the largest maximum, "
+        "over the measured window (`steps`: cut with the step timestamps on each node's "
+        "monotonic clock; `run`: the whole run). CPU and RSS are summed over each node's "
+        "process tree; GPU metrics pool every GPU. Every repeat's figures: `results.csv`, "
+        f"`results.json`. GPU status: {', '.join(statuses)}.\n\n"
+    )
+    headers = ["case", "repeats", "window", *(h for h, _ in metrics)]
+    return intro + tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) + "\n"
 
 
 def _provenance_section(manifest: dict[str, Any]) -> str:
@@ -464,16 +538,41 @@ def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
     sessions = ", ".join(f"`{s['name']}`" for s in manifest["sessions"])
     dirty = " (dirty tree)" if kit.get("dirty") else ""
     repeats = sum(1 for r in computed.repeats if r.measurement is not None)
+    published = sum(1 for s in computed.summaries if s.published_by)
+    of_them = f" ({published} of them published figures, `config/published/`)" if published else ""
     head = (
         f"# {manifest['title']}\n\n"
         f"Version `{version}`, released {manifest['released_at']} by `dlperf release` from "
         f"{sessions}; kit `{str(kit.get('commit'))[:12]}`{dirty}. "
-        f"{len(computed.summaries)} cases, {repeats} repeats.\n\n"
+        f"{len(computed.summaries)} cases{of_them}, {repeats} repeats.\n\n"
         f"Every number here is recomputed from the raw logs in `raw/` by "
         f"`dlperf audit reports/{version}`. `manifest.json` holds the SHA-256 of every raw file "
         "and config file, the image digests and the provenance of every node; `results.json` "
         "and `results.csv` hold every case and every repeat, every field named.\n"
     )
+    if readme_layout(manifest) >= 2:
+        return "\n".join(
+            [
+                head,
+                "## Changelog\n",
+                _changes_section(manifest),
+                "## Summary\n",
+                summary_tables(computed.summaries),
+                "## Throughput\n",
+                "Per model, precision, batch and data: one row per series (framework, with its "
+                "source, XLA and option variant) and topology, split by device model; the "
+                "median samples/s over repeats, speedup and efficiency against 1n1g at the same "
+                "batch per device on the same device model, and the coefficient of variation "
+                "over repeats; then the median and geometric mean across series.\n",
+                _tables_section(computed, long_format=True),
+                "## Beside published results\n",
+                _references_section(computed, like_with_like=True),
+                "## Telemetry\n",
+                _telemetry_per_case(computed),
+                "## Provenance\n",
+                _provenance_section(manifest),
+            ]
+        )
     parts = [
         head,
         "## Changelog\n",

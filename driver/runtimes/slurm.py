@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from driver.benchkit import EXIT_OOM
+from driver.bench.protocol import EXIT_OOM
 from driver.frameworks.base import REPO_ROOT
 from driver.registry import RUNTIMES
 from driver.runtimes.base import (

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from driver.core.case import Case
 from driver.launchers.base import NodeRank
+from driver.parsers._upstream import RunHeader
 
 
 class Source(Protocol):
@@ -26,3 +27,23 @@ class Source(Protocol):
     def command(self, case: Case, rank: NodeRank, batch_size: int) -> list[str]:
         """argv that runs ``case`` on the node ``rank`` (their launcher, their flags)."""
         ...
+
+
+def run_header(
+    source: str, case: Case, rank: NodeRank, batch_size: int, logging: str, step_offset: int
+) -> RunHeader:
+    """The run header a source's node command prints first: what its parser needs to know
+    about the case (window, batch, ranks) that the upstream log itself does not say."""
+    warmup, measured, _total = case.window_for(batch_size)
+    return RunHeader(
+        source=source,
+        model=case.model,
+        node_rank=rank.node_rank,
+        nodes=rank.nodes,
+        procs_per_node=rank.procs_per_node,
+        batch=batch_size,
+        logging=logging,
+        step_offset=step_offset,
+        warmup_steps=warmup,
+        measured_steps=measured,
+    )

@@ -31,6 +31,7 @@ from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader, header_line
 from driver.registry import SOURCES
 from driver.schema import ConfigError, StrictModel, load_document, validate
+from driver.sources.base import run_header
 from driver.sources.upstream import SPECS, SourceError, SourceSpec
 
 SUFFIX = "-pypi"
@@ -192,19 +193,7 @@ class PypiSource:
 
     def header(self, case: Case, rank: NodeRank, batch_size: int) -> RunHeader:
         launch = self.launch_for(case)
-        warmup, measured, _total = case.window_for(batch_size)
-        return RunHeader(
-            source=self.name,
-            model=case.model,
-            node_rank=rank.node_rank,
-            nodes=rank.nodes,
-            procs_per_node=rank.procs_per_node,
-            batch=batch_size,
-            logging=launch.logging,
-            step_offset=launch.step_offset,
-            warmup_steps=warmup,
-            measured_steps=measured,
-        )
+        return run_header(self.name, case, rank, batch_size, launch.logging, launch.step_offset)
 
     def command(self, case: Case, rank: NodeRank, batch_size: int) -> list[str]:
         launch = self.launch_for(case)

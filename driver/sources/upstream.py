@@ -50,6 +50,7 @@ from driver.schema import (
     text,
     validate,
 )
+from driver.sources.base import run_header
 
 SOURCE_GLOBS = ("NVIDIADeepLearningExamples/*/source.yaml", "*/upstream/source.yaml")
 COMMIT = re.compile(r"\A[0-9a-f]{40}\Z")  # Python's \Z: the very end ("$" allows a newline)
@@ -346,19 +347,7 @@ class UpstreamSource:
 
     def header(self, case: Case, rank: NodeRank, batch_size: int) -> RunHeader:
         launch = self.launch_for(case)
-        warmup, measured, _total = case.window_for(batch_size)
-        return RunHeader(
-            source=self.name,
-            model=case.model,
-            node_rank=rank.node_rank,
-            nodes=rank.nodes,
-            procs_per_node=rank.procs_per_node,
-            batch=batch_size,
-            logging=launch.logging,
-            step_offset=launch.step_offset,
-            warmup_steps=warmup,
-            measured_steps=measured,
-        )
+        return run_header(self.name, case, rank, batch_size, launch.logging, launch.step_offset)
 
     def context(self, case: Case, rank: NodeRank, batch_size: int) -> dict[str, Any]:
         launch = self.launch_for(case)

@@ -1,0 +1,179 @@
+"""``dlperf import``: published figures (tests/fixtures/published, sources cited there) become
+rate-only cases; their speedups, efficiencies and factor medians are checked against values
+computed by hand from the published numbers."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from driver.core.summary import CaseSummary
+from driver.frontend.cli import main
+from driver.release.compare import load_side
+from driver.release.factor import factor_report
+from driver.release.imported import imported_summaries, load_import
+from driver.schema import ConfigError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "published"
+DLPERF = FIXTURES / "dlperf-v1.0-resnet50.yaml"  # DLPerf v1.0 ResNet-50, 4n32g V100
+SHEET = FIXTURES / "dle-pytorch-resnet50-a100-v100.csv"  # DeepLearningExamples, A100 and V100
+
+
+def by_key(path: Path) -> dict[tuple, CaseSummary]:
+    return {
+        (c.framework, c.source, c.precision, c.topology.label, s.device_model): s
+        for s in imported_summaries(path)
+        for c in [s.case]
+    }
+
+
+def test_dlperf_table_keeps_the_published_speedup_and_derives_the_efficiency() -> None:
+    summaries = by_key(DLPERF)
+    assert len(summaries) == 13
+    oneflow = summaries[("oneflow", "oneflow-benchmark", "fp32", "4n32g", "NVIDIA V100-SXM2-16GB")]
+    assert oneflow.stats.median == 12411.97 and oneflow.stats.repeats == 1
+    assert oneflow.published_by == "DLPerf v1.0" and oneflow.speedup == 31.21
+    assert oneflow.efficiency == 0.9753125  # 31.21 / 32
+    paddle_amp = summaries[("paddle", "paddlecv", "amp", "4n32g", "NVIDIA V100-SXM2-16GB")]
+    assert paddle_amp.batch_size == 224 and paddle_amp.efficiency == 0.31875  # 10.2 / 32
+    assert oneflow.hardware == "8 x NVIDIA V100-SXM2-16GB"
+
+
+def test_dlperf_report_median_rows_across_series(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert main(["import", str(DLPERF), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    fp32 = text.split("### ResNet-50 v1.5, FP32, bsz=128 per device")[1].split("###")[0]
+    # FP32 speedups 26.25 26.50 28.67 28.75 29.27 29.72 31.21: median 28.75, 28.75/32 = 89.84%
+    assert "| median (7 series)" in fp32
+    median_row = next(line for line in fp32.splitlines() if "median (7 series)" in line)
+    assert [c.strip() for c in median_row.split("|")][4:8] == ["32", "", "28.75", "89.84%"]
+    geomean_row = next(line for line in fp32.splitlines() if "geometric mean (7" in line)
+    # (26.25 x 26.50 x 28.67 x 28.75 x 29.27 x 29.72 x 31.21) ** (1/7) = 28.5798...
+    assert [c.strip() for c in geomean_row.split("|")][6:8] == ["28.58", "89.31%"]
+    # every row says who published it; a published figure shows no CV
+    rows = [line for line in fp32.splitlines() if line.startswith("| ") and "DLPerf v1.0" in line]
+    assert len(rows) == 7 and all(line.rstrip().endswith("| -    |") for line in rows)
+    summary = text.split("## Summary")[1].split("## Detail")[0]
+    oneflow = next(line for line in summary.splitlines() if "OneFlow" in line)
+    assert "12411.97 @4n32g" in oneflow and "31.21" in oneflow and "33141.02 @4n32g" in oneflow
+    data = json.loads((out / "report.json").read_text())
+    assert {row["reported_by_source"] for row in data} == {False}
+    assert {row["published_by"] for row in data} == {"DLPerf v1.0"}
+    assert {row["hardware"] for row in data} == {"8 x NVIDIA V100-SXM2-16GB"}
+    assert "- published by DLPerf v1.0: figures as published (https://github.com/" in text
+
+
+def test_a_sheet_of_two_gpu_types_derives_speedups_per_device() -> None:
+    summaries = by_key(SHEET)
+    a100 = "NVIDIA A100-SXM4-80GB"
+    v100 = "NVIDIA V100-SXM2-16GB"
+    fp32_8 = summaries[("pytorch", "deeplearningexamples", "fp32", "1n8g", a100)]
+    assert fp32_8.speedup == 7248 / 938 and fp32_8.efficiency == 7248 / 938 / 8
+    amp_8 = summaries[("pytorch", "deeplearningexamples", "amp", "1n8g", v100)]
+    assert amp_8.speedup == 8322 / 1200 == 6.935
+    assert amp_8.efficiency == 6.935 / 8
+    # each device's speedup against its own 1n1g, never the other's
+    amp_a100 = summaries[("pytorch", "deeplearningexamples", "amp", "1n8g", a100)]
+    assert amp_a100.speedup == 16621 / 2470
+    assert amp_a100.machine == "DGX A100" and amp_8.machine == "DGX-1"
+
+
+def test_factor_device_medians_over_the_sheet(tmp_path: Path) -> None:
+    side = load_side(str(SHEET), tmp_path, tmp_path)
+    data, text = factor_report(
+        [side], "device", "V100", "A100", where=["precision=amp"], by="topology"
+    )
+    ratios = {p["a_case"].split("/")[2]: p["ratio"] for p in data["pairs"]}
+    assert ratios == {"1n1g": 2470 / 1200, "1n8g": 16621 / 8322}
+    assert data["median_ratio"] == (2470 / 1200 + 16621 / 8322) / 2  # 2.0278
+    assert f"{data['median_ratio']:.4f}" == "2.0278"
+    assert [(g["value"], g["median_ratio"]) for g in data["groups"]] == [
+        ("1n1g", 2470 / 1200),
+        ("1n8g", 16621 / 8322),
+    ]
+    assert "| median topology=1n1g" in text and "2.0583" in text and "1.9972" in text
+    # FP32 ran another batch on each GPU (256 vs 112): no pair, not a mixed ratio
+    empty, _text = factor_report([side], "device", "V100", "A100", where=["precision=fp32"])
+    assert empty["pairs"] == []
+
+
+def test_factor_of_speedups_and_efficiencies(tmp_path: Path) -> None:
+    side = load_side(str(SHEET), tmp_path, tmp_path)
+    where = ["precision=amp", "topology=1n8g"]
+    speedups, _ = factor_report([side], "machine", "DGX-1", "DGX A100", where, "speedup")
+    (pair,) = speedups["pairs"]
+    assert pair["ratio"] == (16621 / 2470) / (8322 / 1200)  # 0.97032
+    assert f"{pair['ratio']:.4f}" == "0.9703"
+    efficiencies, text = factor_report([side], "gpu", "V100", "A100", where, "efficiency")
+    (pair,) = efficiencies["pairs"]
+    assert pair["ratio"] == pytest.approx((16621 / 2470 / 8) / (8322 / 1200 / 8), rel=1e-15)
+    assert "V100 efficiency" in text and "86.69%" in text  # 6.935 / 8
+
+
+def test_factor_source_over_the_dlperf_table(tmp_path: Path) -> None:
+    side = load_side(str(DLPERF), tmp_path, tmp_path)
+    args = ("source", "pytorch-examples", "deeplearningexamples")
+    where = ["framework=pytorch", "precision=fp32"]
+    throughput, _ = factor_report([side], *args, where=where)
+    assert [p["ratio"] for p in throughput["pairs"]] == [10917.09 / 10021.29]
+    speedup, _ = factor_report([side], *args, where=where, metric="speedup")
+    assert [p["ratio"] for p in speedup["pairs"]] == [29.72 / 28.75]
+    # every framework with both sources at FP32: pytorch and tensorflow (tensorflow-models vs NGC)
+    tf, _ = factor_report([side], "source", "tensorflow-models", "deeplearningexamples")
+    assert [p["ratio"] for p in tf["pairs"]] == [9514.64 / 9418.44]
+    medians = statistics.median([10917.09 / 10021.29])
+    assert throughput["median_ratio"] == medians
+
+
+def test_bad_import_files_name_the_file_and_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    lines = SHEET.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if ",938," in line)
+    bad.write_text("\n".join([*lines[:first], lines[first].replace(",938,", ",fast,")]) + "\n")
+    with pytest.raises(ConfigError) as error:
+        load_import(bad)
+    assert str(error.value).startswith(f"{bad}: row 1.throughput:")
+    no_schema = tmp_path / "none.csv"
+    no_schema.write_text("\n".join(line for line in lines if "schema" not in line) + "\n")
+    with pytest.raises(ConfigError, match="no '# schema: 1' line"):
+        load_import(no_schema)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(DLPERF.read_text().replace("framework: oneflow,", "framework: caffe,", 1))
+    with pytest.raises(ConfigError, match=r"figures\[0\]\.framework: 'caffe' is not a framework"):
+        load_import(wrong)
+    uneven = tmp_path / "uneven.yaml"
+    uneven.write_text(DLPERF.read_text().replace("devices: 32", "devices: 30", 1))
+    with pytest.raises(ConfigError, match=r"figures\[0\].*multiple of nodes"):
+        load_import(uneven)
+    assert main(["import", str(wrong)]) == 2
+
+
+def test_report_takes_an_import_file_beside_sessions(tmp_path: Path) -> None:
+    out = tmp_path / "both"
+    assert main(["report", str(SHEET), str(DLPERF), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    table = text.split("### ResNet-50 v1.5, AMP, bsz=256 per device")[1].split("###")[0]
+    # both publishers in one table, each row marked; the median row is DLPerf's 4n32g only
+    assert "published by NVIDIA DeepLearningExamples" in table
+    assert "median (4 series)" in table  # DLPerf's four 4n32g AMP series only
+    with pytest.raises(SystemExit, match="neither a dlperf session folder"):
+        main(["report", str(tmp_path / "nothing.txt")])
+
+
+def test_compare_keeps_each_device_model_a_case_of_its_own(tmp_path: Path) -> None:
+    from driver.release.compare import compare_sides
+
+    side = load_side(str(SHEET), tmp_path, tmp_path)
+    assert side.kind == "published" and len(side.cases) == 8
+    amp = "resnet50/pytorch/1n8g/bs256/amp/synthetic/src-deeplearningexamples"
+    suffix = " (published by NVIDIA DeepLearningExamples)"
+    a100 = side.cases[f"{amp} on NVIDIA A100-SXM4-80GB{suffix}"]
+    v100 = side.cases[f"{amp} on NVIDIA V100-SXM2-16GB{suffix}"]
+    assert (a100.throughputs, v100.throughputs) == ([16621.0], [8322.0])
+    rows, text = compare_sides(side, side)
+    assert len(rows) == 8 and {r["ratio"] for r in rows} == {1.0}
+    assert "published figures (one figure per case, no repeats)" in text
