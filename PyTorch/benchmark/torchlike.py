@@ -1,8 +1,9 @@
 """Network definitions written against a torch-like library passed in, and no import of torch.
 
-``oneflow`` mirrors ``torch`` (``nn.Conv2d``, ``nn.init``, ``flatten``...) closely enough that
-OneFlow's benchmark builds the very same ResNet-50 v1.5 (layers, shapes, initialisation) from
-these classes as the PyTorch benchmark does: one definition, no copy to drift. The module sits
+``oneflow`` mirrors ``torch`` (``nn.Conv2d``, ``nn.init``, ``gather``...) closely enough that
+OneFlow's benchmark builds the very same ResNet-50 v1.5 and BERT (layers, shapes,
+initialisation) from these classes as the PyTorch benchmark does: one definition, no copy to
+drift. The module sits
 outside ``PyTorch.benchmark.models`` because that package imports torch, which OneFlow's
 environment does not have.
 
@@ -13,8 +14,11 @@ ResNet-50 implement, and the one DLPerf measures (about 4.1 GMACs per 224x224 im
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from driver.bench.shapes import BertShape
 
 
 def resnet_classes(lib: ModuleType) -> tuple[type, type]:
@@ -99,3 +103,126 @@ def resnet_classes(lib: ModuleType) -> tuple[type, type]:
             return self.fc(lib.flatten(self.avgpool(x), 1))
 
     return Bottleneck, ResNet
+
+
+# --------------------------------------------------------------------------------------------
+# BERT pre-training (Devlin et al., 2018): encoder, masked-LM head and next-sentence head.
+
+IGNORE_INDEX = -1  # label of a padded masked-LM slot (no prediction there)
+
+
+def bert_classes(lib: ModuleType, attention: Callable[..., Any]) -> tuple[type, Callable[..., Any]]:
+    """``(BertForPreTraining, pretraining_loss)`` built on ``lib.nn`` (``torch`` or ``oneflow``).
+
+    ``attention(q, k, v, attn_mask=..., dropout_p=...)`` has the semantics of torch's
+    ``scaled_dot_product_attention`` with a boolean key mask (True: may be attended to);
+    oneflow 0.9 lacks that function, so OneFlow passes its own spelled-out equivalent.
+    """
+    nn = lib.nn
+    F = lib.nn.functional
+
+    class BertEmbeddings(nn.Module):
+        def __init__(self, config: BertShape) -> None:
+            super().__init__()
+            self.word = nn.Embedding(config.vocab_size, config.hidden)
+            self.position = nn.Embedding(config.max_position, config.hidden)
+            self.token_type = nn.Embedding(config.type_vocab_size, config.hidden)
+            self.norm = nn.LayerNorm(config.hidden, eps=config.layer_norm_eps)
+            self.dropout = nn.Dropout(config.dropout)
+
+        def forward(self, input_ids: Any, segment_ids: Any) -> Any:
+            # The position rows are sliced from the table rather than looked up with an arange:
+            # the same values and gradient, and OneFlow's nn.Graph would need a placement for a
+            # global arange tensor.
+            positions = self.position.weight[: input_ids.shape[1]].unsqueeze(0)
+            x = self.word(input_ids) + positions + self.token_type(segment_ids)
+            return self.dropout(self.norm(x))
+
+    class BertLayer(nn.Module):
+        """Post-LayerNorm transformer block, as in the original BERT."""
+
+        def __init__(self, config: BertShape) -> None:
+            super().__init__()
+            self.heads = config.heads
+            self.dropout_p = config.dropout
+            self.qkv = nn.Linear(config.hidden, 3 * config.hidden)
+            self.attn_out = nn.Linear(config.hidden, config.hidden)
+            self.attn_norm = nn.LayerNorm(config.hidden, eps=config.layer_norm_eps)
+            self.intermediate = nn.Linear(config.hidden, config.intermediate)
+            self.output = nn.Linear(config.intermediate, config.hidden)
+            self.out_norm = nn.LayerNorm(config.hidden, eps=config.layer_norm_eps)
+            self.dropout = nn.Dropout(config.dropout)
+
+        def forward(self, x: Any, attn_mask: Any) -> Any:
+            batch, seq, hidden = x.shape
+            # [B, S, 3H] -> 3 x [B, heads, S, head_dim]
+            qkv = self.qkv(x).reshape(batch, seq, 3, self.heads, hidden // self.heads)
+            qkv = qkv.permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            context = attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
+            )
+            context = context.transpose(1, 2).reshape(batch, seq, hidden)
+            x = self.attn_norm(x + self.dropout(self.attn_out(context)))
+            y = self.output(F.gelu(self.intermediate(x)))
+            return self.out_norm(x + self.dropout(y))
+
+    class BertForPreTraining(nn.Module):
+        """``forward`` returns ``(mlm_logits [B, P, V], nsp_logits [B, 2])``.
+
+        The MLM head only transforms the ``max_predictions`` masked positions gathered from the
+        sequence, as NVIDIA's reference does, and its decoder shares the word-embedding matrix
+        (weight tying): BERT-base has the reference's 110,106,428 parameters.
+        """
+
+        def __init__(self, config: BertShape) -> None:
+            super().__init__()
+            self.config = config
+            self.embeddings = BertEmbeddings(config)
+            self.layers = nn.ModuleList([BertLayer(config) for _ in range(config.layers)])
+            self.pooler = nn.Linear(config.hidden, config.hidden)
+            self.nsp = nn.Linear(config.hidden, 2)
+            self.mlm_transform = nn.Linear(config.hidden, config.hidden)
+            self.mlm_norm = nn.LayerNorm(config.hidden, eps=config.layer_norm_eps)
+            # The decoder weight is the word embedding matrix (tied); only its bias is its own.
+            self.mlm_bias = nn.Parameter(lib.zeros(config.vocab_size))
+            self.apply(self._init_weights)
+
+        def _init_weights(self, module: Any) -> None:
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+        def forward(
+            self, input_ids: Any, segment_ids: Any, input_mask: Any, masked_lm_positions: Any
+        ) -> tuple[Any, Any]:
+            # Boolean mask, True where a key may be attended to; broadcast over heads and queries.
+            attn_mask = input_mask.bool().unsqueeze(1).unsqueeze(2)
+            x = self.embeddings(input_ids, segment_ids)
+            for layer in self.layers:
+                x = layer(x, attn_mask)
+            nsp_logits = self.nsp(lib.tanh(self.pooler(x[:, 0])))
+            # Gather the masked positions first: the vocabulary projection is the big matmul.
+            index = masked_lm_positions.long().unsqueeze(-1).expand(-1, -1, x.shape[-1])
+            masked = lib.gather(x, 1, index)
+            masked = self.mlm_norm(F.gelu(self.mlm_transform(masked)))
+            mlm_logits = F.linear(masked, self.embeddings.word.weight, self.mlm_bias)
+            return mlm_logits, nsp_logits
+
+    def pretraining_loss(
+        mlm_logits: Any, nsp_logits: Any, masked_lm_ids: Any, next_sentence_labels: Any
+    ) -> Any:
+        """Masked-LM cross entropy over the real (non-padded) predictions plus the NSP loss."""
+        mlm = F.cross_entropy(
+            mlm_logits.reshape(-1, mlm_logits.shape[-1]).float(),
+            masked_lm_ids.reshape(-1).long(),
+            ignore_index=IGNORE_INDEX,
+        )
+        nsp = F.cross_entropy(nsp_logits.float(), next_sentence_labels.reshape(-1).long())
+        return mlm + nsp
+
+    return BertForPreTraining, pretraining_loss
