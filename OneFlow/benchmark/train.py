@@ -40,6 +40,7 @@ from driver.bench.contract import OptionError, warn
 from driver.bench.host import cpu_count, cpu_model_name
 from driver.bench.loop import Adapter, run_benchmark
 from OneFlow.benchmark.models import IMAGE_MODELS, build_training_model, count_parameters
+from PyTorch.benchmark.torchlike import backward_and_step
 
 MODELS = ("resnet50", "bert")
 
@@ -167,18 +168,7 @@ def eager_step(
                 loss, _logits = model(*batch)
         else:
             loss, _logits = model(*batch)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            if grad_clip > 0:
-                scaler.unscale_(optimizer)
-                flow.nn.utils.clip_grad_norm_(params, grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            if grad_clip > 0:
-                flow.nn.utils.clip_grad_norm_(params, grad_clip)
-            optimizer.step()
+        backward_and_step(flow, loss, optimizer, scaler, params, grad_clip)
         optimizer.zero_grad()
         return loss.detach()
 

@@ -111,12 +111,15 @@ def resnet_classes(lib: ModuleType) -> tuple[type, type]:
 IGNORE_INDEX = -1  # label of a padded masked-LM slot (no prediction there)
 
 
-def bert_classes(lib: ModuleType, attention: Callable[..., Any]) -> tuple[type, Callable[..., Any]]:
+def bert_classes(
+    lib: ModuleType, attention: Callable[..., Any] | None = None
+) -> tuple[type, Callable[..., Any]]:
     """``(BertForPreTraining, pretraining_loss)`` built on ``lib.nn`` (``torch`` or ``oneflow``).
 
-    ``attention(q, k, v, attn_mask=..., dropout_p=...)`` has the semantics of torch's
-    ``scaled_dot_product_attention`` with a boolean key mask (True: may be attended to);
-    oneflow 0.9 lacks that function, so OneFlow passes its own spelled-out equivalent.
+    Attention is ``lib.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient
+    kernels where the device has them) with a boolean key mask (True: may be attended to);
+    oneflow 0.9 lacks that function, so OneFlow passes ``attention``, its spelled-out equivalent
+    with the same arguments.
     """
     nn = lib.nn
     F = lib.nn.functional
@@ -159,7 +162,8 @@ def bert_classes(lib: ModuleType, attention: Callable[..., Any]) -> tuple[type, 
             qkv = self.qkv(x).reshape(batch, seq, 3, self.heads, hidden // self.heads)
             qkv = qkv.permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]
-            context = attention(
+            attend = attention or F.scaled_dot_product_attention
+            context = attend(
                 q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
             )
             context = context.transpose(1, 2).reshape(batch, seq, hidden)
@@ -226,3 +230,30 @@ def bert_classes(lib: ModuleType, attention: Callable[..., Any]) -> tuple[type, 
         return mlm + nsp
 
     return BertForPreTraining, pretraining_loss
+
+
+# --------------------------------------------------------------------------------------------
+# Training step
+
+
+def backward_and_step(
+    lib: ModuleType, loss: Any, optimizer: Any, scaler: Any, params: list[Any], grad_clip: float
+) -> None:
+    """Backward pass and optimizer step, through the fp16 loss ``scaler`` when there is one.
+
+    Gradients are clipped to a global norm of ``grad_clip`` when it is positive (unscaled
+    first, so the norm is the true one). The caller zeroes the gradients.
+    """
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        if grad_clip > 0:
+            scaler.unscale_(optimizer)
+            lib.nn.utils.clip_grad_norm_(params, grad_clip)
+        # Fused optimizers take the scale and inf flags on the device: no sync here.
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        if grad_clip > 0:
+            lib.nn.utils.clip_grad_norm_(params, grad_clip)
+        optimizer.step()

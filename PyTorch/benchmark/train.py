@@ -54,6 +54,7 @@ from PyTorch.benchmark.models import (
     training_loss,
 )
 from PyTorch.benchmark.models.inception import AUX_MIN_IMAGE_SIZE, MIN_IMAGE_SIZE
+from PyTorch.benchmark.torchlike import backward_and_step
 
 # EXIT_OOM (86), the status the driver's max-batch search reads as "does not fit", is the
 # protocol's.
@@ -235,19 +236,7 @@ def make_step(
     def step(batch: Batch, zero_grad: bool = True) -> torch.Tensor:
         with autocast():
             loss = training_loss(model_name, model, batch)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            if grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            # Fused optimizers take the scale and inf flags on the device: no sync here.
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            if grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            optimizer.step()
+        backward_and_step(torch, loss, optimizer, scaler, params, grad_clip)
         if zero_grad:
             optimizer.zero_grad(set_to_none=set_to_none)
         return loss.detach()

@@ -13,10 +13,9 @@ The definition is ``PyTorch.benchmark.torchlike.bert_classes``, shared with OneF
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from PyTorch.benchmark.torchlike import IGNORE_INDEX, bert_classes
 
 __all__ = ["IGNORE_INDEX", "BertForPreTraining", "pretraining_loss"]
 
-BertForPreTraining, pretraining_loss = bert_classes(torch, F.scaled_dot_product_attention)
+BertForPreTraining, pretraining_loss = bert_classes(torch)
