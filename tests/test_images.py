@@ -369,6 +369,25 @@ def test_rebuilding_with_unchanged_inputs_changes_nothing(
     assert "files" in records
 
 
+def test_a_machine_that_made_the_base_reuses_it_when_another_digest_is_pinned(
+    image_options: BuildOptions, tmp_path: Path
+) -> None:
+    # The repository pins the base another machine made; debootstrap never makes the same bytes
+    # twice, so remaking it here would change every image tag above it on every run.
+    from driver.images.base import DEFAULT_BASE, ensure_base, recipe_for
+
+    recipe = recipe_for(DEFAULT_BASE)
+    here = load_lock(image_options.lock_path).get(recipe.tag).digest
+    text = image_options.lock_path.read_text().replace(here, DIGEST_A)
+    elsewhere = tmp_path / "images.lock"
+    elsewhere.write_text(text)
+    lines: list[str] = []
+    pin = ensure_base(load_lock(elsewhere), recipe, log=lines.append)
+    assert pin.digest == here  # this machine's own build, not a new debootstrap
+    assert any("pinning this machine's own build of the same recipe" in x for x in lines)
+    assert load_lock(elsewhere).get(recipe.tag).digest == here
+
+
 def test_pytorch_cpu_image_has_the_wheelhouse_torch(pytorch_cpu_image: str) -> None:
     result = subprocess.run(
         ["docker", "run", "--rm", "--network", "host", pytorch_cpu_image, "python3", "-c",

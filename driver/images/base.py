@@ -228,6 +228,16 @@ def ensure_base(
                 client.images.get(pin.digest).tag(repository, tag)
             log(f"base: {recipe.tag} is pinned and present ({pin.digest[:19]}); nothing to do")
             return pin
+        local = _made_here_from(client, recipe)
+        if local:
+            # debootstrap never makes the same bytes twice: a machine that made this recipe
+            # before pins its own build rather than remaking it (and every image above it).
+            log(
+                f"base: the pinned {recipe.tag} ({pin.digest[:19]}) is not on this machine; "
+                f"pinning this machine's own build of the same recipe ({local[:19]}); "
+                "`--rebuild` makes a new one, docker load a saved copy keeps the pinned digest"
+            )
+            return _pin(lock, recipe, local, log, previous=pin.digest)
         log(
             f"base: the pinned {recipe.tag} ({pin.digest[:19]}) is not on this machine; making "
             "a new one (docker load a saved copy instead to keep the pinned digest)"
@@ -237,6 +247,18 @@ def ensure_base(
         return _pin(lock, recipe, existing, log, previous=None)
     new_id = make_rootfs_image(recipe, log)
     return _pin(lock, recipe, new_id, log, previous=pin.digest if pin else None)
+
+
+def _made_here_from(client, recipe: BaseRecipe) -> str | None:  # noqa: ANN001 - docker client
+    """The ID of an image this machine made from ``recipe`` (its tag and recipe label), if any."""
+    import docker
+
+    try:
+        image = client.images.get(recipe.tag)
+    except docker.errors.ImageNotFound:
+        return None
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    return image.id if labels.get("dlperf.recipe") == recipe.digest else None
 
 
 def _recipe_label(recipe: BaseRecipe) -> str:
