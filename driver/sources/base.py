@@ -7,11 +7,14 @@ hosts from the inventory; nobody edits upstream files or per-node flags by hand.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from driver.core.case import Case
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader
+
+L = TypeVar("L")  # a source's per-model launch record
 
 
 class Source(Protocol):
@@ -47,3 +50,30 @@ def run_header(
         warmup_steps=warmup,
         measured_steps=measured,
     )
+
+
+def model_launch(launches: Mapping[str, L], case: Case, source: str, models: Iterable[str]) -> L:
+    """The source's launch of ``case.model``, or a clear error naming the models it has."""
+    launch = launches.get(case.model)
+    if launch is None:
+        raise ValueError(f"source {source} has no {case.model}; it has {tuple(models)}")
+    return launch
+
+
+def data_and_precision_problems(
+    case: Case, datasets: Sequence[str], precisions: Sequence[str]
+) -> list[str]:
+    """What of ``case``'s data and precision a source's model does not run."""
+    problems = []
+    if case.dataset not in datasets:
+        problems.append(f"dataset {case.dataset} (it runs {', '.join(datasets)})")
+    if case.precision not in precisions:
+        problems.append(f"precision {case.precision} (it runs {', '.join(precisions)})")
+    return problems
+
+
+def refuse_unsupported(case: Case, source: str, problems: list[str]) -> None:
+    if problems:
+        raise ValueError(
+            f"{case.id}: source {source} {case.model} does not support " + "; ".join(problems)
+        )

@@ -31,7 +31,12 @@ from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader, header_line
 from driver.registry import SOURCES
 from driver.schema import ConfigError, StrictModel, load_document, validate
-from driver.sources.base import run_header
+from driver.sources.base import (
+    data_and_precision_problems,
+    model_launch,
+    refuse_unsupported,
+    run_header,
+)
 from driver.sources.upstream import SPECS, SourceError, SourceSpec
 
 SUFFIX = "-pypi"
@@ -145,25 +150,15 @@ class PypiSource:
         )
 
     def launch_for(self, case: Case) -> PypiModel:
-        launch = self.section.models.get(case.model)
-        if launch is None:
-            raise ValueError(f"source {self.name} has no {case.model}; it has {self.models}")
-        problems = []
-        if case.dataset not in launch.datasets:
-            problems.append(f"dataset {case.dataset} (it runs {', '.join(launch.datasets)})")
-        if case.precision not in launch.precisions:
-            problems.append(f"precision {case.precision} (it runs {', '.join(launch.precisions)})")
+        launch = model_launch(self.section.models, case, self.name, self.models)
+        problems = data_and_precision_problems(case, launch.datasets, launch.precisions)
         if case.xla:
             problems.append("XLA")
         if case.options:
             problems.append(f"options {sorted(case.options)} (it has none)")
         if case.topology.world_size != 1:
             problems.append(f"topology {case.topology.label} (one process on one node)")
-        if problems:
-            raise ValueError(
-                f"{case.id}: source {self.name} {case.model} does not support "
-                + "; ".join(problems)
-            )
+        refuse_unsupported(case, self.name, problems)
         return launch
 
     def python(self) -> str:

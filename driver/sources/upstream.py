@@ -50,7 +50,12 @@ from driver.schema import (
     text,
     validate,
 )
-from driver.sources.base import run_header
+from driver.sources.base import (
+    data_and_precision_problems,
+    model_launch,
+    refuse_unsupported,
+    run_header,
+)
 
 SOURCE_GLOBS = ("NVIDIADeepLearningExamples/*/source.yaml", "*/upstream/source.yaml")
 COMMIT = re.compile(r"\A[0-9a-f]{40}\Z")  # Python's \Z: the very end ("$" allows a newline)
@@ -321,14 +326,8 @@ class UpstreamSource:
         self.workdir = spec.workdir
 
     def launch_for(self, case: Case) -> ModelLaunch:
-        launch = self.spec.launches.get(case.model)
-        if launch is None:
-            raise ValueError(f"source {self.name} has no {case.model}; it has {self.models}")
-        problems = []
-        if case.dataset not in launch.datasets:
-            problems.append(f"dataset {case.dataset} (it runs {', '.join(launch.datasets)})")
-        if case.precision not in launch.precisions:
-            problems.append(f"precision {case.precision}")
+        launch = model_launch(self.spec.launches, case, self.name, self.models)
+        problems = data_and_precision_problems(case, launch.datasets, launch.precisions)
         if case.xla and not launch.xla:
             problems.append("XLA")
         if case.dataset == "real" and not case.data_dir:
@@ -338,11 +337,7 @@ class UpstreamSource:
             problems.append(
                 f"option(s) {', '.join(unknown)} (options: {', '.join(launch.options) or 'none'})"
             )
-        if problems:
-            raise ValueError(
-                f"{case.id}: source {self.name} {case.model} does not support "
-                + "; ".join(problems)
-            )
+        refuse_unsupported(case, self.name, problems)
         return launch
 
     def header(self, case: Case, rank: NodeRank, batch_size: int) -> RunHeader:
