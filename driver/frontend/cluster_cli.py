@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _build_options(args: argparse.Namespace) -> Any:
+def _build_options(args: argparse.Namespace, local_copies: dict[str, Any] | None = None) -> Any:
     from driver.images.build import BuildOptions
 
     wheelhouse = (
@@ -24,6 +24,7 @@ def _build_options(args: argparse.Namespace) -> Any:
         lock_path=Path(args.lock) if args.lock else None,
         wheelhouse=wheelhouse,
         ca_bundle=Path(ca) if ca else None,
+        local_copies=local_copies or {},
     )
 
 
@@ -50,16 +51,25 @@ def cmd_images_base(args: argparse.Namespace) -> int:
 
 def cmd_images_build(args: argparse.Namespace) -> int:
     from driver.images.build import build_images
-    from driver.images.catalog import discover
+    from driver.images.catalog import build_order, discover
+    from driver.images.local_copy import OPTION, LocalCopyError, local_copies
 
-    options = _build_options(args)
     try:
+        # Every copy is checked before anything is built.
+        options = _build_options(args, local_copies(args.source_checkout or []))
         specs = discover(options.root)
         names = args.names or [
             name
             for name, spec in sorted(specs.items())
             if args.variant in (None, spec.variant or _shared_variant(name))
         ]
+        order = build_order(specs, names)
+        for image, copy in options.local_copies.items():
+            if image not in order:
+                raise LocalCopyError(
+                    f"{OPTION} {copy.source}: its image {image} is not among the images to "
+                    f"build ({', '.join(names)}); add it: dlperf images build {image} ..."
+                )
         failed = []
         for name in names:  # one failing image (a registry out of reach) leaves the others
             try:
@@ -206,6 +216,14 @@ def add_subcommands(subparsers: Any) -> None:
     )
     build.add_argument(
         "--no-base", action="store_true", help="do not make the Debian base when missing"
+    )
+    build.add_argument(
+        "--source-checkout",
+        action="append",
+        metavar="SOURCE=PATH",
+        help="build upstream source SOURCE's image from a local git copy (a bare mirror or a "
+        "checkout holding every pinned commit on a branch or tag) instead of cloning its "
+        "repository; served by `git daemon` on 127.0.0.1 during that build (repeatable)",
     )
     build.add_argument(
         "--variant",

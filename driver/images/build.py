@@ -8,6 +8,8 @@ never reaches the final image (multi-stage builds copy only the finished venv).
 
 Builds run through the engine's API (the classic builder) with host networking, so a build
 needs nothing but a docker engine: no BuildKit, no buildx, no registry for our own layers.
+An upstream source's image can take its code from a local git copy instead of its repository
+(:mod:`driver.images.local_copy`); its build record then says so.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from driver.frameworks.base import REPO_ROOT
 from driver.images.base import docker_client, ensure_base, image_id, recipe_for
 from driver.images.catalog import ImageSpec, build_order, discover
+from driver.images.local_copy import LocalCopy, check_dockerfile, serve
 from driver.images.lock import Lock, LockError, load_lock
 
 Log = Callable[[str], None]
@@ -42,6 +45,9 @@ class BuildOptions:
     root: Path = REPO_ROOT  # where dockerfiles/ and the framework folders are
     wheelhouse: tuple[Path, ...] | None = None  # None: pip's find-links folders
     ca_bundle: Path | None = None  # extra CA bundle for pip behind a TLS-intercepting proxy
+    # image -> the checked local copy of its source's repository, served to its build in place
+    # of the network repository (not an input: the Dockerfile checks out the same commits)
+    local_copies: dict[str, LocalCopy] = field(default_factory=dict)
     log: Log = print
 
     def lock(self) -> Lock:
@@ -326,14 +332,21 @@ def _ensure_registry_base(client, ref: str, log: Log) -> None:
         ) from None
 
 
-def _build_one(client, plan: _Plan, options: BuildOptions, log_dir: Path) -> float:
+def _build_one(
+    client,
+    plan: _Plan,
+    options: BuildOptions,
+    log_dir: Path,
+    extra_args: dict[str, str] | None = None,
+    extra_labels: dict[str, str] | None = None,
+) -> float:
     for value in plan.build_args.values():
         if "@sha256:" in value:
             _ensure_registry_base(client, value, options.log)
     ca = options.ca_bundle
     if ca is not None and not ca.is_file():
         raise LockError(f"--ca-bundle {ca}: no such file")
-    build_args = dict(plan.build_args)
+    build_args = {**plan.build_args, **(extra_args or {})}
     if ca is not None:
         build_args["CA_BUNDLE"] = CA_NAME
     context = _context_dir(plan, ca)
@@ -353,6 +366,7 @@ def _build_one(client, plan: _Plan, options: BuildOptions, log_dir: Path) -> flo
                     "dlperf.image": plan.spec.name,
                     "dlperf.inputs": plan.inputs,
                     "org.opencontainers.image.base.name": ",".join(plan.hashed_from.values()),
+                    **(extra_labels or {}),
                 },
                 rm=True,
                 forcerm=True,
@@ -406,6 +420,9 @@ def build_images(
     specs = discover(options.root)
     wanted = names or sorted(specs)
     order = build_order(specs, wanted)
+    for name, copy in options.local_copies.items():
+        if name in order:  # before anything is built
+            check_dockerfile(copy.source, specs[name].dockerfile)
     client = docker_client()
     if make_base:
         for base in sorted({base for n in order for base in specs[n].bases}):
@@ -431,10 +448,26 @@ def build_images(
         existing = image_id(client, plan.tag)
         if existing:
             options.log(f"{name}: {plan.tag} is up to date ({existing[:19]})")
+            if name in options.local_copies:  # same commits, same image: nothing to clone
+                options.log(f"  {name}: its local copy was not needed")
             results[name] = BuiltImage(name, plan.tag, existing, plan.inputs, plan.hashed_from)
             continue
         options.log(f"{name}: building {plan.tag} from {plan.spec.dockerfile}")
-        seconds = _build_one(client, plan, options, state_dir(lock) / "build-logs")
+        log_dir = state_dir(lock) / "build-logs"
+        copy = options.local_copies.get(name)
+        if copy is None:
+            seconds = _build_one(client, plan, options, log_dir)
+        else:
+            with serve(copy, log_dir / f"{name}.git-daemon.log") as url:
+                options.log(f"  {name}: its code from the local copy {copy.path} ({url})")
+                seconds = _build_one(
+                    client,
+                    plan,
+                    options,
+                    log_dir,
+                    {"REPO": url},
+                    {"dlperf.code-from": f"local copy {copy.path} of {copy.repository}"},
+                )
         built_id = image_id(client, plan.tag)
         options.log(f"{name}: built {plan.tag} = {built_id} in {seconds:.1f} s")
         results[name] = BuiltImage(
@@ -444,6 +477,7 @@ def build_images(
             **results[name].to_dict(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "wheels": [wheel.name for wheel in plan.wheels],
+            **({"code": copy.provenance()} if copy else {}),
         }
         _write_json(records_path, records)
     _write_json(cache.path, {"files": cache.data})
