@@ -49,15 +49,18 @@ selftest: $(STAMP)
 
 # Images: the Debian base from debootstrap (no registry), then the pinned images of images.lock.
 # IMAGES="cpu-python pytorch-cpu" or VARIANT=cpu narrows the set (GPU bases cannot be pulled
-# on a machine without registry access).
+# on a machine without registry access). SOURCE_CHECKOUTS="pytorch-examples=/srv/examples.git"
+# builds upstream sources' images from local git copies (air-gapped; docs/upstream.md).
 IMAGES  ?=
 VARIANT ?=
+SOURCE_CHECKOUTS ?=
 
 base-image: $(STAMP)
 	$(DLPERF) images base
 
 images: $(STAMP)
-	$(DLPERF) images build $(IMAGES) $(if $(VARIANT),--variant $(VARIANT))
+	$(DLPERF) images build $(IMAGES) $(if $(VARIANT),--variant $(VARIANT)) \
+		$(foreach copy,$(SOURCE_CHECKOUTS),--source-checkout $(copy))
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check driver tests PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples

@@ -59,6 +59,9 @@ def upstream(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return repo, commits
 
 
+ABSENT = "0123456789abcdef0123456789abcdef01234567"
+
+
 def check(path: Path, commits: list[str]) -> LocalCopy:
     return check_copy("demo", "src-demo", path, "https://example.invalid/demo", commits)
 
@@ -67,37 +70,37 @@ def test_a_checkout_and_a_bare_mirror_holding_every_commit_are_accepted(
     upstream: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
     repo, commits = upstream
-    wanted = [commits["first"], commits["main"], commits["tagged"]]
+    wanted = [commits["first"], commits["tagged"], commits["loose"]]  # on a branch, a tag, none
     copy = check(repo, wanted)
     assert copy.git_dir == (repo / ".git").resolve()
-    assert copy.commits[commits["main"]] == "refs/heads/main"
-    assert copy.commits[commits["tagged"]] == "refs/tags/v1"
+    assert copy.commits == tuple(sorted(wanted))
     mirror = tmp_path / "demo.git"
     git("clone", "-q", "--mirror", str(repo), str(mirror))
-    bare = check(mirror, wanted)
+    bare = check(mirror, [commits["first"], commits["tagged"]])
     assert bare.git_dir == mirror.resolve()
     record = bare.provenance()
     assert record["from"] == "local copy" and record["path"] == str(mirror.resolve())
     assert record["stands_for"] == "https://example.invalid/demo"
-    assert set(record["commits"]) == set(wanted)
+    assert record["commits"] == sorted([commits["first"], commits["tagged"]])
 
 
-def test_a_commit_missing_or_on_no_branch_or_tag_is_refused_with_the_fix(
+def test_a_missing_commit_or_history_is_refused_with_the_fix(
     upstream: tuple[Path, dict[str, str]],
 ) -> None:
     repo, commits = upstream
-    absent = "0123456789abcdef0123456789abcdef01234567"
     with pytest.raises(LocalCopyError) as missing:
-        check(repo, [commits["main"], absent])
+        check(repo, [commits["main"], ABSENT])
     text = str(missing.value)
-    assert f"--source-checkout demo={repo}" in text and f"commit {absent}" in text
+    assert f"--source-checkout demo={repo}" in text and f"commit {ABSENT}" in text
     assert "not in this copy" in text and f"git -C {repo} fetch origin" in text
-    with pytest.raises(LocalCopyError) as loose:
-        check(repo, [commits["loose"]])
-    assert "on no branch or tag" in str(loose.value)
-    assert f"git -C {repo} tag dlperf-{commits['loose'][:12]} {commits['loose']}" in str(
-        loose.value
-    )
+    # The first commit's file: in the history of every later commit, in no later tree.
+    blob = git("rev-parse", f"{commits['first']}:file.txt", cwd=repo)
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(LocalCopyError) as incomplete:
+        check(repo, [commits["main"]])
+    text = str(incomplete.value)
+    assert f"history of commit {commits['main']}" in text and blob in text
+    assert "git clone --mirror https://example.invalid/demo PATH" in text
 
 
 def test_a_missing_path_and_a_folder_that_is_no_repository_are_refused(
@@ -127,10 +130,10 @@ def test_every_commit_the_source_pins_is_checked_and_names_must_be_sources(
         commit=commits["main"],
         launches={
             model: dataclasses.replace(real.launches[model], commit=commits["main"]),
-            other: dataclasses.replace(real.launches[other], commit=commits["loose"]),
+            other: dataclasses.replace(real.launches[other], commit=ABSENT),
         },
     )
-    with pytest.raises(LocalCopyError, match=commits["loose"]):
+    with pytest.raises(LocalCopyError, match=ABSENT):
         local_copies([f"ngc-pytorch={repo}"], {"ngc-pytorch": spec})
     spec = dataclasses.replace(
         spec,
@@ -165,17 +168,23 @@ def test_git_daemon_serves_the_copy_to_a_clone_and_stops_after(
     upstream: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
     repo, commits = upstream
-    copy = check(repo, [commits["first"], commits["tagged"]])
+    copy = check(repo, [commits["first"], commits["loose"]])  # one on no branch or tag
     log = tmp_path / "daemon.log"
     with serve(copy, log) as url:
         port = int(url.split(":")[2].split("/")[0])
         clone = tmp_path / "clone"
         # What every source's Dockerfile does with REPO.
         git("clone", "-q", "--no-checkout", url, str(clone))
-        for wanted in (commits["first"], commits["tagged"]):
+        for wanted in (commits["first"], commits["loose"]):
             git("-C", str(clone), "checkout", "-q", wanted)
             assert git("-C", str(clone), "rev-parse", "HEAD") == wanted
-        # Only that repository is served.
+        # Only the pinned commits are served (not the copy's own branches and tags), and only
+        # that repository.
+        served = git("-C", str(clone), "for-each-ref", "--format=%(refname)",
+                     "refs/remotes/origin/dlperf-*", "refs/tags").split()  # fmt: skip
+        assert served == sorted(
+            f"refs/remotes/origin/dlperf-{c[:12]}" for c in (commits["first"], commits["loose"])
+        )
         other = subprocess.run(
             ["git", "ls-remote", url.rsplit("/", 1)[0] + "/elsewhere"],
             capture_output=True, text=True, check=False,
@@ -209,7 +218,7 @@ with socket.create_connection((host, int(port)), timeout=10) as conn:
     conn.sendall(b"0000")
 refs = data.decode(errors="replace")
 print(refs)
-sys.exit(0 if commit + " refs/tags/v1" in refs else 1)
+sys.exit(0 if f"{commit} refs/heads/dlperf-{commit[:12]}" in refs else 1)
 """
 
 
@@ -244,6 +253,21 @@ def test_a_real_docker_build_takes_its_code_from_the_served_copy(
         )
         assert records[built.tag]["code"] == copy.provenance()
         log = (image_options.lock_path.parent / ".dlperf" / "build-logs" / "src-demo.log")
-        assert f"{commits['tagged']} refs/tags/v1" in log.read_text()
+        tagged = commits["tagged"]
+        assert f"{tagged} refs/heads/dlperf-{tagged[:12]}" in log.read_text()
     finally:
         client.images.remove(built.tag, force=True)
+
+
+def test_a_shallow_copy_serves_the_commit_at_its_tip(
+    upstream: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    repo, commits = upstream
+    shallow = tmp_path / "shallow.git"
+    git("clone", "-q", "--bare", "--depth=1", f"file://{repo}", str(shallow))
+    copy = check(shallow, [commits["main"]])  # its history ends where the copy says
+    with serve(copy, tmp_path / "daemon.log") as url:
+        clone = tmp_path / "clone"
+        git("clone", "-q", "--no-checkout", url, str(clone))
+        git("-C", str(clone), "checkout", "-q", commits["main"])
+        assert (clone / "file.txt").read_text() == "second\n"

@@ -222,7 +222,7 @@ def add_subcommands(subparsers: Any) -> None:
         action="append",
         metavar="SOURCE=PATH",
         help="build upstream source SOURCE's image from a local git copy (a bare mirror or a "
-        "checkout holding every pinned commit on a branch or tag) instead of cloning its "
+        "checkout holding every pinned commit and its history) instead of cloning its "
         "repository; served by `git daemon` on 127.0.0.1 during that build (repeatable)",
     )
     build.add_argument(

@@ -6,22 +6,25 @@ the repository instead, a bare mirror (``git clone --mirror``) or a working chec
 
     dlperf images build src-pytorch-examples --source-checkout pytorch-examples=/srv/examples.git
 
-Before anything is built, every commit the source pins must be in the copy on a branch or a tag
-(``git clone`` fetches only those: a commit fetched by hash into no ref would not reach the
-image). During that image's build only, ``git daemon`` serves the copy on 127.0.0.1 and the
-build gets ``REPO=git://127.0.0.1:<port>/<repository>``; builds use host networking, so the
-build container reaches it. No Dockerfile changes: its own ``git checkout <commit>`` still
-checks each commit inside the build. The build record says where the code came from.
+Before anything is built, every commit the source pins must be in the copy with every object
+of its history (a clone needs them all). During that image's build only, ``git daemon`` serves,
+on 127.0.0.1, a repository whose only branches are the pinned commits and whose objects are the
+copy's (git alternates: the copy is only read), and the build gets
+``REPO=git://127.0.0.1:<port>/<source>.git``. Builds use host networking, so the build container
+reaches it. No Dockerfile changes: its own ``git checkout <commit>`` still checks each commit
+inside the build. The build record says where the code came from.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -54,7 +57,7 @@ class LocalCopy:
     path: Path  # the copy the user named (absolute)
     git_dir: Path  # the repository git daemon serves (a checkout's .git, or the bare mirror)
     repository: str  # the upstream repository it stands in for
-    commits: dict[str, str]  # every pinned commit -> a branch or tag of the copy holding it
+    commits: tuple[str, ...]  # every pinned commit, each with its whole history in the copy
 
     def provenance(self) -> dict[str, Any]:
         """What the build record keeps: the code came from this copy, not from the repository."""
@@ -63,9 +66,9 @@ class LocalCopy:
             "source": self.source,
             "path": str(self.path),
             "stands_for": self.repository,
-            "commits": dict(sorted(self.commits.items())),
-            "verified": "each commit is a commit on a branch or tag of the copy (checked before "
-            "the build); the Dockerfile checked each one out from its clone of the copy",
+            "commits": list(self.commits),
+            "verified": "each commit and every object of its history are in the copy (checked "
+            "before the build); the Dockerfile checked each one out from its clone of the copy",
         }
 
 
@@ -104,64 +107,61 @@ def parse_assignment(text: str) -> tuple[str, Path]:
 
 
 def _git_dir(label: str, path: Path) -> Path:
-    """The repository of ``path`` itself (never one of the folders above it)."""
+    """The repository at ``path`` itself (a bare mirror, or a checkout's ``.git``)."""
     if not path.is_dir():
         raise LocalCopyError(
             f"{label}: {path}: no such directory; make it on a machine that reaches the "
             "repository (git clone --mirror URL PATH) and copy it here"
         )
-    # The ceiling stops git from taking a folder inside another repository for that repository.
-    found = _git(
-        "rev-parse", "--git-common-dir", cwd=path, env={"GIT_CEILING_DIRECTORIES": str(path.parent)}
-    )
+    # An explicit --git-dir: git never looks in the folders above (a folder inside another
+    # repository is not that repository) and does not refuse a mirror another user owns.
+    candidate = path / ".git" if (path / ".git").exists() else path
+    found = _git(f"--git-dir={candidate}", "rev-parse", "--git-common-dir")
     if found.returncode != 0:
         raise LocalCopyError(
             f"{label}: {path} is not a git repository ({found.stderr.strip()}); name a bare "
             "mirror (git clone --mirror URL PATH) or the top folder of a checkout"
         )
-    return (path / found.stdout.strip()).resolve()  # relative to ``path`` unless absolute
+    return (Path.cwd() / found.stdout.strip()).resolve()
 
 
-def _holding_ref(git_dir: Path, commit: str) -> str | None:
-    """A branch or tag whose history has ``commit`` (what a clone fetches), or None."""
-    found = _git(
-        f"--git-dir={git_dir}",
-        "for-each-ref",
-        f"--contains={commit}",
-        "--count=1",
-        "--format=%(refname)",
-        "refs/heads",
-        "refs/tags",
-    )
-    return (found.stdout.strip() or None) if found.returncode == 0 else None
+def _missing_history(git_dir: Path, commit: str) -> str | None:
+    """What of ``commit``'s history (commits, trees, blobs) the copy lacks, or None."""
+    walk = _git(f"--git-dir={git_dir}", "rev-list", "--objects", "--missing=print", commit)
+    missing = [line[1:] for line in walk.stdout.splitlines() if line.startswith("?")]
+    if walk.returncode != 0:
+        return walk.stderr.strip().splitlines()[-1] if walk.stderr.strip() else "unreadable"
+    if missing:
+        return f"{len(missing)} object(s) missing, e.g. {missing[0]}"
+    return None
 
 
 def check_copy(
     source: str, image: str, path: Path, repository: str, commits: set[str] | list[str]
 ) -> LocalCopy:
-    """The copy at ``path`` if every commit is there on a branch or tag; else the fix."""
+    """The copy at ``path`` if it holds every commit and all of its history; else the fix."""
     path = path.resolve()
     label = f"{OPTION} {source}={path}"
     git_dir = _git_dir(label, path)
-    found: dict[str, str] = {}
     for commit in sorted(commits):
         present = _git(f"--git-dir={git_dir}", "cat-file", "-e", f"{commit}^{{commit}}")
         if present.returncode != 0:
             raise LocalCopyError(
                 f"{label}: commit {commit} (pinned by {source}) is not in this copy; update it "
                 f"on a machine that reaches {repository}: `git -C {path} fetch origin` (a "
-                f"commit on no branch: `git -C {path} fetch origin "
-                f"{commit}:refs/tags/dlperf-{commit[:12]}`), then copy it here again"
+                f"commit on no branch: `git -C {path} fetch origin {commit}`), then copy it "
+                "here again"
             )
-        ref = _holding_ref(git_dir, commit)
-        if ref is None:
+        # A clone of the commit needs every object of its history, not only the commit.
+        missing = _missing_history(git_dir, commit)
+        if missing:
             raise LocalCopyError(
-                f"{label}: commit {commit} (pinned by {source}) is in this copy but on no branch "
-                "or tag, so a clone of it would not get it; tag it: "
-                f"`git -C {path} tag dlperf-{commit[:12]} {commit}`"
+                f"{label}: the history of commit {commit} (pinned by {source}) is incomplete in "
+                f"this copy ({missing}), so a clone of it would fail; make a complete copy "
+                f"where {repository} is reachable (git clone --mirror {repository} PATH; not "
+                "--depth, not --filter)"
             )
-        found[commit] = ref
-    return LocalCopy(source, image, path, git_dir, repository, found)
+    return LocalCopy(source, image, path, git_dir, repository, tuple(sorted(commits)))
 
 
 def local_copies(
@@ -215,43 +215,62 @@ def _wait_ready(process: subprocess.Popen, log_path: Path) -> bool:
     return False
 
 
+def _served_repository(copy: LocalCopy, where: Path) -> Path:
+    """A bare repository at ``where`` whose only refs are the pinned commits, its objects the
+    copy's (git alternates: nothing is copied, the copy is only read). A clone of it fetches
+    the pinned commits' histories only, whatever else the copy holds, on a branch or not."""
+    checked = functools.partial(subprocess.run, capture_output=True, text=True, check=True)
+    checked(["git", "init", "-q", "--bare", str(where)])
+    (where / "objects" / "info" / "alternates").write_text(f"{copy.git_dir / 'objects'}\n")
+    if (copy.git_dir / "shallow").exists():  # a shallow copy: its history ends where it says
+        shutil.copyfile(copy.git_dir / "shallow", where / "shallow")
+    # Branches named by a prefix of the commit: a ref named by a full commit is ambiguous.
+    branches = [f"refs/heads/dlperf-{commit[:12]}" for commit in copy.commits]
+    for branch, commit in zip(branches, copy.commits, strict=True):
+        checked(["git", f"--git-dir={where}", "update-ref", branch, commit])
+    checked(["git", f"--git-dir={where}", "symbolic-ref", "HEAD", branches[0]])
+    return where
+
+
 @contextmanager
 def serve(copy: LocalCopy, log_path: Path) -> Iterator[str]:
-    """``git daemon`` serving ``copy`` read-only on 127.0.0.1 while the block runs; its URL.
+    """``git daemon`` serving ``copy``'s pinned commits read-only on 127.0.0.1 while the block
+    runs; their URL.
 
-    It serves this one repository only (``--strict-paths`` + the path as its whitelist) and
-    dies with this process (the supervisor's parent-death signal); the block's end, an error
-    or Ctrl-C stops it and every upload-pack it forked.
+    It serves one repository only (``--strict-paths`` + its path as the whitelist) and dies
+    with this process (the supervisor's parent-death signal); the block's end, an error or
+    Ctrl-C stops it and every upload-pack it forked.
     """
     require_git_daemon()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    base = copy.git_dir.parent
-    for _attempt in range(PORT_ATTEMPTS):
-        port = _free_port()
-        argv = [
-            "git", "daemon", "--listen=127.0.0.1", f"--port={port}", "--export-all",
-            "--strict-paths", f"--base-path={base}", "--verbose", "--informative-errors",
-            str(copy.git_dir),
-        ]  # fmt: skip
-        with log_path.open("w") as log:
-            process = supervisor.start(
-                argv,
-                parent_death_signal=signal.SIGTERM,
-                new_group=True,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+    with tempfile.TemporaryDirectory(prefix="dlperf-local-copy-") as tmp:
+        served = _served_repository(copy, Path(tmp) / f"{copy.source}.git")
+        for _attempt in range(PORT_ATTEMPTS):
+            port = _free_port()
+            argv = [
+                "git", "daemon", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+                "--strict-paths", f"--base-path={tmp}", "--verbose", "--informative-errors",
+                str(served),
+            ]  # fmt: skip
+            with log_path.open("w") as log:
+                process = supervisor.start(
+                    argv,
+                    parent_death_signal=signal.SIGTERM,
+                    new_group=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            if _wait_ready(process, log_path):
+                break
+            supervisor.stop([process], groups=True, grace_s=1.0)
+        else:
+            tail = log_path.read_text(errors="replace")[-600:]
+            raise LocalCopyError(
+                f"git daemon for {copy.path} did not start on 127.0.0.1 ({PORT_ATTEMPTS} ports "
+                f"tried): {tail.strip()} (its log: {log_path})"
             )
-        if _wait_ready(process, log_path):
-            break
-        supervisor.stop([process], groups=True, grace_s=1.0)
-    else:
-        tail = log_path.read_text(errors="replace")[-600:]
-        raise LocalCopyError(
-            f"git daemon for {copy.path} did not start on 127.0.0.1 ({PORT_ATTEMPTS} ports "
-            f"tried): {tail.strip()} (its log: {log_path})"
-        )
-    try:
-        yield f"git://127.0.0.1:{port}/{copy.git_dir.name}"
-    finally:
-        supervisor.stop([process], groups=True, grace_s=2.0)
+        try:
+            yield f"git://127.0.0.1:{port}/{served.name}"
+        finally:
+            supervisor.stop([process], groups=True, grace_s=2.0)
