@@ -55,7 +55,7 @@ class LocalCopy:
     source: str  # the source's name (source.yaml `name`)
     image: str  # the image built from it (source.yaml `image`)
     path: Path  # the copy the user named (absolute)
-    git_dir: Path  # the repository git daemon serves (a checkout's .git, or the bare mirror)
+    git_dir: Path  # its repository (a checkout's .git, or the bare mirror): objects read from
     repository: str  # the upstream repository it stands in for
     commits: tuple[str, ...]  # every pinned commit, each with its whole history in the copy
 
