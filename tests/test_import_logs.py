@@ -140,6 +140,27 @@ def test_real_paddle_models_log_without_header(tmp_path: Path) -> None:
     assert record.measurement.samples == 32
 
 
+def test_real_paddle_bert_log_without_header(tmp_path: Path) -> None:
+    # PaddleNLP BERT train.py at the pinned commit, as it ran on CPU (one trainer over 2 CPU
+    # places, batch 2 each): "speed: X steps/s" at steps 10, 20, 30, the source's own rate.
+    lines = (PADDLE / "real-cpu-bert.node0.log").read_text().splitlines(keepends=True)
+    assert lines[0].startswith("DLPERF-UPSTREAM ")
+    log = tmp_path / "bert.log"
+    log.write_text("".join(lines[1:]))
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "paddle-models", "--logs", str(log), "--model", "bert",
+            "--topology", "1n2g", "--batch", "2", "--dataset", "real",
+            "--warmup-steps", "10", "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    speeds = {int(n): float(x) for n, x in re.findall(
+        r"step: (\d+),.*speed: (\d+\.\d+) steps/s", log.read_text())}  # fmt: skip
+    implied = 20 * 2 * 2 / (10 / speeds[20] + 10 / speeds[30])
+    assert record.throughput == pytest.approx(implied, rel=1e-3)
+    assert record.measurement.reported_by_source
+
+
 def _dllogger_plain(path: Path, step_s: float, iterations: int, every: int = 1) -> Path:
     """DLLogger StdOutBackend lines as DeepLearningExamples ConvNets print them (rank 0)."""
     lines = ["DLL 2020-09-15 14:29:10.000000 - PARAMETER arch : resnet50  batch_size : 256"]
