@@ -24,6 +24,7 @@ from driver.release.factor import factor_report
 
 REAL = Path(__file__).parent / "fixtures" / "upstream" / "real" / "tensorflow-models-pypi"
 GLUON = Path(__file__).parent / "fixtures" / "upstream" / "real" / "gluon-nlp" / "bert.log"
+PADDLE = Path(__file__).parent / "fixtures" / "upstream" / "paddle-models"
 STAMP = re.compile(r"batch_index: (\d+), timestamp: (\d+\.\d+)")
 
 
@@ -114,6 +115,50 @@ def test_real_gluon_nlp_log_without_header(tmp_path: Path) -> None:
     argv[argv.index("9")] = "10"
     assert main([*argv[:-1], "t"]) == 2
     assert not (session.parent / "t").exists()
+
+
+def test_real_paddle_models_log_without_header(tmp_path: Path) -> None:
+    # PaddleCV train.py at the pinned commit, as it ran on CPU (2 trainers, batch 2; trainer 0's
+    # workerlog.0 after the launcher's output): one "elapse T sec" per batch, batch B ending
+    # step B + 1, so 4 warm-up + 8 measured steps are batches 4..11.
+    lines = (PADDLE / "real-cpu.node0.log").read_text().splitlines(keepends=True)
+    assert lines[0].startswith("DLPERF-UPSTREAM ")
+    log = tmp_path / "workerlog.0"
+    log.write_text("".join(lines[1:]))
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "paddle-models", "--logs", str(log), "--model",
+            "resnet50", "--topology", "1n2g", "--batch", "2", "--dataset", "real",
+            "--warmup-steps", "4", "--measured-steps", "8",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    batch_line = r"train batch \d+\].*elapse (\d+\.\d+) sec"
+    elapse = [float(t) for t in re.findall(batch_line, log.read_text())]
+    assert len(elapse) == 12
+    implied = 8 * 2 * 2 / sum(elapse[4:12])  # both trainers' samples over trainer 0's batch times
+    assert record.throughput == pytest.approx(implied, rel=1e-3)
+    assert record.measurement.samples == 32
+
+
+def test_real_paddle_bert_log_without_header(tmp_path: Path) -> None:
+    # PaddleNLP BERT train.py at the pinned commit, as it ran on CPU (one trainer over 2 CPU
+    # places, batch 2 each): "speed: X steps/s" at steps 10, 20, 30, the source's own rate.
+    lines = (PADDLE / "real-cpu-bert.node0.log").read_text().splitlines(keepends=True)
+    assert lines[0].startswith("DLPERF-UPSTREAM ")
+    log = tmp_path / "bert.log"
+    log.write_text("".join(lines[1:]))
+    session = tmp_path / "s"
+    argv = ["import-logs", "--source", "paddle-models", "--logs", str(log), "--model", "bert",
+            "--topology", "1n2g", "--batch", "2", "--dataset", "real",
+            "--warmup-steps", "10", "--measured-steps", "20",
+            "--results", str(session.parent), "--session", session.name]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = records(session)
+    speeds = {int(n): float(x) for n, x in re.findall(
+        r"step: (\d+),.*speed: (\d+\.\d+) steps/s", log.read_text())}  # fmt: skip
+    implied = 20 * 2 * 2 / (10 / speeds[20] + 10 / speeds[30])
+    assert record.throughput == pytest.approx(implied, rel=1e-3)
+    assert record.measurement.reported_by_source
 
 
 def _dllogger_plain(path: Path, step_s: float, iterations: int, every: int = 1) -> Path:

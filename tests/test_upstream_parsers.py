@@ -1,16 +1,19 @@
 """Upstream log parsers on fixture logs in each source's own format.
 
-pytorch-examples' logs are real (imagenet/main.py at its pinned commit, run on CPU here; see
-fixtures/upstream/pytorch-examples/capture_real.py); the other sources' are written by hand in
-the format of their pinned code, until a real log of them can be produced.
+The ``real-cpu*`` logs are real: pytorch-examples' imagenet/main.py and paddle-models' PaddleCV
+and PaddleNLP BERT train.py at their pinned commits, run unchanged on CPU here (see
+fixtures/upstream/*/capture_real.py); the other fixtures are written by hand in the format of
+their pinned code, until a real log of them can be produced.
 
 Every fixture run has a window of 4 warm-up + 8 measured steps (boundaries 4 and 12), set in the
-DLPERF-UPSTREAM header the node command prints. Expected throughputs follow from the times in
+DLPERF-UPSTREAM header the node command prints (the real BERT log, printed every 10 steps: 10 +
+20). Expected throughputs follow from the times in
 the fixtures (see each test); measurement itself is ``driver.core.measure``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -188,6 +191,39 @@ def test_paddle_cv_batch_times() -> None:
     # Only global trainer 0 prints (node 0): batches of 0.25 s after a 3 s first one;
     # 8 steps x 32 x 2 nodes x 2 GPUs samples in 2 s.
     assert throughput("paddle", "paddle-models", "cv") == (pytest.approx(512.0), False)
+
+
+def test_paddle_cv_real_log_matches_its_printed_batch_times() -> None:
+    # A real log: PaddleCV image_classification/train.py at the pinned commit, run unchanged on
+    # CPU with paddlepaddle 1.8.5 (paddle.distributed.launch, 2 trainers, batch 2; see
+    # capture_real.py beside it). Only trainer 0 prints, one "elapse T sec" per batch: the
+    # window is batches 4..11 (batch B ends step B + 1), its samples those of both trainers.
+    load_all()
+    text = (FIXTURES / "paddle-models" / "real-cpu.node0.log").read_text()
+    parsed = PARSERS.get("paddle")().parse({"node0.log": text})
+    assert list(parsed.ranks) == [0] and parsed.world_size == 2 and parsed.samples_scale == 2
+    lines = [line for line in text.splitlines() if "train batch" in line]
+    assert [int(line.split("train batch ")[1].split("]")[0]) for line in lines] == list(range(12))
+    elapse = [float(line.split("elapse ")[1].split()[0]) for line in lines]
+    implied = 8 * 2 * 2 / sum(elapse[4:12])
+    value, reported = throughput("paddle", "paddle-models", "real-cpu")
+    assert not reported and value == pytest.approx(implied, rel=1e-3)
+
+
+def test_paddle_bert_real_log_matches_its_printed_speeds() -> None:
+    # A real log: PaddleNLP BERT train.py at the pinned commit, run unchanged on CPU (one
+    # trainer over 2 CPU places, batch 2 each, a tiny generated config; see capture_real.py).
+    # Trainer 0 prints "speed: X steps/s" every 10 steps: the window (steps 10..30) lasts
+    # 10 / X20 + 10 / X30 s and holds 20 steps x 2 places x 2 samples.
+    load_all()
+    text = (FIXTURES / "paddle-models" / "real-cpu-bert.node0.log").read_text()
+    speeds = {int(step): float(speed) for step, speed in re.findall(
+        r"step: (\d+),.*speed: (\d+\.\d+) steps/s", text)}  # fmt: skip
+    assert sorted(speeds) == [10, 20, 30]
+    implied = 20 * 2 * 2 / (10 / speeds[20] + 10 / speeds[30])
+    parsed = PARSERS.get("paddle")().parse({"node0.log": text})
+    measured = measure_repeat(parsed, Window(warmup_steps=10, measured_steps=20))
+    assert measured.reported_by_source and measured.throughput == pytest.approx(implied, rel=1e-3)
 
 
 def test_paddle_cv_batch_lines_from_another_node_are_mixed() -> None:
