@@ -1,7 +1,8 @@
 """Every flag an upstream launch template passes, checked against recorded facts of its pinned code.
 
-Each source keeps ``flags.yaml`` beside its ``source.yaml``: per model the pinned commit, the
-branches or tags it is reachable from, and per program of the command line (the upstream
+Each source keeps ``flags.yaml`` beside its ``source.yaml``: per model the pinned commit and the
+branches or tags it is reachable from (or, for a source pinned to a PyPI release, the release's
+wheel and the branch it was made from), and per program of the command line (the upstream
 script, its launcher, mpirun, ...) every flag the template passes, where it is defined at that
 commit (``path:line``), what it means there and the verdict of the check (``ok``, ``fixed``:
 the template was changed to match the code, ``removed``: the template no longer passes it).
@@ -10,20 +11,27 @@ and one node / one device for the flag blocks that need them) and requires every
 to be recorded as defined and ok or fixed. Where a snapshot of the repository is present
 (``/work/.mirror/<owner>+<name>/repo``, made by the project's read-only fetch tool; not in CI),
 the facts themselves are re-read from the pinned commits: reachability, script blobs, and each
-flag's definition at its recorded line.
+flag's definition at its recorded line. A release-pinned source is re-read from its wheel where
+the wheel is present in a local folder (``DLPERF_WHEELS`` or pip's ``PIP_FIND_LINKS``; the test
+downloads nothing): its sha256 first, then the same blobs and definitions.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import io
 import itertools
+import os
 import re
 import shlex
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
+from zipfile import ZipFile
 
 import pytest
 import yaml
@@ -32,7 +40,7 @@ from driver.core.case import Topology
 from driver.core.matrix import Overrides, apply_overrides, load_matrix
 from driver.launchers.base import NodeRank
 from driver.plugins import load_all
-from driver.sources.upstream import COMMIT, SPECS, SourceSpec, UpstreamSource
+from driver.sources.upstream import COMMIT, SPECS, ReleaseSpec, SourceSpec, UpstreamSource
 
 load_all()
 
@@ -42,7 +50,8 @@ VERDICTS = ("ok", "fixed", "removed", "unverified")
 # Sources whose pinned code could not be read here (the record says why, in unverified_because):
 # their flags may be "unverified" and their commits carry no verified branch or tag. The set is
 # explicit so that it cannot grow silently; the README's upstream table says "pinned only".
-UNVERIFIABLE = {"tensorflow-models"}
+# Empty: tensorflow-models, the last one, is pinned to its PyPI release 2.3.0, read in full.
+UNVERIFIABLE: set[str] = set()
 RENDERED = ("4n32g", "1n8g", "1n1g")  # multi-node, one node, one device: every flag block
 
 
@@ -185,6 +194,26 @@ def git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def wheel_for(release: ReleaseSpec) -> Path | None:
+    """The pinned wheel in a local folder (``DLPERF_WHEELS``, ``PIP_FIND_LINKS``), if any."""
+    folders = os.environ.get("DLPERF_WHEELS", "").split(os.pathsep)
+    folders += os.environ.get("PIP_FIND_LINKS", "").split()
+    for folder in filter(None, folders):
+        path = Path(folder.removeprefix("file://")) / release.file
+        if path.is_file():
+            return path
+    return None
+
+
+def git_blob_id(data: bytes) -> str:
+    """git's blob id of a file's bytes (``git hash-object``), as recorded for every script."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 (git's id)
+
+
+def release_record(release: ReleaseSpec) -> dict[str, str]:
+    return {key: getattr(release, key) for key in ("package", "version", "file", "sha256")}
+
+
 # --- the contract: records exist and cover every rendered flag -----------------------------------
 
 
@@ -197,13 +226,20 @@ def test_every_source_and_model_has_a_record(spec: SourceSpec) -> None:
     assert set(data["models"]) == set(spec.launches), record_path(spec)
     for model, launch in spec.launches.items():
         facts = data["models"][model]
-        assert facts["commit"] == launch.commit, f"{model}: the record is of another commit"
-        assert COMMIT.match(facts["commit"])
-        refs = facts["reachable_from"]
-        assert isinstance(refs, list) and all(isinstance(ref, str) and ref for ref in refs)
-        assert refs or spec.name in UNVERIFIABLE, (
-            f"{model}: {launch.commit} must be reachable from a branch or tag"
-        )
+        if spec.release is not None:  # pinned to a release: its wheel, and the branch it is of
+            assert "commit" not in facts and "reachable_from" not in facts, model
+            assert facts["release"] == release_record(spec.release), (
+                f"{model}: the record is of another release than source.yaml's"
+            )
+            assert facts["released_from"] == spec.release.branch, model
+        else:
+            assert facts["commit"] == launch.commit, f"{model}: the record is of another commit"
+            assert COMMIT.match(facts["commit"])
+            refs = facts["reachable_from"]
+            assert isinstance(refs, list) and all(isinstance(ref, str) and ref for ref in refs)
+            assert refs or spec.name in UNVERIFIABLE, (
+                f"{model}: {launch.commit} must be reachable from a branch or tag"
+            )
         for key in ("batch", "rate", "ranks", "steps"):
             assert facts["semantics"][key], f"{model}: semantics.{key} not recorded"
         for program in facts["programs"]:
@@ -274,16 +310,27 @@ def test_definitions_are_read_from_parser_calls() -> None:
     }  # fmt: skip
 
 
-# --- re-verification against the snapshots, where present ---------------------------------------
+# --- re-verification against the snapshots and wheels, where present ----------------------------
 
 
-@pytest.mark.parametrize(("source", "model"), model_ids())
-def test_recorded_facts_hold_at_the_pinned_commit(source: str, model: str) -> None:
+def pinned_reader(source: str, model: str) -> tuple[str, Callable[[str], bytes | None]]:
+    """The pinned code's name and a reader of its files (None: no such file): the source's wheel
+    where it is pinned to a release, else its snapshot at the model's commit (reachability checked
+    first); skips when neither is here."""
     spec = SPECS[source]
+    facts = record(source)["models"][model]
+    if spec.release is not None:
+        wheel = wheel_for(spec.release)
+        if wheel is None:
+            pytest.skip(f"{spec.release.file} is in no local wheel folder; the record is the pin")
+        data = wheel.read_bytes()
+        assert hashlib.sha256(data).hexdigest() == spec.release.sha256, f"{wheel}: not the pin"
+        with ZipFile(io.BytesIO(data)) as archive:
+            members = {name: archive.read(name) for name in archive.namelist()}
+        return spec.release.file, members.get
     repo = mirror_for(spec)
     if repo is None:
         pytest.skip(f"no snapshot of {spec.repository} here; the recorded data is the contract")
-    facts = record(source)["models"][model]
     commit = facts["commit"]
     assert git(repo, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0, commit
     for ref in facts["reachable_from"]:  # a branch or a tag name
@@ -291,19 +338,34 @@ def test_recorded_facts_hold_at_the_pinned_commit(source: str, model: str) -> No
             git(repo, "merge-base", "--is-ancestor", commit, full).returncode == 0
             for full in (f"refs/heads/{ref}", f"refs/tags/{ref}")
         ), f"{source} {model}: {commit[:12]} is not reachable from {ref}"
+
+    def show(path: str) -> bytes | None:
+        shown = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True, check=False
+        )
+        return shown.stdout if shown.returncode == 0 else None
+
+    return commit[:12], show
+
+
+@pytest.mark.parametrize(("source", "model"), model_ids())
+def test_recorded_facts_hold_at_the_pinned_code(source: str, model: str) -> None:
+    facts = record(source)["models"][model]
+    pin, read_bytes = pinned_reader(source, model)
     texts: dict[str, str] = {}
 
     def read(path: str) -> str:
         if path not in texts:
-            shown = git(repo, "show", f"{commit}:{path}")
-            assert shown.returncode == 0, f"{path} does not exist at {commit[:12]}"
-            texts[path] = shown.stdout
+            data = read_bytes(path)
+            assert data is not None, f"{path} does not exist in {pin}"
+            texts[path] = data.decode()
         return texts[path]
 
     for program in facts["programs"]:
         if "script" in program:
-            blob = git(repo, "rev-parse", f"{commit}:{program['script']}").stdout.strip()
-            assert blob == program["blob"], f"{program['script']} at {commit[:12]}"
+            data = read_bytes(program["script"])
+            assert data is not None, f"{program['script']} does not exist in {pin}"
+            assert git_blob_id(data) == program["blob"], f"{program['script']} in {pin}"
         for flag, fact in (program.get("flags") or {}).items():
             where = str(fact["where"])
             if not fact["defined"]:  # "path (why)": the pinned file must indeed lack it

@@ -1,7 +1,8 @@
 """Upstream sources: pins, Dockerfiles, matrices, and the rendered per-node commands.
 
 The images cannot be built here; what is checked is what a build and a run depend on: every
-repository pinned to full commits that its Dockerfile checks out, every base image pinned through
+repository pinned to full commits that its Dockerfile checks out (or to a PyPI release whose wheel
+its Dockerfile installs by sha256), every base image pinned through
 images.lock, and, for each seed row of DLPerf's report, the exact command of every node of a
 4 nodes x 8 GPUs job (``dlperf run --dry-run``).
 """
@@ -114,6 +115,9 @@ def test_every_seed_source_is_registered_with_its_framework() -> None:
 @pytest.mark.parametrize("spec", specs(), ids=spec_ids())
 def test_pinned_to_full_commits_that_the_dockerfile_checks_out(spec: SourceSpec) -> None:
     text = spec.dockerfile.read_text()
+    if spec.release is not None:
+        _check_release_install(spec, " ".join(_instructions(text)))
+        return
     checked_out = set(re.findall(r"(?:^|\s)checkout(?:\s+--\S+)*\s+(\S+)", text))
     assert checked_out, f"{spec.dockerfile}: no git checkout"
     for commit in checked_out:
@@ -124,6 +128,24 @@ def test_pinned_to_full_commits_that_the_dockerfile_checks_out(spec: SourceSpec)
         # the model runs in the clone of its own commit
         assert launch.directory.startswith(f"{spec.workdir}/{launch.commit[:12]}"), launch
         assert f"/workspace/src/{launch.commit[:12]}" in text
+
+
+def _check_release_install(spec: SourceSpec, text: str) -> None:
+    """A release-pinned source (tensorflow-models): pip installs exactly the pinned wheel, by its
+    sha256 in hash-checking mode and without its dependencies, into the folder its models run in;
+    nothing is cloned, and no model names a commit."""
+    release = spec.release
+    assert release is not None
+    folder = f"{spec.workdir}/{release.package}-{release.version}"
+    assert release.file.startswith(f"{release.package.replace('-', '_')}-{release.version}-")
+    assert f"'{release.requirement} --hash=sha256:{release.sha256}'" in text, spec.dockerfile
+    install = re.search(r"pip install [^&]*--target (\S+) -r /tmp/release\.txt", text)
+    assert install and install[1] == folder, f"{spec.dockerfile}: the wheel goes to {folder}"
+    assert "--require-hashes" in install[0] and "--no-deps" in install[0]
+    assert "git clone" not in text and spec.commit is None and not spec.commits
+    for launch in spec.launches.values():
+        assert launch.commit is None and launch.directory == folder, launch
+        assert f"PYTHONPATH={folder}" in launch.argv
 
 
 @pytest.mark.parametrize("spec", specs(), ids=spec_ids())
@@ -401,6 +423,21 @@ def test_spec_validation(tmp_path: Path) -> None:
         load_spec(_write_spec(tmp_path, models=bad_when))
     with pytest.raises(SourceError, match="unknown key"):
         load_spec(_write_spec(tmp_path, branch="master"))
+    # a release instead of a commit: exactly one pin, the wheel by its sha256
+    release = {"package": "tf-models-official", "version": "2.3.0", "branch": "r2.3.0",
+               "file": "tf_models_official-2.3.0-py2.py3-none-any.whl", "sha256": "c" * 64}
+    spec = load_spec(_write_spec(tmp_path, commit=None, release=release))
+    assert spec.release is not None and spec.release.requirement == "tf-models-official==2.3.0"
+    assert spec.commit is None and spec.launches["resnet50"].commit is None and not spec.commits
+    with pytest.raises(SourceError, match="exactly one pin"):
+        load_spec(_write_spec(tmp_path, release=release))
+    with pytest.raises(SourceError, match="exactly one pin"):
+        load_spec(_write_spec(tmp_path, commit=None))
+    with pytest.raises(SourceError, match="sha256"):
+        load_spec(_write_spec(tmp_path, commit=None, release={**release, "sha256": "c" * 63}))
+    pinned_model = {"resnet50": {"dir": "/x", "argv": ["a"], "commit": "b" * 40}}
+    with pytest.raises(SourceError, match="pinned to a release"):
+        load_spec(_write_spec(tmp_path, commit=None, release=release, models=pinned_model))
 
 
 def test_repo_root_is_where_specs_are_found() -> None:
@@ -455,7 +492,8 @@ def test_readme_support_table_marks_every_source() -> None:
 
     (Changed with issue 16: the cells were "pinned, not run here" before any flag was checked.)
     The status follows the source's flags.yaml: a source whose code could not be read at its pin
-    (``unverified_because``) is "pinned only", every other one "flags verified".
+    (``unverified_because``) is "pinned only", every other one "flags verified" at its pinned
+    commit, or at its pinned release where it is pinned to one (tensorflow-models).
     """
     readme = (REPO_ROOT / "README.md").read_text()
     for spec in specs():
@@ -463,8 +501,9 @@ def test_readme_support_table_marks_every_source() -> None:
         assert rows, spec.name
         cells = dict(zip(("resnet50", "bert"), rows[0].split("|")[2:4], strict=True))
         flags = yaml.safe_load((spec.folder / "flags.yaml").read_text())
+        pin = "release" if spec.release is not None else "commit"
         status = "pinned only" if flags.get("unverified_because") else (
-            "flags verified at the pinned commit"
+            f"flags verified at the pinned {pin}"
         )
         for model, cell in cells.items():
             if model in spec.launches:

@@ -6,10 +6,12 @@ clones it at its pinned commit and the case matrix of its suites:
 * ``NVIDIADeepLearningExamples/<Framework>/source.yaml`` (NGC PyTorch, TF1, MXNet)
 * ``<Framework>/upstream/source.yaml`` (each framework's official benchmark repository)
 
-The file names the repository and the full commit, the images.lock keys of the image that holds
-the code and of its base, the log parser, and per model the upstream launcher and flags as an
-argv template (``{batch}``, ``{node_rank}``, ``{hosts_slots}``, ...; see :data:`PLACEHOLDERS`)
-plus flag blocks chosen by precision, XLA, dataset and the source's options (``dali``, ...).
+The file names the repository and the full commit (or, where the repository cannot be read at a
+commit, the PyPI release of it that the image installs, pinned by its wheel's sha256: ``release``),
+the images.lock keys of the image that holds the code and of its base, the log parser, and per
+model the upstream launcher and flags as an argv template (``{batch}``, ``{node_rank}``,
+``{hosts_slots}``, ...; see :data:`PLACEHOLDERS`) plus flag blocks chosen by precision, XLA,
+dataset and the source's options (``dali``, ...).
 Ranks and hosts come from the driver's :class:`NodeRank`, so nobody edits a per-node flag.
 
 Every node command is ``sh -c <wrapper> dlperf-upstream <header> <upstream argv...>``: the
@@ -59,6 +61,7 @@ from driver.sources.base import (
 
 SOURCE_GLOBS = ("NVIDIADeepLearningExamples/*/source.yaml", "*/upstream/source.yaml")
 COMMIT = re.compile(r"\A[0-9a-f]{40}\Z")  # Python's \Z: the very end ("$" allows a newline)
+SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 LAUNCH_MODES = ("per-node", "mpi-head")
 PLACEHOLDERS = {
     "batch": "per-device batch",
@@ -111,6 +114,24 @@ Word = Annotated[Any, AfterValidator(_word)]
 Commit = text(COMMIT.pattern, "a full 40-hex commit")
 
 
+class ReleaseSpec(StrictModel):
+    """A source pinned to a PyPI release of its repository instead of a commit (``release:``).
+
+    The image installs exactly this wheel (pip ``--require-hashes``); ``branch`` is the
+    repository's branch or tag the release was made from, as its project publishes it.
+    """
+
+    package: Name
+    version: text(r"[0-9][0-9A-Za-z.+!-]*", "a release version, e.g. 2.3.0")
+    file: text(r"[A-Za-z0-9_.+!-]+\.whl", "the wheel's file name (*.whl)")
+    sha256: text(SHA256.pattern, "the wheel's sha256 (64 lowercase hex)")
+    branch: Line
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
 class FlagBlockSpec(StrictModel):
     when: dict[str, Any] = {}
     args: list[Word] = []
@@ -141,7 +162,8 @@ class SourceFile(StrictModel):
     framework: Name
     title: Line
     repository: Line
-    commit: Commit
+    commit: Commit | None = None  # exactly one of commit and release
+    release: ReleaseSpec | None = None
     found: str
     image: Line
     base_image: Line
@@ -162,7 +184,7 @@ class FlagBlock:
 @dataclass(frozen=True)
 class ModelLaunch:
     model: str
-    commit: str
+    commit: str | None  # None: the source is pinned to a release (SourceSpec.release)
     directory: str  # the model's folder in the image (the wrapper cds into it)
     launch: str
     logging: str
@@ -185,7 +207,7 @@ class SourceSpec:
     framework: str
     title: str
     repository: str
-    commit: str
+    commit: str | None  # None where the source is pinned to a release instead
     found: str  # where the commit was found (provenance)
     image: str  # images.lock key of the built image
     base_image: str  # images.lock key of its FROM image
@@ -195,6 +217,7 @@ class SourceSpec:
     path: Path
     launches: dict[str, ModelLaunch] = field(default_factory=dict)
     notes: str = ""
+    release: ReleaseSpec | None = None
 
     @property
     def folder(self) -> Path:
@@ -210,7 +233,8 @@ class SourceSpec:
 
     @property
     def commits(self) -> set[str]:
-        return {self.commit} | {launch.commit for launch in self.launches.values()}
+        pinned = {self.commit} | {launch.commit for launch in self.launches.values()}
+        return {commit for commit in pinned if commit}
 
 
 def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any]) -> None:
@@ -234,7 +258,7 @@ def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any
                 raise SourceError(path, where, f"{{{name}}} names no option of the model")
 
 
-def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str) -> ModelLaunch:
+def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None) -> ModelLaunch:
     where = f"models.{model}."
     for i, item in enumerate(spec.argv):
         _check_template(path, f"{where}argv[{i}]", item, spec.options)
@@ -276,6 +300,16 @@ def load_spec(path: Path) -> SourceSpec:
         data = validate(SourceFile, load_document(path), path)
     except ConfigError as error:
         raise SourceError(error.path, error.field_path, error.message) from None
+    if (data.commit is None) == (data.release is None):
+        raise SourceError(
+            path, "commit", "give exactly one pin: commit (40 hex) or release (a PyPI wheel)"
+        )
+    if data.release is not None:
+        for model, launch in data.models.items():
+            if launch.commit is not None:
+                raise SourceError(
+                    path, f"models.{model}.commit", "not allowed: the source is pinned to a release"
+                )
     return SourceSpec(
         name=data.name,
         framework=data.framework,
@@ -291,6 +325,7 @@ def load_spec(path: Path) -> SourceSpec:
         path=path,
         launches={m: _launch(path, m, spec, data.commit) for m, spec in data.models.items()},
         notes=data.notes,
+        release=data.release,
     )
 
 
@@ -321,6 +356,7 @@ class UpstreamSource:
         self.models = tuple(spec.launches)
         self.repository = spec.repository
         self.commit = spec.commit
+        self.release = spec.release  # the PyPI wheel, where pinned to a release instead
         self.image = spec.image
         self.parser = spec.parser
         self.workdir = spec.workdir
