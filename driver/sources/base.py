@@ -1,8 +1,9 @@
 """The upstream-source plug-in interface (the "Source" column of DLPerf's tables).
 
-A source is pinned upstream code (repository + full commit) in a pinned image, started with its
-own launcher and flags, whose log is read by a parser of its format. The driver fills ranks and
-hosts from the inventory; nobody edits upstream files or per-node flags by hand.
+A source is pinned upstream code (repository + full commit, or a PyPI release pinned by its
+wheel's SHA-256) in a pinned image, started with its own launcher and flags, whose log is read
+by a parser of its format. The driver fills ranks and hosts from the inventory; nobody edits
+upstream files or per-node flags by hand.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ class Source(Protocol):
     framework: str  # FRAMEWORKS name whose column it belongs to
     models: tuple[str, ...]
     repository: str  # e.g. https://github.com/NVIDIA/DeepLearningExamples
-    commit: str  # a full 40-hex commit
-    image: str  # images.lock key of the image that holds the code at that commit
+    commit: str | None  # a full 40-hex commit; None where pinned to a release (``release``)
+    image: str  # images.lock key of the image that holds the code at that pin
     parser: str  # PARSERS name for its log format
     workdir: str  # where the code lives inside the image
 

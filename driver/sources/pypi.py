@@ -140,7 +140,7 @@ class PypiSource:
         self.framework = spec.framework
         self.models = tuple(section.models)
         self.repository = spec.repository
-        self.commit = spec.commit  # the pinned commit; section.package is what ran
+        self.commit = spec.commit  # the GPU images' pin (None: a release); section.package ran
         self.parser = spec.parser
         self.env = SourceEnv(
             name=spec.name,
