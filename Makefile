@@ -26,7 +26,7 @@ run_flags = --profile $(PROFILE) --runtime $(RUNTIME) \
 
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
 
-.PHONY: install test lint selftest report images base-image release audit clean-venv
+.PHONY: install envs test lint selftest report images base-image release audit clean-venv
 
 install: $(STAMP)
 
@@ -34,6 +34,14 @@ $(STAMP): pyproject.toml PyTorch/requirements-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test]' -r PyTorch/requirements-cpu.txt
 	touch $@
+
+# The local runtime's environments (.venvs/<framework>, .venvs/<source>), made once ahead of
+# runs and tests (otherwise the first run or test that needs one makes it). ENVS="pytorch,paddle"
+# narrows the set.
+ENVS ?=
+
+envs: $(STAMP)
+	$(DLPERF) envs $(ENVS)
 
 resnet50-%: $(STAMP)
 	$(call bench,resnet50,$*)

@@ -151,3 +151,20 @@ def test_a_session_path_is_refused_and_nothing_is_written(
                  "--session", name])  # fmt: skip
     assert code == 2 and "--session" in capsys.readouterr().err
     assert not (tmp_path / "r").exists() and not any(tmp_path.iterdir())
+
+
+def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    from driver.frontend.cli import local_environments
+
+    known = local_environments()
+    # Each framework with CPU requirements, and each upstream source released on PyPI.
+    assert {"pytorch", "tensorflow", "paddle", "mxnet", "oneflow"} <= set(known)
+    assert "tensorflow-models" in known
+    assert main(["envs", "tensorflow-modles"]) == 2
+    error = capsys.readouterr().err
+    assert "'tensorflow-modles' is not an environment (did you mean 'tensorflow-models'?)" in error
+    assert main(["envs", "pytorch"]) == 0  # made once (here, or by `make envs` in CI)
+    out = capsys.readouterr().out
+    assert out.startswith("pytorch: ") and "/pytorch/bin/python" in out

@@ -290,6 +290,47 @@ def cmd_list(_args: argparse.Namespace) -> int:
     return 0
 
 
+def local_environments() -> dict[str, object]:
+    """Every environment the local runtime runs from, by name: each framework with CPU
+    requirements (``.venvs/<framework>``) and each upstream source released on PyPI
+    (``.venvs/<source>``)."""
+    from driver.sources.pypi import PypiSource
+
+    load_all()
+    found: dict[str, object] = {}
+    for name in FRAMEWORKS.names():
+        framework = FRAMEWORKS.get(name)
+        if framework.cpu_requirements.exists():
+            found[name] = framework
+    for name in SOURCES.names():
+        source = SOURCES.get(name)()
+        if isinstance(source, PypiSource):
+            found[source.env.name] = source.env
+    return found
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    """Create (once) the environments the local runtime needs, so that a run or the test suite
+    later finds them made: installation, timed apart from the runs (CI calls it first)."""
+    from driver.core.envs import ensure_env
+
+    known = local_environments()
+    wanted = _csv(args.names) if args.names else list(known)
+    for name in wanted:
+        if name not in known:
+            raise MatrixError(
+                COMMAND_LINE,
+                "envs",
+                f"{name!r} is not an environment{did_you_mean(name, known)}; "
+                f"known: {', '.join(known)}",
+            )
+    for name in wanted:
+        started = time.monotonic()
+        python = ensure_env(known[name], log=print)  # type: ignore[arg-type]
+        print(f"{name}: {python} ({time.monotonic() - started:.0f} s)", flush=True)
+    return 0
+
+
 def _option(text: str) -> tuple[str, object]:
     """KEY=VALUE; the name and the value's type are checked against the framework later."""
     key, sep, value = text.partition("=")
@@ -377,6 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)
+
+    envs = sub.add_parser(
+        "envs", help="create the local runtime's environments (.venvs/<name>) ahead of runs"
+    )
+    envs.add_argument(
+        "names", nargs="?", help="comma-separated frameworks or PyPI sources (default: all)"
+    )
+    envs.set_defaults(func=cmd_envs)
 
     listing = sub.add_parser("list", help="registered plug-ins")
     listing.set_defaults(func=cmd_list)
