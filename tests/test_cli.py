@@ -103,6 +103,11 @@ def test_a_stop_signal_on_the_head_records_interrupted_and_leaves_no_process(
     import sys
     import time
 
+    # A step time of this run's own (0.05 s and six more digits, the last never 0 so that it
+    # reads back as written), so that the leftover search below finds this run's ranks only,
+    # not those of another run on the machine.
+    step_time = f"0.05{time.time_ns() % 10**5:05d}7"
+
     def as_a_background_job() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -115,7 +120,7 @@ def test_a_stop_signal_on_the_head_records_interrupted_and_leaves_no_process(
     head = subprocess.Popen(
         [sys.executable, "-m", "driver.frontend.cli", "run", "--matrix", str(matrix),
          "--profile", "dlperf", "--results", str(tmp_path / "r"), "--session", "s",
-         "--option", "step_time=0.05"],
+         "--option", f"step_time={step_time}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=as_a_background_job if stop.startswith("SIGINT") else None,
     )  # fmt: skip
@@ -129,9 +134,11 @@ def test_a_stop_signal_on_the_head_records_interrupted_and_leaves_no_process(
     assert head.returncode == 130, out
     (record_path,) = logs.rglob("record.json")
     assert json.loads(record_path.read_text())["verdict"] == "interrupted"
-    # The ranks' command lines carry the unusual step time; none may be left running.
+    # The ranks' command lines carry this run's step time; none may be left running.
     leftovers = subprocess.run(
-        ["pgrep", "-f", "calibration/workload.py.*step_time=0.05"], capture_output=True, text=True
+        ["pgrep", "-f", f"calibration/workload.py.*step_time={step_time}"],
+        capture_output=True,
+        text=True,
     )
     assert leftovers.stdout.strip() == "", leftovers.stdout
 
