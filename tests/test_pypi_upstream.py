@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from driver.bench.host import cpu_model_name
 from driver.core.case import Case, Topology
 from driver.core.measure import Window, measure_repeat
 from driver.core.results import Session
@@ -152,7 +154,8 @@ def test_node_command_quotes_every_value_and_cleans_its_folder(tmp_path: Path) -
     lines = done.stdout.splitlines()
     assert done.returncode == 7, done.stderr
     assert lines[0].startswith("DLPERF-UPSTREAM ") and '"batch":3' in lines[0]
-    assert lines[1:] == ["prepared", "[a; touch pwned]", "[3]", "[30]"]
+    assert lines[1].startswith("DLPERF-HOST ")  # the node's hostname and devices
+    assert lines[2:] == ["prepared", "[a; touch pwned]", "[3]", "[30]"]
     scratch = Path((tmp_path / "where").read_text().strip())
     assert scratch.name.startswith("dlperf-pypi.") and not scratch.exists()
     assert not (tmp_path / "pwned").exists()
@@ -222,6 +225,9 @@ def test_release_trains_for_real_through_the_kit(
     assert summary.finished == 1 and record.ok, f"{record.detail}\n{text[-3000:]}"
     assert record.parser == "tf-timehistory" and record.measurement.samples == measured * batch
     assert str(tfm_env) in record.commands[0].argv[2]  # the release's own environment
+    # The node printed its own facts: the run is placed on this machine's device like ours.
+    assert record.header["devices"] == [cpu_model_name()]
+    assert record.header["hostname"] == socket.gethostname()
     if model == "resnet50":  # the source's own Run stats imply the same figure
         assert "classifier_trainer.py" in text and len(TIME_HISTORY.findall(text)) == 2
         figure = stamps_figure(text, batch, 10, 20)

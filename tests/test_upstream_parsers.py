@@ -13,6 +13,7 @@ the fixtures (see each test); measurement itself is ``driver.core.measure``.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -312,3 +313,60 @@ def test_same_node_twice() -> None:
     texts["node1.log"] = texts["node0.log"]
     with pytest.raises(LogParseError, match="node rank 0 appears in both"):
         PARSERS.get("dllogger")().parse(texts)
+
+
+# --- the node's host line (hostname and devices, printed by the node after the header) ----------
+
+
+def with_host_lines(source: str, case: str, hosts: list[str]) -> dict[str, str]:
+    """The fixture's logs with ``hosts[i]`` inserted after node i's header."""
+    texts = {}
+    for path in sorted((FIXTURES / source).glob(f"{case}.node*.log")):
+        header, rest = path.read_text().split("\n", 1)
+        node = int(path.name.split(".node")[1].split(".")[0])
+        texts[f"node{node}.log"] = f"{header}\n{hosts[node]}\n{rest}"
+    return texts
+
+
+def host(name: str, *devices: str) -> str:
+    return "DLPERF-HOST " + json.dumps({"devices": list(devices), "hostname": name})
+
+
+def test_each_rank_gets_its_own_nodes_host_and_the_figure_is_unchanged() -> None:
+    from driver.core.measure import parse_logs
+
+    # tensorflow-models logs per node: node i's rank is i.
+    hosts = [host("gpu-a", *["NVIDIA A100-SXM4-40GB"] * 4), host("gpu-b", "NVIDIA H100 80GB HBM3")]
+    parsed = parse_logs("tf-timehistory", with_host_lines("tensorflow-models", "ok", hosts))
+    assert [(r, parsed.ranks[r].header["hostname"]) for r in sorted(parsed.ranks)] == [
+        (0, "gpu-a"), (1, "gpu-b"),
+    ]  # fmt: skip
+    assert parsed.ranks[1].header["devices"] == ["NVIDIA H100 80GB HBM3"]
+    plain = parse_logs("tf-timehistory", with_host_lines("tensorflow-models", "ok", ["", ""]))
+    assert "hostname" not in plain.header  # logs from before host lines: as they were
+    assert measure_repeat(parsed, WINDOW) == measure_repeat(plain, WINDOW)
+
+
+def test_a_rate_only_log_keeps_node_0s_host() -> None:
+    from driver.core.measure import parse_logs
+
+    texts = with_host_lines("ngc-mxnet", "ok", [host("n0", "NVIDIA V100"), host("n1", "X")])
+    parsed = parse_logs("mxnet-speed", texts)
+    assert not parsed.ranks and parsed.header == {"hostname": "n0", "devices": ["NVIDIA V100"]}
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("DLPERF-HOST {not json", "broken host line"),
+        ('DLPERF-HOST {"hostname": "a", "devices": "A100"}', "devices (a list of text)"),
+        ('DLPERF-HOST ["a"]', "a JSON object with a hostname"),
+    ],
+)
+def test_a_bad_host_line_names_the_log_and_the_line(line: str, fragment: str) -> None:
+    from driver.core.measure import parse_logs
+
+    texts = with_host_lines("tensorflow-models", "ok", [host("a", "A100"), line])
+    with pytest.raises(LogParseError) as caught:
+        parse_logs("tf-timehistory", texts)
+    assert fragment in str(caught.value) and "node1.log:2:" in str(caught.value)

@@ -13,6 +13,7 @@ import io
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from driver.bench.host import cpu_model_name
 from driver.core.case import Case, Topology
 from driver.core.command import node_commands, parser_for
 from driver.core.matrix import Overrides, apply_overrides, load_matrix
@@ -362,11 +364,17 @@ def test_wrapper_prints_header_then_the_step_log_and_keeps_the_exit_code(tmp_pat
     argv = ["sh", "-c", wrapper_script(str(tmp_path), str(collect)), "dlperf-upstream", "HEADER"]
     run = subprocess.run([*argv, "sh", "-c", program], capture_output=True, text=True, check=False)
     assert run.returncode == 3
-    assert run.stdout.splitlines() == [
-        "HEADER",
+    header, host, *rest = run.stdout.splitlines()
+    assert header == "HEADER" and rest == [
         "upstream chatter",
         'DLLL {"timestamp": "10.5", "type": "LOG", "step": [0, 1]}',
     ]
+    # The node's own facts, as the kit's benchmark processes report them on this CPU machine.
+    assert host.startswith("DLPERF-HOST ")
+    assert json.loads(host.removeprefix("DLPERF-HOST ")) == {
+        "hostname": socket.gethostname(),
+        "devices": [cpu_model_name()],
+    }
 
 
 def test_rendered_command_log_parses(tmp_path: Path) -> None:

@@ -31,10 +31,14 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint, Window
 
 HEADER_MARK = "DLPERF-UPSTREAM "
+# The node's own facts, printed by the node right after the header (driver.sources.base
+# HOST_PROBE): the head renders the header, only the node knows its hostname and devices.
+HOST_MARK = "DLPERF-HOST "
 LOGGING_MODES = ("rank0", "per-node", "per-process")
 _HEADER_FIELDS: dict[str, type] = {
     "source": str,
@@ -100,6 +104,7 @@ class NodeLog:
     name: str  # the log's file name (node0.log)
     header: RunHeader
     lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, text) after it
+    host: dict[str, Any] = field(default_factory=dict)  # hostname and devices, where printed
 
 
 def _decode_header(text: str, source: str, number: int) -> RunHeader:
@@ -142,6 +147,42 @@ def _decode_header(text: str, source: str, number: int) -> RunHeader:
     return header
 
 
+def _decode_host(text: str, source: str, number: int) -> dict[str, Any]:
+    try:
+        data = json.loads(text[text.index(HOST_MARK) + len(HOST_MARK) :])
+    except json.JSONDecodeError as error:
+        raise LogParseError(f"broken host line ({error.msg})", source=source, line=number) from None
+    if not isinstance(data, dict):
+        data = {}
+    hostname, devices = data.get("hostname"), data.get("devices")
+    if not isinstance(hostname, str) or not (
+        isinstance(devices, list) and all(isinstance(d, str) for d in devices)
+    ):
+        raise LogParseError(
+            "the host line must be a JSON object with a hostname (text) and devices (a list of "
+            "text)",
+            source=source,
+            line=number,
+        )
+    return {"hostname": hostname, "devices": devices}
+
+
+def with_hosts(parsed: ParsedLog, texts: Mapping[str, str], parser: str) -> ParsedLog:
+    """``parsed`` with each rank's header given its node's hostname and devices, as the node
+    printed them (a rate-only log: node 0's, in ``meta["host"]``). Logs without host lines
+    (imported, or written before nodes printed them) are left as they are."""
+    hosts = {log.header.node_rank: log.host for log in node_logs(texts, parser) if log.host}
+    if not hosts:
+        return parsed
+    if not parsed.ranks and 0 in hosts:
+        parsed.meta["host"] = hosts[0]
+    for rank, log in parsed.ranks.items():
+        logging, procs = log.header.get("logging"), int(log.header.get("procs_per_node") or 1)
+        node = 0 if logging == "rank0" else rank if logging == "per-node" else rank // procs
+        log.header.update(hosts.get(node, {}))
+    return parsed
+
+
 def node_logs(texts: Mapping[str, str], parser: str) -> list[NodeLog]:
     """One :class:`NodeLog` per text, ordered by node rank; every node of the run present once."""
     logs: list[NodeLog] = []
@@ -156,6 +197,8 @@ def node_logs(texts: Mapping[str, str], parser: str) -> list[NodeLog]:
                         line=number,
                     )
                 current = NodeLog(name=name, header=_decode_header(raw, name, number))
+            elif current is not None and not current.lines and HOST_MARK in raw:
+                current.host = _decode_host(raw, name, number)
             elif current is not None:
                 current.lines.append((number, raw))
         if current is None:

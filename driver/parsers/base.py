@@ -96,10 +96,16 @@ class ParsedLog:
     @property
     def header(self) -> dict[str, Any]:
         """The header of the lowest rank that has one (versions, devices, options)."""
-        for rank in sorted(self.ranks):
-            if self.ranks[rank].header:
-                return self.ranks[rank].header
-        return {}
+        headers = self.rank_headers()
+        return headers[0] if headers else {}
+
+    def rank_headers(self) -> list[dict[str, Any]]:
+        """Every rank's header, by rank; a rate-only upstream log has no ranks, only the host
+        facts its node 0 printed (``meta["host"]``)."""
+        found = [self.ranks[r].header for r in sorted(self.ranks) if self.ranks[r].header]
+        if not found and self.meta.get("host"):
+            found = [dict(self.meta["host"])]
+        return found
 
 
 class LogParser(Protocol):

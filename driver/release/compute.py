@@ -102,9 +102,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         try:
             measurement, parsed = remeasure_parsed(raw)
             error = None
-            headers = [
-                parsed.ranks[r].header for r in sorted(parsed.ranks) if parsed.ranks[r].header
-            ]
+            headers = parsed.rank_headers()
         except (LogParseError, KeyError, ValueError) as problem:
             measurement, error, parsed = None, str(problem), None
             errors.append((raw.folder, f"logs do not give a measurement: {problem}"))

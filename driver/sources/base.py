@@ -8,6 +8,7 @@ upstream files or per-node flags by hand.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
@@ -16,6 +17,29 @@ from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader
 
 L = TypeVar("L")  # a source's per-model launch record
+
+# What the node prints right after the run header: its hostname and devices (GPU names from
+# nvidia-smi, else the CPU model), one "DLPERF-HOST {json}" line read by the upstream parsers
+# (driver.parsers._upstream.with_hosts). Only the node knows them: the head renders the header.
+# Plain Python 3.6+ (the oldest upstream images); silent where no Python is found.
+HOST_PROGRAM = "; ".join(  # one line, so that dry runs and records show it on one line
+    (
+        "import json, shutil, socket, subprocess",
+        'smi = shutil.which("nvidia-smi")',
+        'out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], '
+        "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True, "
+        'timeout=60).stdout if smi else ""',
+        "gpus = [name.strip() for name in out.splitlines() if name.strip()]",
+        'cpu = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") '
+        'if line.startswith("model name")][:1]',
+        'facts = {"hostname": socket.gethostname(), "devices": gpus or cpu}',
+        'print("DLPERF-HOST " + json.dumps(facts, sort_keys=True), flush=True)',
+    )
+)
+HOST_PROBE = (
+    "for py in python3 python; do if command -v $py >/dev/null 2>&1; then "
+    f"$py -c {shlex.quote(HOST_PROGRAM)} 2>/dev/null; break; fi; done"
+)
 
 
 class Source(Protocol):

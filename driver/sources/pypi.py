@@ -32,6 +32,7 @@ from driver.parsers._upstream import RunHeader, header_line
 from driver.registry import SOURCES
 from driver.schema import ConfigError, StrictModel, load_document, validate
 from driver.sources.base import (
+    HOST_PROBE,
     data_and_precision_problems,
     model_launch,
     refuse_unsupported,
@@ -198,6 +199,7 @@ class PypiSource:
         # Every value is quoted into the script: nothing from a config reaches the shell raw.
         steps = [
             'printf "%s\\n" "$1"',
+            HOST_PROBE,
             'scratch=$(mktemp -d "${TMPDIR:-/tmp}/dlperf-pypi.XXXXXX") || exit 1',
             'cd "$scratch" || exit 1',
         ]

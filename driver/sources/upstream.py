@@ -53,6 +53,7 @@ from driver.schema import (
     validate,
 )
 from driver.sources.base import (
+    HOST_PROBE,
     data_and_precision_problems,
     model_launch,
     refuse_unsupported,
@@ -89,7 +90,7 @@ PLACEHOLDERS = {
 }
 CONDITION_KEYS = ("precision", "dataset", "xla", "distributed", "multinode")
 WORKER_SCRIPT = (
-    'printf "%s\\n" "$1"; /usr/sbin/sshd -p {port} || exit 1; n=0; '
+    'printf "%s\\n" "$1"; ' + HOST_PROBE + '; /usr/sbin/sshd -p {port} || exit 1; n=0; '
     "until pgrep -x orted >/dev/null || pgrep -x prted >/dev/null; do n=$((n+1)); "
     'if [ "$n" -ge 900 ]; then echo "dlperf: no MPI job reached this node" >&2; exit 1; fi; '
     "sleep 1; done; while pgrep -x orted >/dev/null || pgrep -x prted >/dev/null; do sleep 1; "
@@ -335,7 +336,7 @@ def _matches(block: FlagBlock, facts: Mapping[str, Any]) -> bool:
 
 def wrapper_script(directory: str, collect: str | None) -> str:
     """The node's shell program: header, cd, the upstream command, then its step-log file."""
-    parts = ['printf "%s\\n" "$1"', "shift", f"cd {shlex.quote(directory)} || exit 1"]
+    parts = ['printf "%s\\n" "$1"', HOST_PROBE, "shift", f"cd {shlex.quote(directory)} || exit 1"]
     if collect:
         quoted = shlex.quote(collect)
         parts.append(f"rm -f {quoted} && mkdir -p {shlex.quote(str(Path(collect).parent))}")
