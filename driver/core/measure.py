@@ -151,7 +151,6 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
 
 def parse_logs(parser_name: str, texts: Mapping[str, str]) -> ParsedLog:
     """Run a registered parser; any failure on bad input is a LogParseError naming the logs."""
-    from driver.parsers._upstream import HEADER_MARK, with_hosts
     from driver.plugins import load_all
     from driver.registry import PARSERS
 
@@ -161,10 +160,7 @@ def parse_logs(parser_name: str, texts: Mapping[str, str]) -> ParsedLog:
     if not texts:
         raise LogParseError("no node*.log file")
     try:
-        parsed = PARSERS.get(parser_name)().parse(dict(texts))
-        if any(HEADER_MARK in text for text in texts.values()):  # an upstream run's logs
-            parsed = with_hosts(parsed, texts, parser_name)
-        return parsed
+        return PARSERS.get(parser_name)().parse(dict(texts))
     except LogParseError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:

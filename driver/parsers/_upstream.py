@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,20 +167,17 @@ def _decode_host(text: str, source: str, number: int) -> dict[str, Any]:
     return {"hostname": hostname, "devices": devices}
 
 
-def with_hosts(parsed: ParsedLog, texts: Mapping[str, str], parser: str) -> ParsedLog:
-    """``parsed`` with each rank's header given its node's hostname and devices, as the node
-    printed them (a rate-only log: node 0's, in ``meta["host"]``). Logs without host lines
-    (imported, or written before nodes printed them) are left as they are."""
-    hosts = {log.header.node_rank: log.host for log in node_logs(texts, parser) if log.host}
-    if not hosts:
-        return parsed
-    if not parsed.ranks and 0 in hosts:
-        parsed.meta["host"] = hosts[0]
-    for rank, log in parsed.ranks.items():
-        logging, procs = log.header.get("logging"), int(log.header.get("procs_per_node") or 1)
-        node = 0 if logging == "rank0" else rank if logging == "per-node" else rank // procs
-        log.header.update(hosts.get(node, {}))
-    return parsed
+def rank_host(logs: Sequence[NodeLog], rank: int) -> dict[str, Any]:
+    """The hostname and devices the node of logging rank ``rank`` printed ({} where it printed
+    none: imported logs, or logs from before nodes printed them)."""
+    header = logs[0].header
+    if header.logging == "rank0":
+        node = 0
+    elif header.logging == "per-node":
+        node = rank
+    else:
+        node = rank // header.procs_per_node
+    return next((dict(log.host) for log in logs if log.header.node_rank == node), {})
 
 
 def node_logs(texts: Mapping[str, str], parser: str) -> list[NodeLog]:
@@ -420,8 +417,10 @@ def _check_window(header: RunHeader, rank: int, steps: Iterable[int]) -> None:
     Window(header.warmup_steps, header.measured_steps).check(rank, steps)
 
 
-def steplog(header: RunHeader, timelines: Mapping[int, Timeline], fmt: str) -> ParsedLog:
-    """A ParsedLog of step boundaries, after checking every logging rank holds the window."""
+def steplog(logs: Sequence[NodeLog], timelines: Mapping[int, Timeline], fmt: str) -> ParsedLog:
+    """A ParsedLog of step boundaries, after checking every logging rank holds the window; each
+    rank's header is the run header plus its node's hostname and devices."""
+    header = logs[0].header
     per_rank, scale = rank_batch(header)
     ranks: dict[int, RankLog] = {}
     for rank in expected_ranks(header):
@@ -437,7 +436,12 @@ def steplog(header: RunHeader, timelines: Mapping[int, Timeline], fmt: str) -> P
             samples = 0 if previous is None else (step - previous) * per_rank
             points.append(StepPoint(step=step, t=t, samples=samples))
             previous = step
-        ranks[rank] = RankLog(rank=rank, points=points, header=header.to_dict(), finished=True)
+        ranks[rank] = RankLog(
+            rank=rank,
+            points=points,
+            header={**header.to_dict(), **rank_host(logs, rank)},
+            finished=True,
+        )
     extra = sorted(set(timelines) - set(ranks))
     if extra:
         raise LogParseError(f"steps logged by unexpected rank(s) {extra} ({header.logging})")
@@ -465,13 +469,14 @@ class RateInterval:
     line: int
 
 
-def reported(header: RunHeader, intervals: list[RateInterval], fmt: str) -> ParsedLog:
+def reported(logs: Sequence[NodeLog], intervals: list[RateInterval], fmt: str) -> ParsedLog:
     """A rate-only log: the time-weighted mean of the rate lines that tile the measured window.
 
     The intervals inside the window must cover it exactly (contiguous, from the end of the
     warm-up to its last step); over equal-size intervals the time-weighted mean equals global
     samples / window duration, the same quantity our timestamps give.
     """
+    header = logs[0].header
     first, last = header.window
     if not intervals:
         raise LogParseError(f"no rate lines ({fmt})")
@@ -505,6 +510,7 @@ def reported(header: RunHeader, intervals: list[RateInterval], fmt: str) -> Pars
     per_step = header.batch * header.world_size
     seconds = sum((i.end - i.start) * per_step / i.samples_per_s for i in inside)
     rate = (last - first) * per_step / seconds
+    host = rank_host(logs, 0)  # no ranks: node 0's facts stand for the run's
     return ParsedLog(
         ranks={},
         world_size=header.world_size,
@@ -513,7 +519,7 @@ def reported(header: RunHeader, intervals: list[RateInterval], fmt: str) -> Pars
             f"time-weighted mean of {len(inside)} rate line(s) over steps {first}..{last}, "
             f"as printed by the source ({fmt})"
         ),
-        meta=_meta(header, fmt),
+        meta={**_meta(header, fmt), **({"host": host} if host else {})},
     )
 
 

@@ -147,11 +147,10 @@ class DLLoggerParser:
 
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
-        header = logs[0].header
         # JSON records first: a run with both backends prints the same records twice.
         timelines = _timelines(logs, _json_records) or _timelines(logs, _plain_records)
         if timelines:
-            return steplog(header, timelines, self.name)
+            return steplog(logs, timelines, self.name)
         intervals = _rate_intervals(logs)
         if not intervals:
             raise LogParseError(
@@ -159,7 +158,7 @@ class DLLoggerParser:
                 "Iteration: I' lines) and no 'Step = N Throughput = X' lines",
                 source=logs[0].name,
             )
-        return reported(header, intervals, self.name)
+        return reported(logs, intervals, self.name)
 
 
 def _rate_intervals(logs: list[NodeLog]) -> list[RateInterval]:

@@ -30,7 +30,6 @@ class GluonNlpParser:
 
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
-        header = logs[0].header
         timelines: dict[int, Timeline] = {}
         clocks: dict[int, float] = {}
         for line in step_lines(logs, LINE.search):
@@ -41,4 +40,4 @@ class GluonNlpParser:
                 timeline.add(0, 0.0, line.log.name, line.number)
             clocks[key] += float(line.match["secs"])
             timeline.add(line.step, clocks[key], line.log.name, line.number)
-        return steplog(header, timelines, self.name)
+        return steplog(logs, timelines, self.name)

@@ -32,7 +32,6 @@ class MxnetSpeedParser:
 
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
-        header = logs[0].header
         intervals: list[RateInterval] = []
         previous = 0
         for line in step_lines(logs, LINE.search, first_epoch=("epoch", "epoch")):
@@ -48,4 +47,4 @@ class MxnetSpeedParser:
             previous = end
         if not intervals:
             raise LogParseError("no 'Speed: ... samples/sec' lines", source=logs[0].name)
-        return reported(header, intervals, self.name)
+        return reported(logs, intervals, self.name)

@@ -38,7 +38,6 @@ class OneFlowBenchmarkParser:
 
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
-        header = logs[0].header
         timelines: dict[int, Timeline] = {}
         epoch: str | None = None
         for line in step_lines(logs, lambda text: CNN.match(text) or BERT.match(text)):
@@ -52,4 +51,4 @@ class OneFlowBenchmarkParser:
                 epoch = found
             timeline = timelines.setdefault(line.rank, Timeline(line.rank))
             timeline.add(line.at("index"), float(line.match["t"]), line.log.name, line.number)
-        return steplog(header, timelines, self.name)
+        return steplog(logs, timelines, self.name)

@@ -92,10 +92,9 @@ class PaddleParser:
 
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
-        header = logs[0].header
         timelines = _batch_timelines(logs)
         if timelines:
-            return steplog(header, timelines, self.name)
+            return steplog(logs, timelines, self.name)
         intervals = _rate_intervals(logs[0])
         if not intervals:
             raise LogParseError(
@@ -103,4 +102,4 @@ class PaddleParser:
                 "'step: S, ... speed: X steps/s')",
                 source=logs[0].name,
             )
-        return reported(header, intervals, self.name)
+        return reported(logs, intervals, self.name)

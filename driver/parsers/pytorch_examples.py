@@ -31,7 +31,6 @@ class PytorchExamplesParser:
 
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
-        header = logs[0].header
         timelines: dict[int, Timeline] = {}
         lines = step_lines(
             logs, LINE.match, first_epoch=("epoch", "epoch"), unprefixed_is_node=True
@@ -41,4 +40,4 @@ class PytorchExamplesParser:
             timeline = timelines.setdefault(line.rank, Timeline(line.rank))
             # The printed average batch time x batches finished: the clock at that batch.
             timeline.add(finished, float(line.match["avg"]) * finished, line.log.name, line.number)
-        return steplog(header, timelines, self.name)
+        return steplog(logs, timelines, self.name)

@@ -68,7 +68,6 @@ class TimeHistoryParser:
 
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
-        header = logs[0].header
         timelines: dict[int, Timeline] = {}
         clocks: dict[int, float] = {}
         for line in step_lines(logs, LINE.search):
@@ -92,4 +91,4 @@ class TimeHistoryParser:
                 "lines",
                 source=logs[0].name,
             )
-        return steplog(header, timelines, self.name)
+        return steplog(logs, timelines, self.name)

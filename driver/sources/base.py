@@ -20,7 +20,7 @@ L = TypeVar("L")  # a source's per-model launch record
 
 # What the node prints right after the run header: its hostname and devices (GPU names from
 # nvidia-smi, else the CPU model), one "DLPERF-HOST {json}" line read by the upstream parsers
-# (driver.parsers._upstream.with_hosts). Only the node knows them: the head renders the header.
+# (driver.parsers._upstream.rank_host). Only the node knows them: the head renders the header.
 # Plain Python 3.6+ (the oldest upstream images); silent where no Python is found.
 HOST_PROGRAM = "; ".join(  # one line, so that dry runs and records show it on one line
     (
