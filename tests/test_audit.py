@@ -144,7 +144,9 @@ def test_any_edited_raw_byte_fails_and_names_the_file(version: Path, tmp_path: P
 def test_an_edited_log_number_is_caught_by_recomputation_even_with_fixed_hashes(
     version: Path, tmp_path: Path
 ) -> None:
-    """Someone edits a log and re-hashes everything: the numbers still disagree, by cell."""
+    """Someone edits a log and re-hashes everything (the record's log_sha256 and the manifest):
+    the door still refuses the log (a step claims more samples than the batch), and the
+    published numbers disagree with the recomputed ones, by cell."""
     copy = editable_copy(version, tmp_path)
     manifest = json.loads((copy / "manifest.json").read_text())
     case = "calibration/calibration/1n2g/bs8/fp32/synthetic"
@@ -157,24 +159,37 @@ def test_an_edited_log_number_is_caught_by_recomputation_even_with_fixed_hashes(
         assert '"samples": 8,' in lines[index]
         lines[index] = lines[index].replace('"samples": 8,', '"samples": 9,')
         found[member] = "\n".join(lines).encode()
+        record_member = member.replace("node0.log", "record.json")
+        record = json.loads(found[record_member])
+        record["log_sha256"]["node0.log"] = sha256_bytes(found[member])
+        found[record_member] = json.dumps(record).encode()
         return member
 
     archive, member = rewrite_archive(copy, edit)
     members = read_archive(copy / archive)
-    manifest["raw_files"][member]["sha256"] = sha256_bytes(members[member])
-    manifest["raw_files"][member]["bytes"] = len(members[member])
+    for name in (member, member.replace("node0.log", "record.json")):
+        manifest["raw_files"][name]["sha256"] = sha256_bytes(members[name])
+        manifest["raw_files"][name]["bytes"] = len(members[name])
     manifest["archives"][archive]["sha256"] = sha256_file(copy / archive)
     (copy / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     report = audit(copy)
     assert not report.ok
     cells = [str(f) for f in report.findings]
-    assert any(f.file.endswith("repeat-01/record.json") and "throughput" in f.cell
-               for f in report.findings), cells  # fmt: skip
+    folder = member.rpartition("/")[0]
     assert any(
-        f.file == "results.json" and f"case_id={case}, repeat=1].throughput" in f.cell
+        f.file == folder and "step 12: 9 samples, but 1 step(s) of batch 8" in f.published
         for f in report.findings
     ), cells
-    assert all(f.table.startswith("Calibration workload") for f in report.findings), cells
+    assert any(
+        f.file == "results.json" and f"cases[case_id={case}].repeats" in f.cell
+        and f.published == "3" and f.recomputed == "2"
+        for f in report.findings
+    ), cells  # the refused repeat is out of the recomputed case
+    assert all(
+        f.table.startswith("Calibration workload")
+        for f in report.findings
+        if f.file not in ("manifest.json", "README.md")  # counts follow the refused repeat
+    ), [(f.file, f.table) for f in report.findings if f.table[:3] != "Cal"]
     text = report.text()
     assert '[FAIL] table "Calibration workload, FP32, bsz=8 per device, synthetic data"' in text
 

@@ -15,12 +15,8 @@ from driver.frontend.cli import main
 from driver.release.archive import sha256_bytes, sha256_file
 from driver.release.audit import audit
 from driver.release.manifest import FIELDS, validate
-from driver.release.release import (
-    ReleaseError,
-    index_digest,
-    release,
-    released_versions,
-)
+from driver.release.layout import index_digest
+from driver.release.release import ReleaseError, release, released_versions
 from driver.release.synth import cached_session
 
 PNG = b"\x89PNG\r\n\x1a\n"

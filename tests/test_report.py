@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.report import verified_records
 from driver.core.results import Session
 from driver.core.summary import baseline_of, summarize
 from driver.release.synth import cached_session
+from driver.verify.folder import verify_sessions
 
 
 def session_copy(tmp_path: Path) -> Path:
@@ -23,7 +23,7 @@ def session_copy(tmp_path: Path) -> Path:
 
 def test_a_whole_session_is_verified_from_its_logs(tmp_path: Path) -> None:
     root = session_copy(tmp_path)
-    verified = verified_records([root])
+    verified = verify_sessions([root])
     assert verified.refused == []
     recorded = {(c.id, r.repeat): r for c, r, _ in Session(root).records()}
     assert len(verified.records) == len(recorded) == 9
@@ -40,14 +40,15 @@ def test_a_schema_1_record_without_log_hashes_is_still_checked_against_its_logs(
     data["schema"] = 1
     del data["log_sha256"]
     (folder / "record.json").write_text(json.dumps(data))
-    assert verified_records([root]).refused == []
+    assert verify_sessions([root]).refused == []
     log = folder / "node0.log"
     lines = log.read_text().split("\n")
     index = next(i for i, line in enumerate(lines) if '"step": 12,' in line)
     lines[index] = lines[index].replace('"samples": 8,', '"samples": 9,')
     log.write_text("\n".join(lines))
-    (refused,) = verified_records([root]).refused
-    assert refused.startswith(f"{folder / 'record.json'}: measurement.throughput is ")
+    (refused,) = verify_sessions([root]).refused
+    assert refused.startswith(f"{folder}: the logs (node0.log) are not a plausible measurement")
+    assert "step 12: 9 samples, but 1 step(s) of batch 8 per device make 8" in refused
 
 
 def test_a_rewritten_record_with_rehashed_logs_is_still_recomputed(tmp_path: Path) -> None:
@@ -58,8 +59,8 @@ def test_a_rewritten_record_with_rehashed_logs_is_still_recomputed(tmp_path: Pat
     data = json.loads((folder / "record.json").read_text())
     data["log_sha256"]["node0.log"] = hashlib.sha256(log.read_bytes()).hexdigest()
     (folder / "record.json").write_text(json.dumps(data))
-    (refused,) = verified_records([root]).refused
-    assert str(folder / "record.json") in refused
+    (refused,) = verify_sessions([root]).refused
+    assert refused.startswith(f"{folder}: ") and "16 samples" in refused
 
 
 def test_a_failed_repeat_is_not_a_refusal(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_a_failed_repeat_is_not_a_refusal(tmp_path: Path) -> None:
     data = json.loads((folder / "record.json").read_text())
     data.update(verdict="failed", measurement=None)
     (folder / "record.json").write_text(json.dumps(data))
-    verified = verified_records([root])
+    verified = verify_sessions([root])
     assert verified.refused == [] and len(verified.records) == 8
 
 
@@ -119,7 +120,7 @@ def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(
         measurement, _parsed = measure_logs(case, record.parser, texts, record.batch_size)
         data["measurement"] = measurement.model_dump()
         (folder / "record.json").write_text(json.dumps(data))
-    verified = verified_records([slow, fast])
+    verified = verify_sessions([slow, fast])
     assert verified.refused == []
     summaries = summarize(verified.records)
     ids = {s.case_id for s in summaries}

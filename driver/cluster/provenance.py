@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.cluster.remote import NodeUnreachable, Remote, shell
+from driver.files import write_json
 
 MARK = "@@dlperf-section "
 
@@ -140,10 +141,4 @@ def summary(facts: dict[str, Any]) -> dict[str, Any]:
 
 
 def write(root: Path, node: str, facts: dict[str, Any]) -> Path:
-    folder = root / "provenance"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{node}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(facts, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
-    return path
+    return write_json(root / "provenance" / f"{node}.json", facts)

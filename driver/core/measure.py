@@ -13,7 +13,7 @@ window): the runner, ``dlperf report``, the release and the audit all call it.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
@@ -171,10 +171,15 @@ def parse_logs(parser_name: str, texts: Mapping[str, str]) -> ParsedLog:
 
 
 def measure_logs(
-    case: Case, parser_name: str, texts: Mapping[str, str], batch_size: int
+    case: Case,
+    parser_name: str,
+    texts: Mapping[str, str],
+    batch_size: int,
+    check: Callable[[ParsedLog, Window], None] | None = None,
 ) -> tuple[RepeatMeasurement, ParsedLog]:
     """A repeat's measurement from its raw logs (raises LogParseError): the one statistics
-    path, from the parser through the world-size check to the window."""
+    path, from the parser through the world-size check to the window. ``check`` sees the parsed
+    logs before any arithmetic on them (the door's plausibility checks)."""
     parsed = parse_logs(parser_name, texts)
     if parsed.world_size != case.topology.world_size:
         raise LogParseError(
@@ -182,7 +187,10 @@ def measure_logs(
             f"{case.topology.world_size} devices"
         )
     warmup, measured, _total = case.window_for(batch_size)
-    return measure_repeat(parsed, Window(warmup, measured)), parsed
+    window = Window(warmup, measured)
+    if check is not None:
+        check(parsed, window)
+    return measure_repeat(parsed, window), parsed
 
 
 class CaseStats(StrictModel):

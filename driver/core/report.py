@@ -5,17 +5,13 @@ num, and each series (framework, with its source, XLA and option variant) has th
 median, speedup and efficiency columns. Unstable cells (CV > 2%) carry a mark, and anything that
 is not the DLPerf protocol gets a footnote.
 
-``dlperf report`` prints only what the raw logs give: :func:`verified_records` re-measures every
-repeat from its logs (``measure_logs``, the runner's own path) and refuses, by file, a repeat
-whose record is missing or unreadable, whose logs are corrupt or changed since the record was
-written, or whose record disagrees with its logs.
+``dlperf report`` prints only what the raw logs give: its records come through the door
+(``driver.verify``), which re-measures every repeat from its logs and refuses, by file, a
+repeat that cannot be trusted.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 import json
 import math
 import statistics
@@ -27,10 +23,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from driver.core.case import Case
-from driver.core.measure import UNSTABLE_CV, LogParseError, measure_logs
-from driver.core.results import RECORD, RecordError, RepeatRecord, Session, load_record
+from driver.core.measure import UNSTABLE_CV
 from driver.core.summary import CaseSummary, grouped
+from driver.csvsafe import csv_text
+from driver.files import KitWriteError, ensure_dir, write_text
 
 MODEL_NAMES = {
     "resnet50": "ResNet-50 v1.5",
@@ -402,102 +398,11 @@ def report_row(summary: CaseSummary) -> dict[str, Any]:
 
 def to_csv(summaries: list[CaseSummary]) -> str:
     rows = [report_row(s) for s in summaries]
-    if not rows:
-        return ""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(
-            {
-                k: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
-                for k, v in row.items()
-            }
-        )
-    return buffer.getvalue()
+    return csv_text(list(rows[0]), rows) if rows else ""
 
 
 def to_json(summaries: list[CaseSummary]) -> str:
     return json.dumps([report_row(s) for s in summaries], indent=2, sort_keys=True) + "\n"
-
-
-@dataclass
-class Verified:
-    records: list[tuple[Case, RepeatRecord]]  # measurement and header as the logs give them
-    refused: list[str]  # one line per refused repeat or unreadable case, naming the file
-
-
-def verified_records(session_roots: Sequence[Path]) -> Verified:
-    """Every finished repeat of the sessions, re-measured from its raw logs."""
-    out = Verified([], [])
-    for root in session_roots:
-        session = Session(root)
-        for case_file in sorted((session.root / "cases").rglob("case.json")):
-            try:
-                case = Case.from_dict(json.loads(case_file.read_text()))
-            except (OSError, ValueError, TypeError, KeyError) as error:
-                out.refused.append(f"{case_file}: unreadable case definition ({error})")
-                continue
-            for folder in session.repeat_dirs(case):
-                checked = _verify_repeat(case, folder)
-                if isinstance(checked, str):
-                    out.refused.append(checked)
-                elif checked is not None:
-                    out.records.append((case, checked))
-    return out
-
-
-def _verify_repeat(case: Case, folder: Path) -> RepeatRecord | str | None:
-    """The record with the measurement its logs give; a problem line; or None for a repeat
-    that did not finish ok (its verdict is its record's)."""
-    path = folder / RECORD
-    if not path.exists():
-        return f"{path}: missing (a repeat folder without its record: crashed, or deleted)"
-    try:
-        record = load_record(path)
-    except RecordError as error:
-        return str(error)
-    if record.case_id != case.id:
-        return f"{path}: a record of case {record.case_id!r} in the folder of {case.id}"
-    if not record.ok:
-        return None
-    texts: dict[str, str] = {}
-    for name in record.logs:
-        try:
-            data = (folder / name).read_bytes()
-        except OSError:
-            return f"{folder / name}: missing (named in {path})"
-        expected = record.log_sha256.get(name)
-        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-            return f"{folder / name}: changed since {path} was written (sha256 differs)"
-        texts[name] = data.decode("utf-8", errors="replace")  # as the runner reads logs
-    try:
-        measurement, parsed = measure_logs(case, record.parser, texts, record.batch_size)
-    except LogParseError as error:
-        return (
-            f"{folder}: the logs ({', '.join(record.logs) or 'none'}) give no measurement with "
-            f"the parser {path} names ({record.parser!r}): {error}"
-        )
-    if measurement != record.measurement:
-        recorded = record.measurement.model_dump() if record.measurement else {}
-        derived = measurement.model_dump()
-        field = next((k for k in derived if recorded.get(k) != derived[k]), "measurement")
-        return (
-            f"{path}: measurement.{field} is {recorded.get(field)!r} in the record but "
-            f"{derived[field]!r} from the logs"
-        )
-    per_step = record.batch_size * case.topology.world_size
-    if not measurement.reported_by_source and measurement.samples != (
-        per_step * measurement.measured_steps
-    ):
-        return (
-            f"{path}: batch_size {record.batch_size} in the record, but the logs hold "
-            f"{measurement.samples} samples in {measurement.measured_steps} measured steps "
-            f"of {case.topology.world_size} device(s)"
-        )
-    if json.loads(json.dumps(parsed.header, default=str)) != record.header:  # as written
-        return f"{path}: header differs from rank 0's header in the logs"
-    return record.model_copy(update={"measurement": measurement, "header": parsed.header})
 
 
 def write_report(
@@ -507,7 +412,10 @@ def write_report(
     preamble: str = "",
     refused: Sequence[str] = (),
 ) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.is_symlink():
+        raise KitWriteError(out_dir, "a symlink: a report is written into a real folder, not "
+                            "through a link; remove it or choose another --out")
+    ensure_dir(out_dir)
     paths = {
         "markdown": out_dir / "report.md",
         "csv": out_dir / "report.csv",
@@ -520,7 +428,7 @@ def write_report(
     ]
     if summaries:
         body += "## Summary\n\n" + summary_tables(summaries) + "\n## Detail\n\n"
-    paths["markdown"].write_text(body + markdown_tables(summaries, extra_notes=notes))
-    paths["csv"].write_text(to_csv(summaries))
-    paths["json"].write_text(to_json(summaries))
+    write_text(paths["markdown"], body + markdown_tables(summaries, extra_notes=notes))
+    write_text(paths["csv"], to_csv(summaries))
+    write_text(paths["json"], to_json(summaries))
     return paths

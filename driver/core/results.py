@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from driver.core.case import Case
 from driver.core.measure import RepeatMeasurement, StrictModel
+from driver.files import KitWriteError, ensure_dir, write_json
 from driver.frameworks.base import REPO_ROOT
 
 RECORD = "record.json"
@@ -56,11 +56,6 @@ def strict_json(text: str | bytes) -> Any:
     return json.loads(text, parse_float=_finite_number, parse_constant=_no_constant)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write atomically (temp file + rename): a reader never sees half a record."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
@@ -178,7 +173,13 @@ class Session:
     @classmethod
     def open(cls, root: Path, meta: dict[str, Any] | None = None) -> Session:
         session = cls(root)
-        (session.root / "cases").mkdir(parents=True, exist_ok=True)
+        if session.root.is_symlink():
+            raise KitWriteError(
+                session.root,
+                "a symlink: a session is written into a real folder under --results, never "
+                "through a link; remove the link or choose another --session",
+            )
+        ensure_dir(session.root / "cases")
         meta_path = session.root / "session.json"
         if not meta_path.exists():
             write_json(
@@ -216,8 +217,7 @@ class Session:
         return self.case_dir(case) / f"repeat-{repeat:02d}"
 
     def save_case(self, case: Case) -> None:
-        directory = self.case_dir(case)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = ensure_dir(self.case_dir(case))
         path = directory / "case.json"
         if not path.exists():
             write_json(path, case.to_dict())
@@ -242,9 +242,11 @@ class Session:
             attempt = 1
             while directory.with_name(f"{directory.name}.failed-{attempt}").exists():
                 attempt += 1
-            directory.rename(directory.with_name(f"{directory.name}.failed-{attempt}"))
-        directory.mkdir(parents=True)
-        return directory
+            try:
+                directory.rename(directory.with_name(f"{directory.name}.failed-{attempt}"))
+            except OSError as error:
+                raise KitWriteError(directory, error) from None
+        return ensure_dir(directory)
 
     def write_record(self, directory: Path, record: RepeatRecord) -> None:
         write_json(directory / RECORD, record.to_dict())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import re
 import sys
 import time
@@ -21,6 +22,7 @@ from driver.core.matrix import (
     load_matrix,
     overrides_from,
 )
+from driver.files import KitWriteError
 from driver.frameworks.base import REPO_ROOT
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
@@ -220,25 +222,43 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    summaries = summarize((c, r) for c, r, _ in session.records())
+    from driver.core.report import write_report
+    from driver.verify.folder import verify_sessions
+
+    verified = verify_sessions([session.root])  # the table shows what the logs give
+    summaries = summarize(verified.records)
     print()
     print(markdown_tables(summaries) if summaries else "no finished repeats")
-    from driver.core.report import write_report
-
-    paths = write_report(summaries, session.root / "report", f"dlperf session {session_name}")
+    try:
+        paths = write_report(
+            summaries,
+            session.root / "report",
+            f"dlperf session {session_name}",
+            refused=verified.refused,
+        )
+    except KitWriteError as error:
+        print(
+            f"error: {error}; every finished repeat is kept in {session.root} (write the "
+            f"tables later with `dlperf report {session.root}`)",
+            file=sys.stderr,
+        )
+        return 2
     print(f"report: {paths['markdown']}")
+    for problem in verified.refused:
+        print(f"refused: {problem}", file=sys.stderr)
     for case_id, repeat, verdict, detail in summary.failed:
         print(f"FAILED {case_id} repeat {repeat}: {verdict} {detail}", file=sys.stderr)
-    return 0 if summary.ok else 1
+    return 0 if summary.ok and not verified.refused else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Tables from the sessions' raw logs; a repeat whose record disagrees with its logs, or
     whose record or logs cannot be read, is refused: named, left out, and the exit status is 1."""
-    from driver.core.report import verified_records, write_report
+    from driver.core.report import write_report
     from driver.core.summary import summarize
     from driver.release.imported import figure_summaries, is_import_file
     from driver.schema import ConfigError
+    from driver.verify.folder import verify_sessions
 
     sessions, published = [], []
     for root in args.sessions:
@@ -254,7 +274,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 f"{root}: neither a dlperf session folder (no session.json) nor an import file "
                 "of published figures (.csv, .yaml)"
             )
-    verified = verified_records(sessions)
+    verified = verify_sessions(sessions)
     summaries = summarize(verified.records, published=published)
     first = Path(args.sessions[0])
     out = Path(args.out) if args.out else (
@@ -460,8 +480,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, UnknownPlugin, RuntimeConfigError) as error:
+    except (ConfigError, UnknownPlugin, RuntimeConfigError, KitWriteError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader of our output went away (`dlperf report ... | head`): not an error of
+        # ours. Point stdout at /dev/null so the interpreter's final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as error:  # an ordinary file-system fault outside the kit's own writes
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
 
 

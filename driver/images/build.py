@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver.files import write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.images.base import docker_client, ensure_base, image_id, recipe_for
 from driver.images.catalog import ImageSpec, build_order, discover
@@ -208,10 +209,7 @@ def state_dir(lock: Lock) -> Path:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 # -- planning -----------------------------------------------------------------------------------

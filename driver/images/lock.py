@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field
 
+from driver.files import write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.schema import ConfigError, Line, StrictModel, load_document, one_of, text, validate
 
@@ -119,9 +120,7 @@ class Lock:
             "pins": {ref: self.pins[ref].to_dict() for ref in sorted(self.pins)},
         }
         text = HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.path)
+        write_text(self.path, text)
 
 
 def load_lock(path: Path | str | None = None) -> Lock:

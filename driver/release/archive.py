@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from driver.core.results import RecordError, load_record
+from driver.files import TEMP_PREFIX
+from driver.verify.folder import symlink_refusal, walk_session
 
 RAW_DIR = "raw"
 _REPEAT = re.compile(r"^repeat-\d+$")
@@ -49,6 +51,7 @@ class SessionFiles:
     files: dict[str, Path] = field(default_factory=dict)  # session-relative path -> file
     repeats: list[str] = field(default_factory=list)  # kept repeat folders (relative)
     excluded: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # symlinks, special files: never archived
 
 
 def _record_verdict(folder: Path) -> tuple[str, str]:
@@ -66,12 +69,26 @@ def collect_session(root: Path) -> SessionFiles:
     """The files of ``root`` that a release keeps (see the module docstring)."""
     root = Path(root)
     out = SessionFiles(name=root.name, root=root)
-    cases_root = root / "cases"
-    case_dirs = {p.parent for p in cases_root.rglob("case.json")} if cases_root.exists() else set()
+    if root.is_symlink():
+        out.refused.append(
+            f"{root}: the session folder is a symlink; release the folder itself"
+        )
+        return out
+    walk = walk_session(root)
+    for link in walk.symlinks:
+        if link.relative_to(root).parts[0] != "report":  # derived, never archived
+            out.refused.append(symlink_refusal(link))
+    out.refused += [f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others]
+    case_dirs = {
+        path.parent for rel, path in walk.files.items() if rel.startswith("cases/")
+        and path.name == "case.json"
+    }
     verdicts: dict[Path, bool] = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in walk.files.values():
         rel = path.relative_to(root)
         if rel.parts[0] == "report" or path.name.endswith(".tmp"):
+            continue
+        if path.name.startswith(TEMP_PREFIX):  # a write killed half-way
             continue
         if rel.parts[0] == "probes" and any(_SUPERSEDED_PROBE.search(p) for p in rel.parts):
             continue

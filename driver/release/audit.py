@@ -39,6 +39,7 @@ from driver.core.report import tables
 from driver.release.archive import read_archive, sha256_bytes, sha256_file
 from driver.release.compute import Computed, compute
 from driver.release.dataset import load_dataset
+from driver.release.layout import index_digest, load_config
 from driver.release.manifest import (
     IMAGES_LOCK,
     MANIFEST,
@@ -228,8 +229,6 @@ def _run(
 
     # 3-4: recompute.
     dataset = load_dataset(members)
-    from driver.release.release import load_config
-
     model_costs = manifest["model_costs"]
     try:
         config = load_config(directory, model_costs)
@@ -247,8 +246,6 @@ def _run(
             state.add(member, "sha256", raw[member].get("sha256"), actual, case_of_member(member))
     for member, problem in dataset.problems:
         state.add(member, "raw data", problem, "complete", case_of_member(member))
-    for folder, problem in computed.errors:
-        state.add(folder, "measurement", problem, "a measured window", case_of_member(folder + "/"))
     report.tables = [title for title, _ in tables(computed.summaries)]
     for s in computed.summaries:
         cases, repeats = report.table_sizes.get(computed.titles[s.case_id], (0, 0))
@@ -398,8 +395,6 @@ def _check_images(state: _Audit, images: dict[str, Any], explicit_lock: Path | N
 
 
 def _check_index(state: _Audit, manifest_bytes: bytes, version: str, reports_root: Path) -> None:
-    from driver.release.release import index_digest
-
     listed = index_digest(reports_root, version)
     if listed is None:
         state.report.notes.append(f"{reports_root / 'README.md'} does not list {version}")

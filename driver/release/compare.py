@@ -160,10 +160,10 @@ def _session_hosts(folder: Path) -> dict[str, str]:
 
 def _session_side(folder: Path) -> Side:
     """A session's cases as its raw logs give them (``dlperf report``'s verification)."""
-    from driver.core.report import verified_records
     from driver.core.summary import summarize
+    from driver.verify.folder import verify_sessions
 
-    verified = verified_records([folder])
+    verified = verify_sessions([folder])
     if verified.refused:
         raise SystemExit(
             "error: repeats whose record and logs disagree or cannot be read:\n"

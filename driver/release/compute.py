@@ -19,9 +19,8 @@ from driver.core.case import Case
 from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import table_title
 from driver.core.summary import CaseSummary, baseline_of, summarize
-from driver.parsers.base import LogParseError
 from driver.probes import scaling_bound
-from driver.release.dataset import Dataset, RawRepeat, remeasure_parsed, telemetry_summary
+from driver.release.dataset import Dataset, RawRepeat, telemetry_summary
 from driver.release.mfu import (
     GRADIENT_BYTES_PER_PARAMETER,
     cost_key,
@@ -57,7 +56,6 @@ class Computed:
     extras: dict[str, CaseExtras]  # case id -> MFU, bound, reference fields
     sessions_of: dict[str, str]  # case id -> session
     titles: dict[str, str]  # case id -> table title
-    errors: list[tuple[str, str]]  # (archive member, message)
 
 
 Number = int | float  # as the config or the computation gave it (an int stays an int)
@@ -95,19 +93,12 @@ class CaseExtras(StrictModel):
 
 def compute(dataset: Dataset, config: Config) -> Computed:
     results: list[RepeatResult] = []
-    errors: list[tuple[str, str]] = []
     for raw in sorted(dataset.repeats, key=lambda r: (r.case.id, r.record.repeat, r.session)):
-        headers: list[dict[str, Any]] = []
-        parsed = None
-        try:
-            measurement, parsed = remeasure_parsed(raw)
-            error = None
-            headers = parsed.rank_headers()
-        except (LogParseError, KeyError, ValueError) as problem:
-            measurement, error, parsed = None, str(problem), None
-            errors.append((raw.folder, f"logs do not give a measurement: {problem}"))
+        # every repeat of a dataset came through the door: its logs gave this measurement
+        parsed = raw.verified.parsed
+        measurement = raw.verified.record.measurement
         telemetry = telemetry_summary(raw, parsed)
-        results.append(RepeatResult(raw, measurement, error, telemetry, headers))
+        results.append(RepeatResult(raw, measurement, None, telemetry, parsed.rank_headers()))
     records = [
         (r.raw.case, r.raw.record.model_copy(update={"measurement": r.measurement}))
         for r in results
@@ -130,7 +121,6 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         extras=extras,
         sessions_of=sessions_of,
         titles={s.case_id: table_title(s) for s in summaries},
-        errors=errors,
     )
 
 

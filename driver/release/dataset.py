@@ -1,8 +1,8 @@
 """A release's raw data as the release and the audit both read it: archive members -> repeats.
 
-Both go through :func:`load_dataset` and :func:`remeasure_parsed` (``measure_logs``, the one
-statistics path the runner and ``dlperf report`` use too), so what a release publishes and what an
-audit recomputes come from the same code reading the same bytes.
+Both go through :func:`load_dataset`, which passes every repeat through the door
+(``driver.verify``: the checks and the re-measurement ``dlperf report`` applies too), so what a
+release publishes and what an audit recomputes come from the same code reading the same bytes.
 """
 
 from __future__ import annotations
@@ -15,11 +15,19 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement, Window, measure_logs, parse_logs
-from driver.core.results import RecordError, RepeatRecord
+from driver.core.measure import Window, parse_logs
+from driver.core.results import RECORD, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog, RankLog
 from driver.probes import ProbeError, parse_probe_log
 from driver.telemetry.summary import node_of, summarize_samples
+from driver.verify.repeat import (
+    CASE_FILE,
+    RepeatFiles,
+    RepeatRefused,
+    Unfinished,
+    VerifiedRepeat,
+    verify_repeat,
+)
 
 _REPEAT = re.compile(r"^repeat-\d+$")
 _NODE_LOG = re.compile(r"^node(\d+)\.log$")
@@ -34,6 +42,7 @@ class RawRepeat:
     record: RepeatRecord  # as archived (its measurement is what the run computed)
     logs: dict[str, str]  # node log name -> text
     telemetry: dict[str, str]  # telemetry file name -> text
+    verified: VerifiedRepeat  # through the door: the measurement its logs give, parsed logs
 
     @property
     def key(self) -> tuple[str, int]:
@@ -68,9 +77,9 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
                 data.sessions[parts[0]] = json.loads(content)
             except json.JSONDecodeError as error:
                 data.problems.append((name, f"not valid JSON ({error.msg})"))
-        elif len(parts) >= 4 and parts[1] == "cases" and parts[-1] == "record.json":
+        elif len(parts) >= 4 and parts[1] == "cases" and parts[-1] == RECORD:
             if _REPEAT.match(parts[-2]):
-                _load_repeat(data, name, content, telemetry)
+                _load_repeat(data, name, telemetry)
         else:
             match = _PROBE_LOG.match(name)
             if match:
@@ -93,43 +102,43 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
 
 
 def _load_repeat(
-    data: Dataset, name: str, content: bytes, telemetry: dict[str, dict[str, str]]
+    data: Dataset, name: str, telemetry: dict[str, dict[str, str]]
 ) -> None:
+    """The repeat whose record is member ``name``, through the door (logs win over the record:
+    the release decides whether a re-measured repeat may be published, the audit checks it
+    against the manifest); a refusal is a problem of the member it names."""
     folder = str(PurePosixPath(name).parent)
-    case_path = f"{PurePosixPath(folder).parent}/case.json"
+    case_folder = str(PurePosixPath(folder).parent)
+    session, _cases, case_dir = case_folder.split("/", 2)
+    prefix = folder + "/"
+    files = {
+        member[len(prefix) :]: content
+        for member, content in data.members.items()
+        if member.startswith(prefix) and "/" not in member[len(prefix) :]
+    }
+    repeat_files = RepeatFiles(
+        folder=folder,
+        case_dir=case_dir,
+        case_json=data.members.get(f"{case_folder}/{CASE_FILE}"),
+        files=files,
+    )
     try:
-        record = RepeatRecord.parse(content, name)
-    except RecordError as error:
-        data.problems.append((name, str(error).removeprefix(f"{name}: ")))
+        verified = verify_repeat(repeat_files, accept_remeasured=True)
+    except RepeatRefused as refusal:
+        data.problems.append((refusal.path, refusal.reason))
         return
-    try:
-        case = Case.from_dict(json.loads(data.members[case_path]))
-    except KeyError:
-        data.problems.append((case_path, "missing (the repeat's case definition)"))
+    if isinstance(verified, Unfinished):
+        data.problems.append((name, f"verdict {verified.record.verdict!r}: not a finished repeat"))
         return
-    except (json.JSONDecodeError, TypeError, ValueError) as error:
-        data.problems.append((case_path, f"unreadable case ({error})"))
-        return
-    if record.case_id != case.id:
-        data.problems.append(
-            (name, f"record of case {record.case_id!r} in the folder of {case.id}")
-        )
-        return
-    logs = {}
-    for log in record.logs:
-        member = f"{folder}/{log}"
-        if member not in data.members:
-            data.problems.append((member, "missing (named in record.json)"))
-            return
-        logs[log] = _text(data.members[member])
     data.repeats.append(
         RawRepeat(
-            session=PurePosixPath(name).parts[0],
+            session=session,
             folder=folder,
-            case=case,
-            record=record,
-            logs=logs,
+            case=verified.case,
+            record=RepeatRecord.parse(files[RECORD], name),
+            logs=verified.logs,
             telemetry=dict(telemetry.get(folder, {})),
+            verified=verified,
         )
     )
 
@@ -137,12 +146,6 @@ def _load_repeat(
 def window_of(repeat: RawRepeat) -> Window:
     warmup, measured, _total = repeat.case.window_for(repeat.record.batch_size)
     return Window(warmup, measured)
-
-
-def remeasure_parsed(repeat: RawRepeat) -> tuple[RepeatMeasurement, ParsedLog]:
-    """The repeat's measurement recomputed from its raw logs and the parsed logs; raises
-    LogParseError."""
-    return measure_logs(repeat.case, repeat.record.parser, repeat.logs, repeat.record.batch_size)
 
 
 def _cut(ranks: list[RankLog], window: Window) -> tuple[float, float] | None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.core.results import kit_revision
+from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.release.archive import (
     RAW_DIR,
@@ -35,9 +36,10 @@ from driver.release.archive import (
     sha256_file,
     write_archive,
 )
-from driver.release.compute import Computed, Config, compute
+from driver.release.compute import Computed, compute
 from driver.release.dataset import load_dataset
-from driver.release.imported import figure_summaries, load_import
+from driver.release.imported import load_import
+from driver.release.layout import INDEX, PUBLISHED_DIR, load_config
 from driver.release.manifest import (
     KIND,
     MANIFEST,
@@ -47,8 +49,7 @@ from driver.release.manifest import (
     derived_parts,
     manifest_text,
 )
-from driver.release.mfu import compute_model_costs, load_peaks
-from driver.release.references import load_references
+from driver.release.mfu import compute_model_costs
 from driver.release.render import (
     README_LAYOUT,
     Results,
@@ -61,15 +62,52 @@ from driver.release.render import (
 from driver.schema import ConfigError
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
-PUBLISHED_DIR = "config/published"  # import files of published figures, as released
 DEFAULT_RESULTS = REPO_ROOT / "results"
-VERSION = re.compile(r"^v\d+\.\d+(\.\d+)?(-[A-Za-z0-9][A-Za-z0-9.-]*)?$")
-INDEX = "README.md"
+# fullmatch: ``$`` would also match before a final newline ("v9.9\n" as a folder name)
+VERSION = re.compile(r"v\d+\.\d+(\.\d+)?(-[A-Za-z0-9][A-Za-z0-9.-]*)?")
 Printer = Callable[[str], None]
 
 
 class ReleaseError(RuntimeError):
     pass
+
+
+# A version is built in ``<reports>/.dlperf-tmp-release-<pid>-<version>``: hidden, and named so
+# that a release killed half-way (SIGKILL, power loss) is recognised and removed by the next.
+WORK_PREFIX = f"{TEMP_PREFIX}release-"
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove a work folder whose files were already made read-only."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            try:
+                path.chmod(0o755)
+            except OSError:
+                pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_stale_work(reports_root: Path) -> list[Path]:
+    """Work folders of releases whose process is gone (killed mid-way), removed."""
+    removed = []
+    for entry in reports_root.glob(f"{WORK_PREFIX}*"):
+        pid_text = entry.name[len(WORK_PREFIX) :].split("-", 1)[0]
+        if pid_text.isdigit() and _alive(int(pid_text)):
+            continue  # a release running now
+        remove_tree(entry)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def load_manifest(version_dir: Path) -> dict[str, Any] | None:
@@ -88,7 +126,7 @@ def released_versions(reports_root: Path) -> list[tuple[str, dict[str, Any]]]:
     found = []
     if reports_root.is_dir():
         for child in reports_root.iterdir():
-            if child.is_dir() and VERSION.match(child.name):
+            if child.is_dir() and VERSION.fullmatch(child.name):
                 manifest = load_manifest(child)
                 if manifest is not None:
                     found.append((child.name, manifest))
@@ -168,7 +206,7 @@ def release(
     copied into ``config/published/`` and audited by its SHA-256."""
     from driver.release.audit import audit
 
-    if not VERSION.match(version):
+    if not VERSION.fullmatch(version):
         raise ReleaseError(f"version {version!r} is not of the form vX.Y[.Z][-label] (v0.1-cpu)")
     reports_root = Path(reports_root)
     target = reports_root / version
@@ -197,14 +235,22 @@ def release(
         except ConfigError as error:
             raise ReleaseError(f"import file refused: {error}") from None
     collected = [collect_session(Path(s)) for s in sessions]
+    refused = [line for c in collected for line in c.refused]
+    if refused:
+        raise ReleaseError(
+            "the sessions hold what a release never follows or archives:\n"
+            + "\n".join(f"  {line}" for line in refused)
+        )
     if not any(c.repeats for c in collected):
         raise ReleaseError("the sessions hold no finished repeat")
 
-    reports_root.mkdir(parents=True, exist_ok=True)
-    work = reports_root / f".{version}.tmp-{os.getpid()}"
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir()
+    ensure_dir(reports_root)
+    remove_stale_work(reports_root)
+    work = reports_root / f"{WORK_PREFIX}{os.getpid()}-{version}"
+    try:
+        work.mkdir()
+    except OSError as error:
+        raise KitWriteError(work, error) from None
     try:
         _build(
             work,
@@ -234,9 +280,12 @@ def release(
             )
         if target.exists():  # released by someone else meanwhile
             raise ReleaseError(f"{target} appeared while releasing; nothing was written")
-        os.rename(work, target)
+        try:
+            os.rename(work, target)
+        except OSError as error:
+            raise KitWriteError(target, error) from None
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
         raise
     write_index(reports_root)
     printer(f"released {target} ({report.summary_line()})")
@@ -270,8 +319,9 @@ def _build(
     dataset = load_dataset(members)
     if dataset.problems:
         raise ReleaseError(
-            "the sessions' raw data is incomplete:\n"
-            + "\n".join(f"  {m}: {p}" for m, p in dataset.problems)
+            "repeats the door refuses (driver/verify: what `dlperf report` refuses too; fix or "
+            "re-run them, or release without their session):\n"
+            + "\n".join(f"  {_on_disk(m, collected)}: {p}" for m, p in dataset.problems)
         )
     owners: dict[str, set[str]] = {}
     for repeat in dataset.repeats:
@@ -316,11 +366,6 @@ def _build(
             "on several or both (release them as separate versions, or compare them with "
             "`dlperf report`):\n"
             + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
-        )
-    if computed.errors:
-        raise ReleaseError(
-            "finished repeats whose logs no longer give a measurement:\n"
-            + "\n".join(f"  {m}: {p}" for m, p in computed.errors)
         )
     remeasured = []
     for result in computed.repeats:
@@ -374,10 +419,17 @@ def _build(
 
     for rel in render_plots(computed, work):
         manifest["files"][rel] = {"sha256": sha256_file(work / rel)}
-    (work / "results.json").write_text(json_text(data))
-    (work / "results.csv").write_text(csv_text(data))
-    (work / "README.md").write_text(readme_text(computed, manifest))
-    (work / MANIFEST).write_text(manifest_text(manifest))
+    write_text(work / "results.json", json_text(data))
+    write_text(work / "results.csv", csv_text(data))
+    write_text(work / "README.md", readme_text(computed, manifest))
+    write_text(work / MANIFEST, manifest_text(manifest))
+
+
+def _on_disk(member: str, collected: list) -> str:
+    """An archive member (``<session>/...``) as the path of the session file it came from."""
+    session, _, rest = member.partition("/")
+    roots = {c.name: c.root for c in collected}
+    return str(roots[session] / rest) if session in roots else member
 
 
 def git_ignored(target: Path, relative: list[Path]) -> list[str]:
@@ -400,19 +452,6 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
     if done.returncode != 0:  # 1: nothing ignored; 128: not a git work tree
         return []
     return sorted(Path(line).relative_to(target).as_posix() for line in done.stdout.splitlines())
-
-
-def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Config:
-    """The version's config copies; an import file that does not load raises ConfigError."""
-    published = []
-    for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
-        published += figure_summaries(path)
-    return Config(
-        peaks=load_peaks(version_dir / "config" / "reports" / "peaks.yaml"),
-        references=load_references(version_dir / "config" / "reports" / "references.yaml"),
-        model_costs=model_costs,
-        published=published,
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,9 +489,7 @@ def index_text(reports_root: Path) -> str:
 
 
 def write_index(reports_root: Path) -> Path:
-    path = reports_root / INDEX
-    path.write_text(index_text(reports_root))
-    return path
+    return write_text(reports_root / INDEX, index_text(reports_root))
 
 
 def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]:
@@ -462,15 +499,3 @@ def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]
         label = s.device_model + (f" (published by {s.published_by})" if s.published_by else "")
         models.setdefault(s.case_id, []).append(label)
     return [(c, sorted(m)) for c, m in sorted(models.items()) if len(m) > 1]
-
-
-def index_digest(reports_root: Path, version: str) -> str | None:
-    """The manifest SHA-256 the index lists for ``version`` (None when not listed)."""
-    path = reports_root / INDEX
-    if not path.exists():
-        return None
-    for line in path.read_text().splitlines():
-        if line.startswith(f"| [{version}]("):
-            match = re.search(r"`([0-9a-f]{64})` \|$", line)
-            return match[1] if match else ""
-    return None

@@ -23,6 +23,7 @@ from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.results import strict_json
 from driver.core.summary import PUBLISHED_FIELDS, CaseRow, CaseSummary
+from driver.csvsafe import safe_cell
 from driver.release.compute import CaseExtras, Computed, RepeatResult
 from driver.release.references import comparable
 from driver.telemetry.summary import TELEMETRY_FIELDS
@@ -214,7 +215,9 @@ def csv_cell(value: Any) -> str:
         return repr(value)
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, sort_keys=True)
-    return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return safe_cell(str(value))  # text: never a spreadsheet formula (driver/csvsafe.py)
 
 
 def csv_text(data: Results) -> str:

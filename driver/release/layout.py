@@ -1,0 +1,45 @@
+"""A released version's folder as both the release and the audit read it: its config copies
+(peaks, references, published figures) and the versions' index, ``reports/README.md``.
+
+Kept apart from ``release.py`` so that the audit, which the release runs on every new version,
+reads these without importing the release (no import circle).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from driver.release.compute import Config
+from driver.release.imported import figure_summaries
+from driver.release.mfu import load_peaks
+from driver.release.references import load_references
+
+PUBLISHED_DIR = "config/published"  # import files of published figures, as released
+INDEX = "README.md"
+
+
+def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Config:
+    """The version's config copies; an import file that does not load raises ConfigError."""
+    published = []
+    for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
+        published += figure_summaries(path)
+    return Config(
+        peaks=load_peaks(version_dir / "config" / "reports" / "peaks.yaml"),
+        references=load_references(version_dir / "config" / "reports" / "references.yaml"),
+        model_costs=model_costs,
+        published=published,
+    )
+
+
+def index_digest(reports_root: Path, version: str) -> str | None:
+    """The manifest SHA-256 the index lists for ``version`` (None when not listed)."""
+    path = reports_root / INDEX
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        if line.startswith(f"| [{version}]("):
+            match = re.search(r"`([0-9a-f]{64})` \|$", line)
+            return match[1] if match else ""
+    return None

@@ -1,0 +1,158 @@
+"""Session folders through the door: files read without following a symlink or leaving the
+session, every repeat verified (``verify_repeat``).
+
+A symlink anywhere inside a session (a repeat folder, a log, a case folder) is refused and
+named, never followed: a published archive must hold the session's own bytes, not whatever a
+link points at on the head node.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from driver.core.case import Case
+from driver.core.results import RepeatRecord
+from driver.verify.repeat import (
+    CASE_FILE,
+    RepeatFiles,
+    RepeatRefused,
+    Unfinished,
+    VerifiedRepeat,
+    verify_repeat,
+)
+
+CASES = "cases"
+
+
+@dataclass
+class SessionWalk:
+    """A session's regular files (relative path -> file) and what its walk refused."""
+
+    root: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    symlinks: list[Path] = field(default_factory=list)
+    others: list[Path] = field(default_factory=list)  # sockets, fifos, devices
+
+
+def walk_session(root: Path) -> SessionWalk:
+    """Every regular file under ``root``, walked without following symlinks; symlinks and
+    special files are collected, not read."""
+    out = SessionWalk(Path(root))
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        here = Path(folder)
+        for name in sorted(dirs):
+            if (here / name).is_symlink():
+                out.symlinks.append(here / name)
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
+        for name in sorted(names):
+            path = here / name
+            if path.is_symlink():
+                out.symlinks.append(path)
+            elif path.is_file():
+                out.files[path.relative_to(root).as_posix()] = path
+            else:
+                out.others.append(path)
+    return out
+
+
+def symlink_refusal(path: Path) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return (
+        f"{path}: a symlink (to {target}) inside a session: refused, not followed; replace it "
+        "with the file or folder itself"
+    )
+
+
+def repeat_folders(walk: SessionWalk) -> dict[str, list[str]]:
+    """Case folder (relative, ``cases/<id>``) -> its repeat folders (relative), failed attempts
+    (``repeat-NN.failed-K``) aside."""
+    case_dirs = {rel.rpartition("/")[0] for rel in walk.files if rel.endswith("/" + CASE_FILE)}
+    case_dirs = {d for d in case_dirs if d.startswith(CASES + "/")}
+    out: dict[str, list[str]] = {d: [] for d in sorted(case_dirs)}
+    seen: set[str] = set()
+    for rel in walk.files:
+        parent = rel.rpartition("/")[0]
+        case_dir, _, leaf = parent.rpartition("/")
+        if case_dir in out and leaf.startswith("repeat-") and ".failed-" not in leaf:
+            if parent not in seen:
+                seen.add(parent)
+                out[case_dir].append(parent)
+    for symlink in walk.symlinks:
+        rel = symlink.relative_to(walk.root).as_posix()
+        case_dir, _, leaf = rel.rpartition("/")
+        if case_dir in out and leaf.startswith("repeat-") and ".failed-" not in leaf:
+            out[case_dir].append(rel)  # refused when read: listed, not dropped
+    return {d: sorted(v) for d, v in out.items()}
+
+
+def read_repeat(walk: SessionWalk, case_dir: str, folder: str) -> RepeatFiles:
+    """A repeat folder's files as the door takes them; a symlinked folder is refused."""
+    path = walk.root / folder
+    if path.is_symlink():
+        raise RepeatRefused(str(path), symlink_refusal(path).split(": ", 1)[1])
+    prefix = folder + "/"
+    files = {}
+    for rel, file in walk.files.items():
+        if rel.startswith(prefix) and "/" not in rel[len(prefix) :]:
+            try:
+                files[rel[len(prefix) :]] = file.read_bytes()
+            except OSError as error:
+                raise RepeatRefused(str(file), f"cannot be read ({error.strerror})") from None
+    case_file = walk.files.get(f"{case_dir}/{CASE_FILE}")
+    try:
+        case_json = case_file.read_bytes() if case_file else None
+    except OSError as error:
+        raise RepeatRefused(str(case_file), f"cannot be read ({error.strerror})") from None
+    return RepeatFiles(
+        folder=str(path),
+        case_dir=case_dir[len(CASES) + 1 :],
+        case_json=case_json,
+        files=files,
+    )
+
+
+@dataclass
+class Verified:
+    repeats: list[VerifiedRepeat] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # one line per refusal, naming the file
+    unfinished: list[Unfinished] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[tuple[Case, RepeatRecord]]:
+        """(case, record with the measurement its logs give) of every verified repeat."""
+        return [(r.case, r.record) for r in self.repeats]
+
+
+def verify_session(root: Path, out: Verified, *, accept_remeasured: bool = False) -> None:
+    walk = walk_session(root)
+    inside_cases = [p for p in walk.symlinks if CASES in p.relative_to(root).parts[:1]]
+    for path in inside_cases:
+        out.refused.append(symlink_refusal(path))
+    for case_dir, folders in repeat_folders(walk).items():
+        for folder in folders:
+            try:
+                checked = verify_repeat(
+                    read_repeat(walk, case_dir, folder), accept_remeasured=accept_remeasured
+                )
+            except RepeatRefused as refusal:
+                if not (walk.root / folder).is_symlink():  # already named above
+                    out.refused.append(str(refusal))
+                continue
+            if isinstance(checked, Unfinished):
+                out.unfinished.append(checked)
+            else:
+                out.repeats.append(checked)
+
+
+def verify_sessions(roots: Sequence[Path], *, accept_remeasured: bool = False) -> Verified:
+    """Every repeat of the sessions through the door."""
+    out = Verified()
+    for root in roots:
+        verify_session(Path(root), out, accept_remeasured=accept_remeasured)
+    return out

@@ -1,0 +1,94 @@
+"""What a measurement must look like before any number of it is published.
+
+The parsers already refuse a log they cannot read; these checks refuse a log that reads well but
+cannot be true: timestamps no clock gives, steps out of order, a step that claims more samples
+than the batch, a throughput no machine reaches. They apply to every repeat the door lets
+through (``driver.verify.repeat``), whoever consumes it.
+"""
+
+from __future__ import annotations
+
+from driver.core.measure import RepeatMeasurement
+from driver.parsers.base import ParsedLog, Window
+
+# A step timestamp is seconds on a monotonic clock (since boot) or a Unix wall clock: both are
+# below 2e9 for the next decades; 1e11 s (3,000 years) leaves room for any clock offset a time
+# namespace or a host gives, and refuses 1e308-like values that would make the window absurd.
+MAX_TIMESTAMP_S = 1e11
+# Training throughput per device (samples/s). The slowest case measured here is BERT-base with
+# bf16 emulated on a CPU (0.03 samples/s); the fastest published per-GPU figures are in the
+# thousands (ResNet-50 on an H100 is about 3,000). Six orders of magnitude on each side of
+# those still refuse 1e308 and 1e-300 and whatever an edited log would need to move a median.
+MIN_PER_DEVICE = 1e-4
+MAX_PER_DEVICE = 1e7
+
+
+class Implausible(ValueError):
+    """A log or figure that parses but cannot be a real measurement; says what and why."""
+
+
+def check_throughput(throughput: float, devices: int, what: str = "throughput") -> None:
+    """Bounded per-device throughput (also used for imported published figures)."""
+    if not throughput == throughput or throughput in (float("inf"), float("-inf")):
+        raise Implausible(f"{what} {throughput!r} is not a finite number")
+    per_device = throughput / max(devices, 1)
+    if not MIN_PER_DEVICE <= per_device <= MAX_PER_DEVICE:
+        raise Implausible(
+            f"{what} {throughput:.6g} samples/s on {devices} device(s) is "
+            f"{per_device:.3g} per device, outside [{MIN_PER_DEVICE:g}, {MAX_PER_DEVICE:g}]: "
+            "no training run measures that; the log or the figure is wrong"
+        )
+
+
+def check_parsed(parsed: ParsedLog, window: Window, batch_size: int) -> None:
+    """Per rank: finite, bounded timestamps that never go back; step numbers that only go
+    forward; and inside the measured window, exactly ``batch_size`` samples per step (what a
+    logging rank processes per step for every parser: its own batch, the job's figure scaled by
+    ``samples_scale``)."""
+    for rank in sorted(parsed.ranks):
+        previous = None
+        for point in parsed.ranks[rank].points:
+            where = f"rank {rank}, step {point.step}"
+            if abs(point.t) > MAX_TIMESTAMP_S:
+                raise Implausible(
+                    f"{where}: timestamp {point.t:.6g} s is beyond any clock "
+                    f"(|t| <= {MAX_TIMESTAMP_S:g})"
+                )
+            if previous is not None:
+                if point.step <= previous.step:
+                    raise Implausible(
+                        f"{where}: step number does not go forward (after step {previous.step})"
+                    )
+                if point.t < previous.t:
+                    raise Implausible(f"{where}: time goes back ({point.t} after {previous.t})")
+                if window.first < point.step <= window.last:
+                    expected = batch_size * (point.step - previous.step)
+                    if point.samples != expected:
+                        raise Implausible(
+                            f"{where}: {_count(point.samples)} samples, but "
+                            f"{point.step - previous.step} "
+                            f"step(s) of batch {batch_size} per device make {expected}"
+                        )
+            previous = point
+
+
+def check_measurement(measurement: RepeatMeasurement, world_size: int, batch_size: int) -> None:
+    """The window as a whole: bounded throughput, and (timestamps used) exactly batch x world
+    size samples per measured step."""
+    check_throughput(measurement.throughput, world_size)
+    if measurement.reported_by_source:
+        return
+    if measurement.duration_s <= 0:
+        raise Implausible(f"the measured window lasts {measurement.duration_s} s")
+    expected = batch_size * world_size * measurement.measured_steps
+    if measurement.samples != expected:
+        raise Implausible(
+            f"the window holds {measurement.samples} samples in {measurement.measured_steps} "
+            f"measured steps of {world_size} device(s), but batch {batch_size} per device makes "
+            f"{expected}"
+        )
+
+
+def _count(samples: int) -> str:
+    """A sample count as a person reads it (an edited log may hold a 300-digit integer)."""
+    return str(samples) if abs(samples) < 10**15 else f"{float(samples):.6g}"

@@ -1,0 +1,214 @@
+"""The door: a repeat's files in, a verified repeat or a named refusal out.
+
+Every consumer of a finished repeat (``dlperf run``'s closing table, ``report``, ``release``,
+``audit``, ``compare``, ``factor``, ``import-logs``) gets it from :func:`verify_repeat`, whether
+the files come from a session folder (:mod:`driver.verify.folder`) or from a release archive
+(``driver.release.dataset``). In order, a repeat must have:
+
+1. a case definition that loads and whose id is the folder it sits in;
+2. a record of a known schema, of that case;
+3. every log the record names, with the SHA-256 the record holds for it (schema 2), and no
+   ``node*.log`` the record does not name;
+4. logs that give a measurement with the record's parser (``measure_logs``: parser, world
+   size, window) that passes every plausibility check (``driver.verify.plausible``);
+5. a record that agrees with that measurement and with rank 0's header, unless the caller
+   accepts re-measured repeats: then the logs win (never over a failed check above).
+
+A refusal is a :class:`RepeatRefused` naming the file at fault and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from driver.core.case import Case
+from driver.core.measure import RepeatMeasurement, measure_logs
+from driver.core.results import RECORD, RecordError, RepeatRecord
+from driver.parsers.base import LogParseError, ParsedLog
+from driver.verify.plausible import Implausible, check_measurement, check_parsed
+
+CASE_FILE = "case.json"
+NODE_LOG = re.compile(r"^node\d+\.log$")
+
+
+class RepeatRefused(ValueError):
+    """A repeat that cannot be trusted; the message names the file and the reason."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+@dataclass(frozen=True)
+class RepeatFiles:
+    """One repeat folder's content, wherever it was read from.
+
+    ``folder`` names it in messages (a path, or an archive member folder); ``case_dir`` is the
+    case id its location claims (the path between ``cases/`` and ``repeat-NN``)."""
+
+    folder: str
+    case_dir: str
+    case_json: bytes | None
+    files: Mapping[str, bytes]  # file name -> bytes (record.json, node logs, telemetry, ...)
+
+    def path(self, name: str) -> str:
+        return f"{self.folder}/{name}"
+
+    @property
+    def case_path(self) -> str:
+        return f"{self.folder.rsplit('/', 1)[0]}/{CASE_FILE}"
+
+
+@dataclass(frozen=True)
+class VerifiedRepeat:
+    case: Case
+    record: RepeatRecord  # with the measurement and header its logs give
+    recorded: RepeatMeasurement | None  # what the record itself held
+    parsed: ParsedLog
+    logs: dict[str, str] = field(repr=False)
+
+    @property
+    def remeasured(self) -> bool:
+        return self.recorded != self.record.measurement
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """A repeat whose record says it did not finish ok: its verdict is its record's."""
+
+    case: Case
+    record: RepeatRecord
+
+
+def load_case(files: RepeatFiles) -> Case:
+    if files.case_json is None:
+        raise RepeatRefused(files.case_path, "missing (the repeat's case definition)")
+    try:
+        data = json.loads(files.case_json)
+        if not isinstance(data, dict):
+            raise ValueError("a JSON object is expected")
+        case = Case.from_dict(data)
+    except (ValueError, TypeError, KeyError) as error:
+        raise RepeatRefused(files.case_path, f"unreadable case definition ({error})") from None
+    if case.id != files.case_dir:
+        raise RepeatRefused(
+            files.case_path,
+            f"defines case {case.id!r} but sits in the folder of {files.case_dir!r} (edited or "
+            "moved; a case's folder is its id)",
+        )
+    return case
+
+
+def load_repeat_record(files: RepeatFiles, case: Case) -> RepeatRecord:
+    path = files.path(RECORD)
+    if RECORD not in files.files:
+        raise RepeatRefused(
+            path, "missing (a repeat folder without its record: crashed, or deleted)"
+        )
+    try:
+        record = RepeatRecord.parse(files.files[RECORD], path)
+    except RecordError as error:
+        raise RepeatRefused(path, str(error).removeprefix(f"{path}: ")) from None
+    if record.case_id != case.id:
+        raise RepeatRefused(path, f"a record of case {record.case_id!r} in the folder of {case.id}")
+    return record
+
+
+def check_logs(files: RepeatFiles, record: RepeatRecord) -> dict[str, str]:
+    """The named logs, each as the record's SHA-256 says it was (schema 2), as text."""
+    path = files.path(RECORD)
+    stray = sorted(n for n in files.files if NODE_LOG.match(n) and n not in record.logs)
+    if stray:
+        raise RepeatRefused(
+            files.path(stray[0]),
+            f"a node log {path} does not name (logs: {', '.join(record.logs) or 'none'}): added "
+            "after the run; remove it, or re-run the repeat",
+        )
+    if record.schema_ >= 2:
+        unlisted = sorted(set(record.logs) ^ set(record.log_sha256))
+        if unlisted:
+            raise RepeatRefused(
+                path,
+                f"log_sha256 and logs disagree on {', '.join(unlisted)} (every log needs its "
+                "checksum)",
+            )
+    texts: dict[str, str] = {}
+    for name in record.logs:
+        if "/" in name or name in ("", ".", "..") or name == RECORD:
+            raise RepeatRefused(path, f"logs names {name!r}, not a log file of this folder")
+        if name not in files.files:
+            raise RepeatRefused(files.path(name), f"missing (named in {path})")
+        data = files.files[name]
+        expected = record.log_sha256.get(name)
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+            raise RepeatRefused(
+                files.path(name), f"changed since {path} was written (sha256 differs)"
+            )
+        texts[name] = data.decode("utf-8", errors="replace")  # as the runner reads logs
+    return texts
+
+
+def measure_checked(
+    case: Case, parser: str, texts: Mapping[str, str], batch_size: int
+) -> tuple[RepeatMeasurement, ParsedLog]:
+    """``measure_logs`` plus every plausibility check; raises LogParseError or Implausible."""
+    measurement, parsed = measure_logs(
+        case,
+        parser,
+        texts,
+        batch_size,
+        check=lambda parsed, window: check_parsed(parsed, window, batch_size),
+    )
+    check_measurement(measurement, case.topology.world_size, batch_size)
+    return measurement, parsed
+
+
+def verify_repeat(
+    files: RepeatFiles, *, accept_remeasured: bool = False
+) -> VerifiedRepeat | Unfinished:
+    """The repeat of ``files``, verified as the module docstring says; raises RepeatRefused."""
+    case = load_case(files)
+    record = load_repeat_record(files, case)
+    if not record.ok:
+        return Unfinished(case, record)
+    texts = check_logs(files, record)
+    path = files.path(RECORD)
+    try:
+        measurement, parsed = measure_checked(case, record.parser, texts, record.batch_size)
+    except LogParseError as error:
+        raise RepeatRefused(
+            files.folder,
+            f"the logs ({', '.join(record.logs) or 'none'}) give no measurement with the parser "
+            f"{path} names ({record.parser!r}): {error}",
+        ) from None
+    except Implausible as error:
+        raise RepeatRefused(
+            files.folder,
+            f"the logs ({', '.join(record.logs)}) are not a plausible measurement with the "
+            f"batch_size {record.batch_size} of {path}: {error}",
+        ) from None
+    header = json.loads(json.dumps(parsed.header, default=str))  # as a record holds it
+    if not accept_remeasured:
+        if measurement != record.measurement:
+            recorded = record.measurement.model_dump() if record.measurement else {}
+            derived = measurement.model_dump()
+            name = next((k for k in derived if recorded.get(k) != derived[k]), "measurement")
+            raise RepeatRefused(
+                path,
+                f"measurement.{name} is {recorded.get(name)!r} in the record but "
+                f"{derived[name]!r} from the logs (the logs win: re-run, or publish with "
+                "--accept-remeasured)",
+            )
+        if header != record.header:
+            raise RepeatRefused(path, "header differs from rank 0's header in the logs")
+    return VerifiedRepeat(
+        case=case,
+        record=record.model_copy(update={"measurement": measurement, "header": parsed.header}),
+        recorded=record.measurement,
+        parsed=parsed,
+        logs=texts,
+    )

@@ -1,0 +1,252 @@
+"""The door (driver/verify): every consumer refuses what ``dlperf report`` refuses.
+
+Each test breaks one thing in a copy of a real calibration session (logs re-hashed into the
+record where the break would otherwise be caught by the checksum alone) and checks that
+``report``, ``release`` (with and without --accept-remeasured) and the door itself refuse it,
+naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from driver.core.results import Session
+from driver.files import TEMP_PREFIX
+from driver.release.release import ReleaseError, release
+from driver.release.synth import cached_session
+from driver.verify.folder import verify_sessions
+from driver.verify.plausible import Implausible, check_throughput
+
+CASE_1N2G = "calibration/calibration/1n2g/bs8/fp32/synthetic"
+
+
+def session_copy(tmp_path: Path, name: str = "s") -> Path:
+    root = tmp_path / name
+    shutil.copytree(cached_session(), root)
+    return root
+
+
+def repeat_dir(root: Path, repeat: int = 1) -> Path:
+    return root / "cases" / CASE_1N2G / f"repeat-{repeat:02d}"
+
+
+def edit_step(root: Path, step: int, change: Callable[[dict], None], rehash: bool = True) -> Path:
+    """Change rank 0's record of ``step`` in node0.log of repeat 1; re-hash it into the record
+    (as a forger would), so only the door's own checks can catch it."""
+    folder = repeat_dir(root)
+    log = folder / "node0.log"
+    lines = log.read_text().split("\n")
+    for index, line in enumerate(lines):
+        if '"dlperf": "step"' in line and f'"step": {step},' in line:
+            start = line.index("{")
+            event = json.loads(line[start:])
+            if event.get("rank") == 0:
+                change(event)
+                lines[index] = line[:start] + json.dumps(event)
+                break
+    else:
+        raise AssertionError(f"no step {step} of rank 0")
+    log.write_text("\n".join(lines))
+    if rehash:
+        record = json.loads((folder / "record.json").read_text())
+        record["log_sha256"]["node0.log"] = hashlib.sha256(log.read_bytes()).hexdigest()
+        (folder / "record.json").write_text(json.dumps(record))
+    return folder
+
+
+def refused_everywhere(root: Path, tmp_path: Path, expect: str) -> None:
+    """report refuses it; release refuses it with and without --accept-remeasured."""
+    verified = verify_sessions([root])
+    assert any(expect in line for line in verified.refused), verified.refused
+    for accept in (False, True):
+        with pytest.raises(ReleaseError) as caught:
+            release(
+                "v0.1",
+                [root],
+                reports_root=tmp_path / f"reports-{accept}",
+                accept_remeasured=accept,
+                compute_flops=False,
+                printer=lambda _line: None,
+            )
+        assert expect in str(caught.value), str(caught.value)
+
+
+LAST_STEP = 35  # the calibration session's window is steps 5..35
+
+
+@pytest.mark.parametrize(
+    ("step", "change", "expect"),
+    [
+        (20, lambda e: e.update(samples=1_000_000), "1000000 samples, but 1 step(s) of batch 8"),
+        (20, lambda e: e.update(samples=1e308), "1e+308 samples, but 1 step(s) of batch 8"),
+        (LAST_STEP, lambda e: e.update(t=1e308), "is beyond any clock"),
+        (20, lambda e: e.update(t=1e308), "does not follow step 20 (t=1e+308)"),
+        (20, lambda e: e.update(t=-5.0), "does not follow step"),
+    ],
+    ids=["1e6-samples", "1e308-samples", "1e308-last-time", "1e308-time", "time-back"],
+)
+def test_an_implausible_log_is_refused_by_report_and_release_alike(
+    tmp_path: Path, step: int, change: Callable[[dict], None], expect: str
+) -> None:
+    root = session_copy(tmp_path)
+    folder = edit_step(root, step, change)
+    refused_everywhere(root, tmp_path, expect)
+    assert any(line.startswith(str(folder)) for line in verify_sessions([root]).refused)
+
+
+def test_the_last_timestamp_far_away_is_refused_not_published_as_a_tiny_throughput(
+    tmp_path: Path,
+) -> None:
+    root = session_copy(tmp_path)
+    edit_step(
+        root, LAST_STEP, lambda e: e.update(t=9e10)
+    )  # the window's end, within the clock bound
+    refused_everywhere(root, tmp_path, "outside [0.0001, 1e+07]")
+
+
+def test_a_log_edited_after_its_record_is_refused_by_release_too(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    folder = edit_step(root, 20, lambda e: e.update(samples=16), rehash=False)
+    refused_everywhere(root, tmp_path, f"{folder / 'node0.log'}: changed since")
+
+
+def test_a_stray_node_log_is_refused(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    folder = repeat_dir(root)
+    stray = repeat_dir(root) / "node1.log"
+    shutil.copyfile(folder / "node0.log", stray)
+    refused_everywhere(root, tmp_path, f"{stray}: a node log")
+
+
+def test_a_symlinked_repeat_folder_is_listed_as_refused_never_dropped(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    folder = repeat_dir(root, 3)
+    elsewhere = tmp_path / "elsewhere"
+    folder.rename(elsewhere)
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    refused_everywhere(root, tmp_path, f"{folder}: a symlink (to {elsewhere})")
+
+
+def test_a_symlinked_log_is_refused_and_its_target_never_archived(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("head node secret\n")
+    link = repeat_dir(root) / "notes.txt"
+    link.symlink_to(secret)
+    with pytest.raises(ReleaseError, match=f"{link}: a symlink"):
+        release("v0.1", [root], reports_root=tmp_path / "r", compute_flops=False)
+    assert not any((tmp_path / "r").glob("v0.1*")) and not any(
+        (tmp_path / "r").glob(f"{TEMP_PREFIX}*")
+    )
+
+
+def test_a_symlinked_session_is_refused_by_release(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    link = tmp_path / "linked"
+    link.symlink_to(root, target_is_directory=True)
+    with pytest.raises(ReleaseError, match="the session folder is a symlink"):
+        release("v0.1", [link], reports_root=tmp_path / "r", compute_flops=False)
+
+
+def test_a_case_whose_id_leaves_its_folder_is_refused(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    case_file = root / "cases" / CASE_1N2G / "case.json"
+    data = json.loads(case_file.read_text())
+    data["variant"] = "../../../x"
+    case_file.write_text(json.dumps(data))
+    refused_everywhere(root, tmp_path, f"{case_file}: defines case")
+
+
+def test_a_killed_release_leaves_nothing_the_next_one_does_not_clean(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    reports = tmp_path / "reports"
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "import driver.release.release as r\n"
+        "def die(*a, **k): os._exit(9)\n"  # killed mid-way: no cleanup runs
+        "r.load_config = die\n"
+        f"r.release('v0.1', [Path({str(root)!r})], reports_root=Path({str(reports)!r}), "
+        "compute_flops=False)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 9, done.stderr
+    (leftover,) = reports.glob(f"{TEMP_PREFIX}*")
+    assert any(leftover.rglob("*.tar.gz"))
+    release("v0.1", [root], reports_root=reports, compute_flops=False, printer=lambda _l: None)
+    assert not list(reports.glob(f"{TEMP_PREFIX}*"))
+    assert (reports / "v0.1" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("version", ["v9.9\n", "v1.0\r", "../v1.0", "v1.0/x"])
+def test_a_version_name_is_the_whole_name(tmp_path: Path, version: str) -> None:
+    with pytest.raises(ReleaseError, match="is not of the form"):
+        release(version, [session_copy(tmp_path)], reports_root=tmp_path / "r")
+
+
+def test_throughput_bounds_refuse_the_absurd_and_keep_the_slowest_real_runs() -> None:
+    check_throughput(0.03, 1)  # BERT-base with emulated bf16 on a CPU (v0.2-cpu)
+    check_throughput(25_000.0, 8)
+    for value in (1e308, 1e-300, float("nan"), float("inf")):
+        with pytest.raises(Implausible):
+            check_throughput(value, 1)
+
+
+def test_the_untouched_session_passes_every_door(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    verified = verify_sessions([root])
+    assert verified.refused == [] and len(verified.repeats) == 9
+    recorded = {(c.id, r.repeat): r.measurement for c, r, _ in Session(root).records()}
+    assert all(not r.remeasured for r in verified.repeats)
+    assert {(r.case.id, r.record.repeat) for r in verified.repeats} == set(recorded)
+
+
+def run_dlperf(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+
+
+def test_report_into_an_existing_file_or_a_symlinked_report_folder_is_refused(
+    tmp_path: Path,
+) -> None:
+    root = session_copy(tmp_path)
+    (tmp_path / "taken").write_text("")
+    done = run_dlperf("report", str(root), "--out", str(tmp_path / "taken"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{tmp_path / 'taken'}: cannot be written (it is a file" in done.stderr
+    (tmp_path / "elsewhere").mkdir()
+    (root / "report").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    done = run_dlperf("report", str(root))
+    assert done.returncode == 2 and f"{root / 'report'}: cannot be written (a symlink" in (
+        done.stderr
+    )
+    assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    pipeline = (
+        f"{sys.executable} -m driver.frontend.cli report {root} --out {tmp_path / 'o'} | head -1"
+    )
+    done = subprocess.run(
+        ["bash", "-c", pipeline],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert done.stdout.startswith("# dlperf report")
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
