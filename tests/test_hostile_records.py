@@ -345,6 +345,77 @@ log_case(
 log_case("logs swapped between repeats", swap_logs_between_repeats)
 log_case("log deleted", delete("node0.log"))
 
+# The same session faults through `dlperf release`, with and without --accept-remeasured
+# (the logs win over a record, never over a failed check): the door refuses what report does.
+RELEASE_CASES = [
+    Hostile(f"release{flag}: {case.name}", f"release{flag}", case.apply)
+    for case in RECORD_CASES + LOG_CASES
+    for flag in ("", "+accept")
+]
+
+
+def remeasured_in_manifest(version: Path, named: str) -> Callable[[object], bool]:
+    """Under --accept-remeasured a record that only disagrees with its logs is published with
+    the logs' figures: legitimate when the manifest lists that repeat as re-measured."""
+
+    def check(_output: object) -> bool:
+        path = version / "manifest.json"
+        if not path.exists():
+            return False
+        listed = json.loads(path.read_text())["remeasured"]
+        return any(named.startswith(str(version.parent.parent / "s" / e["folder"].split("/", 1)[1]))
+                   for e in listed)  # fmt: skip
+
+    return check
+
+
+def symlinked_repeat(root: Path) -> str:
+    folder = repeat_dir(root, repeat=3)
+    outside = root.parent / "outside-repeat"
+    folder.rename(outside)
+    folder.symlink_to(outside, target_is_directory=True)
+    return str(folder)
+
+
+def symlinked_log(root: Path) -> str:
+    link = repeat_dir(root) / "telemetry-secret.jsonl"
+    secret = root.parent / "secret"
+    secret.write_text("a file of the head node\n")
+    link.symlink_to(secret)
+    return str(link)
+
+
+def stray_log(root: Path) -> str:
+    stray = repeat_dir(root) / "node1.log"
+    shutil.copyfile(repeat_dir(root) / "node0.log", stray)
+    return str(stray)
+
+
+def escaping_variant(root: Path) -> str:
+    path = root / "cases" / CASE_1N2G / "case.json"
+    data = json.loads(path.read_text())
+    data["variant"] = "../../../x"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+SESSION_CASES = [
+    Hostile(f"{target}: {name}", target, apply)
+    for name, apply in (
+        ("symlinked repeat folder", symlinked_repeat),
+        ("symlinked file in a repeat", symlinked_log),
+        ("stray node log", stray_log),
+        ("case variant leaving its folder", escaping_variant),
+        ("1e6 samples in a step, rehashed", edit_log(replace_in_step(0, 12, '"samples": 8',
+                                                                     '"samples": 1000000'))),
+        ("1e308 samples in a step, rehashed", edit_log(replace_in_step(0, 12, '"samples": 8',
+                                                                       '"samples": 1e308'))),
+        ("t=1e308 at the window end, rehashed", edit_log(retime(0, 35, "1e308"))),
+        ("t=9e10 at the window end, rehashed", edit_log(retime(1, 35, "9e10"))),
+    )
+    for target in ("log", "release", "release+accept")
+]  # fmt: skip
+
 # --------------------------------------------------------------------------------------------
 # Released versions
 
@@ -556,7 +627,9 @@ COMPARE_CASES = [
     Hostile("compare: session log truncated", "compare-session", edit_log(truncate(0.5))),
 ]
 
-ALL_CASES = RECORD_CASES + LOG_CASES + VERSION_CASES + COMPARE_CASES
+ALL_CASES = (
+    RECORD_CASES + LOG_CASES + RELEASE_CASES + SESSION_CASES + VERSION_CASES + COMPARE_CASES
+)
 
 
 @pytest.fixture(scope="module")
@@ -580,12 +653,23 @@ def editable_copy(source: Path, target: Path) -> Path:
 
 def hostile_case(case: Hostile, session: Path, version: Path, scratch: Path) -> HostileCase:
     """Break a fresh copy now; the returned case runs the command on it."""
-    if case.target in ("record", "log", "compare-session"):
+    if case.target in ("record", "log", "compare-session", "release", "release+accept"):
         copy = editable_copy(session, scratch / "s")
         named = case.apply(copy)
         argv = ["report", str(copy), "--out", str(scratch / "out")]
         if case.target == "compare-session":
             argv = ["compare", str(version), str(copy)]
+        if case.target.startswith("release"):
+            argv = ["release", "v0.9", str(copy), "--reports", str(scratch / "r"), "--no-flops"]
+            if case.target.endswith("+accept"):
+                argv.append("--accept-remeasured")
+                return HostileCase(
+                    case.name,
+                    refusing(lambda: run_cli(argv)),
+                    (named,),
+                    (Refused,),
+                    accepted=remeasured_in_manifest(scratch / "r" / "v0.9", named),
+                )
         return HostileCase(case.name, refusing(lambda: run_cli(argv)), (named,), (Refused,))
     copy = editable_copy(version, scratch / version.name)
     named = case.apply(copy)

@@ -54,6 +54,9 @@ class SessionFiles:
     refused: list[str] = field(default_factory=list)  # symlinks, special files: never archived
 
 
+UNTRUSTED = ("no record (crashed or in progress)", "unreadable record")
+
+
 def _record_verdict(folder: Path) -> tuple[str, str]:
     path = folder / "record.json"
     if not path.exists():
@@ -70,9 +73,7 @@ def collect_session(root: Path) -> SessionFiles:
     root = Path(root)
     out = SessionFiles(name=root.name, root=root)
     if root.is_symlink():
-        out.refused.append(
-            f"{root}: the session folder is a symlink; release the folder itself"
-        )
+        out.refused.append(f"{root}: the session folder is a symlink; release the folder itself")
         return out
     walk = walk_session(root)
     for link in walk.symlinks:
@@ -80,8 +81,9 @@ def collect_session(root: Path) -> SessionFiles:
             out.refused.append(symlink_refusal(link))
     out.refused += [f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others]
     case_dirs = {
-        path.parent for rel, path in walk.files.items() if rel.startswith("cases/")
-        and path.name == "case.json"
+        path.parent
+        for rel, path in walk.files.items()
+        if rel.startswith("cases/") and path.name == "case.json"
     }
     verdicts: dict[Path, bool] = {}
     for path in walk.files.values():
@@ -101,10 +103,19 @@ def collect_session(root: Path) -> SessionFiles:
                     folder = case_dir / inner[0]
                     if folder not in verdicts:
                         verdict, detail = _record_verdict(folder)
-                        kept = bool(_REPEAT.match(inner[0])) and verdict == "ok"
+                        current = bool(_REPEAT.match(inner[0]))  # not a failed attempt
+                        kept = current and verdict == "ok"
                         verdicts[folder] = kept
                         relative = str(folder.relative_to(root))
-                        if kept:
+                        if current and verdict in UNTRUSTED:
+                            # what `dlperf report` refuses is refused, never silently dropped
+                            out.refused.append(
+                                detail
+                                or f"{folder / 'record.json'}: missing "
+                                "(a repeat folder without its record: crashed "
+                                "or deleted; resume the session or remove it)"
+                            )
+                        elif kept:
                             out.repeats.append(relative)
                         else:
                             out.excluded.append(

@@ -15,6 +15,7 @@ existing version is refused; a correction is a new version with ``--changelog``.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -321,7 +322,10 @@ def _build(
         raise ReleaseError(
             "repeats the door refuses (driver/verify: what `dlperf report` refuses too; fix or "
             "re-run them, or release without their session):\n"
-            + "\n".join(f"  {_on_disk(m, collected)}: {p}" for m, p in dataset.problems)
+            + "\n".join(
+                f"  {_on_disk(m, collected)}: {_paths_on_disk(p, collected)}"
+                for m, p in dataset.problems
+            )
         )
     owners: dict[str, set[str]] = {}
     for repeat in dataset.repeats:
@@ -369,21 +373,28 @@ def _build(
         )
     remeasured = []
     for result in computed.repeats:
-        if result.measurement != result.raw.record.measurement:
+        logs_header = json.loads(json.dumps(result.raw.verified.record.header, default=str))
+        header_differs = logs_header != result.raw.record.header
+        if result.measurement != result.raw.record.measurement or header_differs:
             recorded = result.raw.record.measurement
             remeasured.append(
                 {
                     "folder": result.raw.folder,
                     "record": recorded.model_dump() if recorded else None,
                     "recomputed": result.measurement.model_dump() if result.measurement else None,
+                    # the record's header is not rank 0's header in the logs (the logs win)
+                    **({"header": "differs from the logs"} if header_differs else {}),
                 }
             )
     if remeasured and not accept_remeasured:
         first = remeasured[0]
         raise ReleaseError(
             f"{len(remeasured)} repeat(s) measure differently from their raw logs now than when "
-            f"they ran (kit changed, or a file was edited); first: {first['folder']}: record "
-            f"{first['record']}, recomputed {first['recomputed']}. Pass --accept-remeasured to "
+            f"they ran (kit changed, or a file was edited); first: "
+            f"{_on_disk(first['folder'], collected)}/record.json: record "
+            f"{first['record']}, recomputed {first['recomputed']}"
+            + (", header differs from rank 0's header in the logs" if "header" in first else "")
+            + ". Pass --accept-remeasured to "
             "publish the recomputed values (they are listed in the manifest)."
         )
     derived = derived_parts(dataset, computed, work)
@@ -430,6 +441,15 @@ def _on_disk(member: str, collected: list) -> str:
     session, _, rest = member.partition("/")
     roots = {c.name: c.root for c in collected}
     return str(roots[session] / rest) if session in roots else member
+
+
+def _paths_on_disk(text: str, collected: list) -> str:
+    """A message naming archive members (``<session>/cases/...``), naming the files instead."""
+    for session in collected:
+        text = re.sub(
+            rf"(?<![\w./-]){re.escape(session.name)}/cases/", f"{session.root}/cases/", text
+        )
+    return text
 
 
 def git_ignored(target: Path, relative: list[Path]) -> list[str]:
