@@ -161,9 +161,11 @@ def test_real_paddle_bert_log_without_header(tmp_path: Path) -> None:
     assert record.measurement.reported_by_source
 
 
-def _dllogger_plain(path: Path, step_s: float, iterations: int, every: int = 1) -> Path:
+def _dllogger_plain(
+    path: Path, step_s: float, iterations: int, every: int = 1, batch: int = 256
+) -> Path:
     """DLLogger StdOutBackend lines as DeepLearningExamples ConvNets print them (rank 0)."""
-    lines = ["DLL 2020-09-15 14:29:10.000000 - PARAMETER arch : resnet50  batch_size : 256"]
+    lines = [f"DLL 2020-09-15 14:29:10.000000 - PARAMETER arch : resnet50  batch_size : {batch}"]
     for i in range(every, iterations + 1, every):
         seconds = 10 + i * step_s
         stamp = f"2020-09-15 14:{29 + int(seconds // 60):02d}:{seconds % 60:09.6f}"
@@ -214,7 +216,7 @@ def test_worker0_only_per_node_logging_scales_by_the_nodes(tmp_path: Path) -> No
 
 def test_logs_every_100_steps_import(tmp_path: Path) -> None:
     # A published log printing every 100 steps: the window is given in hundreds.
-    log = _dllogger_plain(tmp_path / "every100.log", 0.2, 1200, every=100)
+    log = _dllogger_plain(tmp_path / "every100.log", 0.2, 1200, every=100, batch=128)
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(log), "--model", "resnet50",
             "--batch", "128", "--warmup-steps", "200", "--measured-steps", "1000",
@@ -227,8 +229,8 @@ def test_logs_every_100_steps_import(tmp_path: Path) -> None:
 
 
 def test_several_runs_become_repeats(tmp_path: Path) -> None:
-    a = _dllogger_plain(tmp_path / "a.log", 0.25, 30)
-    b = _dllogger_plain(tmp_path / "b.log", 0.20, 30)
+    a = _dllogger_plain(tmp_path / "a.log", 0.25, 30, batch=64)
+    b = _dllogger_plain(tmp_path / "b.log", 0.20, 30, batch=64)
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(a), "--logs", str(b),
             "--model", "resnet50", "--batch", "64", "--warmup-steps", "10",
