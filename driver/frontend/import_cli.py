@@ -14,6 +14,12 @@ A multi-node run of which only worker 0's log was kept is accepted with ``--work
 figure says "from worker 0's log"::
 
     dlperf import-logs --source ngc-pytorch --logs rn50_8x8.log --facts facts.yaml --worker0-only
+
+Nothing wins silently: a fact given both on the command line and in the facts file with two
+values is refused, and so is a fact the log's own printed parameters contradict (DLLogger's
+PARAMETER ``batch_size : 256``, Paddle's argument table, gluon-nlp's ``Namespace(...)``), naming
+both values and where each came from. A log whose SHA-256 is already in the session (or given
+twice) is refused: one run is one repeat.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from driver.core.case import Case, Topology
 from driver.frameworks.base import REPO_ROOT
 from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
 from driver.parsers.base import LogParseError
-from driver.registry import SOURCES
+from driver.registry import SOURCES, UnknownPlugin
 from driver.release.imported import Label
 from driver.schema import ConfigError, StrictModel, load_document, validate
 
@@ -107,8 +113,11 @@ def load_facts(path: Path | None, overrides: dict[str, Any]) -> Facts:
         data.update(given)
         facts = validate(Facts, data, where)
     except ConfigError as error:
-        flag = "--" + error.field_path.split(".")[0].split("[")[0].replace("_", "-")
-        fix = f" (set it in the facts file or with {flag})" if flag[2:] in FACT_FLAGS else ""
+        fact = error.field_path.split(".")[0].split("[")[0]
+        if fact in given:  # the command line's value is the bad one
+            raise ImportLogsError(f"{_flag(fact)} on the command line: {error.message}") from None
+        flag = _flag(fact)
+        fix = f" (set it in the facts file or with {flag})" if fact in FACT_FLAGS else ""
         raise ImportLogsError(f"{error}{fix}") from None
     try:
         Topology.parse(facts.topology)
@@ -142,22 +151,29 @@ def _same_fact(fact: str, a: Any, b: Any) -> bool:
     return bool(a == b and type(a) is type(b))
 
 
-def source_launch(source: Any, model: str) -> Any:
+def source_launch(source: Any, model: str, origin: str = "the facts") -> Any:
     """The source's launch entry of ``model`` (its logging mode and step offset)."""
     from driver.sources.pypi import PypiSource
 
     launches = source.section.models if isinstance(source, PypiSource) else source.spec.launches
     if model not in launches:
         raise ImportLogsError(
-            f"source {source.name} has no model {model!r}; it has {', '.join(sorted(launches))}"
+            f"model {model!r} ({origin}): source {source.name} has no such model; it has "
+            f"{', '.join(sorted(launches))}"
         )
     return launches[model]
 
 
 def case_and_header(source_name: str, facts: Facts) -> tuple[Case, RunHeader, str]:
     """The imported run's case, its run header (node 0's) and its parser."""
-    source = SOURCES.get(source_name)()
-    launch = source_launch(source, facts.model)
+    from driver.plugins import load_all
+
+    load_all()
+    try:
+        source = SOURCES.get(source_name)()
+    except UnknownPlugin as error:
+        raise ImportLogsError(f"--source: {error}") from None
+    launch = source_launch(source, facts.model, facts.origin("model"))
     topology = Topology.parse(facts.topology)
     if facts.worker0_only and topology.nodes == 1:
         raise ImportLogsError("--worker0-only is for multi-node runs; this topology has one node")
