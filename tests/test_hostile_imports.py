@@ -26,6 +26,7 @@ from driver.release.imported import load_import
 from driver.schema import ConfigError
 from tests.hostile import ACCEPTED, CLEAR, CliRefusal, HostileCase, run_corpus
 from tests.test_hostile_config import Files, file_level_cases
+from tests.test_import_logs import _dllogger_plain, without_header
 
 PUBLISHED = Path(__file__).parent / "fixtures" / "published"
 SHEET = (PUBLISHED / "dle-pytorch-resnet50-a100-v100.csv").read_text()
@@ -220,31 +221,11 @@ def cli(argv: list[str]) -> Callable[[], object]:
     return run
 
 
-def dllogger_plain(path: Path, batch: int = 256, step_s: float = 0.25, steps: int = 30) -> Path:
-    lines = [f"DLL 2020-09-15 14:29:10.000000 - PARAMETER arch : resnet50  batch_size : {batch}"]
-    for i in range(1, steps + 1):
-        seconds = 10 + i * step_s
-        lines.append(
-            f"DLL 2020-09-15 14:{29 + int(seconds // 60):02d}:{seconds % 60:09.6f} - Epoch: 0 "
-            f"Iteration: {i}  train.loss : 6.80420"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def without_header(source: Path, target: Path) -> Path:
-    lines = source.read_text().splitlines(keepends=True)
-    assert lines[0].startswith("DLPERF-UPSTREAM ")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("".join(lines[1:]))
-    return target
-
-
 def import_logs_cases(root: Path) -> list[HostileCase]:
     work = root / "logs"
     results = root / "results"
-    log = dllogger_plain(work / "w.log")
+    work.mkdir(parents=True)
+    log = _dllogger_plain(work / "w.log", 0.25, 30)
     facts = work / "facts.yaml"
     facts.write_text(
         "model: resnet50\ntopology: 1n1g\nbatch: 256\nprecision: fp32\ndataset: synthetic\n"
@@ -302,7 +283,7 @@ def import_logs_cases(root: Path) -> list[HostileCase]:
     assert held[0] == 0, held  # type: ignore[index]
     copy = work / "copy-of-w.log"
     shutil.copyfile(log, copy)
-    other = dllogger_plain(work / "other.log", step_s=0.2)
+    other = _dllogger_plain(work / "other.log", 0.2, 30)
     cases.append(HostileCase(
         "import-logs/twice/into-the-session",
         cli([*ngc, "--logs", str(copy), "--facts", str(facts), "--session", "held"]),

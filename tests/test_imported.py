@@ -183,21 +183,21 @@ def test_compare_keeps_each_device_model_a_case_of_its_own(tmp_path: Path) -> No
 # Implausible figures: each refused naming the file, the row or figure, the field and the fix.
 
 
-def sheet_with(tmp_path: Path, old: str, new: str, name: str = "edited.csv") -> Path:
-    """The A100/V100 sheet with its first ``old`` replaced (asserting it was there)."""
-    text = SHEET.read_text()
+def edited(source: Path, tmp_path: Path, old: str, new: str, name: str) -> Path:
+    """``source`` with its first ``old`` replaced (asserting it was there), as ``name``."""
+    text = source.read_text()
     assert old in text
     path = tmp_path / name
     path.write_text(text.replace(old, new, 1))
     return path
+
+
+def sheet_with(tmp_path: Path, old: str, new: str, name: str = "edited.csv") -> Path:
+    return edited(SHEET, tmp_path, old, new, name)
 
 
 def table_with(tmp_path: Path, old: str, new: str, name: str = "edited.yaml") -> Path:
-    text = DLPERF.read_text()
-    assert old in text
-    path = tmp_path / name
-    path.write_text(text.replace(old, new, 1))
-    return path
+    return edited(DLPERF, tmp_path, old, new, name)
 
 
 def refusal(path: Path) -> str:
