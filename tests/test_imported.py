@@ -334,3 +334,9 @@ def test_a_control_character_in_a_yaml_name_is_refused(
         path = table_with(tmp_path, "speedup: 31.21}", f'speedup: 31.21, {field}: "{value}"}}')
     message = refusal(path)
     assert message.startswith(f"{path}: figures[0].{field}: must be ")
+
+
+def test_a_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + SHEET.read_bytes().replace(b"\n", b"\r\n"))
+    assert load_import(path) == load_import(SHEET)

@@ -154,6 +154,7 @@ def _from_csv(content: str, path: Path) -> dict[str, Any]:
     then a header row of figure fields and one figure per row."""
     schema: Any = None
     data_lines = []
+    content = content.removeprefix("\ufeff")  # spreadsheets save "CSV UTF-8" with a BOM
     # split on "\n" only: str.splitlines would also split on \v, \f, \x1c-\x1e and \x85 and so
     # hide a control character inside a cell (each is refused below, naming its cell)
     for line in content.split("\n"):
