@@ -161,9 +161,11 @@ def test_real_paddle_bert_log_without_header(tmp_path: Path) -> None:
     assert record.measurement.reported_by_source
 
 
-def _dllogger_plain(path: Path, step_s: float, iterations: int, every: int = 1) -> Path:
+def _dllogger_plain(
+    path: Path, step_s: float, iterations: int, every: int = 1, batch: int = 256
+) -> Path:
     """DLLogger StdOutBackend lines as DeepLearningExamples ConvNets print them (rank 0)."""
-    lines = ["DLL 2020-09-15 14:29:10.000000 - PARAMETER arch : resnet50  batch_size : 256"]
+    lines = [f"DLL 2020-09-15 14:29:10.000000 - PARAMETER arch : resnet50  batch_size : {batch}"]
     for i in range(every, iterations + 1, every):
         seconds = 10 + i * step_s
         stamp = f"2020-09-15 14:{29 + int(seconds // 60):02d}:{seconds % 60:09.6f}"
@@ -214,7 +216,7 @@ def test_worker0_only_per_node_logging_scales_by_the_nodes(tmp_path: Path) -> No
 
 def test_logs_every_100_steps_import(tmp_path: Path) -> None:
     # A published log printing every 100 steps: the window is given in hundreds.
-    log = _dllogger_plain(tmp_path / "every100.log", 0.2, 1200, every=100)
+    log = _dllogger_plain(tmp_path / "every100.log", 0.2, 1200, every=100, batch=128)
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(log), "--model", "resnet50",
             "--batch", "128", "--warmup-steps", "200", "--measured-steps", "1000",
@@ -227,8 +229,8 @@ def test_logs_every_100_steps_import(tmp_path: Path) -> None:
 
 
 def test_several_runs_become_repeats(tmp_path: Path) -> None:
-    a = _dllogger_plain(tmp_path / "a.log", 0.25, 30)
-    b = _dllogger_plain(tmp_path / "b.log", 0.20, 30)
+    a = _dllogger_plain(tmp_path / "a.log", 0.25, 30, batch=64)
+    b = _dllogger_plain(tmp_path / "b.log", 0.20, 30, batch=64)
     session = tmp_path / "s"
     argv = ["import-logs", "--source", "ngc-pytorch", "--logs", str(a), "--logs", str(b),
             "--model", "resnet50", "--batch", "64", "--warmup-steps", "10",
@@ -242,8 +244,11 @@ def test_several_runs_become_repeats(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        ([], "the command line: batch: missing; this key is required (set it in the facts file or "
-             "with --batch)"),
+        (
+            [],
+            "the command line: batch: missing; this key is required (set it in the facts file or "
+            "with --batch)",
+        ),
         (["--batch", "2", "--topology", "3n4g"], "total devices must be a positive multiple"),
         (["--batch", "2", "--worker0-only"], "--worker0-only is for multi-node runs"),
         (["--batch", "2", "--topology", "2n2g"], "2n2g needs 2 log(s)"),
@@ -323,3 +328,188 @@ def test_worker0_only_per_process_logging_scales_by_the_nodes(tmp_path: Path) ->
     assert record.measurement.ranks == 2 and record.measurement.world_size == 4
     # 20 steps x 32 x 4 devices over the slowest process's 20 x 0.6 s.
     assert record.throughput == pytest.approx(20 * 32 * 4 / (20 * 0.6), rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# Conflicting facts: the command line, the facts file and the log's own printed parameters must
+# agree; a conflict is refused naming both values and where each came from.
+
+
+def without_header(source: Path, target: Path) -> Path:
+    lines = source.read_text().splitlines(keepends=True)
+    assert lines[0].startswith("DLPERF-UPSTREAM ")
+    target.write_text("".join(lines[1:]))
+    return target
+
+
+@pytest.mark.parametrize(
+    "fact, cli, in_file",
+    [(["--batch", "8"], "--batch 8", "256"),
+     (["--topology", "1n8g"], "--topology '1n8g'", "'1n1g'"),
+     (["--precision", "amp"], "--precision 'amp'", "'fp32'"),
+     (["--measured-steps", "40"], "--measured-steps 40", "20"),
+     (["--xla"], "--xla True", "False")],
+)  # fmt: skip
+def test_a_fact_given_twice_with_two_values_is_refused(
+    tmp_path: Path, fact: list[str], cli: str, in_file: str
+) -> None:
+    facts = tmp_path / "facts.yaml"
+    facts.write_text(
+        "model: resnet50\ntopology: 1n1g\nbatch: 256\nprecision: fp32\nxla: false\n"
+        "warmup_steps: 10\nmeasured_steps: 20\n"
+    )
+    overrides = {flag: None for flag in ("batch", "topology", "precision", "measured_steps", "xla")}
+    name = fact[0][2:].replace("-", "_")
+    overrides[name] = True if len(fact) == 1 else fact[1]
+    if name in ("batch", "measured_steps"):
+        overrides[name] = int(fact[1])
+    with pytest.raises(ImportLogsError) as error:
+        load_facts(facts, overrides)
+    assert str(error.value) == (
+        f"{name}: {cli} on the command line but {in_file} in {facts}; give each fact once "
+        f"(drop {fact[0]} or change the facts file)"
+    )
+    # the same value twice (another spelling of the same topology included) is one fact
+    same = {**dict.fromkeys(overrides), "batch": 256, "topology": "1n1g", "measured_steps": 20}
+    loaded = load_facts(facts, same)
+    assert loaded.batch == 256 and loaded.origin("batch") == "--batch on the command line"
+    assert loaded.origin("warmup_steps") == f"{facts}: warmup_steps"
+    assert loaded.origin("dataset") == "the default"
+
+
+def test_the_logs_printed_batch_is_not_overridden(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the review's case: --batch 8 against the facts file's and the log's own batch_size : 256
+    log = _dllogger_plain(tmp_path / "w.log", 0.25, 30)
+    facts = tmp_path / "facts.yaml"
+    facts.write_text("model: resnet50\nbatch: 256\nwarmup_steps: 10\nmeasured_steps: 20\n")
+    session = tmp_path / "s"
+    base = ["import-logs", "--source", "ngc-pytorch", "--logs", str(log),
+            "--results", str(tmp_path), "--session", "s"]  # fmt: skip
+    assert main([*base, "--facts", str(facts), "--batch", "8"]) == 2
+    assert "batch: --batch 8 on the command line but 256 in" in capsys.readouterr().err
+    window = ["--warmup-steps", "10", "--measured-steps", "20", "--model", "resnet50"]
+    assert main([*base, *window, "--batch", "8"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {log}:1: the log prints batch_size : 256 (a per-device batch of 256), but batch "
+        "is 8 (--batch on the command line); give the facts the run had (or check that this is "
+        "the log of that run)\n"
+    )
+    facts.write_text("model: resnet50\nbatch: 8\nwarmup_steps: 10\nmeasured_steps: 20\n")
+    assert main([*base, "--facts", str(facts)]) == 2
+    assert f"but batch is 8 ({facts}: batch)" in capsys.readouterr().err
+    assert not session.exists()  # nothing half-imported
+    assert main([*base, *window, "--batch", "256"]) == 0
+    (record,) = records(session)
+    assert record.throughput == pytest.approx(20 * 256 / (20 * 0.25), rel=1e-9)  # 1024
+
+
+PADDLE_CV = ["--source", "paddle-models", "--model", "resnet50", "--topology", "1n2g",
+             "--batch", "2", "--dataset", "real", "--warmup-steps", "4",
+             "--measured-steps", "8"]  # fmt: skip
+PADDLE_BERT = ["--source", "paddle-models", "--model", "bert", "--topology", "1n2g",
+               "--batch", "2", "--dataset", "real", "--warmup-steps", "10",
+               "--measured-steps", "20"]  # fmt: skip
+GLUON_BERT = ["--source", "gluon-nlp", "--model", "bert", "--batch", "4", "--warmup-steps", "9",
+              "--measured-steps", "20"]  # fmt: skip
+
+
+def swap(argv: list[str], flag: str, value: str) -> list[str]:
+    out = list(argv)
+    out[out.index(flag) + 1] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    "log, argv, printed",
+    [
+        ("paddle-cv", swap(PADDLE_CV, "--batch", "4"),
+         ":14: the log prints batch_size : 2 (a per-device batch of 2), but batch is 4"),
+        ("paddle-cv", swap(swap(PADDLE_CV, "--model", "bert"), "--warmup-steps", "10"),
+         ":40: the log prints model : ResNet50 (the model resnet50), but model is 'bert'"),
+        ("paddle-cv", [*PADDLE_CV, "--precision", "amp"],
+         ":63: the log prints use_fp16 : False (fp32), but precision is 'amp' (--precision on"),
+        ("paddle-bert", swap(PADDLE_BERT, "--batch", "3"),
+         ":2: the log prints batch_size: 2 (a per-device batch of 2), but batch is 3"),
+        ("gluon", swap(GLUON_BERT, "--batch", "2"),
+         ":7: the log prints total_batch_size=4 (a per-device batch of 4 (4 over 1 devices)), "
+         "but batch is 2"),
+        ("gluon", [*GLUON_BERT, "--precision", "amp"],
+         ":7: the log prints dtype='float32' (fp32), but precision is 'amp'"),
+        ("ngc-json", ["--source", "ngc-pytorch", "--model", "resnet50", "--batch", "32",
+                      "--warmup-steps", "2", "--measured-steps", "4"],
+         ':4: the log prints "batch_size": 64 (a per-device batch of 64), but batch is 32'),
+    ],
+)  # fmt: skip
+def test_a_fact_the_logs_own_parameters_contradict_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], log: str, argv: list[str], printed: str
+) -> None:
+    path = {
+        "paddle-cv": lambda: without_header(PADDLE / "real-cpu.node0.log", tmp_path / "w.0"),
+        "paddle-bert": lambda: without_header(PADDLE / "real-cpu-bert.node0.log", tmp_path / "b"),
+        "gluon": lambda: GLUON,
+        "ngc-json": lambda: without_header(
+            Path(__file__).parent / "fixtures" / "upstream" / "ngc-pytorch" / "ok.node0.log",
+            tmp_path / "ngc.log",
+        ),
+    }[log]()
+    common = ["--logs", str(path), "--results", str(tmp_path), "--session", "s"]
+    assert main(["import-logs", *argv, *common]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}{printed}"), err
+    assert not (tmp_path / "s").exists()
+
+
+def test_nested_configuration_dumps_are_not_read_as_the_runs_parameters(tmp_path: Path) -> None:
+    from driver.frontend.import_cli import printed_parameters
+
+    # tf-models prints its default params ('batch_size': 128 under train_dataset) and then the
+    # overridden ones: neither is a flat parameter of the run, so neither is compared
+    text = upstream_output(tmp_path).read_text()
+    assert "'batch_size': 128" in text
+    assert printed_parameters(text, 1) == []
+    # a batch counted in tokens is not a batch of samples
+    tokens = "batch_size: 4096\nin_tokens: True\n"
+    assert printed_parameters(tokens, 1) == []
+
+
+def test_the_same_log_is_imported_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _dllogger_plain(tmp_path / "a.log", 0.25, 30, batch=64)
+    copy = tmp_path / "copy-of-a.log"
+    copy.write_bytes(a.read_bytes())
+    b = _dllogger_plain(tmp_path / "b.log", 0.20, 30, batch=64)
+    argv = ["import-logs", "--source", "ngc-pytorch", "--model", "resnet50", "--batch", "64",
+            "--warmup-steps", "10", "--measured-steps", "20",
+            "--results", str(tmp_path)]  # fmt: skip
+    assert main([*argv, "--session", "s", "--logs", str(a)]) == 0
+    capsys.readouterr()
+    # again, under another name, into the same session: refused, naming the repeat holding it
+    assert main([*argv, "--session", "s", "--logs", str(copy)]) == 2
+    digest = hashlib.sha256(a.read_bytes()).hexdigest()
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {copy}: this log (SHA-256 {digest[:16]}...) is already ")
+    assert f"repeat 1 (imported from {a.resolve()}); a log is one run: import it once" in err
+    assert len(records(tmp_path / "s")) == 1
+    # twice in one call: refused before the first is imported
+    assert main([*argv, "--session", "t", "--logs", str(a), "--logs", str(b), str(copy)]) == 2
+    assert f"{copy}: the same bytes as {a}" in capsys.readouterr().err
+    assert main([*argv, "--session", "t", "--logs", str(a), "--logs", str(a)]) == 2
+    assert f"{a}: given twice" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+    # the same bytes as two nodes' logs of one run
+    two = [*swap(argv, "--batch", "64"), "--topology", "2n2g", "--session", "u"]
+    assert main([*two, "--logs", str(a), str(copy)]) == 2
+    assert f"{copy}: the same bytes as {a}" in capsys.readouterr().err
+    # another log is another run
+    assert main([*argv, "--session", "s", "--logs", str(b)]) == 0
+    assert sorted(r.repeat for r in records(tmp_path / "s")) == [1, 2]
+
+
+def test_a_note_with_a_control_character_is_refused(tmp_path: Path) -> None:
+    facts = tmp_path / "facts.yaml"
+    facts.write_text(
+        'model: resnet50\nbatch: 2\nwarmup_steps: 10\nmeasured_steps: 20\nnote: "a\\nb"\n'
+    )
+    with pytest.raises(ImportLogsError, match=r"facts.yaml: note: must be one line of text"):
+        load_facts(facts, {})

@@ -177,3 +177,166 @@ def test_compare_keeps_each_device_model_a_case_of_its_own(tmp_path: Path) -> No
     rows, text = compare_sides(side, side)
     assert len(rows) == 8 and {r["ratio"] for r in rows} == {1.0}
     assert "published figures (one figure per case, no repeats)" in text
+
+
+# --------------------------------------------------------------------------------------------
+# Implausible figures: each refused naming the file, the row or figure, the field and the fix.
+
+
+def edited(source: Path, tmp_path: Path, old: str, new: str, name: str) -> Path:
+    """``source`` with its first ``old`` replaced (asserting it was there), as ``name``."""
+    text = source.read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def sheet_with(tmp_path: Path, old: str, new: str, name: str = "edited.csv") -> Path:
+    return edited(SHEET, tmp_path, old, new, name)
+
+
+def table_with(tmp_path: Path, old: str, new: str, name: str = "edited.yaml") -> Path:
+    return edited(DLPERF, tmp_path, old, new, name)
+
+
+def refusal(path: Path) -> str:
+    with pytest.raises(ConfigError) as error:
+        load_import(path)
+    assert str(error.value).startswith(f"{path}: ")
+    return str(error.value)
+
+
+@pytest.mark.parametrize("value", ["1e308", "1e-300", "0.0009", "1000001"])
+def test_a_throughput_outside_the_plausible_range_per_device_is_refused(
+    tmp_path: Path, value: str
+) -> None:
+    # row 1 is the A100's 1n1g figure: one device, so the figure is the per-device value
+    message = refusal(sheet_with(tmp_path, ",938,", f",{value},"))
+    assert message.startswith(f"{tmp_path / 'edited.csv'}: row 1.throughput: ")
+    assert "per device, outside the plausible 0.001 to 1e+06" in message
+    assert "give the total samples/s of all devices" in message
+
+
+def test_the_throughput_bounds_are_per_device(tmp_path: Path) -> None:
+    from driver.release.imported import MAX_SAMPLES_PER_S_PER_DEVICE
+
+    # 32 devices x 1e6 is plausible in total; one sample/s more is not
+    total = 32 * MAX_SAMPLES_PER_S_PER_DEVICE
+    good = table_with(tmp_path, "throughput: 12411.97, speedup: 31.21", f"throughput: {total:.1f}")
+    assert load_import(good).figures[0].throughput == total
+    bad = table_with(tmp_path, "throughput: 12411.97", f"throughput: {total + 32:.1f}", "b.yaml")
+    assert "figures[0].throughput: 3.2e+07 samples/s over 32 device(s)" in refusal(bad)
+
+
+def test_an_efficiency_above_100_percent_is_refused_unless_marked_superlinear(
+    tmp_path: Path,
+) -> None:
+    # 93800 on 8 A100s against row 1's 938 on one: speedup 100, efficiency 1250%
+    derived = sheet_with(tmp_path, ",7248,", ",93800,")
+    message = refusal(derived)
+    assert message.startswith(f"{derived}: row 2.throughput: an efficiency of 1250.00%")
+    assert "against the 1-device figure of row 1 (938 samples/s)" in message
+    assert "set superlinear: true with a note" in message
+    # the publisher's own speedup (no 1n1g figure in the file): 400 on 32 devices
+    printed = table_with(tmp_path, "speedup: 31.21", "speedup: 400")
+    assert "figures[0].speedup: an efficiency of 1250.00%" in refusal(printed)
+    # a little above 100% is rounding of two figures, not a typo: 7.6 / 8 x 938... 101%
+    rounding = sheet_with(tmp_path, ",7248,", ",7579,", "rounding.csv")  # 7579 / 938 / 8 = 1.01
+    assert load_import(rounding).figures[1].throughput == 7579
+    # marked by the publisher's own figure: accepted, and a mark needs its note
+    marked = table_with(
+        tmp_path, "speedup: 31.21}", "speedup: 33, superlinear: true, note: as printed}", "m.yaml"
+    )
+    summaries = {s.case.framework: s for s in imported_summaries(marked) if s.speedup == 33}
+    assert summaries["oneflow"].efficiency == 33 / 32
+    unexplained = table_with(tmp_path, "speedup: 31.21}", "speedup: 33, superlinear: true}")
+    assert "figures[0].note: superlinear: true needs a note" in refusal(unexplained)
+
+
+def test_the_same_case_twice_for_one_publisher_is_refused(tmp_path: Path) -> None:
+    lines = SHEET.read_text().splitlines()
+    twice = tmp_path / "twice.csv"
+    twice.write_text("\n".join([*lines, lines[-1].replace(",8322,", ",8000,")]) + "\n")
+    message = refusal(twice)
+    assert message.startswith(f"{twice}: row 9: the same case as row 8 (")
+    assert "on NVIDIA V100-SXM2-16GB, published by NVIDIA DeepLearningExamples" in message
+    # another spelling of the same framework and source is the same case
+    spelled = tmp_path / "spelled.yaml"
+    first = DLPERF.read_text().splitlines()[-13]
+    assert "framework: oneflow" in first
+    other = first.replace("framework: oneflow", "framework: OneFlow").replace(
+        "OneFlow-Benchmark", "oneflow benchmark"
+    )
+    spelled.write_text(DLPERF.read_text() + other + "\n")
+    assert "figures[13]: the same case as figures[0]" in refusal(spelled)
+    # the same case published by someone else is another series: accepted
+    mirrored = tmp_path / "mirrored.yaml"
+    mirrored.write_text(
+        DLPERF.read_text() + first.replace("}", ", publisher: a mirror of DLPerf}") + "\n"
+    )
+    assert len(load_import(mirrored).figures) == 14
+
+
+def test_an_unknown_model_is_refused_with_the_known_list(tmp_path: Path) -> None:
+    path = table_with(tmp_path, "model: resnet50", "model: gpt2")
+    assert refusal(path) == (
+        f"{path}: figures[0].model: 'gpt2' is not a model the kit knows; use the kit's model "
+        "key: resnet50, inception3, bert"
+    )
+    close = sheet_with(tmp_path, ",resnet50,", ",resnet5,")
+    assert "row 1.model: 'resnet5' is not a model the kit knows (did you mean 'resnet50'?)" in (
+        refusal(close)
+    )
+
+
+def test_a_duplicated_csv_column_is_refused_naming_it(tmp_path: Path) -> None:
+    path = sheet_with(tmp_path, "machine,publisher", "machine,machine")
+    assert refusal(path) == (
+        f"{path}: header, column 13: 'machine' is also column 12: a field may be one column; "
+        "remove one"
+    )
+    spaced = sheet_with(tmp_path, ",throughput,", ", throughput , throughput,", "spaced.csv")
+    assert "header, column 12: 'throughput' is also column 11" in refusal(spaced)
+    unnamed = sheet_with(tmp_path, ",machine,", ",,", "unnamed.csv")
+    assert "header, column 12: has no name" in refusal(unnamed)
+
+
+CONTROL_CHARACTERS = {"newline": "\n", "tab": "\t", "CR": "\r", "VT": "\x0b", "NEL": "\x85"}
+
+
+@pytest.mark.parametrize("char", CONTROL_CHARACTERS.values(), ids=CONTROL_CHARACTERS.keys())
+@pytest.mark.parametrize(
+    "field, old", [("source", "DeepLearningExamples"), ("hardware", "NVIDIA A100-SXM4-80GB"),
+                   ("machine", "DGX A100"), ("publisher", "NVIDIA DeepLearningExamples")]
+)  # fmt: skip
+def test_a_control_character_in_a_csv_name_is_refused(
+    tmp_path: Path, field: str, old: str, char: str
+) -> None:
+    # quoted, so the CSV reader keeps it inside the cell: it would reach a table
+    path = sheet_with(tmp_path, f",{old},", f',"{old[:4]}{char}{old[4:]}",')
+    message = refusal(path)
+    assert message.startswith(f"{path}: row 1.{field}: holds ")
+    assert message.endswith("; remove it")
+
+
+@pytest.mark.parametrize("char", CONTROL_CHARACTERS.values(), ids=CONTROL_CHARACTERS.keys())
+@pytest.mark.parametrize("field", ["source", "hardware", "machine", "publisher", "note", "url"])
+def test_a_control_character_in_a_yaml_name_is_refused(
+    tmp_path: Path, field: str, char: str
+) -> None:
+    escaped = char.encode("unicode_escape").decode()
+    value = f"https://example.org/a{escaped}b" if field == "url" else f"DLPerf{escaped} v1.0"
+    if field in ("source", "hardware"):  # given in each figure: the first figure's is replaced
+        given = {"source": "OneFlow-Benchmark", "hardware": "NVIDIA V100-SXM2-16GB"}[field]
+        path = table_with(tmp_path, f"{field}: {given}", f'{field}: "{value}"')
+    else:  # a file-level default: the first figure's own value overrides it
+        path = table_with(tmp_path, "speedup: 31.21}", f'speedup: 31.21, {field}: "{value}"}}')
+    message = refusal(path)
+    assert message.startswith(f"{path}: figures[0].{field}: must be ")
+
+
+def test_a_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + SHEET.read_bytes().replace(b"\n", b"\r\n"))
+    assert load_import(path) == load_import(SHEET)

@@ -14,24 +14,34 @@ A multi-node run of which only worker 0's log was kept is accepted with ``--work
 figure says "from worker 0's log"::
 
     dlperf import-logs --source ngc-pytorch --logs rn50_8x8.log --facts facts.yaml --worker0-only
+
+Nothing wins silently: a fact given both on the command line and in the facts file with two
+values is refused, and so is a fact the log's own printed parameters contradict (DLLogger's
+PARAMETER ``batch_size : 256``, Paddle's argument table, gluon-nlp's ``Namespace(...)``), naming
+both values and where each came from. A log whose SHA-256 is already in the session (or given
+twice) is refused: one run is one repeat.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from driver.core.case import Case, Topology
 from driver.frameworks.base import REPO_ROOT
 from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
 from driver.parsers.base import LogParseError
-from driver.registry import SOURCES
+from driver.registry import SOURCES, UnknownPlugin
+from driver.release.imported import Label
 from driver.schema import ConfigError, StrictModel, load_document, validate
 
 IMPORTED = "imported logs, not run by dlperf"
@@ -57,7 +67,12 @@ class Facts(StrictModel):
     worker0_only: bool = False
     logging: Literal["rank0", "per-node", "per-process"] | None = None  # default: the source's
     step_offset: int | None = Field(default=None, ge=0)  # default: the source's
-    note: str = ""  # where the logs come from (kept in the record)
+    note: Label = ""  # where the logs come from (kept in the record)
+    # where each fact came from ("--batch on the command line", "facts.yaml: batch"), for errors
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def origin(self, fact: str) -> str:
+        return self._origins.get(fact, "the facts")
 
 
 FACT_FLAGS = {  # CLI flag -> Facts field
@@ -77,44 +92,88 @@ FACT_FLAGS = {  # CLI flag -> Facts field
 
 
 def load_facts(path: Path | None, overrides: dict[str, Any]) -> Facts:
-    """The facts of ``path`` (YAML mapping), the command line's values winning."""
+    """The facts of ``path`` (YAML mapping) and of the command line; a fact given in both with
+    two values is refused, naming both (neither silently wins)."""
     where = str(path) if path else "the command line"
     data: dict[str, Any] = {}
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
         if path is not None:
             loaded = load_document(path)
             if not isinstance(loaded, dict):
                 raise ConfigError(path, "(file)", "must be a mapping of fact -> value")
             data.update(loaded)
-        data.update({k: v for k, v in overrides.items() if v is not None})
+        for fact, value in given.items():
+            if fact in data and not _same_fact(fact, data[fact], value):
+                raise ImportLogsError(
+                    f"{fact}: {_flag(fact)} {_shown(value)} on the command line but "
+                    f"{_shown(data[fact])} in {path}; give each fact once (drop {_flag(fact)} "
+                    "or change the facts file)"
+                )
+        data.update(given)
         facts = validate(Facts, data, where)
     except ConfigError as error:
-        flag = "--" + error.field_path.split(".")[0].split("[")[0].replace("_", "-")
-        fix = f" (set it in the facts file or with {flag})" if flag[2:] in FACT_FLAGS else ""
+        fact = error.field_path.split(".")[0].split("[")[0]
+        if fact in given:  # the command line's value is the bad one
+            raise ImportLogsError(f"{_flag(fact)} on the command line: {error.message}") from None
+        flag = _flag(fact)
+        fix = f" (set it in the facts file or with {flag})" if fact in FACT_FLAGS else ""
         raise ImportLogsError(f"{error}{fix}") from None
     try:
         Topology.parse(facts.topology)
     except ValueError as error:
         raise ImportLogsError(f"{where}: topology: {error}") from None
+    for fact in Facts.model_fields:
+        if fact in given:
+            facts._origins[fact] = f"{_flag(fact)} on the command line"
+        elif fact in data:
+            facts._origins[fact] = f"{path}: {fact}"
+        else:
+            facts._origins[fact] = "the default"
     return facts
 
 
-def source_launch(source: Any, model: str) -> Any:
+def _flag(fact: str) -> str:
+    return "--" + fact.replace("_", "-")
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _same_fact(fact: str, a: Any, b: Any) -> bool:
+    """One fact given twice with the same meaning (``xla: true`` and ``--xla``)."""
+    if fact == "topology" and isinstance(a, str) and isinstance(b, str):
+        try:
+            return Topology.parse(a) == Topology.parse(b)
+        except ValueError:
+            return False
+    return bool(a == b and type(a) is type(b))
+
+
+def source_launch(source: Any, model: str, origin: str = "the facts") -> Any:
     """The source's launch entry of ``model`` (its logging mode and step offset)."""
     from driver.sources.pypi import PypiSource
 
     launches = source.section.models if isinstance(source, PypiSource) else source.spec.launches
     if model not in launches:
         raise ImportLogsError(
-            f"source {source.name} has no model {model!r}; it has {', '.join(sorted(launches))}"
+            f"model {model!r} ({origin}): source {source.name} has no such model; it has "
+            f"{', '.join(sorted(launches))}"
         )
     return launches[model]
 
 
 def case_and_header(source_name: str, facts: Facts) -> tuple[Case, RunHeader, str]:
     """The imported run's case, its run header (node 0's) and its parser."""
-    source = SOURCES.get(source_name)()
-    launch = source_launch(source, facts.model)
+    from driver.plugins import load_all
+
+    load_all()
+    try:
+        source = SOURCES.get(source_name)()
+    except UnknownPlugin as error:
+        raise ImportLogsError(f"--source: {error}") from None
+    launch = source_launch(source, facts.model, facts.origin("model"))
     topology = Topology.parse(facts.topology)
     if facts.worker0_only and topology.nodes == 1:
         raise ImportLogsError("--worker0-only is for multi-node runs; this topology has one node")
@@ -147,6 +206,167 @@ def case_and_header(source_name: str, facts: Facts) -> tuple[Case, RunHeader, st
         worker0_only=facts.worker0_only,
     )
     return case, header, source.parser
+
+
+# Parameters upstream scripts print before training, read only where the format is flat and
+# unambiguous: DLLogger's PARAMETER record (JSON ``DLLL`` or plain ``DLL ... - PARAMETER k : v``),
+# an argument table of one ``key : value`` per line (Paddle's, after a logger prefix ending in
+# ``:``), an argparse ``Namespace(k=v, ...)`` (gluon-nlp), pytorch/examples' ``=> creating model``.
+# Nested configuration dumps (tf-models' ``'batch_size': 128`` under a dataset, later
+# overridden) are not read: their keys belong to sub-configurations.
+ARGUMENT_LINE = re.compile(r"(?:^|:)\s*(?P<key>[A-Za-z_]\w*)\s*:\s*(?P<value>\S+)\s*$")
+DLL_PARAMETER = re.compile(r"^DLL \S+ \S+ - PARAMETER (?P<pairs>.*)$")
+DLL_PAIR = re.compile(r"(?P<key>[A-Za-z_]\w*) : (?P<value>\S+)")
+NAMESPACE = re.compile(r"Namespace\((?P<args>.*)\)")
+NAMESPACE_ARG = re.compile(r"(?:^|, )(?P<key>[A-Za-z_]\w*)=(?P<value>'[^']*'|[^,()\s]+)")
+CREATING_MODEL = re.compile(r"=> creating model '(?P<value>[\w.\-]+)'")
+# How a printed model name (lower case, letters and digits only) spells each kit model.
+MODEL_SPELLINGS = {
+    "resnet50": r"resnet50(v1|v15)?",
+    "inception3": r"inceptionv?3",
+    "bert": r"bert[a-z0-9]*",
+}
+PRECISION_KEYS = ("amp", "use_amp", "use_fp16")  # true: AMP, false: FP32
+TOKEN_KEYS = ("in_tokens", "use_avg_len")  # true: batch_size counts tokens, not samples
+
+
+@dataclass(frozen=True)
+class Printed:
+    """A parameter a log prints: the fact it bears on, the value that fact would have, where."""
+
+    fact: str
+    value: Any
+    shown: str  # as the log prints it
+    line: int
+    spread: str = ""  # how a total was spread over the devices: " over 8 devices"
+
+
+def _printed_pairs(text: str) -> list[tuple[int, str, str, str]]:
+    """(line, key, value, the text as printed) of every parameter printed in a flat form."""
+    pairs: list[tuple[int, str, str, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("DLLL "):
+            try:
+                record = json.loads(stripped[5:])
+            except json.JSONDecodeError:
+                continue  # the parser names a broken record
+            data = record.get("data") if isinstance(record, dict) else None
+            if record.get("step") == "PARAMETER" and isinstance(data, dict):
+                for key, value in data.items():
+                    shown = f"{json.dumps(key)}: {json.dumps(value)}"
+                    pairs.append((number, str(key), json.dumps(value).strip('"'), shown))
+            continue
+        if match := DLL_PARAMETER.match(stripped):
+            for m in DLL_PAIR.finditer(match["pairs"]):
+                pairs.append((number, m["key"], m["value"], m[0]))
+        elif match := NAMESPACE.search(stripped):
+            for m in NAMESPACE_ARG.finditer(match["args"]):
+                pairs.append((number, m["key"], m["value"].strip("'"), m[0].lstrip(", ")))
+        elif match := ARGUMENT_LINE.search(stripped):
+            pairs.append((number, match["key"], match["value"], match[0].lstrip(": ")))
+        elif match := CREATING_MODEL.search(stripped):
+            pairs.append((number, "model", match["value"], match[0]))
+    return pairs
+
+
+def printed_parameters(text: str, world_size: int) -> list[Printed]:
+    """What the log itself says about the facts ``batch``, ``model`` and ``precision``."""
+    pairs = _printed_pairs(text)
+    flags = {key.lower(): value.lower() for _line, key, value, _shown in pairs}
+    in_tokens = any(flags.get(key) == "true" for key in TOKEN_KEYS)
+    accumulated = flags.get("accumulate", "1") != "1"
+    found: list[Printed] = []
+    for number, key, value, shown in pairs:
+        key_lower = key.lower()
+        if key_lower == "batch_size" and value.isdigit() and not in_tokens:
+            found.append(Printed("batch", int(value), shown, number))
+        elif key_lower == "total_batch_size" and value.isdigit() and not (in_tokens or accumulated):
+            spread = f" ({value} over {world_size} devices)"
+            found.append(Printed("batch", int(value) / world_size, shown, number, spread))
+        elif key_lower in ("arch", "model") and re.fullmatch(r"[A-Za-z][\w.\-]*", value):
+            found.append(Printed("model", _kit_model(value), shown, number))
+        elif key_lower in PRECISION_KEYS and value.lower() in ("true", "false"):
+            precision = "amp" if value.lower() == "true" else "fp32"
+            found.append(Printed("precision", precision, shown, number))
+        elif key_lower == "dtype" and value in ("float16", "float32"):
+            precision = "amp" if value == "float16" else "fp32"
+            found.append(Printed("precision", precision, shown, number))
+    return found
+
+
+def _kit_model(printed: str) -> str | None:
+    """The kit's model key a printed model name spells, None for another model."""
+    squashed = re.sub(r"[^a-z0-9]", "", printed.lower())
+    return next((m for m, p in MODEL_SPELLINGS.items() if re.fullmatch(p, squashed)), None)
+
+
+def check_printed(facts: Facts, world_size: int, logs: list[Path], texts: list[bytes]) -> None:
+    """Refuse a fact the log's own printed parameters contradict, naming both values and where
+    each came from (a wrong ``--batch`` would scale every figure of the run)."""
+    for path, data in zip(logs, texts, strict=True):
+        text = data.decode(errors="replace")
+        for printed in printed_parameters(text, world_size):
+            given = getattr(facts, printed.fact)
+            if printed.value == given:
+                continue
+            if printed.fact == "batch":
+                meaning = f"a per-device batch of {printed.value:g}{printed.spread}"
+            elif printed.fact == "model":
+                meaning = f"the model {printed.value}" if printed.value else "another model"
+            else:
+                meaning = str(printed.value)
+            raise ImportLogsError(
+                f"{path}:{printed.line}: the log prints {printed.shown} ({meaning}), but "
+                f"{printed.fact} is {_shown(given)} ({facts.origin(printed.fact)}); give the "
+                "facts the run had (or check that this is the log of that run)"
+            )
+
+
+def session_log_hashes(session_root: Path) -> dict[str, str]:
+    """SHA-256 of every log already imported into the session -> which repeat holds it."""
+    from driver.core.results import RecordError, Session
+
+    if not (session_root / "cases").is_dir():
+        return {}
+    held: dict[str, str] = {}
+    try:
+        for case, record, _folder in Session(session_root).records(include_failed=True):
+            for origin in record.extra.get("imported_from", []):
+                if isinstance(origin, dict) and isinstance(origin.get("sha256"), str):
+                    held[origin["sha256"]] = (
+                        f"{session_root}: {case.id} repeat {record.repeat} (imported from "
+                        f"{origin.get('file')})"
+                    )
+    except (RecordError, ValueError, KeyError, OSError) as error:
+        raise ImportLogsError(
+            f"{session_root}: cannot read the session's records to check that no log is "
+            f"imported twice ({error}); fix or remove that record, or import into another "
+            "session"
+        ) from None
+    return held
+
+
+def check_new_logs(logs: list[Path], hashes: list[str], held: dict[str, str]) -> None:
+    """A log is one run: the same bytes twice (in this run or already in the session) would
+    count one run as two repeats or two nodes."""
+    seen: dict[str, Path] = {}
+    for path, digest in zip(logs, hashes, strict=True):
+        if digest in held:
+            raise ImportLogsError(
+                f"{path}: this log (SHA-256 {digest[:16]}...) is already imported, as "
+                f"{held[digest]}; a log is one run: import it once"
+            )
+        if digest in seen and seen[digest].resolve() == path.resolve():
+            raise ImportLogsError(
+                f"{path}: given twice; each node's and each run's log is imported once"
+            )
+        if digest in seen:
+            raise ImportLogsError(
+                f"{path}: the same bytes as {seen[digest]} (SHA-256 {digest[:16]}...); each "
+                "node's and each run's log is imported once: give the other log"
+            )
+        seen[digest] = path
 
 
 def expand(paths: list[str]) -> list[Path]:
@@ -190,15 +410,16 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
                 "copy its repeat folder into a session instead of importing it"
             )
         texts.append(data)
+    hashes = [hashlib.sha256(data).hexdigest() for data in texts]
+    check_new_logs(logs, hashes, session_log_hashes(session_root))
+    check_printed(facts, case.topology.world_size, logs, texts)
     stored = {}  # node log name -> (its bytes: the header made from the facts, then the original)
     origins = []
-    for rank, (path, data) in enumerate(zip(logs, texts, strict=True)):
+    for rank, (path, data, digest) in enumerate(zip(logs, texts, hashes, strict=True)):
         name = f"node{rank}.log"
         line = header_line(replace(header, node_rank=rank)) + "\n"
         stored[name] = line.encode() + data
-        origins.append(
-            {"file": str(path.resolve()), "sha256": hashlib.sha256(data).hexdigest(), "as": name}
-        )
+        origins.append({"file": str(path.resolve()), "sha256": digest, "as": name})
     try:  # measured before anything is written to the session
         texts_read = {name: data.decode(errors="replace") for name, data in stored.items()}
         measurement, parsed = measure_logs(case, parser, texts_read, facts.batch)
@@ -243,6 +464,13 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
     return record
 
 
+def _sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as error:
+        raise ImportLogsError(f"{path}: cannot read it ({error.strerror})") from None
+
+
 def cmd_import_logs(args: argparse.Namespace) -> int:
     from driver.frontend.cli import check_session_name
 
@@ -251,6 +479,8 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
     try:
         facts = load_facts(Path(args.facts) if args.facts else None, overrides)
         runs = [expand(group) for group in args.logs]
+        every = [path for logs in runs for path in logs]
+        check_new_logs(every, [_sha256(path) for path in every], {})  # nothing half-imported
         for logs in runs:
             record = import_run(session, args.source, facts, logs)
             measured = record.measurement

@@ -18,17 +18,18 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from driver.bench.contract import MODELS
 from driver.core.case import Case, Topology
 from driver.core.measure import case_stats
-from driver.core.summary import CaseSummary, summarize
+from driver.core.summary import CaseSummary, baseline_of, summarize
 from driver.schema import (
     ConfigError,
     FiniteFloat,
-    Line,
     Name,
     StrictModel,
+    did_you_mean,
     number,
     one_of,
     parse_yaml,
@@ -40,17 +41,46 @@ from driver.schema import (
 IMPORT_SCHEMA = 1
 SUFFIXES = (".csv", ".yaml", ".yml")
 CSV_SCHEMA_LINE = re.compile(r"#\s*schema:\s*(\S+)\s*")
-Url = text(r"https?://[^\s\x00-\x1f\x7f]+", "an http(s) URL")
+# C0 and C1 control characters and the Unicode line/paragraph separators: a newline or tab in a
+# name splits a Markdown table row or a CSV record of every report the figure reaches.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+Url = text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL")
+Label = text(
+    r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]*",
+    "one line of text (no newline, tab or other control character; remove it)",
+)
 Count = number(1, 1_000_000, "a whole number from 1")
+
+# Plausible samples/s per device for a published training figure. Below 1e-3 (one sample in
+# over 16 minutes) is no GPU or CPU training run of the kit's models but a unit slip (per hour,
+# per ms) or a typo; above 1e6 is ~300x the fastest published per-GPU ResNet-50 figures (a few
+# thousand images/s on an A100/H100), so it catches a total typed as per device, a wrong unit
+# (tokens/s) and 1e308 while leaving room for faster hardware.
+MIN_SAMPLES_PER_S_PER_DEVICE = 1e-3
+MAX_SAMPLES_PER_S_PER_DEVICE = 1e6
+# Scaling efficiency above 100% is refused unless the figure says ``superlinear: true``: two
+# separately measured and rounded figures (N devices, 1 device) of a run that scales perfectly
+# can put the ratio a little above 100%, so 2% is let through; 1250% is a typo.
+EFFICIENCY_TOLERANCE = 0.02
+
+
+def _known_model(model: Any) -> str:
+    if not isinstance(model, str) or model not in MODELS:
+        shown = repr(model) if isinstance(model, str) else f"{model!r} ({type(model).__name__})"
+        raise ValueError(
+            f"{shown} is not a model the kit knows{did_you_mean(str(model), MODELS)}; use the "
+            f"kit's model key: {', '.join(MODELS)}"
+        )
+    return model
 
 
 class Figure(StrictModel):
     """One published figure: a case's median throughput as its publisher printed it."""
 
     framework: Name  # a framework the kit knows (name, folder or display spelling)
-    source: Line = "published"  # the code that ran: OneFlow-Benchmark, DeepLearningExamples...
-    model: Name  # the kit's model key: resnet50, inception3, bert
-    hardware: Annotated[str, Field(min_length=1, max_length=120)]  # e.g. NVIDIA V100-SXM2-16GB
+    source: Label = "published"  # the code that ran: OneFlow-Benchmark, DeepLearningExamples...
+    model: Annotated[Any, AfterValidator(_known_model)]  # the kit's key: resnet50, bert, ...
+    hardware: Annotated[Label, Field(min_length=1, max_length=120)]  # NVIDIA V100-SXM2-16GB
     nodes: Count
     devices: Count  # in total, over all nodes (DLPerf's "device num")
     batch: Count  # per device
@@ -59,9 +89,28 @@ class Figure(StrictModel):
     xla: bool = False
     throughput: Annotated[FiniteFloat, Field(gt=0)]  # samples/s over all devices
     speedup: Annotated[FiniteFloat, Field(gt=0)] | None = None  # as published, vs their 1n1g
-    machine: Line = ""  # the system, e.g. DGX-1 (a factor of `dlperf factor`)
-    publisher: Line  # who published the figure: "DLPerf v1.0"
+    machine: Label = ""  # the system, e.g. DGX-1 (a factor of `dlperf factor`)
+    publisher: Annotated[Label, Field(min_length=1)]  # who published the figure: "DLPerf v1.0"
     url: Url
+    # The publisher's own figures scale above 100% efficiency (said in ``note``), not a typo.
+    superlinear: bool = False
+    note: Label = ""  # anything to say about the figure; where superlinear scaling is published
+
+    @field_validator("throughput")
+    @classmethod
+    def _plausible_throughput(cls, throughput: float, info: ValidationInfo) -> float:
+        devices = info.data.get("devices")
+        if not isinstance(devices, int):
+            return throughput  # devices is refused on its own
+        per_device = throughput / devices
+        if not MIN_SAMPLES_PER_S_PER_DEVICE <= per_device <= MAX_SAMPLES_PER_S_PER_DEVICE:
+            raise ValueError(
+                f"{throughput:g} samples/s over {devices} device(s) is {per_device:g} per "
+                f"device, outside the plausible {MIN_SAMPLES_PER_S_PER_DEVICE:g} to "
+                f"{MAX_SAMPLES_PER_S_PER_DEVICE:g}; give the total samples/s of all devices "
+                "as published (not per hour, per ms or in tokens)"
+            )
+        return throughput
 
     @model_validator(mode="after")
     def _devices_per_node(self) -> Figure:
@@ -90,12 +139,25 @@ def _csv_value(cell: str) -> Any:
     return cell.strip()
 
 
+def _control_character(cell: str) -> str | None:
+    """How a cell's first control character is named in an error (None: it has none)."""
+    found = CONTROL.search(cell)
+    if found is None:
+        return None
+    names = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
+    char = found[0]
+    return names.get(char, f"the control character U+{ord(char):04X}")
+
+
 def _from_csv(content: str, path: Path) -> dict[str, Any]:
     """CSV: ``# schema: 1`` on a comment line (``#`` lines are comments: cite sources there),
     then a header row of figure fields and one figure per row."""
     schema: Any = None
     data_lines = []
-    for line in content.splitlines():
+    content = content.removeprefix("\ufeff")  # spreadsheets save "CSV UTF-8" with a BOM
+    # split on "\n" only: str.splitlines would also split on \v, \f, \x1c-\x1e and \x85 and so
+    # hide a control character inside a cell (each is refused below, naming its cell)
+    for line in content.split("\n"):
         if line.lstrip().startswith("#"):
             match = CSV_SCHEMA_LINE.fullmatch(line.strip())
             if match:
@@ -104,12 +166,40 @@ def _from_csv(content: str, path: Path) -> dict[str, Any]:
         data_lines.append(line)
     if schema is None:
         raise ConfigError(path, "schema", f"no '# schema: {IMPORT_SCHEMA}' line; add it first")
-    rows = list(csv.DictReader(io.StringIO("\n".join(data_lines))))
+    try:
+        rows = [row for row in csv.reader(io.StringIO("\n".join(data_lines))) if row]
+    except csv.Error as error:
+        raise ConfigError(path, "(file)", f"not a readable CSV table ({error})") from None
+    if not rows:
+        return {"schema": schema, "figures": []}
+    header = [cell.strip() for cell in rows[0]]
+    for column, name in enumerate(header, 1):
+        what = _control_character(rows[0][column - 1].strip(" "))
+        if what:
+            raise ConfigError(path, f"header, column {column}", f"holds {what}; remove it")
+        if not name:
+            raise ConfigError(path, f"header, column {column}", "has no name; name the field")
+        if name in header[: column - 1]:
+            first = header.index(name) + 1
+            raise ConfigError(
+                path,
+                f"header, column {column}",
+                f"{name!r} is also column {first}: a field may be one column; remove one",
+            )
     figures = []
-    for row in rows:
-        if None in row:
-            raise ConfigError(path, "(file)", f"a row has more cells than the header: {row[None]}")
-        figures.append({k.strip(): _csv_value(v) for k, v in row.items() if v and v.strip()})
+    for row_number, row in enumerate(rows[1:], 1):
+        if len(row) > len(header):
+            raise ConfigError(
+                path, f"row {row_number}", f"has more cells than the header: {row[len(header) :]}"
+            )
+        figure = {}
+        for name, cell in zip(header, row, strict=False):
+            what = _control_character(cell.strip(" "))
+            if what:
+                raise ConfigError(path, f"row {row_number}.{name}", f"holds {what}; remove it")
+            if cell.strip():
+                figure[name] = _csv_value(cell)
+        figures.append(figure)
     return {"schema": schema, "figures": figures}
 
 
@@ -119,7 +209,8 @@ def load_import(path: Path | str) -> ImportFile:
     if path.suffix.lower() not in SUFFIXES:
         raise ConfigError(path, "(file)", f"an import file is {', '.join(SUFFIXES)}")
     content = read_text(path)
-    if path.suffix.lower() == ".csv":
+    is_csv = path.suffix.lower() == ".csv"
+    if is_csv:
         data = _from_csv(content, path)
     else:
         data = parse_yaml(content, path)
@@ -134,15 +225,17 @@ def load_import(path: Path | str) -> ImportFile:
             }
     try:
         loaded = validate(ImportFile, data, path)
+        _check_frameworks(loaded, path)
+        _check_cases(loaded, path, is_csv)
     except ConfigError as error:
-        if path.suffix.lower() == ".csv":  # figures[3] is the 4th data row
-            where = re.sub(
-                r"figures\[(\d+)\]", lambda m: f"row {int(m[1]) + 1}", error.field_path
-            )
-            raise ConfigError(path, where, error.message) from None
+        if is_csv:  # figures[3] is the 4th data row
+            raise ConfigError(path, _csv_where(error.field_path), error.message) from None
         raise
-    _check_frameworks(loaded, path)
     return loaded
+
+
+def _csv_where(field_path: str) -> str:
+    return re.sub(r"figures\[(\d+)\]", lambda m: f"row {int(m[1]) + 1}", field_path)
 
 
 def _check_frameworks(loaded: ImportFile, path: Path) -> None:
@@ -158,6 +251,55 @@ def _check_frameworks(loaded: ImportFile, path: Path) -> None:
                 f"{figure.framework!r} is not a framework the kit knows "
                 f"({', '.join(FRAMEWORKS.names())})",
             )
+
+
+def _check_cases(loaded: ImportFile, path: Path, is_csv: bool) -> None:
+    """What the figures say together: one figure per case and publisher, and no efficiency
+    above 100% unless the figure says the publisher's scaling is superlinear."""
+    summaries = [figure_summary(figure) for figure in loaded.figures]
+    index_of = {id(summary): index for index, summary in enumerate(summaries)}
+
+    def where(index: int) -> str:
+        return _csv_where(f"figures[{index}]") if is_csv else f"figures[{index}]"
+
+    first: dict[tuple[str, str, str], int] = {}
+    for index, summary in enumerate(summaries):
+        earlier = first.setdefault(summary.key, index)
+        if earlier != index:
+            raise ConfigError(
+                path,
+                where(index),
+                f"the same case as {where(earlier)} ({summary.case_id} on "
+                f"{summary.device_model}, published by {summary.published_by}): a publisher's "
+                "case is one figure; remove one (a figure would get a speedup against its twin)",
+            )
+    for index, figure in enumerate(loaded.figures):
+        if figure.superlinear and not figure.note:
+            raise ConfigError(
+                path,
+                f"figures[{index}].note",
+                "superlinear: true needs a note saying where the publisher reports it",
+            )
+    summarize([], published=summaries)  # fills speedup and efficiency, as every report does
+    for index, (figure, summary) in enumerate(zip(loaded.figures, summaries, strict=True)):
+        efficiency = summary.efficiency
+        if efficiency is None or efficiency <= 1 + EFFICIENCY_TOLERANCE or figure.superlinear:
+            continue
+        base = baseline_of(summary, summaries)
+        against = (
+            f"against the 1-device figure of {where(index_of[id(base)])} "
+            f"({base.stats.median:g} samples/s)"
+            if base is not None
+            else "the publisher's own speedup"
+        )
+        raise ConfigError(
+            path,
+            f"figures[{index}].throughput" if base is not None else f"figures[{index}].speedup",
+            f"an efficiency of {efficiency:.2%} (speedup {summary.speedup:g} on "
+            f"{summary.case.topology.world_size} devices, {against}) is above 100%: fix the "
+            "typo here or in the 1-device figure, or, where the publisher's own figures scale "
+            "superlinearly, set superlinear: true with a note saying where",
+        )
 
 
 def _source_key(source: str) -> str:
