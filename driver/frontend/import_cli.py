@@ -389,9 +389,11 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
     """Store one run's logs as the next repeat of its case in the session; its record."""
     from dataclasses import replace
 
-    from driver.core.measure import measure_logs
-    from driver.core.results import RepeatRecord, Session, sha256_of_logs
+    from driver.core.results import RECORD, RepeatRecord, Session
+    from driver.files import write_bytes
     from driver.runtimes.base import Verdict
+    from driver.verify.plausible import Implausible
+    from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
 
     case, header, parser = case_and_header(source_name, facts)
     expected = 1 if facts.worker0_only else case.topology.nodes
@@ -420,21 +422,17 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         line = header_line(replace(header, node_rank=rank)) + "\n"
         stored[name] = line.encode() + data
         origins.append({"file": str(path.resolve()), "sha256": digest, "as": name})
-    try:  # measured before anything is written to the session
+    try:  # measured, with the door's checks, before anything is written to the session
         texts_read = {name: data.decode(errors="replace") for name, data in stored.items()}
-        measurement, parsed = measure_logs(case, parser, texts_read, facts.batch)
-    except LogParseError as error:
+        measurement, parsed = measure_checked(case, parser, texts_read, facts.batch)
+    except (LogParseError, Implausible) as error:
         raise ImportLogsError(
             f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these facts: "
             f"{error}"
         ) from None
-    session = Session.open(session_root, {"imported": IMPORTED})
-    session.save_case(case)
-    done = [int(p.name[len("repeat-") :]) for p in session.case_dir(case).glob("repeat-[0-9][0-9]")]
+    case_dir = Session(session_root).case_dir(case)
+    done = [int(p.name[len("repeat-") :]) for p in case_dir.glob("repeat-[0-9][0-9]")]
     repeat = max(done, default=0) + 1
-    directory = session.fresh_repeat_dir(case, repeat)
-    for name, data in stored.items():
-        (directory / name).write_bytes(data)
     note = IMPORTED + (f", every figure {WORKER0}" if facts.worker0_only else "")
     now = time.time()
     record = RepeatRecord(
@@ -447,7 +445,7 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         commands=[],
         exit_codes={},
         logs=sorted(stored),
-        log_sha256=sha256_of_logs(directory, sorted(stored)),
+        log_sha256={n: hashlib.sha256(d).hexdigest() for n, d in sorted(stored.items())},
         parser=parser,
         measurement=measurement,
         header=parsed.header,
@@ -460,6 +458,24 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
             "facts": facts.model_dump(),
         },
     )
+    # The repeat as it will be stored, through the door every reader of it goes through.
+    record_bytes = (json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n").encode()
+    try:
+        verify_repeat(
+            RepeatFiles(
+                folder=str(case_dir / f"repeat-{repeat:02d}"),
+                case_dir=case.id,
+                case_json=json.dumps(case.to_dict()).encode(),
+                files={**stored, RECORD: record_bytes},
+            )
+        )
+    except RepeatRefused as refusal:
+        raise ImportLogsError(f"{', '.join(map(str, logs))}: refused: {refusal}") from None
+    session = Session.open(session_root, {"imported": IMPORTED})
+    session.save_case(case)
+    directory = session.fresh_repeat_dir(case, repeat)
+    for name, data in stored.items():
+        write_bytes(directory / name, data)
     session.write_record(directory, record)
     return record
 

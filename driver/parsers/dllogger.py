@@ -136,9 +136,21 @@ def _timelines(logs: list[NodeLog], records: Records) -> dict[int, Timeline]:
             finished = index + header.step_offset
             timeline = timelines.setdefault(key, Timeline(key))
             if timeline.points and timeline.points[-1][0] == finished:
-                continue  # the same step's record at another verbosity level
+                # The same step's record at another verbosity level is written by the same
+                # logging call; the same step logged again later is a restart or an edit.
+                if stamp - timeline.points[-1][1] > SAME_RECORD_S:
+                    raise LogParseError(
+                        f"step {index} logged again {stamp - timeline.points[-1][1]:.3f} s "
+                        f"later (one logging call writes its records within {SAME_RECORD_S} s)",
+                        source=log.name,
+                        line=number,
+                    )
+                continue
             timeline.add(finished, stamp, log.name, number)
     return timelines
+
+
+SAME_RECORD_S = 0.05  # one dllogger.log() call writes a record per backend/verbosity level
 
 
 @PARSERS.register("dllogger")
