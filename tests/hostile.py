@@ -68,6 +68,15 @@ class Counts:
         )
 
 
+    def print_summary(self, corpus: str) -> dict:
+        """Print the corpus's totals and every failure; the counts by kind."""
+        print()
+        print(self.summary(corpus))
+        for verdict in self.failures():
+            print(f"  {verdict.kind}: {verdict.case.name}: {verdict.detail}")
+        return self.by_kind
+
+
 def classify(case: HostileCase) -> Verdict:
     try:
         result = case.action()

@@ -323,12 +323,7 @@ def import_logs_cases(root: Path) -> list[HostileCase]:
 
 def test_hostile_imports_corpus(tmp_path: Path) -> None:
     cases = [*import_file_cases(tmp_path), *import_logs_cases(tmp_path)]
-    counts = run_corpus(cases)
-    kinds = counts.by_kind
-    print()
-    print(counts.summary("imports"))
-    for verdict in counts.failures():
-        print(f"  {verdict.kind}: {verdict.case.name}: {verdict.detail}")
+    kinds = run_corpus(cases).print_summary("imports")
     assert len(cases) >= 250
     assert kinds["traceback"] == 0 and kinds["silent"] == 0 and kinds["vague"] == 0
     assert kinds[CLEAR] == len(cases) and kinds[ACCEPTED] == 0
@@ -410,8 +405,5 @@ def test_log_plausibility_cases(tmp_path: Path) -> None:
         assert record.throughput == pytest.approx(8 * 64 / (8 * 0.25), rel=1e-9)
     cases = plausibility_cases(tmp_path)
     counts = run_corpus(cases)
-    print()
-    print(counts.summary("import-logs plausibility"))
-    for verdict in counts.failures():
-        print(f"  {verdict.kind}: {verdict.case.name}: {verdict.detail}")
-    assert counts.by_kind[CLEAR] == len(cases), [v.case.name for v in counts.failures()]
+    kinds = counts.print_summary("import-logs plausibility")
+    assert kinds[CLEAR] == len(cases), [v.case.name for v in counts.failures()]
