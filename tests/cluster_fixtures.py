@@ -27,11 +27,11 @@ import pytest
 import yaml
 
 from driver.core.case import Case
-from driver.core.plan import RepeatPlan
+from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import Session
 from driver.core.selftest import calibration_cases
 from driver.launchers.base import NodeRank
-from driver.runtimes.base import NodeCommand, RepeatOutcome
+from driver.runtimes.base import RepeatOutcome
 
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = next(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.runtimes.base import NodeCommand
+from driver.core.repeatplan import NodeCommand
 from driver.runtimes.slurm import SlurmRuntime
 from driver.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
 from driver.slurm.render import (

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from driver.core.plan import RepeatPlan
+from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.selftest import calibration_cases
-from driver.runtimes.base import NodeCommand, Verdict
+from driver.runtimes.base import Verdict
 from driver.runtimes.slurm import PLACEHOLDER, SlurmRuntime, job_name
 from driver.slurm.config import SlurmConfig
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from driver.runtimes.base import NodeCommand, Verdict
+from driver.core.repeatplan import NodeCommand
+from driver.runtimes.base import Verdict
 from driver.runtimes.ssh import EXIT_OOM, Launch, SshRuntime
 
 

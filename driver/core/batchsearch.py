@@ -3,16 +3,26 @@
 Short probe runs (a few steps) double the batch until one runs out of memory (the scripts exit
 86), then bisect between the last fit and the first failure down to ``granularity``. Every probe
 keeps its log under ``<case>/batch-search/`` so the choice can be audited.
+
+The search plans its probes but does not run them itself: the caller hands it the function
+that runs a plan (the runner's ``run_plan``), so a probe fails, times out or runs out of memory
+exactly as a measured repeat does, and this module does not import the runner that calls it.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from driver.core.case import Case
 from driver.core.plan import plan_repeat
+from driver.core.repeatplan import RepeatPlan
 from driver.core.results import Session, write_json
-from driver.runtimes.base import Runtime, Verdict
+from driver.runtimes.base import RepeatOutcome, Runtime, Verdict
+
+# Runs one plan in a runtime; whatever goes wrong ends as a verdict (``runner.run_plan``).
+PlanRunner = Callable[[RepeatPlan, Runtime], tuple[RepeatOutcome, Verdict]]
 
 PROBE_STEPS = 3
 START = 16
@@ -28,14 +38,12 @@ class BatchSearchFailed(Exception):
         self.verdict, self.detail = verdict, detail
 
 
-def _fits(case: Case, session: Session, runtime: Runtime, batch: int) -> bool:
+def _fits(case: Case, session: Session, runtime: Runtime, run_plan: PlanRunner, batch: int) -> bool:
     probe_case = replace(case, warmup_steps=0, measured_steps=PROBE_STEPS, total_steps=PROBE_STEPS)
     directory = session.case_dir(case) / "batch-search" / f"bs{batch}"
     if directory.exists():  # a probe from an interrupted search: read its verdict
         verdict_file = directory / "verdict.json"
         if verdict_file.exists():
-            import json
-
             return json.loads(verdict_file.read_text())["verdict"] == "ok"
     directory.mkdir(parents=True, exist_ok=True)
     plan = plan_repeat(
@@ -46,8 +54,6 @@ def _fits(case: Case, session: Session, runtime: Runtime, batch: int) -> bool:
         session_root=session.root,
         probe=True,
     )
-    from driver.core.runner import run_plan
-
     outcome, verdict = run_plan(plan, runtime)
     write_json(directory / "verdict.json", {"verdict": verdict.value, "detail": outcome.detail})
     if verdict not in (Verdict.OK, Verdict.OOM):
@@ -63,15 +69,19 @@ def search_max_batch(
     case: Case,
     session: Session,
     runtime: Runtime,
-    printer=print,  # noqa: ANN001
+    run_plan: PlanRunner,
+    printer: Callable[[str], None] = print,
     start: int = START,
     ceiling: int = CEILING,
     granularity: int = GRANULARITY,
 ) -> int | None:
+    """The largest per-device batch of ``case`` whose probe fits (``run_plan`` runs each
+    probe), or None when not even batch 1 does; raises BatchSearchFailed when a probe fails for
+    another reason than memory."""
     fits_at, fails_at = 0, None
     batch = start
     while batch <= ceiling:
-        ok = _fits(case, session, runtime, batch)
+        ok = _fits(case, session, runtime, run_plan, batch)
         printer(f"[{case.id}] batch search: {batch} {'fits' if ok else 'out of memory'}")
         if not ok:
             fails_at = batch
@@ -83,7 +93,7 @@ def search_max_batch(
         low = 1
         while low < fails_at:
             batch = max(1, fails_at // 2)
-            if _fits(case, session, runtime, batch):
+            if _fits(case, session, runtime, run_plan, batch):
                 fits_at = batch
                 break
             fails_at = batch
@@ -91,7 +101,7 @@ def search_max_batch(
                 return None
     while fails_at - fits_at > granularity:
         middle = (fits_at + fails_at) // 2
-        if _fits(case, session, runtime, middle):
+        if _fits(case, session, runtime, run_plan, middle):
             fits_at = middle
         else:
             fails_at = middle

@@ -1,56 +1,21 @@
-"""The typed repeat plan: everything a runtime needs to run one repeat of one case.
+"""Building the repeat plan (``driver.core.repeatplan.RepeatPlan``) of one repeat of a case.
 
-The runner (and the batch=max search, and the all-reduce probe) build a :class:`RepeatPlan`
-and hand the whole of it to ``Runtime.run``: a runtime never re-derives the case, the
-framework, the device count or the session from paths, argv or the environment.
+The runner (and the batch=max search) build plans here and hand the whole of each to
+``Runtime.run``; the plan type itself lives in ``driver.core.repeatplan`` so that the runtimes
+read it without importing this module, which needs the plug-in registry.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from driver.core.case import Case
 from driver.core.command import node_commands, parser_for
-from driver.runtimes.base import NodeCommand, Runtime
+from driver.core.repeatplan import RepeatPlan
 
-
-@dataclass(frozen=True)
-class RepeatPlan:
-    case: Case
-    repeat: int  # 1-based; 0 for a batch=max probe or an all-reduce probe
-    batch_size: int  # the resolved per-device batch
-    commands: tuple[NodeCommand, ...]  # one per node, rank environment included
-    repeat_dir: Path  # node<i>.log files and record.json go here
-    session_root: Path  # results/<session>
-    parser: str  # the log parser plug-in of the case
-    probe: bool = False  # a short probe run (batch search, all-reduce), not a measured repeat
-
-    @property
-    def framework(self) -> str:
-        return self.case.framework
-
-    @property
-    def source(self) -> str:
-        return self.case.source
-
-    @property
-    def timeout_s(self) -> float:
-        return self.case.timeout_s
-
-    @property
-    def case_id(self) -> str:
-        return self.case.id
-
-    @property
-    def devices_per_node(self) -> int:
-        return self.case.topology.devices_per_node
-
-    @property
-    def label(self) -> str:
-        """How messages name this repeat."""
-        what = "probe" if self.probe else f"repeat {self.repeat}"
-        return f"{self.case.id} {what} ({self.repeat_dir.name})"
+if TYPE_CHECKING:  # the runtime is only passed through: planning does not import runtimes
+    from driver.runtimes.base import Runtime
 
 
 def plan_repeat(

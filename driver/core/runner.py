@@ -16,8 +16,9 @@ from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.case import Case
 from driver.core.measure import RepeatMeasurement, measure_logs
-from driver.core.plan import RepeatPlan, plan_repeat
+from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
+from driver.core.repeatplan import RepeatPlan
 from driver.core.results import RepeatRecord, Session, sha256_of_logs, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
@@ -243,7 +244,10 @@ def _resolve_batch(
         import json
 
         return json.loads(path.read_text())["batch_size"]
-    found = (resolver or (lambda c: search_max_batch(c, session, runtime, printer)))(case)
+    if resolver is None:  # the search runs its probes through this module's run_plan
+        found = search_max_batch(case, session, runtime, run_plan, printer)
+    else:
+        found = resolver(case)
     if found is not None:
         write_json(path, {"batch_size": found})
     return found

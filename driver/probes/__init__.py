@@ -18,16 +18,14 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from driver.core.case import Topology
 from driver.core.command import free_port
+from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import write_json
 from driver.launchers.base import NodeRank
-from driver.runtimes.base import NodeCommand, Runtime, Verdict
-
-if TYPE_CHECKING:
-    from driver.core.plan import RepeatPlan
+from driver.runtimes.base import Runtime, Verdict
 
 PROBE_DIR = "probes"
 SCRIPT = "driver/probes/allreduce.py"
@@ -139,7 +137,6 @@ def probe_plan(
 ) -> RepeatPlan:
     """The probe as a repeat plan: PyTorch's environment (image, interpreter) on every node."""
     from driver.core.case import Case
-    from driver.core.plan import RepeatPlan
 
     case = Case(
         model="allreduce-probe",

@@ -1,7 +1,7 @@
 """The runtime plug-in interface.
 
 A runtime executes one repeat of one case, given as a whole typed plan
-(``driver.core.plan.RepeatPlan``): a command per node, started together, each node's
+(``driver.core.repeatplan.RepeatPlan``): a command per node, started together, each node's
 stdout+stderr written to its own raw log under the repeat folder, all stopped on the first
 failure or on the timeout, nothing left running afterwards. Runtimes register in
 ``driver.registry.RUNTIMES`` and are built only through :func:`make_runtime`.
@@ -10,7 +10,6 @@ failure or on the timeout, nothing left running afterwards. Runtimes register in
 from __future__ import annotations
 
 import enum
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from driver.registry import RUNTIMES
 
 if TYPE_CHECKING:
-    from driver.core.plan import RepeatPlan
+    from driver.core.repeatplan import RepeatPlan
     from driver.frameworks.base import Framework
 
 
@@ -34,22 +33,6 @@ class Verdict(str, enum.Enum):
 
 # The detail of an interrupted repeat, wherever the interrupt lands (runner or runtime).
 INTERRUPTED_DETAIL = "Ctrl-C or SIGTERM on the head node"
-
-
-@dataclass(frozen=True)
-class NodeCommand:
-    """What runs on one node: argv plus extra environment, and the node it is meant for."""
-
-    node: str  # inventory name of the node ("local" for the local runtime)
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-
-
-def command_line(command: NodeCommand) -> str:
-    """``[node] ENV=... argv``: a node's command as one shell-quoted line (``--dry-run``)."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(command.env.items()))
-    return f"[{command.node}] {env} {shlex.join(command.argv)}".strip()
 
 
 @dataclass

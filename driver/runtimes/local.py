@@ -24,18 +24,13 @@ from typing import TYPE_CHECKING
 
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
+from driver.core.repeatplan import NodeCommand, command_line
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.registry import RUNTIMES
-from driver.runtimes.base import (
-    NodeCommand,
-    NodeOutcome,
-    RepeatOutcome,
-    Verdict,
-    command_line,
-)
+from driver.runtimes.base import NodeOutcome, RepeatOutcome, Verdict
 
 if TYPE_CHECKING:
-    from driver.core.plan import RepeatPlan
+    from driver.core.repeatplan import RepeatPlan
 
 SESSION_VAR = "DLPERF_LOCAL_SESSION"  # in every node command's environment: its session
 RUNNING_DIR = ".running"  # <session>/.running/<pid>: a node command of this session runs

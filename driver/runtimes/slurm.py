@@ -54,15 +54,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.bench.protocol import EXIT_OOM
+from driver.core.repeatplan import NodeCommand
 from driver.frameworks.base import REPO_ROOT
 from driver.registry import RUNTIMES
-from driver.runtimes.base import (
-    INTERRUPTED_DETAIL,
-    NodeCommand,
-    NodeOutcome,
-    RepeatOutcome,
-    Verdict,
-)
+from driver.runtimes.base import INTERRUPTED_DETAIL, NodeOutcome, RepeatOutcome, Verdict
 from driver.slurm import client
 from driver.slurm.config import SlurmConfig, load_slurm_config
 from driver.slurm.render import (
@@ -75,7 +70,7 @@ from driver.slurm.render import (
 )
 
 if TYPE_CHECKING:
-    from driver.core.plan import RepeatPlan
+    from driver.core.repeatplan import RepeatPlan
     from driver.frameworks.base import Framework
 
 POLL_S = 0.05

@@ -36,17 +36,12 @@ from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle
 from driver.cluster.inventory import Inventory, Node, load_inventory
 from driver.cluster.preflight import Check, failures, run_preflight
 from driver.cluster.remote import NodeUnreachable, Remote, parallel
+from driver.core.repeatplan import NodeCommand
 from driver.launchers.base import NodeRank
-from driver.runtimes.base import (
-    INTERRUPTED_DETAIL,
-    NodeCommand,
-    NodeOutcome,
-    RepeatOutcome,
-    Verdict,
-)
+from driver.runtimes.base import INTERRUPTED_DETAIL, NodeOutcome, RepeatOutcome, Verdict
 
 if TYPE_CHECKING:
-    from driver.core.plan import RepeatPlan
+    from driver.core.repeatplan import RepeatPlan
 
 POLL_S = 0.05
 SETTLE_S = 5.0  # after a stop, how long attached channels get to flush the last log lines

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from driver.runtimes.base import NodeCommand
+from driver.core.repeatplan import NodeCommand
 from driver.slurm.config import SlurmConfig
 
 # The batch script of the session's job: it holds the allocation while the kit runs one srun
