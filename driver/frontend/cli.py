@@ -26,7 +26,8 @@ from driver.files import KitWriteError
 from driver.frameworks.base import REPO_ROOT
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
-from driver.runtimes.base import RuntimeConfigError, make_runtime
+from driver.runtimes.base import RuntimeConfigError
+from driver.runtimes.factory import make_runtime
 from driver.schema import ConfigError, did_you_mean
 
 AUTO = "auto"

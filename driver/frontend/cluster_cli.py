@@ -1,7 +1,7 @@
 """Cluster sub-commands of ``dlperf``: ``images base|build|lock|push|list`` and ``preflight``.
 
 ``driver.frontend.cli`` calls :func:`add_subcommands`; runtimes come from the registry through
-``driver.runtimes.base.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
+``driver.runtimes.factory.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def _shared_variant(name: str) -> str | None:
 def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
     from driver.registry import FRAMEWORKS, UnknownPlugin
-    from driver.runtimes.base import make_runtime
+    from driver.runtimes.factory import make_runtime
 
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)

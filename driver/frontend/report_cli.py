@@ -139,7 +139,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     from driver.core.results import Session
     from driver.probes import ProbeError, run_allreduce_probe
-    from driver.runtimes.base import make_runtime
+    from driver.runtimes.factory import make_runtime
 
     root = Path(args.session)
     if not root.is_absolute() and not (root / "session.json").exists():

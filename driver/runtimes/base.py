@@ -4,7 +4,7 @@ A runtime executes one repeat of one case, given as a whole typed plan
 (``driver.core.repeatplan.RepeatPlan``): a command per node, started together, each node's
 stdout+stderr written to its own raw log under the repeat folder, all stopped on the first
 failure or on the timeout, nothing left running afterwards. Runtimes register in
-``driver.registry.RUNTIMES`` and are built only through :func:`make_runtime`.
+``driver.registry.RUNTIMES`` and are built only through ``driver.runtimes.factory.make_runtime``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-
-from driver.registry import RUNTIMES
 
 if TYPE_CHECKING:
     from driver.core.repeatplan import RepeatPlan
@@ -91,30 +89,3 @@ class Runtime(Protocol):
 
 class RuntimeConfigError(ValueError):
     """A runtime cannot be built from what the command line gave (clear, one line)."""
-
-
-def make_runtime(name: str, *, inventory: Path | str | None = None, **options: Any) -> Runtime:
-    """The runtime registered as ``name``, built with its options.
-
-    A runtime class says how it uses a cluster file in ``cluster_file``: ``"required"`` (the
-    SSH runtimes: the file lists the nodes), ``"optional"`` (Slurm: its ``slurm:`` section, or
-    every default inside an allocation) or ``"none"`` (local: a file given is refused rather
-    than silently ignored).
-    """
-    from driver.plugins import load_all
-
-    load_all()
-    runtime_class = RUNTIMES.get(name)
-    use = getattr(runtime_class, "cluster_file", "none")
-    if use == "required" and not inventory:
-        raise RuntimeConfigError(
-            f"--runtime {name} needs --inventory FILE (the cluster file; see docs/clusters.md)"
-        )
-    if use == "none":
-        if inventory:
-            raise RuntimeConfigError(
-                f"--runtime {name} runs on this host and takes no --inventory; "
-                "use --runtime docker, process or slurm for a cluster file"
-            )
-        return runtime_class(**options)
-    return runtime_class(inventory, **options)
