@@ -15,7 +15,7 @@ from typing import Any
 from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement, measure_logs
+from driver.core.measure import RepeatMeasurement
 from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
 from driver.core.repeatplan import RepeatPlan
@@ -28,6 +28,8 @@ from driver.runtimes.base import (
     Runtime,
     Verdict,
 )
+from driver.verify.plausible import Implausible
+from driver.verify.repeat import measure_checked
 
 Printer = Callable[[str], None]
 
@@ -104,8 +106,12 @@ def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict
 def evaluate(
     case: Case, parser_name: str, repeat_dir: Path, batch_size: int
 ) -> tuple[RepeatMeasurement, dict]:
-    """Parse a repeat's raw logs and measure its window (raises LogParseError)."""
-    measurement, parsed = measure_logs(case, parser_name, logs_of(repeat_dir), batch_size)
+    """Parse a repeat's raw logs and measure its window with the door's plausibility checks, so
+    a record never holds what every reader would refuse (raises LogParseError)."""
+    try:
+        measurement, parsed = measure_checked(case, parser_name, logs_of(repeat_dir), batch_size)
+    except Implausible as error:
+        raise LogParseError(f"not a plausible measurement: {error}") from None
     return measurement, parsed.header
 
 
