@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.core.results import RecordError, load_record
-from driver.files import TEMP_PREFIX
+from driver.files import TEMP_PREFIX, write_bytes
 from driver.verify.folder import symlink_refusal, walk_session
 
 RAW_DIR = "raw"
@@ -146,12 +146,10 @@ def write_archive(name: str, files: dict[str, Path], out_path: Path) -> dict[str
             info.uname = info.gname = ""
             tar.addfile(info, io.BytesIO(data))
             digests[member] = {"sha256": sha256_bytes(data), "bytes": len(data)}
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        out_path.open("wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz,
-    ):
+    compressed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=9) as gz:
         gz.write(buffer.getvalue())
+    write_bytes(out_path, compressed.getvalue())
     return digests
 
 

@@ -268,6 +268,16 @@ def release(
             imports=[Path(p) for p in imports],
         )
         report = audit(work, expected_version=version, recompute_flops=False)
+    except KitWriteError:
+        remove_tree(work)
+        raise
+    except OSError as error:  # a copy or a plot that could not be written into the version
+        remove_tree(work)
+        raise KitWriteError(error.filename or work, error) from None
+    except BaseException:
+        remove_tree(work)
+        raise
+    try:
         if not report.ok:
             raise ReleaseError("the new version fails its own audit:\n" + report.text())
         for path in work.rglob("*"):

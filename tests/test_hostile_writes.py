@@ -1,0 +1,108 @@
+"""Hostile corpus: where the kit writes is a file, a dangling symlink, a read-only mount or a
+full disk, for every command that writes (report, release, import, import-logs, run's session).
+
+Each case runs the real CLI in a subprocess against a real fault (a tmpfs filled to the last
+byte, a read-only bind mount: tests/fs_faults.py) and must end in exit 2 with one line that
+names the path: never a traceback, never a silent success. Nothing already measured is lost:
+the session or version a failed write touched is still whole afterwards.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+from driver.release.synth import cached_session
+from tests.fs_faults import fill, read_only, small_tmpfs
+from tests.hostile import CLEAR, HostileCase, cli_subprocess, run_corpus
+from tests.test_hostile_records import run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GLUON = FIXTURES / "upstream" / "real" / "gluon-nlp" / "bert.log"
+PUBLISHED = FIXTURES / "published" / "dlperf-v1.0-resnet50.yaml"
+
+
+def import_logs_argv(results: Path) -> list[str]:
+    return ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
+            "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
+            "--measured-steps", "20", "--results", str(results), "--session", "s"]  # fmt: skip
+
+
+def commands(session: Path, target: Path) -> dict[str, list[str]]:
+    """Every writing command, writing at ``target`` (a folder the fault makes unwritable)."""
+    return {
+        "report --out": ["report", str(session), "--out", str(target / "out")],
+        "release --reports": ["release", "v0.1", str(session), "--reports", str(target),
+                              "--no-flops"],
+        "import --out": ["import", str(PUBLISHED), "--out", str(target / "out")],
+        "import-logs --results": import_logs_argv(target),
+    }  # fmt: skip
+
+
+Fault = Callable[[Path, ExitStack], Path]  # makes the fault under a scratch folder; the target
+
+
+def a_file(scratch: Path, _stack: ExitStack) -> Path:
+    (scratch / "target").write_text("a file where a folder should be\n")
+    return scratch / "target"
+
+
+def a_dangling_symlink(scratch: Path, _stack: ExitStack) -> Path:
+    (scratch / "target").symlink_to(scratch / "nowhere")
+    return scratch / "target"
+
+
+def read_only_mount(scratch: Path, stack: ExitStack) -> Path:
+    (scratch / "target").mkdir()
+    return stack.enter_context(read_only(scratch / "target"))
+
+
+def full_disk(scratch: Path, stack: ExitStack) -> Path:
+    disk = stack.enter_context(small_tmpfs(scratch / "target", size="512k"))
+    fill(disk)
+    return disk
+
+
+FAULTS: dict[str, tuple[Fault, str]] = {  # fault -> (maker, what the message must say)
+    "a file": (a_file, "cannot be written"),
+    "a dangling symlink": (a_dangling_symlink, "cannot be written"),
+    "a read-only mount": (read_only_mount, "read-only"),
+    "a full disk": (full_disk, "No space left"),
+}
+
+
+def cases(session: Path, scratch: Path, stack: ExitStack) -> Iterator[HostileCase]:
+    for fault_name, (make, says) in FAULTS.items():
+        for index, (command, _argv) in enumerate(commands(session, scratch).items()):
+            where = scratch / f"{fault_name.replace(' ', '-')}-{index}"
+            where.mkdir(parents=True)
+            target = make(where, stack)
+            argv = commands(session, target)[command]
+            yield HostileCase(
+                f"{command} into {fault_name}",
+                lambda argv=argv: cli_subprocess(argv),
+                (str(target), says),
+            )
+
+
+def test_every_writing_command_refuses_an_unwritable_place_clearly(tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    shutil.copytree(cached_session(), session)
+    before = sorted(p.relative_to(session) for p in session.rglob("*"))
+    with ExitStack() as stack:
+        corpus = list(cases(session, tmp_path / "faults", stack))
+        counts = run_corpus(corpus)
+        kinds = counts.print_summary("writes")
+    assert kinds[CLEAR] == len(corpus) == 16, [v.detail for v in counts.failures()]
+    # nothing measured was lost or changed by a failed write
+    assert sorted(p.relative_to(session) for p in session.rglob("*")) == before
+
+
+def test_a_full_disk_during_release_leaves_no_work_folder(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "disk", size="96k") as disk:
+        code, text = run_cli(["release", "v0.1", str(cached_session()), "--reports",
+                              str(disk), "--no-flops"])  # fmt: skip
+        assert code == 2 and "No space left" in text, text
+        assert [p.name for p in disk.iterdir()] == []
