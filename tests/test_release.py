@@ -271,10 +271,11 @@ def test_a_version_from_the_committed_sessions_reads_at_a_glance(tmp_path: Path)
     )  # fmt: skip
     readme = (target / "README.md").read_text()
     manifest = json.loads((target / "manifest.json").read_text())
-    assert manifest["readme_layout"] == 2
+    assert manifest["readme_layout"] == 3
     throughput = readme.split("## Summary")[1].split("## Beside published results")[0]
     tables = table_blocks(throughput)
-    assert len(tables) == 3 + 6  # a summary per model, then a table per model/precision/batch
+    # which machine each session ran on, a summary per model, a table per model/precision/batch
+    assert len(tables) == 1 + 3 + 6
     for table in tables:
         assert max(len(line) for line in table) <= 120, "\n".join(table)
     # the wide layout had 34 columns for ResNet-50 FP32; now one row per series and topology
@@ -282,7 +283,7 @@ def test_a_version_from_the_committed_sessions_reads_at_a_glance(tmp_path: Path)
     assert "| median (5 series)" in rn50 and "| geometric mean (4 series)" in rn50
     # CPU rows are set beside no GPU reference; telemetry is one row per case
     beside = readme.split("## Beside published results")[1].split("## Telemetry")[0]
-    assert "No comparable reference for the 28 case(s) on AMD EPYC" in beside
+    assert "No published result on the same device model and precision" in beside
     assert "|" not in beside
     telemetry = table_blocks(readme.split("## Telemetry")[1].split("## Provenance")[0])
     assert len(telemetry) == 1 and len(telemetry[0]) == 2 + manifest["counts"]["cases"]
@@ -301,7 +302,9 @@ def test_a_case_on_two_device_models_is_refused(session: Path, tmp_path: Path) -
         record["log_sha256"][name] = sha256_file(log)
     record["header"]["devices"] = ["X1"]
     (folder / "record.json").write_text(json.dumps(record))
-    with pytest.raises(ReleaseError, match=r"on several.*\n  calibration/.*: X1, none$"):
+    with pytest.raises(
+        ReleaseError, match=r"on several.*\n  calibration/.*: X1 \(host vm\), none \(host vm\)$"
+    ):
         release("v0.1", [other], reports_root=tmp_path / "reports", printer=quiet)
 
 

@@ -27,7 +27,7 @@ def test_a_whole_session_is_verified_from_its_logs(tmp_path: Path) -> None:
     assert verified.refused == []
     recorded = {(c.id, r.repeat): r for c, r, _ in Session(root).records()}
     assert len(verified.records) == len(recorded) == 9
-    for case, record in verified.records:
+    for case, record, _machine in verified.records:
         assert record.measurement == recorded[(case.id, record.repeat)].measurement
 
 
@@ -128,23 +128,24 @@ def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(
     assert len(summaries) == 2 * len(ids) and all(s.stats.repeats == 3 for s in summaries)
     for s in summaries:
         base = baseline_of(s, summaries)
-        assert base is not None and base.device_model == s.device_model
+        assert base is not None and base.identity == s.identity
     out = tmp_path / "report"
     assert main(["report", str(slow), str(fast), "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
     table = text.split("## Detail")[1]
-    assert "| device " in table
+    assert "| machine " in table
     rows = [line for line in table.splitlines() if line.startswith("| ") and "|--" not in line]
     devices = [line.split("|")[1].strip() for line in rows[1:]]
     assert devices == sorted(devices)  # one group per device, labelled on every row
-    assert set(devices) == {"NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB"}
+    # their logs carry no fingerprint: the machine is what their headers hold
+    assert set(devices) == {"NVIDIA H100 80GB HBM3 (host vm)", "Tesla V100-SXM2-16GB (host vm)"}
     for line in rows[1:]:
         cells = [c.strip() for c in line.split("|")]
         if cells[2].startswith(("median", "geometric")):
             continue
         topology = f"{cells[3]}n{cells[4]}g"
         (s,) = [
-            x for x in summaries if x.device_model == cells[1] and x.case.topology.label == topology
+            x for x in summaries if x.identity == cells[1] and x.case.topology.label == topology
         ]
         assert cells[5] == f"{s.stats.median:.2f}" + (" ~" if s.stats.unstable else "")
     h100 = [s for s in summaries if s.device_model.startswith("NVIDIA H100")]

@@ -215,7 +215,10 @@ def markdown_tables(
     notes = footnotes(summaries) + list(extra_notes)
     if long_format and any(row_label == MEDIAN_LABEL for row_label in _median_labels(summaries)):
         notes.append(
-            f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one device "
+            f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one machine "
+            "at that topology (speedup and efficiency; never across machines)."
+            if by_machine(summaries)
+            else f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one device "
             "model at that topology (speedup and efficiency; never across device models)."
         )
     if notes:
@@ -269,7 +272,17 @@ def _geomean(values: list[float]) -> float:
 
 def shows_device(group: Sequence[CaseSummary]) -> bool:
     """A device column where a table holds more than one device model, or published figures."""
-    return len({s.device_model for s in group}) > 1 or any(s.published_by for s in group)
+    return len({s.identity for s in group}) > 1 or any(s.published_by for s in group)
+
+
+def by_machine(summaries: Sequence[CaseSummary]) -> bool:
+    """Summaries split by machine fingerprint (else by device model: the first releases)."""
+    return any(s.fingerprint for s in summaries)
+
+
+def identity_header(group: Sequence[CaseSummary]) -> str:
+    """The column naming what each row ran on: the machine where rows carry fingerprints."""
+    return "machine" if by_machine(group) else "device"
 
 
 def _topology(s: CaseSummary) -> tuple[int, int]:
@@ -285,7 +298,7 @@ def across_series(
     cells: dict[tuple[str, tuple[int, int]], list[CaseSummary]] = defaultdict(list)
     for s in group:
         if s.speedup is not None and s.efficiency is not None and s.case.topology.world_size > 1:
-            cells[(s.device_model, _topology(s))].append(s)
+            cells[(s.identity, _topology(s))].append(s)
     out = []
     for (device, topology), items in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1][1])):
         if len(items) > 1:
@@ -308,11 +321,12 @@ def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = 
         columns.append((base, None))
         columns += [(e.header, e.cell) for e in extras if e.after == base]
     device_column = shows_device(group)
-    headers = [*(["device"] if device_column else []), "series", "node num", "device num"]
+    headers = [*([identity_header(group)] if device_column else []), "series", "node num"]
+    headers.append("device num")
     headers += [title for title, _ in columns]
     ordered = sorted(
         group,
-        key=lambda s: (s.device_model, series_name(s), *_topology(s)[::-1]),
+        key=lambda s: (s.identity, series_name(s), *_topology(s)[::-1]),
     )
     rows: list[list[Any]] = []
     for s in ordered:
@@ -322,7 +336,7 @@ def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = 
             "efficiency": "-" if s.efficiency is None else f"{s.efficiency:.2%}",
             "CV": "-" if s.published_by else f"{s.stats.cv:.2%}",
         }
-        row: list[Any] = [s.device_model] if device_column else []
+        row: list[Any] = [s.identity] if device_column else []
         row += [series_name(s), s.case.topology.nodes, s.case.topology.world_size]
         row += [base_cells[title] if cell is None else cell(s) for title, cell in columns]
         rows.append(row)
@@ -358,10 +372,10 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
             lambda: defaultdict(list)
         )
         for s in items:
-            key = (s.device_model, series_name(s))
+            key = (s.identity, series_name(s))
             series[key][s.case.precision].append(s)
         device_column = shows_device(items)
-        headers = [*(["device"] if device_column else []), "series"]
+        headers = [*([identity_header(items)] if device_column else []), "series"]
         headers += ["FP32 samples/s", "FP32 speedup", "AMP samples/s", "AMP speedup"]
         rows = []
         for (device, name), by_precision in sorted(series.items()):
@@ -381,7 +395,11 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
         out.append(
             "Each row: the largest topology (`@<nodes>n<devices>g`) of the series at that "
             "precision (then the largest batch); speedup against its 1n1g at the same batch per "
-            "device on the same device model.\n"
+            + (
+                "device on the same machine.\n"
+                if by_machine(summaries)
+                else "device on the same device model.\n"
+            )
         )
     return "\n".join(out)
 
@@ -391,6 +409,7 @@ def report_row(summary: CaseSummary) -> dict[str, Any]:
     return {
         **summary.row().model_dump(),
         "device_model": summary.device_model,
+        "fingerprint": summary.fingerprint,
         "hardware": summary.hardware,
         "machine": summary.machine,
     }
@@ -413,8 +432,11 @@ def write_report(
     refused: Sequence[str] = (),
 ) -> dict[str, Path]:
     if out_dir.is_symlink():
-        raise KitWriteError(out_dir, "a symlink: a report is written into a real folder, not "
-                            "through a link; remove it or choose another --out")
+        raise KitWriteError(
+            out_dir,
+            "a symlink: a report is written into a real folder, not "
+            "through a link; remove it or choose another --out",
+        )
     ensure_dir(out_dir)
     paths = {
         "markdown": out_dir / "report.md",

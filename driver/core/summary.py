@@ -89,6 +89,10 @@ class CaseSummary:
     machine: str = ""  # the host (rank 0's header) or, for a published figure, its system
     # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
     imported: str = ""
+    # The machine's hardware fingerprint label (driver/core/hardware.py) where the summaries are
+    # split by machine; "" where they are split by device model only (the releases before
+    # README layout 3, which the audit renders as they were published).
+    fingerprint: str = ""
 
     @property
     def case_id(self) -> str:
@@ -103,10 +107,16 @@ class CaseSummary:
         return hardware_label(self.devices, self.case.topology.devices_per_node)
 
     @property
+    def identity(self) -> str:
+        """What "the same hardware" means for this case: its machine's fingerprint label where
+        there is one, else its device model. Never pooled, never a baseline across it."""
+        return self.fingerprint or self.device_model
+
+    @property
     def key(self) -> tuple[str, str, str]:
-        """A case's identity in every table: the case, its device model, and whether (by whom)
-        it was published rather than measured. Repeats with different keys are never pooled."""
-        return (self.case.id, self.device_model, self.published_by or "")
+        """A case's identity in every table: the case, its hardware, and whether (by whom) it
+        was published rather than measured. Repeats with different keys are never pooled."""
+        return (self.case.id, self.identity, self.published_by or "")
 
     def row(self) -> CaseRow:
         """One flat row, every field named (CSV/JSON)."""
@@ -151,18 +161,22 @@ def record_device_model(record: RepeatRecord) -> str:
 
 
 def summarize(
-    records: Iterable[tuple[Case, RepeatRecord]], published: Iterable[CaseSummary] = ()
+    records: Iterable[tuple[Case, RepeatRecord] | tuple[Case, RepeatRecord, str]],
+    published: Iterable[CaseSummary] = (),
 ) -> list[CaseSummary]:
     """Summaries of every case with at least one finished repeat, in a stable order: one per
-    case and device model (repeats on different hardware are never pooled into one median),
-    beside the published figures given (``driver.release.imported``)."""
-    by_case: dict[tuple[str, str], tuple[Case, list[RepeatRecord]]] = {}
-    for case, record in records:
+    case and hardware (repeats on different hardware are never pooled into one median), beside
+    the published figures given (``driver.release.imported``). A record may come with its
+    machine's fingerprint label (``(case, record, label)``, from the door): then the cases are
+    split by machine; otherwise by device model."""
+    by_case: dict[tuple[str, str, str], tuple[Case, list[RepeatRecord]]] = {}
+    for case, record, *label in records:
         if record.ok and record.measurement is not None:
-            key = (case.id, record_device_model(record))
+            fingerprint = label[0] if label else ""
+            key = (case.id, record_device_model(record), fingerprint)
             by_case.setdefault(key, (case, []))[1].append(record)
     summaries: list[CaseSummary] = list(published)
-    for case, records_ in by_case.values():
+    for (_case_id, _device, fingerprint), (case, records_) in by_case.items():
         records_.sort(key=lambda r: r.repeat)
         measurements = [r.measurement for r in records_ if r.measurement is not None]
         throughputs = [m.throughput for m in measurements]
@@ -181,6 +195,7 @@ def summarize(
                 amp_effective=header.get("options", {}).get("amp_effective"),
                 machine=str(header.get("hostname", "")),
                 imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
+                fingerprint=fingerprint,
             )
         )
     _fill_speedups(summaries)
@@ -200,20 +215,21 @@ def sort_key(summary: CaseSummary) -> tuple:
         c.xla,
         c.variant,
         summary.published_by or "",
-        summary.device_model,
+        summary.identity,
         c.topology.world_size,
         c.topology.nodes,
     )
 
 
 def _baseline_key(summary: CaseSummary) -> tuple:
-    return (*summary.case.group_key, summary.batch_size, summary.device_model, summary.published_by)
+    return (*summary.case.group_key, summary.batch_size, summary.identity, summary.published_by)
 
 
 def baseline_of(summary: CaseSummary, summaries: Iterable[CaseSummary]) -> CaseSummary | None:
     """The 1n1g case of the same model, framework, batch per device, precision and data, on
-    the same device model, and measured (or published by the same publisher) as the case: the
-    one baseline lookup (speedup, efficiency, the release's scaling bound)."""
+    the same hardware (``identity``: machine fingerprint, else device model), and measured (or
+    published by the same publisher) as the case: the one baseline lookup (speedup,
+    efficiency, the release's scaling bound)."""
     key = _baseline_key(summary)
     return next(
         (s for s in summaries if s.case.topology.world_size == 1 and _baseline_key(s) == key),

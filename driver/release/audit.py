@@ -47,7 +47,14 @@ from driver.release.manifest import (
     read_images_lock,
     validate,
 )
-from driver.release.render import csv_text, json_text, readme_text, results_data
+from driver.release.render import (
+    MACHINE_LAYOUT,
+    csv_text,
+    json_text,
+    readme_layout,
+    readme_text,
+    results_data,
+)
 from driver.schema import ConfigError
 
 VERSION_LEVEL = "(version)"
@@ -231,7 +238,9 @@ def _run(
     dataset = load_dataset(members)
     model_costs = manifest["model_costs"]
     try:
-        config = load_config(directory, model_costs)
+        config = load_config(
+            directory, model_costs, by_machine=readme_layout(manifest) >= MACHINE_LAYOUT
+        )
     except ConfigError as error:  # an import file of published figures that does not load
         state.add(error.path, error.field_path, error.message, "a valid import file")
         return

@@ -28,7 +28,8 @@ from driver.release.mfu import (
     mfu,
     peak_precision,
 )
-from driver.release.references import Ours, nearest
+from driver.release.references import Ours, nearest, same_device
+from driver.verify.hardware import ATTESTATION as ATTESTED
 
 
 @dataclass
@@ -38,6 +39,9 @@ class Config:
     model_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # published figures (``dlperf import`` files in the version's config/published/)
     published: list[CaseSummary] = field(default_factory=list)
+    # README layout 3 on: cases split by machine fingerprint (else by device model), and a
+    # reference attached only on the same device model and precision
+    by_machine: bool = False
 
 
 @dataclass
@@ -56,6 +60,7 @@ class Computed:
     extras: dict[str, CaseExtras]  # case id -> MFU, bound, reference fields
     sessions_of: dict[str, str]  # case id -> session
     titles: dict[str, str]  # case id -> table title
+    attested: set[str] = field(default_factory=set)  # sessions' hardware.json members
 
 
 Number = int | float  # as the config or the computation gave it (an int stays an int)
@@ -100,7 +105,11 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         telemetry = telemetry_summary(raw, parsed)
         results.append(RepeatResult(raw, measurement, None, telemetry, parsed.rank_headers()))
     records = [
-        (r.raw.case, r.raw.record.model_copy(update={"measurement": r.measurement}))
+        (
+            r.raw.case,
+            r.raw.record.model_copy(update={"measurement": r.measurement}),
+            *([r.raw.verified.fingerprint] if config.by_machine else []),
+        )
         for r in results
         if r.measurement is not None
     ]
@@ -121,6 +130,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         extras=extras,
         sessions_of=sessions_of,
         titles={s.case_id: table_title(s) for s in summaries},
+        attested={m for m in dataset.members if m.count("/") == 1 and m.endswith(ATTESTED)},
     )
 
 
@@ -205,6 +215,11 @@ def _extras(
         ),
         config.references,
     )
+    if reference and config.by_machine and not same_device(
+        summary.devices, str(reference.get("reference_hardware")), case.precision,
+        str(reference.get("reference_precision")),
+    ):
+        reference = None  # like with like only: nothing stored beside another device
     if reference:
         out = CaseExtras.model_validate({**out.model_dump(), **reference})
     return out

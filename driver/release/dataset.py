@@ -20,6 +20,7 @@ from driver.core.results import RECORD, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog, RankLog
 from driver.probes import ProbeError, parse_probe_log
 from driver.telemetry.summary import node_of, summarize_samples
+from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (
     CASE_FILE,
     RepeatFiles,
@@ -121,6 +122,8 @@ def _load_repeat(
         case_dir=case_dir,
         case_json=data.members.get(f"{case_folder}/{CASE_FILE}"),
         files=files,
+        attestation=data.members.get(f"{session}/{ATTESTATION}"),
+        attestation_path=f"{session}/{ATTESTATION}",
     )
     try:
         verified = verify_repeat(repeat_files, accept_remeasured=True)

@@ -20,8 +20,11 @@ PUBLISHED_DIR = "config/published"  # import files of published figures, as rele
 INDEX = "README.md"
 
 
-def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Config:
-    """The version's config copies; an import file that does not load raises ConfigError."""
+def load_config(
+    version_dir: Path, model_costs: dict[str, dict[str, Any]], by_machine: bool = False
+) -> Config:
+    """The version's config copies; an import file that does not load raises ConfigError.
+    ``by_machine``: the version's layout splits cases by machine (README layout 3 on)."""
     published = []
     for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
         published += figure_summaries(path)
@@ -30,6 +33,7 @@ def load_config(version_dir: Path, model_costs: dict[str, dict[str, Any]]) -> Co
         references=load_references(version_dir / "config" / "reports" / "references.yaml"),
         model_costs=model_costs,
         published=published,
+        by_machine=by_machine,
     )
 
 

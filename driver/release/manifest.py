@@ -62,7 +62,7 @@ class Manifest(StrictModel):
     changes: dict[str, Any]
     counts: dict[str, Any]
     # README layout (driver.release.render): absent in the first versions (layout 1)
-    readme_layout: Annotated[Any, one_of(1, 2)] = 1
+    readme_layout: Annotated[Any, one_of(1, 2, 3)] = 1
 
 
 FIELDS = tuple(info.alias or name for name, info in Manifest.model_fields.items())

@@ -52,6 +52,7 @@ from driver.release.manifest import (
 )
 from driver.release.mfu import compute_model_costs
 from driver.release.render import (
+    MACHINE_LAYOUT,
     README_LAYOUT,
     Results,
     ResultsError,
@@ -371,7 +372,7 @@ def _build(
         if compute_flops
         else {}
     )
-    config = load_config(work, model_costs)
+    config = load_config(work, model_costs, by_machine=README_LAYOUT >= MACHINE_LAYOUT)
     computed = compute(dataset, config)
     mixed = _cases_on_several_devices(computed)
     if mixed:
@@ -526,6 +527,6 @@ def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]
     """Case ids held more than once (the version's rows are keyed by case id)."""
     models: dict[str, list[str]] = {}
     for s in computed.summaries:
-        label = s.device_model + (f" (published by {s.published_by})" if s.published_by else "")
+        label = s.identity + (f" (published by {s.published_by})" if s.published_by else "")
         models.setdefault(s.case_id, []).append(label)
     return [(c, sorted(m)) for c, m in sorted(models.items()) if len(m) > 1]

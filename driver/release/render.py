@@ -47,6 +47,7 @@ class ReleaseCaseRow(CaseExtras, CaseRow):
     row: Literal["case"] = "case"
     repeat_throughputs: list[float]
     table: str
+    fingerprint: str | None = None  # the machine (README layout 3 on; absent before)
 
     def dump(self) -> dict[str, Any]:
         # reference_source is written only where a reference matched (as it always was), and
@@ -54,6 +55,8 @@ class ReleaseCaseRow(CaseExtras, CaseRow):
         unmatched = {"reference_source"} if self.reference_source is None else set()
         if self.published_by is None:
             unmatched |= set(PUBLISHED_FIELDS)
+        if self.fingerprint is None:
+            unmatched.add("fingerprint")
         return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
@@ -156,6 +159,7 @@ def case_row(summary: CaseSummary, computed: Computed) -> ReleaseCaseRow:
         **dict(computed.extras[summary.case_id]),
         repeat_throughputs=list(summary.throughputs),
         table=computed.titles[summary.case_id],
+        fingerprint=summary.fingerprint or None,
     )
 
 
@@ -271,11 +275,41 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
 # telemetry, the nearest reference whatever its device); 2 (manifest ``readme_layout``), a
 # summary first, long tables split by device model with median rows, telemetry per case,
 # references only where the devices compare. The audit renders a version in its own layout.
-README_LAYOUT = 2
+# 3: cases split by machine (the hardware fingerprint of driver/verify/hardware.py: a
+# "machine" column wherever a table holds two), a case row's ``fingerprint``, and references
+# attached only on the same device model and precision.
+README_LAYOUT = 3
+MACHINE_LAYOUT = 3
 
 
 def readme_layout(manifest: dict[str, Any]) -> int:
     return int(manifest.get("readme_layout", 1))
+
+
+def _machines_section(computed: Computed) -> str:
+    """Which machine each session's cases ran on, and how that is known."""
+    rows: dict[tuple[str, str], set[str]] = {}
+    for result in computed.repeats:
+        verified = result.raw.verified
+        source = (
+            "its logs' fingerprint"
+            if isinstance(verified.record.header.get("hardware"), str)
+            else "the session's hardware.json (attested)"
+            if f"{result.raw.session}/hardware.json" in computed.attested
+            else "its logs' header (no fingerprint recorded)"
+        )
+        rows.setdefault((result.raw.session, verified.fingerprint), set()).add(source)
+    table = tabulate(
+        [[f"`{s}`", m, ", ".join(sorted(how))] for (s, m), how in sorted(rows.items())],
+        headers=["session", "machine", "known from"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
+    return (
+        "Every row below ran on the machine its `machine` column names (a column shown where "
+        "a table holds more than one); repeats of two machines are never pooled, and a "
+        "speedup is always against the 1n1g of the same machine.\n\n" + table + "\n"
+    )
 
 
 def _tables_section(computed: Computed, long_format: bool = False) -> str:
@@ -314,7 +348,9 @@ def _tables_section(computed: Computed, long_format: bool = False) -> str:
     )
 
 
-def _references_section(computed: Computed, like_with_like: bool = False) -> str:
+def _references_section(
+    computed: Computed, like_with_like: bool = False, same_device: bool = False
+) -> str:
     rows = []
     not_comparable: dict[str, int] = {}
     for s in computed.summaries:
@@ -344,6 +380,11 @@ def _references_section(computed: Computed, like_with_like: bool = False) -> str
         "GPU figures, and a CPU is set beside none of them.\n"
         for model, count in sorted(not_comparable.items())
     )
+    if not rows and same_device:
+        return (
+            "No published result on the same device model and precision as a measured case: "
+            "a reference is attached only like with like (layout 3), else nothing is stored.\n"
+        )
     if not rows:
         return unmatched or (
             "No published result matches a measured case (references are matched on the "
@@ -554,22 +595,26 @@ def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
         "and `results.csv` hold every case and every repeat, every field named.\n"
     )
     if readme_layout(manifest) >= 2:
+        split = "machine" if readme_layout(manifest) >= MACHINE_LAYOUT else "device model"
         return "\n".join(
             [
                 head,
                 "## Changelog\n",
                 _changes_section(manifest),
                 "## Summary\n",
+                *([_machines_section(computed)] if split == "machine" else []),
                 summary_tables(computed.summaries),
                 "## Throughput\n",
                 "Per model, precision, batch and data: one row per series (framework, with its "
-                "source, XLA and option variant) and topology, split by device model; the "
+                f"source, XLA and option variant) and topology, split by {split}; the "
                 "median samples/s over repeats, speedup and efficiency against 1n1g at the same "
-                "batch per device on the same device model, and the coefficient of variation "
+                f"batch per device on the same {split}, and the coefficient of variation "
                 "over repeats; then the median and geometric mean across series.\n",
                 _tables_section(computed, long_format=True),
                 "## Beside published results\n",
-                _references_section(computed, like_with_like=True),
+                _references_section(
+                    computed, like_with_like=True, same_device=split == "machine"
+                ),
                 "## Telemetry\n",
                 _telemetry_per_case(computed),
                 "## Provenance\n",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from driver.core.case import Case
 from driver.core.results import RepeatRecord
+from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (
     CASE_FILE,
     RepeatFiles,
@@ -104,16 +105,23 @@ def read_repeat(walk: SessionWalk, case_dir: str, folder: str) -> RepeatFiles:
                 files[rel[len(prefix) :]] = file.read_bytes()
             except OSError as error:
                 raise RepeatRefused(str(file), f"cannot be read ({error.strerror})") from None
+    attestation = walk.files.get(ATTESTATION)
     case_file = walk.files.get(f"{case_dir}/{CASE_FILE}")
     try:
         case_json = case_file.read_bytes() if case_file else None
     except OSError as error:
         raise RepeatRefused(str(case_file), f"cannot be read ({error.strerror})") from None
+    try:
+        attested = attestation.read_bytes() if attestation else None
+    except OSError as error:
+        raise RepeatRefused(str(attestation), f"cannot be read ({error.strerror})") from None
     return RepeatFiles(
         folder=str(path),
         case_dir=case_dir[len(CASES) + 1 :],
         case_json=case_json,
         files=files,
+        attestation=attested,
+        attestation_path=str(walk.root / ATTESTATION),
     )
 
 
@@ -124,9 +132,10 @@ class Verified:
     unfinished: list[Unfinished] = field(default_factory=list)
 
     @property
-    def records(self) -> list[tuple[Case, RepeatRecord]]:
-        """(case, record with the measurement its logs give) of every verified repeat."""
-        return [(r.case, r.record) for r in self.repeats]
+    def records(self) -> list[tuple[Case, RepeatRecord, str]]:
+        """(case, record with the measurement its logs give, machine fingerprint label) of every
+        verified repeat: what ``summarize`` splits by machine."""
+        return [(r.case, r.record, r.fingerprint) for r in self.repeats]
 
 
 def verify_session(root: Path, out: Verified, *, accept_remeasured: bool = False) -> None:

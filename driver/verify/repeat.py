@@ -29,6 +29,7 @@ from driver.core.case import Case
 from driver.core.measure import RepeatMeasurement, measure_logs
 from driver.core.results import RECORD, RecordError, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog
+from driver.verify.hardware import AttestationError, fingerprint_label, load_attestation
 from driver.verify.plausible import Implausible, check_measurement, check_parsed
 
 CASE_FILE = "case.json"
@@ -54,6 +55,8 @@ class RepeatFiles:
     case_dir: str
     case_json: bytes | None
     files: Mapping[str, bytes]  # file name -> bytes (record.json, node logs, telemetry, ...)
+    attestation: bytes | None = None  # the session's hardware.json, if it has one
+    attestation_path: str = ""
 
     def path(self, name: str) -> str:
         return f"{self.folder}/{name}"
@@ -70,6 +73,7 @@ class VerifiedRepeat:
     recorded: RepeatMeasurement | None  # what the record itself held
     parsed: ParsedLog
     logs: dict[str, str] = field(repr=False)
+    fingerprint: str = ""  # the machine's label (driver/verify/hardware.py)
 
     @property
     def remeasured(self) -> bool:
@@ -191,6 +195,12 @@ def verify_repeat(
             f"the logs ({', '.join(record.logs)}) are not a plausible measurement with the "
             f"batch_size {record.batch_size} of {path}: {error}",
         ) from None
+    attestation = None
+    if files.attestation is not None:
+        try:
+            attestation = load_attestation(files.attestation, files.attestation_path)
+        except AttestationError as error:
+            raise RepeatRefused(files.attestation_path, str(error).split(": ", 1)[1]) from None
     header = json.loads(json.dumps(parsed.header, default=str))  # as a record holds it
     if not accept_remeasured:
         if measurement != record.measurement:
@@ -211,4 +221,5 @@ def verify_repeat(
         recorded=record.measurement,
         parsed=parsed,
         logs=texts,
+        fingerprint=fingerprint_label(parsed.header, attestation),
     )
