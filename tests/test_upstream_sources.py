@@ -574,6 +574,7 @@ def test_readme_support_table_marks_every_source() -> None:
         )
         for model, cell in cells.items():
             if model in spec.launches:
+                assert "traced" in cell, (spec.name, model, cell)  # trace.yaml (issue 25)
                 assert status in cell and f"({flags['checked']})" in cell or (
                     status == "pinned only" and status in cell
                 ), (spec.name, model, cell)
