@@ -466,3 +466,47 @@ def test_queue_wait_is_visible_and_bounded(cluster_env: SlurmCluster, tmp_path: 
         cluster_env.client("scancel", blocker.stdout.strip())
         runtime.close()
     assert cluster_env.drained() == []
+
+
+def test_upstream_sources_are_refused_before_any_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An upstream source's code is only in its own image; Slurm steps run the framework's base
+    image (or the nodes' Python), where its node command fails at once at ``cd``. Refused with
+    the fix, in --dry-run and at run time, before anything is submitted (no cluster needed)."""
+    from driver.core.plan import dry_run_plan
+    from driver.frontend.cli import main
+    from driver.runtimes.base import RuntimeConfigError
+    from driver.slurm import client
+    from tests.test_upstream_sources import case_for
+
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+
+    def no_slurm(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a Slurm command ran for a refused source")
+
+    real_slurm = client.slurm
+    monkeypatch.setattr(client, "slurm", no_slurm)
+    runtime = SlurmRuntime(config=SlurmConfig(container="none"), printer=print)
+    case = case_for("ngc-pytorch", "resnet50")
+    plan = dataclasses.replace(
+        dry_run_plan(case, runtime, 64), repeat_dir=tmp_path / "r", session_root=tmp_path
+    )
+    with pytest.raises(RuntimeConfigError, match="--runtime docker"):
+        runtime.describe(plan)
+    outcome = runtime.run(plan)
+    assert outcome.verdict == Verdict.FAILED and outcome.nodes == []
+    assert "upstream source 'ngc-pytorch' runs in its own image" in outcome.detail
+    assert runtime.allocation is None
+    # The kit's own scripts are not refused.
+    assert runtime.refused_source(dataclasses.replace(plan, case=PLAN_CASE)) == ""
+    # The CLI's dry run says so and exits 2 (its runtime asks srun whether pyxis is there).
+    monkeypatch.setattr(client, "slurm", real_slurm)
+    code = main([
+        "run", "--runtime", "slurm", "--matrix",
+        str(Path(__file__).parents[1] / "NVIDIADeepLearningExamples/PyTorch/matrix.yaml"),
+        "--profile", "dlperf", "--nodes", "1", "--gpus", "1", "--dry-run",
+    ])  # fmt: skip
+    assert code == 2 and "--runtime docker" in capsys.readouterr().err
+    runtime.close()

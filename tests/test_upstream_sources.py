@@ -329,9 +329,9 @@ def test_unsupported_cases_are_refused() -> None:
         upstream.command(
             case_for("pytorch-examples", "resnet50", options={"channels_last": True}), rank(0), 8
         )
-    tf1 = UpstreamSource(SPECS["ngc-tf1"])
+    paddle = UpstreamSource(SPECS["paddle-models"])
     with pytest.raises(ValueError, match="multiple of the log interval 10"):
-        tf1.command(case_for("ngc-tf1", "bert", warmup_steps=25), rank(0), 32)
+        paddle.command(case_for("paddle-models", "bert", warmup_steps=25), rank(0), 32)
 
 
 def test_dry_run_prints_every_node_of_every_seed_row(capsys: pytest.CaptureFixture[str]) -> None:
@@ -375,6 +375,65 @@ def test_wrapper_prints_header_then_the_step_log_and_keeps_the_exit_code(tmp_pat
         "hostname": socket.gethostname(),
         "devices": [cpu_model_name()],
     }
+
+
+def _fake_nvidia_smi(folder: Path, gpus: int) -> dict[str, str]:
+    """PATH with an ``nvidia-smi`` that answers ``--query-gpu=index,name`` for ``gpus`` GPUs (a
+    node of 8 GPUs whose container was given all of them), as the real one prints it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{i}, NVIDIA A100-SXM4-80GB\\n" for i in range(gpus))
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '{rows}'\n")
+    smi.chmod(0o755)
+    return {"PATH": f"{folder}:/usr/bin:/bin"}
+
+
+def test_a_one_gpu_case_on_an_eight_gpu_node_sees_one_gpu(tmp_path: Path) -> None:
+    """1n1g in a container given the node's 8 GPUs: the upstream command sees GPU 0 only, and
+    the host line names that one GPU (the device count the log is read with)."""
+    case = case_for("paddle-models", "bert", topology=Topology(1, 1))
+    argv = UpstreamSource(SPECS["paddle-models"]).command(case, rank(0, nodes=1, procs=1), 32)
+    script = argv[2].replace(SPECS["paddle-models"].launches["bert"].directory, str(tmp_path))
+    env = _fake_nvidia_smi(tmp_path / "bin", 8)
+    seen = 'echo "visible=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER"'
+    run = subprocess.run(
+        ["sh", "-c", script, "dlperf-upstream", argv[4], "sh", "-c", seen],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    header, host, upstream = run.stdout.splitlines()
+    assert upstream == "visible=0 order=PCI_BUS_ID"
+    assert json.loads(host.removeprefix("DLPERF-HOST "))["devices"] == ["NVIDIA A100-SXM4-80GB"]
+
+
+@pytest.mark.parametrize("source", ["ngc-mxnet", "ngc-tf1", "gluon-nlp"])
+def test_mpirun_hands_node_0s_devices_to_every_rank(source: str) -> None:
+    """Horovod ranks on other nodes are started by orted over SSH, outside the node command:
+    mpirun exports the narrowed device list to them, and each worker node checks its own GPUs."""
+    model = next(iter(SPECS[source].launches))
+    case = case_for(source, model, topology=Topology(2, 4))
+    upstream = UpstreamSource(SPECS[source])
+    head = upstream.command(case, rank(0, nodes=2, procs=4), 32)
+    exported = [head[i + 1] for i, item in enumerate(head) if item == "-x"]
+    assert {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"} <= set(exported)
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3" in head[2]
+    worker = upstream.command(case, rank(1, nodes=2, procs=4), 32)
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3" in worker[2] and "sshd" in worker[2]
+
+
+def test_a_node_with_fewer_gpus_than_the_case_stops_before_the_upstream_command(
+    tmp_path: Path,
+) -> None:
+    case = case_for("ngc-pytorch", "resnet50", topology=Topology(1, 8))
+    argv = UpstreamSource(SPECS["ngc-pytorch"]).command(case, rank(0, nodes=1, procs=8), 64)
+    script = argv[2].replace(SPECS["ngc-pytorch"].launches["resnet50"].directory, str(tmp_path))
+    env = _fake_nvidia_smi(tmp_path / "bin", 4)
+    run = subprocess.run(
+        ["sh", "-c", script, "dlperf-upstream", argv[4], "sh", "-c", "echo UPSTREAM RAN"],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    assert run.returncode == 2 and "UPSTREAM RAN" not in run.stdout
+    assert "shows 4 GPU(s); the case needs 8" in run.stderr
+    assert "container.gpus" in run.stderr
 
 
 def test_rendered_command_log_parses(tmp_path: Path) -> None:
@@ -515,6 +574,7 @@ def test_readme_support_table_marks_every_source() -> None:
         )
         for model, cell in cells.items():
             if model in spec.launches:
+                assert "traced" in cell, (spec.name, model, cell)  # trace.yaml (issue 25)
                 assert status in cell and f"({flags['checked']})" in cell or (
                     status == "pinned only" and status in cell
                 ), (spec.name, model, cell)

@@ -21,8 +21,10 @@ DeepLearningExamples scripts that predate DLLogger (TensorFlow 1 BERT) print a r
 
     Step =     20 Throughput =      1234.5 MLM Loss = ... (or "Rank =  0 :: Step = ...")
 
-the sentences per second of all ranks since the previous such line. A log with those lines and no
-DLLogger step records gives the throughput the source reports, over the measured window.
+the sentences per second of all ranks since the previous such line. ``Step = N`` is printed after
+N - 1 steps (its run header's step_offset is -1), and a step skipped for an AMP loss-scale overflow
+repeats the previous label. A log with those lines and no DLLogger step records gives the
+throughput the source reports, over the measured window.
 """
 
 from __future__ import annotations
@@ -174,6 +176,15 @@ class DLLoggerParser:
 
 
 def _rate_intervals(logs: list[NodeLog]) -> list[RateInterval]:
+    """The rate lines as intervals of steps finished.
+
+    TF1 BERT under AMP: a step whose gradients overflow is skipped and the global step does not
+    advance, so its line repeats the previous label (the first steps at loss scale 2^32 repeat
+    "Step = 1"). A repeated label before the window's first step is left out (its time lies
+    before the window); one inside the window is an error: the rate line after it covers more
+    runs than its steps, so the window's time cannot be told from the labels.
+    """
+    first, last = logs[0].header.window
     intervals: list[RateInterval] = []
     previous = 0
     for log in logs:
@@ -187,6 +198,16 @@ def _rate_intervals(logs: list[NodeLog]) -> list[RateInterval]:
             if logging_rank(log, rank, number) is None:
                 continue
             end = int(match["step"]) + log.header.step_offset
+            if end == previous:  # 0 at the start: no step finished yet
+                if first <= end < last:
+                    raise LogParseError(
+                        f"step {end} logged again inside the window {first}..{last}: a step "
+                        "skipped for an AMP loss-scale overflow; the rate line after it covers "
+                        "more runs than steps",
+                        source=log.name,
+                        line=number,
+                    )
+                continue
             if end <= previous:
                 raise LogParseError(
                     f"step {end} after step {previous} (restarted or mixed output)",

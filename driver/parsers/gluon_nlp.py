@@ -10,6 +10,12 @@ decimals), so the running sum of ``time`` is the logging rank's clock at each lo
 first line's interval starts at step 0). ``throughput`` counts tokens, not sequences, and is not
 used. The node command starts horovod ranks with ``mpirun --tag-output``: the ``[1,R]`` prefix
 names the rank; rank 0's lines are read, other ranks' copies are skipped.
+
+After training, each rank logs ``Train cost=...`` and, when ``--data_eval`` names files,
+evaluates them with the same ``log`` function: ``Running evaluation ...`` then ``[step 1]``,
+``[step 2]``, ... in the training format (``pretraining_utils.py`` ``evaluate`` at the pin;
+see ``MxNet/upstream/trace.yaml``). A rank's step lines after either of those two lines are
+evaluation lines, not training steps, and are left out.
 """
 
 from __future__ import annotations
@@ -22,6 +28,13 @@ from driver.parsers.base import ParsedLog
 from driver.registry import PARSERS
 
 LINE = re.compile(r"\[step (?P<step>\d+)\].*?\btime=(?P<secs>\d+(?:\.\d+)?)")
+# The end of a rank's training: run_pretraining.py's "Train cost=" line, or evaluate()'s first
+# line (logged after training; inside the loop only at --eval_interval checkpoints).
+TRAINING_ENDS = re.compile(r"(?:^|:)(?:Train cost=\d|Running evaluation \.\.\.)")
+
+
+def _match(text: str) -> re.Match[str] | None:
+    return TRAINING_ENDS.search(text) or LINE.search(text)
 
 
 @PARSERS.register("gluon-nlp")
@@ -32,8 +45,14 @@ class GluonNlpParser:
         logs = node_logs(texts, self.name)
         timelines: dict[int, Timeline] = {}
         clocks: dict[int, float] = {}
-        for line in step_lines(logs, LINE.search):
+        ended: set[int] = set()
+        for line in step_lines(logs, _match):
             key = line.rank
+            if line.match.re is TRAINING_ENDS:
+                ended.add(key)
+                continue
+            if key in ended:  # evaluation after training, in the training line's format
+                continue
             timeline = timelines.setdefault(key, Timeline(key))
             if not timeline.points:
                 clocks[key] = 0.0

@@ -69,8 +69,8 @@ def _rate_intervals(log: NodeLog) -> list[RateInterval]:
     for number, raw in log.lines:
         _rank, text = line_rank(log, raw)
         match = SPEED.search(text)
-        if not match:
-            continue
+        if not match or text.lstrip().startswith(("[validation_set]", "[test_set]")):
+            continue  # evaluation lines (every --validation_steps) print a speed too
         end = int(match["step"]) + log.header.step_offset
         if end <= previous:
             raise LogParseError(

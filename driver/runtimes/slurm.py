@@ -57,7 +57,13 @@ from driver.bench.protocol import EXIT_OOM
 from driver.core.repeatplan import NodeCommand
 from driver.frameworks.base import REPO_ROOT
 from driver.registry import RUNTIMES
-from driver.runtimes.base import INTERRUPTED_DETAIL, NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.base import (
+    INTERRUPTED_DETAIL,
+    NodeOutcome,
+    RepeatOutcome,
+    RuntimeConfigError,
+    Verdict,
+)
 from driver.slurm import client
 from driver.slurm.config import SlurmConfig, load_slurm_config
 from driver.slurm.render import (
@@ -297,9 +303,26 @@ class SlurmRuntime:
             self._container(plan, plan.session_root),
         )
 
+    @staticmethod
+    def refused_source(plan: RepeatPlan) -> str:
+        """Why this runtime does not run the plan's upstream source ("" for the kit's own
+        scripts): an upstream source's code is only in its own image (src-<source>), while
+        steps here run the framework's base image or the nodes' own Python, where the node
+        command's ``cd`` into the source's folder fails at once."""
+        if plan.source == "dlperf":
+            return ""
+        return (
+            f"upstream source {plan.source!r} runs in its own image, which the slurm runtime "
+            "does not use (it runs the framework's base image or the nodes' Python): run it "
+            "with --runtime docker and an inventory of the nodes"
+        )
+
     def describe(self, plan: RepeatPlan) -> list[str]:
         """The batch job (outside an allocation) and the repeat's srun line, exactly as run;
         nodes the job has not given yet appear as their placeholders."""
+        refused = self.refused_source(plan)
+        if refused:
+            raise RuntimeConfigError(refused)
         lines: list[str] = []
         allocation = self.allocation
         if allocation is None and self.inside_allocation:
@@ -467,6 +490,9 @@ class SlurmRuntime:
     # -- one repeat ------------------------------------------------------------------------
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
         started = time.time()
+        refused = self.refused_source(plan)
+        if refused:  # before any job is submitted
+            return RepeatOutcome(Verdict.FAILED, [], started, time.time(), refused)
         repeat_dir = Path(plan.repeat_dir)
         repeat_dir.mkdir(parents=True, exist_ok=True)
         timings: dict[str, float] = {}

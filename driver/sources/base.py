@@ -24,12 +24,17 @@ L = TypeVar("L")  # a source's per-model launch record
 # Plain Python 3.6+ (the oldest upstream images); silent where no Python is found.
 HOST_PROGRAM = "; ".join(  # one line, so that dry runs and records show it on one line
     (
-        "import json, shutil, socket, subprocess",
+        "import json, os, shutil, socket, subprocess",
         'smi = shutil.which("nvidia-smi")',
-        'out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], '
+        'out = subprocess.run([smi, "--query-gpu=index,name", "--format=csv,noheader"], '
         "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True, "
         'timeout=60).stdout if smi else ""',
-        "gpus = [name.strip() for name in out.splitlines() if name.strip()]",
+        # The GPUs the node's processes see: the node command narrows CUDA_VISIBLE_DEVICES to
+        # the case's (indexes in nvidia-smi's PCI order).
+        'ids = [i.strip() for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") '
+        "if i.strip()]",
+        'rows = [line.split(",", 1) for line in out.splitlines() if "," in line]',
+        "gpus = [name.strip() for index, name in rows if not ids or index.strip() in ids]",
         'cpu = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") '
         'if line.startswith("model name")][:1]',
         'facts = {"hostname": socket.gethostname(), "devices": gpus or cpu}',

@@ -145,7 +145,9 @@ class LaunchSpec(StrictModel):
     dir: Line
     launch: Annotated[Any, one_of(*LAUNCH_MODES)] = "per-node"
     logging: Annotated[Any, one_of(*LOGGING_MODES)] = "rank0"
-    step_offset: number(0, 10**6, "an integer >= 0") = 0
+    # -1: a label one ahead of the steps finished (TF1 BERT prints global_step + 1 of a counter
+    # already advanced by the step: "Step = N" after N - 1 steps).
+    step_offset: number(-1, 10**6, "an integer >= -1") = 0
     extra_steps: number(0, 10**6, "an integer >= 0") = 0
     log_every: number(1, 10**6, "an integer >= 1") = 1
     datasets: list[Annotated[Any, one_of("synthetic", "real")]] = ["synthetic"]
@@ -334,9 +336,35 @@ def _matches(block: FlagBlock, facts: Mapping[str, Any]) -> bool:
     return all(facts.get(key) in allowed for key, allowed in block.when.items())
 
 
-def wrapper_script(directory: str, collect: str | None) -> str:
-    """The node's shell program: header, cd, the upstream command, then its step-log file."""
-    parts = ['printf "%s\\n" "$1"', HOST_PROBE, "shift", f"cd {shlex.quote(directory)} || exit 1"]
+def device_script(procs: int) -> str:
+    """The node's devices narrowed to the case's, then the pre-flight check that it has them.
+
+    Upstream scripts count the GPUs they see (PaddleCV's reader divides --batch_size by them,
+    Paddle BERT and MirroredStrategy use them all, TensorFlow maps memory on each): a 1n1g case
+    in a container given all 8 GPUs of its node must see one. CUDA_VISIBLE_DEVICES lists GPUs
+    0..procs-1 (in nvidia-smi's PCI order, so the host line names the same ones); a node that
+    shows fewer GPUs than the case needs stops here, before the upstream command, naming the fix.
+    Without nvidia-smi (a CPU node) nothing is checked.
+    """
+    ids = ",".join(str(i) for i in range(procs))
+    need = (
+        f'echo "dlperf: pre-flight: this node shows $seen GPU(s); the case needs {procs} '
+        f'(CUDA_VISIBLE_DEVICES={ids}): give the container {procs} or more GPUs (inventory '
+        'container.gpus)" >&2; exit 2'
+    )
+    return (
+        f"export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={ids}; "
+        "if command -v nvidia-smi >/dev/null 2>&1; then "
+        "seen=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .); "
+        f'if [ "$seen" -lt {procs} ]; then {need}; fi; fi'
+    )
+
+
+def wrapper_script(directory: str, collect: str | None, procs: int | None = None) -> str:
+    """The node's shell program: the devices (where ``procs`` is given), header, cd, the upstream
+    command, then its step-log file."""
+    parts = [device_script(procs)] if procs else []
+    parts += ['printf "%s\\n" "$1"', HOST_PROBE, "shift", f"cd {shlex.quote(directory)} || exit 1"]
     if collect:
         quoted = shlex.quote(collect)
         parts.append(f"rm -f {quoted} && mkdir -p {shlex.quote(str(Path(collect).parent))}")
@@ -439,9 +467,12 @@ class UpstreamSource:
         launch = self.launch_for(case)
         header = header_line(self.header(case, rank, batch_size))
         if launch.launch == "mpi-head" and rank.node_rank > 0:
-            script = WORKER_SCRIPT.replace("{port}", str(self.spec.ssh_port))
+            # The ranks mpirun starts here get node 0's CUDA_VISIBLE_DEVICES (mpirun -x).
+            script = device_script(rank.procs_per_node) + "; " + WORKER_SCRIPT.replace(
+                "{port}", str(self.spec.ssh_port)
+            )
             return ["sh", "-c", script, "dlperf-upstream", header]
-        script = wrapper_script(launch.directory, launch.collect)
+        script = wrapper_script(launch.directory, launch.collect, rank.procs_per_node)
         return [
             "sh", "-c", script, "dlperf-upstream", header,
             *self.launch_argv(case, rank, batch_size),
