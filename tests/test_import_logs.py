@@ -22,7 +22,8 @@ from driver.frontend.import_cli import IMPORTED, WORKER0, ImportLogsError, load_
 from driver.release.compare import compare_sides, load_side
 from driver.release.factor import factor_report
 
-REAL = Path(__file__).parent / "fixtures" / "upstream" / "real" / "tensorflow-models-pypi"
+FIXTURES = Path(__file__).parent / "fixtures"
+REAL = FIXTURES / "upstream" / "real" / "tensorflow-models-pypi"
 GLUON = Path(__file__).parent / "fixtures" / "upstream" / "real" / "gluon-nlp" / "bert.log"
 PADDLE = Path(__file__).parent / "fixtures" / "upstream" / "paddle-models"
 STAMP = re.compile(r"batch_index: (\d+), timestamp: (\d+\.\d+)")
@@ -513,3 +514,41 @@ def test_a_note_with_a_control_character_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ImportLogsError, match=r"facts.yaml: note: must be one line of text"):
         load_facts(facts, {})
+
+
+def test_imported_logs_sit_on_the_hardware_they_are_given_and_never_beside_others(
+    tmp_path: Path,
+) -> None:
+    """`--hardware` puts imported logs on their machine: a 1n1g and a 1n8g (worker 0) run of
+    V100s sit beside DLPerf's published V100 figures, speedup against their own 1n1g; without
+    it, the same logs stay on "unknown device", apart from everything."""
+    from driver.release.imported import figure_summaries
+    from driver.verify.folder import verify_sessions
+
+    one = _dllogger_plain(tmp_path / "1n1g.log", 0.25, 30, batch=128)  # 512 samples/s
+    eight = _dllogger_plain(tmp_path / "1n8g.log", 0.28, 30, batch=128)  # 8 x 457.14
+    v100 = "NVIDIA V100-SXM2-16GB"
+    common = ["--source", "ngc-pytorch", "--model", "resnet50", "--batch", "128",
+              "--warmup-steps", "10", "--measured-steps", "20", "--results", str(tmp_path)]
+    assert main(["import-logs", *common, "--logs", str(one), "--session", "on",
+                 "--hardware", v100]) == 0
+    assert main(["import-logs", *common, "--logs", str(eight), "--topology", "1n8g",
+                 "--session", "on", "--hardware", v100]) == 0
+    assert main(["import-logs", *common, "--logs", str(one), "--session", "off"]) == 0
+    published = figure_summaries(FIXTURES / "published" / "dlperf-v1.0-resnet50.yaml")
+    verified = verify_sessions([tmp_path / "on", tmp_path / "off"])
+    assert verified.refused == []
+    summaries = summarize(verified.records, published=published)
+    measured = {(s.case.topology.label, s.identity): s for s in summaries if not s.published_by}
+    assert set(measured) == {("1n1g", v100), ("1n8g", v100), ("1n1g", "unknown device")}
+    assert {s.identity for s in summaries if s.published_by} == {v100}
+    scaled = measured[("1n8g", v100)]
+    assert scaled.speedup == pytest.approx(8 * 0.25 / 0.28, rel=1e-6)  # against its own 1n1g
+    assert measured[("1n1g", "unknown device")].speedup == pytest.approx(1.0)
+    # the report sets them in one machine group with the published V100 rows
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "on"), str(FIXTURES / "published" /
+                 "dlperf-v1.0-resnet50.yaml"), "--out", str(out)]) == 0  # fmt: skip
+    rows = [line for line in (out / "report.md").read_text().splitlines()
+            if line.startswith(f"| {v100} ")]  # fmt: skip
+    assert any("(i)" in line for line in rows) and any("published by" in line for line in rows)

@@ -68,6 +68,9 @@ class Facts(StrictModel):
     logging: Literal["rank0", "per-node", "per-process"] | None = None  # default: the source's
     step_offset: int | None = Field(default=None, ge=0)  # default: the source's
     note: Label = ""  # where the logs come from (kept in the record)
+    # What the logs ran on (``NVIDIA V100-SXM2-16GB``): their machine and device model. Without
+    # it they stay "unknown device" and are set beside no measured case.
+    hardware: Label | None = None
     # where each fact came from ("--batch on the command line", "facts.yaml: batch"), for errors
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -88,6 +91,7 @@ FACT_FLAGS = {  # CLI flag -> Facts field
     "logging": "logging",
     "step_offset": "step_offset",
     "note": "note",
+    "hardware": "hardware",
 }
 
 
@@ -204,6 +208,7 @@ def case_and_header(source_name: str, facts: Facts) -> tuple[Case, RunHeader, st
         warmup_steps=facts.warmup_steps,
         measured_steps=facts.measured_steps,
         worker0_only=facts.worker0_only,
+        hardware=facts.hardware or "",
     )
     return case, header, source.parser
 
@@ -544,6 +549,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--logging", choices=LOGGING_MODES, help="default: the source's")
     parser.add_argument("--step-offset", type=int, help="default: the source's")
     parser.add_argument("--note", help="where the logs come from (kept in the record)")
+    parser.add_argument(
+        "--hardware",
+        help="what the logs ran on, e.g. 'NVIDIA V100-SXM2-16GB' (default: unknown device)",
+    )
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
     parser.add_argument("--session", required=True, help="session name under --results")
     parser.set_defaults(func=cmd_import_logs)

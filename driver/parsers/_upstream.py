@@ -72,6 +72,9 @@ class RunHeader:
     warmup_steps: int
     measured_steps: int
     worker0_only: bool = False  # imported logs: only node 0's was kept (optional header field)
+    # imported logs: the hardware they ran on, as the user states it (optional header field;
+    # the machine's label, and its device model where the node printed no host line)
+    hardware: str = ""
 
     @property
     def world_size(self) -> int:
@@ -92,6 +95,8 @@ class RunHeader:
         data = {name: getattr(self, name) for name in _HEADER_FIELDS}
         if self.worker0_only:
             data["worker0_only"] = True
+        if self.hardware:
+            data.update(hardware=self.hardware, devices=[self.hardware])
         return data
 
 
@@ -133,7 +138,14 @@ def _decode_header(text: str, source: str, number: int) -> RunHeader:
             source=source,
             line=number,
         )
-    header = RunHeader(**values, worker0_only=worker0_only)
+    hardware = data.get("hardware", "")
+    if not isinstance(hardware, str) or any(ord(c) < 32 for c in hardware):
+        raise LogParseError(
+            f"run header field 'hardware' must be one line of text, got {hardware!r}",
+            source=source,
+            line=number,
+        )
+    header = RunHeader(**values, worker0_only=worker0_only, hardware=hardware)
     if header.logging not in LOGGING_MODES:
         raise LogParseError(
             f"run header logging {header.logging!r} is not one of {', '.join(LOGGING_MODES)}",
