@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 
 from driver.core.results import Session
+from driver.core.summary import summarize
 from driver.files import TEMP_PREFIX
 from driver.release.release import ReleaseError, release
 from driver.release.synth import cached_session
 from driver.verify.folder import verify_sessions
+from driver.verify.hardware import legacy_label
 from driver.verify.plausible import Implausible, check_throughput
 
 CASE_1N2G = "calibration/calibration/1n2g/bs8/fp32/synthetic"
@@ -250,3 +252,111 @@ def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
     )
     assert done.stdout.startswith("# dlperf report")
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Which machine: fingerprints in the logs, attestations of older sessions
+
+
+def set_header_hardware(folder: Path, label_of_rank: Callable[[int], str | None]) -> None:
+    """Give every rank's header of the repeat a hardware label (logs re-hashed, record header
+    rewritten), as nodes with a fingerprint write it."""
+    record = json.loads((folder / "record.json").read_text())
+    for name in record["logs"]:
+        log = folder / name
+        lines = []
+        for line in log.read_text().split("\n"):
+            if '"dlperf": "header"' in line:
+                start = line.index("{")
+                event = json.loads(line[start:])
+                label = label_of_rank(event["rank"])
+                if label is not None:
+                    event["hardware"] = label
+                line = line[:start] + json.dumps(event, sort_keys=True)
+            lines.append(line)
+        log.write_text("\n".join(lines))
+        record["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
+    rank0 = label_of_rank(0)
+    if rank0 is not None:
+        record["header"]["hardware"] = rank0
+    (folder / "record.json").write_text(json.dumps(record))
+
+
+def test_a_repeat_whose_nodes_report_two_machines_is_refused_never_averaged(
+    tmp_path: Path,
+) -> None:
+    root = session_copy(tmp_path)
+    two_nodes = root / "cases" / "calibration/calibration/2n2g/bs8/fp32/synthetic" / "repeat-01"
+    set_header_hardware(
+        two_nodes, lambda rank: "EPYC 2c avx2" if rank == 0 else "EPYC 2c avx512_bf16"
+    )
+    refused_everywhere(root, tmp_path, "its ranks ran on 2 kinds of machine")
+    # the same label on every node: one machine; the case's other repeats, whose logs carry
+    # no fingerprint, are another machine's as far as anyone can tell: never pooled with it
+    root = session_copy(tmp_path, "same")
+    case_dir = root / "cases" / "calibration/calibration/2n2g/bs8/fp32/synthetic"
+    set_header_hardware(case_dir / "repeat-01", lambda _rank: "EPYC 2c avx2")
+    verified = verify_sessions([root])
+    assert verified.refused == []
+    two = [s for s in summarize(verified.records) if s.case.topology.label == "2n2g"]
+    legacy = legacy_label(
+        json.loads((case_dir / "repeat-02" / "record.json").read_text())["header"]
+    )
+    assert sorted((s.identity, s.stats.repeats) for s in two) == sorted(
+        [("EPYC 2c avx2", 1), (legacy, 2)]
+    )
+    speedups = {s.identity: s.speedup for s in two}
+    assert speedups["EPYC 2c avx2"] is None  # no 1n1g on that machine: no speedup across
+    assert speedups[legacy] == pytest.approx(2.0, rel=0.01)
+
+
+def test_attested_sessions_are_split_by_machine_in_report_and_release(tmp_path: Path) -> None:
+    from driver.frontend.cli import main
+
+    old, new = session_copy(tmp_path, "old"), session_copy(tmp_path, "new")
+    new_case = new / "cases" / "calibration/calibration/1n1g/bs8/fp32/synthetic"
+    shutil.rmtree(new / "cases" / "calibration/calibration/1n2g")  # new: 1n1g and 2n2g only
+    assert new_case.exists()
+    source = "the session's closing note: the machine had AVX2 only"
+    argv = ["attest-hardware", str(old), "--label", "AMD EPYC 2c avx2", "--source", source,
+            "--fact", "isa=avx2", "--fact", "cores=2"]  # fmt: skip
+    assert main(argv) == 0
+    assert main(argv) == 2  # written once
+    assert main(["attest-hardware", str(new), "--label", "AMD EPYC 2c avx512_bf16",
+                 "--source", "the session's closing note: AVX-512 with bf16"]) == 0  # fmt: skip
+    with pytest.raises(ReleaseError, match="is in sessions"):  # one case, one session
+        release("v0.1", [old, new], reports_root=tmp_path / "r0", compute_flops=False)
+    shutil.rmtree(new / "cases" / "calibration/calibration/1n1g")
+    shutil.rmtree(new / "cases" / "calibration/calibration/2n2g")
+    verified = verify_sessions([old])
+    assert {r.fingerprint for r in verified.repeats} == {"AMD EPYC 2c avx2"}
+    version = release("v0.1", [old], reports_root=tmp_path / "r", compute_flops=False,
+                      printer=lambda _l: None)  # fmt: skip
+    readme = (version / "README.md").read_text()
+    assert "| `old`     | AMD EPYC 2c avx2 | the session's hardware.json (attested) |" in readme
+    rows = json.loads((version / "results.json").read_text())["cases"]
+    assert {row["fingerprint"] for row in rows} == {"AMD EPYC 2c avx2"}
+
+
+def test_two_attested_machines_never_share_a_median_or_a_baseline(tmp_path: Path) -> None:
+    from driver.frontend.cli import main
+
+    a, b = session_copy(tmp_path, "a"), session_copy(tmp_path, "b")
+    for root, label in ((a, "EPYC avx2"), (b, "EPYC avx512_bf16")):
+        assert main(["attest-hardware", str(root), "--label", label,
+                     "--source", "written by this test for two machines"]) == 0  # fmt: skip
+    summaries = summarize(verify_sessions([a, b]).records)
+    assert len(summaries) == 6 and all(s.stats.repeats == 3 for s in summaries)
+    for s in summaries:
+        assert s.identity in ("EPYC avx2", "EPYC avx512_bf16")
+        base = next(x for x in summaries if x.case.topology.world_size == 1
+                    and x.identity == s.identity)  # fmt: skip
+        assert s.speedup == pytest.approx(s.stats.median / base.stats.median)
+
+
+def test_a_broken_attestation_is_refused_by_name(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    (root / "hardware.json").write_text('{"schema": 1, "label": "x\\ny", "source": "short"}')
+    refused = verify_sessions([root]).refused
+    assert refused and all(line.startswith(f"{root / 'hardware.json'}: ") for line in refused)
+    assert "field label" in refused[0] and "field source" in refused[0]

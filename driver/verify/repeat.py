@@ -195,6 +195,16 @@ def verify_repeat(
             f"the logs ({', '.join(record.logs)}) are not a plausible measurement with the "
             f"batch_size {record.batch_size} of {path}: {error}",
         ) from None
+    machines = sorted(
+        {h["hardware"] for h in parsed.rank_headers() if isinstance(h.get("hardware"), str)}
+    )
+    if len(machines) > 1:
+        raise RepeatRefused(
+            files.folder,
+            f"its ranks ran on {len(machines)} kinds of machine ({'; '.join(machines)}): a case "
+            "runs on one kind of machine, so its figure would average two; run it on nodes of one "
+            "kind",
+        )
     attestation = None
     if files.attestation is not None:
         try:
