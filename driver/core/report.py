@@ -374,7 +374,7 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
         for s in items:
             key = (s.identity, series_name(s))
             series[key][s.case.precision].append(s)
-        device_column = shows_device(items)
+        device_column = shows_device(items) or by_machine(items)  # every row says its machine
         headers = [*([identity_header(items)] if device_column else []), "series"]
         headers += ["FP32 samples/s", "FP32 speedup", "AMP samples/s", "AMP speedup"]
         rows = []
