@@ -224,6 +224,9 @@ def test_several_ranks_meet_at_a_barrier_before_and_after(
     [
         (["--option", "toy_lr=-1"], "toy_lr must be positive"),
         (["--dataset", "real", "--data-dir", "/data"], "toy scripts have no input pipeline"),
+        # a key given twice: the last would win without a word (also spelled with a dash)
+        (["--option", "toy_lr=1", "--option", "toy_lr=2"], "'toy_lr' is given twice"),
+        (["--option", "toy_lr=1", "--option", "toy-lr=1"], "'toy_lr' is given twice"),
     ],
 )
 def test_a_bad_option_fails_like_argparse_before_anything_is_built(

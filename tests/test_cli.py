@@ -172,6 +172,10 @@ def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
     assert main(["envs", "tensorflow-modles"]) == 2
     error = capsys.readouterr().err
     assert "'tensorflow-modles' is not an environment (did you mean 'tensorflow-models'?)" in error
+    for blank in ("", " ", ",", "pytorch,"):  # never "every environment" (gigabytes)
+        assert main(["envs", blank]) == 2
+        out, error = capsys.readouterr()
+        assert out == "" and f"envs: {blank!r} holds an empty environment name" in error
     assert main(["envs", "pytorch"]) == 0  # made once (here, or by `make envs` in CI)
     out = capsys.readouterr().out
     assert out.startswith("pytorch: ") and "/pytorch/bin/python" in out

@@ -27,6 +27,7 @@ from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import load_lock
 from driver.release.manifest import validate as validate_manifest
 from driver.schema import ConfigError
+from driver.slurm.config import load_slurm_config
 from driver.sources.upstream import load_spec
 from tests.config_samples import minimal_source
 from tests.hostile import (
@@ -153,7 +154,7 @@ SETTING_VALUES: dict[str, list[Any]] = {
     "epoch_samples": [0, -1, NAN, "many"],
     "loader_workers": [-1, "many", NAN, 1.5, True, 10**6],
     "drop_caches": ["yes", 1, NAN],
-    "data_dir": [*INJECTIONS, "/data\n", "", 1, ["/d"]],
+    "data_dir": [*INJECTIONS, "/data\n", "", 1, ["/d"], "data", "./data", "~/data"],  # relative
     "source": ["nope", "dlperf\n", 1, "$(touch /tmp/x)"],
 }
 SUITE_VALUES: dict[str, list[Any]] = {
@@ -262,7 +263,7 @@ CLI_VALUES: dict[str, list[str]] = {
     ],
     "--session": ["../x", "/abs/path", ".", "..", "a/b", "$(touch /tmp/x)", "a\nb", "x" * 101,
                   "-x", ".hidden"],
-    "--data-dir": ["$(touch /tmp/x)", "/d\n", "; rm -rf /", "a b"],
+    "--data-dir": ["$(touch /tmp/x)", "/d\n", "; rm -rf /", "a b", "data", "~/data"],
     "--amp": ["maybe", "2"],
     "--dataset": ["imagenet", "real"],  # real: the matrix has no data_dir
     "--model": ["resnt50", "vgg"],
@@ -287,17 +288,109 @@ def run_cli(argv: list[str]) -> object:
     return code
 
 
+# Numbers of the other sub-commands: the same bounds as the schema, refused by argparse.
+SUBCOMMAND_VALUES: dict[tuple[str, ...], list[str]] = {
+    ("selftest", "--step-time"): ["1e308", "0", "-1", "nan", "inf", "61", "abc"],
+    ("selftest", "--repeats"): ["0", "-1", "1001", "1.5", "nan"],
+    ("compare", "--alpha"): ["nan", "2", "-1", "0", "1", "inf", "x"],
+    ("preflight", "--devices"): ["0", "-1", "1e3", "nan", "5000"],
+    ("probe", "--iters"): ["0", "-1", "nan", "1e9"],
+    ("probe", "--sizes-mb"): ["nan", "0", "1,,2", "-1", "1e9", "inf", ""],
+    ("probe", "--session"): ["../x", "/abs/path", "a/b", ".", ".hidden", "a\nb"],
+}  # fmt: skip
+SUBCOMMAND_REST = {
+    "selftest": [],
+    "compare": ["a", "b"],
+    "preflight": ["--inventory", "missing-inventory.yaml"],
+    "probe": ["--session", "s", "--topology", "1n2g"],
+}
+
+
 def cli_cases(files: Files) -> Iterator[HostileCase]:
     base = ["run", "--dry-run", "--profile", "cpu-smoke", "--framework", "pytorch"]
     for flag, values in CLI_VALUES.items():
         for i, value in enumerate(values):
             argv = [*base, f"{flag}={value}"]
             yield HostileCase(f"cli/{flag}/{i}", lambda a=argv: run_cli(a), (flag.split("=")[0],))
+    for (command, flag), values in SUBCOMMAND_VALUES.items():
+        for i, value in enumerate(values):
+            argv = [command, *SUBCOMMAND_REST[command], f"{flag}={value}"]
+            yield HostileCase(f"cli/{command} {flag}/{i}", lambda a=argv: run_cli(a), (flag,))
+    # --option given twice (the last would win without a word), even with one value.
+    for i, (first, second) in enumerate([("lr=1", "lr=2"), ("image_size=8", "image_size=8")]):
+        argv = [*base, "--option", first, "--option", second]
+        expect = ("--option", first.split("=")[0], "twice")
+        yield HostileCase(f"cli/--option-twice/{i}", lambda a=argv: run_cli(a), expect)
+    # An empty environment name is not "every environment" (gigabytes of installs).
+    for i, names in enumerate(["", ",", " ", "pytorch,", ",pytorch"]):
+        yield HostileCase(f"cli/envs/{i}", lambda n=names: run_cli(["envs", n]), ("envs",))
+    # A lock file named for the audit is read, never skipped when missing or bad.
+    for name, content in (("missing", ...), ("dir", None), ("non-utf8", b"schema: 1\n\xff\n")):
+        path = files.root / "missing" / "images.lock"
+        if content is not ...:
+            path = files.write("images.lock", content)  # type: ignore[arg-type]
+        argv = ["audit", "--images-lock", str(path), "v0.1-cpu"]
+        yield HostileCase(
+            f"cli/audit --images-lock/{name}", lambda a=argv: run_cli(a), (str(path),)
+        )
+    # A --results folder pyxis cannot mount (its --container-mounts list is split on ',' and
+    # each entry on ':'): refused before any job is submitted.
+    cluster = files.write("cluster.yaml", "slurm:\n  container: pyxis\n")
+    for i, folder in enumerate(["a,b", "a:b", "x,/etc"]):
+        results = files.root / "results" / folder
+        argv = ["run", "--profile", "cpu-smoke", "--model", "resnet50", "--runtime", "slurm",
+                "--inventory", str(cluster), "--results", str(results), "--session", "s"]
+        yield HostileCase(
+            f"cli/--results-pyxis-mount/{i}", lambda a=argv: run_cli(a), (str(results), "--results")
+        )  # fmt: skip
     for name, content in (("dir", None), ("non-utf8", b"framework: pytorch\n\xff\n"),
                           ("bomb", BOMB)):  # fmt: skip
         path = files.write("matrix.yaml", content)
         argv = ["run", "--dry-run", "--matrix", str(path)]
         yield HostileCase(f"cli/--matrix/{name}", lambda a=argv: run_cli(a), (str(path),))
+
+
+# --------------------------------------------------------------------------------------------
+# The slurm: section of a cluster file
+
+# Each overrides an option the kit sets itself (sbatch takes the last one given): the error names
+# the option the argument sets, whichever spelling sets it.
+SBATCH_COLLISIONS: list[tuple[list[str], str]] = [
+    (["--job-name=x"], "sets --job-name (-J)"), (["-J", "x"], "sets --job-name (-J)"),
+    (["-Jx"], "sets --job-name (-J)"), (["--job=x"], "sets --job-name (-J)"),
+    (["--nodes=1"], "sets --nodes (-N)"), (["-N1"], "sets --nodes (-N)"),
+    (["-N", "1"], "sets --nodes (-N)"), (["-vN2"], "sets --nodes (-N)"),
+    (["--comment=ok", "--nodes=1"], "'--nodes=1' sets --nodes"), (["-n4"], "sets --ntasks (-n)"),
+    (["--ntasks=4"], "sets --ntasks (-n)"), (["--ntasks-per-node=2"], "sets --ntasks-per-node,"),
+    (["--time=5"], "slurm.time_limit"), (["-t", "5"], "slurm.time_limit"),
+    (["--output=/tmp/o"], "sets --output (-o)"), (["-o", "/tmp/o"], "sets --output (-o)"),
+    (["--wrap=true"], "sets --wrap,"), (["--parsable"], "sets --parsable,"),
+    (["--array=1-3"], "sets --array (-a)"), (["--partition=x"], "slurm.partition"),
+    (["-p", "x"], "slurm.partition"), (["--account=a"], "slurm.account"),
+    (["-A", "a"], "slurm.account"), (["--qos=q"], "slurm.qos"), (["-q", "q"], "slurm.qos"),
+    (["--constraint=c"], "slurm.constraint"), (["-C", "c"], "slurm.constraint"),
+    (["--reservation=r"], "slurm.reservation"), (["--gres=gpu:2"], "sets --gres,"),
+    (["--gpus-per-node=2"], "sets --gpus-per-node,"), (["--gpus=2"], "sets --gpus (-G)"),
+    (["-G2"], "sets --gpus (-G)"), (["--exclusive"], "slurm.exclusive"),
+    (["--"], "ends sbatch's options"), (["--comment", "x"], "write each as --name=value"),
+    (["comment=x"], "write each as --name=value"),
+]  # fmt: skip
+# No time limit (0 in any form, UNLIMITED): the session's job would hold its nodes forever.
+TIME_LIMITS = ["0", "00:00", "0-0", "0:0:0", "0-00:00:00", "UNLIMITED", "infinite", 0, "-1"]
+
+
+def slurm_cases(files: Files) -> Iterator[HostileCase]:
+    def case(name: str, key: str, value: Any, expect: str) -> HostileCase:
+        path = files.write("cluster.yaml", yaml.safe_dump({"slurm": {key: value}}))
+        return HostileCase(
+            f"slurm/{name}", lambda: load_slurm_config(path), (str(path), f"slurm.{key}", expect)
+        )
+
+    for i, (arguments, expect) in enumerate(SBATCH_COLLISIONS):
+        yield case(f"extra_sbatch_args/{i}", "extra_sbatch_args", arguments, expect)
+    for i, value in enumerate(TIME_LIMITS):
+        expect = "time limit" if value in (0, "-1") else "means no time limit"
+        yield case(f"time_limit/{i}", "time_limit", value, expect)
 
 
 # --------------------------------------------------------------------------------------------
@@ -534,6 +627,7 @@ def all_cases(root: Path) -> list[HostileCase]:
     return [
         *matrix_cases(files),
         *cli_cases(files),
+        *slurm_cases(files),
         *inventory_cases(files),
         *source_cases(files),
         *lock_cases(files),

@@ -57,6 +57,9 @@ def test_expands_cartesian_product_with_stable_ids(tmp_path: Path) -> None:
         (GOOD.replace("1n8g", "3n8g"), "suites[0].topology[1]", "multiple of nodes"),
         (GOOD + "    xla: on\n", "suites[0].xla[0]", "allowed values"),
         (GOOD + "    dataset: real\n", "suites[0].data_dir", "needs data_dir"),
+        # relative (or ~): read on the nodes from another folder, never mounted under docker
+        (GOOD + "    data_dir: data/imagenet\n", "suites[0].data_dir", "an absolute folder"),
+        (GOOD + "    data_dir: ~/imagenet\n", "suites[0].data_dir", "an absolute folder"),
     ],
 )
 def test_rejections_name_file_field_and_allowed_values(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from driver.core.results import Session
 from driver.core.runner import run_cases
-from driver.core.selftest import ERROR_BOUND, calibration_cases, run_selftest
+from driver.core.selftest import ERROR_BOUND, SelftestError, calibration_cases, run_selftest
 from driver.core.summary import summarize
 from driver.runtimes.local import LocalRuntime
 
@@ -31,6 +34,18 @@ def test_selftest_error_is_under_the_bound_single_and_multi_process(tmp_path: Pa
         assert result.error < ERROR_BOUND, result
         # Starting Python processes costs something; seconds of it would be a kit problem.
         assert 0 < result.overhead_s < 5, result
+
+
+def test_a_failed_calibration_run_is_a_selftest_error_naming_the_repeat(tmp_path: Path) -> None:
+    failing = LocalRuntime(python_override=shutil.which("false"))  # every rank exits 1
+    with pytest.raises(SelftestError) as failed:
+        run_selftest(
+            step_time=0.01, repeats=1, measured_steps=5, topologies=("1n1g",),
+            results_dir=tmp_path / "s", printer=quiet, runtime=failing,
+        )  # fmt: skip
+    message = str(failed.value)
+    assert message.startswith("calibration runs failed: calibration/calibration/1n1g/")
+    assert "repeat 1: failed" in message and "\n" not in message
 
 
 def test_a_session_remembers_every_command_that_ran_into_it(tmp_path: Path) -> None:

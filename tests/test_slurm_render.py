@@ -160,6 +160,8 @@ def test_section_loads_and_defaults(tmp_path: Path) -> None:
         ("  mounts: [data]\n", "slurm.mounts[0]: must be SRC:DST[:FLAGS]"),
         ("  container: docker\n", "slurm.container: 'docker' is not allowed; allowed values"),
         ("  extra_sbatch_args: [exclusive]\n", "must be an option: write each as --name=value"),
+        ("  extra_sbatch_args: [--nodes=1]\n", "slurm.extra_sbatch_args: '--nodes=1' sets --nodes"),
+        ("  time_limit: '0'\n", "slurm.time_limit: '0' means no time limit to Slurm"),
         ("  gpus_per_node: -1\n", "slurm.gpus_per_node: must be a GPU count 0-1024"),
         ("  gpus_per_node: .nan\n", "slurm.gpus_per_node"),
         ("  exclusive: true\n  exclusive: false\n", "key 'exclusive' is given twice"),
@@ -174,11 +176,67 @@ def test_bad_section_names_file_field_and_fix(tmp_path: Path, body: str, message
 
 
 def test_time_limit_formats() -> None:
-    for good in ("90", "30:00", "04:00:00", "1-00:00:00", "2-12", "UNLIMITED"):
+    for good in ("90", "30:00", "04:00:00", "1-00:00:00", "2-12", "0:30", "0-0:1"):
         assert SlurmConfig(time_limit=good).time_limit == good
     for bad in ("1h", "04:00:00:00", "-1", ""):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="must be a Slurm time limit"):
             SlurmConfig(time_limit=bad)
+    # Slurm reads 0 (in any form) and UNLIMITED as no limit: the session's job, which only
+    # holds its nodes, would hold them forever if the kit could not cancel it.
+    for unlimited in ("0", "00:00", "0:0:0", "0-0", "0-00:00:00", "UNLIMITED", "infinite"):
+        with pytest.raises(ValueError, match=r"means no time limit.*finite.*\"04:00:00\""):
+            SlurmConfig(time_limit=unlimited)
+
+
+def test_extra_sbatch_args_cannot_override_an_option_the_kit_sets() -> None:
+    # Every option sbatch_argv writes, in every configuration, is refused as an extra argument
+    # (sbatch takes the last one: --job-name would hide the job from leftover cleanup, --nodes=1
+    # would run a 2-node case on one node), in each spelling sbatch accepts.
+    gres = GPU_CLUSTER.model_copy(update={"gpu_request": "gres"})
+    written = {
+        argument.split("=")[0]
+        for config in (GPU_CLUSTER, gres)
+        for argument in sbatch_argv(config, 2, "job", "out")[1:]
+        if argument not in GPU_CLUSTER.extra_sbatch_args
+    }
+    assert {"--job-name", "--nodes", "--time", "--output", "--gres"} <= written
+    for option in sorted(written):
+        for extra in ([f"{option}=x"], [option, "x"], [f"{option[:-1]}=x"]):
+            with pytest.raises(ValueError, match=f"sets {option}"):
+                SlurmConfig(extra_sbatch_args=extra)
+    for short, option in (("-J", "--job-name"), ("-N", "--nodes"), ("-t", "--time"),
+                          ("-o", "--output"), ("-n", "--ntasks"), ("-p", "--partition")):
+        for extra in ([f"{short}2"], [short, "2"], [f"-v{short[1]}2"]):
+            with pytest.raises(ValueError, match=f"sets {option} \\({short}\\)"):
+                SlurmConfig(extra_sbatch_args=extra)
+    for other in (["--wrap=sleep"], ["--array=1-2"], ["--"]):
+        with pytest.raises(ValueError, match="slurm.extra_sbatch_args|sets|ends sbatch"):
+            SlurmConfig(extra_sbatch_args=other)
+    # What the kit does not set stays the user's, as written.
+    own = ["--comment=dlperf", "--time-min=30", "--cpus-per-task=32", "-c32", "--mem=0",
+           "--exclude=n3", "--nodelist=n1", "--gres-flags=enforce-binding", "--requeue",
+           "--mail-type=END", "-v"]  # fmt: skip
+    assert SlurmConfig(extra_sbatch_args=own).extra_sbatch_args == own
+    assert sbatch_argv(SlurmConfig(extra_sbatch_args=own), 1, "j", "o")[-len(own):] == own
+
+
+@pytest.mark.parametrize("folder", ["a,b", "a:b", "x,/etc"])
+def test_a_session_folder_pyxis_cannot_mount_is_refused_before_any_job(
+    tmp_path: Path, folder: str
+) -> None:
+    from driver.runtimes.base import RuntimeConfigError
+
+    session = tmp_path / folder / "session"
+    pyxis = SlurmRuntime(config=SlurmConfig(container="pyxis"))
+    with pytest.raises(RuntimeConfigError) as refused:
+        pyxis.clean_leftovers(session)  # where a session starts, before its first job
+    assert str(session) in str(refused.value) and "--results" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    # The mounts themselves are never rendered from such a path either.
+    plan = four_by_eight_plan(pyxis)
+    with pytest.raises(RuntimeConfigError):
+        pyxis._container(plan, session)
+    assert pyxis._container(plan, tmp_path / "fine" / "session") is not None
 
 
 # -- describe (--dry-run) of a planned case ---------------------------------------------------
@@ -261,6 +319,28 @@ def test_cli_names_a_bad_slurm_section_and_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert f"error: {path}: slurm.time_limit: must be a Slurm time limit" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_selftest_without_a_slurm_controller_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    argv = [sys.executable, "-m", "driver.frontend.cli", "selftest", "--runtime", "slurm"]
+    no_client = {**env, "PATH": str(tmp_path)}  # no scontrol on the PATH
+    results = [subprocess.run(argv, capture_output=True, text=True, timeout=120, env=no_client)]
+    if shutil.which("scontrol"):  # a controller that does not answer (nothing on port 9)
+        conf = tmp_path / "slurm.conf"
+        conf.write_text("ClusterName=none\nSlurmctldHost=nowhere(127.0.0.1)\nSlurmctldPort=9\n")
+        down = {**env, "SLURM_CONF": str(conf)}
+        results.append(subprocess.run(argv, capture_output=True, text=True, timeout=120, env=down))
+    for result in results:
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert result.stderr.startswith("error: --runtime slurm: no Slurm controller answers (")
+        assert "start slurmctld" in result.stderr and "`scontrol ping`" in result.stderr
+    assert "scontrol not found" in results[0].stderr
 
 
 def test_cli_dry_run_prints_the_job_and_the_steps(tmp_path: Path) -> None:

@@ -25,7 +25,12 @@ from torch.utils.flop_counter import FlopCounterMode
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS, parse_option_value
+from driver.bench.contract import (
+    DEFAULT_IMAGE_SIZE,
+    SHAPE_OPTIONS,
+    OptionPairs,
+    option_pair,
+)
 from PyTorch.benchmark.data import synthetic_batch
 from PyTorch.benchmark.models import build_model, training_loss
 
@@ -69,12 +74,11 @@ def training_flops_per_sample(model_name: str, options: Mapping[str, Any] | None
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=("resnet50", "inception3", "bert"))
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--option", type=option_pair, action=OptionPairs, default={}, metavar="KEY=VALUE"
+    )
     args = parser.parse_args(argv)
-    options = {}
-    for text in args.option:
-        key, _, value = text.partition("=")
-        options[key.replace("-", "_")] = parse_option_value(value)
+    options = dict(args.option)
     counts = count_training_flops(args.model, options)
     per_sample = {name: value / _COUNT_BATCH for name, value in counts.items()}
     print(

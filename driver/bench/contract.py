@@ -76,11 +76,34 @@ def parse_option_value(text: str) -> Any:
         return text
 
 
-def _option(text: str) -> tuple[str, Any]:
+def option_pair(text: str) -> tuple[str, Any]:
+    """``--option KEY=VALUE`` as an argparse type: (key with '_' for '-', parsed value)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"--option expects KEY=VALUE, got {text!r}")
     return key.replace("-", "_"), parse_option_value(value)
+
+
+class OptionPairs(argparse.Action):
+    """``--option KEY=VALUE`` (its ``type`` gives the pair), repeatable, into one dict. A key
+    given twice is refused: otherwise the last value would win without a word."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        key, value = values
+        options = dict(getattr(namespace, self.dest, None) or {})
+        if key in options:
+            parser.error(
+                f"argument {option_string}: {key!r} is given twice ({key}={options[key]!r}, "
+                f"then {key}={value!r}); give each option once"
+            )
+        options[key] = value
+        setattr(namespace, self.dest, options)
 
 
 def build_parser(
@@ -110,9 +133,9 @@ def build_parser(
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
         "--option",
-        type=_option,
-        action="append",
-        default=[],
+        type=option_pair,
+        action=OptionPairs,
+        default={},
         metavar="KEY=VALUE",
         help="framework/model knob, repeatable (e.g. channels_last=true, bert_layers=2)",
     )

@@ -115,9 +115,12 @@ Precision = Annotated[Any, one_of(*PRECISIONS)]
 DatasetName = Annotated[Any, one_of(*DATASETS)]
 XlaSetting = Annotated[Any, one_of("off", "on", False, True)]
 # A folder on the nodes: safe path characters only, never an option ("-...") or a newline.
+# Absolute, and refused rather than resolved against the matrix's folder: the scripts read it
+# on the nodes, in their own working folder (inside a container under the docker runtime,
+# where only absolute folders are mounted), and no shell expands a "~".
 DataDir = text(
-    r"[A-Za-z0-9_./~+@=,:][A-Za-z0-9_./~+@=,:-]{0,4095}",
-    "a folder path of letters, digits and _ . / ~ + @ = , : - (not starting with '-')",
+    r"/[A-Za-z0-9_./~+@=,:-]{0,4095}",
+    "an absolute folder path (/data/imagenet) of letters, digits and _ . / ~ + @ = , : -",
 )
 VariantName = text(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", "a name: letters, digits, - and _")
 Steps = Annotated[int, Field(ge=0, le=MAX_STEPS)]
@@ -133,7 +136,7 @@ class Settings(StrictModel):
     total_steps: PositiveSteps | None = None  # None: warm-up + measured
     repeats: Repeats = 7
     timeout_s: Annotated[FiniteFloat, Field(gt=0, le=MAX_TIMEOUT_S)] = 3600.0
-    data_dir: DataDir | None = None
+    data_dir: DataDir | None = None  # absolute: a relative one is refused, never resolved
     source: Name = "dlperf"
     epochs: Annotated[FiniteFloat, Field(gt=0, le=1e6)] | None = None
     epoch_samples: Annotated[int, Field(ge=1, le=10**12)] | None = None

@@ -27,6 +27,10 @@ from driver.runtimes.local import LocalRuntime
 ERROR_BOUND = 0.005  # the kit must be within 0.5% of the truth
 
 
+class SelftestError(RuntimeError):
+    """A calibration repeat failed: no error to measure (the CLI prints it in one line)."""
+
+
 @dataclass(frozen=True)
 class SelftestResult:
     topology: str
@@ -86,7 +90,11 @@ def run_selftest(
         summary = run_cases(cases, session, runtime, printer=lambda _line: None)
         elapsed = time.monotonic() - started
         if not summary.ok:
-            raise RuntimeError(f"calibration runs failed: {summary.failed}")
+            failed = "; ".join(
+                f"{case_id} repeat {repeat}: {verdict} {' '.join(detail.split())}"
+                for case_id, repeat, verdict, detail in summary.failed
+            )
+            raise SelftestError(f"calibration runs failed: {failed}")
         records = list(session.records())
         results = [
             SelftestResult(

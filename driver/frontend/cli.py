@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import re
 import sys
 import time
 from pathlib import Path
 
-from driver.bench.contract import parse_option_value
+from driver.bench.contract import OptionPairs, parse_option_value
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
+    MAX_REPEATS,
     MatrixError,
     Overrides,
     UnknownProfile,
@@ -24,6 +24,7 @@ from driver.core.matrix import (
 )
 from driver.files import KitWriteError
 from driver.frameworks.base import REPO_ROOT
+from driver.frontend.args import bounded_float, bounded_int, check_session_name
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError
@@ -33,8 +34,6 @@ from driver.schema import ConfigError, did_you_mean
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
 DEFAULT_RESULTS = REPO_ROOT / "results"
-# A session is a folder NAME under --results, never a path (no "..", "/", or leading dot).
-SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
@@ -71,18 +70,6 @@ def _topologies(nodes: int | None, gpus: int | None) -> tuple[str, ...]:
     nodes = 1 if nodes is None else nodes
     gpus = 1 if gpus is None else gpus
     return (f"{nodes}n{nodes * gpus}g",)
-
-
-def check_session_name(text: str) -> str:
-    """``--session``: a folder name under --results; a path would write outside it."""
-    if not SESSION_NAME.fullmatch(text):
-        raise MatrixError(
-            COMMAND_LINE,
-            "--session",
-            f"{text!r} is not a session name: letters, digits, '.', '_' and '-', starting with "
-            "a letter or digit, at most 100 characters (a name, not a path)",
-        )
-    return text
 
 
 def _check_selection(cases: list, overrides: Overrides) -> None:
@@ -292,10 +279,19 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from driver.core.selftest import run_selftest
+    from driver.core.selftest import SelftestError, run_selftest
 
     runtime = make_runtime(args.runtime, inventory=args.inventory)
-    results = run_selftest(step_time=args.step_time, repeats=args.repeats, runtime=runtime)
+    # A runtime that can tell up front that its cluster does not answer (Slurm: no
+    # controller) says so in one line, rather than every calibration repeat failing.
+    check_reachable = getattr(runtime, "check_reachable", None)
+    if check_reachable is not None:
+        check_reachable()
+    try:
+        results = run_selftest(step_time=args.step_time, repeats=args.repeats, runtime=runtime)
+    except SelftestError as error:
+        print(f"error: selftest: {error}", file=sys.stderr)
+        return 1
     return 0 if all(r.passed for r in results) else 1
 
 
@@ -336,7 +332,17 @@ def cmd_envs(args: argparse.Namespace) -> int:
     from driver.core.envs import ensure_env
 
     known = local_environments()
-    wanted = _csv(args.names) if args.names else list(known)
+    if args.names is None:
+        wanted = list(known)
+    else:  # '' or 'a,,b' is a mistake, never "every environment" (gigabytes of installs)
+        wanted = [name.strip() for name in args.names.split(",")]
+        if not all(wanted):
+            raise MatrixError(
+                COMMAND_LINE,
+                "envs",
+                f"{args.names!r} holds an empty environment name; give names (e.g. "
+                f"pytorch,tensorflow), or none at all for every one: {', '.join(known)}",
+            )
     for name in wanted:
         if name not in known:
             raise MatrixError(
@@ -362,27 +368,10 @@ def _option(text: str) -> tuple[str, object]:
     return key, parse_option_value(value)
 
 
-def _positive_finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 RUNTIME_HELP = "local, docker, process or slurm (see docs/clusters.md)"
+# The selftest's step time: at least 1 ms (32 samples per step stay well within the door's
+# plausible throughput per device), at most a minute (its 105 steps per repeat: under 2 hours).
+SELFTEST_MIN_STEP_S, SELFTEST_MAX_STEP_S = 0.001, 60.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -407,7 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeats", type=int)
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--measured-steps", type=int)
-    run.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
+    run.add_argument(
+        "--option",
+        type=_option,
+        action=OptionPairs,
+        metavar="KEY=VALUE",
+        help="a framework option (repeatable, each key once)",
+    )
     run.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     run.add_argument(
         "--progress",
@@ -434,8 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
-    selftest.add_argument("--step-time", type=_positive_finite, default=0.02)
-    selftest.add_argument("--repeats", type=_positive_int, default=3)
+    selftest.add_argument(
+        "--step-time",
+        type=bounded_float(SELFTEST_MIN_STEP_S, SELFTEST_MAX_STEP_S, unit="seconds"),
+        default=0.02,
+        help="the workload's step time in seconds",
+    )
+    selftest.add_argument("--repeats", type=bounded_int(1, MAX_REPEATS), default=3)
     selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)

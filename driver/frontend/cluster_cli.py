@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from driver.cluster.inventory import MAX_NODE_DEVICES
+from driver.frontend.args import bounded_int
+
 
 def _build_options(args: argparse.Namespace, local_copies: dict[str, Any] | None = None) -> Any:
     from driver.images.build import BuildOptions
@@ -249,5 +252,9 @@ def add_subcommands(subparsers: Any) -> None:
     preflight.add_argument("--inventory", required=True)
     preflight.add_argument("--runtime", default="docker", choices=("docker", "process"))
     preflight.add_argument("--framework", default="pytorch")
-    preflight.add_argument("--devices", type=int, help="devices needed per node (default: all)")
+    preflight.add_argument(
+        "--devices",
+        type=bounded_int(1, MAX_NODE_DEVICES),  # the inventory's own bound for a node's devices
+        help="devices needed per node (default: all)",
+    )
     preflight.set_defaults(func=cmd_preflight)

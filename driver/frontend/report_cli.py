@@ -11,9 +11,13 @@ import sys
 from pathlib import Path
 
 from driver.frameworks.base import REPO_ROOT
+from driver.frontend.args import bounded_float, bounded_float_list, bounded_int, session_name
 
 REPORTS = REPO_ROOT / "reports"
 RESULTS = REPO_ROOT / "results"
+# The all-reduce probe's message sizes (MB: at least 1 KB, at most what fits in a device's
+# memory) and timed iterations (a probe takes seconds to minutes, not hours).
+PROBE_MIN_MB, PROBE_MAX_MB, PROBE_MAX_ITERS = 0.001, 16384.0, 100_000
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -42,6 +46,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from driver.release.audit import audit
     from driver.release.release import ReleaseError, released_versions, resolve_version
 
+    if args.images_lock:  # a lock named but missing or unreadable is an error, never skipped
+        from driver.images.lock import LockFileError, load_lock
+
+        try:
+            load_lock(args.images_lock)
+        except LockFileError as error:
+            print(f"error: --images-lock {error}", file=sys.stderr)
+            return 2
     reports = Path(args.reports)
     if args.all:
         targets = [reports / name for name, _ in reversed(released_versions(reports))]
@@ -141,10 +153,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from driver.probes import ProbeError, run_allreduce_probe
     from driver.runtimes.factory import make_runtime
 
-    root = Path(args.session)
-    if not root.is_absolute() and not (root / "session.json").exists():
-        root = Path(args.results) / args.session
-    session = Session.open(root, {"runtime": args.runtime})
+    session = Session.open(Path(args.results) / args.session, {"runtime": args.runtime})
     runtime = make_runtime(args.runtime, inventory=args.inventory)
     status = 0
     for topology in args.topology:
@@ -281,7 +290,12 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser("compare", help="two versions or sessions, case by case")
     compare.add_argument("a", help="baseline: a version or a session")
     compare.add_argument("b", help="the other version or session")
-    compare.add_argument("--alpha", type=float, default=0.05)
+    compare.add_argument(
+        "--alpha",
+        type=bounded_float(0, 1, low_open=True, high_open=True),
+        default=0.05,
+        help="significance level of the Mann-Whitney U test, 0 < alpha < 1 (default 0.05)",
+    )
     compare.add_argument("--json", action="store_true")
     common(compare)
     compare.set_defaults(func=cmd_compare)
@@ -334,12 +348,24 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     probe = sub.add_parser(
         "probe", help="all-reduce bandwidth probe into a session (for scaling bounds)"
     )
-    probe.add_argument("--session", required=True, help="session folder or name (created if new)")
+    probe.add_argument(
+        "--session",
+        required=True,
+        type=session_name,
+        help="session name under --results (created if new)",
+    )
     probe.add_argument(
         "--topology", action="append", required=True, help="e.g. 1n2g, 2n16g (repeatable)"
     )
-    probe.add_argument("--sizes-mb", default="1,16,64")
-    probe.add_argument("--iters", type=int, default=10)
+    probe.add_argument(
+        "--sizes-mb",
+        type=bounded_float_list(PROBE_MIN_MB, PROBE_MAX_MB, unit="MB"),
+        default="1,16,64",
+        help="message sizes in MB, comma-separated",
+    )
+    probe.add_argument(
+        "--iters", type=bounded_int(1, PROBE_MAX_ITERS), default=10, help="timed all-reduces"
+    )
     probe.add_argument("--python", help="interpreter with torch (default: the PyTorch venv)")
     probe.add_argument("--runtime", default="local")
     probe.add_argument("--inventory")

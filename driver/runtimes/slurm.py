@@ -69,6 +69,7 @@ from driver.slurm.config import SlurmConfig, load_slurm_config
 from driver.slurm.render import (
     HOLDER_SCRIPT,
     Container,
+    check_mount_path,
     device_argv,
     sbatch_argv,
     srun_argv,
@@ -170,6 +171,20 @@ class SlurmRuntime:
             self._container_mode = mode
         return self._container_mode
 
+    def check_reachable(self) -> None:
+        """A Slurm controller answers, else a one-line RuntimeConfigError naming the fix (for a
+        command that needs the cluster at once: the selftest has nothing to run without it)."""
+        try:
+            client.ping()
+        except client.SlurmError as error:
+            # The last line that says something (scontrol frames a DOWN in rows of '*').
+            lines = [line.strip() for line in str(error).splitlines()]
+            lines = [line for line in lines if line and not line.startswith("*")]
+            raise RuntimeConfigError(
+                f"--runtime slurm: no Slurm controller answers ({lines[-1] if lines else error}); "
+                "start slurmctld, or run on a host of the cluster (check with `scontrol ping`)"
+            ) from None
+
     def node_addresses(self, count: int) -> list[tuple[str, str]]:
         """The job's first ``count`` nodes once it runs; placeholders before (the session's job
         is submitted by the first repeat, and ``run`` puts the real nodes in)."""
@@ -250,8 +265,8 @@ class SlurmRuntime:
     def _container(self, plan: RepeatPlan, session_root: Path) -> Container | None:
         if self.container_mode() != "pyxis":
             return None
-        session = Path(session_root).absolute()  # mounts want absolute paths
-        mounts = [f"{REPO_ROOT}:{REPO_ROOT}:ro", f"{session}:{session}"]
+        session, kit = self._mounted_folders(session_root)
+        mounts = [f"{kit}:{kit}:ro", f"{session}:{session}"]
         mounts += self.config.mounts
         return Container(
             image=self.image_for(plan.framework),
@@ -259,6 +274,20 @@ class SlurmRuntime:
             mounts=tuple(mounts),
             workdir=str(REPO_ROOT),
         )
+
+    @staticmethod
+    def _mounted_folders(session_root: Path) -> tuple[str, str]:
+        """The session folder and the kit's checkout, each mounted at its own path (absolute:
+        mounts want absolute paths), refused if pyxis cannot mount it."""
+        session = check_mount_path(
+            str(Path(session_root).absolute()),
+            "the session folder",
+            "choose a --results folder whose path has neither",
+        )
+        kit = check_mount_path(
+            str(REPO_ROOT), "the kit's checkout", "move the checkout to a path without them"
+        )
+        return session, kit
 
     def image_for(self, framework: str) -> str:
         """pyxis image: ``slurm.image``, else the framework's GPU base by its images.lock digest
@@ -472,7 +501,12 @@ class SlurmRuntime:
             self._cancel(self.allocation, "the session's runs are over")
 
     def clean_leftovers(self, session_root: Path) -> list[str]:
-        """Cancel jobs an earlier, killed run of this session left in the queue."""
+        """Cancel jobs an earlier, killed run of this session left in the queue.
+
+        Called before a session (re)starts, this is where the runtime first sees the session
+        folder: one pyxis cannot mount is refused here, before any job is submitted."""
+        if self.container_mode() == "pyxis":
+            self._mounted_folders(session_root)
         if not client.available():
             return []
         done = []

@@ -46,6 +46,17 @@ def available() -> bool:
     return shutil.which("srun") is not None and shutil.which("sbatch") is not None
 
 
+PING_TIMEOUT_S = 30.0
+
+
+def ping() -> None:
+    """SlurmError unless a Slurm controller answers (``scontrol ping`` exits 1 when none is UP;
+    an older one may exit 0 and print DOWN)."""
+    out = slurm("scontrol", "ping", timeout=PING_TIMEOUT_S)
+    if " is UP" not in out:
+        raise SlurmError(f"scontrol ping: {' '.join(out.split()) or 'no answer'}")
+
+
 def version() -> str:
     """``slurm-wlm 22.05.8`` (Debian) or ``slurm 23.11.4``."""
     return slurm("srun", "--version").strip()

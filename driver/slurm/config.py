@@ -4,7 +4,8 @@
       partition: gpu
       account: perf
       qos: normal
-      time_limit: "04:00:00"        # the session's job; Slurm's formats (MM, HH:MM:SS, D-HH, ...)
+      time_limit: "04:00:00"        # the session's job; Slurm's formats (MM, HH:MM:SS, D-HH, ...),
+                                    # finite: never 0 or UNLIMITED
       constraint: h100
       reservation: bench
       gpus_per_node: 8
@@ -16,7 +17,7 @@
                                     # device: one task per device, --mpi=<mpi>
       mpi: pmix
       exclusive: true
-      extra_sbatch_args: ["--comment=dlperf"]
+      extra_sbatch_args: ["--comment=dlperf"]  # never an option the kit sets (KIT_SBATCH_OPTIONS)
       python: {pytorch: /shared/venvs/pytorch/bin/python}  # container none; default: the kit's
 
 Only the ``slurm:`` key is read here; the rest of the file is the inventory's. Every value
@@ -25,8 +26,11 @@ reaches ``sbatch``/``srun`` as one element of an argv list, never through a shel
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
+
+from pydantic import field_validator
 
 from driver.schema import (
     ConfigError,
@@ -39,7 +43,10 @@ from driver.schema import (
 )
 
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch --time); whole-text match.
-TIME_LIMIT = r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED"
+# Never UNLIMITED (nor 0, which Slurm also reads as no limit: SlurmConfig._finite_time_limit):
+# the session's job holds its nodes until the kit cancels it, and its time limit is what frees
+# them when the kit cannot (killed with SIGKILL, its host lost).
+TIME_LIMIT = r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}"
 # One word of an option value: no whitespace or control characters (a value is one argv item,
 # but a newline would still split an #SBATCH line or a log line that quotes it).
 Word = text(r"[^\s\x00-\x1f\x7f]+", "one word (no spaces or control characters)")
@@ -52,6 +59,56 @@ Mount = text(
     "SRC:DST[:FLAGS] with absolute paths (e.g. /data:/data:ro)",
 )
 SbatchOption = text(r"-[^\s\x00-\x1f\x7f]+", "an option: write each as --name=value")
+
+# The sbatch options the kit sets itself (driver/slurm/render.py sbatch_argv), or that would
+# break the session's job, with their short forms: an extra argument naming one would override
+# the kit's (sbatch takes the last), e.g. --job-name hides the job from leftover cleanup and
+# --nodes=1 runs a 2-node case on one node. Each with the fix.
+KIT_SBATCH_OPTIONS: dict[str, tuple[str | None, str]] = {
+    "job-name": ("J", "the kit names the job after the session (to find leftover jobs); drop it"),
+    "nodes": ("N", "the kit asks for the nodes each case needs; drop it"),
+    "ntasks": ("n", "the kit runs one task per node; drop it"),
+    "ntasks-per-node": (None, "the kit runs one task per node; drop it"),
+    "time": ("t", "set slurm.time_limit instead"),
+    "output": ("o", "the kit keeps the job's output in the session folder; drop it"),
+    "parsable": (None, "the kit sets it to read the job id; drop it"),
+    "wrap": (None, "the kit sends its own batch script; drop it"),
+    "array": ("a", "the kit holds one job per session; drop it"),
+    "partition": ("p", "set slurm.partition instead"),
+    "account": ("A", "set slurm.account instead"),
+    "qos": ("q", "set slurm.qos instead"),
+    "constraint": ("C", "set slurm.constraint instead"),
+    "reservation": (None, "set slurm.reservation instead"),
+    "gpus-per-node": (None, "set slurm.gpus_per_node instead"),
+    "gres": (None, "set slurm.gpus_per_node and slurm.gpu_request: gres instead"),
+    "gpus": ("G", "set slurm.gpus_per_node instead"),
+    "exclusive": (None, "set slurm.exclusive instead"),
+}  # fmt: skip
+# sbatch's short options that take no value: in "-vN2" the N is an option of its own.
+SBATCH_SHORT_FLAGS = "hHOQsvVW"
+
+
+def kit_option_in(argument: str) -> str | None:
+    """The kit's own sbatch option that ``argument`` sets, if any: ``--name[=value]``, an
+    abbreviation sbatch accepts (``--job=x``, getopt's unique prefixes), ``-Jx``, ``-N 2``,
+    ``-vN2``; ``--`` alone (what follows would be taken as the batch script)."""
+    if argument == "--":
+        return "--"
+    if argument.startswith("--"):
+        name = argument[2:].split("=", 1)[0]
+        if name in KIT_SBATCH_OPTIONS:
+            return name
+        abbreviated = [option for option in KIT_SBATCH_OPTIONS if name and option.startswith(name)]
+        return abbreviated[0] if abbreviated else None
+    if not argument.startswith("-"):
+        return None  # not an option (the item's own check refuses it)
+    shorts = {short: option for option, (short, _) in KIT_SBATCH_OPTIONS.items() if short}
+    for letter in argument[1:]:
+        if letter in shorts:
+            return shorts[letter]
+        if letter not in SBATCH_SHORT_FLAGS:
+            return None  # an option with a value: the rest of the word is that value
+    return None
 
 
 class SlurmConfig(StrictModel):
@@ -74,6 +131,38 @@ class SlurmConfig(StrictModel):
     queue_timeout_s: number(1, 30 * 24 * 3600, "seconds, 1 to 30 days", integer=False) = (
         24 * 3600.0
     )
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _finite_time_limit(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value  # the type's own check refuses it
+        zero = re.fullmatch(TIME_LIMIT, value) and not any(map(int, re.findall(r"\d+", value)))
+        if zero or value.strip().upper() in ("UNLIMITED", "INFINITE"):
+            raise ValueError(
+                f"{value!r} means no time limit to Slurm; the session's job needs a finite one "
+                "(its time limit frees the nodes if the kit cannot cancel it), e.g. \"04:00:00\""
+            )
+        return value
+
+    @field_validator("extra_sbatch_args", mode="before")
+    @classmethod
+    def _no_kit_option(cls, value: Any) -> Any:
+        for argument in value if isinstance(value, list) else []:
+            option = kit_option_in(argument) if isinstance(argument, str) else None
+            if option == "--":
+                raise ValueError(
+                    "'--' ends sbatch's options (what follows would be read as the batch "
+                    "script); drop it"
+                )
+            if option is not None:
+                short, fix = KIT_SBATCH_OPTIONS[option]
+                shown = f"--{option}" + (f" (-{short})" if short else "")
+                raise ValueError(
+                    f"{argument!r} sets {shown}, which the kit controls (an extra argument "
+                    f"would override it): {fix}"
+                )
+        return value
 
 
 class SlurmClusterFile(StrictModel):

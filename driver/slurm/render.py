@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from driver.core.repeatplan import NodeCommand
+from driver.runtimes.base import RuntimeConfigError
 from driver.slurm.config import SlurmConfig
 
 # The batch script of the session's job: it holds the allocation while the kit runs one srun
@@ -25,6 +26,20 @@ HOLDER_SCRIPT = """\
 echo "dlperf-slurm: job $SLURM_JOB_ID holds $SLURM_JOB_NODELIST"
 exec sleep infinity
 """
+
+
+def check_mount_path(path: str, what: str, fix: str) -> str:
+    """A folder mounted at its own path through pyxis's ``--container-mounts``: that list is
+    split on ',' and each entry on ':', so either character in the path would silently add a
+    mount or change one (``/r/a,/etc`` mounts /etc). Refused with ``fix``."""
+    found = [char for char in ",:" if char in path]
+    if found:
+        shown = " and ".join(repr(char) for char in found)
+        raise RuntimeConfigError(
+            f"{what} {path} holds {shown}: pyxis's --container-mounts splits its list on ',' "
+            f"and each mount on ':', so it cannot be mounted; {fix}"
+        )
+    return path
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,92 @@
+"""Argument types shared by the ``dlperf`` sub-commands: bounded numbers and session names.
+
+Each is an argparse ``type=``: a bad value is argparse's own one-line error naming the option,
+exit status 2, before anything runs. The bounds are the schema's where the value has one (a
+command-line value gets the same bounds as the same value in a file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+
+from driver.core.matrix import COMMAND_LINE, MatrixError
+
+# A session is a folder NAME under --results, never a path (no "..", "/", or leading dot).
+SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+SESSION_RULE = (
+    "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100 "
+    "characters (a name under --results, not a path)"
+)
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An integer in ``[low, high]`` (``1e3``, ``1.5`` and ``nan`` are not integers)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer from {low} to {high}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def bounded_float(
+    low: float, high: float, *, low_open: bool = False, high_open: bool = False, unit: str = ""
+) -> Callable[[str], float]:
+    """A finite number in the interval from ``low`` to ``high`` (each end closed unless open)."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    what = f"a finite number in {interval}{f' ({unit})' if unit else ''}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not (math.isfinite(value) and above and below):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+def bounded_float_list(low: float, high: float, *, unit: str = "") -> Callable[[str], str]:
+    """Comma-separated numbers, each finite and in ``[low, high]``; the text, normalised."""
+    one = bounded_float(low, high, unit=unit)
+
+    def parse(text: str) -> str:
+        items = [item.strip() for item in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(
+                f"expects comma-separated numbers (e.g. 1,16,64), got {text!r}"
+            )
+        return ",".join(f"{one(item):g}" for item in items)
+
+    return parse
+
+
+def session_name(text: str) -> str:
+    """``--session`` as an argparse type: a folder name under --results."""
+    if not SESSION_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a session name: {SESSION_RULE}")
+    return text
+
+
+def check_session_name(text: str) -> str:
+    """``--session`` checked after parsing (``dlperf run``): a path would write outside
+    --results."""
+    if not SESSION_NAME.fullmatch(text):
+        raise MatrixError(
+            COMMAND_LINE, "--session", f"{text!r} is not a session name: {SESSION_RULE}"
+        )
+    return text
