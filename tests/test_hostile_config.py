@@ -637,12 +637,7 @@ def all_cases(root: Path) -> list[HostileCase]:
 
 def test_hostile_config_corpus(tmp_path: Path) -> None:
     cases = all_cases(tmp_path)
-    counts = run_corpus(cases)
-    kinds = counts.by_kind
-    print()
-    print(counts.summary("config"))
-    for verdict in counts.failures():
-        print(f"  {verdict.kind}: {verdict.case.name}: {verdict.detail}")
+    kinds = run_corpus(cases).print_summary("config")
     assert len(cases) >= 200
     assert kinds["traceback"] == 0 and kinds["silent"] == 0 and kinds["vague"] == 0
     assert kinds[CLEAR] + kinds[ACCEPTED] == len(cases)
