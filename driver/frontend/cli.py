@@ -294,7 +294,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from driver.core.selftest import run_selftest
 
     runtime = make_runtime(args.runtime, inventory=args.inventory)
-    results = run_selftest(step_time=args.step_time, repeats=args.repeats, runtime=runtime)
+    results = run_selftest(
+        step_time=args.step_time, repeats=args.repeats, runtime=runtime,
+        topologies=args.topologies,
+    )  # fmt: skip
     return 0 if all(r.passed for r in results) else 1
 
 
@@ -371,6 +374,23 @@ def _positive_finite(text: str) -> float:
     return value
 
 
+def _topology_list(text: str) -> tuple[str, ...]:
+    """``1n1g,1n8g,2n16g``: each checked now, so a typo fails before any process starts."""
+    from driver.core.case import Topology
+
+    labels = tuple(label.strip() for label in text.split(",") if label.strip())
+    if not labels:
+        raise argparse.ArgumentTypeError("give at least one topology, e.g. 1n1g,1n8g,2n16g")
+    for label in labels:
+        try:
+            Topology.parse(label)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{error} (e.g. 1n8g, 2n16g)") from None
+    if len(set(labels)) != len(labels):
+        raise argparse.ArgumentTypeError(f"a topology is named twice in {text!r}")
+    return labels
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -432,9 +452,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--title")
     report.set_defaults(func=cmd_report)
 
+    from driver.core.selftest import DEFAULT_TOPOLOGIES
+
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
     selftest.add_argument("--step-time", type=_positive_finite, default=0.02)
     selftest.add_argument("--repeats", type=_positive_int, default=3)
+    selftest.add_argument(
+        "--topologies", type=_topology_list, default=DEFAULT_TOPOLOGIES, metavar="LIST",
+        help=f"comma-separated <nodes>n<total devices>g (default: {','.join(DEFAULT_TOPOLOGIES)};"
+        " the cluster's shape, e.g. 1n1g,1n8g,2n16g,4n32g)",
+    )  # fmt: skip
     selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)
