@@ -21,5 +21,6 @@ CALIBRATION = FRAMEWORKS.add(
             "oom_above": Count,
         },
         shared_options=False,
+        occupies_device=False,  # its ranks sleep: any topology rehearses on any node
     ),
 )
