@@ -64,6 +64,43 @@ def test_dry_run_on_the_process_runtime_shows_what_each_node_runs(
         assert f"--node-rank={rank} " in line and "GLOO_SOCKET_IFNAME=eth0 " in line
 
 
+def test_oneflow_on_several_nodes_without_an_inventory_refuses_with_the_fix(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """`make resnet50-oneflow NODES=4` with no inventory: four loopback "nodes", on which
+    OneFlow hangs; refused before anything starts, as a dry run shows."""
+    code = main(["run", "--framework", "oneflow", "--model", "resnet50", "--nodes", "4",
+                 "--dry-run"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "would hang" in captured.err and "INVENTORY=cluster.yaml" in captured.err
+    assert "Traceback" not in captured.err
+    assert "oneflow.distributed.launch" not in captured.out  # no command was planned
+    # All the processes on one node, the fix the message gives for this host, is planned.
+    assert main(["run", "--framework", "oneflow", "--model", "resnet50", "--nodes", "1",
+                 "--dry-run"]) == 0  # fmt: skip
+    capsys.readouterr()
+
+
+def test_oneflow_on_an_inventory_of_real_hosts_is_planned_on_loopback_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    example = Path(__file__).parents[1] / "examples" / "inventory-cpu.yaml"
+    key = tmp_path / "id_ed25519"
+    key.write_text("")
+    real = tmp_path / "real.yaml"
+    real.write_text(example.read_text().replace("~/.ssh/id_ed25519", str(key)))
+    loopback = tmp_path / "loopback.yaml"
+    loopback.write_text(real.read_text().replace("192.168.1.2", "127.0.0."))
+    argv = ["run", "--framework", "oneflow", "--model", "resnet50", "--profile", "cpu-smoke",
+            "--nodes", "2", "--gpus", "2", "--runtime", "process", "--dry-run"]  # fmt: skip
+    assert main([*argv, "--inventory", str(real)]) == 0
+    out = capsys.readouterr().out
+    assert "[cpu02] bench@192.168.1.22:22" in out and "oneflow.distributed.launch" in out
+    assert main([*argv, "--inventory", str(loopback)]) == 2
+    assert "2 of the 2 nodes are on loopback (127.0.0.1, 127.0.0.2)" in capsys.readouterr().err
+
+
 def test_bad_matrix_is_a_clear_error_and_runs_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -169,9 +169,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("no case matches the selection", file=sys.stderr)
         return 2
     runtime = make_runtime(args.runtime, inventory=args.inventory)
-    try:  # a case that needs more nodes than the inventory has is a clear error, up front
+    # A case that needs more nodes than the inventory has, or that its launcher cannot run
+    # where the runtime puts its nodes, is a clear error, up front.
+    from driver.core.command import check_placement
+
+    try:
         for case in cases:
-            runtime.node_addresses(case.topology.nodes)
+            check_placement(case, runtime.node_addresses(case.topology.nodes))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
