@@ -113,9 +113,8 @@ def devices_check(
         f"{found} {unit}; {needed} needed: {needed} ranks per node would share {found} "
         f"{shared} and measure the sharing. Run a topology with at most {found} per node "
         f"(<nodes>n<total>g, total <= nodes x {found}), or use nodes with more {shared}; to "
-        "rehearse this shape "
-        "on these nodes, the calibration workload needs no device per rank (`dlperf selftest "
-        "--topologies ...`)", found,
+        "rehearse this shape on these nodes, the calibration workload needs no device per rank "
+        "(`dlperf selftest --topologies ...`)", found,
     )  # fmt: skip
 
 
