@@ -129,3 +129,37 @@ def test_ranks_start_together_and_wake_a_share_of_a_step_apart(tmp_path: Path) -
     # 10 ms spacing (wake-ups here are ~0.2 ms late); unshifted ranks would all sit near 0.
     for rank, shift in enumerate(shifts):
         assert abs(shift - rank / 8 * step) < step / 8 / 2, (rank, shifts)
+
+
+def test_a_stranger_on_the_port_does_not_take_a_ranks_place() -> None:
+    """A connection that is not one of the job's ranks (a port scan, a peer naming a rank out of
+    range) is closed, and rank 0 goes on waiting for the real ranks."""
+    import socket
+
+    port = free_port()
+    outcome: dict[int, object] = {}
+
+    def rank_main(rank: int) -> None:
+        barrier = TcpBarrier(rank, 2, "127.0.0.1", port, timeout_s=20)
+        barrier.wait()
+        barrier.close()
+        outcome[rank] = "passed"
+
+    first = threading.Thread(target=rank_main, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 10
+    while True:  # rank 0 listens once its thread runs
+        try:
+            stranger = socket.create_connection(("127.0.0.1", port), timeout=10)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "rank 0 never listened"
+            time.sleep(0.01)
+    with stranger:
+        stranger.sendall((99).to_bytes(8, "big"))
+        assert stranger.recv(1) == b""  # rank 0 closed it
+    second = threading.Thread(target=rank_main, args=(1,))
+    second.start()
+    for thread in (first, second):
+        thread.join(timeout=30)
+    assert outcome == {0: "passed", 1: "passed"}

@@ -133,10 +133,12 @@ def test_selftest_at_eight_and_sixteen_ranks_stays_within_five_hundredths_of_a_p
     capsys: pytest.CaptureFixture,
 ) -> None:
     """The cluster's shape, rehearsed on the local runtime: with 8 and 16 ranks on this 2-core
-    host the error stayed 0.07-0.56% before the calibration's barrier and shifted deadlines
-    (the slowest rank's window ended while its peers started or exited); now it stays under
-    0.05% (measured 0.001% at load 3-7)."""
-    code = main(["selftest", "--topologies", "1n8g,2n16g", "--repeats", "3"])
+    host the error was 0.07-0.56% before the calibration's barrier and shifted deadlines (the
+    slowest rank's window ended while its peers started or exited, 5-15 ms late); now it stays
+    under 0.05% (0.001% at load 3-7 with 2 s windows). 4 s windows here: on a machine busy with
+    other jobs one of 16 ranks may still wake ~1-2 ms late at the window's end."""
+    code = main(["selftest", "--topologies", "1n8g,2n16g", "--repeats", "3", "--step-time",
+                 "0.04"])  # fmt: skip
     out = capsys.readouterr().out
     errors = {
         match[1]: float(match[2]) / 100

@@ -31,6 +31,17 @@ def _receive_byte(connection: socket.socket, peer: str) -> None:
         raise BarrierError(f"calibration barrier: {peer} closed its connection (it exited)")
 
 
+def _receive_rank(connection: socket.socket) -> int | None:
+    """A peer's hello: its rank as 8 bytes; None if the connection ends first."""
+    hello = b""
+    while len(hello) < 8:
+        chunk = connection.recv(8 - len(hello))
+        if not chunk:
+            return None
+        hello += chunk
+    return int.from_bytes(hello, "big")
+
+
 class TcpBarrier:
     """``wait()`` returns once every rank of the job has called it."""
 
@@ -48,7 +59,10 @@ class TcpBarrier:
             self._connect(address, port)
 
     def _accept_peers(self, address: str, port: int) -> None:
-        with socket.create_server((address, port), backlog=self.world_size) as server:
+        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]  # IPv6 too
+        with socket.create_server(
+            (address, port), family=family, backlog=self.world_size
+        ) as server:
             server.settimeout(self.timeout_s)
             while len(self.peers) < self.world_size - 1:
                 try:
@@ -61,11 +75,11 @@ class TcpBarrier:
                     ) from None
                 connection.settimeout(self.timeout_s)
                 connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                hello = connection.recv(8)
-                if len(hello) != 8:
-                    connection.close()  # not one of ours (a port scan): wait for the ranks
+                rank = _receive_rank(connection)
+                if rank is None or not 0 < rank < self.world_size or rank in self.peers:
+                    connection.close()  # not one of our ranks (a port scan): wait for them
                     continue
-                self.peers[int.from_bytes(hello, "big")] = connection
+                self.peers[rank] = connection
 
     def _connect(self, address: str, port: int) -> None:
         deadline = time.monotonic() + self.timeout_s
