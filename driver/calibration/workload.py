@@ -37,6 +37,10 @@ CALIBRATION_OPTIONS: dict[str, Any] = {
     "hang_at_step": 0,
     "faulty_rank": 0,
     "oom_above": 0,  # a pretend memory limit (batch size), for the batch=max search; 0: none
+    # A slow node for the node scan's tests: on the node the runtime names so (DLPERF_NODE_NAME,
+    # set by the SSH runtimes) every step lasts `slowdown` x step_time.
+    "slow_node": "",
+    "slowdown": 1.0,
 }
 
 
@@ -74,6 +78,9 @@ class CalibrationAdapter(Adapter):
             print(oom_record(self.run.rank, self.args.batch_size), flush=True)
             sys.exit(1)  # as torchrun reports it: only the record tells it was memory
         self.step_time = float(self.options["step_time"])
+        slow_node = str(self.options["slow_node"])
+        if slow_node and os.environ.get("DLPERF_NODE_NAME") == slow_node:
+            self.step_time *= float(self.options["slowdown"])
         self.steps = 0
         self.start: float | None = None
         self.tcp_barrier: TcpBarrier | None = None
