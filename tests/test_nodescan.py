@@ -107,3 +107,50 @@ def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:
     assert case.repeats == 2 and case.options["channels_last"] is True
     with pytest.raises(MatrixError, match="--model"):
         scan_case(argparse.Namespace(**{**vars(args), "model": "gpt9"}), "process")
+
+
+def test_ctrl_c_stops_every_nodes_repeat_and_leaves_nothing_running(
+    ssh_nodes: list[SshNode], tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from driver.runtimes.ssh import session_label
+    from tests.cluster_fixtures import processes_with_env
+
+    inventory = write_inventory(
+        tmp_path / "cluster.yaml",
+        ssh_nodes,
+        defaults={"devices": 1, "python": sys.executable, "container": {"variant": "cpu"}},
+    )
+    root = tmp_path / "results" / "scan"
+    labels = {node: session_label(root / node) for node in ("node0", "node1")}
+    head = subprocess.Popen(
+        [sys.executable, "-m", "driver.frontend.cli", "nodes", "--inventory", str(inventory),
+         "--runtime", "process", "--framework", "calibration", "--option", "step_time=0.5",
+         "--results", str(tmp_path / "results"), "--session", "scan"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all(processes_with_env(f"DLPERF_RUN_ID=dlperf-{labels[n]}") for n in labels):
+            assert head.poll() is None and time.monotonic() < deadline, head.stdout.read()
+            time.sleep(0.2)
+        head.send_signal(signal.SIGINT)
+        out, _ = head.communicate(timeout=90)
+    finally:
+        head.kill()
+    assert head.returncode == 130, out
+    assert "node scan interrupted" in out
+    def describe(pids: list[int]) -> str:
+        return "; ".join(
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            for pid in pids if Path(f"/proc/{pid}").exists()
+        )
+
+    for node, label in labels.items():
+        left = processes_with_env(f"DLPERF_RUN_ID=dlperf-{label}")
+        assert not left, (node, describe(left), out)
+        [record] = (root / node).glob("cases/**/record.json")
+        assert json.loads(record.read_text())["verdict"] == "interrupted"

@@ -6,13 +6,15 @@ a bad NIC, a noisy neighbour); a multi-node run only shows the low figure. Runni
 case on every node at once (so every node sees the same conditions) names the node: a node more
 than ``slow_below`` under the median is SLOW, a node where the case failed FAILED, the others
 ok. Each node's repeats go to their own session folder under the scan's folder (its records,
-logs and provenance, as for any run).
+logs and provenance, as for any run). Ctrl-C stops every node's repeat the way it stops a run.
 """
 
 from __future__ import annotations
 
+import ctypes
 import statistics
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +28,7 @@ from driver.core.runner import run_cases
 from driver.runtimes.base import Runtime
 
 SLOW_BELOW = 0.05  # a node this far under the median of the nodes is slow
+POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ def scan_nodes(
             with lock:
                 printer(f"[{node}] {line}")
 
+        throughputs: tuple[float, ...] = ()
         try:
             session = Session.open(root / node, {"kind": "node-scan", "node": node})
             summary = run_cases([case], session, runtime, printer=say, progress="plain")
@@ -79,8 +83,10 @@ def scan_nodes(
                 record.throughput for _case, record, _dir in session.records() if record.ok
             )
             failure = "; ".join(f"{verdict}: {detail}" for *_, verdict, detail in summary.failed)
+        except KeyboardInterrupt:  # sent by the main thread: the runtime has cleaned up
+            failure = "interrupted"
         except Exception as error:  # noqa: BLE001 - the node's verdict names it
-            throughputs, failure = (), f"{type(error).__name__}: {error}"
+            failure = f"{type(error).__name__}: {error}"
         with lock:
             results[node] = NodeResult(node, throughputs, failure)
 
@@ -90,9 +96,31 @@ def scan_nodes(
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        # Polled, not join(): a Ctrl-C that lands inside Thread.join() can leave that thread
+        # looking finished while it still runs (seen here: its repeat was never stopped).
+        while any(thread.is_alive() for thread in threads):
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        printer("interrupted: every node's repeat in flight is stopped and recorded")
+        for thread in threads:
+            interrupt(thread)
+        while any(thread.is_alive() for thread in threads):
+            time.sleep(POLL_S)
+        raise
     return [results[node] for node in runtimes]
+
+
+def interrupt(thread: threading.Thread) -> None:
+    """Raise KeyboardInterrupt inside ``thread``, as Ctrl-C does in the main thread: its
+    runtime then takes its own interrupt path (the repeat recorded as interrupted, every
+    process or container of it stopped). Delivered when the thread next runs Python code (the
+    runtimes' watch loops poll)."""
+    if thread.ident is None or not thread.is_alive():
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt)
+    )
 
 
 def judge(results: list[NodeResult], slow_below: float = SLOW_BELOW) -> list[NodeVerdict]:

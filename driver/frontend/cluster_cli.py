@@ -237,9 +237,12 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     root = Path(args.results) / (session or f"{time.strftime('%Y%m%d-%H%M%S')}-nodes")
     nodes = [node.name for node in runtime.inventory.nodes]
     print(f"node scan: {case.id} x{case.repeats} on {len(nodes)} nodes at once ({root})")
-    verdicts = judge(
-        scan_nodes(case, one_node_runtimes(runtime, runtime.inventory), root), args.slow_below
-    )
+    try:
+        results = scan_nodes(case, one_node_runtimes(runtime, runtime.inventory), root)
+    except KeyboardInterrupt:
+        print(f"node scan interrupted; what ran is in {root}", file=sys.stderr)
+        return 130
+    verdicts = judge(results, args.slow_below)
     print(table(verdicts, args.slow_below))
     flagged = [v.result.node for v in verdicts if v.verdict != "ok"]
     print(f"nodes to look at: {', '.join(flagged)}" if flagged else "every node within range")
