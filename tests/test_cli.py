@@ -129,23 +129,24 @@ def test_selftest_command_reports_every_topology(capsys: pytest.CaptureFixture) 
     assert code == (0 if all("(ok," in line for line in lines[:3]) else 1)
 
 
-def test_selftest_at_eight_and_sixteen_ranks_stays_within_five_hundredths_of_a_percent(
+def test_selftest_at_sixteen_ranks_on_two_nodes_stays_within_five_hundredths_of_a_percent(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    """The cluster's shape, rehearsed on the local runtime: with 8 and 16 ranks on this 2-core
-    host the error was 0.07-0.56% before the calibration's barrier and shifted deadlines (the
-    slowest rank's window ended while its peers started or exited, 5-15 ms late); now it stays
-    under 0.05% (0.001% at load 3-7 with 2 s windows). 4 s windows here: on a machine busy with
-    other jobs one of 16 ranks may still wake ~1-2 ms late at the window's end."""
-    code = main(["selftest", "--topologies", "1n8g,2n16g", "--repeats", "3", "--step-time",
-                 "0.04"])  # fmt: skip
+    """A cluster's shape rehearsed on the local runtime (`--topologies`): with 8-32 ranks on
+    this 2-core host the error was 0.07-0.56% before the calibration's barrier and shifted
+    deadlines (the slowest rank's window ended while its peers started or exited, 5-15 ms
+    late); now 0.001-0.01% on a calm machine. 8 s windows: with other jobs saturating the
+    machine the slowest of 16 ranks may still wake 1-8 ms late at the window's end
+    (docs/clusters.md). What the barrier and the shifted deadlines do is tested in
+    tests/test_calibration.py."""
+    code = main(["selftest", "--topologies", "2n16g", "--repeats", "3", "--step-time", "0.08"])
     out = capsys.readouterr().out
     errors = {
         match[1]: float(match[2]) / 100
         for match in re.finditer(r"^selftest (\S+): .* error ([0-9.]+)%", out, re.MULTILINE)
     }
-    assert set(errors) == {"1n8g", "2n16g"}, out
-    assert all(error < 0.0005 for error in errors.values()), out
+    assert set(errors) == {"2n16g"}, out
+    assert errors["2n16g"] < 0.0005, out
     assert code == 0, out
 
 
