@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from driver.core.case import Case, Topology
+from driver.core.command import check_placement, node_commands
 from driver.core.envs import venv_environment
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
@@ -60,6 +62,40 @@ def test_launcher_runs_oneflow_distributed_launch_behind_the_supervisor() -> Non
         "--master_port=29500",
     } <= set(argv)
     assert argv[-3:] == [SCRIPT, "--model", "bert"]
+
+
+def oneflow_case(topology: str, framework: str = "oneflow") -> Case:
+    return Case(
+        model="resnet50", framework=framework, topology=Topology.parse(topology), batch_size=4,
+        precision="fp32", dataset="synthetic",
+    )  # fmt: skip
+
+
+def test_several_loopback_nodes_are_refused_at_planning_with_the_fix() -> None:
+    """Such a job hangs at its first collective (module docstring): the planner refuses it,
+    so `dlperf run`, the runner and the batch search never start it."""
+    with pytest.raises(ValueError) as refused:
+        node_commands(oneflow_case("4n4g"), LocalRuntime(), 4)
+    message = str(refused.value)
+    assert "4 of the 4 nodes are on loopback (127.0.0.1)" in message
+    assert "would hang at its first collective (OneFlow/README.md)" in message
+    assert "--inventory cluster.yaml" in message and "INVENTORY=cluster.yaml" in message
+    assert "(1n4g)" in message and "dlperf selftest --topologies 4n4g" in message
+    loopback_hosts = [("n0", "127.0.0.2"), ("n1", "127.0.0.3")]  # the tests' sshd nodes
+    with pytest.raises(ValueError, match="2 of the 2 nodes are on loopback"):
+        check_placement(oneflow_case("2n4g"), loopback_hosts)
+    with pytest.raises(ValueError, match="on loopback \\(localhost\\)"):
+        check_placement(oneflow_case("2n2g"), [("n0", "10.0.0.1"), ("n1", "localhost")])
+
+
+def test_oneflow_on_real_hosts_and_other_frameworks_on_loopback_nodes_are_planned() -> None:
+    assert len(node_commands(oneflow_case("1n4g"), LocalRuntime(), 4)) == 1
+    check_placement(oneflow_case("2n4g"), [("n0", "10.0.0.1"), ("n1", "10.0.0.2")])
+    check_placement(oneflow_case("2n4g"), [("n0", "gpu01"), ("n1", "gpu02")])  # host names
+    # Their launchers join nodes at the master's address: 2n2g on the local runtime runs in
+    # their own test modules (test_paddle, test_mxnet, test_tensorflow, test_runner).
+    for framework in ("pytorch", "tensorflow", "paddle", "mxnet"):
+        assert len(node_commands(oneflow_case("2n2g", framework), LocalRuntime(), 4)) == 2
 
 
 def test_the_venv_library_folders_reach_the_process_environment(oneflow_python: str) -> None:

@@ -3,17 +3,23 @@ node that fails it ends its cases with a verdict while the matrix goes on."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from driver.cluster.preflight import failures, run_preflight
+from driver.cluster.preflight import devices_check, failures, run_preflight
 from driver.cluster.remote import Remote
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
+from driver.frameworks.calibration import CALIBRATION
+from driver.plugins import load_all
+from driver.registry import FRAMEWORKS
 from driver.runtimes.process import ProcessRuntime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory
 
@@ -82,3 +88,92 @@ def test_a_gpu_node_without_nvidia_smi_is_told_about_the_cpu_variant(
     )
     devices = next(check for check in checks if check.name == "devices")
     assert not devices.ok and "variant: cpu" in devices.detail
+
+
+# -- the devices check: one rule for every topology ------------------------------------------
+
+
+def test_ranks_that_need_no_device_pass_on_any_node_with_the_facts() -> None:
+    check = devices_check("n0", "cpu", 2, "", 16, "calibration")
+    assert check.ok and check.found == 2
+    assert "2 CPUs" in check.detail and "need no device of their own" in check.detail
+    # No GPU at all: still fine for a workload that sleeps, and the reason is kept.
+    check = devices_check("n0", "gpu", None, "nvidia-smi -L failed: not found", 8, "calibration")
+    assert check.ok and "nvidia-smi -L failed" in check.detail
+
+
+def test_a_real_framework_oversubscribing_a_node_fails_with_the_fix() -> None:
+    check = devices_check("n0", "cpu", 2, "", 8, "pytorch")
+    assert not check.ok
+    assert "2 CPUs (one training process each); 8 needed" in check.detail
+    assert "at most 2 per node" in check.detail  # the fix: a topology that fits
+    assert "dlperf selftest --topologies" in check.detail  # or rehearse the shape
+    assert devices_check("n0", "gpu", 8, "", 8, "pytorch").ok
+    gpu = devices_check("n0", "gpu", 4, "", 8, "pytorch")
+    assert not gpu.ok and "4 GPUs visible to nvidia-smi; 8 needed" in gpu.detail
+    missing = devices_check("n0", "gpu", None, "nvidia-smi -L failed: x", 1, "pytorch")
+    assert not missing.ok and "variant: cpu" in missing.detail
+
+
+def node_cpus() -> int:
+    """What `nproc` says on the loopback nodes (the same host)."""
+    return int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
+
+
+def shapes_beyond_the_cpus() -> list[str]:
+    """1n1g, then one and two nodes with more ranks per node than the node has CPUs."""
+    per_node = node_cpus() + 1
+    return ["1n1g", f"1n{per_node}g", f"2n{2 * per_node}g"]
+
+
+def test_the_calibration_workload_passes_preflight_at_every_topology(
+    ssh_nodes: list[SshNode], tmp_path: Path
+) -> None:
+    """The shape of the real cluster rehearsed on small nodes: pre-flight passes each of them,
+    and says why (before: 1n8g ran unchecked and 2n16g failed with '2 CPUs; 8 needed')."""
+    inventory = write_inventory(
+        tmp_path / "cluster.yaml",
+        ssh_nodes[:2],
+        defaults={"devices": 1, "python": sys.executable, "container": {"variant": "cpu"}},
+    )
+    shapes = shapes_beyond_the_cpus()
+    cases = calibration_cases(0.002, 8, shapes, repeats=1, measured_steps=3)
+    session = Session.open(tmp_path / "s")
+    summary = run_cases(cases, session, ProcessRuntime(inventory), printer=lambda _line: None)
+    assert summary.ok and summary.finished == len(shapes), summary.failed
+    facts = json.loads((session.root / "provenance" / "node1.json").read_text())
+    devices = next(c for c in facts["preflight"] if c["name"] == "devices")
+    assert devices["ok"] and "need no device of their own" in devices["detail"]
+
+
+def test_a_real_framework_is_checked_the_same_way_at_every_topology(
+    ssh_nodes: list[SshNode], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workload whose ranks each take a CPU (the calibration workload declared as a real
+    framework): the first case fits and runs; every later case with more ranks per node than
+    CPUs fails pre-flight with the same message, also on the node already prepared (before,
+    1n8g after 1n1g reused the first pre-flight and was never checked)."""
+    load_all()
+    monkeypatch.setitem(
+        FRAMEWORKS._entries, "calibration", replace(CALIBRATION, occupies_device=True)
+    )
+    inventory = write_inventory(
+        tmp_path / "cluster.yaml",
+        ssh_nodes[:2],
+        defaults={"devices": 1, "python": sys.executable, "container": {"variant": "cpu"}},
+    )
+    shapes = shapes_beyond_the_cpus()
+    cases = calibration_cases(0.002, 8, shapes, repeats=1, measured_steps=3)
+    summary = run_cases(
+        cases, Session.open(tmp_path / "s"), ProcessRuntime(inventory), printer=lambda _l: None
+    )
+    assert summary.finished == 1  # 1n1g
+    failed = {
+        case_id.split("/")[2]: (verdict, detail) for case_id, _, verdict, detail in summary.failed
+    }
+    assert sorted(failed) == sorted(shapes[1:]), summary.failed
+    cpus, per_node = node_cpus(), node_cpus() + 1
+    for verdict, detail in failed.values():
+        assert verdict == "failed"
+        assert f"{cpus} CPUs (one training process each); {per_node} needed" in detail
+        assert f"at most {cpus} per node" in detail

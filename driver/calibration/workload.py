@@ -6,10 +6,19 @@ and statistics. Each step ends at a deadline ``t0 + k * step_time`` (``t0``: the
 start), so over any window of whole steps the true rate is exactly
 ``batch_size * world_size / step_time``. Jitter per step does not accumulate: deadlines are
 absolute.
+
+What is left is the lateness of a window's two end points (a rank woken late), and the job's
+duration is its slowest rank's window, so with many ranks on a small host the latest of them
+sets the figure. Two things keep the wake-ups on time, as in a real data-parallel job whose
+collectives hold the ranks together: a real barrier (``driver.calibration.barrier``) starts
+every rank's clock together, after every rank has started, and lets no rank exit before the
+last one has logged its last step; and each rank's deadlines are shifted by its share of a step,
+so the ranks never wake at the same instant and queue for the CPU.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from driver.bench.loop import Adapter, run_benchmark  # noqa: E402
 from driver.bench.protocol import oom_record  # noqa: E402
+from driver.calibration.barrier import TcpBarrier  # noqa: E402
 
 CALIBRATION_OPTIONS: dict[str, Any] = {
     "step_time": 0.02,  # seconds per step: the known truth
@@ -27,6 +37,10 @@ CALIBRATION_OPTIONS: dict[str, Any] = {
     "hang_at_step": 0,
     "faulty_rank": 0,
     "oom_above": 0,  # a pretend memory limit (batch size), for the batch=max search; 0: none
+    # A slow node for the node scan's tests: on the node the runtime names so (DLPERF_NODE_NAME,
+    # set by the SSH runtimes) every step lasts `slowdown` x step_time.
+    "slow_node": "",
+    "slowdown": 1.0,
 }
 
 
@@ -37,6 +51,18 @@ def wait_until(deadline: float) -> None:
     while remaining > 0:
         time.sleep(remaining)
         remaining = deadline - time.monotonic()
+
+
+def rendezvous() -> tuple[str, int]:
+    """Rank 0's address and port, as every runtime exports them to every node."""
+    address, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if not address or not port.isdigit():
+        raise SystemExit(
+            "calibration workload: several ranks need MASTER_ADDR and MASTER_PORT (rank 0's "
+            "address and a free port) for their barrier; the kit's runtimes export both, so "
+            "start it through `dlperf run` or `dlperf selftest`"
+        )
+    return address, int(port)
 
 
 class CalibrationAdapter(Adapter):
@@ -52,15 +78,26 @@ class CalibrationAdapter(Adapter):
             print(oom_record(self.run.rank, self.args.batch_size), flush=True)
             sys.exit(1)  # as torchrun reports it: only the record tells it was memory
         self.step_time = float(self.options["step_time"])
+        slow_node = str(self.options["slow_node"])
+        if slow_node and os.environ.get("DLPERF_NODE_NAME") == slow_node:
+            self.step_time *= float(self.options["slowdown"])
         self.steps = 0
         self.start: float | None = None
+        self.tcp_barrier: TcpBarrier | None = None
+        if self.run.distributed:
+            self.tcp_barrier = TcpBarrier(self.run.rank, self.run.world_size, *rendezvous())
         return 0
 
     def make_batch(self) -> None:
         return None
 
     def step(self, batch: None) -> float:
-        self.start = self.start if self.start is not None else time.monotonic()
+        if self.start is None:
+            # Rank r's deadlines sit r/world of a step later than rank 0's: the ranks, started
+            # together by the barrier, never wake at the same instant, so none waits for a CPU
+            # behind its peers (32 ranks on 2 cores). A constant shift: every measured step
+            # still lasts exactly step_time on every rank.
+            self.start = time.monotonic() + self.run.rank / self.run.world_size * self.step_time
         self.steps += 1
         faulty = self.run.rank == int(self.options["faulty_rank"])
         if faulty and self.steps == int(self.options["fail_at_step"]):
@@ -81,7 +118,14 @@ class CalibrationAdapter(Adapter):
         return ["none"]
 
     def barrier(self) -> None:
-        """No collective: each rank's deadlines are its own."""
+        """Start every rank's clock together, and keep every rank alive until the last one has
+        logged its last step (see driver.calibration.barrier for why it matters)."""
+        assert self.tcp_barrier is not None, "the loop calls barrier() only with several ranks"
+        self.tcp_barrier.wait()
+
+    def finish(self) -> None:
+        if self.tcp_barrier is not None:
+            self.tcp_barrier.close()
 
     def weights_checksum(self) -> float:
         return 0.0

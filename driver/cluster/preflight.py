@@ -29,6 +29,7 @@ class Check:
     name: str
     ok: bool
     detail: str
+    found: int | None = None  # what the check counted (devices), to judge other cases by
 
     def line(self) -> str:
         return f"{self.node:<12} {self.name:<8} {'ok' if self.ok else 'FAIL':<5} {self.detail}"
@@ -55,27 +56,71 @@ def _sftp(remote: Remote) -> Check:
     return Check(name, "sftp", True, "SFTP subsystem answers")
 
 
-def _devices(remote: Remote, needed: int, variant: str) -> Check:
-    name = remote.node.name
+def occupies_devices(framework: str | None) -> bool:
+    """Whether each rank of ``framework`` needs a device of its own (a GPU; a CPU on a CPU
+    node). The framework plug-in says so; an unknown name is checked like a real framework."""
+    if not framework:
+        return True
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    return FRAMEWORKS.get(framework).occupies_device if framework in FRAMEWORKS else True
+
+
+def count_devices(remote: Remote, variant: str) -> tuple[int | None, str]:
+    """The node's devices (GPUs listed by nvidia-smi; CPUs on a CPU node), or None and why."""
     if variant == "gpu":
         result = remote.run("nvidia-smi -L", timeout=30)
         if not result.ok:
-            return Check(
-                name,
-                "devices",
-                False,
-                f"nvidia-smi -L failed: {result.why()}; a GPU node needs the NVIDIA driver "
-                "(and the container toolkit for docker); a node without GPUs needs "
-                "`container: {variant: cpu}` in the inventory",
-            )
-        count = sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
-        what = "GPUs visible to nvidia-smi"
-    else:
-        result = remote.run("nproc", timeout=30)
-        count = int(result.stdout.strip() or 0) if result.ok else 0
-        what = "CPUs (one training process each)"
-    ok = count >= needed
-    return Check(name, "devices", ok, f"{count} {what}; {needed} needed")
+            return None, f"nvidia-smi -L failed: {result.why()}"
+        return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU ")), ""
+    result = remote.run("nproc", timeout=30)
+    text = result.stdout.strip()
+    if not result.ok or not text.isdigit():
+        return None, f"nproc failed: {result.why()}"
+    return int(text), ""
+
+
+def devices_check(
+    node: str, variant: str, found: int | None, why: str, needed: int, framework: str | None
+) -> Check:
+    """The same verdict for every topology: ``needed`` ranks per node against the node's
+    ``found`` devices (``why``: what went wrong counting them). A framework whose ranks need
+    no device (the calibration workload sleeps) passes with the facts; any other fails when
+    its ranks would share devices, which would measure the sharing, not the framework."""
+    unit = "GPUs visible to nvidia-smi" if variant == "gpu" else "CPUs (one training process each)"
+    if not occupies_devices(framework):
+        seen = f"{found} {unit}" if found is not None else why
+        return Check(
+            node, "devices", True,
+            f"{seen}; the {framework} workload's {needed} rank(s) per node need no device of "
+            "their own", found,
+        )  # fmt: skip
+    if found is None and variant == "gpu":
+        return Check(
+            node, "devices", False,
+            f"{why}; a GPU node needs the NVIDIA driver (and the container toolkit for docker); "
+            "a node without GPUs needs `container: {variant: cpu}` in the inventory",
+        )  # fmt: skip
+    if found is None:
+        return Check(node, "devices", False, f"{why}; the node's shell must have coreutils' nproc")
+    if found >= needed:
+        return Check(node, "devices", True, f"{found} {unit}; {needed} needed", found)
+    shared = "GPUs" if variant == "gpu" else "CPUs"
+    return Check(
+        node, "devices", False,
+        f"{found} {unit}; {needed} needed: {needed} ranks per node would share {found} "
+        f"{shared} and measure the sharing. Run a topology with at most {found} per node "
+        f"(<nodes>n<total>g, total <= nodes x {found}), or use nodes with more {shared}; to "
+        "rehearse this shape on these nodes, the calibration workload needs no device per rank "
+        "(`dlperf selftest --topologies ...`)", found,
+    )  # fmt: skip
+
+
+def _devices(remote: Remote, needed: int, variant: str, framework: str | None) -> Check:
+    found, why = count_devices(remote, variant)
+    return devices_check(remote.node.name, variant, found, why, needed, framework)
 
 
 def _disk(remote: Remote) -> Check:
@@ -172,7 +217,9 @@ def check_node(
                         "at an environment that has it",
                     )
                 )
-        checks.append(_devices(remote, devices or node.devices, node.container.variant))
+        checks.append(
+            _devices(remote, devices or node.devices, node.container.variant, framework)
+        )
         checks.append(_disk(remote))
         if node.data_dir:
             found = remote.run_argv(["test", "-d", node.data_dir])

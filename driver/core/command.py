@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,40 @@ def free_port(address: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+def is_loopback(address: str) -> bool:
+    if address.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name (or a runtime's placeholder): a host of its own
+        return False
+
+
+def check_placement(case: Case, nodes: list[tuple[str, str]]) -> None:
+    """Refuse (ValueError, with the fix) a multi-node case its launcher cannot run where the
+    runtime places it: OneFlow's launcher on several loopback "nodes" hangs, it never fails."""
+    if case.source != "dlperf" or case.topology.nodes < 2:
+        return  # an upstream source brings its own launcher
+    load_all()
+    framework = FRAMEWORKS.get(case.framework)
+    if not getattr(LAUNCHERS.get(framework.launcher), "nodes_told_apart_by_address", False):
+        return
+    loopback = [address for _name, address in nodes if is_loopback(address)]
+    if not loopback:
+        return
+    one_host = f"1n{case.topology.world_size}g"
+    raise ValueError(
+        f"{case.id}: {framework.display}'s launcher tells nodes apart by the address their ranks "
+        f"connect from, and {len(loopback)} of the {case.topology.nodes} nodes are on loopback "
+        f"({', '.join(sorted(set(loopback)))}): they would all look like one host and the job "
+        f"would hang at its first collective ({framework.folder}/README.md). Give an inventory "
+        "of real nodes (`--inventory cluster.yaml`; with make, INVENTORY=cluster.yaml "
+        "RUNTIME=docker or process; docs/clusters.md), or rehearse on this host: all the "
+        f"processes on one node ({one_host}), or the shape with the calibration workload "
+        f"(`dlperf selftest --topologies {case.topology.label}`)"
+    )
+
+
 def node_commands(
     case: Case, runtime: Runtime, batch_size: int, *, master_port: int | None = None
 ) -> list[NodeCommand]:
@@ -76,6 +111,7 @@ def node_commands(
     framework = FRAMEWORKS.get(case.framework)
     launcher = LAUNCHERS.get(framework.launcher)()
     nodes = runtime.node_addresses(case.topology.nodes)
+    check_placement(case, nodes)
     master_addr = nodes[0][1]
     port = master_port or free_port(master_addr if master_addr.startswith("127.") else "127.0.0.1")
     argv = script_argv(case, framework, batch_size)

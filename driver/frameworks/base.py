@@ -76,6 +76,9 @@ class Framework:
     # training options above are added unless ``shared_options`` is False.
     options: Mapping[str, Any] = field(default_factory=dict)
     shared_options: bool = True
+    # Each rank trains on a device of its own (a GPU; a CPU on a CPU node): pre-flight refuses
+    # more ranks per node than devices. False only for workloads that use none (calibration).
+    occupies_device: bool = True
 
     def __post_init__(self) -> None:
         if not (REPO_ROOT / self.folder).is_dir():

@@ -1,5 +1,9 @@
 """The calibration pseudo-framework used by ``dlperf selftest`` (no framework installed)."""
 
+from typing import Annotated
+
+from pydantic import Field
+
 from driver.frameworks.base import Count, Framework, PositiveReal
 from driver.registry import FRAMEWORKS
 
@@ -19,7 +23,12 @@ CALIBRATION = FRAMEWORKS.add(
             "hang_at_step": Count,
             "faulty_rank": Count,
             "oom_above": Count,
+            # A node name (DLPERF_NODE_NAME, set by the SSH runtimes) whose steps last
+            # `slowdown` times longer: a slow node for the node scan's own tests.
+            "slow_node": Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.-]{0,64}$")],
+            "slowdown": Annotated[float, Field(ge=1.0, le=100.0, allow_inf_nan=False)],
         },
         shared_options=False,
+        occupies_device=False,  # its ranks sleep: any topology rehearses on any node
     ),
 )

@@ -90,3 +90,20 @@ def check_session_name(text: str) -> str:
             COMMAND_LINE, "--session", f"{text!r} is not a session name: {SESSION_RULE}"
         )
     return text
+
+
+def topology_list(text: str) -> tuple[str, ...]:
+    """``1n1g,1n8g,2n16g``: each checked now, so a typo fails before any process starts."""
+    from driver.core.case import Topology
+
+    labels = tuple(label.strip() for label in text.split(",") if label.strip())
+    if not labels:
+        raise argparse.ArgumentTypeError("give at least one topology, e.g. 1n1g,1n8g,2n16g")
+    for label in labels:
+        try:
+            Topology.parse(label)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{error} (e.g. 1n8g, 2n16g)") from None
+    if len(set(labels)) != len(labels):
+        raise argparse.ArgumentTypeError(f"a topology is named twice in {text!r}")
+    return labels

@@ -24,7 +24,7 @@ from driver.core.matrix import (
 )
 from driver.files import KitWriteError
 from driver.frameworks.base import REPO_ROOT
-from driver.frontend.args import bounded_float, bounded_int, check_session_name
+from driver.frontend.args import bounded_float, bounded_int, check_session_name, topology_list
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError
@@ -157,9 +157,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("no case matches the selection", file=sys.stderr)
         return 2
     runtime = make_runtime(args.runtime, inventory=args.inventory)
-    try:  # a case that needs more nodes than the inventory has is a clear error, up front
+    # A case that needs more nodes than the inventory has, or that its launcher cannot run
+    # where the runtime puts its nodes, is a clear error, up front.
+    from driver.core.command import check_placement
+
+    try:
         for case in cases:
-            runtime.node_addresses(case.topology.nodes)
+            check_placement(case, runtime.node_addresses(case.topology.nodes))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -288,7 +292,12 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if check_reachable is not None:
         check_reachable()
     try:
-        results = run_selftest(step_time=args.step_time, repeats=args.repeats, runtime=runtime)
+        results = run_selftest(
+            step_time=args.step_time,
+            repeats=args.repeats,
+            runtime=runtime,
+            topologies=args.topologies,
+        )
     except SelftestError as error:
         print(f"error: selftest: {error}", file=sys.stderr)
         return 1
@@ -428,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--title")
     report.set_defaults(func=cmd_report)
 
+    from driver.core.selftest import DEFAULT_TOPOLOGIES
+
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
     selftest.add_argument(
         "--step-time",
@@ -436,6 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the workload's step time in seconds",
     )
     selftest.add_argument("--repeats", type=bounded_int(1, MAX_REPEATS), default=3)
+    selftest.add_argument(
+        "--topologies", type=topology_list, default=DEFAULT_TOPOLOGIES, metavar="LIST",
+        help=f"comma-separated <nodes>n<total devices>g (default: {','.join(DEFAULT_TOPOLOGIES)};"
+        " the cluster's shape, e.g. 1n1g,1n8g,2n16g,4n32g)",
+    )  # fmt: skip
     selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
     selftest.set_defaults(func=cmd_selftest)

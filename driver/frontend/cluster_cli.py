@@ -1,4 +1,5 @@
-"""Cluster sub-commands of ``dlperf``: ``images base|build|lock|push|list`` and ``preflight``.
+"""Cluster sub-commands of ``dlperf``: ``images base|build|lock|push|list``, ``preflight`` and
+``nodes`` (the node scan).
 
 ``driver.frontend.cli`` calls :func:`add_subcommands`; runtimes come from the registry through
 ``driver.runtimes.factory.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
@@ -186,6 +187,81 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def scan_case(args: argparse.Namespace, runtime_name: str) -> Any:
+    """The 1n1g case every node runs: the framework's matrix narrowed to the model (the
+    calibration workload, which has no matrix: its known 20 ms steps)."""
+
+    from driver.core.matrix import (
+        COMMAND_LINE,
+        MatrixError,
+        apply_overrides,
+        load_matrix,
+        overrides_from,
+    )  # fmt: skip
+    from driver.core.selftest import calibration_cases
+    from driver.frontend.cli import choose_profile
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    framework = FRAMEWORKS.canonical(args.framework)
+    selection = {"topologies": ("1n1g",), "repeats": args.repeats,
+                 "options": dict(args.option or [])}  # fmt: skip
+    if framework == "calibration":  # one model, no matrix
+        [case] = calibration_cases(0.02, 32, ["1n1g"], args.repeats, 100)
+        return apply_overrides([case], overrides_from(selection))[0]
+    overrides = overrides_from({**selection, "models": (args.model,)})
+    profile, _why = choose_profile(args.profile, runtime_name)
+    cases = apply_overrides(load_matrix(FRAMEWORKS.get(framework).matrix_file, profile).cases,
+                            overrides)  # fmt: skip
+    if not cases:
+        raise MatrixError(
+            COMMAND_LINE, "--model", f"{args.model!r} is in no case of {framework}'s matrix"
+        )
+    return cases[0]
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    """``dlperf nodes``: the same 1n1g case on every node at once; the slow node named."""
+    import time
+
+    from driver.cluster.nodescan import judge, one_node_runtimes, scan_nodes, table
+    from driver.frontend.cli import check_session_name
+    from driver.registry import UnknownPlugin
+    from driver.runtimes.factory import make_runtime
+
+    try:
+        runtime = make_runtime(args.runtime, inventory=args.inventory)
+        case = scan_case(args, args.runtime)
+    except (*_errors(), UnknownPlugin) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    session = check_session_name(args.session) if args.session else None
+    root = Path(args.results) / (session or f"{time.strftime('%Y%m%d-%H%M%S')}-nodes")
+    nodes = [node.name for node in runtime.inventory.nodes]
+    print(f"node scan: {case.id} x{case.repeats} on {len(nodes)} nodes at once ({root})")
+    try:
+        results = scan_nodes(case, one_node_runtimes(runtime, runtime.inventory), root)
+    except KeyboardInterrupt:
+        print(f"node scan interrupted; what ran is in {root}", file=sys.stderr)
+        return 130
+    verdicts = judge(results, args.slow_below)
+    print(table(verdicts, args.slow_below))
+    flagged = [v.result.node for v in verdicts if v.verdict != "ok"]
+    print(f"nodes to look at: {', '.join(flagged)}" if flagged else "every node within range")
+    return 1 if flagged else 0
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (0.05: 5%), got {text!r}")
+    return value
+
+
 def add_subcommands(subparsers: Any) -> None:
     lock_help = "the lock file (default: $DLPERF_IMAGES_LOCK or images.lock at the repo root)"
     images = subparsers.add_parser("images", help="container images: base, build, lock, push")
@@ -258,3 +334,25 @@ def add_subcommands(subparsers: Any) -> None:
         help="devices needed per node (default: all)",
     )
     preflight.set_defaults(func=cmd_preflight)
+
+    from driver.cluster.nodescan import SLOW_BELOW
+    from driver.core.matrix import MAX_REPEATS
+    from driver.frontend.cli import _option
+
+    nodes = subparsers.add_parser(
+        "nodes", help="the same 1n1g case on every node at once: the slow node named"
+    )
+    nodes.add_argument("--inventory", required=True)
+    nodes.add_argument("--runtime", default="docker", choices=("docker", "process"))
+    nodes.add_argument("--framework", default="pytorch")
+    nodes.add_argument("--model", default="resnet50")
+    nodes.add_argument("--profile", default="auto", help="the matrix profile (default: auto)")
+    nodes.add_argument("--repeats", type=bounded_int(1, MAX_REPEATS), default=3)
+    nodes.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
+    nodes.add_argument(
+        "--slow-below", type=_fraction, default=SLOW_BELOW, metavar="FRACTION",
+        help=f"a node this far under the median is SLOW (default {SLOW_BELOW})",
+    )  # fmt: skip
+    nodes.add_argument("--results", default="results", help="parent folder of the scan")
+    nodes.add_argument("--session", help="the scan's folder name (default: <time>-nodes)")
+    nodes.set_defaults(func=cmd_nodes)

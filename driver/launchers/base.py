@@ -56,6 +56,9 @@ class NodeRank:
 
 class Launcher(Protocol):
     name: str
+    # Optional class attribute ``nodes_told_apart_by_address = True``: the launcher knows which
+    # ranks share a node only from the address they connect from, so several nodes on one
+    # host's loopback addresses cannot run (driver.core.command.check_placement refuses them).
 
     def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
         """argv that starts all ``rank.procs_per_node`` processes of this node.

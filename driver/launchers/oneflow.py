@@ -33,6 +33,10 @@ from driver.registry import LAUNCHERS
 @LAUNCHERS.register("oneflow")
 class OneflowLaunch:
     name = "oneflow"
+    # OneFlow groups ranks into nodes by the address their control connection comes from:
+    # nodes on loopback addresses all come from 127.0.0.1, and such a job hangs at its first
+    # collective (OneFlow/README.md). The planner refuses it (command.check_placement).
+    nodes_told_apart_by_address = True
 
     def command(self, python: str, script_argv: list[str], rank: NodeRank) -> list[str]:
         launch = module_command(

@@ -34,7 +34,7 @@ from driver.bench.protocol import EXIT_OOM
 from driver.cluster import provenance
 from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle, sync_code
 from driver.cluster.inventory import Inventory, Node, load_inventory
-from driver.cluster.preflight import Check, failures, run_preflight
+from driver.cluster.preflight import Check, devices_check, failures, run_preflight
 from driver.cluster.remote import NodeUnreachable, Remote, parallel
 from driver.core.repeatplan import NodeCommand
 from driver.launchers.base import NodeRank
@@ -77,6 +77,9 @@ class Prepared:
     provenance: dict[str, dict[str, Any]]
     seconds: float
     framework: str = "calibration"
+    # node -> the devices its pre-flight counted (None: could not count): a later case with
+    # more ranks per node is judged by the same rule (preflight.devices_check), not skipped.
+    devices: dict[str, int | None] = field(default_factory=dict)
 
 
 class PrepareFailed(Exception):
@@ -231,6 +234,7 @@ class SshRuntime:
         names = {remote.node.name for remote in remotes}
         cached = self._prepared.get(key)
         if cached and names <= set(cached.code_dirs) and not (names & self._dirty):
+            self._check_devices(cached, remotes, devices)
             return cached
         started = time.monotonic()
         if source != "dlperf" and not self.runs_sources:
@@ -287,9 +291,25 @@ class SshRuntime:
             provenance=facts_by_node,
             seconds=time.monotonic() - started,
             framework=framework,
+            devices={c.node: c.found for c in checks if c.name == "devices"},
         )
         self._prepared[key] = prepared
         return prepared
+
+    def _check_devices(self, prepared: Prepared, remotes: list[Remote], devices: int) -> None:
+        """This case's ranks per node against the devices each node showed at its pre-flight."""
+        bad = []
+        for remote in remotes:
+            check = devices_check(
+                remote.node.name, remote.node.container.variant,
+                prepared.devices.get(remote.node.name), "not counted at pre-flight", devices,
+                prepared.framework,
+            )  # fmt: skip
+            if not check.ok:
+                bad.append(check)
+        if bad:
+            detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
+            raise PrepareFailed(Verdict.FAILED, f"pre-flight: {detail}")
 
     # -- one repeat ------------------------------------------------------------------------
     def node_environment(self, command: NodeCommand, node: Node, workdir: str) -> dict[str, str]:
