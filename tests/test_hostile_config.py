@@ -518,7 +518,7 @@ SOURCE_VALUES: dict[tuple, list[Any]] = {
                                      [True], ["a\nb"]],
     ("models", "resnet50", "launch"): ["mpi", 1],
     ("models", "resnet50", "logging"): ["x"],
-    ("models", "resnet50", "step_offset"): [-2, NAN, "1"]  # -1: ngc-tf1 BERT prints the step before the update,
+    ("models", "resnet50", "step_offset"): [-2, NAN, "1"],  # -1 is ngc-tf1 BERT's (its trace)
     ("models", "resnet50", "log_every"): [0, 1.5],
     ("models", "resnet50", "datasets"): [["imagenet"], "real"],
     ("models", "resnet50", "precisions"): [["fp16"]],
