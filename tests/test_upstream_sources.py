@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from driver.bench import fingerprint
 from driver.bench.host import cpu_model_name
 from driver.core.case import Case, Topology
 from driver.core.command import node_commands, parser_for
@@ -369,11 +370,13 @@ def test_wrapper_prints_header_then_the_step_log_and_keeps_the_exit_code(tmp_pat
         "upstream chatter",
         'DLLL {"timestamp": "10.5", "type": "LOG", "step": [0, 1]}',
     ]
-    # The node's own facts, as the kit's benchmark processes report them on this CPU machine.
+    # The node's own facts, as the kit's benchmark processes report them on this CPU machine:
+    # the fingerprint run from its embedded source equals the module's own, on this node.
     assert host.startswith("DLPERF-HOST ")
     assert json.loads(host.removeprefix("DLPERF-HOST ")) == {
         "hostname": socket.gethostname(),
         "devices": [cpu_model_name()],
+        **fingerprint.take(),
     }
 
 
