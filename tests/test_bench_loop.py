@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from driver.bench import fingerprint
 from driver.bench.contract import parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
 from driver.bench.loop import Adapter, Run, is_oom, run_benchmark
 from driver.bench.protocol import EXIT_OOM, has_oom_record, oom_record
+from driver.core.hardware import hardware_of
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -188,6 +190,11 @@ def test_the_loop_writes_the_protocol_the_parser_reads(monkeypatch: pytest.Monke
     assert [r["dlperf"] for r in records] == ["header", "begin", *["step"] * 5, "end"]
     header = records[0]
     assert header["framework"] == "toy" and header["devices"] == ["abacus"]
+    # The node's hardware fingerprint, beside the old keys; the driver reads it back whole.
+    assert {"fingerprint": header["fingerprint"], "hardware": header["hardware"]} == (
+        fingerprint.take()
+    )
+    assert hardware_of(header).label == fingerprint.label_of(header["fingerprint"])
     options = header["options"]
     shared = {"batch_size": 2, "global_batch_size": 2, "precision": "fp32", "warmup_steps": 2,
               "total_steps": 5, "device": "cpu", "seed": 1234, "xla": False, "parameters": 1,

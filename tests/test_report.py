@@ -84,11 +84,17 @@ def on_device(source: Path, target: Path, device: str) -> Path:
             lines = []
             for line in log.read_text().split("\n"):
                 if '"dlperf": "header"' in line:
-                    line = json.dumps({**json.loads(line), "devices": [device]}, sort_keys=True)
+                    # another machine: its devices, and no fingerprint of this one
+                    event = {**json.loads(line), "devices": [device]}
+                    event.pop("fingerprint", None)
+                    event.pop("hardware", None)
+                    line = json.dumps(event, sort_keys=True)
                 lines.append(line)
             log.write_text("\n".join(lines))
             data["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
         data["header"]["devices"] = [device]
+        data["header"].pop("fingerprint", None)
+        data["header"].pop("hardware", None)
         (folder / "record.json").write_text(json.dumps(data))
         assert case.id == data["case_id"]
     return target
@@ -138,7 +144,7 @@ def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(
     devices = [line.split("|")[1].strip() for line in rows[1:]]
     assert devices == sorted(devices)  # one group per device, labelled on every row
     # their logs carry no fingerprint: the machine is what their headers hold
-    assert set(devices) == {"NVIDIA H100 80GB HBM3 (host vm)", "Tesla V100-SXM2-16GB (host vm)"}
+    assert set(devices) == {"NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB"}
     for line in rows[1:]:
         cells = [c.strip() for c in line.split("|")]
         if cells[2].startswith(("median", "geometric")):

@@ -347,6 +347,20 @@ def test_each_rank_gets_its_own_nodes_host_and_the_figure_is_unchanged() -> None
     assert measure_repeat(parsed, WINDOW) == measure_repeat(plain, WINDOW)
 
 
+def test_a_host_line_with_a_fingerprint_puts_it_in_its_ranks_headers() -> None:
+    from driver.core.measure import parse_logs
+
+    facts = {"schema": 1, "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "power_limit_w": 400.0}]}
+    line = "DLPERF-HOST " + json.dumps(
+        {"devices": ["NVIDIA A100-SXM4-40GB"], "hostname": "gpu-a", "fingerprint": facts,
+         "hardware": "1x A100-SXM4-40GB 400W"}
+    )  # fmt: skip
+    parsed = parse_logs("tf-timehistory", with_host_lines("tensorflow-models", "ok", [line, ""]))
+    assert parsed.ranks[0].header["fingerprint"] == facts
+    assert parsed.ranks[0].header["hardware"] == "1x A100-SXM4-40GB 400W"
+    assert "fingerprint" not in parsed.ranks[1].header  # node 1 printed no host line
+
+
 def test_a_rate_only_log_keeps_node_0s_host() -> None:
     from driver.core.measure import parse_logs
 
@@ -361,6 +375,15 @@ def test_a_rate_only_log_keeps_node_0s_host() -> None:
         ("DLPERF-HOST {not json", "broken host line"),
         ('DLPERF-HOST {"hostname": "a", "devices": "A100"}', "devices (a list of text)"),
         ('DLPERF-HOST ["a"]', "a JSON object with a hostname"),
+        (
+            'DLPERF-HOST {"hostname": "a", "devices": ["A100"], "fingerprint": [1]}',
+            "fingerprint must come with its label",
+        ),
+        (
+            'DLPERF-HOST {"hostname": "a", "devices": ["A100"], "fingerprint": {}, '
+            '"hardware": ""}',
+            "'hardware' a non-empty text",
+        ),
     ],
 )
 def test_a_bad_host_line_names_the_log_and_the_line(line: str, fragment: str) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from driver.bench import fingerprint
 from driver.bench.host import cpu_model_name
 from driver.core.case import Case, Topology
 from driver.core.command import node_commands, parser_for
@@ -369,21 +370,35 @@ def test_wrapper_prints_header_then_the_step_log_and_keeps_the_exit_code(tmp_pat
         "upstream chatter",
         'DLLL {"timestamp": "10.5", "type": "LOG", "step": [0, 1]}',
     ]
-    # The node's own facts, as the kit's benchmark processes report them on this CPU machine.
+    # The node's own facts, as the kit's benchmark processes report them on this CPU machine:
+    # the fingerprint run from its embedded source equals the module's own, on this node.
     assert host.startswith("DLPERF-HOST ")
     assert json.loads(host.removeprefix("DLPERF-HOST ")) == {
         "hostname": socket.gethostname(),
         "devices": [cpu_model_name()],
+        **fingerprint.take(),
     }
 
 
 def _fake_nvidia_smi(folder: Path, gpus: int) -> dict[str, str]:
-    """PATH with an ``nvidia-smi`` that answers ``--query-gpu=index,name`` for ``gpus`` GPUs (a
-    node of 8 GPUs whose container was given all of them), as the real one prints it."""
+    """PATH with an ``nvidia-smi`` that answers ``--query-gpu=index,name`` and the
+    fingerprint's query for ``gpus`` GPUs (a node of 8 GPUs whose container was given all of
+    them), as the real one prints them."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = "".join(f"{i}, NVIDIA A100-SXM4-80GB\\n" for i in range(gpus))
+    # the fingerprint's query (driver/bench/fingerprint.py SMI_QUERY), as nvidia-smi prints it
+    facts = "".join(
+        "NVIDIA A100-SXM4-80GB, 81920, 1410, 1593, 400.00, 400.00, 4, 16, 535.104.05\\n"
+        for _ in range(gpus)
+    )
     smi = folder / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\nprintf '{rows}'\n")
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f"  *--query-gpu=index,name*) printf '{rows}' ;;\n"
+        f"  *--query-gpu=*) printf '{facts}' ;;\n"
+        "esac\n"
+    )
     smi.chmod(0o755)
     return {"PATH": f"{folder}:/usr/bin:/bin"}
 

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from driver.core.hardware import hardware_of
 from driver.core.results import Session
 from driver.core.summary import summarize
 from driver.files import TEMP_PREFIX
 from driver.release.release import ReleaseError, release
 from driver.release.synth import cached_session
 from driver.verify.folder import verify_sessions
-from driver.verify.hardware import legacy_label
 from driver.verify.plausible import Implausible, check_throughput
 
 CASE_1N2G = "calibration/calibration/1n2g/bs8/fp32/synthetic"
@@ -292,16 +292,16 @@ def test_a_repeat_whose_nodes_report_two_machines_is_refused_never_averaged(
     )
     refused_everywhere(root, tmp_path, "its ranks ran on 2 kinds of machine")
     # the same label on every node: one machine; the case's other repeats, whose logs carry
-    # no fingerprint, are another machine's as far as anyone can tell: never pooled with it
+    # this machine's own fingerprint, are another machine's: never pooled with it
     root = session_copy(tmp_path, "same")
     case_dir = root / "cases" / "calibration/calibration/2n2g/bs8/fp32/synthetic"
     set_header_hardware(case_dir / "repeat-01", lambda _rank: "EPYC 2c avx2")
     verified = verify_sessions([root])
     assert verified.refused == []
     two = [s for s in summarize(verified.records) if s.case.topology.label == "2n2g"]
-    legacy = legacy_label(
+    legacy = hardware_of(
         json.loads((case_dir / "repeat-02" / "record.json").read_text())["header"]
-    )
+    ).label
     assert sorted((s.identity, s.stats.repeats) for s in two) == sorted(
         [("EPYC 2c avx2", 1), (legacy, 2)]
     )
@@ -310,10 +310,44 @@ def test_a_repeat_whose_nodes_report_two_machines_is_refused_never_averaged(
     assert speedups[legacy] == pytest.approx(2.0, rel=0.01)
 
 
+def without_fingerprint(root: Path) -> Path:
+    """The session as logs from before the fingerprint are: no ``fingerprint``/``hardware`` in
+    any header (logs re-hashed, records rewritten)."""
+    for record_path in root.glob("cases/**/repeat-*/record.json"):
+        record = json.loads(record_path.read_text())
+        for name in record["logs"]:
+            log = record_path.parent / name
+            lines = []
+            for line in log.read_text().split("\n"):
+                if '"dlperf": "header"' in line:
+                    start = line.index("{")
+                    event = json.loads(line[start:])
+                    event.pop("fingerprint", None)
+                    event.pop("hardware", None)
+                    line = line[:start] + json.dumps(event, sort_keys=True)
+                lines.append(line)
+            log.write_text("\n".join(lines))
+            record["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
+        record["header"].pop("fingerprint", None)
+        record["header"].pop("hardware", None)
+        record_path.write_text(json.dumps(record))
+    return root
+
+
+def test_attest_hardware_refuses_logs_that_carry_their_own(tmp_path: Path) -> None:
+    from driver.frontend.cli import main
+
+    root = session_copy(tmp_path)  # a session of this kit: every header has a fingerprint
+    assert main(["attest-hardware", str(root), "--label", "AMD EPYC 2c avx2",
+                 "--source", "a test that should be refused"]) == 2  # fmt: skip
+    assert not (root / "hardware.json").exists()
+
+
 def test_attested_sessions_are_split_by_machine_in_report_and_release(tmp_path: Path) -> None:
     from driver.frontend.cli import main
 
-    old, new = session_copy(tmp_path, "old"), session_copy(tmp_path, "new")
+    old = without_fingerprint(session_copy(tmp_path, "old"))
+    new = without_fingerprint(session_copy(tmp_path, "new"))
     new_case = new / "cases" / "calibration/calibration/1n1g/bs8/fp32/synthetic"
     shutil.rmtree(new / "cases" / "calibration/calibration/1n2g")  # new: 1n1g and 2n2g only
     assert new_case.exists()
@@ -341,7 +375,8 @@ def test_attested_sessions_are_split_by_machine_in_report_and_release(tmp_path: 
 def test_two_attested_machines_never_share_a_median_or_a_baseline(tmp_path: Path) -> None:
     from driver.frontend.cli import main
 
-    a, b = session_copy(tmp_path, "a"), session_copy(tmp_path, "b")
+    a = without_fingerprint(session_copy(tmp_path, "a"))
+    b = without_fingerprint(session_copy(tmp_path, "b"))
     for root, label in ((a, "EPYC avx2"), (b, "EPYC avx512_bf16")):
         assert main(["attest-hardware", str(root), "--label", label,
                      "--source", "written by this test for two machines"]) == 0  # fmt: skip

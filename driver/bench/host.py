@@ -6,7 +6,8 @@ stdlib only, like the rest of ``driver.bench``: it runs inside framework environ
 from __future__ import annotations
 
 import os
-import platform
+
+from driver.bench import fingerprint
 
 # Processes on this node, as each launcher names it (spawn/torchrun, paddle, horovod, MPI).
 _LOCAL_SIZE_VARS = (
@@ -20,21 +21,7 @@ _LOCAL_SIZE_VARS = (
 
 def physical_cores() -> int:
     """Physical cores of this node (hyper-threads counted once), from /proc/cpuinfo."""
-    cores: set[tuple[str, str]] = set()
-    physical = core = ""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if key == "physical id":
-                    physical = value
-                elif key == "core id":
-                    core = value
-                    cores.add((physical, core))
-    except OSError:
-        pass
-    return len(cores) or os.cpu_count() or 1
+    return fingerprint.physical_cores() or os.cpu_count() or 1
 
 
 def local_process_count() -> int:
@@ -79,11 +66,5 @@ def threads_per_process(requested: int = 0) -> tuple[int, str]:
 
 
 def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's name as the node's fingerprint reads it (``model name`` of /proc/cpuinfo)."""
+    return fingerprint.cpu_model_name()

@@ -8,7 +8,8 @@ what its header says); this module owns everything else, once for every framewor
   framework starts (Paddle and MXNet read ``OMP_NUM_THREADS`` only when they load);
 - the options: shape and shared training knobs plus the framework's own
   (:func:`driver.bench.contract.resolve_options`);
-- the header record and its shared keys, the barrier that starts every rank's clock together,
+- the header record and its shared keys (with the node's hardware fingerprint,
+  :mod:`driver.bench.fingerprint`), the barrier that starts every rank's clock together,
   the ``--total-steps`` steps (the driver cuts the warm-up off the window), a timestamp after a
   device sync at the end of each step, the end record, the weights checksum, the last barrier;
 - out of memory: when the adapter calls an error an allocator failure, the OOM record and exit
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from driver.bench import fingerprint
 from driver.bench.contract import MODELS, OptionError, parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
 from driver.bench.protocol import StepLogger, oom_exit, print_weights_checksum, rank_environment
@@ -235,7 +237,12 @@ def _train(adapter: Adapter, run: Run) -> int:
     logger = StepLogger(
         framework=adapter.framework, model=args.model, sync=adapter.sync, rank_env=run.rank_env()
     )
-    logger.header(versions=adapter.versions(), devices=adapter.devices(), options=record)
+    logger.header(
+        versions=adapter.versions(),
+        devices=adapter.devices(),
+        options=record,
+        hardware=fingerprint.take(),  # what this node is: every rank says it of its own node
+    )
 
     if run.distributed:
         adapter.barrier()  # start the clocks of all ranks together

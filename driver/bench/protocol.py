@@ -4,7 +4,8 @@ Benchmark scripts run inside framework environments (virtual environments, conta
 not have the driver's dependencies, so this module imports nothing outside the standard library.
 Every record is one JSON object on one line of stdout, tagged with ``"dlperf"``:
 
-- ``header``: once per rank, before training: versions, devices, the resolved options.
+- ``header``: once per rank, before training: versions, devices, the resolved options, and the
+  node's hardware fingerprint (``fingerprint``: the facts; ``hardware``: their label).
 - ``begin``:  the timestamp of the start of step 1 (taken after a device sync).
 - ``step``:   one per step: ``step`` (1-based), ``t`` (monotonic seconds, taken after a device
   sync at the end of the step), ``samples`` (samples this rank processed in the step), ``loss``.
@@ -105,10 +106,18 @@ class StepLogger:
         versions: Mapping[str, Any],
         devices: list[str],
         options: Mapping[str, Any],
+        hardware: Mapping[str, Any] | None = None,
     ) -> None:
+        """``hardware``: the node's fingerprint, as ``driver.bench.fingerprint.take`` gives it
+        (keys ``fingerprint``, the facts, and ``hardware``, their label); headers written
+        without it (older logs, tests) are read as before."""
         base_versions = {"python": platform.python_version()}
+        node: dict[str, Any] = {}
+        if hardware is not None:
+            node = {"fingerprint": dict(hardware["fingerprint"]), "hardware": hardware["hardware"]}
         self._emit(
             "header",
+            **node,
             framework=self.framework,
             model=self.model,
             world_size=self.world_size,

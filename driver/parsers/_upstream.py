@@ -37,7 +37,7 @@ from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint, Wi
 
 HEADER_MARK = "DLPERF-UPSTREAM "
 # The node's own facts, printed by the node right after the header (driver.sources.base
-# HOST_PROBE): the head renders the header, only the node knows its hostname and devices.
+# HOST_PROBE): the head renders the header, only the node knows its hostname, devices, hardware.
 HOST_MARK = "DLPERF-HOST "
 LOGGING_MODES = ("rank0", "per-node", "per-process")
 _HEADER_FIELDS: dict[str, type] = {
@@ -109,7 +109,7 @@ class NodeLog:
     name: str  # the log's file name (node0.log)
     header: RunHeader
     lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, text) after it
-    host: dict[str, Any] = field(default_factory=dict)  # hostname and devices, where printed
+    host: dict[str, Any] = field(default_factory=dict)  # hostname, devices, fingerprint, if printed
 
 
 def _decode_header(text: str, source: str, number: int) -> RunHeader:
@@ -176,12 +176,27 @@ def _decode_host(text: str, source: str, number: int) -> dict[str, Any]:
             source=source,
             line=number,
         )
-    return {"hostname": hostname, "devices": devices}
+    host: dict[str, Any] = {"hostname": hostname, "devices": devices}
+    # The node's fingerprint (driver.bench.fingerprint), on lines of nodes that print it; logs
+    # from before it, and imported logs, have none and are read as before.
+    facts, label = data.get("fingerprint"), data.get("hardware")
+    if facts is not None or label is not None:
+        if not isinstance(facts, dict) or not isinstance(label, str) or not label.strip():
+            raise LogParseError(
+                "the host line's fingerprint must come with its label: 'fingerprint' a JSON "
+                f"object and 'hardware' a non-empty text, got {type(facts).__name__} and "
+                f"{label!r} (a node of another kit version? re-run it with this kit)",
+                source=source,
+                line=number,
+            )
+        host.update(fingerprint=facts, hardware=label)
+    return host
 
 
 def rank_host(logs: Sequence[NodeLog], rank: int) -> dict[str, Any]:
-    """The hostname and devices the node of logging rank ``rank`` printed ({} where it printed
-    none: imported logs, or logs from before nodes printed them)."""
+    """The hostname, devices and (where printed) hardware fingerprint the node of logging rank
+    ``rank`` printed ({} where it printed none: imported logs, or logs from before nodes printed
+    them)."""
     header = logs[0].header
     if header.logging == "rank0":
         node = 0
@@ -431,7 +446,7 @@ def _check_window(header: RunHeader, rank: int, steps: Iterable[int]) -> None:
 
 def steplog(logs: Sequence[NodeLog], timelines: Mapping[int, Timeline], fmt: str) -> ParsedLog:
     """A ParsedLog of step boundaries, after checking every logging rank holds the window; each
-    rank's header is the run header plus its node's hostname and devices."""
+    rank's header is the run header plus its node's hostname, devices and fingerprint."""
     header = logs[0].header
     per_rank, scale = rank_batch(header)
     ranks: dict[int, RankLog] = {}

@@ -1,5 +1,7 @@
 """Matplotlib PNGs of a release: per table, throughput vs devices (with ideal scaling) and
-efficiency vs devices, one line per series (framework), as DLPerf's report figures."""
+efficiency vs devices, one line per series (framework; per device model too where a table holds
+several), as DLPerf's report figures. The legend stands right of the axes, one entry per series
+and one each for the ideal and all-reduce-bound lines every series draws in its colour."""
 
 from __future__ import annotations
 
@@ -12,14 +14,28 @@ from driver.core.summary import CaseSummary, baseline_of
 from driver.release.compute import Computed
 from driver.release.render import plot_files
 
+# Series are told by colour and marker together: ten colours and seven markers, cycled at once
+# (7 and 10 share no factor: 70 series before a pair repeats).
+MARKERS = ("o", "s", "D", "^", "v", "P", "X")
+IDEAL_LABEL = "ideal (1n1g x devices), in each series' colour"
+BOUND_LABEL = "all-reduce bound (probe), in each series' colour"
+
 
 def _series(group: list[CaseSummary]) -> dict[str, list[CaseSummary]]:
+    """Lines of one table, by series; where the table holds several device models, a series
+    per model too (one line never joins two machines)."""
+    models = {s.device_model for s in group}
     out: dict[str, list[CaseSummary]] = defaultdict(list)
     for s in group:
-        out[series_name(s)].append(s)
+        name = series_name(s)
+        out[f"{name} on {s.device_model}" if len(models) > 1 else name].append(s)
     for items in out.values():
         items.sort(key=lambda s: (s.case.topology.world_size, s.case.topology.nodes))
     return dict(out)
+
+
+def _style(index: int) -> dict[str, Any]:
+    return {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
 
 
 def render_plots(computed: Computed, out_dir: Path) -> list[str]:
@@ -28,6 +44,7 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     written: list[str] = []
     for title, group in tables(computed.summaries):
@@ -42,11 +59,13 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
         ticks = [label for _d, _n, label in labels]
         series = _series(group)
 
-        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+        fig, ax = _figure(plt)
+        has_ideal = False
         for index, (name, items) in enumerate(series.items()):
-            color = f"C{index % 10}"
+            style = _style(index)
+            color = style["color"]
             xs = [x_of[s.case.topology.label] for s in items]
-            ax.plot(xs, [s.stats.median for s in items], "o-", color=color, label=name)
+            ax.plot(xs, [s.stats.median for s in items], "-", **style, label=name)
             low = [s.stats.median - s.stats.minimum for s in items]
             high = [s.stats.maximum - s.stats.median for s in items]
             ax.errorbar(
@@ -65,16 +84,19 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                     "--",
                     color=color,
                     alpha=0.5,
-                    label=f"{name} ideal",
                 )
+                has_ideal = True
         ylabel = "samples/s (median, min-max bars)"
-        _finish(fig, ax, ticks, ylabel, title, out_dir / throughput_file)
+        extra = [Line2D([], [], color="grey", linestyle="--", alpha=0.7)] if has_ideal else []
+        _finish(fig, ax, ticks, ylabel, title, out_dir / throughput_file, extra, [IDEAL_LABEL])
         written.append(throughput_file)
 
-        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+        fig, ax = _figure(plt)
         ax.axhline(100, color="grey", linewidth=0.8, linestyle=":")
+        has_bound = False
         for index, (name, items) in enumerate(series.items()):
-            color = f"C{index % 10}"
+            style = _style(index)
+            color = style["color"]
             points = [
                 (x_of[s.case.topology.label], s.efficiency)
                 for s in items
@@ -84,8 +106,8 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                 ax.plot(
                     [p[0] for p in points],
                     [100 * p[1] for p in points],
-                    "o-",
-                    color=color,
+                    "-",
+                    **style,
                     label=name,
                 )
             bounds = [
@@ -97,11 +119,13 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                 ax.plot(
                     [b[0] for b in bounds],
                     [100 * b[1] for b in bounds],
-                    "v",
+                    "_",
                     color=color,
-                    alpha=0.6,
-                    label=f"{name} all-reduce bound",
+                    markersize=14,
+                    markeredgewidth=2,
+                    alpha=0.7,
                 )
+                has_bound = True
         shown = [100 * s.efficiency for s in group if s.efficiency is not None]
         shown += [
             100 * b
@@ -111,13 +135,44 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
         ax.set_ylim(
             max(0.0, min([50.0, *(v - 5 for v in shown)])), max([110.0, *(v + 5 for v in shown)])
         )
-        _finish(fig, ax, ticks, "scaling efficiency (%)", title, out_dir / efficiency_file)
+        extra = [
+            Line2D([], [], color="grey", marker="_", markersize=14, markeredgewidth=2, ls="")
+        ]
+        _finish(
+            fig,
+            ax,
+            ticks,
+            "scaling efficiency (%)",
+            title,
+            out_dir / efficiency_file,
+            extra if has_bound else [],
+            [BOUND_LABEL],
+        )
         written.append(efficiency_file)
     return written
 
 
-def _finish(fig: Any, ax: Any, ticks: list[str], ylabel: str, title: str, path: Path) -> None:
-    """Axes, labels and legend the two plots share; then the file, and the figure closed."""
+def _figure(plt: Any) -> tuple[Any, Any]:
+    """A figure whose layout leaves the legend its own column right of the axes."""
+    return plt.subplots(figsize=(10, 4.6), dpi=100, layout="constrained")
+
+
+def _finish(
+    fig: Any,
+    ax: Any,
+    ticks: list[str],
+    ylabel: str,
+    title: str,
+    path: Path,
+    extra_handles: list[Any],
+    extra_labels: list[str],
+) -> None:
+    """Axes, labels and legend the two plots share; then the file, and the figure closed.
+
+    The legend stands outside the axes, right of them, so that it never covers a point: one
+    entry per series, then one for the lines every series draws alike (ideal scaling, the
+    all-reduce bound), drawn in grey and named once.
+    """
     import matplotlib.pyplot as plt
 
     ax.set_xticks(range(len(ticks)), ticks)
@@ -125,8 +180,14 @@ def _finish(fig: Any, ax: Any, ticks: list[str], ylabel: str, title: str, path: 
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(
+        handles + extra_handles,
+        labels + extra_labels[: len(extra_handles)],
+        loc="outside right upper",
+        fontsize=7,
+        frameon=False,
+    )
     _save(fig, path)
     plt.close(fig)
 

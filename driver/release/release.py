@@ -527,6 +527,7 @@ def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]
     """Case ids held more than once (the version's rows are keyed by case id)."""
     models: dict[str, list[str]] = {}
     for s in computed.summaries:
-        label = s.identity + (f" (published by {s.published_by})" if s.published_by else "")
+        label = s.identity if s.device_model in s.identity else f"{s.identity} ({s.device_model})"
+        label += f" (published by {s.published_by})" if s.published_by else ""
         models.setdefault(s.case_id, []).append(label)
     return [(c, sorted(m)) for c, m in sorted(models.items()) if len(m) > 1]

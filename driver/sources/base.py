@@ -8,37 +8,36 @@ upstream files or per-node flags by hand.
 
 from __future__ import annotations
 
+import base64
 import shlex
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol, TypeVar
 
+from driver.bench import fingerprint
 from driver.core.case import Case
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader
 
 L = TypeVar("L")  # a source's per-model launch record
 
-# What the node prints right after the run header: its hostname and devices (GPU names from
-# nvidia-smi, else the CPU model), one "DLPERF-HOST {json}" line read by the upstream parsers
+# What the node prints right after the run header: its hostname, devices (GPU names, else the
+# CPU model) and hardware fingerprint, one "DLPERF-HOST {json}" line read by the upstream parsers
 # (driver.parsers._upstream.rank_host). Only the node knows them: the head renders the header.
-# Plain Python 3.6+ (the oldest upstream images); silent where no Python is found.
-HOST_PROGRAM = "; ".join(  # one line, so that dry runs and records show it on one line
+# The fingerprint is driver/bench/fingerprint.py itself, run from its source (the upstream image
+# does not hold the kit): zlib-compressed and base64-encoded, so that the program stays one line
+# in dry runs and records, and decoding it gives that file byte for byte. Plain Python 3.6+ (the
+# oldest upstream images); silent where no Python is found.
+_FINGERPRINT_SOURCE = Path(fingerprint.__file__).read_bytes()
+HOST_PROGRAM = "; ".join(
     (
-        "import json, os, shutil, socket, subprocess",
-        'smi = shutil.which("nvidia-smi")',
-        'out = subprocess.run([smi, "--query-gpu=index,name", "--format=csv,noheader"], '
-        "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True, "
-        'timeout=60).stdout if smi else ""',
-        # The GPUs the node's processes see: the node command narrows CUDA_VISIBLE_DEVICES to
-        # the case's (indexes in nvidia-smi's PCI order).
-        'ids = [i.strip() for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") '
-        "if i.strip()]",
-        'rows = [line.split(",", 1) for line in out.splitlines() if "," in line]',
-        "gpus = [name.strip() for index, name in rows if not ids or index.strip() in ids]",
-        'cpu = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") '
-        'if line.startswith("model name")][:1]',
-        'facts = {"hostname": socket.gethostname(), "devices": gpus or cpu}',
-        'print("DLPERF-HOST " + json.dumps(facts, sort_keys=True), flush=True)',
+        "import base64, json, zlib",
+        'code = {"__name__": "dlperf_fingerprint"}',
+        "exec(zlib.decompress(base64.b64decode("
+        f"'{base64.b64encode(zlib.compress(_FINGERPRINT_SOURCE, 9)).decode('ascii')}'"
+        ')).decode("utf-8"), code)',
+        'print("DLPERF-HOST " + json.dumps(code["host_facts"](), sort_keys=True), flush=True)',
     )
 )
 HOST_PROBE = (

@@ -2,14 +2,15 @@
 
 Three sources, in this order:
 
-1. the log header's own fingerprint (``hardware``: the label the benchmark process computed
-   on the node, ``driver/bench/fingerprint.py``);
+1. the log header's own fingerprint (``fingerprint`` facts and their ``hardware`` label, computed
+   by the benchmark process on the node: ``driver/bench/fingerprint.py``), or the hardware a
+   person declared for imported logs (``import-logs --hardware``: ``hardware`` alone);
 2. the session's attestation, ``<session>/hardware.json``, for sessions whose logs predate the
    fingerprint: written after the run by ``dlperf attest-hardware`` from a source that says
    what the machine was (a session note, an inventory), recorded with that source, archived and
    hashed with the session like any raw file, and never used where the logs carry their own;
-3. else a label derived from what the header holds (:func:`legacy_label`): headers that differ
-   in any recorded hardware fact get different labels.
+3. else what an older header holds (``driver.core.hardware.hardware_of``: its device names,
+   else "unknown device").
 """
 
 from __future__ import annotations
@@ -81,29 +82,16 @@ def write_attestation(session_root: Path, attestation: Attestation) -> Path:
     return write_json(Path(session_root) / ATTESTATION, attestation.model_dump(by_alias=True))
 
 
-# Header keys of the logs before the fingerprint that say something about the machine (rank 0's
-# header: its host, its devices, and whatever CPU facts a script recorded).
-LEGACY_FACTS = ("hostname", "devices", "cpu", "cpu_model", "cores", "physical_cores", "threads")
-
-
-def legacy_label(header: dict[str, Any]) -> str:
-    """A label for a header without a fingerprint: the device model, then the other recorded
-    facts (``host vm``); two headers that differ in any of them get different labels."""
-    devices = header.get("devices") or []
-    name = ", ".join(sorted({str(d) for d in devices})) or "unknown device"
-    facts = [
-        f"{key} {', '.join(map(str, value)) if isinstance(value, list) else value}"
-        for key in LEGACY_FACTS
-        if key != "devices" and (value := header.get(key)) not in (None, "", [])
-    ]
-    return name + (f" ({'; '.join(facts).replace('hostname', 'host')})" if facts else "")
-
-
 def fingerprint_label(header: dict[str, Any], attestation: Attestation | None) -> str:
-    """The label of the machine a repeat ran on (see the module docstring)."""
-    own = header.get("hardware")
-    if isinstance(own, str) and own:
-        return own
+    """The label of the machine a repeat ran on (see the module docstring); a malformed
+    fingerprint raises ``driver.core.hardware.HardwareError``."""
+    from driver.core.hardware import hardware_of
+
+    if "fingerprint" in header:  # the node's own, computed where it ran
+        return hardware_of(header).label
+    declared = header.get("hardware")
+    if isinstance(declared, str) and declared:  # import-logs --hardware: as the user stated it
+        return declared
     if attestation is not None:
         return attestation.label
-    return legacy_label(header)
+    return hardware_of(header).label  # an older header: its device names, or unknown

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from driver.core.case import Case
+from driver.core.hardware import HardwareError
 from driver.core.measure import RepeatMeasurement, measure_logs
 from driver.core.results import RECORD, RecordError, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog
@@ -225,11 +226,15 @@ def verify_repeat(
             )
         if header != record.header:
             raise RepeatRefused(path, "header differs from rank 0's header in the logs")
+    try:
+        fingerprint = fingerprint_label(parsed.header, attestation)
+    except HardwareError as error:
+        raise RepeatRefused(files.folder, f"rank 0's header: {error}") from None
     return VerifiedRepeat(
         case=case,
         record=record.model_copy(update={"measurement": measurement, "header": parsed.header}),
         recorded=record.measurement,
         parsed=parsed,
         logs=texts,
-        fingerprint=fingerprint_label(parsed.header, attestation),
+        fingerprint=fingerprint,
     )

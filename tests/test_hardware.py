@@ -1,0 +1,201 @@
+"""driver.core.hardware: the hardware a header says it ran on, old headers and declared ones."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.bench.fingerprint import label_of, parse_cpuinfo, parse_smi_query, parse_topology
+from driver.core.hardware import (
+    UNKNOWN,
+    Hardware,
+    HardwareError,
+    display_labels,
+    distinct_hardware,
+    hardware_of,
+    parse_hardware,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = REPO_ROOT / "tests" / "fixtures" / "fingerprint"
+
+
+def node(cpuinfo: str, **more: Any) -> dict[str, Any]:
+    """A header as a rank of the kit writes it on the node of ``cpuinfo`` (a sample)."""
+    facts = {"schema": 1, **parse_cpuinfo((SAMPLES / cpuinfo).read_text()), "gpus": [], **more}
+    return {"devices": [facts["cpu_model"]], "fingerprint": facts, "hardware": label_of(facts)}
+
+
+def test_a_fingerprinted_header_gives_its_label_and_a_key_of_its_facts() -> None:
+    header = node("cpuinfo-epyc-avx2.txt")
+    hardware = hardware_of(header)
+    assert hardware.origin == "fingerprint" and hardware.label == "AMD EPYC 2c avx2"
+    assert hardware.facts == header["fingerprint"] and hardware.device_model == "AMD EPYC"
+    reordered = dict(header, fingerprint=dict(reversed(list(header["fingerprint"].items()))))
+    assert hardware_of(reordered).key == hardware.key  # the facts, not their order
+    assert hardware_of(json.loads(json.dumps(header))).key == hardware.key  # through a log
+
+
+def test_two_nodes_that_differ_in_one_isa_flag_are_two_machines() -> None:
+    old, new = node("cpuinfo-epyc-avx2.txt"), node("cpuinfo-epyc-avx512bf16.txt")
+    assert old["devices"] == new["devices"] == ["AMD EPYC"]  # what the old headers could say
+    found = distinct_hardware([old, old, new])
+    assert [h.label for h in found] == ["AMD EPYC 2c avx2", "AMD EPYC 2c avx512_bf16"]
+    assert found[0].key != found[1].key
+    # Facts the label does not show still make another machine.
+    more_memory = node("cpuinfo-epyc-avx2.txt", memory_gib=48)
+    assert hardware_of(more_memory).label == found[0].label
+    assert hardware_of(more_memory).key != found[0].key
+    assert distinct_hardware([old, old]) == [hardware_of(old)]
+
+
+def test_display_labels_set_apart_machines_that_share_a_label() -> None:
+    gpus, driver = parse_smi_query((SAMPLES / "smi-query-dgx1.csv").read_text())
+    link = parse_topology((SAMPLES / "topo-dgx1.txt").read_text())
+    facts = {"schema": 1, "gpus": gpus, "gpu_driver": driver, "gpu_link": link}
+    v450 = Hardware(label=label_of(facts), facts=facts, origin="fingerprint")
+    v535 = Hardware(
+        label=label_of(facts), facts=dict(facts, gpu_driver="535.104.05"), origin="fingerprint"
+    )
+    epyc = hardware_of(node("cpuinfo-epyc-avx2.txt"))
+    shown = display_labels([v450, v535, epyc, v450])
+    assert shown[epyc.key] == "AMD EPYC 2c avx2"
+    assert shown[v450.key] != shown[v535.key]
+    assert shown[v450.key].startswith("8x V100-SXM2-16GB 300W NVLink [")
+    assert v450.device_model == "V100-SXM2-16GB"
+
+
+def test_older_headers_are_known_by_their_device_names() -> None:
+    old = {"devices": ["AMD EPYC"], "versions": {"torch": "2.13.0+cpu"}, "hostname": "vm"}
+    hardware = hardware_of(old)
+    assert (hardware.origin, hardware.label, hardware.device_model) == (
+        "header", "AMD EPYC", "AMD EPYC",
+    )  # fmt: skip
+    # Framework builds and run settings are not the machine: the same key.
+    other_build = dict(old, versions={"tensorflow": "2.21.0"}, options={"num_threads": 1})
+    assert hardware_of(other_build).key == hardware.key
+    # A recorded hardware fact that differs: another key.
+    v100 = hardware_of({"devices": ["Tesla V100-SXM2-16GB"]})
+    assert v100.key != hardware.key and v100.device_model == "V100-SXM2-16GB"
+    assert v100.label == "Tesla V100-SXM2-16GB"  # as the header said it, as tables showed it
+    # Never the same as a fingerprint, even of the very machine: it cannot be shown to be.
+    assert hardware.key != hardware_of(node("cpuinfo-epyc-avx2.txt")).key
+
+
+def test_a_header_that_names_nothing_is_unknown() -> None:
+    imported = {"source": "gluon-nlp", "model": "bert", "batch": 4}  # imported, no host line
+    assert hardware_of(imported) == UNKNOWN and not UNKNOWN.known
+    assert hardware_of({"devices": []}) == UNKNOWN
+    assert UNKNOWN.key == "unknown" and UNKNOWN.device_model == "unknown device"
+
+
+@pytest.mark.parametrize(
+    ("header", "fragment"),
+    [
+        ({"fingerprint": [1], "hardware": "x"}, "'fingerprint' must be a JSON object"),
+        ({"fingerprint": {"schema": 1}}, "'hardware' must be the fingerprint's label"),
+        ({"fingerprint": {"schema": 1}, "hardware": " "}, "'hardware' must be"),
+        ({"hardware": "AMD EPYC 2c avx2"}, "'fingerprint' must be a JSON object"),
+        ({"devices": "AMD EPYC"}, "'devices' must be a list of device names"),
+    ],
+)
+def test_a_malformed_header_names_the_field(header: dict, fragment: str) -> None:
+    with pytest.raises(HardwareError, match=fragment):
+        hardware_of(header)
+
+
+def released_headers(version: str) -> dict[str, list[dict[str, Any]]]:
+    """Every record header of a released version's raw archives, by session."""
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for archive in sorted((REPO_ROOT / "reports" / version / "raw").glob("*.tar.gz")):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith("/record.json"):
+                    handle = tar.extractfile(member)
+                    assert handle is not None
+                    record = json.loads(handle.read())
+                    sessions.setdefault(archive.name, []).append(record["header"])
+    return sessions
+
+
+def test_the_released_cpu_sessions_cannot_be_told_apart_by_their_headers() -> None:
+    """v0.1/v0.2 ran on an AVX2-only EPYC, v0.3's new sessions on an AVX-512 one: their headers
+    record the same hardware facts (device "AMD EPYC", nothing else of the machine), so they
+    read as one machine; telling them apart needs a fact from outside the headers."""
+    old, new = released_headers("v0.1-cpu"), released_headers("v0.3-cpu")
+    assert set(old) < set(new)  # v0.3 carries every v0.1 session over
+    added = sorted(set(new) - set(old))
+    assert "cpu-smoke-tensorflow-bs2.tar.gz" in added
+    keys: dict[str, set[str]] = {}
+    for session, headers in new.items():
+        for header in headers:
+            assert "fingerprint" not in header  # records of before the fingerprint
+            hardware = hardware_of(header)
+            keys.setdefault(hardware.key, set()).add(session)
+    unknown = keys.pop(UNKNOWN.key)
+    assert unknown == {"imported-gluon-nlp-bert.tar.gz"}  # its log names no device
+    ((key, sessions),) = keys.items()
+    assert sessions == set(new) - unknown
+    assert hardware_of(new["cpu-smoke-tensorflow-bs2.tar.gz"][0]).label == "AMD EPYC"
+
+
+# --- declared hardware (import-logs --hardware) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "label", "device_model"),
+    [
+        ("V100-SXM2-16GB", "V100-SXM2-16GB", "V100-SXM2-16GB"),
+        ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB", "V100-SXM2-16GB"),
+        ("8x V100-SXM2-16GB 300W NVLink", "8x V100-SXM2-16GB 300W NVLink", "V100-SXM2-16GB"),
+        ("8 x tesla V100-SXM2-16GB 300w nvlink", "8x V100-SXM2-16GB 300W NVLink", "V100-SXM2-16GB"),
+        ("AMD EPYC 2c avx512_bf16", "AMD EPYC 2c avx512_bf16", "AMD EPYC"),
+        ("AMD EPYC avx2 2c avx512f", "AMD EPYC 2c avx512f avx2", "AMD EPYC"),
+        ("NVIDIA H100 80GB HBM3", "H100 80GB HBM3", "H100 80GB HBM3"),
+    ],
+)
+def test_a_declared_hardware_reads_as_its_label_says(
+    text: str, label: str, device_model: str
+) -> None:
+    hardware = parse_hardware(text)
+    assert (hardware.origin, hardware.label, hardware.device_model) == (
+        "declared", label, device_model,
+    )  # fmt: skip
+    assert parse_hardware(hardware.label) == hardware  # its own label reads back to it
+
+
+def test_declared_forms_that_mean_the_same_share_a_key_and_others_do_not() -> None:
+    assert parse_hardware("Tesla V100-SXM2-16GB").key == parse_hardware(" V100-SXM2-16GB ").key
+    assert parse_hardware("V100-SXM2-16GB").key != parse_hardware("V100-SXM2-32GB").key
+    assert parse_hardware("8x V100-SXM2-16GB 300W").key != (
+        parse_hardware("8x V100-SXM2-16GB 250W").key
+    )
+    declared = parse_hardware("AMD EPYC")
+    assert declared.key != hardware_of({"devices": ["AMD EPYC"]}).key  # said, not recorded
+    assert parse_hardware("8x V100-SXM2-16GB 300W NVLink").facts == {
+        "devices_per_node": 8,
+        "device_model": "V100-SXM2-16GB",
+        "power_limit_w": 300.0,
+        "gpu_link": "NVLink",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "empty; name the device model"),
+        ("   ", "empty"),
+        ("8x 300W NVLink", "no device model"),
+        ("V100\nA100", "one line"),
+        ("x" * 201, "at most 200 characters"),
+        ("0x V100-SXM2-16GB", "0 devices per node"),
+    ],
+)
+def test_a_bad_declared_hardware_says_what_to_write(text: str, fragment: str) -> None:
+    with pytest.raises(HardwareError, match=fragment) as caught:
+        parse_hardware(text)
+    assert "for example 'V100-SXM2-16GB'" in str(caught.value)
