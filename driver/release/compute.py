@@ -28,7 +28,7 @@ from driver.release.mfu import (
     mfu,
     peak_precision,
 )
-from driver.release.references import Ours, nearest, same_device
+from driver.release.references import Ours, nearest
 from driver.verify.hardware import ATTESTATION as ATTESTED
 
 
@@ -155,6 +155,27 @@ def _gradient_bytes(summary: CaseSummary, options: dict[str, Any], config: Confi
     return parameters * GRADIENT_BYTES_PER_PARAMETER if isinstance(parameters, int) else None
 
 
+def same_device(
+    summary: CaseSummary, hardware: str, precision: str, peaks: list[dict[str, Any]]
+) -> bool:
+    """A reference stands beside a case only at the same precision and on the same device
+    model: the same entry of config/peaks.yaml (``H100 SXM`` is ``NVIDIA H100 80GB HBM3``), or,
+    for a device peaks.yaml does not list, the reference's name within the device's
+    (``V100-SXM2-16GB`` in ``Tesla V100-SXM2-16GB``)."""
+    if summary.case.precision != precision or not summary.devices:
+        return False
+    theirs = str(hardware or "")
+    entry = match_device(theirs, peaks)
+    for name in summary.devices:
+        ours = match_device(name, peaks)
+        if entry is not None or ours is not None:
+            if ours is not entry:
+                return False
+        elif not theirs or theirs.lower() not in name.lower():
+            return False
+    return True
+
+
 def _extras(
     summary: CaseSummary,
     summaries: list[CaseSummary],
@@ -213,13 +234,14 @@ def _extras(
             device_names=tuple(summary.devices),
             throughput=summary.stats.median,
         ),
-        config.references,
+        [  # like with like only (layout 3): else nothing is stored beside the case
+            r
+            for r in config.references
+            if same_device(summary, str(r.get("hardware")), str(r.get("precision")), config.peaks)
+        ]
+        if config.by_machine
+        else config.references,
     )
-    if reference and config.by_machine and not same_device(
-        summary.devices, str(reference.get("reference_hardware")), case.precision,
-        str(reference.get("reference_precision")),
-    ):
-        reference = None  # like with like only: nothing stored beside another device
     if reference:
         out = CaseExtras.model_validate({**out.model_dump(), **reference})
     return out

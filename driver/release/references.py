@@ -56,27 +56,6 @@ def comparable(device_names: Sequence[str], reference_hardware: str) -> bool:
     return any(is_gpu(n) for n in device_names) and is_gpu(reference_hardware)
 
 
-def _model_name(name: str) -> str:
-    text = name.lower()
-    for prefix in ("nvidia ", "tesla "):
-        text = text.removeprefix(prefix)
-    return text.strip()
-
-
-def same_device(
-    device_names: Sequence[str], reference_hardware: str, precision: str, reference_precision: str
-) -> bool:
-    """A reference stands beside a case only on the same device model (``V100-SXM2-16GB`` is
-    ``Tesla V100-SXM2-16GB``) and at the same precision."""
-    wanted = _model_name(reference_hardware)
-    return (
-        bool(wanted)
-        and precision == reference_precision
-        and bool(device_names)
-        and all(wanted in _model_name(name) for name in device_names)
-    )
-
-
 @dataclass(frozen=True)
 class Ours:
     model: str
