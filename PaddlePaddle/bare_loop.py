@@ -35,7 +35,9 @@ def main() -> int:
         learning_rate=0.1 * args.batch_size / 256, momentum=0.9,
         parameters=model.parameters(), weight_decay=1e-4,
     )  # fmt: skip
-    shape = [args.batch_size, 3, size, size] if layout == "NCHW" else [args.batch_size, size, size, 3]
+    shape = (
+        [args.batch_size, 3, size, size] if layout == "NCHW" else [args.batch_size, size, size, 3]
+    )
     images = paddle.randn(shape, dtype="float32")
     labels = paddle.randint(0, classes, [args.batch_size], dtype="int64")
     amp = args.precision == "amp"

@@ -77,8 +77,14 @@ def parse_args(
 
 
 def print_result(
-    framework: str, args: argparse.Namespace, *, seconds: float, parameters: int,
-    device: str, loss: float, extra: Mapping[str, Any] | None = None,
+    framework: str,
+    args: argparse.Namespace,
+    *,
+    seconds: float,
+    parameters: int,
+    device: str,
+    loss: float,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
     """The one line ``dlperf parity`` reads: the measured steps' time and what ran."""
     record = {
