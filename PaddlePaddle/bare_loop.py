@@ -64,7 +64,8 @@ def main() -> int:
         loss = step()
     final_loss = float(loss)  # the one host sync
     seconds = time.perf_counter() - start
-    parameters = sum(int(p.numel()) for p in model.parameters() if not p.stop_gradient)
+    # Every parameter, BatchNorm's running statistics included, as the kit's header counts.
+    parameters = sum(int(p.numel()) for p in model.parameters())
     print_result(
         "paddle", args, seconds=seconds, device="gpu" if on_gpu else "cpu",
         loss=final_loss, parameters=parameters,
