@@ -68,7 +68,7 @@ def test_pytorch_pair_at_tiny_shapes_through_the_command(
 def test_both_sides_get_the_same_interpreter_environment_and_threads() -> None:
     framework_env("pytorch")
     request = prepare(
-        ParityRequest("pytorch", batch_size=4, threads=1, options={"channels_last": True})
+        ParityRequest("pytorch", batch_size=4, threads=1, options={"channels_last": 1})
     )
     sides = commands(request)
     kit, bare = sides["kit"], sides["bare"]
@@ -89,6 +89,7 @@ def test_both_sides_get_the_same_interpreter_environment_and_threads() -> None:
         (ParityRequest("pytorch", model="bert"), "the bare loops train resnet50"),
         (ParityRequest("pytorch", options={"compile": True}), "bare loops apply only"),
         (ParityRequest("pytorch", options={"image_size": "big"}), "image_size"),
+        (ParityRequest("pytorch", options={"channels_last": 2}), "channels_last"),
         (ParityRequest("tensorflow", options={"channels_last": True}), "no option"),
         (ParityRequest("pytorch", rounds=0), "--rounds"),
         (ParityRequest("pytorch", precision="fp8"), "--precision"),

@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -89,6 +91,9 @@ class SideRun(StrictModel):
     parameters: int
     device: str
     load_1min: float  # the host's 1-minute load average when the process started
+    # CPU time the process used / (its wall time x the threads asked for), start-up included:
+    # well below 1, the machine's other work took cores from this run.
+    cpu_share: float = Field(default=0.0, ge=0)
 
 
 class ParityPair(StrictModel):
@@ -165,7 +170,12 @@ def checked_options(framework: Framework, options: Mapping[str, Any]) -> dict[st
         try:
             checked[name] = framework.check_option(name, value)
         except OptionError as error:
-            raise ParityError(f"--option {name}: {error}") from None
+            try:  # channels_last=1: a flag written as 0/1
+                if type(value) is not int or value not in (0, 1):
+                    raise error
+                checked[name] = framework.check_option(name, bool(value))
+            except OptionError:
+                raise ParityError(f"--option {name}: {error}") from None
         if name not in BARE_OPTIONS:
             raise ParityError(
                 f"--option {name}: the bare loops apply only {', '.join(BARE_OPTIONS)}; an "
@@ -374,12 +384,22 @@ def run_side(
     side: Side, command: SideCommand, request: ParityRequest, runner: Runner = run_process
 ) -> SideRun:
     load = os.getloadavg()[0]
+    before, started = _children_cpu_s(), time.monotonic()
     code, out, err = runner(command, request.timeout_s)
+    wall = time.monotonic() - started
     if code != 0:
         raise ParityError(
             f"the {side} side exited with {code}: {' '.join(command.argv)}\n" + _tail(err or out)
         )
-    return read_kit(out, request, load) if side == "kit" else read_bare(out, load)
+    run = read_kit(out, request, load) if side == "kit" else read_bare(out, load)
+    share = (_children_cpu_s() - before) / (wall * request.cpu_threads) if wall > 0 else 0.0
+    return run.model_copy(update={"cpu_share": max(0.0, share)})
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_parity(
@@ -400,7 +420,8 @@ def run_parity(
         progress(
             f"round {number}/{request.rounds}: bare {pair.bare.throughput:.3f}, "
             f"kit {pair.kit.throughput:.3f} samples/s, ratio {pair.ratio:.3f} "
-            f"(load {pair.bare.load_1min:.2f}/{pair.kit.load_1min:.2f})"
+            f"(load {pair.bare.load_1min:.2f}/{pair.kit.load_1min:.2f}, CPU share "
+            f"{pair.bare.cpu_share:.2f}/{pair.kit.cpu_share:.2f})"
         )
     return ParityResult(
         framework=request.framework,
@@ -431,10 +452,12 @@ def format_result(result: ParityResult) -> str:
             f"{pair.kit.throughput:.3f}",
             f"{pair.ratio:.3f}",
             f"{pair.bare.load_1min:.2f} / {pair.kit.load_1min:.2f}",
+            f"{pair.bare.cpu_share:.2f} / {pair.kit.cpu_share:.2f}",
         ]
         for pair in result.pairs
     ]
-    headers = ["round", "first", "bare samples/s", "kit samples/s", "kit/bare", "load bare/kit"]
+    headers = ["round", "first", "bare samples/s", "kit samples/s", "kit/bare", "load bare/kit",
+               "CPU share bare/kit"]  # fmt: skip
     low, high = result.spread
     what = "per-step sync vs boundary-only timing" if result.on_gpu else "harness cost"
     lines = [
