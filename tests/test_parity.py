@@ -17,6 +17,7 @@ import pytest
 from driver.bench.protocol import StepLogger
 from driver.core.parity import (
     ParityError,
+    ParityPair,
     ParityRequest,
     SideCommand,
     SideRun,
@@ -193,3 +194,14 @@ def test_a_failing_side_is_reported_with_its_output() -> None:
     framework_env("pytorch")
     with pytest.raises(ParityError, match="exited with 1(.|\n)*boom"):
         run_parity(ParityRequest("pytorch", rounds=1), runner=runner)
+
+
+def test_the_share_adjusted_ratio_takes_out_the_cores_a_side_did_not_get() -> None:
+    bare = read_bare(bare_line(4, 1.0), load=0.0).model_copy(update={"cpu_share": 0.5})
+    kit = SideRun(**{**bare.model_dump(), "side": "kit", "throughput": 4.0, "cpu_share": 1.0})
+    pair = ParityPair(round=1, bare=bare, kit=kit, first="bare")
+    # The kit ran twice as fast with twice the cores: per CPU share, the same speed.
+    assert pair.ratio == pytest.approx(2.0)
+    assert pair.share_adjusted_ratio == pytest.approx(1.0)
+    unknown = pair.model_copy(update={"kit": kit.model_copy(update={"cpu_share": 0.0})})
+    assert unknown.share_adjusted_ratio is None

@@ -107,6 +107,15 @@ class ParityPair(StrictModel):
         """kit / bare throughput: 1.0 is a harness that costs nothing."""
         return self.kit.throughput / self.bare.throughput
 
+    @property
+    def share_adjusted_ratio(self) -> float | None:
+        """The ratio with each side's throughput divided by its CPU share: what it would have
+        been had both sides had the same share of the cores (a shared machine's other work
+        takes cores from one run more than the other). None without both shares."""
+        if self.kit.cpu_share <= 0 or self.bare.cpu_share <= 0:
+            return None
+        return self.ratio * self.bare.cpu_share / self.kit.cpu_share
+
 
 class ParityResult(StrictModel):
     framework: str
@@ -131,6 +140,13 @@ class ParityResult(StrictModel):
     @property
     def spread(self) -> tuple[float, float]:
         return min(self.ratios), max(self.ratios)
+
+    @property
+    def median_share_adjusted(self) -> float | None:
+        adjusted = [pair.share_adjusted_ratio for pair in self.pairs]
+        if any(value is None for value in adjusted):
+            return None
+        return statistics.median(value for value in adjusted if value is not None)
 
     @property
     def on_gpu(self) -> bool:
@@ -453,13 +469,15 @@ def format_result(result: ParityResult) -> str:
             f"{pair.ratio:.3f}",
             f"{pair.bare.load_1min:.2f} / {pair.kit.load_1min:.2f}",
             f"{pair.bare.cpu_share:.2f} / {pair.kit.cpu_share:.2f}",
+            _maybe(pair.share_adjusted_ratio),
         ]
         for pair in result.pairs
     ]
     headers = ["round", "first", "bare samples/s", "kit samples/s", "kit/bare", "load bare/kit",
-               "CPU share bare/kit"]  # fmt: skip
+               "CPU share bare/kit", "kit/bare per CPU share"]  # fmt: skip
     low, high = result.spread
     what = "per-step sync vs boundary-only timing" if result.on_gpu else "harness cost"
+    adjusted = result.median_share_adjusted
     lines = [
         f"{result.framework} {result.model} batch {result.batch_size} {variant_label(result)}, "
         f"{result.warmup_steps} warm-up + {result.measured_steps} measured steps, "
@@ -468,4 +486,14 @@ def format_result(result: ParityResult) -> str:
         f"median kit/bare {result.median_ratio:.3f} over {len(result.pairs)} rounds "
         f"(spread {low:.3f}..{high:.3f}; {what})",
     ]
+    if adjusted is not None:
+        values = [pair.share_adjusted_ratio or 0.0 for pair in result.pairs]
+        lines.append(
+            f"median kit/bare per CPU share {adjusted:.3f} (spread {min(values):.3f}.."
+            f"{max(values):.3f}; each side's throughput over the share of the cores it got)"
+        )
     return "\n".join(lines)
+
+
+def _maybe(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
