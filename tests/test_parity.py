@@ -198,7 +198,7 @@ def test_a_failing_side_is_reported_with_its_output() -> None:
 
 def test_the_share_adjusted_ratio_takes_out_the_cores_a_side_did_not_get() -> None:
     bare = read_bare(bare_line(4, 1.0), load=0.0).model_copy(update={"cpu_share": 0.5})
-    kit = SideRun(**{**bare.model_dump(), "side": "kit", "throughput": 4.0, "cpu_share": 1.0})
+    kit = SideRun(**{**bare.model_dump(), "side": "kit", "throughput": 16.0, "cpu_share": 1.0})
     pair = ParityPair(round=1, bare=bare, kit=kit, first="bare")
     # The kit ran twice as fast with twice the cores: per CPU share, the same speed.
     assert pair.ratio == pytest.approx(2.0)
