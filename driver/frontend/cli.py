@@ -468,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=cmd_list)
 
     for module in (
-        "driver.frontend.cluster_cli", "driver.frontend.report_cli", "driver.frontend.import_cli"
+        "driver.frontend.cluster_cli", "driver.frontend.report_cli", "driver.frontend.import_cli",
+        "driver.frontend.parity_cli",
     ):
         try:
             importlib.import_module(module).add_subcommands(sub)

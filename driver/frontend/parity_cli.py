@@ -1,0 +1,82 @@
+"""``dlperf parity``: the kit's benchmark beside a bare loop of the same model (harness cost).
+
+Imported by ``driver.frontend.cli`` when present (``add_subcommands``); the logic is
+``driver.core.parity``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from driver.bench.contract import parse_option_value
+
+
+def _option(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expects KEY=VALUE, got {text!r}")
+    return key.replace("-", "_"), parse_option_value(value)
+
+
+def _count(minimum: int):  # noqa: ANN202
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def cmd_parity(args: argparse.Namespace) -> int:
+    from driver.core.parity import ParityError, ParityRequest, format_result, run_parity
+    from driver.files import write_text
+
+    request = ParityRequest(
+        framework=args.framework,
+        model=args.model,
+        batch_size=args.batch,
+        precision=args.precision,
+        options=dict(args.option or []),
+        rounds=args.rounds,
+        warmup_steps=args.warmup_steps,
+        measured_steps=args.measured_steps,
+        threads=args.threads,
+        timeout_s=args.timeout,
+    )
+    try:
+        result = run_parity(request, progress=lambda line: print(line, flush=True))
+    except ParityError as error:
+        print(f"parity: {error}", file=sys.stderr)
+        return 2
+    print(format_result(result))
+    if args.json:
+        write_text(Path(args.json), result.model_dump_json(indent=2) + "\n")
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    parity = sub.add_parser(
+        "parity",
+        help="the kit's benchmark beside a bare loop of the same model, alternating (harness "
+        "cost; on a GPU: the per-step sync's cost)",
+    )
+    parity.add_argument("--framework", required=True)
+    parity.add_argument("--model", default="resnet50")
+    parity.add_argument("--batch", type=_count(1), default=8, help="per-process batch size")
+    parity.add_argument("--precision", choices=("fp32", "amp"), default="fp32")
+    parity.add_argument("--rounds", type=_count(1), default=5, help="alternating pairs")
+    parity.add_argument("--warmup-steps", type=_count(0), default=3)
+    parity.add_argument("--measured-steps", type=_count(1), default=12)
+    parity.add_argument(
+        "--threads", type=_count(0), default=0, help="CPU threads of both sides (0: every core)"
+    )
+    parity.add_argument("--timeout", type=float, default=1800.0, help="seconds per process")
+    parity.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
+    parity.add_argument("--json", help="also write the pairs as JSON to this file")
+    parity.set_defaults(func=cmd_parity)
