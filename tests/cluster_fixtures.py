@@ -111,6 +111,9 @@ class SshNode:
     key: Path  # the client's private key
     process: subprocess.Popen | None = None
     sftp: bool = True  # False: an sshd without the SFTP subsystem (Fabric's put/get fail)
+    # A simulated host with another CPU: sshd (and every process it starts) runs in its own
+    # mount namespace where this file is bind-mounted over /proc/cpuinfo.
+    cpuinfo: Path | None = None
     # The head's trusted host keys: this node's is written there at start, and its inventory
     # entry names the file (the strict path: unknown hosts are refused). Default: beside it.
     known_hosts: Path | None = None
@@ -181,8 +184,15 @@ class SshNode:
             return
         config = self.write_config()
         self.trust_host_key()
+        argv = [SSHD, "-D", "-f", str(config), "-E", str(self.log)]
+        if self.cpuinfo is not None:
+            argv = [
+                "unshare", "--mount", "--propagation", "private", "--",
+                "sh", "-c", 'mount --bind "$1" /proc/cpuinfo && shift && exec "$@"',
+                "sh", str(self.cpuinfo), *argv,
+            ]  # fmt: skip
         self.process = subprocess.Popen(
-            [SSHD, "-D", "-f", str(config), "-E", str(self.log)],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -14,14 +14,18 @@ from driver.core.runner import run_cases
 from driver.runtimes.base import Verdict
 from driver.runtimes.process import ProcessRuntime
 from driver.runtimes.ssh import session_label
+from driver.verify.folder import verify_sessions
 from tests.cluster_fixtures import (
+    SshNode,
     calibration_case,
     direct_run,
+    free_port,
     log_ranks,
     processes_with_env,
     quiet,
     records_of,
     wait_for,
+    write_inventory,
 )
 
 
@@ -128,3 +132,54 @@ def test_node_lost_leaves_a_process_group_the_next_run_ends(
         for line in lines
     ), lines
     assert not processes_with_env(needle)
+
+
+CPUINFO = Path(__file__).parent / "fixtures" / "fingerprint"
+
+
+def simulated_hosts(
+    ssh_client_key: Path, tmp_path: Path, cpuinfos: list[Path]
+) -> list[SshNode]:
+    """sshd nodes on their own loopback addresses, each seeing its own /proc/cpuinfo."""
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    nodes = []
+    for index, cpuinfo in enumerate(cpuinfos):
+        address = f"127.0.0.{20 + index}"
+        root = tmp_path / f"host{index}"
+        root.mkdir(parents=True)
+        node = SshNode(index, address, free_port(address), root, ssh_client_key, cpuinfo=cpuinfo)
+        node.scratch.mkdir()
+        node.start()
+        nodes.append(node)
+    return nodes
+
+
+def test_two_hosts_of_two_machines_are_refused_as_one_case_never_averaged(
+    ssh_client_key: Path, tmp_path: Path
+) -> None:
+    """Two simulated hosts whose CPUs differ (AVX2 / AVX-512 with bf16, real /proc/cpuinfo files
+    of the two EPYC machines bind-mounted in each sshd's own mount namespace): every rank
+    fingerprints its own node, and a 2-node repeat over both is a verdict, not a figure."""
+    avx2, avx512 = CPUINFO / "cpuinfo-epyc-avx2.txt", CPUINFO / "cpuinfo-epyc-avx512bf16.txt"
+    mixed = simulated_hosts(ssh_client_key, tmp_path / "mixed", [avx2, avx512])
+    same = simulated_hosts(ssh_client_key, tmp_path / "same", [avx512, avx512])
+    try:
+        case = calibration_case("2n2g", repeats=1)
+        for nodes, name in ((mixed, "mixed"), (same, "same")):
+            inventory = write_inventory(
+                tmp_path / f"{name}.yaml", nodes, defaults={"python": sys.executable}
+            )
+            session = Session.open(tmp_path / name)
+            run_cases([case], session, ProcessRuntime(inventory), printer=quiet)
+        mixed_record = json.loads(
+            (Session(tmp_path / "mixed").repeat_dir(case, 1) / "record.json").read_text()
+        )
+        assert mixed_record["verdict"] == Verdict.PARSE_ERROR.value
+        assert "its ranks ran on 2 kinds of machine" in mixed_record["detail"]
+        assert "avx2" in mixed_record["detail"] and "avx512_bf16" in mixed_record["detail"]
+        (same_repeat,) = verify_sessions([tmp_path / "same"]).repeats
+        assert same_repeat.fingerprint.endswith("avx512_bf16")  # the simulated host's, not ours
+        assert verify_sessions([tmp_path / "mixed"]).repeats == []
+    finally:
+        for node in mixed + same:
+            node.kill()

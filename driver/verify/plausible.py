@@ -92,3 +92,17 @@ def check_measurement(measurement: RepeatMeasurement, world_size: int, batch_siz
 def _count(samples: int) -> str:
     """A sample count as a person reads it (an edited log may hold a 300-digit integer)."""
     return str(samples) if abs(samples) < 10**15 else f"{float(samples):.6g}"
+
+
+def check_one_machine(parsed: ParsedLog) -> None:
+    """Every rank on one kind of machine (the ``hardware`` label its header carries): a case
+    runs on one, and a figure over two would average them."""
+    machines = sorted(
+        {h["hardware"] for h in parsed.rank_headers() if isinstance(h.get("hardware"), str)}
+    )
+    if len(machines) > 1:
+        raise Implausible(
+            f"its ranks ran on {len(machines)} kinds of machine ({'; '.join(machines)}): a case "
+            "runs on one kind of machine, so its figure would average two; run it on nodes of "
+            "one kind"
+        )

@@ -31,7 +31,12 @@ from driver.core.measure import RepeatMeasurement, measure_logs
 from driver.core.results import RECORD, RecordError, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.verify.hardware import AttestationError, fingerprint_label, load_attestation
-from driver.verify.plausible import Implausible, check_measurement, check_parsed
+from driver.verify.plausible import (
+    Implausible,
+    check_measurement,
+    check_one_machine,
+    check_parsed,
+)
 
 CASE_FILE = "case.json"
 NODE_LOG = re.compile(r"^node\d+\.log$")
@@ -166,7 +171,10 @@ def measure_checked(
         parser,
         texts,
         batch_size,
-        check=lambda parsed, window: check_parsed(parsed, window, batch_size),
+        check=lambda parsed, window: (
+            check_parsed(parsed, window, batch_size),
+            check_one_machine(parsed),
+        ),
     )
     check_measurement(measurement, case.topology.world_size, batch_size)
     return measurement, parsed
@@ -196,16 +204,6 @@ def verify_repeat(
             f"the logs ({', '.join(record.logs)}) are not a plausible measurement with the "
             f"batch_size {record.batch_size} of {path}: {error}",
         ) from None
-    machines = sorted(
-        {h["hardware"] for h in parsed.rank_headers() if isinstance(h.get("hardware"), str)}
-    )
-    if len(machines) > 1:
-        raise RepeatRefused(
-            files.folder,
-            f"its ranks ran on {len(machines)} kinds of machine ({'; '.join(machines)}): a case "
-            "runs on one kind of machine, so its figure would average two; run it on nodes of one "
-            "kind",
-        )
     attestation = None
     if files.attestation is not None:
         try:
