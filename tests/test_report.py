@@ -13,6 +13,7 @@ from driver.core.results import Session
 from driver.core.summary import baseline_of, summarize
 from driver.release.synth import cached_session
 from driver.verify.folder import verify_sessions
+from tests.session_edits import drop_fingerprint, rewrite_session_headers
 
 
 def session_copy(tmp_path: Path) -> Path:
@@ -74,30 +75,16 @@ def test_a_failed_repeat_is_not_a_refusal(tmp_path: Path) -> None:
 
 
 def on_device(source: Path, target: Path, device: str) -> Path:
-    """A copy of a session whose every rank's header says it ran on ``device`` (logs rehashed,
-    records' headers rewritten), as a run on another machine would have written it."""
+    """A copy of a session whose every rank's header says it ran on ``device`` and carries no
+    fingerprint of this machine (logs rehashed, records' headers rewritten), as a run on
+    another machine by an older kit would have written it."""
     shutil.copytree(source, target)
-    for case, _record, folder in Session(target).records():
-        data = json.loads((folder / "record.json").read_text())
-        for name in data["logs"]:
-            log = folder / name
-            lines = []
-            for line in log.read_text().split("\n"):
-                if '"dlperf": "header"' in line:
-                    # another machine: its devices, and no fingerprint of this one
-                    event = {**json.loads(line), "devices": [device]}
-                    event.pop("fingerprint", None)
-                    event.pop("hardware", None)
-                    line = json.dumps(event, sort_keys=True)
-                lines.append(line)
-            log.write_text("\n".join(lines))
-            data["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
-        data["header"]["devices"] = [device]
-        data["header"].pop("fingerprint", None)
-        data["header"].pop("hardware", None)
-        (folder / "record.json").write_text(json.dumps(data))
-        assert case.id == data["case_id"]
-    return target
+
+    def edit(header: dict) -> None:
+        drop_fingerprint(header)
+        header["devices"] = [device]
+
+    return rewrite_session_headers(target, edit)
 
 
 def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(

@@ -27,6 +27,7 @@ from driver.release.release import ReleaseError, release
 from driver.release.synth import cached_session
 from driver.verify.folder import verify_sessions
 from driver.verify.plausible import Implausible, check_throughput
+from tests.session_edits import drop_fingerprint, rewrite_headers, rewrite_session_headers
 
 CASE_1N2G = "calibration/calibration/1n2g/bs8/fp32/synthetic"
 
@@ -258,28 +259,14 @@ def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
 # Which machine: fingerprints in the logs, attestations of older sessions
 
 
-def set_header_hardware(folder: Path, label_of_rank: Callable[[int], str | None]) -> None:
-    """Give every rank's header of the repeat a hardware label (logs re-hashed, record header
-    rewritten), as nodes with a fingerprint write it."""
-    record = json.loads((folder / "record.json").read_text())
-    for name in record["logs"]:
-        log = folder / name
-        lines = []
-        for line in log.read_text().split("\n"):
-            if '"dlperf": "header"' in line:
-                start = line.index("{")
-                event = json.loads(line[start:])
-                label = label_of_rank(event["rank"])
-                if label is not None:
-                    event["hardware"] = label
-                line = line[:start] + json.dumps(event, sort_keys=True)
-            lines.append(line)
-        log.write_text("\n".join(lines))
-        record["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
-    rank0 = label_of_rank(0)
-    if rank0 is not None:
-        record["header"]["hardware"] = rank0
-    (folder / "record.json").write_text(json.dumps(record))
+def set_header_hardware(folder: Path, label_of_rank: Callable[[int], str]) -> None:
+    """Every rank's header of the repeat carries a machine label, as fingerprinted nodes write
+    it (the record's header is rank 0's)."""
+
+    def edit(header: dict) -> None:
+        header["hardware"] = label_of_rank(header.get("rank", 0))
+
+    rewrite_headers(folder, edit)
 
 
 def test_a_repeat_whose_nodes_report_two_machines_is_refused_never_averaged(
@@ -311,27 +298,8 @@ def test_a_repeat_whose_nodes_report_two_machines_is_refused_never_averaged(
 
 
 def without_fingerprint(root: Path) -> Path:
-    """The session as logs from before the fingerprint are: no ``fingerprint``/``hardware`` in
-    any header (logs re-hashed, records rewritten)."""
-    for record_path in root.glob("cases/**/repeat-*/record.json"):
-        record = json.loads(record_path.read_text())
-        for name in record["logs"]:
-            log = record_path.parent / name
-            lines = []
-            for line in log.read_text().split("\n"):
-                if '"dlperf": "header"' in line:
-                    start = line.index("{")
-                    event = json.loads(line[start:])
-                    event.pop("fingerprint", None)
-                    event.pop("hardware", None)
-                    line = line[:start] + json.dumps(event, sort_keys=True)
-                lines.append(line)
-            log.write_text("\n".join(lines))
-            record["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
-        record["header"].pop("fingerprint", None)
-        record["header"].pop("hardware", None)
-        record_path.write_text(json.dumps(record))
-    return root
+    """The session as logs from before the fingerprint are."""
+    return rewrite_session_headers(root, drop_fingerprint)
 
 
 def test_attest_hardware_refuses_logs_that_carry_their_own(tmp_path: Path) -> None:
