@@ -60,6 +60,7 @@ def test_pytorch_pair_at_tiny_shapes_through_the_command(
     ratio = pair["kit"]["throughput"] / pair["bare"]["throughput"]
     assert math.isfinite(ratio) and ratio > 0
     assert result["options"] == TINY
+    assert pair["kit"]["shape"] == pair["bare"]["shape"] == {**TINY, "channels_last": False}
     # The table lists the pair (round 1, bare first) and the median line.
     row = next(line for line in printed.splitlines() if line.startswith("| 1 "))
     assert "| bare " in row and f"{ratio:.3f}" in row
@@ -160,6 +161,11 @@ def test_sides_that_trained_different_models_are_refused() -> None:
     kit = SideRun(**{**bare.model_dump(), "side": "kit", "parameters": 101})
     with pytest.raises(ParityError, match="differ in parameters"):
         check_same_work(bare, kit)
+    bare = bare.model_copy(update={"shape": {"image_size": 224, "channels_last": True}})
+    kit = kit.model_copy(update={"parameters": 100, "shape": {"image_size": 112}})
+    with pytest.raises(ParityError, match="differ in option image_size: bare 224, kit 112"):
+        check_same_work(bare, kit)
+    check_same_work(bare, kit.model_copy(update={"shape": {"image_size": 224}}))
 
 
 def test_rounds_alternate_and_the_median_ratio_is_reported() -> None:

@@ -90,6 +90,7 @@ class SideRun(StrictModel):
     precision: str
     parameters: int
     device: str
+    shape: dict[str, Any] = {}  # the options a bare loop applies, as this side ran them
     load_1min: float  # the host's 1-minute load average when the process started
     # CPU time the process used / (its wall time x the threads asked for), start-up included:
     # well below 1, the machine's other work took cores from this run.
@@ -340,6 +341,7 @@ def read_kit(stdout: str, request: ParityRequest, load: float) -> SideRun:
         precision=str(options.get("precision")),
         parameters=int(options.get("parameters", 0)),
         device=str(options.get("device")),
+        shape={key: options[key] for key in BARE_OPTIONS if key in options},
         load_1min=load,
     )
 
@@ -374,6 +376,7 @@ def read_bare(stdout: str, load: float) -> SideRun:
             precision=str(record["precision"]),
             parameters=int(record["parameters"]),
             device=str(record["device"]),
+            shape={k: v for k, v in dict(record.get("options") or {}).items() if k in BARE_OPTIONS},
             load_1min=load,
         )
     except (KeyError, TypeError, ValueError) as error:
@@ -381,12 +384,19 @@ def read_bare(stdout: str, load: float) -> SideRun:
 
 
 def check_same_work(bare: SideRun, kit: SideRun) -> None:
-    """Both sides trained the same model at the same batch and precision."""
+    """Both sides trained the same model at the same batch, precision and shape options (those
+    both report: TensorFlow's header has no channels_last, its layout is always NHWC)."""
     for name in ("model", "batch_size", "precision", "parameters", "samples"):
         if getattr(bare, name) != getattr(kit, name):
             raise ParityError(
                 f"the two sides differ in {name}: bare {getattr(bare, name)!r}, "
                 f"kit {getattr(kit, name)!r}"
+            )
+    for key in sorted(set(bare.shape) & set(kit.shape)):
+        if bare.shape[key] != kit.shape[key]:
+            raise ParityError(
+                f"the two sides differ in option {key}: bare {bare.shape[key]!r}, "
+                f"kit {kit.shape[key]!r}"
             )
 
 
