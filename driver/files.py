@@ -7,7 +7,8 @@ a parent that is a file, a dangling symlink, no permission) becomes :class:`KitW
 whose message names the path, the cause and what to do, and which the CLI prints as one line.
 
 Temporary names start with ``.dlperf-tmp-`` so that a write killed half-way (SIGKILL, power
-loss) leaves something :func:`remove_stale_temporaries` recognises and removes later.
+loss) leaves something a later run recognises (a release removes its dead predecessors' work
+folders with :func:`remove_tree`).
 """
 
 from __future__ import annotations
@@ -100,34 +101,13 @@ def write_json(path: Path, data: Any) -> Path:
     return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def remove_stale_temporaries(folder: Path, prefix: str = TEMP_PREFIX) -> list[Path]:
-    """Remove what writes killed half-way left in ``folder`` (files or folders whose name starts
-    with ``prefix``); returns what was removed. Errors are ignored: it is cleaning only."""
-    removed = []
-    try:
-        entries = list(Path(folder).iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        if not entry.name.startswith(prefix):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            _make_writable(entry)
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
+def remove_tree(folder: Path) -> None:
+    """Remove a folder the kit wrote, read-only files included (a half-released version's are
+    0444: deleting them needs only their folders writable). Errors are ignored: cleaning only."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
             try:
-                entry.unlink()
-            except OSError:
-                continue
-        removed.append(entry)
-    return removed
-
-
-def _make_writable(folder: Path) -> None:
-    """A half-released version has read-only files; its folders must be writable to delete."""
-    for root, dirs, _files in os.walk(folder):
-        for name in dirs:
-            try:
-                os.chmod(os.path.join(root, name), 0o755)
+                path.chmod(0o755)
             except OSError:
                 pass
+    shutil.rmtree(folder, ignore_errors=True)

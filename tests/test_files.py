@@ -11,7 +11,7 @@ from driver.files import (
     TEMP_PREFIX,
     KitWriteError,
     ensure_dir,
-    remove_stale_temporaries,
+    remove_tree,
     write_json,
     write_text,
 )
@@ -63,13 +63,12 @@ def test_a_file_or_dangling_symlink_in_the_way_is_named(tmp_path: Path) -> None:
         write_text(tmp_path / "folder", "x")
 
 
-def test_stale_temporaries_are_removed_others_kept(tmp_path: Path) -> None:
-    (tmp_path / f"{TEMP_PREFIX}abc").write_text("half")
+def test_a_read_only_tree_the_kit_wrote_is_removed(tmp_path: Path) -> None:
     stale_dir = tmp_path / f"{TEMP_PREFIX}release-1-v1.0"
     (stale_dir / "raw").mkdir(parents=True)
     (stale_dir / "raw" / "a").write_text("x")
+    (stale_dir / "raw" / "a").chmod(0o444)
     (stale_dir / "raw").chmod(0o555)
     (tmp_path / "keep.json").write_text("{}")
-    removed = remove_stale_temporaries(tmp_path)
-    assert sorted(p.name for p in removed) == sorted([f"{TEMP_PREFIX}abc", stale_dir.name])
+    remove_tree(stale_dir)
     assert [p.name for p in tmp_path.iterdir()] == ["keep.json"]

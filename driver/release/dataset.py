@@ -138,7 +138,7 @@ def _load_repeat(
             session=session,
             folder=folder,
             case=verified.case,
-            record=RepeatRecord.parse(files[RECORD], name),
+            record=verified.written,
             logs=verified.logs,
             telemetry=dict(telemetry.get(folder, {})),
             verified=verified,

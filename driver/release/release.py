@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.core.results import kit_revision
-from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, write_text
+from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, remove_tree, write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.release.archive import (
     RAW_DIR,
@@ -79,17 +79,6 @@ class ReleaseError(RuntimeError):
 WORK_PREFIX = f"{TEMP_PREFIX}release-"
 
 
-def remove_tree(folder: Path) -> None:
-    """Remove a work folder whose files were already made read-only."""
-    for path in [folder, *folder.rglob("*")]:
-        if path.is_dir() and not path.is_symlink():
-            try:
-                path.chmod(0o755)
-            except OSError:
-                pass
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def remove_stale_work(reports_root: Path) -> list[Path]:
     """Work folders of releases whose process is gone (killed mid-way), removed."""
     removed = []
@@ -113,7 +102,6 @@ def _alive(pid: int) -> bool:
 
 
 def load_manifest(version_dir: Path) -> dict[str, Any] | None:
-    import json
 
     path = version_dir / MANIFEST
     try:
@@ -384,9 +372,8 @@ def _build(
         )
     remeasured = []
     for result in computed.repeats:
-        logs_header = json.loads(json.dumps(result.raw.verified.record.header, default=str))
-        header_differs = logs_header != result.raw.record.header
-        if result.measurement != result.raw.record.measurement or header_differs:
+        header_differs = result.raw.verified.header_differs
+        if result.raw.verified.remeasured:
             recorded = result.raw.record.measurement
             remeasured.append(
                 {

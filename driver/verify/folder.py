@@ -84,19 +84,13 @@ def repeat_folders(walk: SessionWalk) -> dict[str, list[str]]:
             if parent not in seen:
                 seen.add(parent)
                 out[case_dir].append(parent)
-    for symlink in walk.symlinks:
-        rel = symlink.relative_to(walk.root).as_posix()
-        case_dir, _, leaf = rel.rpartition("/")
-        if case_dir in out and leaf.startswith("repeat-") and ".failed-" not in leaf:
-            out[case_dir].append(rel)  # refused when read: listed, not dropped
     return {d: sorted(v) for d, v in out.items()}
 
 
 def read_repeat(walk: SessionWalk, case_dir: str, folder: str) -> RepeatFiles:
-    """A repeat folder's files as the door takes them; a symlinked folder is refused."""
+    """A repeat folder's files as the door takes them (a symlinked folder is never walked:
+    ``verify_session`` names it among the session's symlinks)."""
     path = walk.root / folder
-    if path.is_symlink():
-        raise RepeatRefused(str(path), symlink_refusal(path).split(": ", 1)[1])
     prefix = folder + "/"
     files = {}
     for rel, file in walk.files.items():
@@ -129,7 +123,6 @@ def read_repeat(walk: SessionWalk, case_dir: str, folder: str) -> RepeatFiles:
 class Verified:
     repeats: list[VerifiedRepeat] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # one line per refusal, naming the file
-    unfinished: list[Unfinished] = field(default_factory=list)
 
     @property
     def records(self) -> list[tuple[Case, RepeatRecord, str]]:
@@ -150,12 +143,9 @@ def verify_session(root: Path, out: Verified, *, accept_remeasured: bool = False
                     read_repeat(walk, case_dir, folder), accept_remeasured=accept_remeasured
                 )
             except RepeatRefused as refusal:
-                if not (walk.root / folder).is_symlink():  # already named above
-                    out.refused.append(str(refusal))
+                out.refused.append(str(refusal))
                 continue
-            if isinstance(checked, Unfinished):
-                out.unfinished.append(checked)
-            else:
+            if not isinstance(checked, Unfinished):  # its verdict is its record's
                 out.repeats.append(checked)
 
 

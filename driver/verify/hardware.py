@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
+from driver.core.hardware import hardware_of
 from driver.core.measure import StrictModel
 from driver.files import write_json
 
@@ -85,8 +86,6 @@ def write_attestation(session_root: Path, attestation: Attestation) -> Path:
 def fingerprint_label(header: dict[str, Any], attestation: Attestation | None) -> str:
     """The label of the machine a repeat ran on (see the module docstring); a malformed
     fingerprint raises ``driver.core.hardware.HardwareError``."""
-    from driver.core.hardware import hardware_of
-
     if "fingerprint" in header:  # the node's own, computed where it ran
         return hardware_of(header).label
     declared = header.get("hardware")

@@ -76,14 +76,25 @@ class RepeatFiles:
 class VerifiedRepeat:
     case: Case
     record: RepeatRecord  # with the measurement and header its logs give
-    recorded: RepeatMeasurement | None  # what the record itself held
+    written: RepeatRecord  # the record as its file holds it
     parsed: ParsedLog
     logs: dict[str, str] = field(repr=False)
     fingerprint: str = ""  # the machine's label (driver/verify/hardware.py)
 
     @property
+    def recorded(self) -> RepeatMeasurement | None:
+        """The measurement the record itself held."""
+        return self.written.measurement
+
+    @property
+    def header_differs(self) -> bool:
+        """The record's header is not rank 0's header in the logs (as a record holds it)."""
+        return json.loads(json.dumps(self.record.header, default=str)) != self.written.header
+
+    @property
     def remeasured(self) -> bool:
-        return self.recorded != self.record.measurement
+        """The logs give another measurement or header than the record says."""
+        return self.recorded != self.record.measurement or self.header_differs
 
 
 @dataclass(frozen=True)
@@ -210,7 +221,18 @@ def verify_repeat(
             attestation = load_attestation(files.attestation, files.attestation_path)
         except AttestationError as error:
             raise RepeatRefused(files.attestation_path, str(error).split(": ", 1)[1]) from None
-    header = json.loads(json.dumps(parsed.header, default=str))  # as a record holds it
+    try:
+        fingerprint = fingerprint_label(parsed.header, attestation)
+    except HardwareError as error:
+        raise RepeatRefused(files.folder, f"rank 0's header: {error}") from None
+    verified = VerifiedRepeat(
+        case=case,
+        record=record.model_copy(update={"measurement": measurement, "header": parsed.header}),
+        written=record,
+        parsed=parsed,
+        logs=texts,
+        fingerprint=fingerprint,
+    )
     if not accept_remeasured:
         if measurement != record.measurement:
             recorded = record.measurement.model_dump() if record.measurement else {}
@@ -222,17 +244,6 @@ def verify_repeat(
                 f"{derived[name]!r} from the logs (the logs win: re-run, or publish with "
                 "--accept-remeasured)",
             )
-        if header != record.header:
+        if verified.header_differs:
             raise RepeatRefused(path, "header differs from rank 0's header in the logs")
-    try:
-        fingerprint = fingerprint_label(parsed.header, attestation)
-    except HardwareError as error:
-        raise RepeatRefused(files.folder, f"rank 0's header: {error}") from None
-    return VerifiedRepeat(
-        case=case,
-        record=record.model_copy(update={"measurement": measurement, "header": parsed.header}),
-        recorded=record.measurement,
-        parsed=parsed,
-        logs=texts,
-        fingerprint=fingerprint,
-    )
+    return verified
