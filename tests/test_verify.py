@@ -363,3 +363,22 @@ def test_a_broken_attestation_is_refused_by_name(tmp_path: Path) -> None:
     refused = verify_sessions([root]).refused
     assert refused and all(line.startswith(f"{root / 'hardware.json'}: ") for line in refused)
     assert "field label" in refused[0] and "field source" in refused[0]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--label", "x\ny"], ["--source", "short"], ["--fact", "isa=avx2\r=1"], ["--fact", "=v"],
+     ["--fact", "isa=a", "--fact", "isa=b"]],
+)  # fmt: skip
+def test_a_bad_attestation_is_refused_and_nothing_written(tmp_path: Path, extra: list[str]) -> None:
+    from driver.frontend.cli import main
+
+    root = without_fingerprint(session_copy(tmp_path))
+    argv = ["attest-hardware", str(root), "--label", "AMD EPYC 2c avx2", "--source",
+            "a test of hostile attestations", *extra]  # fmt: skip
+    assert main(argv) == 2
+    assert not (root / "hardware.json").exists()
+    link = tmp_path / "linked"
+    link.symlink_to(root, target_is_directory=True)
+    assert main(["attest-hardware", str(link), "--label", "AMD EPYC 2c avx2", "--source",
+                 "a test of a symlinked session"]) == 2  # fmt: skip

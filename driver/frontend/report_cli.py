@@ -188,6 +188,13 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
     except ReleaseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if root.is_symlink():
+        print(
+            f"error: {root}: a symlink; attest the session folder itself (a release refuses a "
+            "symlinked session too)",
+            file=sys.stderr,
+        )
+        return 2
     if (root / ATTESTATION).exists():
         print(
             f"error: {root / ATTESTATION} exists: a session's attestation is written once "

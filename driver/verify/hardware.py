@@ -60,6 +60,16 @@ class Attestation(StrictModel):
             raise ValueError("one line of text, no control characters")
         return value
 
+    @field_validator("facts")
+    @classmethod
+    def _plain_facts(cls, value: dict[str, Any]) -> dict[str, Any]:
+        texts = [*value, *(v for v in value.values() if isinstance(v, str))]
+        if any(not key for key in value) or any(
+            ord(c) < 32 or ord(c) == 127 for text in texts for c in text
+        ):
+            raise ValueError("KEY=VALUE facts of one line each, no empty key")
+        return value
+
 
 def load_attestation(data: bytes, where: str) -> Attestation:
     try:
