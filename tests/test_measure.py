@@ -11,6 +11,7 @@ import pytest
 from driver.bench.protocol import StepLogger
 from driver.core.case import Case, Topology
 from driver.core.measure import (
+    STRAGGLER_FIELDS,
     RepeatMeasurement,
     Window,
     case_stats,
@@ -20,11 +21,11 @@ from driver.core.measure import (
     slice_cv,
     speedup,
 )
-from driver.parsers.base import LogParseError, RankLog, StepPoint
+from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
 
 
-def fake_log(rank: int, world: int, times: list[float], batch: int = 4) -> str:
+def fake_log(rank: int, world: int, times: list[float], batch: int = 4, node_rank: int = 0) -> str:
     stream = io.StringIO()
     clock = iter(times)
     logger = StepLogger(
@@ -32,7 +33,7 @@ def fake_log(rank: int, world: int, times: list[float], batch: int = 4) -> str:
         model="m",
         stream=stream,
         clock=lambda: next(clock),
-        rank_env={"rank": rank, "world_size": world, "local_rank": rank, "node_rank": 0},
+        rank_env={"rank": rank, "world_size": world, "local_rank": rank, "node_rank": node_rank},
     )
     logger.header(versions={}, devices=[], options={})
     logger.begin()
@@ -169,3 +170,91 @@ def test_measure_logs_checks_the_world_size_against_the_case() -> None:
     single = replace(case, topology=Topology(1, 1))
     measurement, parsed = measure_logs(single, "dlperf-jsonl", logs, 4)
     assert measurement.samples == 8 and parsed.world_size == 1
+
+
+def steady(start: float, window: float, steps: int = 3) -> list[float]:
+    """begin, then ``steps`` steps; step 1 ends at start + 1, the window (steps 1..steps) lasts
+    ``window`` seconds."""
+    return [start, start + 1.0] + [start + 1.0 + window * i / (steps - 1) for i in range(1, steps)]
+
+
+def two_nodes(windows: dict[int, float], per_node: int = 2) -> dict[str, str]:
+    """One log per node, ``per_node`` ranks each (rank r on node r // per_node), every rank on
+    its own clock (node 1's hours ahead) with the given window length."""
+    world = len(windows)
+    texts: dict[str, str] = {}
+    for rank, window in sorted(windows.items()):
+        node = rank // per_node
+        log = fake_log(rank, world, steady(7200.0 * node + rank, window), node_rank=node)
+        texts[f"node{node}.log"] = texts.get(f"node{node}.log", "") + log
+    return texts
+
+
+def test_the_slowest_rank_and_node_are_named_from_the_logs() -> None:
+    # node 1's ranks (2, 3) run 10% and 15% longer than node 0's
+    parsed = DlperfJsonlParser().parse(two_nodes({0: 2.0, 1: 2.0, 2: 2.2, 3: 2.3}))
+    result = measure_repeat(parsed, Window(1, 2))
+    assert result.duration_s == pytest.approx(2.3)  # the job's duration: the slowest rank's
+    assert result.slowest_rank == 3
+    assert result.slowest_rank_excess == pytest.approx(2.3 / 2.1 - 1)  # median rank: 2.1
+    assert result.slowest_node == 1 and result.slowest_node_ranks == (2, 3)
+    assert result.slowest_node_excess == pytest.approx(2.25 / 2.0 - 1)  # node medians
+    # written and read back, the record's facts are the same
+    again = RepeatMeasurement.model_validate_json(result.model_dump_json())
+    assert again == result and set(STRAGGLER_FIELDS) <= again.model_fields_set
+
+
+def test_one_slow_rank_names_its_node_by_its_ranks_median() -> None:
+    # 3 nodes of 2: one rank of node 0 is slow, both of node 2 a little slow
+    windows = {0: 2.0, 1: 2.4, 2: 2.0, 3: 2.0, 4: 2.1, 5: 2.1}
+    result = measure_repeat(DlperfJsonlParser().parse(two_nodes(windows)), Window(1, 2))
+    assert result.slowest_rank == 1
+    assert result.slowest_node == 0  # median(2.0, 2.4) = 2.2 > 2.1
+    assert result.slowest_node_excess == pytest.approx(2.2 / 2.05 - 1)  # others: 2.0..2.1
+
+
+def test_equal_windows_name_the_lowest_and_say_zero() -> None:
+    result = measure_repeat(
+        DlperfJsonlParser().parse(two_nodes({0: 2.0, 1: 2.0, 2: 2.0, 3: 2.0})), Window(1, 2)
+    )
+    assert result.slowest_rank == 0 and result.slowest_node == 0
+    assert result.slowest_rank_excess == 0.0 and result.slowest_node_excess == 0.0
+
+
+def test_no_straggler_facts_without_ranks_or_nodes_to_compare() -> None:
+    parser = DlperfJsonlParser()
+    alone = measure_repeat(
+        parser.parse({"node0.log": fake_log(0, 1, steady(0, 2.0))}), Window(1, 2)
+    )
+    assert all(getattr(alone, name) is None for name in STRAGGLER_FIELDS)
+    # two ranks on one node: a slowest rank, no node to name
+    one_node = {0: 2.0, 1: 2.2}
+    result = measure_repeat(parser.parse(two_nodes(one_node, per_node=2)), Window(1, 2))
+    assert result.slowest_rank == 1 and result.slowest_rank_excess == pytest.approx(2.2 / 2.1 - 1)
+    assert result.slowest_node is None and result.slowest_node_excess is None
+    # a header that states no node_rank (upstream logs): no node named
+    parsed = parser.parse(two_nodes({0: 2.0, 1: 2.0, 2: 2.5, 3: 2.5}))
+    for log in parsed.ranks.values():
+        log.header.pop("node_rank")
+    result = measure_repeat(parsed, Window(1, 2))
+    assert result.slowest_rank == 2 and result.slowest_node is None
+    # a source that prints only a rate
+    rate = ParsedLog(ranks={}, world_size=8, reported_throughput=100.0)
+    reported = measure_repeat(rate, Window(1, 2))
+    assert all(getattr(reported, name) is None for name in STRAGGLER_FIELDS)
+
+
+def test_a_record_written_before_the_straggler_facts_takes_them_from_its_logs() -> None:
+    derived = measure_repeat(
+        DlperfJsonlParser().parse(two_nodes({0: 2.0, 1: 2.0, 2: 2.2, 3: 2.2})), Window(1, 2)
+    )
+    old = {k: v for k, v in derived.model_dump().items() if k not in STRAGGLER_FIELDS}
+    written = RepeatMeasurement.model_validate(old)
+    assert written.slowest_node is None and written != derived
+    assert written.filled_from(derived) == derived
+    # a record that holds the fields keeps what it says: a wrong one still disagrees
+    lying = RepeatMeasurement.model_validate({**derived.model_dump(), "slowest_node": 0})
+    assert lying.filled_from(derived) != derived
+    # the release columns are the fields the released versions were written with
+    assert not set(STRAGGLER_FIELDS) & set(RepeatMeasurement.columns())
+    assert "interval_unstable" in RepeatMeasurement.columns()

@@ -8,8 +8,17 @@ from pathlib import Path
 
 from driver.core.case import Case, Topology
 from driver.core.measure import RepeatMeasurement
-from driver.core.results import RepeatRecord
-from driver.core.summary import PUBLISHED_FIELDS, CaseRow, baseline_of, summarize
+from driver.core.results import CommandRecord, RepeatRecord
+from driver.core.summary import (
+    PUBLISHED_FIELDS,
+    SLOW_NODE_EXCESS,
+    CaseRow,
+    SlowNode,
+    baseline_of,
+    rank_ranges,
+    slow_node_of,
+    summarize,
+)
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
@@ -70,3 +79,60 @@ def test_summarize_keeps_finished_repeats_and_types_the_row() -> None:
     assert isinstance(row, CaseRow) and row.throughput_median == 100.0
     assert row.versions == {"torch": "2.13.0"} and row.device_names == ["cpu"]
     assert row.model_dump()["batch_setting"] == 8
+
+
+def two_node_record(c: Case, repeat: int, node: int | None, excess: float | None) -> RepeatRecord:
+    """A 2n4g repeat whose logs named ``node`` (ranks 2 per node) slowest by ``excess``."""
+    base = record(c, repeat, 100.0)
+    measurement = base.measurement.model_copy(
+        update={
+            "ranks": 4,
+            "world_size": 4,
+            "slowest_rank": None if node is None else 2 * node + 1,
+            "slowest_rank_excess": excess,
+            "slowest_node": node,
+            "slowest_node_ranks": None if node is None else (2 * node, 2 * node + 1),
+            "slowest_node_excess": excess,
+        }
+    )
+    commands = [
+        CommandRecord(node=name, argv=["python"], env={}) for name in ("gpu-a", "gpu-b")
+    ]
+    return base.model_copy(
+        update={"measurement": measurement, "commands": commands,
+                "logs": ["node0.log", "node1.log"]}
+    )  # fmt: skip
+
+
+def test_a_node_late_in_most_repeats_is_named_and_a_hiccup_is_not() -> None:
+    c = case(Topology(2, 2))
+    named = slow_node_of([two_node_record(c, 1, 1, 0.12), two_node_record(c, 2, 1, 0.10),
+                          two_node_record(c, 3, 0, 0.001)])  # fmt: skip
+    assert named == SlowNode(name="gpu-b", ranks=(2, 3), excess=0.11, flagged=2, repeats=3)
+    assert named.describe() == (
+        "slow node: gpu-b (ranks 2-3), windows 11.0% longer than the other nodes' in 2/3 repeats"
+    )
+    # late in one repeat of three: not a slow node
+    once = [two_node_record(c, 1, 1, 0.12), two_node_record(c, 2, 0, 0.001),
+            two_node_record(c, 3, 1, 0.015)]  # fmt: skip
+    assert slow_node_of(once) is None
+    # within the threshold every time (lockstep ranks end together): nobody
+    assert slow_node_of([two_node_record(c, r, 1, SLOW_NODE_EXCESS) for r in (1, 2, 3)]) is None
+    # records without node facts (one node, older records, rate-only logs): nobody
+    assert slow_node_of([two_node_record(c, r, None, None) for r in (1, 2)]) is None
+    # half the repeats is not a majority; two different nodes never add up
+    assert slow_node_of([two_node_record(c, 1, 1, 0.2), two_node_record(c, 2, 0, 0.2)]) is None
+
+
+def test_summarize_names_the_slow_node_of_each_case() -> None:
+    slow, even = case(Topology(2, 2)), case(Topology(2, 2), batch=16)
+    records = [(slow, two_node_record(slow, r, 0, 0.3)) for r in (1, 2)]
+    records += [(even, two_node_record(even, r, 1, 0.0)) for r in (1, 2)]
+    by_case = {s.case_id: s for s in summarize(records)}
+    assert by_case[slow.id].slow_node == SlowNode("gpu-a", (0, 1), 0.3, 2, 2)
+    assert by_case[even.id].slow_node is None
+
+
+def test_rank_ranges_are_runs() -> None:
+    assert rank_ranges([7, 0, 1, 2, 3, 5]) == "0-3, 5, 7"
+    assert rank_ranges([4]) == "4"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from driver.core.hardware import hardware_of
+from driver.core.measure import STRAGGLER_FIELDS
 from driver.core.results import Session
 from driver.core.summary import summarize
 from driver.files import TEMP_PREFIX
@@ -382,3 +383,36 @@ def test_a_bad_attestation_is_refused_and_nothing_written(tmp_path: Path, extra:
     link.symlink_to(root, target_is_directory=True)
     assert main(["attest-hardware", str(link), "--label", "AMD EPYC 2c avx2", "--source",
                  "a test of a symlinked session"]) == 2  # fmt: skip
+
+
+CASE_2N2G = "calibration/calibration/2n2g/bs8/fp32/synthetic"
+
+
+def test_the_slowest_rank_and_node_are_rederived_and_an_older_record_still_verifies(
+    tmp_path: Path,
+) -> None:
+    root = session_copy(tmp_path)
+    path = root / "cases" / CASE_2N2G / "repeat-01" / "record.json"
+    data = json.loads(path.read_text())
+    facts = {name: data["measurement"][name] for name in STRAGGLER_FIELDS}
+    node = facts["slowest_node"]  # 2n2g: rank r runs on node r
+    assert node in (0, 1) and facts["slowest_rank"] == node
+    assert facts["slowest_node_ranks"] == [node] and facts["slowest_node_excess"] >= 0
+    # a record written before the facts existed: verified, the facts taken from its logs
+    for name in STRAGGLER_FIELDS:
+        del data["measurement"][name]
+    path.write_text(json.dumps(data))
+    verified = verify_sessions([root])
+    assert verified.refused == []
+    [(_case, record, _machine)] = [
+        (c, r, m) for c, r, m in verified.records if c.id == CASE_2N2G and r.repeat == 1
+    ]
+    assert record.measurement.slowest_node == node
+    assert record.measurement.slowest_node_ranks == (node,)
+    # a record that misstates them is refused: the logs say who was slowest
+    data["measurement"].update(facts, slowest_node=1 - node)
+    path.write_text(json.dumps(data))
+    (refused,) = verify_sessions([root]).refused
+    assert f"measurement.slowest_node is {1 - node} in the record but {node} from the logs" in (
+        refused
+    )

@@ -6,6 +6,12 @@ ends at the end of the last measured step. Each rank's duration comes from its o
 cross-node clock comparison); the job's duration is the slowest rank's, so a straggler counts.
 Never a mean of per-step rates.
 
+Every repeat with several ranks also says who was slowest (``STRAGGLER_FIELDS``): the rank with
+the longest window and how much longer it is than the median rank's, and, across nodes, the node
+whose ranks' median window is longest (a rank's node is the ``node_rank`` its own log header
+states: node<i>.log, the record's i-th command) and how much longer that is than the other
+nodes' ranks' median window. Durations only, each from its own rank's clock, like the window.
+
 :func:`measure_logs` is the one path from raw logs to a measurement (parser, world-size check,
 window): the runner, ``dlperf report``, the release and the audit all call it.
 """
@@ -27,6 +33,15 @@ __all__ = ["LogParseError", "Window"]  # Window lives beside the parsers (they c
 
 UNSTABLE_CV = 0.02  # a case whose repeats vary more than 2% is flagged in every table
 INTERVALS = 10
+# Who held a repeat back: facts of the records (re-derived from the logs by the door) and of
+# ``dlperf report``, not columns of a release's results files (``RepeatMeasurement.columns``).
+STRAGGLER_FIELDS = (
+    "slowest_rank",
+    "slowest_rank_excess",
+    "slowest_node",
+    "slowest_node_ranks",
+    "slowest_node_excess",
+)
 
 
 class StrictModel(BaseModel):
@@ -47,6 +62,17 @@ class RepeatMeasurement(StrictModel):
     # The Dell method's stability check: CV of the throughput of slices of the window (rank 0's
     # clock, slice bounds at logged steps); None where the log has too few points to slice.
     interval_cv: Annotated[float, Field(ge=0)] | None = None
+    # The straggler facts (None with one rank, or where the log holds one rank's steps only or
+    # just a rate): the rank whose window is the job's duration, and its window over the
+    # median rank's window, minus 1 (0.05: 5% longer).
+    slowest_rank: Annotated[int, Field(ge=0)] | None = None
+    slowest_rank_excess: Annotated[float, Field(ge=0)] | None = None
+    # With ranks on several nodes whose headers state their node_rank: the node (its index:
+    # node<i>.log, the record's i-th command) whose ranks' median window is longest, its ranks,
+    # and that median over the median window of the other nodes' ranks, minus 1.
+    slowest_node: Annotated[int, Field(ge=0)] | None = None
+    slowest_node_ranks: tuple[Annotated[int, Field(ge=0)], ...] | None = None
+    slowest_node_excess: Annotated[float, Field(ge=0)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -63,8 +89,24 @@ class RepeatMeasurement(StrictModel):
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
-        """Field names as written (results files name every one)."""
-        return (*cls.model_fields, *cls.model_computed_fields)
+        """The columns of a release's results files: every field but the straggler facts (the
+        released versions were written before them and render as published; records and
+        ``dlperf report`` carry them)."""
+        fields = [name for name in cls.model_fields if name not in STRAGGLER_FIELDS]
+        return (*fields, *cls.model_computed_fields)
+
+    def filled_from(self, derived: RepeatMeasurement) -> RepeatMeasurement:
+        """This measurement as read from a record, with the straggler facts its file does not
+        hold taken from ``derived`` (the logs' measurement): a record written before those
+        fields existed claims nothing about them, so it still agrees with its logs, and every
+        reader gets the facts from the logs. A field the file holds stays as written (a record
+        that misstates it disagrees with its logs)."""
+        missing = {
+            name: getattr(derived, name)
+            for name in STRAGGLER_FIELDS
+            if name not in self.model_fields_set
+        }
+        return self.model_copy(update=missing) if missing else self
 
 
 def slice_cv(log: RankLog, window: Window, intervals: int = INTERVALS) -> float | None:
@@ -100,6 +142,39 @@ def _rank_window(log: RankLog, window: Window) -> tuple[int, float]:
     return samples, end.t - start.t
 
 
+def straggler_facts(parsed: ParsedLog, windows: Mapping[int, float]) -> dict[str, Any]:
+    """Who held the repeat back (``STRAGGLER_FIELDS``), from every rank's window duration.
+
+    Ties go to the lowest rank or node (a deterministic answer for equal windows). A node is
+    the ``node_rank`` of its ranks' headers; when a rank's header states none (upstream logs),
+    or all ranks sit on one node, the node facts are None."""
+    facts: dict[str, Any] = dict.fromkeys(STRAGGLER_FIELDS)
+    if len(windows) < 2:
+        return facts
+    slowest = max(sorted(windows), key=lambda rank: windows[rank])
+    facts["slowest_rank"] = slowest
+    facts["slowest_rank_excess"] = max(
+        0.0, windows[slowest] / statistics.median(windows.values()) - 1
+    )
+    node_of = {rank: parsed.ranks[rank].header.get("node_rank") for rank in windows}
+    if not all(type(node) is int and node >= 0 for node in node_of.values()):
+        return facts
+    ranks_of: dict[int, list[int]] = {}
+    for rank in sorted(windows):
+        ranks_of.setdefault(node_of[rank], []).append(rank)
+    if len(ranks_of) < 2:
+        return facts
+    node_median = {
+        node: statistics.median(windows[rank] for rank in ranks) for node, ranks in ranks_of.items()
+    }
+    node = max(sorted(node_median), key=lambda n: node_median[n])
+    others = statistics.median(windows[rank] for rank in windows if node_of[rank] != node)
+    facts["slowest_node"] = node
+    facts["slowest_node_ranks"] = tuple(ranks_of[node])
+    facts["slowest_node_excess"] = max(0.0, node_median[node] / others - 1)
+    return facts
+
+
 def _measurement(**fields: Any) -> RepeatMeasurement:
     try:
         return RepeatMeasurement(**fields)
@@ -122,6 +197,7 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
             reported_by_source=True,
             warmup_steps=window.warmup_steps,
             measured_steps=window.measured_steps,
+            **straggler_facts(parsed, {}),  # written as None: no timestamps, nobody to name
         )
     expected = parsed.world_size // parsed.samples_scale
     if len(parsed.ranks) != expected:
@@ -129,11 +205,11 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
             f"{len(parsed.ranks)} ranks logged steps, expected {expected} "
             f"(world size {parsed.world_size}): a rank is missing or extra"
         )
-    total_samples, longest = 0, 0.0
+    total_samples, windows = 0, {}
     for log in parsed.ranks.values():
-        samples, duration = _rank_window(log, window)
+        samples, windows[log.rank] = _rank_window(log, window)
         total_samples += samples * parsed.samples_scale
-        longest = max(longest, duration)
+    longest = max(windows.values(), default=0.0)
     if total_samples <= 0:
         raise LogParseError("the measured window holds no samples")
     first_rank = parsed.ranks[min(parsed.ranks)]
@@ -146,6 +222,7 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
         warmup_steps=window.warmup_steps,
         measured_steps=window.measured_steps,
         interval_cv=slice_cv(first_rank, window),
+        **straggler_facts(parsed, windows),
     )
 
 

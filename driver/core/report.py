@@ -24,7 +24,7 @@ from typing import Any
 from tabulate import tabulate
 
 from driver.core.measure import UNSTABLE_CV
-from driver.core.summary import CaseSummary, grouped
+from driver.core.summary import CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
 
@@ -195,11 +195,14 @@ def markdown_tables(
     after_table: Callable[[str, list[CaseSummary]], str] | None = None,
     extra_notes: Sequence[str] = (),
     long_format: bool = True,
+    name_slow_nodes: bool = True,
 ) -> str:
     """Every table. ``long_format``: one row per series and topology, split by device model,
     with median and geometric-mean rows across series (what ``dlperf report`` and releases of
     README layout 2 show); else the first releases' wide layout (one column group per series),
-    kept so that their READMEs render as published."""
+    kept so that their READMEs render as published. ``name_slow_nodes``: a note per case that
+    one node held back (``driver.core.summary.SlowNode``); the released READMEs, written
+    before it, render without."""
     out: list[str] = []
     hashes = "#" * heading_level
     for title, group in tables(summaries):
@@ -213,6 +216,8 @@ def markdown_tables(
             out.append(after_table(title, group))
             out.append("")
     notes = footnotes(summaries) + list(extra_notes)
+    if name_slow_nodes:
+        notes += slow_node_notes(summaries)
     if long_format and any(row_label == MEDIAN_LABEL for row_label in _median_labels(summaries)):
         notes.append(
             f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one machine "
@@ -226,6 +231,11 @@ def markdown_tables(
         out.extend(f"- {note}" for note in notes)
         out.append("")
     return "\n".join(out)
+
+
+def slow_node_notes(summaries: Sequence[CaseSummary]) -> list[str]:
+    """One line per case that one node held back: which node, its ranks, by how much."""
+    return [f"{s.case_id}: {s.slow_node.describe()}." for s in summaries if s.slow_node]
 
 
 def _series_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = ()) -> str:
@@ -412,6 +422,9 @@ def report_row(summary: CaseSummary) -> dict[str, Any]:
         "fingerprint": summary.fingerprint,
         "hardware": summary.hardware,
         "machine": summary.machine,
+        "slow_node": summary.slow_node.name if summary.slow_node else None,
+        "slow_node_ranks": rank_ranges(summary.slow_node.ranks) if summary.slow_node else None,
+        "slow_node_excess": summary.slow_node.excess if summary.slow_node else None,
     }
 
 

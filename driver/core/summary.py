@@ -7,8 +7,9 @@ construction.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,81 @@ from driver.core.results import RepeatRecord
 
 # CaseRow fields a row has only for a published figure (the first versions' rows have none)
 PUBLISHED_FIELDS = ("published_by", "published_url")
+
+# The slow-node rule. A node holds a case back when its ranks' median window is more than
+# SLOW_NODE_EXCESS longer than the other nodes' ranks' median window (the repeat's
+# ``slowest_node_excess``, each window on its own rank's clock) in more than half of the case's
+# repeats: one repeat's hiccup (a page-cache miss, a late wake-up) is not a slow node, a node
+# that is late again and again is. 2% is the kit's own noise bound (UNSTABLE_CV): ranks that
+# start together after the barrier and run the same steps end well within it unless one node
+# is slower. Ranks that synchronise every step (all-reduce) end together whatever their node,
+# so there the wait is spread over every rank and nobody is named; ``dlperf nodes`` runs every
+# node alone and names such a node.
+SLOW_NODE_EXCESS = 0.02
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``0-3, 6``: ranks as consecutive runs."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+@dataclass(frozen=True)
+class SlowNode:
+    """The node that held a case back (the rule above), as its repeats' records name it."""
+
+    name: str  # the node's name in the repeats' commands (node<i>.log ran the i-th command)
+    ranks: tuple[int, ...]
+    excess: float  # the median of its slowest_node_excess over the repeats that flagged it
+    flagged: int  # repeats in which it was over the threshold
+    repeats: int  # the case's repeats
+
+    def describe(self) -> str:
+        return (
+            f"slow node: {self.name} (ranks {rank_ranges(self.ranks)}), windows "
+            f"{self.excess:.1%} longer than the other nodes' in {self.flagged}/{self.repeats} "
+            "repeats"
+        )
+
+
+def node_name(record: RepeatRecord, node: int) -> str:
+    """The name of node ``node`` (node<i>.log) of a repeat: the node its i-th command ran on."""
+    return record.commands[node].node if node < len(record.commands) else f"node{node}"
+
+
+def slow_node_of(records: Sequence[RepeatRecord]) -> SlowNode | None:
+    """The node that held these repeats of one case back (the rule above), or None. Nodes are
+    told apart by name: repeats of several sessions may number their nodes differently."""
+    flagged: dict[str, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
+    for record in records:
+        m = record.measurement
+        if (
+            m is None
+            or m.slowest_node is None
+            or m.slowest_node_excess is None
+            or m.slowest_node_excess <= SLOW_NODE_EXCESS
+        ):
+            continue
+        flagged[node_name(record, m.slowest_node)].append(
+            (m.slowest_node_ranks or (), m.slowest_node_excess)
+        )
+    if not flagged:
+        return None
+    name, hits = max(sorted(flagged.items()), key=lambda item: len(item[1]))
+    if 2 * len(hits) <= len(records):
+        return None
+    return SlowNode(
+        name=name,
+        ranks=hits[-1][0],
+        excess=statistics.median(excess for _ranks, excess in hits),
+        flagged=len(hits),
+        repeats=len(records),
+    )
 
 
 class CaseRow(StrictModel):
@@ -93,6 +169,8 @@ class CaseSummary:
     # split by machine; "" where they are split by device model only (the releases before
     # README layout 3, which the audit renders as they were published).
     fingerprint: str = ""
+    # The node that held the case back (``slow_node_of``), or None.
+    slow_node: SlowNode | None = None
 
     @property
     def case_id(self) -> str:
@@ -196,6 +274,7 @@ def summarize(
                 machine=str(header.get("hostname", "")),
                 imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
                 fingerprint=fingerprint,
+                slow_node=slow_node_of(records_),
             )
         )
     _fill_speedups(summaries)

@@ -345,6 +345,7 @@ def _tables_section(computed: Computed, long_format: bool = False) -> str:
         after_table=plots,
         extra_notes=notes,
         long_format=long_format,
+        name_slow_nodes=False,  # README layouts 1-3 predate the slow-node notes
     )
 
 

@@ -11,8 +11,10 @@ the files come from a session folder (:mod:`driver.verify.folder`) or from a rel
    ``node*.log`` the record does not name;
 4. logs that give a measurement with the record's parser (``measure_logs``: parser, world
    size, window) that passes every plausibility check (``driver.verify.plausible``);
-5. a record that agrees with that measurement and with rank 0's header, unless the caller
-   accepts re-measured repeats: then the logs win (never over a failed check above).
+5. a record that agrees with that measurement (the straggler facts included: who was slowest,
+   re-derived from the logs; a record written before those fields has none to compare) and
+   with rank 0's header, unless the caller accepts re-measured repeats: then the logs win
+   (never over a failed check above).
 
 A refusal is a :class:`RepeatRefused` naming the file at fault and, where there is one, the fix.
 """
@@ -76,7 +78,9 @@ class RepeatFiles:
 class VerifiedRepeat:
     case: Case
     record: RepeatRecord  # with the measurement and header its logs give
-    written: RepeatRecord  # the record as its file holds it
+    # the record as its file holds it (the straggler facts a record written before them lacks
+    # filled from the logs: ``RepeatMeasurement.filled_from``)
+    written: RepeatRecord
     parsed: ParsedLog
     logs: dict[str, str] = field(repr=False)
     fingerprint: str = ""  # the machine's label (driver/verify/hardware.py)
@@ -225,6 +229,12 @@ def verify_repeat(
         fingerprint = fingerprint_label(parsed.header, attestation)
     except HardwareError as error:
         raise RepeatRefused(files.folder, f"rank 0's header: {error}") from None
+    if record.measurement is not None:
+        # A record written before the straggler facts existed claims nothing about them: they
+        # come from the logs, and the record is compared on what it does hold.
+        record = record.model_copy(
+            update={"measurement": record.measurement.filled_from(measurement)}
+        )
     verified = VerifiedRepeat(
         case=case,
         record=record.model_copy(update={"measurement": measurement, "header": parsed.header}),
