@@ -197,7 +197,7 @@ def test_the_slowest_rank_and_node_are_named_from_the_logs() -> None:
     assert result.duration_s == pytest.approx(2.3)  # the job's duration: the slowest rank's
     assert result.slowest_rank == 3
     assert result.slowest_rank_excess == pytest.approx(2.3 / 2.1 - 1)  # median rank: 2.1
-    assert result.slowest_node == 1 and result.slowest_node_ranks == (2, 3)
+    assert result.slowest_node == 1 and result.slowest_node_ranks == [2, 3]
     assert result.slowest_node_excess == pytest.approx(2.25 / 2.0 - 1)  # node medians
     # written and read back, the record's facts are the same
     again = RepeatMeasurement.model_validate_json(result.model_dump_json())

@@ -91,7 +91,7 @@ def two_node_record(c: Case, repeat: int, node: int | None, excess: float | None
             "slowest_rank": None if node is None else 2 * node + 1,
             "slowest_rank_excess": excess,
             "slowest_node": node,
-            "slowest_node_ranks": None if node is None else (2 * node, 2 * node + 1),
+            "slowest_node_ranks": None if node is None else [2 * node, 2 * node + 1],
             "slowest_node_excess": excess,
         }
     )

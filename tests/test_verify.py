@@ -408,7 +408,7 @@ def test_the_slowest_rank_and_node_are_rederived_and_an_older_record_still_verif
         (c, r, m) for c, r, m in verified.records if c.id == CASE_2N2G and r.repeat == 1
     ]
     assert record.measurement.slowest_node == node
-    assert record.measurement.slowest_node_ranks == (node,)
+    assert record.measurement.slowest_node_ranks == [node]
     # a record that misstates them is refused: the logs say who was slowest
     data["measurement"].update(facts, slowest_node=1 - node)
     path.write_text(json.dumps(data))

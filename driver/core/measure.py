@@ -71,7 +71,8 @@ class RepeatMeasurement(StrictModel):
     # node<i>.log, the record's i-th command) whose ranks' median window is longest, its ranks,
     # and that median over the median window of the other nodes' ranks, minus 1.
     slowest_node: Annotated[int, Field(ge=0)] | None = None
-    slowest_node_ranks: tuple[Annotated[int, Field(ge=0)], ...] | None = None
+    # a list, as JSON reads it back (a dump of the measurement equals its record's)
+    slowest_node_ranks: list[Annotated[int, Field(ge=0)]] | None = None
     slowest_node_excess: Annotated[float, Field(ge=0)] | None = None
 
     @model_validator(mode="before")
@@ -170,7 +171,7 @@ def straggler_facts(parsed: ParsedLog, windows: Mapping[int, float]) -> dict[str
     node = max(sorted(node_median), key=lambda n: node_median[n])
     others = statistics.median(windows[rank] for rank in windows if node_of[rank] != node)
     facts["slowest_node"] = node
-    facts["slowest_node_ranks"] = tuple(ranks_of[node])
+    facts["slowest_node_ranks"] = ranks_of[node]
     facts["slowest_node_excess"] = max(0.0, node_median[node] / others - 1)
     return facts
 

@@ -80,7 +80,7 @@ def slow_node_of(records: Sequence[RepeatRecord]) -> SlowNode | None:
         ):
             continue
         flagged[node_name(record, m.slowest_node)].append(
-            (m.slowest_node_ranks or (), m.slowest_node_excess)
+            (tuple(m.slowest_node_ranks or ()), m.slowest_node_excess)
         )
     if not flagged:
         return None
