@@ -273,6 +273,13 @@ for field, value in (
     ("measurement.measured_steps", 31),
     ("measurement.reported_by_source", True),
     ("measurement.unknown", 1),
+    # the straggler facts (1n2g: two ranks on one node) are re-derived from the logs too
+    ("measurement.slowest_rank", 7),
+    ("measurement.slowest_rank_excess", -0.5),
+    ("measurement.slowest_rank_excess", 0.5),
+    ("measurement.slowest_node", 0),
+    ("measurement.slowest_node_ranks", [0, 1]),
+    ("measurement.slowest_node_excess", 0.3),
     ("batch_size", 4),
     ("batch_size", 0),
     ("case_id", "calibration/calibration/1n1g/bs8/fp32/synthetic"),
