@@ -148,3 +148,22 @@ def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(
     summary = text.split("## Summary")[1].split("## Detail")[0]
     assert summary.count("| NVIDIA H100 80GB HBM3 ") == 1
     assert summary.count("| Tesla V100-SXM2-16GB ") == 1
+
+
+def test_the_tables_name_a_slow_node_and_release_readmes_do_not() -> None:
+    from driver.core.case import Topology
+    from driver.core.report import markdown_tables, to_json
+    from tests.test_summary import case, two_node_record
+
+    slow = case(Topology(2, 2))
+    summaries = summarize([(slow, two_node_record(slow, r, 1, 0.123)) for r in (1, 2, 3)])
+    note = (
+        f"- {slow.id}: slow node: gpu-b (ranks 2-3), windows 12.3% longer than the other "
+        "nodes' in 3/3 repeats."
+    )
+    assert note in markdown_tables(summaries).splitlines()  # report and run's closing table
+    assert "slow node" not in markdown_tables(summaries, name_slow_nodes=False)  # releases
+    [row] = json.loads(to_json(summaries))
+    assert (row["slow_node"], row["slow_node_ranks"], row["slow_node_excess"]) == (
+        "gpu-b", "2-3", 0.123
+    )
