@@ -254,13 +254,19 @@ INSIDE = [
         """
         import json, os, socket, sys, time
         print(json.dumps({"pid": os.getpid(), "python": sys.executable,
-                          "host": socket.gethostname(), "node": os.environ["SLURM_NODEID"],
+                          "host": socket.gethostname(), "node": os.environ["DLPERF_TEST"],
                           "marker": os.path.exists("/.dlperf-oci-bundle"),
                           "root_ro": not os.access("/", os.W_OK)}), flush=True)
         time.sleep(4)
         """
     ),
 ]  # fmt: skip
+
+
+def step_files(root: Path) -> dict[str, str]:
+    """srun.log and the node logs of the repeat (for a failure's message)."""
+    folder = root / "session" / "cases" / "t" / "repeat-01"
+    return {p.name: p.read_text(errors="replace")[-2000:] for p in sorted(folder.glob("*.log"))}
 
 
 def runc_containers(seen: set[str], stop: threading.Event) -> None:
@@ -286,7 +292,7 @@ def test_steps_run_in_runc_containers_on_both_nodes(
     finally:
         stop.set()
         watcher.join(timeout=10)
-    assert outcome.verdict == Verdict.OK, outcome.detail
+    assert outcome.verdict == Verdict.OK, (outcome.detail, step_files(tmp_path))
     facts = outcome.extra["slurm"]
     job = facts["job_id"]
     for index, node in enumerate(("n1", "n2")):

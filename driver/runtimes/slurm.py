@@ -795,8 +795,9 @@ class SlurmRuntime:
 
             guard = oci_guard(MARKER)
         return step_script(
-            commands, logs, device_tasks=self.config.tasks == "device", guard=guard
-        )
+            commands, logs, device_tasks=self.config.tasks == "device", guard=guard,
+            by_hostname=bool(guard),
+        )  # fmt: skip
 
     def _start(
         self, argv: list[str], commands: list[NodeCommand], repeat_dir: Path, tasks_per_node: int

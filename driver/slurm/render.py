@@ -145,6 +145,7 @@ def step_script(
     logs: Sequence[str],
     device_tasks: bool = False,
     guard: str = "",
+    by_hostname: bool = False,
 ) -> str:
     """The ``sh`` program every task of a step runs: its node's command, by ``SLURM_NODEID``,
     appending stdout and stderr to that node's log in the session folder.
@@ -154,17 +155,31 @@ def step_script(
     one node would interleave mid-line (a broken record). Appending to one file keeps each
     write whole, exactly as the local runtime's shared log does. The session folder must
     therefore be on a file system the nodes share, like the kit's checkout and venvs.
-    ``guard``: a first line that must pass (:func:`oci_guard`)."""
+    ``guard``: a first line that must pass (:func:`oci_guard`). ``by_hostname``: each node's
+    command picked by the node's short hostname (its Slurm name, ``command.node``) instead of
+    ``SLURM_NODEID``: Slurm 22.05 writes an OCI container's environment before it sets the
+    per-task variables, so none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches it."""
     lines = [guard] if guard else []
-    lines.append('case "$SLURM_NODEID" in')
+    if by_hostname:
+        lines.append('node="$(hostname)"; case "${node%%.*}" in')
+    else:
+        lines.append('case "$SLURM_NODEID" in')
     for index, (command, log) in enumerate(zip(commands, logs, strict=True)):
+        key = shlex.quote(command.node) if by_hostname else str(index)
         cd = f"cd {shlex.quote(command.workdir)} && " if command.workdir else ""
         env = shlex.join(["env", *_env_words(command.env)])
         if device_tasks:
             env = f"{env} {DEVICE_RANK_ENV}"
         redirect = f">> {shlex.quote(log)} 2>&1"
-        lines.append(f"{index}) {cd}exec {env} {shlex.join(command.argv)} {redirect} ;;")
-    lines.append('*) echo "dlperf-slurm: no command for node $SLURM_NODEID" >&2; exit 2 ;;')
+        lines.append(f"{key}) {cd}exec {env} {shlex.join(command.argv)} {redirect} ;;")
+    if by_hostname:
+        lines.append(
+            '*) echo "dlperf-slurm: no command for host $node (the kit picks a node\'s command '
+            "by its hostname inside an OCI container: Slurm's NodeName must be the short "
+            'hostname)" >&2; exit 2 ;;'
+        )
+    else:
+        lines.append('*) echo "dlperf-slurm: no command for node $SLURM_NODEID" >&2; exit 2 ;;')
     lines.append("esac")
     return "\n".join(lines)
 
