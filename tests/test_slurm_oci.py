@@ -235,11 +235,17 @@ def oci_cluster(
         (slurm_cluster.root / "oci.conf").unlink(missing_ok=True)
 
 
+@pytest.fixture(scope="module")
+def oci_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the module: the image is exported once, each session links its root."""
+    return tmp_path_factory.mktemp("oci-cache")
+
+
 @pytest.fixture
 def oci_runtime(
-    oci_cluster: SlurmCluster, cpu_python_image: str, tmp_path_factory: pytest.TempPathFactory
+    oci_cluster: SlurmCluster, cpu_python_image: str, oci_cache: Path
 ) -> Iterator[SlurmRuntime]:
-    cache = tmp_path_factory.mktemp("oci-cache")
+    cache = oci_cache
     config = SlurmConfig(time_limit="10", container="oci", oci_image={"default": cpu_python_image},
                          oci_cache=str(cache))  # fmt: skip
     runtime = SlurmRuntime(config=config, printer=print)
