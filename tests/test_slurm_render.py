@@ -18,7 +18,9 @@ from driver.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
 from driver.slurm.render import (
     HOLDER_SCRIPT,
     Container,
+    OciContainer,
     device_argv,
+    oci_guard,
     sbatch_argv,
     srun_argv,
     step_script,
@@ -105,6 +107,49 @@ def test_step_script_picks_the_nodes_command_and_quotes_everything(tmp_path: Pat
         ["sh", "-c", script], env={"SLURM_NODEID": "7"}, capture_output=True, text=True
     )
     assert missing.returncode == 2 and "no command for node 7" in missing.stderr
+
+
+def test_srun_line_with_slurms_own_oci_container() -> None:
+    config = SlurmConfig(container="oci", oci_bundle={"default": "/shared/b"})
+    argv = srun_argv(config, "7", ["n1", "n2"], "dlperf-x", 1, 0, OciContainer("/shared/b s"))
+    assert argv[-1] == "--container=/shared/b s"  # one argv item: no shell splits it
+    assert not any(arg.startswith("--container-") for arg in argv)  # no pyxis flag
+
+
+def test_step_script_in_an_oci_container_picks_by_hostname(tmp_path: Path) -> None:
+    """Inside a Slurm 22.05 OCI container no per-task SLURM_* variable exists: the node's
+    command is picked by its short hostname (Slurm's node name), values still quoted."""
+    probe = ["sh", "-c", 'printf "%s\\n" "$X"']
+    logs = [str(tmp_path / "node0.log"), str(tmp_path / "node1.log")]
+    commands = [NodeCommand("n1", probe, {"X": "one"}, str(tmp_path)),
+                NodeCommand("n2", probe, {"X": "$two'"}, str(tmp_path))]  # fmt: skip
+    script = step_script(commands, logs, by_hostname=True)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "hostname").write_text('#!/bin/sh\necho "$FAKE_HOST"\n')
+    (fake / "hostname").chmod(0o755)
+    for host in ("n1.cluster.example", "n2"):
+        result = subprocess.run(
+            ["sh", "-c", script], env={"FAKE_HOST": host, "PATH": f"{fake}:/usr/bin:/bin"},
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    assert Path(logs[0]).read_text() == "one\n" and Path(logs[1]).read_text() == "$two'\n"
+    other = subprocess.run(
+        ["sh", "-c", script], env={"FAKE_HOST": "n3", "PATH": f"{fake}:/usr/bin:/bin"},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert other.returncode == 2 and "no command for host n3" in other.stderr
+    # The guard: a step Slurm ran on the host (no oci.conf there) stops before any command.
+    guarded = step_script(commands, logs, guard=oci_guard("dlperf-no-such-marker"),
+                          by_hostname=True)  # fmt: skip
+    host = subprocess.run(
+        ["sh", "-c", guarded], env={"FAKE_HOST": "n1", "SLURM_NODEID": "0",
+                                    "PATH": f"{fake}:/usr/bin:/bin"},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert host.returncode == 3 and "ran the step outside the OCI bundle" in host.stderr
+    assert Path(logs[0]).read_text() == "one\n"  # nothing ran
 
 
 def test_device_tasks_drop_the_launcher_keep_the_cache_drop() -> None:
@@ -362,6 +407,32 @@ def test_cli_dry_run_prints_the_job_and_the_steps(tmp_path: Path) -> None:
     assert "$ srun '--jobid=<job id>'" in out and "--gpus-per-node=8" in out
     assert "--nodelist=@slurm-node0@,@slurm-node1@" in out
     assert "--container-image" not in out  # container: none
+
+
+def test_cli_dry_run_with_slurms_oci_containers(tmp_path: Path) -> None:
+    import json
+    import os
+    import sys
+
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs" / "usr").mkdir(parents=True)
+    (bundle / "config.json").write_text(json.dumps({"process": {"env": ["PATH=/img/bin"]}}))
+    path = write(tmp_path, f"slurm:\n  container: oci\n  oci_bundle: {{default: {bundle}}}\n"
+                           f"  oci_cache: {tmp_path / 'cache'}\n")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", "run", "--framework", "pytorch",
+         "--model", "resnet50", "--nodes", "2", "--gpus", "2", "--batch", "8", "--amp", "off",
+         "--runtime", "slurm", "--inventory", str(path), "--dry-run"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert f"# once per session: the OCI bundle {tmp_path / 'cache'}/session-" in out
+    assert f"(root from the bundle {bundle} (slurm.oci_bundle.default)" in out
+    assert f"--container={tmp_path / 'cache'}/session-" in out
+    assert "PATH=/img/bin" in out and "--container-image" not in out
+    assert not (tmp_path / "cache").exists()  # a dry run makes nothing
 
 
 def test_python_per_framework_for_nodes_without_containers() -> None:

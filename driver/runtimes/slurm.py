@@ -25,7 +25,11 @@ of the job, at its ``NodeAddr``. ``tasks: device`` runs one task per device with
 the framework's GPU base image by its ``images.lock`` digest (or ``slurm.image``), one named
 container per node made by a first step and reused by every repeat, the kit's checkout and the
 session folder mounted at their own paths, plus ``slurm.mounts``. ``none``: the nodes' own
-Python, the kit's framework venvs at the same paths as here (a shared file system).
+Python, the kit's framework venvs at the same paths as here (a shared file system). ``oci``:
+Slurm's own containers (``srun --container=<bundle>``, ``oci.conf`` on the nodes calling runc
+or crun): a bundle per session made from ``slurm.oci_bundle`` or from the local image
+``slurm.oci_image`` (exported once per image), the checkout and the session folder mounted at
+their own paths (``driver/images/oci.py``); the image's ``python3`` runs the step.
 
 Each node's command appends its output to ``node<i>.log`` in the repeat folder itself (not
 through srun's stdio, which would split long lines; see ``step_script``), so the session folder
@@ -43,6 +47,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,8 +74,10 @@ from driver.slurm.config import SlurmConfig, load_slurm_config
 from driver.slurm.render import (
     HOLDER_SCRIPT,
     Container,
+    OciContainer,
     check_mount_path,
     device_argv,
+    oci_guard,
     sbatch_argv,
     srun_argv,
     step_script,
@@ -155,6 +162,9 @@ class SlurmRuntime:
         self.allocation: Allocation | None = None
         self._container_mode: str | None = None
         self._version: str | None = None
+        self._oci_checked = False
+        self._oci_made: dict[Path, dict[str, Any]] = {}  # session bundle -> its facts
+        self._oci_paths: dict[str, str | None] = {}  # source -> the PATH its config sets
         atexit.register(self.close)
 
     # -- where and what ------------------------------------------------------------------
@@ -209,7 +219,7 @@ class SlurmRuntime:
         name = getattr(framework, "name", str(framework))
         if name in self.config.python:
             return self.config.python[name]
-        if self.container_mode() == "pyxis":
+        if self.container_mode() in ("pyxis", "oci"):
             return "python3"  # the image's
         if name == "calibration":
             return sys.executable
@@ -219,7 +229,9 @@ class SlurmRuntime:
 
     def environment(self, framework: Framework) -> dict[str, str]:
         name = getattr(framework, "name", str(framework))
-        if self.python_override or name == "calibration" or self.container_mode() == "pyxis":
+        if self.python_override or name == "calibration":
+            return {}
+        if self.container_mode() in ("pyxis", "oci"):
             return {}
         if name in self.config.python:
             return {}
@@ -256,13 +268,23 @@ class SlurmRuntime:
             workdir = command.workdir or self.workdir()
             env.setdefault("PYTHONPATH", workdir)
             env["PYTHONUNBUFFERED"] = "1"
+            if self.container_mode() == "oci":
+                # Slurm appends the submitting shell's environment to the bundle's: its PATH
+                # would hide the image's (python3 of the image, e.g. /opt/venv/bin).
+                image_path = self._oci_path(plan.framework)
+                if image_path:
+                    env.setdefault("PATH", image_path)
             commands.append(
                 replace(command, node=fill(command.node, names), argv=argv, env=env,
                         workdir=workdir)
             )  # fmt: skip
         return commands
 
-    def _container(self, plan: RepeatPlan, session_root: Path) -> Container | None:
+    def _container(
+        self, plan: RepeatPlan, session_root: Path
+    ) -> Container | OciContainer | None:
+        if self.container_mode() == "oci":
+            return OciContainer(str(self._oci_bundle(plan.framework, session_root)))
         if self.container_mode() != "pyxis":
             return None
         session, kit = self._mounted_folders(session_root)
@@ -288,6 +310,122 @@ class SlurmRuntime:
             str(REPO_ROOT), "the kit's checkout", "move the checkout to a path without them"
         )
         return session, kit
+
+    # -- Slurm's own OCI containers -----------------------------------------------------------
+    def _where(self) -> str:
+        return str(self.inventory) if self.inventory else "the slurm: section"
+
+    def _oci_cache(self) -> Path:
+        if self.config.oci_cache:
+            return Path(self.config.oci_cache)
+        return REPO_ROOT / ".dlperf" / "oci"
+
+    def _oci_bundle(self, framework: str, session_root: Path) -> Path:
+        """The session's bundle of ``framework`` (made by the first repeat that needs it)."""
+        return self._oci_cache() / f"session-{session_label(session_root)}" / framework
+
+    def oci_source(self, framework: str) -> tuple[str, str, str]:
+        """Where ``framework``'s bundle comes from: (``bundle`` or ``image``, the value, the
+        field that set it); a framework's own entry before ``default``, a bundle before an
+        image. A one-line RuntimeConfigError naming the fields when neither is set."""
+        for key in (framework, "default"):
+            if key in self.config.oci_bundle:
+                return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
+            if key in self.config.oci_image:
+                return "image", self.config.oci_image[key], f"slurm.oci_image.{key}"
+        raise RuntimeConfigError(
+            f"{self._where()}: slurm.oci_bundle: no OCI bundle for {framework!r}; set "
+            f"slurm.oci_bundle.{framework} (a folder with config.json and its root folder, on a "
+            f"file system the nodes share) or slurm.oci_image.{framework} (a local docker image "
+            "the kit exports into one)"
+        )
+
+    def check_oci(self) -> None:
+        """Once: this Slurm has ``--container``; a named bundle exists with a config.json and a
+        root. One-line RuntimeConfigErrors (file, field, fix)."""
+        if self._oci_checked or self.container_mode() != "oci":
+            return
+        if client.available() and client.has_oci_container() is False:
+            raise RuntimeConfigError(
+                f"{self._where()}: slurm.container: oci needs Slurm's own containers (srun "
+                "--container, Slurm 21.08 or later), which this srun does not list in --help; "
+                "upgrade Slurm, or set slurm.container: pyxis or none"
+            )
+        from driver.images.oci import OciBundleError, bundle_root, read_config
+
+        for key, path in {**self.config.oci_bundle}.items():
+            what = f"{self._where()}: slurm.oci_bundle.{key}"
+            fix = "make the bundle there (config.json + rootfs/) or fix the path"
+            try:
+                bundle_root(Path(path), read_config(Path(path), what, fix), what, fix)
+            except OciBundleError as error:
+                raise RuntimeConfigError(str(error)) from None
+        self._oci_checked = True
+
+    def _oci_path(self, framework: str) -> str | None:
+        """The PATH the bundle's config.json sets (the image's environment)."""
+        from driver.images.oci import (
+            OciBundleError,
+            config_path_variable,
+            image_facts,
+            read_config,
+        )
+
+        kind, value, field_name = self.oci_source(framework)
+        if value not in self._oci_paths:
+            try:
+                if kind == "bundle":
+                    config = read_config(Path(value), field_name, "fix the path")
+                    self._oci_paths[value] = config_path_variable(config)
+                else:
+                    env = image_facts(value)[1]
+                    self._oci_paths[value] = config_path_variable({"process": {"env": env}})
+            except OciBundleError as error:
+                raise RuntimeConfigError(f"{self._where()}: {field_name}: {error}") from None
+        return self._oci_paths[value]
+
+    def _make_oci_bundle(self, plan: RepeatPlan) -> dict[str, Any]:
+        """The session's bundle for the plan's framework, made once per session (the first
+        repeat that needs it; a resumed session makes it again); its facts for the record."""
+        from driver.images.oci import (
+            MARKER,
+            OciBundleError,
+            make_session_bundle,
+            parse_mount,
+            source_from_image,
+        )
+        from driver.images.oci import Mount as OciMount
+
+        session_root = Path(plan.session_root)
+        destination = self._oci_bundle(plan.framework, session_root)
+        if destination in self._oci_made:
+            return self._oci_made[destination]
+        self.check_oci()
+        kind, value, field_name = self.oci_source(plan.framework)
+        started = time.time()
+        session, kit = str(session_root.absolute()), str(REPO_ROOT)
+        mounts = [OciMount(kit, kit, read_only=True), OciMount(session, session)]
+        mounts += [parse_mount(mount) for mount in self.config.mounts]
+        what = f"{self._where()}: {field_name}"
+        try:
+            source = Path(value)
+            if kind == "image":
+                source = source_from_image(value, self._oci_cache(), log=self.printer)
+            made = make_session_bundle(
+                source, destination, mounts, session_label(session_root), what,
+                "fix the path, or name an image (slurm.oci_image)",
+            )  # fmt: skip
+        except (OciBundleError, OSError, subprocess.SubprocessError) as error:
+            raise _Failure(Verdict.FAILED, f"OCI bundle not made: {error}") from None
+        facts = {
+            "bundle": str(made),
+            "source": str(source),
+            kind: value,
+            "marker": f"/{MARKER}",
+            "made_s": round(time.time() - started, 3),
+        }
+        self._oci_made[destination] = facts
+        return facts
 
     def image_for(self, framework: str) -> str:
         """pyxis image: ``slurm.image``, else the framework's GPU base by its images.lock digest
@@ -372,7 +510,14 @@ class SlurmRuntime:
             )
         commands = self._node_commands(plan, allocation)
         container = self._container(plan, plan.session_root)
-        if container is not None:
+        if isinstance(container, OciContainer):
+            kind, value, field_name = self.oci_source(plan.framework)
+            lines.append(
+                f"# once per session: the OCI bundle {container.bundle} (root from the {kind} "
+                f"{value} ({field_name}); config.json with the checkout and the session folder "
+                "mounted); oci.conf on the nodes runs it"
+            )
+        elif container is not None:
             lines.append("# once per job: each node makes its named container")
             lines.append("$ " + _join(self._create_argv(allocation, container, len(commands))))
         argv = self._srun(plan, allocation, self._step_name(plan))
@@ -499,6 +644,11 @@ class SlurmRuntime:
         """Cancel the session's job (the kit never leaves one in the queue)."""
         if self.allocation is not None and self.allocation.owned:
             self._cancel(self.allocation, "the session's runs are over")
+        for bundle in list(self._oci_made):  # hard links of the source: cheap to make again
+            shutil.rmtree(bundle, ignore_errors=True)
+            if bundle.parent.is_dir() and not any(bundle.parent.iterdir()):
+                bundle.parent.rmdir()
+            del self._oci_made[bundle]
 
     def clean_leftovers(self, session_root: Path) -> list[str]:
         """Cancel jobs an earlier, killed run of this session left in the queue.
@@ -507,6 +657,7 @@ class SlurmRuntime:
         folder: one pyxis cannot mount is refused here, before any job is submitted."""
         if self.container_mode() == "pyxis":
             self._mounted_folders(session_root)
+        self.check_oci()
         if not client.available():
             return []
         done = []
@@ -540,11 +691,14 @@ class SlurmRuntime:
                 allocation = self._ensure_allocation(len(plan.commands), Path(plan.session_root))
                 timings["allocation_s"] = round(time.time() - started, 3)
                 container = self._container(plan, Path(plan.session_root))
-                if container is not None and container.name not in allocation.containers:
+                if isinstance(container, OciContainer):
+                    extra["slurm"]["oci"] = self._make_oci_bundle(plan)
+                    timings["bundle_s"] = round(time.time() - started, 3)
+                elif container is not None and container.name not in allocation.containers:
                     self._create_containers(allocation, container, len(plan.commands))
                     timings["container_create_s"] = round(time.time() - started, 3)
                 extra["slurm"].update(self._facts(allocation))
-            except (_Failure, client.SlurmError) as failure:
+            except (_Failure, client.SlurmError, RuntimeConfigError) as failure:
                 verdict = failure.verdict if isinstance(failure, _Failure) else Verdict.FAILED
                 now = time.time()
                 return RepeatOutcome(verdict, [], started, now, str(failure), extra)
@@ -635,7 +789,15 @@ class SlurmRuntime:
     def _step_script(self, plan: RepeatPlan, commands: list[NodeCommand]) -> str:
         repeat_dir = Path(plan.repeat_dir).absolute()
         logs = [str(repeat_dir / f"node{i}.log") for i in range(len(commands))]
-        return step_script(commands, logs, device_tasks=self.config.tasks == "device")
+        guard = ""
+        if self.container_mode() == "oci":
+            from driver.images.oci import MARKER
+
+            guard = oci_guard(MARKER)
+        return step_script(
+            commands, logs, device_tasks=self.config.tasks == "device", guard=guard,
+            by_hostname=bool(guard),
+        )  # fmt: skip
 
     def _start(
         self, argv: list[str], commands: list[NodeCommand], repeat_dir: Path, tasks_per_node: int
@@ -774,6 +936,10 @@ class SlurmRuntime:
             return codes, Verdict.FAILED, f"srun exit {rc} (see srun.log)"
         node, what, code = first
         where = f"node {step.nodes[node] if node < len(step.nodes) else node}"
+        said = [line.split("dlperf-slurm: ", 1)[1] for line in messages.splitlines()
+                if "dlperf-slurm: " in line]  # fmt: skip
+        if said:  # the step script's own reason (outside the OCI bundle)
+            return codes, Verdict.FAILED, f"{where}: {what}: {said[0]}"
         if code == EXIT_OOM:
             return codes, Verdict.OOM, f"{where}: out of memory (exit {EXIT_OOM})"
         return codes, Verdict.FAILED, f"{where}: {what}"

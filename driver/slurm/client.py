@@ -70,6 +70,16 @@ def has_pyxis() -> bool:
         return False
 
 
+def has_oci_container() -> bool | None:
+    """Slurm's own OCI containers (21.08+) add ``--container`` (a bundle path) to ``srun
+    --help``; pyxis's ``--container-image`` and friends do not count. None: srun did not
+    answer (no configuration here), so nothing is known."""
+    try:
+        return re.search(r"^\s*--container[\s=]", slurm("srun", "--help"), re.M) is not None
+    except SlurmError:
+        return None
+
+
 def hostnames(nodelist: str) -> list[str]:
     """``n[1-3]`` -> ``['n1', 'n2', 'n3']`` (Slurm's own expansion)."""
     return slurm("scontrol", "show", "hostnames", nodelist).split()

@@ -10,8 +10,14 @@
       reservation: bench
       gpus_per_node: 8
       gpu_request: gpus-per-node    # or gres (--gres=gpu:8)
-      container: auto               # auto | pyxis | none
+      container: auto               # auto | pyxis | oci | none
       image: {pytorch: nvcr.io#nvidia/pytorch@sha256:...}   # pyxis; default: images.lock
+      oci_image: {calibration: dlperf/cpu-python:b3ac...}   # oci: a local docker image the kit
+                                    # exports into a bundle (once per image), or
+      oci_bundle: {default: /shared/bundles/pytorch}        # oci: a ready bundle (config.json
+                                    # + root folder); the kit adds its mounts per session
+      oci_cache: /shared/dlperf-oci # oci: where bundles are made (nodes must see it);
+                                    # default: .dlperf/oci in the kit's checkout
       mounts: ["/data:/data:ro", "/scratch/me:/scratch"]    # pyxis --container-mounts
       tasks: node                   # node: one task per node running the framework's launcher;
                                     # device: one task per device, --mpi=<mpi>
@@ -30,7 +36,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from driver.schema import (
     ConfigError,
@@ -58,6 +64,7 @@ Mount = text(
     r"/[^\s:,]*:/[^\s:,]*(:[a-z,]+)?",
     "SRC:DST[:FLAGS] with absolute paths (e.g. /data:/data:ro)",
 )
+AbsolutePath = text(r"/[^\x00-\x1f\x7f]*", "an absolute path (/shared/...)")
 SbatchOption = text(r"-[^\s\x00-\x1f\x7f]+", "an option: write each as --name=value")
 
 # The sbatch options the kit sets itself (driver/slurm/render.py sbatch_argv), or that would
@@ -120,8 +127,11 @@ class SlurmConfig(StrictModel):
     reservation: Word | None = None
     gpus_per_node: number(0, 1024, "a GPU count 0-1024") | None = None
     gpu_request: Annotated[Any, one_of("gpus-per-node", "gres")] = "gpus-per-node"
-    container: Annotated[Any, one_of("auto", "pyxis", "none")] = "auto"
+    container: Annotated[Any, one_of("auto", "pyxis", "oci", "none")] = "auto"
     image: dict[Word, Word] = {}
+    oci_image: dict[Word, Word] = {}
+    oci_bundle: dict[Word, AbsolutePath] = {}
+    oci_cache: AbsolutePath | None = None
     mounts: list[Mount] = []
     tasks: Annotated[Any, one_of("node", "device")] = "node"
     mpi: Word = "pmix"
@@ -144,6 +154,16 @@ class SlurmConfig(StrictModel):
                 "(its time limit frees the nodes if the kit cannot cancel it), e.g. \"04:00:00\""
             )
         return value
+
+    @model_validator(mode="after")
+    def _one_task_per_container(self) -> SlurmConfig:
+        if self.container == "oci" and self.tasks == "device":
+            raise ValueError(
+                "tasks: device with container: oci: Slurm 22.05 runs one task per node in an "
+                "OCI container (slurmstepd refuses more); use tasks: node (the framework's "
+                "launcher starts the node's processes inside the container)"
+            )
+        return self
 
     @field_validator("extra_sbatch_args", mode="before")
     @classmethod

@@ -58,6 +58,29 @@ class Container:
         return [*flags, f"--container-workdir={self.workdir}"]
 
 
+@dataclass(frozen=True)
+class OciContainer:
+    """Slurm's own container flag of a step: every task runs in the OCI bundle at ``bundle``
+    (slurmstepd calls the runtime oci.conf names on each node)."""
+
+    bundle: str
+
+    def flags(self) -> list[str]:
+        return [f"--container={self.bundle}"]
+
+
+# The first line of a step's script in an OCI container: a node that has no oci.conf runs the
+# step on the host (Slurm 22.05 treats --container as advisory there), which would measure the
+# host, not the image; the marker exists only at the top of the kit's bundle's root.
+def oci_guard(marker: str) -> str:
+    return (
+        f"[ -f /{shlex.quote(marker)} ] || {{ echo \"dlperf-slurm: node $SLURM_NODEID "
+        "($(hostname)) ran the step outside the OCI bundle: Slurm there has no oci.conf beside "
+        "slurm.conf (see docs/clusters.md); set slurm.container: none to run without "
+        'containers" >&2; exit 3; }'
+    )
+
+
 def gpu_flags(config: SlurmConfig) -> list[str]:
     if not config.gpus_per_node:
         return []
@@ -87,7 +110,7 @@ def srun_argv(
     step_name: str,
     tasks_per_node: int,
     cpus_per_task: int,
-    container: Container | None,
+    container: Container | OciContainer | None,
 ) -> list[str]:
     """One job step on the first ``len(nodes)`` nodes of the job, output labelled per task."""
     argv = [
@@ -118,7 +141,11 @@ DEVICE_RANK_ENV = (
 
 
 def step_script(
-    commands: Sequence[NodeCommand], logs: Sequence[str], device_tasks: bool = False
+    commands: Sequence[NodeCommand],
+    logs: Sequence[str],
+    device_tasks: bool = False,
+    guard: str = "",
+    by_hostname: bool = False,
 ) -> str:
     """The ``sh`` program every task of a step runs: its node's command, by ``SLURM_NODEID``,
     appending stdout and stderr to that node's log in the session folder.
@@ -127,16 +154,32 @@ def step_script(
     in messages of at most 1 KiB, so the long JSON lines of the processes a launcher starts on
     one node would interleave mid-line (a broken record). Appending to one file keeps each
     write whole, exactly as the local runtime's shared log does. The session folder must
-    therefore be on a file system the nodes share, like the kit's checkout and venvs."""
-    lines = ['case "$SLURM_NODEID" in']
+    therefore be on a file system the nodes share, like the kit's checkout and venvs.
+    ``guard``: a first line that must pass (:func:`oci_guard`). ``by_hostname``: each node's
+    command picked by the node's short hostname (its Slurm name, ``command.node``) instead of
+    ``SLURM_NODEID``: Slurm 22.05 writes an OCI container's environment before it sets the
+    per-task variables, so none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches it."""
+    lines = [guard] if guard else []
+    if by_hostname:
+        lines.append('node="$(hostname)"; case "${node%%.*}" in')
+    else:
+        lines.append('case "$SLURM_NODEID" in')
     for index, (command, log) in enumerate(zip(commands, logs, strict=True)):
+        key = shlex.quote(command.node) if by_hostname else str(index)
         cd = f"cd {shlex.quote(command.workdir)} && " if command.workdir else ""
         env = shlex.join(["env", *_env_words(command.env)])
         if device_tasks:
             env = f"{env} {DEVICE_RANK_ENV}"
         redirect = f">> {shlex.quote(log)} 2>&1"
-        lines.append(f"{index}) {cd}exec {env} {shlex.join(command.argv)} {redirect} ;;")
-    lines.append('*) echo "dlperf-slurm: no command for node $SLURM_NODEID" >&2; exit 2 ;;')
+        lines.append(f"{key}) {cd}exec {env} {shlex.join(command.argv)} {redirect} ;;")
+    if by_hostname:
+        lines.append(
+            '*) echo "dlperf-slurm: no command for host $node (the kit picks a node\'s command '
+            "by its hostname inside an OCI container: Slurm's NodeName must be the short "
+            'hostname)" >&2; exit 2 ;;'
+        )
+    else:
+        lines.append('*) echo "dlperf-slurm: no command for node $SLURM_NODEID" >&2; exit 2 ;;')
     lines.append("esac")
     return "\n".join(lines)
 
