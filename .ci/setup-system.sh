@@ -22,6 +22,8 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v srun >/dev/null 2>&1 || need+=(slurm-client)
 [ -x /usr/sbin/munged ] || need+=(munge)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# Slurm's own OCI containers (srun --container) call runc (tests/test_slurm_oci.py).
+command -v runc >/dev/null 2>&1 || need+=(runc)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "setup-system: installing ${need[*]}"
     $SUDO apt-get update -qq
