@@ -17,6 +17,7 @@ from typing import Any
 
 from driver.cluster.code import code_dir
 from driver.cluster.remote import Remote, shell
+from driver.files import write_bytes, write_text
 from driver.registry import RUNTIMES
 from driver.runtimes.ssh import Launch, Prepared, SshRuntime
 
@@ -114,17 +115,27 @@ class ProcessRuntime(SshRuntime):
         launch.remote.run(script, timeout=GRACE_S + 60)
 
     def collect_node(self, launch: Launch, local: Path) -> None:
-        """The log fetched, then in one command: the process's own run time, on the node's
-        clock (start stamp to the log's last write), and the run folder removed."""
-        self.fetch_log(launch, local)
+        """One command per node: the process's own run time on the node's clock (start stamp
+        to the log's last write), its log byte for byte, and the run folder removed."""
+        run_dir, log = shell([launch.run_dir]), shell([launch.log])
         started = shell([launch.run_dir + "/started"])
-        result = launch.remote.run(
-            f"cat {started} 2>/dev/null && stat -c %.9Y {shell([launch.log])} 2>/dev/null; "
-            f"rm -rf {shell([launch.run_dir])}"
+        script = (
+            f'printf "%s|%s|%s\\n" "$(cat {started} 2>/dev/null)" '
+            f'"$(stat -c %.9Y {log} 2>/dev/null)" "$(test -f {log} && echo log)"; '
+            f"cat {log} 2>/dev/null; rm -rf {run_dir}"
         )
-        values = result.stdout.split()
+        code, output, _ = launch.remote.run_bytes(script, timeout=300)
+        head, _, content = output.partition(b"\n")
+        begin, end, present = (head.decode("ascii", "replace").split("|") + ["", "", ""])[:3]
+        if code == 124:  # the caller notes the log as not fetched, the node as unclean
+            raise RuntimeError("fetching the log and removing the run folder timed out")
+        if present != "log":
+            write_text(local, f"[dlperf] node {launch.remote.node.name}: no log was written\n")
+        else:
+            write_bytes(local, content)
         try:
-            begin, end = float(values[0]), float(values[1])
-        except (IndexError, ValueError):
-            return
-        launch.facts.update(process_started_at=begin, process_seconds=max(0.0, end - begin))
+            launch.facts.update(
+                process_started_at=float(begin), process_seconds=max(0.0, float(end) - float(begin))
+            )
+        except ValueError:
+            pass
