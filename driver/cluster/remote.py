@@ -280,10 +280,12 @@ class Remote:
         code, stdout, stderr = self.run_bytes(command, timeout)
         return Result(code, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
 
-    def run_bytes(self, command: str, timeout: float | None = 60) -> tuple[int, bytes, bytes]:
+    def run_bytes(
+        self, command: str, timeout: float | None = 60, *, stdin: bytes = b""
+    ) -> tuple[int, bytes, bytes]:
         """:meth:`run` with the output as the node wrote it, byte for byte (a log fetched
         with the command that also cleans up after it: one round trip instead of an SFTP
-        transfer and a command)."""
+        transfer and a command); ``stdin`` is sent to the command, then its end."""
         deadline = None if timeout is None else time.monotonic() + timeout
         connection = self.connection()
         try:
@@ -294,7 +296,10 @@ class Remote:
             raise NodeUnreachable(self.node.name, _describe(error)) from None
         try:
             channel.exec_command(command)
-            channel.shutdown_write()  # no input: a command reading stdin sees its end
+            if stdin:
+                channel.settimeout(_remaining(deadline))
+                channel.sendall(stdin)
+            channel.shutdown_write()  # a command reading stdin sees its end
             stdout, stderr = _read_streams(channel, deadline)
             if not channel.status_event.wait(_remaining(deadline)):
                 raise TimeoutError
