@@ -11,9 +11,13 @@ A repeat on a cluster:
 3. watch: the first non-zero exit, a dropped connection, a node whose sshd stops answering
    keepalive requests (hung, or its network gone: ``silence_limit_s``), the timeout or Ctrl-C
    ends the repeat for every node;
-4. finish: what is still running is stopped on every node, each node's log is fetched with
-   Fabric ``get`` into the repeat folder as ``node<i>.log``, the container or pid file is
-   removed; OOM (docker's ``State.OOMKilled``, or the scripts' exit 86) is told apart.
+4. finish: what is still running is stopped on every node; then, on every node at once and
+   in one SSH command each, the container's state or the process's run time is read, the log
+   comes back byte for byte into the repeat folder as ``node<i>.log``, the container and run
+   folder are removed; OOM (docker's ``State.OOMKilled``, or the scripts' exit 86) is told
+   apart. One SSH connection per node serves the whole session (prepare, launch, watch,
+   finish), and every per-node step runs for all nodes at once: the driver's own time per
+   repeat stays nearly flat as nodes are added.
 
 Subclasses say how a node's process is created, started, stopped and inspected.
 """
@@ -197,7 +201,10 @@ class SshRuntime:
     def stop(self, launch: Launch) -> None:
         raise NotImplementedError
 
-    def inspect_and_remove(self, launch: Launch) -> None:
+    def collect_node(self, launch: Launch, local: Path) -> None:
+        """After the repeat, in one command per node (all nodes at once): what the node's
+        process left (container state, run time), its log byte for byte into ``local``, its
+        container and run folder removed."""
         raise NotImplementedError
 
     # -- preparing -------------------------------------------------------------------------
@@ -597,20 +604,6 @@ class SshRuntime:
             verdict = Verdict.OOM
             detail = f"node {oom[0].remote.node.name}: killed for memory (OOMKilled)"
         return verdict, detail, notes
-
-    def collect_node(self, launch: Launch, local: Path) -> None:
-        """After the repeat: what the node's process left (container state, times), its log
-        fetched to ``local``, its run folder removed. Runs for every node at once."""
-        self.inspect_and_remove(launch)
-        self.fetch_log(launch, local)
-        launch.remote.run_argv(["rm", "-rf", launch.run_dir])
-
-    @staticmethod
-    def fetch_log(launch: Launch, local: Path) -> None:
-        try:
-            launch.remote.get(launch.log, local)
-        except FileNotFoundError:
-            local.write_text(f"[dlperf] node {launch.remote.node.name}: no log was written\n")
 
     def workdir_on(self, code_dir: str) -> str:
         """The code folder as the node's process sees it."""
