@@ -3,9 +3,12 @@
 Starts N loopback sshd nodes (``SshNode``, 127.0.0.2..), runs the calibration selftest at
 ``NnNg`` (one device per node) through a fresh ``process`` (or ``docker``) runtime, and prints
 per N: the overhead per repeat (wall minus the workload's steps, as ``dlperf selftest`` says),
-the median phase timings of the records (``extra["timings"]``) and the session's one-time
-preparation (pre-flight, code sync, sweep, provenance). Needs root (sshd) and, for docker,
-the cpu-python image::
+the median phase timings of the records (``extra["timings"]``), the session's one-time
+preparation (pre-flight, code sync, sweep, provenance), ``outside``: the repeat's wall time
+outside the window in which the nodes' processes ran (the driver's part: launch, detection,
+collection), and the driver's own CPU seconds per repeat. On one machine the nodes' processes
+share its CPUs, so the overhead also grows with their start-up; ``outside`` and the CPU do
+not. Needs root (sshd) and, for docker, the cpu-python image::
 
     .venv/bin/python -m tests.fanout_bench --runtime process --nodes 2,4,8,16,32 --repeats 3
 """
@@ -62,7 +65,20 @@ def measure(runtime_name: str, nodes: list[SshNode], root: Path, repeats: int) -
         defaults["container"] = {"variant": "cpu", "image": {"default": docker_image_id()}}
     inventory = write_inventory(root / f"inventory-{count}.yaml", nodes, defaults=defaults)
     runtime = make_runtime(runtime_name, inventory=inventory)
-    results_dir = root / f"results-{runtime_name}-{count}"
+    # The driver's own CPU time (every thread of this process) in each repeat's runtime.run.
+    cpu_per_repeat: list[float] = []
+    run_repeat = runtime.run
+
+    def run(plan):  # noqa: ANN001, ANN202 - the Runtime protocol's
+        before = time.process_time()
+        try:
+            return run_repeat(plan)
+        finally:
+            cpu_per_repeat.append(time.process_time() - before)
+
+    runtime.run = run
+    results_dir = Path(tempfile.mkdtemp(prefix=f"results-{runtime_name}-{count}-", dir=root))
+    results_dir.rmdir()  # a fresh session, never a resumed one
     started = time.monotonic()
     [result] = run_selftest(
         topologies=(f"{count}n{count}g",), repeats=repeats, results_dir=results_dir,
@@ -92,6 +108,7 @@ def measure(runtime_name: str, nodes: list[SshNode], root: Path, repeats: int) -
             last = max(start + seconds for start, seconds in windows)
             outside.append(record.finished_at - record.started_at - (last - first))
     row["outside_s"] = statistics.median(outside) if outside else float("nan")
+    row["driver_cpu_s"] = statistics.median(cpu_per_repeat[1:] or cpu_per_repeat)
     for phase in PHASES:
         values = [t[phase] for t in timings[1:] or timings if phase in t]
         row[phase] = statistics.median(values) if values else float("nan")
@@ -113,7 +130,7 @@ def main() -> None:
         try:
             print(
                 f"{'N':>3} {'overhead/rep':>12} {'launch':>7} {'watch':>7} {'finish':>7} "
-                f"{'prepare(1st)':>12} {'outside':>8} {'error':>8}  "
+                f"{'prepare(1st)':>12} {'outside':>8} {'drv cpu':>8} {'error':>8}  "
                 f"({args.runtime}, {args.repeats} repeats)",
                 flush=True,
             )
@@ -122,7 +139,8 @@ def main() -> None:
                 print(
                     f"{row['nodes']:>3} {row['overhead_s']:>12.2f} {row['launch_s']:>7.2f} "
                     f"{row['watch_s']:>7.2f} {row['finish_s']:>7.2f} "
-                    f"{row['preparation_s']:>12.2f} {row['outside_s']:>8.2f} {row['error']:>8.4%}",
+                    f"{row['preparation_s']:>12.2f} {row['outside_s']:>8.2f} "
+                    f"{row['driver_cpu_s']:>8.2f} {row['error']:>8.4%}",
                     flush=True,
                 )
         finally:
