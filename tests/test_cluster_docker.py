@@ -73,6 +73,10 @@ def test_two_nodes_run_logs_and_provenance_come_back(
         assert [c["name"] for c in facts["preflight"]][:4] == ["ssh", "sftp", "docker", "image"]
     assert extra["timings"]["prepare_s"] < 1.0  # the second repeat reuses the preparation
     assert session_containers(session_label(session.root)) == []
+    # Each node's container start time and its whole log came back in the same command.
+    assert extra["nodes"]["node1"]["container_seconds"] > 0
+    # One SSH connection per node served the session: pre-flight, both repeats, cleanup.
+    assert [remote.connections_opened for remote in runtime.remotes] == [1, 1]
 
 
 def test_hostile_values_reach_the_process_verbatim_and_no_shell(

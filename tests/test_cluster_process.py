@@ -6,6 +6,7 @@ import json
 import sys
 import threading
 import uuid
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -137,9 +138,7 @@ def test_node_lost_leaves_a_process_group_the_next_run_ends(
 CPUINFO = Path(__file__).parent / "fixtures" / "fingerprint"
 
 
-def simulated_hosts(
-    ssh_client_key: Path, tmp_path: Path, cpuinfos: list[Path]
-) -> list[SshNode]:
+def simulated_hosts(ssh_client_key: Path, tmp_path: Path, cpuinfos: list[Path]) -> list[SshNode]:
     """sshd nodes on their own loopback addresses, each seeing its own /proc/cpuinfo."""
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     nodes = []
@@ -183,3 +182,41 @@ def test_two_hosts_of_two_machines_are_refused_as_one_case_never_averaged(
     finally:
         for node in mixed + same:
             node.kill()
+
+
+def test_one_connection_per_node_and_few_commands_per_repeat(
+    inventory_file, tmp_path: Path
+) -> None:
+    """The driver's own cost per repeat must not grow with what each node is asked: every
+    node is connected once for the session, and a prepared repeat asks each node for one
+    attached start and one command (its run time, its log, the cleanup), whatever the node
+    count."""
+    runtime = ProcessRuntime(process_inventory(inventory_file, devices=1))
+    calls: list[tuple[str, str]] = []
+    for remote in runtime.remotes:
+        for method in ("run", "run_bytes", "start", "get", "put"):
+            original = getattr(remote, method)
+
+            def counted(*args, _original=original, _key=(remote.node.name, method), **kwargs):
+                calls.append(_key)
+                return _original(*args, **kwargs)
+
+            setattr(remote, method, counted)
+    per_repeat: list[Counter] = []
+    run_repeat = runtime.run
+
+    def run(plan):
+        before = len(calls)
+        outcome = run_repeat(plan)
+        per_repeat.append(Counter(calls[before:]))
+        return outcome
+
+    runtime.run = run
+    case = calibration_case("2n2g", repeats=3)
+    summary = run_cases([case], Session.open(tmp_path / "s"), runtime, printer=quiet)
+    assert summary.ok and summary.finished == 3
+    for node in ("node0", "node1"):
+        for counts in per_repeat[1:]:  # the first repeat also prepares the session
+            asked = {method: n for (name, method), n in counts.items() if name == node}
+            assert asked == {"start": 1, "run_bytes": 1}
+    assert [remote.connections_opened for remote in runtime.remotes] == [1, 1]

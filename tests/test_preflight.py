@@ -177,3 +177,39 @@ def test_a_real_framework_is_checked_the_same_way_at_every_topology(
         assert verdict == "failed"
         assert f"{cpus} CPUs (one training process each); {per_node} needed" in detail
         assert f"at most {cpus} per node" in detail
+
+
+# -- one command over the node's connection (Remote.run), as pre-flight and the runtimes use it --
+@pytest.fixture
+def remote(ssh_nodes: list[SshNode], tmp_path: Path) -> Iterator[Remote]:
+    inventory = write_inventory(tmp_path / "cluster.yaml", ssh_nodes[:1], defaults={"devices": 1})
+    remote = ProcessRuntime(inventory).remotes[0]
+    try:
+        yield remote
+    finally:
+        remote.close()
+
+
+def test_a_command_gives_its_exit_code_and_both_streams_apart(remote: Remote) -> None:
+    result = remote.run("echo out; echo err >&2; exit 3")
+    assert (result.code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert remote.run_argv(["printf", "%s", "a b; $(x)"]).stdout == "a b; $(x)"
+
+
+def test_output_beyond_the_channel_window_comes_back_whole(remote: Remote) -> None:
+    # 8 MiB on stdout and 3 MiB on stderr, both beyond paramiko's 2 MiB window: the command
+    # must neither block on an unread stream nor lose a byte.
+    script = "head -c 3145728 /dev/zero | tr '\\0' e >&2; head -c 8388608 /dev/zero | tr '\\0' o"
+    result = remote.run(script, timeout=60)
+    assert result.ok and len(result.stdout) == 8 << 20 and len(result.stderr) == 3 << 20
+
+
+def test_a_command_past_its_timeout_is_exit_124_and_the_connection_stays(remote: Remote) -> None:
+    result = remote.run("sleep 30", timeout=0.5)
+    assert result.code == 124 and "timed out after 0.5 s" in result.stderr
+    assert remote.run("echo again").stdout == "again\n"
+    assert remote.connections_opened == 1
+
+
+def test_a_command_reading_stdin_sees_its_end(remote: Remote) -> None:
+    assert remote.run("cat; echo done", timeout=10).stdout == "done\n"

@@ -7,10 +7,12 @@ sshd, the timeout.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import pytest
 
+from driver.cluster.remote import parallel
 from driver.core.repeatplan import NodeCommand
 from driver.runtimes.base import Verdict
 from driver.runtimes.ssh import EXIT_OOM, Launch, SshRuntime
@@ -120,3 +122,29 @@ def test_a_signal_with_the_connection_up_is_a_failure_not_a_lost_node() -> None:
 @pytest.mark.parametrize("status", [1, 2, 137])
 def test_any_other_exit_is_a_failure(status: int) -> None:
     assert watch(launches(status))[0] == Verdict.FAILED
+
+
+def test_parallel_runs_every_item_at_once_beyond_the_old_cap_of_32() -> None:
+    # Every item waits for all the others: only a fan-out running all 40 at once gets through.
+    count = 40
+    everyone = threading.Barrier(count, timeout=30)
+    results = parallel(range(count), lambda item: (everyone.wait(), item * 2)[1])
+    assert [(item, result, error) for item, result, error in results] == [
+        (item, item * 2, None) for item in range(count)
+    ]
+
+
+def test_parallel_inside_parallel_never_waits_on_itself() -> None:
+    results = parallel(range(3), lambda outer: [r for _, r, _ in parallel(range(3), str)])
+    assert [result for _, result, _ in results] == [["0", "1", "2"]] * 3
+
+
+def test_parallel_returns_each_error_beside_its_item() -> None:
+    def work(item: int) -> int:
+        if item == 1:
+            raise ValueError("node1 said no")
+        return item
+
+    results = parallel([0, 1, 2], work)
+    assert [(item, result) for item, result, _ in results] == [(0, 0), (1, None), (2, 2)]
+    assert str(results[1][2]) == "node1 said no" and results[0][2] is None

@@ -9,12 +9,13 @@ socket gets a user timeout and SSH keepalives, so a node that dies silently is n
 
 from __future__ import annotations
 
+import select
 import shlex
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
     import paramiko
 
 KEEPALIVE_S = 5
+# A node's heartbeat thread ends after this long without a heartbeat asked of it (between
+# sessions); during a repeat it lives on, so no thread is started per heartbeat.
+BEATER_IDLE_S = 60.0
+# Threads shared by every fan-out (one task per node): started once, reused by every phase.
+MAX_FANOUT_THREADS = 256
 DEAD_AFTER_S = 30  # unacknowledged data older than this closes the connection (TCP_USER_TIMEOUT)
 # Trusted host keys, as OpenSSH reads them: the user's file and the system-wide one.
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -121,7 +127,11 @@ class Remote:
         self._connection: fabric.Connection | None = None
         self._lock = threading.Lock()
         self._last_answer = time.monotonic()
-        self._beating = False
+        self._beat_lock = threading.Lock()
+        self._beat_wanted: threading.Event | None = None  # the running heartbeat thread's
+        self._beat_transport: Any = None  # the transport that thread asks
+        self._beater: threading.Thread | None = None
+        self.connections_opened = 0  # how often this node was connected (one per session)
 
     # -- connection -----------------------------------------------------------------------
     def connection(self) -> fabric.Connection:
@@ -132,6 +142,7 @@ class Remote:
                     return self._connection
                 self._close_locked()
             self._connection = self._connect()
+            self.connections_opened += 1
             return self._connection
 
     def _connect(self) -> fabric.Connection:
@@ -194,23 +205,45 @@ class Remote:
 
         TCP keepalives only catch a node whose network is gone; a node that hangs (its sshd
         no longer scheduled) still ACKs packets. An unanswered request is what shows it.
+        One thread per connection sends the requests, one at a time, and lives as long as
+        heartbeats are asked for: starting a thread per heartbeat cost the watch loop tens of
+        milliseconds per node on a busy head (``Thread.start`` waits for the thread to run).
         """
         connection = self._connection
         transport = connection.client.get_transport() if connection is not None else None
-        if transport is None or not transport.is_active() or self._beating:
+        if transport is None or not transport.is_active():
             return
-        self._beating = True
+        with self._beat_lock:
+            beater = self._beater
+            if (
+                beater is not None
+                and beater.is_alive()
+                and self._beat_transport is transport
+                and self._beat_wanted is not None
+            ):
+                self._beat_wanted.set()  # already asking (or waiting for an answer): one more
+                return
+            wanted = threading.Event()
+            wanted.set()
+            self._beat_wanted, self._beat_transport = wanted, transport
+            self._beater = threading.Thread(
+                target=self._beat, args=(transport, wanted), daemon=True,
+                name=f"heartbeat-{self.node.name}",
+            )  # fmt: skip
+            self._beater.start()
 
-        def beat() -> None:
+    def _beat(self, transport: paramiko.Transport, wanted: threading.Event) -> None:
+        while wanted.wait(BEATER_IDLE_S):
+            wanted.clear()
+            if not transport.is_active():
+                return  # a dropped connection shows as not alive(); a new one gets a new thread
             try:
+                # Blocks while sshd does not answer (a hung node): silent_for() grows.
                 transport.global_request("keepalive@openssh.com", wait=True)
-                self._last_answer = time.monotonic()
             except Exception:  # noqa: BLE001 - a dead transport shows as not alive()
-                pass
-            finally:
-                self._beating = False
-
-        threading.Thread(target=beat, daemon=True, name=f"heartbeat-{self.node.name}").start()
+                return
+            if transport.is_active():
+                self._last_answer = time.monotonic()
 
     def silent_for(self) -> float:
         """Seconds since sshd last answered a heartbeat (or since :meth:`reset_silence`)."""
@@ -238,23 +271,50 @@ class Remote:
         return [*prefix, "docker", *args]
 
     def run(self, command: str, timeout: float | None = 60) -> Result:
-        """Run a shell command string (already quoted); raises NodeUnreachable, never hangs."""
-        from invoke.exceptions import CommandTimedOut
+        """Run a shell command string (already quoted); raises NodeUnreachable, never hangs.
 
+        One SSH channel on the node's connection, read in the calling thread: no helper
+        threads per command (Fabric's ``run`` starts two or three, and polls), which at 32
+        nodes was a large part of the head's own cost.
+        """
+        code, stdout, stderr = self.run_bytes(command, timeout)
+        return Result(code, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
+
+    def run_bytes(
+        self, command: str, timeout: float | None = 60, *, stdin: bytes = b""
+    ) -> tuple[int, bytes, bytes]:
+        """:meth:`run` with the output as the node wrote it, byte for byte (a log fetched
+        with the command that also cleans up after it: one round trip instead of an SFTP
+        transfer and a command); ``stdin`` is sent to the command, then its end."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         connection = self.connection()
         try:
-            result = connection.run(
-                command, hide=True, warn=True, in_stream=False, timeout=timeout, pty=False
-            )
-        except CommandTimedOut:
-            return Result(124, "", f"timed out after {timeout} s: {command[:200]}")
+            transport = connection.client.get_transport()
+            channel = transport.open_session(timeout=timeout)
         except Exception as error:  # noqa: BLE001 - a broken transport surfaces many ways
             self.close()
             raise NodeUnreachable(self.node.name, _describe(error)) from None
-        if result.exited == -1 or not self.alive():  # the channel closed without a status
+        try:
+            channel.exec_command(command)
+            if stdin:
+                channel.settimeout(_remaining(deadline))
+                channel.sendall(stdin)
+            channel.shutdown_write()  # a command reading stdin sees its end
+            stdout, stderr = _read_streams(channel, deadline)
+            if not channel.status_event.wait(_remaining(deadline)):
+                raise TimeoutError
+            code = channel.recv_exit_status()
+        except TimeoutError:
+            return 124, b"", f"timed out after {timeout} s: {command[:200]}".encode()
+        except Exception as error:  # noqa: BLE001 - a broken transport surfaces many ways
+            self.close()
+            raise NodeUnreachable(self.node.name, _describe(error)) from None
+        finally:
+            channel.close()
+        if code == -1 or not self.alive():  # the channel closed without a status
             self.close()
             raise NodeUnreachable(self.node.name, "the connection closed during a command")
-        return Result(int(result.exited), result.stdout, result.stderr)
+        return code, stdout, stderr
 
     def run_argv(self, argv: Sequence[str], timeout: float | None = 60) -> Result:
         return self.run(shell(argv), timeout=timeout)
@@ -292,19 +352,82 @@ class Remote:
             raise NodeUnreachable(self.node.name, _describe(error)) from None
 
 
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _read_streams(channel: paramiko.Channel, deadline: float | None) -> tuple[bytes, bytes]:
+    """stdout and stderr to their end (EOF, or the channel closing), read together so that
+    neither fills the channel's window while the other is awaited; TimeoutError past the
+    deadline. The channel's ``fileno`` is a pipe paramiko signals on data of either stream
+    and on its end: the calling thread sleeps in ``select`` until then, no polling."""
+    stdout, stderr = bytearray(), bytearray()
+
+    def drain() -> None:
+        while channel.recv_ready():
+            stdout.extend(channel.recv(65536))
+        while channel.recv_stderr_ready():
+            stderr.extend(channel.recv_stderr(65536))
+
+    while True:
+        drain()
+        if channel.eof_received or channel.closed:
+            drain()  # the transport queued every byte before the end: all of it is here
+            return bytes(stdout), bytes(stderr)
+        remaining = _remaining(deadline)
+        if remaining == 0.0:
+            raise TimeoutError
+        select.select([channel], [], [], remaining)
+
+
 def _describe(error: BaseException) -> str:
     text = str(error) or type(error).__name__
     return f"{type(error).__name__}: {text}" if type(error).__name__ not in text else text
 
 
+_shared_pool: ThreadPoolExecutor | None = None
+_shared_pool_lock = threading.Lock()
+_in_shared_pool = threading.local()
+
+
+def _mark_shared_worker() -> None:
+    _in_shared_pool.active = True
+
+
+def _fanout_pool() -> ThreadPoolExecutor:
+    """The threads every fan-out shares: started on first use, idle between phases."""
+    global _shared_pool
+    with _shared_pool_lock:
+        if _shared_pool is None:
+            _shared_pool = ThreadPoolExecutor(
+                max_workers=MAX_FANOUT_THREADS,
+                thread_name_prefix="dlperf-node",
+                initializer=_mark_shared_worker,
+            )
+        return _shared_pool
+
+
 def parallel(
-    items: Iterable[T], work: Callable[[T], Any], *, workers: int = 32
+    items: Iterable[T], work: Callable[[T], Any], *, workers: int | None = None
 ) -> list[tuple[T, Any, BaseException | None]]:
-    """Run ``work`` on every item at once; (item, result, error) in the items' order."""
+    """Run ``work`` on every item at once; (item, result, error) in the items' order.
+
+    Without ``workers`` the shared pool runs them (up to ``MAX_FANOUT_THREADS`` at once, its
+    threads reused across calls); ``workers`` bounds the concurrency with a pool of that size
+    (e.g. image pushes), and a fan-out from inside a fan-out gets its own pool, so that the
+    shared one can never wait on itself.
+    """
     items = list(items)
     if not items:
         return []
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+    private = workers is not None or getattr(_in_shared_pool, "active", False)
+    pool = (
+        ThreadPoolExecutor(max_workers=min(workers or len(items), len(items)))
+        if private
+        else _fanout_pool()
+    )
+    futures = []
+    try:
         futures = [pool.submit(work, item) for item in items]
         out = []
         for item, future in zip(items, futures, strict=True):
@@ -312,4 +435,10 @@ def parallel(
                 out.append((item, future.result(), None))
             except Exception as error:  # noqa: BLE001 - the caller decides per node
                 out.append((item, None, error))
+    finally:
+        # Even on Ctrl-C: the caller's cleanup must not race this fan-out's node commands.
+        if private:
+            pool.shutdown(wait=True)
+        else:
+            wait(futures)
     return out

@@ -19,6 +19,7 @@ from typing import Any
 
 from driver.cluster.inventory import Inventory, Node
 from driver.cluster.remote import Remote, shell
+from driver.files import write_bytes, write_text
 from driver.registry import RUNTIMES
 from driver.runtimes.ssh import Launch, Prepared, SshRuntime
 
@@ -219,12 +220,31 @@ class DockerRuntime(SshRuntime):
         kill = shell(launch.remote.docker("kill", launch.run_id))
         launch.remote.run(f"{kill} >/dev/null 2>&1 || true", timeout=60)
 
-    def inspect_and_remove(self, launch: Launch) -> None:
+    def collect_node(self, launch: Launch, local: Path) -> None:
+        """One command per node: the container's state (OOM, exit code, times), the container
+        removed, its log byte for byte, and the run folder removed."""
         remote = launch.remote
         inspect = shell(remote.docker("inspect", "--format", "{{json .State}}", launch.run_id))
         remove = shell(remote.docker("rm", "-f", launch.run_id))
-        result = remote.run(f"{inspect}; {remove} >/dev/null 2>&1", timeout=60)
-        line = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
+        log = shell([launch.log])
+        script = (
+            f'state=$({inspect} 2>/dev/null | head -n 1); printf "%s\\n" "$state"; '
+            f"{remove} >/dev/null 2>&1; test -f {log} && echo log || echo none; "
+            f"cat {log} 2>/dev/null; rm -rf {shell([launch.run_dir])}"
+        )
+        code, output, _ = remote.run_bytes(script, timeout=300)
+        if code == 124:  # the caller notes the log as not fetched, the node as unclean
+            raise RuntimeError("inspecting, fetching the log and cleaning up timed out")
+        state_line, _, rest = output.partition(b"\n")
+        present, _, content = rest.partition(b"\n")
+        self._record_state(launch, state_line.decode("utf-8", "replace").strip())
+        if present.strip() == b"log":
+            write_bytes(local, content)
+        else:
+            write_text(local, f"[dlperf] node {remote.node.name}: no log was written\n")
+
+    @staticmethod
+    def _record_state(launch: Launch, line: str) -> None:
         if not line.startswith("{"):
             return  # never created
         state = json.loads(line)

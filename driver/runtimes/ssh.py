@@ -11,9 +11,13 @@ A repeat on a cluster:
 3. watch: the first non-zero exit, a dropped connection, a node whose sshd stops answering
    keepalive requests (hung, or its network gone: ``silence_limit_s``), the timeout or Ctrl-C
    ends the repeat for every node;
-4. finish: what is still running is stopped on every node, each node's log is fetched with
-   Fabric ``get`` into the repeat folder as ``node<i>.log``, the container or pid file is
-   removed; OOM (docker's ``State.OOMKilled``, or the scripts' exit 86) is told apart.
+4. finish: what is still running is stopped on every node; then, on every node at once and
+   in one SSH command each, the container's state or the process's run time is read, the log
+   comes back byte for byte into the repeat folder as ``node<i>.log``, the container and run
+   folder are removed; OOM (docker's ``State.OOMKilled``, or the scripts' exit 86) is told
+   apart. One SSH connection per node serves the whole session (prepare, launch, watch,
+   finish), and every per-node step runs for all nodes at once: the driver's own time per
+   repeat stays nearly flat as nodes are added.
 
 Subclasses say how a node's process is created, started, stopped and inspected.
 """
@@ -119,6 +123,17 @@ class SshRuntime:
         self.remotes = [Remote(node) for node in self.inventory.nodes]
         self._prepared: dict[tuple[str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
+        self._bundle: CodeBundle | None = None
+        # (session label, node) swept by clean_leftovers: prepare need not sweep it again
+        # unless the node was lost since (then it is in _dirty).
+        self._swept: set[tuple[str, str]] = set()
+
+    def bundle(self) -> CodeBundle:
+        """The kit's code as shipped to the nodes, made once per runtime (a tar of every
+        file: planning asks for its folder on every repeat)."""
+        if self._bundle is None:
+            self._bundle = make_bundle()
+        return self._bundle
 
     # -- Runtime protocol ------------------------------------------------------------------
     def node_addresses(self, count: int) -> list[tuple[str, str]]:
@@ -143,7 +158,7 @@ class SshRuntime:
     def describe(self, plan: RepeatPlan) -> list[str]:
         """Per node, the SSH target and the command it would run there, exactly as a run
         sends it (the run name is made per repeat; the image as its planned tag)."""
-        bundle = make_bundle()
+        bundle = self.bundle()
         lines = []
         framework, source = plan.framework, plan.source
         for index, (command, remote) in enumerate(
@@ -186,7 +201,10 @@ class SshRuntime:
     def stop(self, launch: Launch) -> None:
         raise NotImplementedError
 
-    def inspect_and_remove(self, launch: Launch) -> None:
+    def collect_node(self, launch: Launch, local: Path) -> None:
+        """After the repeat, in one command per node (all nodes at once): what the node's
+        process left (container state, run time), its log byte for byte into ``local``, its
+        container and run folder removed."""
         raise NotImplementedError
 
     # -- preparing -------------------------------------------------------------------------
@@ -253,12 +271,14 @@ class SshRuntime:
             raise PrepareFailed(
                 Verdict.NODE_LOST if lost else Verdict.FAILED, f"pre-flight: {detail}"
             )
-        bundle = make_bundle()
+        bundle = self.bundle()
         label = session_label(root)
 
         def node_setup(remote: Remote) -> tuple[str, str, dict[str, Any]]:
             code = sync_code(remote, bundle)
-            removed = self.sweep(remote, label)
+            name = remote.node.name
+            fresh = (label, name) in self._swept and name not in self._dirty
+            removed = "" if fresh else self.sweep(remote, label)
             image = images.get(remote.node.name)
             facts = provenance.collect(
                 remote,
@@ -335,6 +355,7 @@ class SshRuntime:
             if error is not None:
                 self._dirty.add(remote.node.name)  # swept again when the node is prepared
                 continue
+            self._swept.add((label, remote.node.name))
             if removed.strip():
                 messages.append(
                     f"node {remote.node.name}: ended leftovers of this session: {removed.strip()}"
@@ -462,13 +483,19 @@ class SshRuntime:
                 return Verdict.NODE_LOST, str(error)
             if error is not None:
                 return Verdict.FAILED, f"node {launch.remote.node.name}: {error}"
-        for launch in launches:
-            try:
-                launch.channel = launch.remote.start(self.attach_command(launch))
-            except NodeUnreachable as error:
+
+        def start(launch: Launch) -> None:
+            launch.channel = launch.remote.start(self.attach_command(launch))
+
+        # Every node's channel opened at once: one after another, each waited for its sshd to
+        # start the session (a round trip and a fork), which grew the launch with the nodes.
+        for launch, _, error in parallel(launches, start):
+            if isinstance(error, NodeUnreachable):
                 launch.lost = error.detail
                 self._dirty.add(launch.remote.node.name)
                 return Verdict.NODE_LOST, str(error)
+            if error is not None:
+                return Verdict.FAILED, f"node {launch.remote.node.name}: {error}"
         return Verdict.OK, ""
 
     def _watch(self, launches: list[Launch], timeout_s: float) -> tuple[Verdict, str]:
@@ -561,13 +588,7 @@ class SshRuntime:
         def collect(launch: Launch) -> None:
             if launch.index in unreachable:
                 raise NodeUnreachable(launch.remote.node.name, "unreachable while stopping")
-            self.inspect_and_remove(launch)
-            local = repeat_dir / f"node{launch.index}.log"
-            try:
-                launch.remote.get(launch.log, local)
-            except FileNotFoundError:
-                local.write_text(f"[dlperf] node {launch.remote.node.name}: no log was written\n")
-            launch.remote.run_argv(["rm", "-rf", launch.run_dir])
+            self.collect_node(launch, repeat_dir / f"node{launch.index}.log")
 
         for launch, _, error in parallel(launches, collect):
             if error is not None:
