@@ -15,7 +15,6 @@ the local runtime runs it in the driver. Linux:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -38,8 +37,9 @@ def _load_prctl() -> Callable[..., int] | None:
     """libc's prctl, looked up in the parent (a forked child should not load libraries)."""
     global _prctl
     if _prctl is None and sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        _prctl = libc.prctl
+        # The process's own symbols (libc is linked into every Python): no library search, which
+        # would run `ldconfig -p` in a subprocess at every node's start.
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
     return _prctl
 
 
