@@ -51,7 +51,7 @@ def test_two_nodes_with_the_nodes_python(inventory_file, tmp_path: Path) -> None
     facts = json.loads((session.root / "provenance" / "node1.json").read_text())
     assert facts["environment"]["python_executable"] == sys.executable
     assert facts["host"]["nproc"] >= 1
-    assert [c["name"] for c in facts["preflight"]] == ["ssh", "sftp", "python", "devices", "disk"]
+    assert [c["name"] for c in facts["preflight"]] == ["ssh", "python", "devices", "disk"]
     assert not processes_with_env(f"DLPERF_RUN_ID=dlperf-{session_label(session.root)}")
 
 

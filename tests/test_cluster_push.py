@@ -122,7 +122,7 @@ def test_preflight_command_reports_each_node_and_check(
     good = inventory_file()
     assert main(["preflight", "--inventory", str(good), "--framework", "calibration"]) == 0
     out = capsys.readouterr().out
-    for check in ("ssh", "sftp", "docker", "image", "devices", "disk"):
+    for check in ("ssh", "docker", "image", "devices", "disk"):
         assert f"node1        {check}" in out
     assert "all nodes ready" in out
     bad = inventory_file(

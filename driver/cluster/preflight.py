@@ -1,10 +1,10 @@
 """Pre-flight: every node checked in parallel before anything starts on any of them.
 
-docker runtime: SSH reachable, its SFTP subsystem (Fabric copies the code and fetches every log
-with it), docker answers, the image (by digest) present, devices visible, free disk in the
-scratch folder, the data folder there. process runtime: SSH, SFTP, the node's Python and the
-framework importable with it, devices, disk, data. A failed check names the node, the check
-and what to do.
+docker runtime: SSH reachable, docker answers, the image (by digest) present, devices visible,
+free disk in the scratch folder, the data folder there. process runtime: SSH, the node's Python
+and the framework importable with it, devices, disk, data. A failed check names the node, the
+check and what to do. No SFTP: the kit's code goes to a node on a command's stdin and every log
+comes back on a command's stdout, so an sshd without the SFTP subsystem serves it too.
 """
 
 from __future__ import annotations
@@ -33,27 +33,6 @@ class Check:
 
     def line(self) -> str:
         return f"{self.node:<12} {self.name:<8} {'ok' if self.ok else 'FAIL':<5} {self.detail}"
-
-
-def _sftp(remote: Remote) -> Check:
-    """Fabric's put/get (code bundle, every log) need the sshd's SFTP subsystem; without it a
-    run would fail later with a misleading 'Channel closed'."""
-    name = remote.node.name
-    try:
-        client = remote.connection().sftp()
-        client.stat(".")
-    except NodeUnreachable:
-        raise
-    except Exception as error:  # noqa: BLE001 - any SFTP failure is this check's verdict
-        return Check(
-            name,
-            "sftp",
-            False,
-            f"the SFTP subsystem does not answer ({type(error).__name__}: {error}); the kit "
-            "copies its code and fetches logs over SFTP: add `Subsystem sftp internal-sftp` "
-            "(or the sftp-server path) to the node's sshd_config and reload sshd",
-        )
-    return Check(name, "sftp", True, "SFTP subsystem answers")
 
 
 def occupies_devices(framework: str | None) -> bool:
@@ -154,7 +133,6 @@ def check_node(
         checks.append(
             Check(node.name, "ssh", result.ok, f"{node.ssh.user}@{node.address}:{node.ssh.port}")
         )
-        checks.append(_sftp(remote))
         if kind == "docker":
             version = remote.run_argv(
                 remote.docker("version", "--format", "{{.Server.Version}}"), timeout=30

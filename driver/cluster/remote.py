@@ -330,27 +330,6 @@ class Remote:
             raise NodeUnreachable(self.node.name, _describe(error)) from None
         return channel
 
-    def get(self, remote_path: str, local_path: Path) -> None:
-        try:
-            self.connection().get(remote_path, local=str(local_path))
-        except FileNotFoundError:
-            raise
-        except OSError as error:
-            if "No such file" in str(error):
-                raise FileNotFoundError(remote_path) from None
-            self.close()
-            raise NodeUnreachable(self.node.name, _describe(error)) from None
-        except Exception as error:  # noqa: BLE001
-            self.close()
-            raise NodeUnreachable(self.node.name, _describe(error)) from None
-
-    def put(self, local_path: Path, remote_path: str) -> None:
-        try:
-            self.connection().put(str(local_path), remote=remote_path)
-        except Exception as error:  # noqa: BLE001
-            self.close()
-            raise NodeUnreachable(self.node.name, _describe(error)) from None
-
 
 def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
