@@ -44,13 +44,33 @@ CALIBRATION_OPTIONS: dict[str, Any] = {
 }
 
 
-def wait_until(deadline: float) -> None:
-    # Plain sleeps, no spinning: with more processes than cores, spinning ranks would delay
-    # each other's wake-ups, which is the only error source left (deadlines are absolute).
-    remaining = deadline - time.monotonic()
+# The window's two end points (the last warm-up step's end, the last measured step's end) are
+# the only wake-ups whose lateness counts: a rank sleeps until this long before them, then
+# stays awake until the deadline. Every other step sleeps (32 spinning ranks on 2 cores would
+# delay each other); the ranks' staggered deadlines keep few of them awake at once.
+BOUNDARY_AWAKE_S = 0.001
+PR_SET_TIMERSLACK = 29  # prctl(2): how late the kernel may fire this process's timers
+
+
+def tighten_timer_slack() -> None:
+    """Ask for 1 ns of timer slack (default 50 us) so sleeps end when asked; harmless where
+    prctl is missing (not Linux), which only costs accuracy."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def wait_until(deadline: float, awake_s: float = 0.0) -> None:
+    """Sleep until ``deadline`` (monotonic); ``awake_s``: the last part awake, not asleep."""
+    remaining = deadline - awake_s - time.monotonic()
     while remaining > 0:
         time.sleep(remaining)
-        remaining = deadline - time.monotonic()
+        remaining = deadline - awake_s - time.monotonic()
+    while time.monotonic() < deadline:
+        pass
 
 
 def rendezvous() -> tuple[str, int]:
@@ -82,6 +102,9 @@ class CalibrationAdapter(Adapter):
         if slow_node and os.environ.get("DLPERF_NODE_NAME") == slow_node:
             self.step_time *= float(self.options["slowdown"])
         self.steps = 0
+        self.window_ends = {self.args.warmup_steps, self.args.total_steps}
+        self.awake_s = min(BOUNDARY_AWAKE_S, self.step_time / 2)
+        tighten_timer_slack()
         self.start: float | None = None
         self.tcp_barrier: TcpBarrier | None = None
         if self.run.distributed:
@@ -93,11 +116,14 @@ class CalibrationAdapter(Adapter):
 
     def step(self, batch: None) -> float:
         if self.start is None:
-            # Rank r's deadlines sit r/world of a step later than rank 0's: the ranks, started
-            # together by the barrier, never wake at the same instant, so none waits for a CPU
-            # behind its peers (32 ranks on 2 cores). A constant shift: every measured step
-            # still lasts exactly step_time on every rank.
-            self.start = time.monotonic() + self.run.rank / self.run.world_size * self.step_time
+            # Rank r's deadlines sit r slots later than rank 0's, a slot being 1/world of a step
+            # but at least the time a rank stays awake before a window end: the ranks, started
+            # together by the barrier, never wake at the same instant, and at most one is awake
+            # before its window end at a time, so none waits for a CPU behind its peers (32
+            # ranks on 2 cores). A constant shift: every measured step still lasts exactly
+            # step_time on every rank.
+            slot = max(self.step_time / self.run.world_size, self.awake_s)
+            self.start = time.monotonic() + self.run.rank * slot
         self.steps += 1
         faulty = self.run.rank == int(self.options["faulty_rank"])
         if faulty and self.steps == int(self.options["fail_at_step"]):
@@ -105,7 +131,8 @@ class CalibrationAdapter(Adapter):
         if faulty and self.steps == int(self.options["hang_at_step"]):
             while True:
                 time.sleep(3600)
-        wait_until(self.start + self.steps * self.step_time)
+        awake = self.awake_s if self.steps in self.window_ends else 0.0
+        wait_until(self.start + self.steps * self.step_time, awake)
         return 0.0
 
     def device(self) -> str:

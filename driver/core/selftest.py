@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver.core.case import Case, Topology
@@ -41,6 +41,9 @@ class SelftestResult:
     # Median over repeats of (repeat wall time - the workload's own steps x step time): process
     # (and container) start, log collection, parsing and the record, per repeat.
     overhead_s: float = 0.0
+    # Median over repeats of each phase timing (``*_s``) the runtime recorded in the record's
+    # extra (SSH runtimes: extra["timings"]; slurm: extra["slurm"]["timings"]).
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def error(self) -> float:
@@ -72,6 +75,29 @@ def calibration_cases(
         )
         for label in topologies
     ]
+
+
+def phase_timings(extra: dict) -> dict[str, float]:
+    """The ``*_s`` phase timings a runtime recorded in a record's ``extra``, whatever their
+    names (the runtimes add phases over time)."""
+    found: dict[str, float] = {}
+    for timings in (extra.get("timings"), (extra.get("slurm") or {}).get("timings")):
+        if isinstance(timings, dict):
+            found.update(
+                (key, float(value))
+                for key, value in timings.items()
+                if key.endswith("_s") and isinstance(value, int | float)
+            )
+    return found
+
+
+def median_phases(extras: list[dict]) -> dict[str, float]:
+    """Per phase, the median over the repeats that recorded it."""
+    by_phase: dict[str, list[float]] = {}
+    for extra in extras:
+        for key, value in phase_timings(extra).items():
+            by_phase.setdefault(key, []).append(value)
+    return {key: statistics.median(values) for key, values in by_phase.items()}
 
 
 def run_selftest(
@@ -108,6 +134,7 @@ def run_selftest(
                     for c, r, _ in records
                     if c.id == s.case.id
                 ),
+                phases=median_phases([r.extra for c, r, _ in records if c.id == s.case.id]),
             )
             for s in summarize((c, r) for c, r, _ in records)
         ]
