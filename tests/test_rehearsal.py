@@ -29,11 +29,11 @@ if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its as
 pytest_plugins = ["tests.slurm_fixtures"]
 
 SHAPES = ("1n1g", "1n8g", "2n16g", "4n32g")
-STEP_TIME, MEASURED_STEPS = 0.02, 40
+STEP_TIME, MEASURED_STEPS = 0.02, 100
 
 
 def rehearse(runtime, results: Path) -> list[SelftestResult]:  # noqa: ANN001
-    """Every shape, 1 repeat x 40 measured steps of 0.02 s, through ``runtime``."""
+    """Every shape, 1 repeat x 100 measured steps of 0.02 s, through ``runtime``."""
     return run_selftest(
         step_time=STEP_TIME, topologies=SHAPES, repeats=1, measured_steps=MEASURED_STEPS,
         results_dir=results, printer=print, runtime=runtime,
@@ -42,9 +42,9 @@ def rehearse(runtime, results: Path) -> list[SelftestResult]:  # noqa: ANN001
 
 def assert_within_bound(results: list[SelftestResult]) -> None:
     assert [r.topology for r in results] == list(SHAPES)
+    assert ERROR_BOUND == 0.0005  # the issue's 0.05%
     for result in results:
-        assert result.error < 0.0005, f"{result.topology}: error {result.error:.4%}"
-    assert ERROR_BOUND <= 0.0005
+        assert result.error < ERROR_BOUND, f"{result.topology}: error {result.error:.4%}"
 
 
 def rank_facts(repeat_dir: Path) -> dict[int, dict]:

@@ -48,7 +48,7 @@ CALIBRATION_OPTIONS: dict[str, Any] = {
 # the only wake-ups whose lateness counts: a rank sleeps until this long before them, then
 # stays awake until the deadline. Every other step sleeps (32 spinning ranks on 2 cores would
 # delay each other); the ranks' staggered deadlines keep few of them awake at once.
-BOUNDARY_AWAKE_S = 0.001
+BOUNDARY_AWAKE_S = 0.0005
 PR_SET_TIMERSLACK = 29  # prctl(2): how late the kernel may fire this process's timers
 
 

@@ -24,7 +24,7 @@ from driver.core.summary import summarize
 from driver.runtimes.base import Runtime
 from driver.runtimes.local import LocalRuntime
 
-ERROR_BOUND = 0.005  # the kit must be within 0.5% of the truth
+ERROR_BOUND = 0.0005  # the kit must be within 0.05% of the truth
 # Quick by default; `--topologies` rehearses the cluster's shape (1n8g, 2n16g, 4n32g, ...).
 DEFAULT_TOPOLOGIES = ("1n1g", "1n2g", "2n2g")
 
