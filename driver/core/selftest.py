@@ -142,7 +142,7 @@ def run_selftest(
         printer(
             f"selftest {result.topology}: truth {result.truth:.2f} samples/s, measured "
             f"{result.measured:.2f}, error {result.error:.4%} "
-            f"({'ok' if result.passed else 'FAIL'}, bound {ERROR_BOUND:.1%}); "
+            f"({'ok' if result.passed else 'FAIL'}, bound {ERROR_BOUND:.2%}); "
             f"driver overhead {result.overhead_s:.2f} s per repeat"
         )
     steps_s = sum(c.repeats * c.total_steps * step_time for c in cases)
