@@ -29,13 +29,17 @@ if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its as
 pytest_plugins = ["tests.slurm_fixtures"]
 
 SHAPES = ("1n1g", "1n8g", "2n16g", "4n32g")
-STEP_TIME, MEASURED_STEPS = 0.02, 100
+STEP_TIME, MEASURED_STEPS = 0.02, 40
 
 
-def rehearse(runtime, results: Path) -> list[SelftestResult]:  # noqa: ANN001
-    """Every shape, 1 repeat x 100 measured steps of 0.02 s, through ``runtime``."""
+def rehearse(
+    runtime,
+    results: Path,
+    measured_steps: int = MEASURED_STEPS,  # noqa: ANN001
+) -> list[SelftestResult]:
+    """Every shape, 1 repeat x 40 measured steps of 0.02 s, through ``runtime``."""
     return run_selftest(
-        step_time=STEP_TIME, topologies=SHAPES, repeats=1, measured_steps=MEASURED_STEPS,
+        step_time=STEP_TIME, topologies=SHAPES, repeats=1, measured_steps=measured_steps,
         results_dir=results, printer=print, runtime=runtime,
     )  # fmt: skip
 
@@ -135,11 +139,17 @@ def test_docker_runtime_rehearses_4n32g(
     loopback_hosts: SimulatedHosts, cpu_python_image: str, image_options, tmp_path: Path
 ) -> None:
     """Containers come from the one docker engine: this machine's network and clock, so only
-    the ranks' count per node is asserted, not their clocks."""
+    the ranks' count per node is asserted, not their clocks. A container has no CAP_SYS_NICE
+    (and this machine's runc cannot set an rtprio limit), so the calibration's window ends
+    wait at the default priority and are late by the host's load (0.05-0.06% of a 0.8 s
+    window at load 11 here): a 2 s window (100 steps) keeps that well inside the bound."""
     inventory = loopback_hosts.write_inventory(
-        tmp_path / "hosts.yaml", devices=8, python=None, container={"variant": "cpu"}
+        tmp_path / "hosts.yaml",
+        devices=8,
+        python=None,
+        container={"variant": "cpu"},
     )
     results = tmp_path / "session"
     runtime = DockerRuntime(inventory, build_options=image_options)
-    assert_within_bound(rehearse(runtime, results))
+    assert_within_bound(rehearse(runtime, results, measured_steps=100))
     assert_ranks_on_four_hosts(results, loopback_hosts, own_clocks=False)
