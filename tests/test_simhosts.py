@@ -168,7 +168,9 @@ def test_cost_curve_small_end_through_process(
     assert point.nodes == 2 and point.result.topology == "2n2g"
     assert point.result.passed, point.result
     assert 0 < point.result.overhead_s < 60
+    # One repeat: the case's overhead is that repeat's plus the session's preparation.
+    assert point.case_overhead_s >= point.result.overhead_s and point.hosts_s > 0
     assert {"prepare_s", "launch_s", "watch_s", "finish_s"} <= set(point.result.phases)
     table = capsys.readouterr().out
-    assert "| 2       | 2n2g" in table and "launch_s" in table
+    assert "| 2       | 2n2g" in table and "launch_s" in table and "overhead s/case" in table
     assert curve_table([point], "process") in table

@@ -3,8 +3,9 @@
 For each node count N it makes N simulated hosts (``driver.cluster.simhosts``: own network,
 hostname, files view and clock each), runs the calibration case ``NnNg`` (``--devices`` per host)
 through the ``process`` or ``slurm`` runtime, and prints the kit's error, its overhead per repeat
-(the repeat's wall time minus the workload's own steps) and the phase timings the runtime
-recorded, so their growth with N is visible. Making the hosts is not counted.
+(the repeat's wall time minus the workload's own steps), per case (the same with the session's
+preparation: pre-flight, code sync, provenance) and the phase timings the runtime recorded, so
+their growth with N is visible. Making the hosts is timed apart ("hosts s"), not counted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from driver.cluster.simhosts import SimulatedHosts, missing_requirements
-from driver.core.selftest import ERROR_BOUND, SelftestResult, run_selftest
+from driver.core.selftest import ERROR_BOUND, WARMUP_STEPS, SelftestResult, run_selftest
 
 CURVE_RUNTIMES = ("process", "slurm")
 MAX_SIMULATED_NODES = 200  # addresses 10.251.X.11 and up in one /24
@@ -35,6 +36,9 @@ class CurvePoint:
     nodes: int
     result: SelftestResult
     hosts_s: float  # making and removing the simulated hosts (not the kit's cost)
+    # The case's whole wall time minus its repeats' steps: the per-repeat overhead plus the
+    # session's preparation (pre-flight, code sync, provenance), once per case here.
+    case_overhead_s: float = 0.0
 
 
 def refusal(runtime: str) -> str | None:
@@ -65,18 +69,19 @@ def _slurm_clients_at(conf: Path) -> Iterator[None]:
 def _one_point(
     nodes: int, runtime_name: str, devices: int, scratch: Path, printer: Callable[[str], None],
     **selftest: float,
-) -> tuple[SelftestResult, float]:  # fmt: skip
+) -> tuple[SelftestResult, float, float]:  # fmt: skip
     from driver.runtimes.process import ProcessRuntime
     from driver.runtimes.slurm import SlurmRuntime
     from driver.slurm.config import SlurmConfig
 
-    started = time.monotonic()
+    made = time.monotonic()
     hosts = SimulatedHosts(
         scratch / "hosts", nodes, sshd=runtime_name == "process",
         slurm=runtime_name == "slurm", cpus=max(8, devices),
     )  # fmt: skip
     hosts.start()
-    hosts_s = time.monotonic() - started
+    hosts_s = time.monotonic() - made
+    started = time.monotonic()
     topology = f"{nodes}n{nodes * devices}g"
     try:
         if runtime_name == "process":
@@ -97,11 +102,12 @@ def _one_point(
                     )  # fmt: skip
                 finally:
                     runtime.close()
+        case_s = time.monotonic() - started
     finally:
         stopping = time.monotonic()
         hosts.stop()
         hosts_s += time.monotonic() - stopping
-    return results[0], hosts_s
+    return results[0], hosts_s, case_s
 
 
 def run_cost_curve(
@@ -121,11 +127,12 @@ def run_cost_curve(
     points = []
     for nodes in node_counts:
         with tempfile.TemporaryDirectory(prefix="dlperf-costcurve-") as scratch:
-            result, hosts_s = _one_point(
+            result, hosts_s, case_s = _one_point(
                 nodes, runtime_name, devices, Path(scratch), printer,
                 step_time=step_time, repeats=repeats, measured_steps=measured_steps,
             )  # fmt: skip
-        points.append(CurvePoint(nodes, result, hosts_s))
+        steps_s = repeats * (WARMUP_STEPS + measured_steps) * step_time
+        points.append(CurvePoint(nodes, result, hosts_s, case_s - steps_s))
     printer(curve_table(points, runtime_name))
     return points
 
@@ -138,11 +145,15 @@ def curve_table(points: list[CurvePoint], runtime_name: str) -> str:
         [
             p.nodes, p.result.topology, f"{p.result.error:.4%}",
             "ok" if p.result.passed else "FAIL", f"{p.result.overhead_s:.2f}",
+            f"{p.case_overhead_s:.2f}", f"{p.hosts_s:.1f}",
             *(f"{p.result.phases[k]:.3f}" if k in p.result.phases else "" for k in phases),
         ]
         for p in points
     ]  # fmt: skip
-    headers = ["nodes", "topology", "error", f"< {ERROR_BOUND:.2%}", "overhead s/repeat", *phases]
+    headers = [
+        "nodes", "topology", "error", f"< {ERROR_BOUND:.2%}", "overhead s/repeat",
+        "overhead s/case", "hosts s", *phases,
+    ]  # fmt: skip
     return f"cost curve on the {runtime_name} runtime (simulated hosts):\n" + tabulate(
         rows, headers=headers, tablefmt="github", disable_numparse=True
     )

@@ -27,6 +27,7 @@ from driver.runtimes.local import LocalRuntime
 ERROR_BOUND = 0.0005  # the kit must be within 0.05% of the truth
 # Quick by default; `--topologies` rehearses the cluster's shape (1n8g, 2n16g, 4n32g, ...).
 DEFAULT_TOPOLOGIES = ("1n1g", "1n2g", "2n2g")
+WARMUP_STEPS = 5
 
 
 class SelftestError(RuntimeError):
@@ -65,11 +66,11 @@ def calibration_cases(
             batch_size=batch,
             precision="fp32",
             dataset="synthetic",
-            warmup_steps=5,
+            warmup_steps=WARMUP_STEPS,
             measured_steps=measured_steps,
-            total_steps=5 + measured_steps,
+            total_steps=WARMUP_STEPS + measured_steps,
             repeats=repeats,
-            timeout_s=120 + 2 * (5 + measured_steps) * step_time,
+            timeout_s=120 + 2 * (WARMUP_STEPS + measured_steps) * step_time,
             options={"step_time": step_time},
             profile="selftest",
         )
