@@ -17,11 +17,12 @@ so the ranks never wake at the same instant and queue for the CPU.
 
 The two window ends are the only wake-ups whose lateness counts, and on a busy host (other jobs,
 the kit's own driver, 32 ranks on 2 cores) a sleeping rank's wake-up there was 1-7 ms late: 0.2-
-0.6% of a 2 s window at 1n32g. So at those two steps a rank waits at real-time priority
-(SCHED_FIFO 1, where permitted: root, CAP_SYS_NICE or an ``rtprio`` limit; a container needs
-``--ulimit rtprio=1``) with 1 ns timer slack, awake for the last half millisecond: the window
-then ends when the emulated device would, whatever else the host's CPUs run. Every other step
-sleeps at the default priority.
+0.6% of a 2 s window at 1n32g, and at load 30 every rank's wake-ups stalled 20-70 ms for a
+few steps before the window's end. So from the window's start to its end a rank waits at
+real-time priority (SCHED_FIFO 1, where permitted: root, CAP_SYS_NICE or an ``rtprio`` limit;
+not in a default docker container) with 1 ns timer slack, and stays awake for the last half
+millisecond before each of the two window ends: the window then ends when the emulated device
+would, whatever else the host's CPUs run. The warm-up steps sleep at the default priority.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class CalibrationAdapter(Adapter):
         self.window_ends = {self.args.warmup_steps, self.args.total_steps}
         self.awake_s = min(BOUNDARY_AWAKE_S, self.step_time / 2)
         tighten_timer_slack()
-        self.realtime = False
+        self.realtime = self.realtime_asked = False
         self.start: float | None = None
         self.tcp_barrier: TcpBarrier | None = None
         if self.run.distributed:
@@ -147,21 +148,21 @@ class CalibrationAdapter(Adapter):
             # step_time on every rank.
             slot = max(self.step_time / self.run.world_size, self.awake_s)
             self.start = time.monotonic() + self.run.rank * slot
-        if self.realtime:  # the previous step was a window end, now logged
-            self.realtime = not realtime(False)
         self.steps += 1
+        if self.steps >= self.args.warmup_steps and not self.realtime_asked:
+            # The window (from the last warm-up step's end to the last measured step's end)
+            # stands for a device's steps, which other jobs on the host's CPUs do not delay:
+            # its wake-ups run at real-time priority where permitted, back to the default at
+            # the closing barrier. A rank is awake ~0.1 ms per step, so its peers and the
+            # host's other processes keep the CPUs.
+            self.realtime, self.realtime_asked = realtime(True), True
         faulty = self.run.rank == int(self.options["faulty_rank"])
         if faulty and self.steps == int(self.options["fail_at_step"]):
             sys.exit(3)
         if faulty and self.steps == int(self.options["hang_at_step"]):
             while True:
                 time.sleep(3600)
-        awake = 0.0
-        if self.steps in self.window_ends:
-            # A window end stands for a device finishing its step, which other jobs on the
-            # host's CPUs do not delay: the rank waits for it, and is logged, at real-time
-            # priority where permitted (the step after, it is back at the default).
-            awake, self.realtime = self.awake_s, realtime(True)
+        awake = self.awake_s if self.steps in self.window_ends else 0.0
         wait_until(self.start + self.steps * self.step_time, awake)
         return 0.0
 
