@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from driver.cluster.simhosts import sshd_config_lines
 from driver.core.case import Case
 from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import Session
@@ -34,10 +35,6 @@ from driver.launchers.base import NodeRank
 from driver.runtimes.base import RepeatOutcome
 
 SSHD = "/usr/sbin/sshd"
-SFTP_SERVER = next(
-    (p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/sftp-server") if Path(p).exists()),
-    "/usr/lib/openssh/sftp-server",
-)
 NODE_COUNT = 2
 
 
@@ -137,30 +134,9 @@ class SshNode:
         config = self.root / "sshd_config"
         config.write_text(
             "\n".join(
-                [
-                    f"Port {self.port}",
-                    f"ListenAddress {self.address}",
-                    f"HostKey {host_key}",
-                    f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
-                    f"PidFile {self.root / 'sshd.pid'}",
-                    "UsePAM no",
-                    "StrictModes no",
-                    "PubkeyAuthentication yes",
-                    "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no",
-                    "PermitRootLogin prohibit-password",
-                    "AllowTcpForwarding no",
-                    "X11Forwarding no",
-                    "PrintMotd no",
-                    "MaxSessions 64",
-                    "MaxStartups 64:30:128",
-                    "LogLevel ERROR",
-                    # bash sources ~/.bashrc for commands run by sshd only at shell level 1;
-                    # this machine's (pyenv init) would add ~0.3 s to every command.
-                    "SetEnv SHLVL=1",
-                    f"Subsystem sftp {SFTP_SERVER}" if self.sftp else "",
-                    "",
-                ]
+                sshd_config_lines(
+                    port=self.port, address=self.address, root=self.root, sftp=self.sftp
+                )
             )
         )
         (self.root / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())

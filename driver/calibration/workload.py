@@ -14,6 +14,15 @@ collectives hold the ranks together: a real barrier (``driver.calibration.barrie
 every rank's clock together, after every rank has started, and lets no rank exit before the
 last one has logged its last step; and each rank's deadlines are shifted by its share of a step,
 so the ranks never wake at the same instant and queue for the CPU.
+
+The two window ends are the only wake-ups whose lateness counts, and on a busy host (other jobs,
+the kit's own driver, 32 ranks on 2 cores) a sleeping rank's wake-up there was 1-7 ms late: 0.2-
+0.6% of a 2 s window at 1n32g, and at load 30 every rank's wake-ups stalled 20-70 ms for a
+few steps before the window's end. So from the window's start to its end a rank waits at
+real-time priority (SCHED_FIFO 1, where permitted: root, CAP_SYS_NICE or an ``rtprio`` limit;
+not in a default docker container) with 1 ns timer slack, and stays awake for the last half
+millisecond before each of the two window ends: the window then ends when the emulated device
+would, whatever else the host's CPUs run. The warm-up steps sleep at the default priority.
 """
 
 from __future__ import annotations
@@ -44,13 +53,47 @@ CALIBRATION_OPTIONS: dict[str, Any] = {
 }
 
 
-def wait_until(deadline: float) -> None:
-    # Plain sleeps, no spinning: with more processes than cores, spinning ranks would delay
-    # each other's wake-ups, which is the only error source left (deadlines are absolute).
-    remaining = deadline - time.monotonic()
+# The window's two end points (the last warm-up step's end, the last measured step's end) are
+# the only wake-ups whose lateness counts: a rank sleeps until this long before them, then
+# stays awake until the deadline. Every other step sleeps (32 spinning ranks on 2 cores would
+# delay each other); the ranks' staggered deadlines keep few of them awake at once.
+BOUNDARY_AWAKE_S = 0.0005
+PR_SET_TIMERSLACK = 29  # prctl(2): how late the kernel may fire this process's timers
+
+
+def tighten_timer_slack() -> None:
+    """Ask for 1 ns of timer slack (default 50 us) so sleeps end when asked; harmless where
+    prctl is missing (not Linux), which only costs accuracy."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def realtime(on: bool) -> bool:
+    """Run this process at real-time priority (SCHED_FIFO 1), or back at the default; False
+    where it is not permitted (no CAP_SYS_NICE: a container, a user without rtprio), which
+    only costs accuracy under load."""
+    if not hasattr(os, "sched_setscheduler"):
+        return False
+    policy, priority = (os.SCHED_FIFO, 1) if on else (os.SCHED_OTHER, 0)
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(priority))
+    except OSError:
+        return False
+    return True
+
+
+def wait_until(deadline: float, awake_s: float = 0.0) -> None:
+    """Sleep until ``deadline`` (monotonic); ``awake_s``: the last part awake, not asleep."""
+    remaining = deadline - awake_s - time.monotonic()
     while remaining > 0:
         time.sleep(remaining)
-        remaining = deadline - time.monotonic()
+        remaining = deadline - awake_s - time.monotonic()
+    while time.monotonic() < deadline:
+        pass
 
 
 def rendezvous() -> tuple[str, int]:
@@ -82,6 +125,10 @@ class CalibrationAdapter(Adapter):
         if slow_node and os.environ.get("DLPERF_NODE_NAME") == slow_node:
             self.step_time *= float(self.options["slowdown"])
         self.steps = 0
+        self.window_ends = {self.args.warmup_steps, self.args.total_steps}
+        self.awake_s = min(BOUNDARY_AWAKE_S, self.step_time / 2)
+        tighten_timer_slack()
+        self.realtime = self.realtime_asked = False
         self.start: float | None = None
         self.tcp_barrier: TcpBarrier | None = None
         if self.run.distributed:
@@ -93,19 +140,30 @@ class CalibrationAdapter(Adapter):
 
     def step(self, batch: None) -> float:
         if self.start is None:
-            # Rank r's deadlines sit r/world of a step later than rank 0's: the ranks, started
-            # together by the barrier, never wake at the same instant, so none waits for a CPU
-            # behind its peers (32 ranks on 2 cores). A constant shift: every measured step
-            # still lasts exactly step_time on every rank.
-            self.start = time.monotonic() + self.run.rank / self.run.world_size * self.step_time
+            # Rank r's deadlines sit r slots later than rank 0's, a slot being 1/world of a step
+            # but at least the time a rank stays awake before a window end: the ranks, started
+            # together by the barrier, never wake at the same instant, and at most one is awake
+            # before its window end at a time, so none waits for a CPU behind its peers (32
+            # ranks on 2 cores). A constant shift: every measured step still lasts exactly
+            # step_time on every rank.
+            slot = max(self.step_time / self.run.world_size, self.awake_s)
+            self.start = time.monotonic() + self.run.rank * slot
         self.steps += 1
+        if self.steps >= self.args.warmup_steps and not self.realtime_asked:
+            # The window (from the last warm-up step's end to the last measured step's end)
+            # stands for a device's steps, which other jobs on the host's CPUs do not delay:
+            # its wake-ups run at real-time priority where permitted, back to the default at
+            # the closing barrier. A rank is awake ~0.1 ms per step, so its peers and the
+            # host's other processes keep the CPUs.
+            self.realtime, self.realtime_asked = realtime(True), True
         faulty = self.run.rank == int(self.options["faulty_rank"])
         if faulty and self.steps == int(self.options["fail_at_step"]):
             sys.exit(3)
         if faulty and self.steps == int(self.options["hang_at_step"]):
             while True:
                 time.sleep(3600)
-        wait_until(self.start + self.steps * self.step_time)
+        awake = self.awake_s if self.steps in self.window_ends else 0.0
+        wait_until(self.start + self.steps * self.step_time, awake)
         return 0.0
 
     def device(self) -> str:
@@ -121,9 +179,13 @@ class CalibrationAdapter(Adapter):
         """Start every rank's clock together, and keep every rank alive until the last one has
         logged its last step (see driver.calibration.barrier for why it matters)."""
         assert self.tcp_barrier is not None, "the loop calls barrier() only with several ranks"
+        if self.realtime:  # the last step's end is logged: wait for the peers as a peer
+            self.realtime = not realtime(False)
         self.tcp_barrier.wait()
 
     def finish(self) -> None:
+        if self.realtime:
+            self.realtime = not realtime(False)
         if self.tcp_barrier is not None:
             self.tcp_barrier.close()
 

@@ -92,6 +92,21 @@ def check_session_name(text: str) -> str:
     return text
 
 
+def count_list(low: int, high: int) -> Callable[[str], tuple[int, ...]]:
+    """``2,4,8``: distinct integers in ``[low, high]``, in the order given."""
+    one = bounded_int(low, high)
+
+    def parse(text: str) -> tuple[int, ...]:
+        counts = tuple(one(part) for part in text.split(",") if part.strip())
+        if not counts:
+            raise argparse.ArgumentTypeError(f"give at least one count, e.g. 2,4,8 ({low}-{high})")
+        if len(set(counts)) != len(counts):
+            raise argparse.ArgumentTypeError(f"{text!r} names a count twice")
+        return counts
+
+    return parse
+
+
 def topology_list(text: str) -> tuple[str, ...]:
     """``1n1g,1n8g,2n16g``: each checked now, so a typo fails before any process starts."""
     from driver.core.case import Topology

@@ -24,7 +24,13 @@ from driver.core.matrix import (
 )
 from driver.files import KitWriteError
 from driver.frameworks.base import REPO_ROOT
-from driver.frontend.args import bounded_float, bounded_int, check_session_name, topology_list
+from driver.frontend.args import (
+    bounded_float,
+    bounded_int,
+    check_session_name,
+    count_list,
+    topology_list,
+)
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError
@@ -269,9 +275,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     verified = verify_sessions(sessions)
     summaries = summarize(verified.records, published=published)
     first = Path(args.sessions[0])
-    out = Path(args.out) if args.out else (
-        first / "report" if sessions and first == sessions[0] else first.with_name(
-            f"{first.stem}-report"
+    out = (
+        Path(args.out)
+        if args.out
+        else (
+            first / "report"
+            if sessions and first == sessions[0]
+            else first.with_name(f"{first.stem}-report")
         )
     )
     paths = write_report(summaries, out, args.title or "dlperf report", refused=verified.refused)
@@ -283,8 +293,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from driver.core.selftest import SelftestError, run_selftest
+    from driver.core.selftest import DEFAULT_TOPOLOGIES, SelftestError, run_selftest
 
+    if args.nodes:
+        return selftest_curve(args)
+    if args.devices is not None:
+        print("error: selftest: --devices goes with --nodes (devices per simulated host); "
+              "without --nodes, give the shape with --topologies", file=sys.stderr)  # fmt: skip
+        return 2
     runtime = make_runtime(args.runtime, inventory=args.inventory)
     # A runtime that can tell up front that its cluster does not answer (Slurm: no
     # controller) says so in one line, rather than every calibration repeat failing.
@@ -296,12 +312,38 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             step_time=args.step_time,
             repeats=args.repeats,
             runtime=runtime,
-            topologies=args.topologies,
+            topologies=args.topologies or DEFAULT_TOPOLOGIES,
         )
     except SelftestError as error:
         print(f"error: selftest: {error}", file=sys.stderr)
         return 1
     return 0 if all(r.passed for r in results) else 1
+
+
+def selftest_curve(args: argparse.Namespace) -> int:
+    """``selftest --nodes 2,4,...``: the calibration case on that many simulated hosts each."""
+    from driver.core.costcurve import CostCurveError, refusal, run_cost_curve
+    from driver.core.selftest import SelftestError
+
+    clash = [flag for flag, given in (("--inventory", args.inventory),
+                                      ("--topologies", args.topologies)) if given]  # fmt: skip
+    if clash:
+        print(f"error: selftest: --nodes makes its own simulated hosts and runs <N>n<N x devices>g "
+              f"on them; drop {' and '.join(clash)}", file=sys.stderr)  # fmt: skip
+        return 2
+    why = refusal(args.runtime)
+    if why:
+        print(f"error: selftest --nodes: {why}", file=sys.stderr)
+        return 2
+    try:
+        points = run_cost_curve(
+            list(args.nodes), args.runtime, devices=args.devices or 1,
+            step_time=args.step_time, repeats=args.repeats,
+        )  # fmt: skip
+    except (CostCurveError, SelftestError, RuntimeError) as error:
+        print(f"error: selftest --nodes: {' '.join(str(error).split())[:2000]}", file=sys.stderr)
+        return 1
+    return 0 if all(p.result.passed for p in points) else 1
 
 
 def cmd_list(_args: argparse.Namespace) -> int:
@@ -437,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--title")
     report.set_defaults(func=cmd_report)
 
+    from driver.core.costcurve import MAX_SIMULATED_NODES
     from driver.core.selftest import DEFAULT_TOPOLOGIES
 
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
@@ -448,12 +491,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument("--repeats", type=bounded_int(1, MAX_REPEATS), default=3)
     selftest.add_argument(
-        "--topologies", type=topology_list, default=DEFAULT_TOPOLOGIES, metavar="LIST",
+        "--topologies", type=topology_list, default=None, metavar="LIST",
         help=f"comma-separated <nodes>n<total devices>g (default: {','.join(DEFAULT_TOPOLOGIES)};"
         " the cluster's shape, e.g. 1n1g,1n8g,2n16g,4n32g)",
     )  # fmt: skip
     selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
     selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
+    selftest.add_argument(
+        "--nodes",
+        type=count_list(1, MAX_SIMULATED_NODES),
+        metavar="LIST",
+        help="the cost curve: for each count N (e.g. 2,4,8,16,32) make N simulated hosts (root; "
+        "docs/clusters.md) and run <N>n<N x devices>g through --runtime process or slurm",
+    )
+    selftest.add_argument(
+        "--devices", type=bounded_int(1, 64), metavar="N",
+        help="with --nodes: ranks per simulated host (default 1)",
+    )  # fmt: skip
     selftest.set_defaults(func=cmd_selftest)
 
     envs = sub.add_parser(
@@ -468,7 +522,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=cmd_list)
 
     for module in (
-        "driver.frontend.cluster_cli", "driver.frontend.report_cli", "driver.frontend.import_cli",
+        "driver.frontend.cluster_cli",
+        "driver.frontend.report_cli",
+        "driver.frontend.import_cli",
         "driver.frontend.parity_cli",
     ):
         try:

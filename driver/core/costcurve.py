@@ -1,0 +1,159 @@
+"""``dlperf selftest --nodes 2,4,8,16,32``: the kit's error and its own cost as nodes grow.
+
+For each node count N it makes N simulated hosts (``driver.cluster.simhosts``: own network,
+hostname, files view and clock each), runs the calibration case ``NnNg`` (``--devices`` per host)
+through the ``process`` or ``slurm`` runtime, and prints the kit's error, its overhead per repeat
+(the repeat's wall time minus the workload's own steps), per case (the same with the session's
+preparation: pre-flight, code sync, provenance) and the phase timings the runtime recorded, so
+their growth with N is visible. Making the hosts is timed apart ("hosts s"), not counted.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tabulate import tabulate
+
+from driver.cluster.simhosts import SimulatedHosts, missing_requirements
+from driver.core.selftest import ERROR_BOUND, WARMUP_STEPS, SelftestResult, run_selftest
+
+CURVE_RUNTIMES = ("process", "slurm")
+MAX_SIMULATED_NODES = 200  # addresses 10.251.X.11 and up in one /24
+
+
+class CostCurveError(RuntimeError):
+    """The curve cannot run here (the message names what to install or run)."""
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    nodes: int
+    result: SelftestResult
+    hosts_s: float  # making and removing the simulated hosts (not the kit's cost)
+    # The case's whole wall time minus its repeats' steps: the per-repeat overhead plus the
+    # session's preparation (pre-flight, code sync, provenance), once per case here.
+    case_overhead_s: float = 0.0
+
+
+def refusal(runtime: str) -> str | None:
+    """None when the curve can run here on ``runtime``, else one line saying why and the fix."""
+    if runtime not in CURVE_RUNTIMES:
+        return (
+            f"--nodes runs on simulated hosts through --runtime {' or '.join(CURVE_RUNTIMES)}, "
+            f"not {runtime}: docker's containers share this machine's one engine (its network "
+            "and clock), so they would not rehearse separate hosts"
+        )
+    return missing_requirements(slurm=runtime == "slurm", sshd=runtime == "process")
+
+
+@contextmanager
+def _slurm_clients_at(conf: Path) -> Iterator[None]:
+    """This process's Slurm clients point at the simulated cluster, then back."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("SLURM_")}
+    for key in saved:
+        del os.environ[key]
+    os.environ["SLURM_CONF"] = str(conf)
+    try:
+        yield
+    finally:
+        os.environ.pop("SLURM_CONF", None)
+        os.environ.update(saved)
+
+
+def _one_point(
+    nodes: int, runtime_name: str, devices: int, scratch: Path, printer: Callable[[str], None],
+    **selftest: float,
+) -> tuple[SelftestResult, float, float]:  # fmt: skip
+    from driver.runtimes.process import ProcessRuntime
+    from driver.runtimes.slurm import SlurmRuntime
+    from driver.slurm.config import SlurmConfig
+
+    made = time.monotonic()
+    hosts = SimulatedHosts(
+        scratch / "hosts", nodes, sshd=runtime_name == "process",
+        slurm=runtime_name == "slurm", cpus=max(8, devices),
+    )  # fmt: skip
+    hosts.start()
+    hosts_s = time.monotonic() - made
+    started = time.monotonic()
+    topology = f"{nodes}n{nodes * devices}g"
+    try:
+        if runtime_name == "process":
+            inventory = hosts.write_inventory(scratch / "hosts.yaml", devices=devices)
+            results = run_selftest(
+                topologies=(topology,), results_dir=scratch / "session", printer=printer,
+                runtime=ProcessRuntime(inventory), **selftest,  # type: ignore[arg-type]
+            )  # fmt: skip
+        else:
+            with _slurm_clients_at(hosts.conf):
+                runtime = SlurmRuntime(
+                    config=SlurmConfig(time_limit="30", container="none"), printer=printer
+                )
+                try:
+                    results = run_selftest(
+                        topologies=(topology,), results_dir=scratch / "session",
+                        printer=printer, runtime=runtime, **selftest,  # type: ignore[arg-type]
+                    )  # fmt: skip
+                finally:
+                    runtime.close()
+        case_s = time.monotonic() - started
+    finally:
+        stopping = time.monotonic()
+        hosts.stop()
+        hosts_s += time.monotonic() - stopping
+    return results[0], hosts_s, case_s
+
+
+def run_cost_curve(
+    node_counts: list[int],
+    runtime_name: str,
+    *,
+    devices: int = 1,
+    step_time: float = 0.02,
+    repeats: int = 3,
+    measured_steps: int = 100,
+    printer: Callable[[str], None] = print,
+) -> list[CurvePoint]:
+    """The calibration case on each node count in turn; prints the table and returns it."""
+    why = refusal(runtime_name)
+    if why:
+        raise CostCurveError(why)
+    points = []
+    for nodes in node_counts:
+        with tempfile.TemporaryDirectory(prefix="dlperf-costcurve-") as scratch:
+            result, hosts_s, case_s = _one_point(
+                nodes, runtime_name, devices, Path(scratch), printer,
+                step_time=step_time, repeats=repeats, measured_steps=measured_steps,
+            )  # fmt: skip
+        steps_s = repeats * (WARMUP_STEPS + measured_steps) * step_time
+        points.append(CurvePoint(nodes, result, hosts_s, case_s - steps_s))
+    printer(curve_table(points, runtime_name))
+    return points
+
+
+def curve_table(points: list[CurvePoint], runtime_name: str) -> str:
+    """The curve: per node count the error, the overhead per repeat and each recorded phase
+    (medians over repeats, seconds)."""
+    phases = sorted({key for p in points for key in p.result.phases})
+    rows = [
+        [
+            p.nodes, p.result.topology, f"{p.result.error:.4%}",
+            "ok" if p.result.passed else "FAIL", f"{p.result.overhead_s:.2f}",
+            f"{p.case_overhead_s:.2f}", f"{p.hosts_s:.1f}",
+            *(f"{p.result.phases[k]:.3f}" if k in p.result.phases else "" for k in phases),
+        ]
+        for p in points
+    ]  # fmt: skip
+    headers = [
+        "nodes", "topology", "error", f"< {ERROR_BOUND:.2%}", "overhead s/repeat",
+        "overhead s/case", "hosts s", *phases,
+    ]  # fmt: skip
+    return f"cost curve on the {runtime_name} runtime (simulated hosts):\n" + tabulate(
+        rows, headers=headers, tablefmt="github", disable_numparse=True
+    )

@@ -1,0 +1,176 @@
+"""Simulated hosts (driver.cluster.simhosts) and the cost curve (driver.core.costcurve) on them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from driver.cluster import simhosts
+from driver.cluster.simhosts import SimulatedHosts, missing_requirements, sweep_stale
+from driver.core.costcurve import curve_table, refusal, run_cost_curve
+from driver.core.selftest import median_phases, phase_timings
+from driver.frontend.cli import main
+from tests.conftest import require_real
+
+
+@pytest.fixture
+def can_make_hosts() -> None:
+    why = missing_requirements(sshd=True)
+    if why:
+        require_real(why)
+
+
+def ssh(hosts: SimulatedHosts, name: str, command: str) -> subprocess.CompletedProcess:
+    host = hosts.host(name)
+    return subprocess.run(
+        ["ssh", "-i", str(hosts.client_key), "-p", str(host.port),
+         "-o", f"UserKnownHostsFile={hosts.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+         "-o", "BatchMode=yes", f"root@{host.address}", command],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+def alive(pid: int | str, settle_s: float = 5.0) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its new parent to reap it does not)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state != "Z" and time.monotonic() > deadline:
+            return True
+        if state == "Z":
+            return False
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("network", [True, False], ids=["own-network", "loopback"])
+def test_hosts_have_their_own_clock_name_and_files_and_leave_nothing(
+    can_make_hosts: None, tmp_path: Path, network: bool
+) -> None:
+    hosts = SimulatedHosts(tmp_path / "hosts", 3, network=network)
+    with hosts:
+        for host in hosts.hosts:
+            # What a process started over SSH sees: the host's name, /etc/hosts and clock.
+            seen = ssh(hosts, host.name, "hostname; cat /proc/self/timens_offsets; cat /etc/hosts")
+            assert seen.returncode == 0, seen.stderr
+            lines = seen.stdout.splitlines()
+            assert lines[0] == host.name
+            assert lines[1].split() == ["monotonic", str(host.offset_s), "0"]
+            assert all(f"{h.address} {h.name}" in seen.stdout for h in hosts.hosts)
+            offset, within = hosts.measured_offset(host.name)
+            assert abs(offset - host.offset_s) < within + 0.05
+        assert len({h.offset_s for h in hosts.hosts}) == 3
+        assert min(h.offset_s for h in hosts.hosts) >= 7200
+        # This machine keeps its own name and clock.
+        assert Path("/proc/self/timens_offsets").read_text().split()[1] == "0"
+        if network:
+            reach = hosts.run_in("n1", ["ping", "-c1", "-W2", hosts.address("n3")])
+            assert reach.returncode == 0 or "ping" in reach.stderr  # ping may be absent
+        pids = [p for h in hosts.hosts for p in hosts.processes(h.name)]
+        assert pids
+    assert hosts.leftovers() == []
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_kill_host_kills_its_processes_and_sshd_comes_back(
+    can_make_hosts: None, tmp_path: Path
+) -> None:
+    with SimulatedHosts(tmp_path / "hosts", 2) as hosts:
+        sleeper = subprocess.Popen(
+            [*hosts.host("n2").enter(), "sleep", "300"], stdout=subprocess.DEVNULL
+        )
+        killed = hosts.kill_host("n2")
+        assert sleeper.pid in killed and sleeper.wait(timeout=10) == -signal.SIGKILL
+        assert ssh(hosts, "n2", "true").returncode != 0
+        assert ssh(hosts, "n1", "true").returncode == 0
+        hosts.start_sshd("n2")
+        assert ssh(hosts, "n2", "hostname").stdout.strip() == "n2"
+    assert hosts.leftovers() == []
+
+
+def test_a_killed_run_is_swept(can_make_hosts: None, tmp_path: Path) -> None:
+    """A run killed outright leaves its hosts; the next sweep removes them (the creating pid is
+    gone), and nothing of a live run."""
+    program = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from driver.cluster.simhosts import SimulatedHosts
+        hosts = SimulatedHosts({str(tmp_path / "killed")!r}, 2)
+        hosts.start()
+        print(hosts.prefix, hosts.hosts[0].holder_pid, hosts.hosts[1].holder_pid, flush=True)
+        time.sleep(300)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    prefix, *holders = child.stdout.readline().split()
+    child.kill()
+    child.wait(timeout=10)
+    with SimulatedHosts(tmp_path / "live", 1) as live:
+        removed = sweep_stale()
+        assert f"{prefix}-n1" in removed and f"{prefix}-ctl" in removed
+        assert not any(alive(pid) for pid in holders)
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert prefix not in netns and f"{live.prefix}-n1" in netns
+        assert live.run_in("n1", ["hostname"]).stdout.strip() == "n1"
+    assert prefix not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def test_missing_requirements_name_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "run as root" in str(missing_requirements())
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(simhosts.shutil, "which", lambda name: None)
+    why = str(missing_requirements(slurm=True))
+    assert why.startswith("simulated hosts need") and "apt-get install" in why
+    assert "iproute2" in why and "slurmd" in why and "munge" in why
+
+
+def test_phase_timings_take_every_seconds_key_the_runtimes_record() -> None:
+    ssh_extra = {"timings": {"prepare_s": 1.5, "launch_s": 0.25, "hosts": 3}, "nodes": {}}
+    slurm_extra = {"slurm": {"timings": {"allocation_s": 2.0, "step_started_at": 1.0}}}
+    assert phase_timings(ssh_extra) == {"prepare_s": 1.5, "launch_s": 0.25}
+    assert phase_timings(slurm_extra) == {"allocation_s": 2.0}
+    assert phase_timings({}) == {}
+    extras = [{"timings": {"launch_s": v}} for v in (0.1, 0.3, 0.2)] + [{}]
+    assert median_phases(extras) == {"launch_s": 0.2}
+
+
+def test_selftest_nodes_refusals_are_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["selftest", "--nodes", "2", "--runtime", "docker"]) == 2
+    assert "--runtime process or slurm" in capsys.readouterr().err
+    assert main(["selftest", "--nodes", "2", "--runtime", "process", "--inventory", "x"]) == 2
+    assert "drop --inventory" in capsys.readouterr().err
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["selftest", "--nodes", "2", "--runtime", "process"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run as root" in err
+    assert refusal("slurm") is not None
+
+
+def test_cost_curve_small_end_through_process(
+    can_make_hosts: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2 simulated hosts, 2n2g through the process runtime: the error, the overhead and the
+    SSH runtime's phases come out per node count (not timed: the benchmark is not a test)."""
+    (point,) = run_cost_curve([2], "process", repeats=1, step_time=0.02, measured_steps=20)
+    assert point.nodes == 2 and point.result.topology == "2n2g"
+    assert point.result.passed, point.result
+    assert 0 < point.result.overhead_s < 60
+    # One repeat: the case's overhead is that repeat's plus the session's preparation.
+    assert point.case_overhead_s >= point.result.overhead_s and point.hosts_s > 0
+    assert {"prepare_s", "launch_s", "watch_s", "finish_s"} <= set(point.result.phases)
+    table = capsys.readouterr().out
+    assert "| 2       | 2n2g" in table and "launch_s" in table and "overhead s/case" in table
+    assert curve_table([point], "process") in table
