@@ -171,6 +171,13 @@ def test_cost_curve_small_end_through_process(
     # One repeat: the case's overhead is that repeat's plus the session's preparation.
     assert point.case_overhead_s >= point.result.overhead_s and point.hosts_s > 0
     assert {"prepare_s", "launch_s", "watch_s", "finish_s"} <= set(point.result.phases)
+    # The nodes' own processes (each node's longest, as the process runtime measured it on the
+    # node) are set apart from the driver's share; the two add up to the overhead.
+    steps_s = (5 + 20) * 0.02
+    assert point.result.phases["nodes_process_s"] >= steps_s
+    assert point.nodes_side_s is not None and point.driver_s is not None
+    assert point.nodes_side_s + point.driver_s == pytest.approx(point.result.overhead_s, abs=1e-6)
+    assert point.driver_s < point.result.overhead_s
     table = capsys.readouterr().out
     assert "| 2       | 2n2g" in table and "launch_s" in table and "overhead s/case" in table
     assert curve_table([point], "process") in table

@@ -82,6 +82,17 @@ def phase_timings(extra: dict) -> dict[str, float]:
     """The ``*_s`` phase timings a runtime recorded in a record's ``extra``, whatever their
     names (the runtimes add phases over time)."""
     found: dict[str, float] = {}
+    # The SSH runtimes also record each node's own process time: the longest is the repeat's
+    # node side (start-up, steps, exit), which the cost curve sets apart from the driver's.
+    nodes = extra.get("nodes")
+    if isinstance(nodes, dict):
+        seconds = [
+            float(facts["process_seconds"])
+            for facts in nodes.values()
+            if isinstance(facts, dict) and isinstance(facts.get("process_seconds"), int | float)
+        ]
+        if seconds:
+            found["nodes_process_s"] = max(seconds)
     for timings in (extra.get("timings"), (extra.get("slurm") or {}).get("timings")):
         if isinstance(timings, dict):
             found.update(
