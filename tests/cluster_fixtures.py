@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.cluster.simhosts import sshd_config_lines
+from driver.cluster.simhosts import sshd_config_lines, wait_for_sshd
 from driver.core.case import Case
 from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import Session
@@ -174,16 +174,9 @@ class SshNode:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sshd for {self.address} exited: {self.log.read_text()}")
-            try:
-                with socket.create_connection((self.address, self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"sshd for {self.address}:{self.port} did not listen")
+        why = wait_for_sshd(self.process, self.address, self.port, self.log, timeout_s=15)
+        if why:
+            raise RuntimeError(f"node {self.address}: {why}")
 
     @property
     def running(self) -> bool:

@@ -131,6 +131,23 @@ def _netns_inode(name: str) -> int | None:
         return None
 
 
+def wait_for_sshd(
+    process: subprocess.Popen, address: str, port: int, log: Path, timeout_s: float = 20.0
+) -> str | None:
+    """None once the sshd started as ``process`` accepts connections at ``address:port``; else
+    why not (it exited, with its log; or it stayed silent for ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return f"sshd exited: {log.read_text() if log.exists() else '(no log)'}"
+        try:
+            with socket.create_connection((address, port), timeout=1):
+                return None
+        except OSError:
+            time.sleep(0.05)
+    return f"sshd at {address}:{port} did not listen within {timeout_s:.0f} s"
+
+
 def sshd_config_lines(*, port: int, address: str, root: Path, sftp: bool = True) -> list[str]:
     """An sshd of its own under ``root``: own host key and authorized keys, keys only, many
     sessions at once (the runtimes open several per node)."""
@@ -522,20 +539,11 @@ class SimulatedHosts:
         return f"{where} {kind} {key}\n"
 
     def _wait_listening(self, host: SimulatedHost) -> None:
-        process = self.daemons[f"sshd.{host.name}"]
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                log = host.root / "sshd.log"
-                raise SimulatedHostsError(
-                    f"sshd of {host.name} exited: {log.read_text() if log.exists() else ''}"
-                )
-            try:
-                with socket.create_connection((host.address, host.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise SimulatedHostsError(f"sshd of {host.name} ({host.address}:{host.port}) is silent")
+        why = wait_for_sshd(
+            self.daemons[f"sshd.{host.name}"], host.address, host.port, host.root / "sshd.log"
+        )
+        if why:
+            raise SimulatedHostsError(f"sshd of {host.name}: {why}")
 
     def start_sshd(self, name: str) -> None:
         """(Re)start host ``name``'s sshd."""
