@@ -59,7 +59,7 @@ def test_dry_run_on_the_process_runtime_shows_what_each_node_runs(
     ]
     for rank, line in enumerate(lines):
         # The inventory's interpreter for pytorch, the node's copy of the kit, its rank.
-        assert line.split(" $ ")[1].startswith("cd /var/tmp/dlperf/code/")
+        assert " && cd /var/tmp/dlperf/code/" in line.split(" $ ")[1]
         assert " /opt/venvs/pytorch/bin/python -m torch.distributed.run " in line
         assert f"--node-rank={rank} " in line and "GLOO_SOCKET_IFNAME=eth0 " in line
 

@@ -194,7 +194,7 @@ def test_one_connection_per_node_and_few_commands_per_repeat(
     runtime = ProcessRuntime(process_inventory(inventory_file, devices=1))
     calls: list[tuple[str, str]] = []
     for remote in runtime.remotes:
-        for method in ("run", "run_bytes", "start", "get", "put"):
+        for method in ("run", "run_bytes", "start"):
             original = getattr(remote, method)
 
             def counted(*args, _original=original, _key=(remote.node.name, method), **kwargs):

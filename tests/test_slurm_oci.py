@@ -275,23 +275,31 @@ def step_files(root: Path) -> dict[str, str]:
     return {p.name: p.read_text(errors="replace")[-2000:] for p in sorted(folder.glob("*.log"))}
 
 
-def runc_containers(seen: set[str], stop: threading.Event) -> None:
-    """Container ids runc lists as running, while the step runs (runc's state folder /run/runc
-    is the host's, shared by both node namespaces)."""
+def runc_containers(cluster: SlurmCluster, seen: set[str], stop: threading.Event) -> None:
+    """Container ids runc lists as running on each node, while the step runs. runc is asked
+    inside the node (its namespaces, its clock): it tells a running container by its init
+    process's start time, which each simulated host's time namespace offsets, so asked from
+    outside it would call every container stopped."""
     while not stop.is_set():
-        out = subprocess.run(["runc", "list", "--format", "json"], capture_output=True, text=True)
-        for item in json.loads(out.stdout or "null") or []:
-            if item.get("status") == "running":
-                seen.add(item["id"])
+        for node in cluster.nodes:
+            out = subprocess.run(
+                [*cluster.host(node).enter(), "runc", "list", "--format", "json"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            for item in json.loads(out.stdout or "null") or []:
+                if item.get("status") == "running":
+                    seen.add(item["id"])
         time.sleep(0.2)
 
 
 def test_steps_run_in_runc_containers_on_both_nodes(
-    oci_runtime: SlurmRuntime, tmp_path: Path
+    oci_runtime: SlurmRuntime, oci_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     seen: set[str] = set()
     stop = threading.Event()
-    watcher = threading.Thread(target=runc_containers, args=(seen, stop), daemon=True)
+    watcher = threading.Thread(
+        target=runc_containers, args=(oci_cluster, seen, stop), daemon=True
+    )
     watcher.start()
     try:
         outcome = oci_runtime.run(plan_for(tmp_path, [INSIDE, INSIDE]))

@@ -22,7 +22,16 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
 
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, Window
 
@@ -87,6 +96,17 @@ class RepeatMeasurement(StrictModel):
     @property
     def interval_unstable(self) -> bool:
         return self.interval_cv is not None and self.interval_cv > UNSTABLE_CV
+
+    @model_serializer(mode="wrap")
+    def _name_only_who_is_known(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A straggler fact is written only where there is one to state (several ranks, node
+        # facts in the headers): a record written before these fields existed, or of one rank,
+        # reads and writes back as it was, byte for byte.
+        data = handler(self)
+        for name in STRAGGLER_FIELDS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
