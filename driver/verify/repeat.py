@@ -245,14 +245,18 @@ def verify_repeat(
     )
     if not accept_remeasured:
         if measurement != record.measurement:
-            recorded = record.measurement.model_dump() if record.measurement else {}
-            derived = measurement.model_dump()
-            name = next((k for k in derived if recorded.get(k) != derived[k]), "measurement")
+            # Field by field (a dump leaves out straggler facts that are None, so one side's
+            # dump may lack a key the other holds).
+            name = next(
+                name
+                for name in type(measurement).model_fields
+                if getattr(record.measurement, name, None) != getattr(measurement, name)
+            )
             raise RepeatRefused(
                 path,
-                f"measurement.{name} is {recorded.get(name)!r} in the record but "
-                f"{derived[name]!r} from the logs (the logs win: re-run, or publish with "
-                "--accept-remeasured)",
+                f"measurement.{name} is {getattr(record.measurement, name, None)!r} in the "
+                f"record but {getattr(measurement, name)!r} from the logs (the logs win: re-run, "
+                "or publish with --accept-remeasured)",
             )
         if verified.header_differs:
             raise RepeatRefused(path, "header differs from rank 0's header in the logs")
