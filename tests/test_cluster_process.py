@@ -107,8 +107,17 @@ def test_node_lost_leaves_a_process_group_the_next_run_ends(
     label = session_label(session.root)
     needle = f"DLPERF_RUN_ID=dlperf-{label}"
 
+    def node1_stepping() -> bool:
+        # Past the calibration's start barrier: node1's ranks no longer need node0's rank 0,
+        # which the head stops once node1 is lost (before it, they would exit with it).
+        logs = ssh_nodes[1].scratch.glob("runs/*/*/node.log")
+        return any('"dlperf": "step"' in log.read_text(errors="replace") for log in logs)
+
     def drop_node1() -> None:
-        wait_for(lambda: len(processes_with_env(needle)) >= 6, 60, "every rank running")
+        wait_for(
+            lambda: len(processes_with_env(needle)) >= 6 and node1_stepping(), 60,
+            "every rank running, node1's stepping",
+        )  # fmt: skip
         ssh_nodes[1].kill(sessions_survive=True)
 
     killer = threading.Thread(target=drop_node1)
