@@ -33,8 +33,9 @@ POLL_S = 0.05
 _prctl: Callable[..., int] | None = None
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    """libc's prctl, looked up in the parent (a forked child should not load libraries)."""
+def libc_prctl() -> Callable[..., int] | None:
+    """libc's prctl (None off Linux), looked up once, in the parent (a forked child should not
+    load libraries); the calibration workload's timer slack uses it too."""
     global _prctl
     if _prctl is None and sys.platform.startswith("linux"):
         # The process's own symbols (libc is linked into every Python): no library search, which
@@ -45,7 +46,7 @@ def _load_prctl() -> Callable[..., int] | None:
 
 def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     """A ``preexec_fn`` that makes the child receive ``sig`` when this process dies."""
-    prctl = _load_prctl()
+    prctl = libc_prctl()
     parent = os.getpid()
 
     def arm() -> None:  # runs in the child, between fork and exec

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from driver.bench.loop import Adapter, run_benchmark  # noqa: E402
 from driver.bench.protocol import oom_record  # noqa: E402
+from driver.bench.supervisor import libc_prctl  # noqa: E402
 from driver.calibration.barrier import TcpBarrier  # noqa: E402
 
 CALIBRATION_OPTIONS: dict[str, Any] = {
@@ -64,12 +65,9 @@ PR_SET_TIMERSLACK = 29  # prctl(2): how late the kernel may fire this process's 
 def tighten_timer_slack() -> None:
     """Ask for 1 ns of timer slack (default 50 us) so sleeps end when asked; harmless where
     prctl is missing (not Linux), which only costs accuracy."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    prctl = libc_prctl()
+    if prctl is not None:
+        prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
 
 
 def realtime(on: bool) -> bool:
