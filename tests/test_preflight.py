@@ -24,6 +24,14 @@ from driver.runtimes.process import ProcessRuntime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory
 
 
+def process_inventory(
+    tmp_path: Path, nodes: list[SshNode], *, variant: str = "cpu", **defaults: object
+) -> Path:
+    """An inventory of ``nodes`` for the process runtime, one device each, this Python."""
+    merged = {"devices": 1, "python": sys.executable, "container": {"variant": variant}}
+    return write_inventory(tmp_path / "cluster.yaml", nodes, defaults={**merged, **defaults})
+
+
 @pytest.fixture
 def node_without_sftp(ssh_client_key: Path, tmp_path: Path) -> Iterator[SshNode]:
     """A fresh sshd with no SFTP subsystem, as a new user's hand-made node might be."""
@@ -44,11 +52,7 @@ def test_a_node_without_sftp_passes_preflight_and_runs(
 ) -> None:
     """The kit sends its code on a command's stdin and reads logs from a command's stdout, so a
     hand-made node whose sshd has no SFTP subsystem is a node like any other."""
-    inventory = write_inventory(
-        tmp_path / "cluster.yaml",
-        [node_without_sftp],
-        defaults={"devices": 1, "python": sys.executable, "container": {"variant": "cpu"}},
-    )
+    inventory = process_inventory(tmp_path, [node_without_sftp])
     runtime = ProcessRuntime(inventory)
     checks = run_preflight(runtime.remotes, kind="process", framework="calibration")
     assert failures(checks) == []
@@ -61,14 +65,8 @@ def test_a_node_without_sftp_passes_preflight_and_runs(
 def test_failing_preflight_is_a_verdict_per_case_and_the_matrix_goes_on(
     node_without_sftp: SshNode, tmp_path: Path
 ) -> None:
-    inventory = write_inventory(
-        tmp_path / "cluster.yaml",
-        [node_without_sftp],
-        defaults={
-            "devices": 2,
-            "python": str(tmp_path / "no-such-python"),
-            "container": {"variant": "cpu"},
-        },
+    inventory = process_inventory(
+        tmp_path, [node_without_sftp], devices=2, python=str(tmp_path / "no-such-python")
     )
     cases = calibration_cases(0.002, 8, ["1n1g", "1n2g"], repeats=1, measured_steps=3)
     lines: list[str] = []
@@ -85,11 +83,7 @@ def test_a_gpu_node_without_nvidia_smi_is_told_about_the_cpu_variant(
 ) -> None:
     if Path("/usr/bin/nvidia-smi").exists():
         pytest.skip("this machine has nvidia-smi: the check would pass")
-    inventory = write_inventory(
-        tmp_path / "cluster.yaml",
-        ssh_nodes[:1],
-        defaults={"devices": 1, "python": sys.executable, "container": {"variant": "gpu"}},
-    )
+    inventory = process_inventory(tmp_path, ssh_nodes[:1], variant="gpu")
     runtime = ProcessRuntime(inventory)
     checks = run_preflight(
         [Remote(node) for node in runtime.inventory.nodes], kind="process", framework="pytorch"
@@ -139,11 +133,7 @@ def test_the_calibration_workload_passes_preflight_at_every_topology(
 ) -> None:
     """The shape of the real cluster rehearsed on small nodes: pre-flight passes each of them,
     and says why (before: 1n8g ran unchecked and 2n16g failed with '2 CPUs; 8 needed')."""
-    inventory = write_inventory(
-        tmp_path / "cluster.yaml",
-        ssh_nodes[:2],
-        defaults={"devices": 1, "python": sys.executable, "container": {"variant": "cpu"}},
-    )
+    inventory = process_inventory(tmp_path, ssh_nodes[:2])
     shapes = shapes_beyond_the_cpus()
     cases = calibration_cases(0.002, 8, shapes, repeats=1, measured_steps=3)
     session = Session.open(tmp_path / "s")
@@ -165,11 +155,7 @@ def test_a_real_framework_is_checked_the_same_way_at_every_topology(
     monkeypatch.setitem(
         FRAMEWORKS._entries, "calibration", replace(CALIBRATION, occupies_device=True)
     )
-    inventory = write_inventory(
-        tmp_path / "cluster.yaml",
-        ssh_nodes[:2],
-        defaults={"devices": 1, "python": sys.executable, "container": {"variant": "cpu"}},
-    )
+    inventory = process_inventory(tmp_path, ssh_nodes[:2])
     shapes = shapes_beyond_the_cpus()
     cases = calibration_cases(0.002, 8, shapes, repeats=1, measured_steps=3)
     summary = run_cases(
