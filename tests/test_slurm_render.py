@@ -388,18 +388,25 @@ def test_selftest_without_a_slurm_controller_is_one_line_and_exit_2(tmp_path: Pa
     assert "scontrol not found" in results[0].stderr
 
 
-def test_cli_dry_run_prints_the_job_and_the_steps(tmp_path: Path) -> None:
+def slurm_dry_run(path: Path, *, gpus: int, batch: int) -> subprocess.CompletedProcess:
+    """`dlperf run --runtime slurm --dry-run` of PyTorch ResNet-50 on 2 nodes, in a fresh
+    process with no SLURM_ variable of this machine's."""
     import os
     import sys
 
-    path = write(tmp_path, "slurm:\n  partition: gpu\n  gpus_per_node: 8\n  container: none\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "driver.frontend.cli", "run", "--framework", "pytorch",
-         "--model", "resnet50", "--nodes", "2", "--gpus", "8", "--batch", "64", "--amp", "off",
-         "--runtime", "slurm", "--inventory", str(path), "--dry-run"],
+         "--model", "resnet50", "--nodes", "2", "--gpus", str(gpus), "--batch", str(batch),
+         "--amp", "off", "--runtime", "slurm", "--inventory", str(path), "--dry-run"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
+
+
+def test_cli_dry_run_prints_the_job_and_the_steps(tmp_path: Path) -> None:
+
+    path = write(tmp_path, "slurm:\n  partition: gpu\n  gpus_per_node: 8\n  container: none\n")
+    result = slurm_dry_run(path, gpus=8, batch=64)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "$ sbatch --parsable --job-name=dlperf-" in out and "--partition=gpu" in out
@@ -411,21 +418,13 @@ def test_cli_dry_run_prints_the_job_and_the_steps(tmp_path: Path) -> None:
 
 def test_cli_dry_run_with_slurms_oci_containers(tmp_path: Path) -> None:
     import json
-    import os
-    import sys
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs" / "usr").mkdir(parents=True)
     (bundle / "config.json").write_text(json.dumps({"process": {"env": ["PATH=/img/bin"]}}))
     path = write(tmp_path, f"slurm:\n  container: oci\n  oci_bundle: {{default: {bundle}}}\n"
                            f"  oci_cache: {tmp_path / 'cache'}\n")  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "driver.frontend.cli", "run", "--framework", "pytorch",
-         "--model", "resnet50", "--nodes", "2", "--gpus", "2", "--batch", "8", "--amp", "off",
-         "--runtime", "slurm", "--inventory", str(path), "--dry-run"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    result = slurm_dry_run(path, gpus=2, batch=8)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert f"# once per session: the OCI bundle {tmp_path / 'cache'}/session-" in out
