@@ -198,8 +198,8 @@ def test_one_connection_per_node_and_few_commands_per_repeat(
 ) -> None:
     """The driver's own cost per repeat must not grow with what each node is asked: every
     node is connected once for the session, and a prepared repeat asks each node for one
-    attached start and one command (its run time, its log, the cleanup), whatever the node
-    count."""
+    attached start and nothing else: its run time, CPU time, log and cleanup come back on that
+    same channel, whatever the node count."""
     runtime = ProcessRuntime(process_inventory(inventory_file, devices=1))
     calls: list[tuple[str, str]] = []
     for remote in runtime.remotes:
@@ -227,5 +227,16 @@ def test_one_connection_per_node_and_few_commands_per_repeat(
     for node in ("node0", "node1"):
         for counts in per_repeat[1:]:  # the first repeat also prepares the session
             asked = {method: n for (name, method), n in counts.items() if name == node}
-            assert asked == {"start": 1, "run_bytes": 1}
+            assert asked == {"start": 1}
     assert [remote.connections_opened for remote in runtime.remotes] == [1, 1]
+    steps_s = case.total_steps * 0.01  # calibration_case's step time
+    for _case, record, path in Session.open(tmp_path / "s").records():
+        for node, facts in record.extra["nodes"].items():
+            # The node's own clock from its start stamp to the process's exit, and the CPU
+            # its processes used (the calibration sleeps: far less than its run time).
+            assert steps_s <= facts["process_seconds"] < steps_s + 30, (node, facts)
+            assert 0 < facts["process_cpu_seconds"] < facts["process_seconds"], (node, facts)
+        for log in record.logs:
+            assert "dlperf-collected" not in (path / log).read_text()
+    for node in runtime.inventory.nodes:  # every run folder removed by its own launch
+        assert not any(Path(node.scratch_dir, "runs").glob("*/dlperf-*")), node.name

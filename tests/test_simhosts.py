@@ -141,6 +141,15 @@ def test_phase_timings_take_every_seconds_key_the_runtimes_record() -> None:
     assert phase_timings(ssh_extra) == {"prepare_s": 1.5, "launch_s": 0.25}
     assert phase_timings(slurm_extra) == {"allocation_s": 2.0}
     assert phase_timings({}) == {}
+    nodes = {
+        "node0": {"process_seconds": 3.0, "process_cpu_seconds": 0.2},
+        "node1": {"process_seconds": 3.5, "process_cpu_seconds": 0.4},
+        "node2": {"process_seconds": 3.2, "process_cpu_seconds": 0.3},
+        "node3": {"lost": "dropped"},  # nothing measured on it: not counted
+    }
+    assert phase_timings({"nodes": nodes}) == pytest.approx(
+        {"nodes_process_s": 3.5, "node_cpu_s": 0.3, "nodes_cpu_s": 0.9}
+    )
     extras = [{"timings": {"launch_s": v}} for v in (0.1, 0.3, 0.2)] + [{}]
     assert median_phases(extras) == {"launch_s": 0.2}
 
@@ -175,6 +184,10 @@ def test_cost_curve_small_end_through_process(
     # node) are set apart from the driver's share; the two add up to the overhead.
     steps_s = (5 + 20) * 0.02
     assert point.result.phases["nodes_process_s"] >= steps_s
+    # The CPU its processes used, per node (the calibration sleeps: far below its run time).
+    phases = point.result.phases
+    assert 0 < phases["node_cpu_s"] < phases["nodes_process_s"]
+    assert phases["nodes_cpu_s"] == pytest.approx(2 * phases["node_cpu_s"])  # 2 nodes, 1 repeat
     assert point.nodes_side_s is not None and point.driver_s is not None
     assert point.nodes_side_s + point.driver_s == pytest.approx(point.result.overhead_s, abs=1e-6)
     assert point.driver_s < point.result.overhead_s

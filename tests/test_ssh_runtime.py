@@ -8,6 +8,7 @@ sshd, the timeout.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -21,6 +22,9 @@ from driver.runtimes.ssh import EXIT_OOM, Launch, SshRuntime
 @dataclass
 class FakeChannel:
     status: int | None = None  # None: still running
+    pending: bytes = b""  # stdout not read yet
+    eof_received: bool | None = None  # None: the end comes with the exit status
+    closed: bool = False
 
     def exit_status_ready(self) -> bool:
         return self.status is not None
@@ -28,6 +32,21 @@ class FakeChannel:
     def recv_exit_status(self) -> int:
         assert self.status is not None
         return self.status
+
+    def recv_ready(self) -> bool:
+        return bool(self.pending)
+
+    def recv(self, size: int) -> bytes:
+        chunk, self.pending = self.pending[:size], self.pending[size:]
+        return chunk
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def __getattribute__(self, name: str):  # noqa: ANN204 - eof follows the exit by default
+        if name == "eof_received" and object.__getattribute__(self, name) is None:
+            return object.__getattribute__(self, "status") is not None
+        return object.__getattribute__(self, name)
 
 
 @dataclass
@@ -148,3 +167,65 @@ def test_parallel_returns_each_error_beside_its_item() -> None:
     results = parallel([0, 1, 2], work)
     assert [(item, result) for item, result, _ in results] == [(0, 0), (1, None), (2, 2)]
     assert str(results[1][2]) == "node1 said no" and results[0][2] is None
+
+
+def block_output(run_id: str, block: bytes) -> bytes:
+    return (
+        b"motd from a noisy .bashrc\n" + f"dlperf-collected {run_id}\n".encode() + block
+        + f"\ndlperf-collected-end {run_id}\n".encode()
+    )  # fmt: skip
+
+
+def test_a_node_that_exited_is_done_only_once_its_collection_has_arrived() -> None:
+    """The exit status can come before the last bytes of the log sent after the process:
+    the repeat is not over (and the channel not closed) until the channel's end."""
+    items = launches(0, 0)
+    late = items[1].channel
+    late.eof_received = False
+    whole = block_output("run1", b"head\nlog")
+    late.pending, rest = whole[:40], whole[40:]
+
+    def end_later() -> None:
+        late.pending += rest
+        late.eof_received = True
+
+    timer = threading.Timer(0.3, end_later)
+    started = time.monotonic()
+    timer.start()
+    try:
+        assert watch(items) == (Verdict.OK, "")
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started >= 0.3  # it waited for the end, not just the exit
+    assert items[1].output_ended and items[1].collected_block() == b"head\nlog"
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        b"",
+        b"no newline at the end",
+        b"line\n\n",
+        b"dlperf-collected-end run0\na log that quotes the markers\ndlperf-collected run0\n",
+        bytes(range(256)),
+    ],
+)
+def test_the_collection_block_comes_back_byte_for_byte(log: bytes) -> None:
+    launch = launches(0)[0]
+    launch.output.extend(block_output("run0", b"facts\n" + log))
+    launch.output_ended = True
+    assert launch.collected_block() == b"facts\n" + log
+
+
+def test_a_collection_cut_short_is_not_taken() -> None:
+    """Without the end marker (the command stopped while sending), the block is not used:
+    the node's collection runs again as a command of its own."""
+    launch = launches(0)[0]
+    whole = block_output("run0", b"facts\nlog")
+    launch.output.extend(whole[: whole.rindex(b"dlperf-collected-end")])
+    launch.output_ended = True
+    assert launch.collected_block() is None
+    other = launches(0)[0]
+    other.output.extend(block_output("another-run", b"facts\nlog"))
+    other.output_ended = True
+    assert other.collected_block() is None  # another run's block is not this one's

@@ -84,15 +84,23 @@ def phase_timings(extra: dict) -> dict[str, float]:
     found: dict[str, float] = {}
     # The SSH runtimes also record each node's own process time: the longest is the repeat's
     # node side (start-up, steps, exit), which the cost curve sets apart from the driver's.
+    # And the CPU time each node's processes used (the process runtime): the median node's is
+    # ``node_cpu_s``, the sum over the nodes ``nodes_cpu_s``.
     nodes = extra.get("nodes")
     if isinstance(nodes, dict):
-        seconds = [
-            float(facts["process_seconds"])
-            for facts in nodes.values()
-            if isinstance(facts, dict) and isinstance(facts.get("process_seconds"), int | float)
-        ]
-        if seconds:
+
+        def each(key: str) -> list[float]:
+            return [
+                float(facts[key])
+                for facts in nodes.values()
+                if isinstance(facts, dict) and isinstance(facts.get(key), int | float)
+            ]
+
+        if seconds := each("process_seconds"):
             found["nodes_process_s"] = max(seconds)
+        if cpu := each("process_cpu_seconds"):
+            found["node_cpu_s"] = statistics.median(cpu)
+            found["nodes_cpu_s"] = sum(cpu)
     for timings in (extra.get("timings"), (extra.get("slurm") or {}).get("timings")):
         if isinstance(timings, dict):
             found.update(

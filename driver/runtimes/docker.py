@@ -214,34 +214,32 @@ class DockerRuntime(SshRuntime):
         # The attached client is the channel's process: its exit status is the container's,
         # and the log is complete once it has exited.
         start = shell(launch.remote.docker("start", "-a", launch.run_id))
-        return f"exec {start} > {shell([launch.log])} 2>&1 < /dev/null"
+        return self.collecting(launch, f"{start} > {shell([launch.log])} 2>&1 < /dev/null")
 
     def stop(self, launch: Launch) -> None:
         kill = shell(launch.remote.docker("kill", launch.run_id))
         launch.remote.run(f"{kill} >/dev/null 2>&1 || true", timeout=60)
 
-    def collect_node(self, launch: Launch, local: Path) -> None:
-        """One command per node: the container's state (OOM, exit code, times), the container
-        removed, its log byte for byte, and the run folder removed."""
+    def collect_script(self, launch: Launch) -> str:
+        """The container's state (OOM, exit code, times), the container removed, its log."""
         remote = launch.remote
         inspect = shell(remote.docker("inspect", "--format", "{{json .State}}", launch.run_id))
         remove = shell(remote.docker("rm", "-f", launch.run_id))
         log = shell([launch.log])
-        script = (
+        return (
             f'state=$({inspect} 2>/dev/null | head -n 1); printf "%s\\n" "$state"; '
             f"{remove} >/dev/null 2>&1; test -f {log} && echo log || echo none; "
-            f"cat {log} 2>/dev/null; rm -rf {shell([launch.run_dir])}"
+            f"cat {log} 2>/dev/null"
         )
-        code, output, _ = remote.run_bytes(script, timeout=300)
-        if code == 124:  # the caller notes the log as not fetched, the node as unclean
-            raise RuntimeError("inspecting, fetching the log and cleaning up timed out")
-        state_line, _, rest = output.partition(b"\n")
+
+    def take_collected(self, launch: Launch, block: bytes, local: Path) -> None:
+        state_line, _, rest = block.partition(b"\n")
         present, _, content = rest.partition(b"\n")
         self._record_state(launch, state_line.decode("utf-8", "replace").strip())
         if present.strip() == b"log":
             write_bytes(local, content)
         else:
-            write_text(local, f"[dlperf] node {remote.node.name}: no log was written\n")
+            write_text(local, f"[dlperf] node {launch.remote.node.name}: no log was written\n")
 
     @staticmethod
     def _record_state(launch: Launch, line: str) -> None:

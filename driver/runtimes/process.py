@@ -12,6 +12,7 @@ and end a leftover without ever signalling an unrelated process that reused the 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,13 +92,23 @@ class ProcessRuntime(SshRuntime):
     ) -> str:
         argv = self.node_argv(launch, framework)
         env = {**env, "DLPERF_RUN_ID": launch.run_id}
-        return (
-            f"mkdir -p {shell([launch.run_dir])} && "
-            f"cd {shell([code])} && echo $$ > {shell([launch.run_dir + '/pid'])} && "
-            f"date +%s.%N > {shell([launch.run_dir + '/started'])} && "
-            f"exec {shell(['env', *(f'{k}={v}' for k, v in sorted(env.items())), *argv])} "
+        run = launch.run_dir
+        # The shell stays (no exec): after the process it stamps the end, keeps the CPU time
+        # its children used (``times``), and sends the collection on this same channel.
+        command = (
+            f"mkdir -p {shell([run])} && "
+            f"cd {shell([code])} && echo $$ > {shell([run + '/pid'])} && "
+            f"date +%s.%N > {shell([run + '/started'])} && "
+            f"{shell(['env', *(f'{k}={v}' for k, v in sorted(env.items())), *argv])} "
             f"> {shell([launch.log])} 2>&1 < /dev/null"
         )
+        after = f"date +%s.%N > {shell([run + '/ended'])}; times > {shell([run + '/times'])}; "
+        return self.collecting(launch, command, after_exit=after)
+
+    def exit_as(self, launch: Launch) -> str:
+        # A process killed by a signal makes the shell's status 128+N; the shell ends by the
+        # same signal, so that the channel reports it as before (sshd's exit-signal).
+        return 'if [ "$rc" -gt 128 ]; then kill -"$((rc - 128))" $$ 2>/dev/null; fi; exit $rc'
 
     def attach_command(self, launch: Launch) -> str:
         return launch.start_command
@@ -114,21 +125,22 @@ class ProcessRuntime(SshRuntime):
         )
         launch.remote.run(script, timeout=GRACE_S + 60)
 
-    def collect_node(self, launch: Launch, local: Path) -> None:
-        """One command per node: the process's own run time on the node's clock (start stamp
-        to the log's last write), its log byte for byte, and the run folder removed."""
-        run_dir, log = shell([launch.run_dir]), shell([launch.log])
-        started = shell([launch.run_dir + "/started"])
-        script = (
-            f'printf "%s|%s|%s\\n" "$(cat {started} 2>/dev/null)" '
-            f'"$(stat -c %.9Y {log} 2>/dev/null)" "$(test -f {log} && echo log)"; '
-            f"cat {log} 2>/dev/null; rm -rf {run_dir}"
+    def collect_script(self, launch: Launch) -> str:
+        """The process's run time on the node's clock (start stamp to its exit, or to the log's
+        last write when it was stopped), the CPU time of its processes, then its log."""
+        run, log = launch.run_dir, shell([launch.log])
+        begin, ended = shell([run + "/started"]), shell([run + "/ended"])
+        times = shell([run + "/times"])
+        return (
+            f'printf "%s|%s|%s|%s\\n" "$(cat {begin} 2>/dev/null)" '
+            f'"$(cat {ended} 2>/dev/null || stat -c %.9Y {log} 2>/dev/null)" '
+            f'"$(test -f {log} && echo log)" "$(tail -n 1 {times} 2>/dev/null)"; '
+            f"cat {log} 2>/dev/null"
         )
-        code, output, _ = launch.remote.run_bytes(script, timeout=300)
-        head, _, content = output.partition(b"\n")
-        begin, end, present = (head.decode("ascii", "replace").split("|") + ["", "", ""])[:3]
-        if code == 124:  # the caller notes the log as not fetched, the node as unclean
-            raise RuntimeError("fetching the log and removing the run folder timed out")
+
+    def take_collected(self, launch: Launch, block: bytes, local: Path) -> None:
+        head, _, content = block.partition(b"\n")
+        begin, end, present, cpu = (head.decode("ascii", "replace").split("|") + [""] * 4)[:4]
         if present != "log":
             write_text(local, f"[dlperf] node {launch.remote.node.name}: no log was written\n")
         else:
@@ -139,3 +151,10 @@ class ProcessRuntime(SshRuntime):
             )
         except ValueError:
             pass
+        # ``times``' second line: the user and system time of the shell's children, e.g.
+        # "0m1.234s 0m0.056s" (bash; dash prints fewer decimals).
+        spent = re.findall(r"(\d+)m([\d.]+)s", cpu)
+        if len(spent) == 2:
+            launch.facts["process_cpu_seconds"] = round(
+                sum(int(m) * 60 + float(s) for m, s in spent), 3
+            )

@@ -11,13 +11,17 @@ A repeat on a cluster:
 3. watch: the first non-zero exit, a dropped connection, a node whose sshd stops answering
    keepalive requests (hung, or its network gone: ``silence_limit_s``), the timeout or Ctrl-C
    ends the repeat for every node;
-4. finish: what is still running is stopped on every node; then, on every node at once and
-   in one SSH command each, the container's state or the process's run time is read, the log
-   comes back byte for byte into the repeat folder as ``node<i>.log``, the container and run
-   folder are removed; OOM (docker's ``State.OOMKilled``, or the scripts' exit 86) is told
-   apart. One SSH connection per node serves the whole session (prepare, launch, watch,
-   finish), and every per-node step runs for all nodes at once: the driver's own time per
-   repeat stays nearly flat as nodes are added.
+4. finish: what is still running is stopped on every node. A node's collection (the
+   container's state or the process's run time and CPU time, the log byte for byte, the
+   container and run folder removed) runs at the end of its launch command and arrives on the
+   launch's own channel, between two markers: no second SSH session per node per repeat. A
+   node stopped before that gets the same collection as a command of its own, all such nodes
+   at once. Logs land in the repeat folder as ``node<i>.log``; OOM (docker's
+   ``State.OOMKilled``, or the scripts' exit 86) is told apart.
+
+One SSH connection per node serves the whole session (prepare, launch, watch, finish), and
+every per-node step runs for all nodes at once: the driver's own time per repeat stays nearly
+flat as nodes are added.
 
 Subclasses say how a node's process is created, started, stopped and inspected.
 """
@@ -39,7 +43,7 @@ from driver.cluster import provenance
 from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle, sync_code
 from driver.cluster.inventory import Inventory, Node, load_inventory
 from driver.cluster.preflight import Check, devices_check, failures, run_preflight
-from driver.cluster.remote import NodeUnreachable, Remote, parallel
+from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
 from driver.core.repeatplan import NodeCommand
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import INTERRUPTED_DETAIL, NodeOutcome, RepeatOutcome, Verdict
@@ -51,6 +55,10 @@ POLL_S = 0.05
 SETTLE_S = 5.0  # after a stop, how long attached channels get to flush the last log lines
 HEARTBEAT_S = 2.0  # how often each node's sshd is asked for an answer during a repeat
 RANK_KEYS = set(NodeRank(0, 1, 1, "", 0).environment())
+# The lines around a node's collection block (what its process left, then its log byte for byte)
+# on the launch channel's stdout, or on the separate collection command's.
+COLLECTED = "dlperf-collected"
+COLLECTED_END = "dlperf-collected-end"
 
 
 @dataclass
@@ -67,10 +75,47 @@ class Launch:
     lost: str | None = None  # why the node dropped off, when it did
     facts: dict[str, Any] = field(default_factory=dict)  # inspect results: OOM, times, IDs
     start_command: str = ""  # what the attached channel runs, when create() prepares it
+    output: bytearray = field(default_factory=bytearray)  # the launch channel's stdout so far
+    output_ended: bool = False  # its end (EOF) came: ``output`` is all the node will send
 
     @property
     def log(self) -> str:
         return f"{self.run_dir}/node.log"
+
+    def read_channel(self) -> bool:
+        """Take what the launch channel has sent so far (without waiting); True once its
+        stdout has ended. Read while the node runs, so that the channel's window never fills;
+        its stderr holds only the shell's own complaints (the process writes to its log)."""
+        channel = self.channel
+        if channel is None:
+            return False
+        while channel.recv_ready():
+            self.output.extend(channel.recv(65536))
+        while channel.recv_stderr_ready():
+            channel.recv_stderr(65536)
+        if (channel.eof_received or channel.closed) and not channel.recv_ready():
+            self.output_ended = True
+        return self.output_ended
+
+    @property
+    def ended(self) -> bool:
+        """The node's command has exited and everything it wrote has arrived."""
+        return self.channel is not None and self.channel.exit_status_ready() and self.output_ended
+
+    def collected_block(self, output: bytes | bytearray | None = None) -> bytes | None:
+        """The collection block from ``output`` (default: the launch channel's, once ended):
+        the bytes between the start and end markers, or None when they are not both there
+        (the command stopped before its collection ran, or during it)."""
+        if output is None:
+            if not self.output_ended:
+                return None
+            output = self.output
+        start = f"{COLLECTED} {self.run_id}\n".encode()
+        end = f"\n{COLLECTED_END} {self.run_id}\n".encode()
+        begin, finish = output.find(start), output.rfind(end)
+        if begin < 0 or finish < begin + len(start):
+            return None
+        return bytes(output[begin + len(start) : finish])
 
 
 @dataclass
@@ -201,11 +246,47 @@ class SshRuntime:
     def stop(self, launch: Launch) -> None:
         raise NotImplementedError
 
-    def collect_node(self, launch: Launch, local: Path) -> None:
-        """After the repeat, in one command per node (all nodes at once): what the node's
-        process left (container state, run time), its log byte for byte into ``local``, its
-        container and run folder removed."""
+    def collect_script(self, launch: Launch) -> str:
+        """Shell commands that print, on stdout, what the node's process left (container
+        state, run time) and its log byte for byte (:meth:`take_collected` reads them), then
+        remove its container and run folder. They run at the end of the launch's own command
+        (:meth:`collecting`: no second SSH session per node per repeat) or, when that command
+        was stopped before them, as a command of their own (:meth:`collect_node`)."""
         raise NotImplementedError
+
+    def take_collected(self, launch: Launch, block: bytes, local: Path) -> None:
+        """Read a collection block: facts into ``launch.facts``, the log into ``local``."""
+        raise NotImplementedError
+
+    def collecting(self, launch: Launch, command: str, after_exit: str = "") -> str:
+        """``command``, then in the same shell its collection block between two markers
+        (the end marker is printed once the log has been sent whole) and ``command``'s exit
+        status as the channel's. ``after_exit``: shell commands run first, e.g. a stamp."""
+        return (
+            f"{command}; rc=$?; {after_exit}{self._collection(launch)}; {self.exit_as(launch)}"
+        )
+
+    def exit_as(self, launch: Launch) -> str:  # noqa: ARG002 - the process runtime's differs
+        """How the launch's shell ends after its collection: with the command's status."""
+        return "exit $rc"
+
+    def _collection(self, launch: Launch) -> str:
+        start, end = f"{COLLECTED} {launch.run_id}", f"{COLLECTED_END} {launch.run_id}"
+        return (
+            f"printf '%s\\n' {shell([start])}; {self.collect_script(launch)}; "
+            f"printf '\\n%s\\n' {shell([end])}; rm -rf {shell([launch.run_dir])}"
+        )
+
+    def collect_node(self, launch: Launch, local: Path) -> None:
+        """The collection as a command of its own: for a node whose launch command was
+        stopped (or lost its channel) before it collected."""
+        code, output, _ = launch.remote.run_bytes(self._collection(launch), timeout=300)
+        if code == 124:  # the caller notes the log as not fetched, the node as unclean
+            raise RuntimeError("fetching the log and cleaning up timed out")
+        block = launch.collected_block(output)
+        if block is None:
+            raise RuntimeError(f"the collection command ended early (exit {code})")
+        self.take_collected(launch, block, local)
 
     # -- preparing -------------------------------------------------------------------------
     def remotes_for(self, commands: tuple[NodeCommand, ...]) -> list[Remote]:
@@ -510,6 +591,8 @@ class SshRuntime:
                     if launch.exit_code is None:
                         launch.remote.heartbeat()
             for launch in launches:
+                if not launch.lost:
+                    launch.read_channel()
                 if launch.exit_code is not None or launch.lost:
                     continue
                 channel = launch.channel
@@ -534,7 +617,8 @@ class SshRuntime:
                     return Verdict.NODE_LOST, f"node {launch.remote.node.name}: {launch.lost}"
                 if launch.exit_code not in (None, 0):
                     return self._exit_verdict(launch)
-            if all(launch.exit_code == 0 for launch in launches):
+            # Done when every node's command has exited 0 and its collection has arrived whole.
+            if all(launch.exit_code == 0 and launch.ended for launch in launches):
                 return Verdict.OK, ""
             if time.monotonic() > deadline:
                 running = [x.remote.node.name for x in launches if x.exit_code is None]
@@ -564,7 +648,8 @@ class SshRuntime:
             return verdict, detail, notes
         unreachable: set[int] = set()
         if verdict != Verdict.OK:
-            for launch, _, error in parallel(launches, self.stop):
+            running = [launch for launch in launches if not launch.ended]
+            for launch, _, error in parallel(running, self.stop):
                 if error is not None:
                     self._dirty.add(launch.remote.node.name)
                     notes.append(
@@ -578,7 +663,10 @@ class SshRuntime:
             channel = launch.channel
             if channel is None or launch.lost:
                 continue
-            while not channel.exit_status_ready() and time.monotonic() < settle:
+            # Read to the channel's end: a command that exited may still be sending its log.
+            while not (launch.read_channel() and channel.exit_status_ready()):
+                if time.monotonic() >= settle:
+                    break
                 time.sleep(POLL_S)
             if launch.exit_code is None and channel.exit_status_ready():
                 status = channel.recv_exit_status()
@@ -586,9 +674,14 @@ class SshRuntime:
             channel.close()
 
         def collect(launch: Launch) -> None:
+            local = repeat_dir / f"node{launch.index}.log"
+            block = launch.collected_block()
+            if block is not None:  # it came on the launch's own channel
+                self.take_collected(launch, block, local)
+                return
             if launch.index in unreachable:
                 raise NodeUnreachable(launch.remote.node.name, "unreachable while stopping")
-            self.collect_node(launch, repeat_dir / f"node{launch.index}.log")
+            self.collect_node(launch, local)
 
         for launch, _, error in parallel(launches, collect):
             if error is not None:
