@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from driver.release.compute import Computed
 from driver.release.dataset import Dataset
+from driver.release.render import README_LAYOUTS
 from driver.schema import ConfigError, StrictModel, check_finite, describe_error, one_of, text
 
 MANIFEST = "manifest.json"
@@ -62,7 +63,7 @@ class Manifest(StrictModel):
     changes: dict[str, Any]
     counts: dict[str, Any]
     # README layout (driver.release.render): absent in the first versions (layout 1)
-    readme_layout: Annotated[Any, one_of(1, 2, 3)] = 1
+    readme_layout: Annotated[Any, one_of(*README_LAYOUTS)] = 1
 
 
 FIELDS = tuple(info.alias or name for name, info in Manifest.model_fields.items())

@@ -277,9 +277,13 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
 # references only where the devices compare. The audit renders a version in its own layout.
 # 3: cases split by machine (the hardware fingerprint of driver/verify/hardware.py: a
 # "machine" column wherever a table holds two), a case row's ``fingerprint``, and references
-# attached only on the same device model and precision.
-README_LAYOUT = 3
+# attached only on the same device model and precision. 4: layout 3 with the slow-node notes
+# of ``dlperf report`` (``driver.core.report.slow_node_notes``) among a table's notes, where a
+# case's repeats name one (from the straggler facts the door re-derives from the raw logs).
+README_LAYOUT = 4
+README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
 MACHINE_LAYOUT = 3
+SLOW_NODE_LAYOUT = 4
 
 
 def readme_layout(manifest: dict[str, Any]) -> int:
@@ -312,7 +316,9 @@ def _machines_section(computed: Computed) -> str:
     )
 
 
-def _tables_section(computed: Computed, long_format: bool = False) -> str:
+def _tables_section(
+    computed: Computed, long_format: bool = False, name_slow_nodes: bool = False
+) -> str:
     extras = [
         ExtraColumn("bound", _extra_cell(computed, "scaling_bound"), after="efficiency"),
         ExtraColumn("MFU", _extra_cell(computed, "mfu"), after="CV"),
@@ -345,7 +351,7 @@ def _tables_section(computed: Computed, long_format: bool = False) -> str:
         after_table=plots,
         extra_notes=notes,
         long_format=long_format,
-        name_slow_nodes=False,  # README layouts 1-3 predate the slow-node notes
+        name_slow_nodes=name_slow_nodes,  # layout 4 on: layouts 1-3 predate the notes
     )
 
 
@@ -611,7 +617,11 @@ def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
                 "median samples/s over repeats, speedup and efficiency against 1n1g at the same "
                 f"batch per device on the same {split}, and the coefficient of variation "
                 "over repeats; then the median and geometric mean across series.\n",
-                _tables_section(computed, long_format=True),
+                _tables_section(
+                    computed,
+                    long_format=True,
+                    name_slow_nodes=readme_layout(manifest) >= SLOW_NODE_LAYOUT,
+                ),
                 "## Beside published results\n",
                 _references_section(
                     computed, like_with_like=True, same_device=split == "machine"
