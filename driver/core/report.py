@@ -201,8 +201,8 @@ def markdown_tables(
     with median and geometric-mean rows across series (what ``dlperf report`` and releases of
     README layout 2 show); else the first releases' wide layout (one column group per series),
     kept so that their READMEs render as published. ``name_slow_nodes``: a note per case that
-    one node held back (``driver.core.summary.SlowNode``); the released READMEs, written
-    before it, render without."""
+    one node held back (``driver.core.summary.SlowNode``); releases of README layout 4 on
+    carry it, those of layouts 1-3 (written before it) render without."""
     out: list[str] = []
     hashes = "#" * heading_level
     for title, group in tables(summaries):
