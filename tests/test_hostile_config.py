@@ -292,6 +292,7 @@ def run_cli(argv: list[str]) -> object:
 SUBCOMMAND_VALUES: dict[tuple[str, ...], list[str]] = {
     ("selftest", "--step-time"): ["1e308", "0", "-1", "nan", "inf", "61", "abc"],
     ("selftest", "--repeats"): ["0", "-1", "1001", "1.5", "nan"],
+    ("selftest", "--nodes"): ["0", "-1", "201", "abc", "2,2", "2,,4", "2,4,", ",", ""],
     ("compare", "--alpha"): ["nan", "2", "-1", "0", "1", "inf", "x"],
     ("preflight", "--devices"): ["0", "-1", "1e3", "nan", "5000"],
     ("probe", "--iters"): ["0", "-1", "nan", "1e9"],

@@ -97,9 +97,14 @@ def count_list(low: int, high: int) -> Callable[[str], tuple[int, ...]]:
     one = bounded_int(low, high)
 
     def parse(text: str) -> tuple[int, ...]:
-        counts = tuple(one(part) for part in text.split(",") if part.strip())
-        if not counts:
+        parts = [part.strip() for part in text.split(",")]
+        if not any(parts):
             raise argparse.ArgumentTypeError(f"give at least one count, e.g. 2,4,8 ({low}-{high})")
+        if not all(parts):  # "2,,4" or "2,4,": a count left out, not silently skipped
+            raise argparse.ArgumentTypeError(
+                f"{text!r} has an empty item: give counts separated by single commas, e.g. 2,4,8"
+            )
+        counts = tuple(one(part) for part in parts)
         if len(set(counts)) != len(counts):
             raise argparse.ArgumentTypeError(f"{text!r} names a count twice")
         return counts
