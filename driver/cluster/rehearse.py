@@ -31,7 +31,6 @@ from driver.core.envs import venv_environment, venv_python
 from driver.frameworks.base import Framework
 
 REHEARSAL_RUNTIME = "process"
-HOW_TO = "`dlperf run --simulated-hosts --runtime process ...` as root (make: REHEARSE=on)"
 
 
 def refusal(*, runtime: str, inventory: str | None, dry_run: bool = False) -> str | None:
@@ -43,10 +42,9 @@ def refusal(*, runtime: str, inventory: str | None, dry_run: bool = False) -> st
         )
     if runtime != REHEARSAL_RUNTIME:
         return (
-            f"--simulated-hosts runs the cases through --runtime {REHEARSAL_RUNTIME} (each host's "
-            f"sshd starts its ranks), not {runtime}: docker's containers would share this "
-            "machine's one engine (its network and clock), and the local runtime has no hosts; "
-            f"use --runtime {REHEARSAL_RUNTIME} (with make, REHEARSE=on sets it)"
+            f"--simulated-hosts runs the cases through the {REHEARSAL_RUNTIME} runtime (each "
+            f"host's sshd starts its ranks), not {runtime}; drop --runtime {runtime} (with make, "
+            "REHEARSE=on without RUNTIME)"
         )
     if dry_run:  # a dry run makes no host: it only prints the commands they would run
         return None

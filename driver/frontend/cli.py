@@ -118,6 +118,8 @@ def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.runtime is None:  # a rehearsal's hosts are reached over SSH: the process runtime
+        args.runtime = "process" if args.simulated_hosts else "local"
     if args.simulated_hosts:
         from driver.cluster.rehearse import refusal
 
@@ -527,7 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a framework option (repeatable, each key once)",
     )
-    run.add_argument("--runtime", default="local", help=RUNTIME_HELP)
+    run.add_argument(
+        "--runtime", help=f"{RUNTIME_HELP}; default local, or process with --simulated-hosts"
+    )
     run.add_argument(
         "--progress",
         choices=("auto", "plain", "rich"),
