@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from driver.cluster import rehearse
-from driver.cluster.simhosts import TAG, missing_requirements
+from driver.cluster.simhosts import (
+    TAG,
+    SimulatedHosts,
+    SimulatedHostsError,
+    missing_requirements,
+)
 from driver.core.results import Session
 from driver.frontend.cli import main
 from tests.conftest import require_real
@@ -40,7 +46,8 @@ def our_hosts_left() -> list[str]:
     prefix = f"{TAG}{os.getpid()}"
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    return [line for line in (netns + links).splitlines() if prefix in line]
+    names = (f"{prefix}-", f"{prefix}h")  # namespaces <prefix>-<host>, the link <prefix>h
+    return [line for line in (netns + links).splitlines() if any(n in line for n in names)]
 
 
 def header_hostnames(repeat_dir: Path) -> dict[int, str]:
@@ -108,6 +115,8 @@ def test_loopback_refusal_of_oneflow_names_the_rehearsal(capsys: pytest.CaptureF
 def test_dry_run_plans_oneflow_on_the_hosts_own_addresses(capsys: pytest.CaptureFixture) -> None:
     """A dry run makes no host (no root needed) and shows each node's command at its own
     address, with the OneFlow venv's interpreter; the loopback refusal does not apply."""
+    if not shutil.which("ip"):  # the hosts' free subnet is chosen from this machine's routes
+        require_real("no ip (apt-get install iproute2)")
     assert main([*ONEFLOW_2N2G, "--simulated-hosts", "--dry-run"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.strip().startswith("[n")]
@@ -117,6 +126,25 @@ def test_dry_run_plans_oneflow_on_the_hosts_own_addresses(capsys: pytest.Capture
     assert all(".venvs/oneflow/bin/python -m driver.launchers.oneflow" in line for line in lines)
     assert all(f"--master_addr={addresses[0]} " in line for line in lines)
     assert our_hosts_left() == []
+
+
+def test_hosts_that_do_not_start_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    def fails(_hosts: SimulatedHosts) -> None:
+        raise SimulatedHostsError("sshd of n2: sshd exited:\nBad configuration option")
+
+    monkeypatch.setattr(rehearse, "missing_requirements", lambda **_: None)
+    monkeypatch.setattr(SimulatedHosts, "start", fails)
+    monkeypatch.setattr("driver.core.envs.ensure_env", lambda *_a, **_k: None)  # not the point
+    code = main([*ONEFLOW_2N2G, "--simulated-hosts", "--results", str(tmp_path), "--dry-run"])
+    assert code == 0  # a dry run makes no host
+    capsys.readouterr()
+    code = main([*ONEFLOW_2N2G, "--simulated-hosts", "--results", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert "error: --simulated-hosts: sshd of n2: sshd exited: Bad configuration option" in err
+    assert not list(tmp_path.iterdir())
 
 
 # -- real simulated hosts ------------------------------------------------------------------------
@@ -136,6 +164,7 @@ def test_the_hosts_are_removed_on_ctrl_c_and_on_failure(
         raise ending("stopped inside the run")
 
     monkeypatch.setattr("driver.core.runner.run_cases", run_cases)
+    monkeypatch.setattr("driver.core.envs.ensure_env", lambda *_a, **_k: None)  # nothing runs
     argv = ["run", "--framework", "pytorch", "--model", "resnet50", "--profile", "cpu-smoke",
             "--nodes", "2", "--gpus", "1", "--simulated-hosts", "--results", str(tmp_path),
             "--session", "s"]  # fmt: skip

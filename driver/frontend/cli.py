@@ -194,6 +194,7 @@ def rehearse_selection(args: argparse.Namespace, selection: Selection) -> int:
     nodes, through the process runtime; the hosts go at the end, however the run ends."""
     from driver.cluster.inventory import load_inventory
     from driver.cluster.rehearse import simulated_hosts
+    from driver.cluster.simhosts import SimulatedHostsError
     from driver.core.envs import ensure_env
     from driver.core.hardware import gpu_names
     from driver.runtimes.process import ProcessRuntime
@@ -205,12 +206,16 @@ def rehearse_selection(args: argparse.Namespace, selection: Selection) -> int:
                 ensure_env(framework)
     nodes = max(case.topology.nodes for case in selection.cases)
     devices = max(case.topology.devices_per_node for case in selection.cases)
-    with simulated_hosts(
-        nodes, devices, frameworks, start=not args.dry_run, gpus=bool(gpu_names())
-    ) as rehearsal:
-        # A dry run makes no host: its inventory names a client key that is never made.
-        runtime = ProcessRuntime(load_inventory(rehearsal.inventory, check_files=rehearsal.started))
-        return run_selection(args, selection, runtime, rehearsal=rehearsal)
+    try:
+        with simulated_hosts(
+            nodes, devices, frameworks, start=not args.dry_run, gpus=bool(gpu_names())
+        ) as rehearsal:
+            # A dry run makes no host: its inventory names a client key that is never made.
+            inventory = load_inventory(rehearsal.inventory, check_files=rehearsal.started)
+            return run_selection(args, selection, ProcessRuntime(inventory), rehearsal=rehearsal)
+    except SimulatedHostsError as error:  # a host that would not start: what it printed
+        print(f"error: --simulated-hosts: {' '.join(str(error).split())[:2000]}", file=sys.stderr)
+        return 1
 
 
 def run_selection(
