@@ -17,8 +17,18 @@ RUNTIME  ?= local
 INVENTORY?=
 SESSION  ?=
 RUN_ARGS ?=
+# REHEARSE=on (as root): the cases on simulated hosts of this machine, one per node of the largest
+# case, each its own address, hostname and clock (docs/clusters.md); no INVENTORY.
+REHEARSE ?=
+ifneq ($(filter-out on off,$(REHEARSE)),)
+$(error REHEARSE=$(REHEARSE) is not allowed; allowed values: on, off)
+endif
+# A rehearsal runs through the process runtime; a RUNTIME given (command line or environment) is
+# passed on, and refused by dlperf unless it is process, never silently replaced.
+rehearse_runtime = $(if $(filter file,$(origin RUNTIME)),process,$(RUNTIME))
 
-run_flags = --profile $(PROFILE) --runtime $(RUNTIME) \
+run_flags = --profile $(PROFILE) \
+	$(if $(filter on,$(REHEARSE)),--runtime $(rehearse_runtime) --simulated-hosts,--runtime $(RUNTIME)) \
 	$(if $(NODES),--nodes $(NODES)) $(if $(GPUS),--gpus $(GPUS)) \
 	$(if $(BATCH),--batch $(BATCH)) $(if $(AMP),--amp $(AMP)) \
 	$(if $(REPEATS),--repeats $(REPEATS)) $(if $(INVENTORY),--inventory $(INVENTORY)) \

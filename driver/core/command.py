@@ -97,7 +97,11 @@ def check_placement(case: Case, nodes: list[tuple[str, str]]) -> None:
         f"({', '.join(sorted(set(loopback)))}): they would all look like one host and the job "
         f"would hang at its first collective ({framework.folder}/README.md). Give an inventory "
         "of real nodes (`--inventory cluster.yaml`; with make, INVENTORY=cluster.yaml "
-        "RUNTIME=docker or process; docs/clusters.md), or rehearse on this host: all the "
+        "RUNTIME=docker or process; docs/clusters.md), or run this shape on this machine on "
+        "simulated hosts, each with its own address (as root: `make "
+        f"{case.model}-{case.framework} NODES={case.topology.nodes} "
+        f"GPUS={case.topology.devices_per_node} REHEARSE=on`, i.e. `dlperf run "
+        "--simulated-hosts --runtime process`; docs/clusters.md); without root, all the "
         f"processes on one node ({one_host}), or the shape with the calibration workload "
         f"(`dlperf selftest --topologies {case.topology.label}`)"
     )

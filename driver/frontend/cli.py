@@ -8,9 +8,12 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from driver.bench.contract import OptionPairs, parse_option_value
+from driver.core.case import Case
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
@@ -22,7 +25,7 @@ from driver.core.matrix import (
     load_matrix,
     overrides_from,
 )
-from driver.files import KitWriteError
+from driver.files import KitWriteError, write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.frontend.args import (
     bounded_float,
@@ -37,9 +40,14 @@ from driver.runtimes.base import RuntimeConfigError
 from driver.runtimes.factory import make_runtime
 from driver.schema import ConfigError, did_you_mean
 
+if TYPE_CHECKING:
+    from driver.cluster.rehearse import Rehearsal
+    from driver.runtimes.base import Runtime
+
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
 DEFAULT_RESULTS = REPO_ROOT / "results"
+REHEARSAL_INVENTORY = "simulated-hosts.yaml"  # in the session folder: the hosts a rehearsal made
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
@@ -110,13 +118,15 @@ def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from driver.core.envs import ensure_env
-    from driver.core.plan import dry_run_plan
-    from driver.core.report import markdown_tables
-    from driver.core.results import Session
-    from driver.core.runner import run_cases
-    from driver.core.summary import summarize
+    if args.runtime is None:  # a rehearsal's hosts are reached over SSH: the process runtime
+        args.runtime = "process" if args.simulated_hosts else "local"
+    if args.simulated_hosts:
+        from driver.cluster.rehearse import refusal
 
+        refused = refusal(runtime=args.runtime, inventory=args.inventory, dry_run=args.dry_run)
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return 2
     for name in _csv(args.framework):
         if name not in FRAMEWORKS:
             raise MatrixError(
@@ -130,7 +140,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     ]
     if args.session is not None:
         check_session_name(args.session)
-    profile, why = choose_profile(args.profile, args.runtime)
+    # Simulated hosts are this machine: its hardware chooses the profile, as for a local run.
+    profile, why = choose_profile(args.profile, "local" if args.simulated_hosts else args.runtime)
     overrides = overrides_from(
         {
             "models": _csv(args.model),
@@ -162,7 +173,68 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cases:
         print("no case matches the selection", file=sys.stderr)
         return 2
-    runtime = make_runtime(args.runtime, inventory=args.inventory)
+    selection = Selection(cases, profile, why, descriptions)
+    if args.simulated_hosts:
+        return rehearse_selection(args, selection)
+    return run_selection(args, selection, make_runtime(args.runtime, inventory=args.inventory))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The cases a ``dlperf run`` selected, and from where (the session records it)."""
+
+    cases: list[Case]
+    profile: str
+    why: str  # why this profile
+    descriptions: dict[str, str]  # matrix file -> its description
+
+
+def rehearse_selection(args: argparse.Namespace, selection: Selection) -> int:
+    """``--simulated-hosts``: the selection on as many simulated hosts as its largest case has
+    nodes, through the process runtime; the hosts go at the end, however the run ends."""
+    from driver.cluster.inventory import load_inventory
+    from driver.cluster.rehearse import simulated_hosts
+    from driver.cluster.simhosts import SimulatedHostsError
+    from driver.core.envs import ensure_env
+    from driver.core.hardware import gpu_names
+    from driver.runtimes.process import ProcessRuntime
+
+    frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
+    if not args.dry_run:  # the hosts run the local runtime's venvs: made before the hosts
+        for framework in frameworks:
+            if framework.cpu_requirements.exists():
+                ensure_env(framework)
+    nodes = max(case.topology.nodes for case in selection.cases)
+    devices = max(case.topology.devices_per_node for case in selection.cases)
+    try:
+        with simulated_hosts(
+            nodes, devices, frameworks, start=not args.dry_run, gpus=bool(gpu_names())
+        ) as rehearsal:
+            # A dry run makes no host: its inventory names a client key that is never made.
+            inventory = load_inventory(rehearsal.inventory, check_files=rehearsal.started)
+            return run_selection(args, selection, ProcessRuntime(inventory), rehearsal=rehearsal)
+    except SimulatedHostsError as error:  # a host that would not start: what it printed
+        print(f"error: --simulated-hosts: {' '.join(str(error).split())[:2000]}", file=sys.stderr)
+        return 1
+
+
+def run_selection(
+    args: argparse.Namespace,
+    selection: Selection,
+    runtime: Runtime,
+    *,
+    rehearsal: Rehearsal | None = None,
+) -> int:
+    """Run (or, with --dry-run, print) the selected cases on ``runtime``: the session, the
+    closing table and the report."""
+    from driver.core.envs import ensure_env
+    from driver.core.plan import dry_run_plan
+    from driver.core.report import markdown_tables
+    from driver.core.results import Session
+    from driver.core.runner import run_cases
+    from driver.core.summary import summarize
+
+    cases, profile, why = selection.cases, selection.profile, selection.why
     # A case that needs more nodes than the inventory has, or that its launcher cannot run
     # where the runtime puts its nodes, is a clear error, up front.
     from driver.core.command import check_placement
@@ -195,17 +267,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         ensure_case_envs(cases)  # upstream code released on PyPI runs from .venvs/<source>
     session_name = args.session or f"{time.strftime('%Y%m%d-%H%M%S')}-{profile}"
+    root = Path(args.results) / session_name
+    where: dict[str, object] = {}
+    if rehearsal is not None:  # every record names the simulated cluster; the session says more
+        where = {"simulated_hosts": rehearsal.facts(root / REHEARSAL_INVENTORY)}
     session = Session.open(
-        Path(args.results) / session_name,
+        root,
         {
             "profile": profile,
             "profile_reason": why,
-            "matrix_files": sorted(descriptions),
+            "matrix_files": sorted(selection.descriptions),
             "runtime": runtime.name,
             "argv": sys.argv[1:],
+            **where,
         },
     )
-    session.note_run({"argv": sys.argv[1:], "profile": profile, "runtime": runtime.name})
+    session.note_run({"argv": sys.argv[1:], "profile": profile, "runtime": runtime.name, **where})
+    if rehearsal is not None:
+        write_text(session.root / REHEARSAL_INVENTORY, rehearsal.inventory.read_text())
+        print(rehearsal.facts(session.root / REHEARSAL_INVENTORY)["note"])
     print(f"session: {session.root}")
     if getattr(args, "probe", False):  # all-reduce bandwidth before the matrix (driver/probes)
         from driver.probes import probe_topologies
@@ -454,7 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a framework option (repeatable, each key once)",
     )
-    run.add_argument("--runtime", default="local", help=RUNTIME_HELP)
+    run.add_argument(
+        "--runtime", help=f"{RUNTIME_HELP}; default local, or process with --simulated-hosts"
+    )
     run.add_argument(
         "--progress",
         choices=("auto", "plain", "rich"),
@@ -463,6 +545,13 @@ def build_parser() -> argparse.ArgumentParser:
         "ETA (plain: CI logs)",
     )
     run.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
+    run.add_argument(
+        "--simulated-hosts",
+        action="store_true",
+        help="rehearse the cases on N simulated hosts of this machine (N: the largest case's "
+        "nodes; each its own address, hostname and clock; root; --runtime process), removed "
+        "at the end (docs/clusters.md)",
+    )
     run.add_argument("--results", default=str(DEFAULT_RESULTS))
     run.add_argument("--session", help="session name; an existing one is resumed")
     run.add_argument("--dry-run", action="store_true", help="print cases and commands only")

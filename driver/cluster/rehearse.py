@@ -1,0 +1,165 @@
+"""``dlperf run --simulated-hosts``: rehearse a real matrix on N simulated hosts of this machine.
+
+Before booking a cluster, the matrix's own cases (real frameworks, their launchers, the
+``process`` runtime over SSH, every node its own address, hostname and clock) run on N simulated
+hosts (:mod:`driver.cluster.simhosts`), N being the largest node count of the selected cases.
+Each host runs a framework's case with the interpreter the local runtime would use
+(``.venvs/<framework>/bin/python``; the file system is shared) and the venv's extra library
+folders. The hosts are removed at the end, also on Ctrl-C, SIGTERM or a failure.
+
+What it shows is that the shape runs (rendezvous, collectives across addresses, log collection,
+records), not what N machines would measure: every host's ranks share this machine's CPUs,
+memory and GPUs. The inventory's cluster name (in every record) and ``session.json`` say so.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from driver.cluster.simhosts import SimulatedHosts, missing_requirements, sweep_stale
+from driver.core.envs import venv_environment, venv_python
+from driver.frameworks.base import Framework
+
+REHEARSAL_RUNTIME = "process"
+
+
+def refusal(*, runtime: str, inventory: str | None, dry_run: bool = False) -> str | None:
+    """None when a rehearsal can run here as asked, else one line saying why and the fix."""
+    if inventory:
+        return (
+            f"--simulated-hosts makes its own hosts and their inventory; drop --inventory "
+            f"{inventory} (or drop --simulated-hosts to run on the cluster it lists)"
+        )
+    if runtime != REHEARSAL_RUNTIME:
+        return (
+            f"--simulated-hosts runs the cases through the {REHEARSAL_RUNTIME} runtime (each "
+            f"host's sshd starts its ranks), not {runtime}; drop --runtime {runtime} (with make, "
+            "REHEARSE=on without RUNTIME)"
+        )
+    if dry_run:  # a dry run makes no host: it only prints the commands they would run
+        return None
+    why = missing_requirements(sshd=True)
+    return f"--simulated-hosts: {why}" if why else None
+
+
+def cluster_name(machine: str | None = None) -> str:
+    """The inventory's cluster name, in every record: simulated, and on which machine."""
+    host = re.sub(r"[^A-Za-z0-9_.-]+", "-", machine or platform.node()).strip("-.") or "this"
+    return f"simulated-hosts-on-{host}"[:63]
+
+
+def interpreters(frameworks: Iterable[Framework]) -> dict[str, str]:
+    """The inventory's ``python``: per framework the local runtime's venv interpreter; the kit's
+    own (the calibration workload, the pre-flight's probe) for everything else."""
+    found = {"default": sys.executable}
+    for framework in frameworks:
+        if framework.name != "calibration" and framework.cpu_requirements.exists():
+            found[framework.name] = str(venv_python(framework))
+    return found
+
+
+def library_environment(frameworks: Iterable[Framework]) -> dict[str, str]:
+    """The venvs' extra library folders (OneFlow's cuDNN/cuBLAS wheels), as the local runtime
+    exports them. An inventory's ``env`` is per host, not per framework: the folders of every
+    selected framework are joined (each wheel opens its own libraries by name)."""
+    folders: list[str] = []
+    for framework in frameworks:
+        for folder in venv_environment(framework).get("LD_LIBRARY_PATH", "").split(":"):
+            if folder and folder not in folders:
+                folders.append(folder)
+    return {"LD_LIBRARY_PATH": ":".join(folders)} if folders else {}
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """The simulated hosts a run goes to: their inventory and what the session records."""
+
+    hosts: SimulatedHosts
+    inventory: Path
+    started: bool
+
+    def facts(self, inventory_copy: Path) -> dict[str, Any]:
+        """``session.json``'s ``simulated_hosts``: which hosts, where their inventory is kept,
+        and that they are one machine."""
+        return {
+            "hosts": {host.name: host.address for host in self.hosts.hosts},
+            "machine": platform.node(),
+            "cluster": cluster_name(),
+            "inventory": str(inventory_copy),
+            "note": (
+                f"{len(self.hosts.hosts)} simulated hosts on one machine ({platform.node()}): "
+                "own network address, hostname and clock each, but every host's ranks share "
+                "this machine's CPUs, memory and GPUs; a rehearsal of the shape, not a "
+                "measurement of that many machines"
+            ),
+        }
+
+
+def _uninterruptible(action: Any) -> None:
+    """Run ``action`` with Ctrl-C and SIGTERM held off: a second Ctrl-C while the hosts are
+    being removed would leave namespaces and daemons behind."""
+    if threading.current_thread() is not threading.main_thread():
+        action()
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        action()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def simulated_hosts(
+    nodes: int,
+    devices: int,
+    frameworks: Iterable[Framework],
+    *,
+    start: bool = True,
+    gpus: bool = False,
+    printer: Any = print,
+) -> Iterator[Rehearsal]:
+    """``nodes`` simulated hosts with sshd and their inventory (``devices`` ranks per host), in
+    a temporary folder; removed on leaving, however that happens. ``start=False`` (a dry run)
+    writes the inventory of hosts that are never made."""
+    frameworks = list(frameworks)
+    with tempfile.TemporaryDirectory(prefix="dlperf-rehearse-") as scratch:
+        root = Path(scratch)
+        # Our client key at a fixed path, so the inventory can name it before the hosts start.
+        (root / "client").mkdir()
+        hosts = SimulatedHosts(
+            root / "hosts", nodes, sshd=True, client_key=root / "client" / "id_ed25519"
+        )
+        inventory = hosts.write_inventory(
+            root / "simulated-hosts.yaml",
+            devices=devices,
+            cluster=cluster_name(),
+            python=interpreters(frameworks),  # type: ignore[arg-type] # one per framework
+            env=library_environment(frameworks),
+            container={"variant": "gpu" if gpus else "cpu"},
+        )
+        if not start:
+            yield Rehearsal(hosts, inventory, started=False)
+            return
+        for leftover in sweep_stale():  # what a killed rehearsal (SIGKILL) left
+            printer(f"removed a leftover of an earlier run's simulated hosts: {leftover}")
+        printer(
+            f"making {nodes} simulated hosts ({', '.join(h.address for h in hosts.hosts)}) on "
+            f"this machine: each its own address, hostname and clock, all on its hardware"
+        )
+        hosts.start()  # removes what it made if it fails
+        try:
+            yield Rehearsal(hosts, inventory, started=True)
+        finally:
+            printer(f"removing the {nodes} simulated hosts")
+            _uninterruptible(hosts.stop)
