@@ -144,7 +144,7 @@ def simulated_hosts(
             root / "simulated-hosts.yaml",
             devices=devices,
             cluster=cluster_name(),
-            python=interpreters(frameworks),  # type: ignore[arg-type] # one per framework
+            python=interpreters(frameworks),  # one per framework
             env=library_environment(frameworks),
             container={"variant": "gpu" if gpus else "cpu"},
         )

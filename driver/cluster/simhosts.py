@@ -332,12 +332,13 @@ class SimulatedHosts:
         *,
         devices: int = 1,
         cluster: str = "simulated",
-        python: str | None = sys.executable,
+        python: str | dict[str, str] | None = sys.executable,
         **defaults: Any,
     ) -> Path:
         """An inventory of these hosts for the process/docker runtimes: ``devices`` per host,
-        this interpreter on every host (the file system is shared; ``python=None``: the
-        inventory's default, for docker), ``defaults`` merged into its defaults."""
+        this interpreter on every host (the file system is shared; one per framework as a
+        mapping, as an inventory's ``python`` takes; ``python=None``: the inventory's default,
+        for docker), ``defaults`` merged into its defaults."""
         ssh = {
             "key": str(self.client_key),
             "known_hosts": str(self.known_hosts),
