@@ -208,6 +208,45 @@ def test_a_bad_threshold_or_session_is_refused(
     assert main(["nodes", "--inventory", str(inventory), "--runtime", "process",
                  "--framework", "calibration", "--session", "../x"]) == 2  # fmt: skip
     assert "--session" in capsys.readouterr().err
+    # The pairs' sizes are checked as the probe command's --sizes-mb; one half or the other.
+    refusals = (
+        (["--probe-sizes-mb", "1,,8"], "argument --probe-sizes-mb: expects comma-separated"),
+        (["--probe-sizes-mb", "0"], "argument --probe-sizes-mb"),
+        (["--probe-iters", "0"], "argument --probe-iters"),
+        (["--no-pairs", "--pairs-only"], "--pairs-only: not allowed with argument --no-pairs"),
+    )
+    for bad, said in refusals:
+        with pytest.raises(SystemExit):
+            main(["nodes", "--inventory", str(inventory), *bad])
+        assert said in capsys.readouterr().err
+
+
+def test_a_failed_probe_is_a_failed_pair_named_with_why(
+    ssh_nodes: list[SshNode], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """No torch where the probe runs (the inventory's PyTorch interpreter runs without its
+    site-packages): the pair FAILED with why, both nodes FAILED, exit 1, no traceback."""
+    without_torch = tmp_path / "python-without-torch"
+    without_torch.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    without_torch.chmod(0o755)
+    inventory = write_inventory(
+        tmp_path / "cluster.yaml",
+        ssh_nodes,
+        defaults={"devices": 1, "python": {"default": sys.executable,
+                                           "pytorch": str(without_torch)},
+                  "interface": "lo", "container": {"variant": "cpu"}},
+    )  # fmt: skip
+    status = main(["nodes", "--inventory", str(inventory), "--runtime", "process",
+                   "--pairs-only", "--results", str(tmp_path / "results")])  # fmt: skip
+    captured = capsys.readouterr()
+    assert status == 1 and "Traceback" not in captured.out + captured.err
+    [line] = [line for line in captured.out.splitlines() if line.startswith("| node0+node1 ")]
+    assert "FAILED: ProbeError: probe 2n2g: failed" in line, captured.out
+    rows = node_rows(captured.out)
+    assert {node: row[3] for node, row in rows.items()} == {"node0": "FAILED", "node1": "FAILED"}
+    assert "samples/s" not in captured.out  # --pairs-only: no 1n1g case
+    assert "pairs whose probe failed: node0+node1" in captured.out
+    assert "cannot import torch" in line  # the why: the runtime's check on every node
 
 
 def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:
@@ -321,3 +360,45 @@ def test_a_throttled_nic_is_named_a_slow_link_and_no_other_node(
     # the others more than 4 times that.
     assert max(busbw["n2+n3"], busbw["n3+n4"]) <= 0.025 * 1.05, busbw
     assert min(busbw["n1+n2"], busbw["n4+n1"]) > 4 * 0.025, busbw
+
+
+def test_ctrl_c_during_the_pairs_stops_every_probe_and_leaves_nothing_running(
+    ssh_nodes: list[SshNode], tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from driver.runtimes.ssh import session_label
+    from tests.cluster_fixtures import processes_with_env
+    from tests.real_frameworks import framework_env
+
+    python = {"default": sys.executable, "pytorch": framework_env("pytorch")}
+    inventory = write_inventory(
+        tmp_path / "cluster.yaml",
+        ssh_nodes,
+        defaults={"devices": 1, "python": python, "interface": "lo",
+                  "container": {"variant": "cpu"}},
+    )  # fmt: skip
+    root = tmp_path / "results" / "scan"
+    label = f"DLPERF_RUN_ID=dlperf-{session_label(root / 'node0+node1')}"
+    head = subprocess.Popen(
+        [sys.executable, "-m", "driver.frontend.cli", "nodes", "--inventory", str(inventory),
+         "--runtime", "process", "--pairs-only", "--probe-sizes-mb", "8",
+         "--probe-iters", "100000", "--results", str(tmp_path / "results"), "--session", "scan"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(processes_with_env(label)) < 4:  # torchrun and the probe on both nodes
+            assert head.poll() is None and time.monotonic() < deadline, head.stdout.read()
+            time.sleep(0.2)
+        head.send_signal(signal.SIGINT)
+        out, _ = head.communicate(timeout=90)
+    finally:
+        head.kill()
+    assert head.returncode == 130, out
+    assert "interrupted: every pair's probe in flight is stopped" in out
+    assert "node scan interrupted" in out
+    assert not processes_with_env(label), out
+    assert (root / "node0+node1" / "probes" / "allreduce-2n2g" / "interrupted.json").exists()
