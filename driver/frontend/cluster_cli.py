@@ -258,7 +258,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             print(f"node scan: {case.id} x{case.repeats} on {len(nodes)} nodes at once ({root})")
             verdicts = judge(scan_nodes(case, one_node_runtimes(runtime, inventory), root),
                              args.slow_below)  # fmt: skip
-        if not args.no_pairs:
+        if not args.no_pairs and not pairs:
+            print("pair scan: skipped, one node has no other to pair with")
+        elif not args.no_pairs:
             print(f"pair scan: all-reduce probe ({args.probe_sizes_mb} MB) on {len(pairs)} "
                   f"pair(s) of {len(nodes)} nodes ({root})")  # fmt: skip
             pair_results = probe_pairs(
@@ -271,7 +273,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"node scan interrupted; what ran is in {root}", file=sys.stderr)
         return 130
-    print(table(verdicts, args.slow_below, links))
+    if verdicts or links is not None:
+        print(table(verdicts, args.slow_below, links))
     flagged = [v.result.node for v in verdicts if v.verdict != "ok"]
     flagged += [link.node for link in links or [] if link.flagged and link.node not in flagged]
     failed_pairs = [pair.name for pair in pair_results if pair.failure]
