@@ -293,7 +293,9 @@ def link_reference(pairs: list[PairResult]) -> tuple[dict[str, float], float | N
     return medians, (statistics.median(medians.values()) if medians else None)
 
 
-def judge_links(nodes: list[str], pairs: list[PairResult], slow_below: float) -> list[LinkVerdict]:
+def judge_links(
+    nodes: list[str], pairs: list[PairResult], slow_below: float = SLOW_LINK_BELOW
+) -> list[LinkVerdict]:
     """Each node's link: SLOW when every pair it was in that ran is more than ``slow_below``
     under the reference; FAILED when every pair it was in failed."""
     medians, reference = link_reference(pairs)
