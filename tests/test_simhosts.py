@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,6 +124,65 @@ def test_a_killed_run_is_swept(can_make_hosts: None, tmp_path: Path) -> None:
         assert prefix not in netns and f"{live.prefix}-n1" in netns
         assert live.run_in("n1", ["hostname"]).stdout.strip() == "n1"
     assert prefix not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+RECEIVE = """
+import socket, sys
+server = socket.create_server(("0.0.0.0", 5201))
+print("ready", flush=True)
+conn, _ = server.accept()
+got = 0
+while got < int(sys.argv[1]) and (chunk := conn.recv(1 << 16)):
+    got += len(chunk)
+conn.sendall(b"k")
+print(got, flush=True)
+"""
+SEND = """
+import socket, sys, time
+conn = socket.create_connection((sys.argv[1], 5201), timeout=30)
+start = time.monotonic()
+conn.sendall(b"x" * int(sys.argv[2]))
+conn.recv(1)
+print(time.monotonic() - start)
+"""
+
+
+def test_throttle_limits_what_a_host_sends_and_is_removed(
+    can_make_hosts: None, tmp_path: Path
+) -> None:
+    """4 MB from n1 to n2 over their bridge: at most 40 Mbit/s once n1 is throttled (tc tbf
+    on its eth0), fast again once the throttle is removed; nothing left after the hosts."""
+    if not shutil.which("tc"):
+        require_real("tc is missing: apt-get install iproute2")
+    size, rate_bits = 4_000_000, 40e6
+
+    def send_time(hosts: SimulatedHosts) -> float:
+        receiver = subprocess.Popen(
+            [*hosts.host("n2").enter(), sys.executable, "-c", RECEIVE, str(size)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert receiver.stdout.readline().strip() == "ready"
+            sent = hosts.run_in("n1", [sys.executable, "-c", SEND, hosts.address("n2"), str(size)])
+            assert sent.returncode == 0, sent.stderr
+            assert receiver.stdout.readline().strip() == str(size)
+        finally:
+            receiver.kill()
+            receiver.wait(timeout=10)
+        return float(sent.stdout)
+
+    with SimulatedHosts(tmp_path / "hosts", 2) as hosts:
+        hosts.throttle("n1", "40mbit")
+        shown = hosts.run_in("n1", ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+        assert "tbf" in shown and "40Mbit" in shown, shown
+        throttled = send_time(hosts)
+        assert throttled >= 0.9 * size * 8 / rate_bits, throttled  # 0.8 s at 40 Mbit/s
+        hosts.throttle("n1", "")
+        assert "tbf" not in hosts.run_in("n1", ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+        assert send_time(hosts) < throttled / 4
+        with pytest.raises(simhosts.SimulatedHostsError, match="tbf rate fast .*: exit"):
+            hosts.throttle("n2", "fast")  # tc's own refusal, named
+    assert hosts.leftovers() == []
 
 
 def test_missing_requirements_name_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -659,6 +659,20 @@ class SimulatedHosts:
         _kill(pids)
         return pids
 
+    def throttle(self, name: str, rate: str) -> None:
+        """Host ``name``'s ``eth0`` sends at most ``rate`` (tc's units: ``50mbit``): a slow NIC or
+        cable, for real, on what it sends (a token bucket, tc's ``tbf``). The qdisc is the
+        host's own (its network namespace), so it goes with the host; ``rate=""`` removes it."""
+        host = self.host(name)
+        if not host.namespace:
+            raise SimulatedHostsError(f"host {name} has no network of its own to throttle")
+        in_host = ["ip", "netns", "exec", host.namespace, "tc", "qdisc"]
+        if not rate:
+            _run([*in_host, "del", "dev", "eth0", "root"], check=False)
+            return
+        _run([*in_host, "replace", "dev", "eth0", "root", "tbf", "rate", rate,
+              "burst", "32kb", "latency", "100ms"])  # fmt: skip
+
     # -- removing ----------------------------------------------------------------------------
     def stop(self) -> None:
         """Cancel every job, stop every daemon and job step, remove namespaces and links."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.cluster.inventory import MAX_NODE_DEVICES
-from driver.frontend.args import bounded_int
+from driver.frontend.args import bounded_float_list, bounded_int
 
 
 def _build_options(args: argparse.Namespace, local_copies: dict[str, Any] | None = None) -> Any:
@@ -222,34 +222,69 @@ def scan_case(args: argparse.Namespace, runtime_name: str) -> Any:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    """``dlperf nodes``: the same 1n1g case on every node at once; the slow node named."""
+    """``dlperf nodes``: the same 1n1g case on every node at once, then the all-reduce probe on
+    pairs of nodes; the slow node and the slow link named."""
     import time
 
-    from driver.cluster.nodescan import judge, one_node_runtimes, scan_nodes, table
+    from driver.cluster.nodescan import (
+        judge,
+        judge_links,
+        one_node_runtimes,
+        pair_runtimes,
+        pair_table,
+        probe_pairs,
+        ring_pairs,
+        scan_nodes,
+        table,
+    )  # fmt: skip
     from driver.frontend.cli import check_session_name
     from driver.registry import UnknownPlugin
     from driver.runtimes.factory import make_runtime
 
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)
-        case = scan_case(args, args.runtime)
+        case = None if args.pairs_only else scan_case(args, args.runtime)
     except (*_errors(), UnknownPlugin) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     session = check_session_name(args.session) if args.session else None
     root = Path(args.results) / (session or f"{time.strftime('%Y%m%d-%H%M%S')}-nodes")
-    nodes = [node.name for node in runtime.inventory.nodes]
-    print(f"node scan: {case.id} x{case.repeats} on {len(nodes)} nodes at once ({root})")
+    inventory = runtime.inventory
+    nodes = [node.name for node in inventory.nodes]
+    pairs = [] if args.no_pairs else ring_pairs(nodes)
+    verdicts, links, pair_results = [], None, []
     try:
-        results = scan_nodes(case, one_node_runtimes(runtime, runtime.inventory), root)
+        if case is not None:
+            print(f"node scan: {case.id} x{case.repeats} on {len(nodes)} nodes at once ({root})")
+            verdicts = judge(scan_nodes(case, one_node_runtimes(runtime, inventory), root),
+                             args.slow_below)  # fmt: skip
+        if not args.no_pairs and not pairs:
+            print("pair scan: skipped, one node has no other to pair with")
+        elif not args.no_pairs:
+            print(f"pair scan: all-reduce probe ({args.probe_sizes_mb} MB) on {len(pairs)} "
+                  f"pair(s) of {len(nodes)} nodes ({root})")  # fmt: skip
+            pair_results = probe_pairs(
+                pair_runtimes(runtime, inventory, pairs), root,
+                sizes_mb=args.probe_sizes_mb, iters=args.probe_iters,
+            )  # fmt: skip
+            if pair_results:
+                print(pair_table(pair_results))
+            links = judge_links(nodes, pair_results, args.slow_link_below)
     except KeyboardInterrupt:
         print(f"node scan interrupted; what ran is in {root}", file=sys.stderr)
         return 130
-    verdicts = judge(results, args.slow_below)
-    print(table(verdicts, args.slow_below))
+    if verdicts or links is not None:
+        print(table(verdicts, args.slow_below, links))
     flagged = [v.result.node for v in verdicts if v.verdict != "ok"]
-    print(f"nodes to look at: {', '.join(flagged)}" if flagged else "every node within range")
-    return 1 if flagged else 0
+    flagged += [link.node for link in links or [] if link.flagged and link.node not in flagged]
+    failed_pairs = [pair.name for pair in pair_results if pair.failure]
+    if flagged:
+        print(f"nodes to look at: {', '.join(flagged)}")
+    if failed_pairs:
+        print(f"pairs whose probe failed: {', '.join(failed_pairs)}")
+    if not flagged and not failed_pairs:
+        print("every node within range")
+    return 1 if flagged or failed_pairs else 0
 
 
 def _fraction(text: str) -> float:
@@ -335,12 +370,15 @@ def add_subcommands(subparsers: Any) -> None:
     )
     preflight.set_defaults(func=cmd_preflight)
 
-    from driver.cluster.nodescan import SLOW_BELOW
+    from driver.cluster.nodescan import PAIR_ITERS, PAIR_SIZES_MB, SLOW_BELOW, SLOW_LINK_BELOW
     from driver.core.matrix import MAX_REPEATS
     from driver.frontend.cli import _option
+    from driver.frontend.report_cli import PROBE_MAX_ITERS, PROBE_MAX_MB, PROBE_MIN_MB
 
     nodes = subparsers.add_parser(
-        "nodes", help="the same 1n1g case on every node at once: the slow node named"
+        "nodes",
+        help="the same 1n1g case on every node at once, the all-reduce probe on pairs of nodes: "
+        "the slow node and the slow link named",
     )
     nodes.add_argument("--inventory", required=True)
     nodes.add_argument("--runtime", default="docker", choices=("docker", "process"))
@@ -352,6 +390,27 @@ def add_subcommands(subparsers: Any) -> None:
     nodes.add_argument(
         "--slow-below", type=_fraction, default=SLOW_BELOW, metavar="FRACTION",
         help=f"a node this far under the median is SLOW (default {SLOW_BELOW})",
+    )  # fmt: skip
+    nodes.add_argument(
+        "--slow-link-below", type=_fraction, default=SLOW_LINK_BELOW, metavar="FRACTION",
+        help="a node whose every pair's all-reduce busbw is this far under the median is a SLOW "
+        f"link (default {SLOW_LINK_BELOW})",
+    )  # fmt: skip
+    which = nodes.add_mutually_exclusive_group()
+    which.add_argument(
+        "--no-pairs", action="store_true", help="skip the all-reduce probe on pairs of nodes"
+    )
+    which.add_argument(
+        "--pairs-only", action="store_true", help="only the pairs' probe, not the 1n1g case"
+    )
+    nodes.add_argument(
+        "--probe-sizes-mb", type=bounded_float_list(PROBE_MIN_MB, PROBE_MAX_MB, unit="MB"),
+        default=PAIR_SIZES_MB, metavar="MB,MB",
+        help=f"the pairs' all-reduce message sizes (default {PAIR_SIZES_MB}; busbw at the largest)",
+    )  # fmt: skip
+    nodes.add_argument(
+        "--probe-iters", type=bounded_int(1, PROBE_MAX_ITERS), default=PAIR_ITERS,
+        help=f"timed all-reduces per size and pair (default {PAIR_ITERS})",
     )  # fmt: skip
     nodes.add_argument("--results", default="results", help="parent folder of the scan")
     nodes.add_argument("--session", help="the scan's folder name (default: <time>-nodes)")
