@@ -29,7 +29,12 @@ if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its as
 pytest_plugins = ["tests.slurm_fixtures"]
 
 SHAPES = ("1n1g", "1n8g", "2n16g", "4n32g")
-STEP_TIME, MEASURED_STEPS = 0.02, 40
+# The kit's figure is a case's median over its repeats (selftest's default: 3). One repeat is a
+# single window whose end one rare hiccup can delay (seen here in 2 of 12 single-repeat runs: a
+# lone 1n1g rank 0.48 ms late, 0.06% of a 0.8 s window; a 4n32g rank 2 ms, 0.25%; this VM's
+# /proc/stat counts steal time, its vCPUs also run its host's work); the median of three is the
+# method's own answer to one bad repeat, on a real cluster as here.
+STEP_TIME, MEASURED_STEPS, REPEATS = 0.02, 40, 3
 
 
 def rehearse(
@@ -37,9 +42,9 @@ def rehearse(
     results: Path,
     measured_steps: int = MEASURED_STEPS,  # noqa: ANN001
 ) -> list[SelftestResult]:
-    """Every shape, 1 repeat x 40 measured steps of 0.02 s, through ``runtime``."""
+    """Every shape, 3 repeats x 40 measured steps of 0.02 s, through ``runtime``."""
     return run_selftest(
-        step_time=STEP_TIME, topologies=SHAPES, repeats=1, measured_steps=measured_steps,
+        step_time=STEP_TIME, topologies=SHAPES, repeats=REPEATS, measured_steps=measured_steps,
         results_dir=results, printer=print, runtime=runtime,
     )  # fmt: skip
 
@@ -74,8 +79,9 @@ def rank_facts(repeat_dir: Path) -> dict[int, dict]:
 
 def the_4n32g_repeat(results: Path) -> Path:
     session = Session(results)
-    (case,) = [c for c, _, _ in session.records() if c.topology.label == "4n32g"]
-    return session.repeat_dir(case, 1)
+    found = [(c, r.repeat) for c, r, _ in session.records() if c.topology.label == "4n32g"]
+    assert sorted(repeat for _, repeat in found) == list(range(1, REPEATS + 1))
+    return session.repeat_dir(found[0][0], 1)
 
 
 def assert_ranks_on_four_hosts(results: Path, hosts: SimulatedHosts, *, own_clocks: bool) -> None:

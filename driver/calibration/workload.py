@@ -21,8 +21,10 @@ the kit's own driver, 32 ranks on 2 cores) a sleeping rank's wake-up there was 1
 few steps before the window's end. So from the window's start to its end a rank waits at
 real-time priority (SCHED_FIFO 1, where permitted: root, CAP_SYS_NICE or an ``rtprio`` limit;
 not in a default docker container) with 1 ns timer slack, and stays awake for the last half
-millisecond before each of the two window ends: the window then ends when the emulated device
-would, whatever else the host's CPUs run. The warm-up steps sleep at the default priority.
+millisecond before each of the two window ends, yielding the CPU on every turn to an equal (a
+peer rank whose own window end falls then: the barrier's release jitter can put several within
+that half millisecond): the window then ends when the emulated device would, whatever else the
+host's CPUs run. The warm-up steps sleep at the default priority.
 """
 
 from __future__ import annotations
@@ -84,14 +86,23 @@ def realtime(on: bool) -> bool:
     return True
 
 
-def wait_until(deadline: float, awake_s: float = 0.0) -> None:
-    """Sleep until ``deadline`` (monotonic); ``awake_s``: the last part awake, not asleep."""
+def wait_until(deadline: float, awake_s: float = 0.0, share_cpu: bool = False) -> None:
+    """Sleep until ``deadline`` (monotonic); ``awake_s``: the last part awake, not asleep.
+
+    ``share_cpu`` (at real-time priority): the awake part yields the CPU on every turn. A
+    SCHED_FIFO process is never preempted by its equals, so a peer rank woken on a CPU where
+    another is awake would wait out that one's whole awake part (up to ``awake_s`` late: 0.45 ms
+    at 4n32g, 0.056% of a 0.8 s window, when the barrier's release jitter had put three ranks'
+    window ends within half a millisecond on 2 cores). Yielding lets it run within a context
+    switch. Only at real-time priority: there a yield goes to an equal, a waiting rank; at the
+    default priority it could hand the CPU to any process for a whole time slice."""
     remaining = deadline - awake_s - time.monotonic()
     while remaining > 0:
         time.sleep(remaining)
         remaining = deadline - awake_s - time.monotonic()
     while time.monotonic() < deadline:
-        pass
+        if share_cpu:
+            os.sched_yield()
 
 
 def rendezvous() -> tuple[str, int]:
@@ -161,7 +172,7 @@ class CalibrationAdapter(Adapter):
             while True:
                 time.sleep(3600)
         awake = self.awake_s if self.steps in self.window_ends else 0.0
-        wait_until(self.start + self.steps * self.step_time, awake)
+        wait_until(self.start + self.steps * self.step_time, awake, share_cpu=self.realtime)
         return 0.0
 
     def device(self) -> str:
