@@ -7,6 +7,8 @@ sshd, the timeout.
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +44,29 @@ class FakeChannel:
 
     def recv_stderr_ready(self) -> bool:
         return False
+
+    def fileno(self) -> int:
+        """A pipe readable while the channel has news (output not read, its end), as
+        paramiko's: the watch sleeps on it."""
+        if "_news" not in self.__dict__:
+            self.__dict__["_news"] = os.pipe()
+            self._signal()
+        return self.__dict__["_news"][0]
+
+    def _signal(self) -> None:
+        news = self.__dict__.get("_news")
+        if news is None:
+            return
+        readable = bool(select.select([news[0]], [], [], 0)[0])
+        wanted = bool(self.pending) or self.eof_received or self.closed
+        if wanted and not readable:
+            os.write(news[1], b"x")
+        elif readable and not wanted:
+            os.read(news[0], 1)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        self._signal()
 
     def __getattribute__(self, name: str):  # noqa: ANN204 - eof follows the exit by default
         if name == "eof_received" and object.__getattribute__(self, name) is None:
@@ -198,6 +223,39 @@ def test_a_node_that_exited_is_done_only_once_its_collection_has_arrived() -> No
         timer.cancel()
     assert time.monotonic() - started >= 0.3  # it waited for the end, not just the exit
     assert items[1].output_ended and items[1].collected_block() == b"head\nlog"
+
+
+def test_the_watch_sleeps_until_a_channel_has_news_and_wakes_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two nodes quiet for 1.2 s, then both exit: the watch wakes a few times (its WAKE_S
+    checks of the connections), not every POLL_S, and sees the end at once, not at the next
+    check."""
+    items = launches(None, None)
+    wakes: list[float] = []
+    original = SshRuntime._wait_for_news
+
+    def counted(*args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        original(*args, **kwargs)
+        wakes.append(time.monotonic())
+
+    monkeypatch.setattr(SshRuntime, "_wait_for_news", staticmethod(counted))
+    ended: list[float] = []
+
+    def end_both() -> None:
+        ended.append(time.monotonic())
+        for launch in items:
+            launch.channel.status = 0  # its end (EOF with the exit) makes its pipe readable
+
+    timer = threading.Timer(1.2, end_both)
+    timer.start()
+    try:
+        assert watch(items) == (Verdict.OK, "")
+    finally:
+        timer.cancel()
+    done = time.monotonic()
+    assert len(wakes) <= 1.2 / 0.5 + 3, wakes  # polling every 50 ms: ~24 wakes
+    assert done - ended[0] < 0.1, f"the end was seen {done - ended[0]:.2f} s late"
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ failure or on the timeout, nothing left running afterwards. Runtimes register in
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,6 +18,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from driver.core.repeatplan import RepeatPlan
     from driver.frameworks.base import Framework
+
+
+def driver_cpu_seconds() -> float:
+    """CPU seconds this driver process has used so far: all its threads, and the commands it
+    ran and has reaped (``srun`` under Slurm). Its difference over a repeat is the
+    kit's own cost of that repeat, which a busy host's wall clock cannot show (the cost curve
+    on 2 shared cores: the nodes' processes take the CPUs the driver waits on)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 class Verdict(str, enum.Enum):

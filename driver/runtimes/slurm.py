@@ -68,6 +68,7 @@ from driver.runtimes.base import (
     RepeatOutcome,
     RuntimeConfigError,
     Verdict,
+    driver_cpu_seconds,
 )
 from driver.slurm import client
 from driver.slurm.config import SlurmConfig, load_slurm_config
@@ -674,7 +675,7 @@ class SlurmRuntime:
 
     # -- one repeat ------------------------------------------------------------------------
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
-        started = time.time()
+        started, started_cpu = time.time(), driver_cpu_seconds()
         refused = self.refused_source(plan)
         if refused:  # before any job is submitted
             return RepeatOutcome(Verdict.FAILED, [], started, time.time(), refused)
@@ -741,6 +742,7 @@ class SlurmRuntime:
             timings["collect_s"] = round(finished - started - timings["step_started_at"]
                                          - timings["step_s"], 3)  # fmt: skip
         timings["wall_s"] = round(finished - started, 3)
+        timings["driver_cpu_s"] = round(driver_cpu_seconds() - started_cpu, 3)
         nodes = [
             NodeOutcome(
                 node=command.node,

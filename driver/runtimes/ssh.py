@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import selectors
 import signal
 import time
 import uuid
@@ -46,12 +47,21 @@ from driver.cluster.preflight import Check, devices_check, failures, run_preflig
 from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
 from driver.core.repeatplan import NodeCommand
 from driver.launchers.base import NodeRank
-from driver.runtimes.base import INTERRUPTED_DETAIL, NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.base import (
+    INTERRUPTED_DETAIL,
+    NodeOutcome,
+    RepeatOutcome,
+    Verdict,
+    driver_cpu_seconds,
+)
 
 if TYPE_CHECKING:
     from driver.core.repeatplan import RepeatPlan
 
 POLL_S = 0.05
+# The watch sleeps until a launch channel has news (output, its end), or this long at most:
+# how often a lost connection or a silent node is looked for.
+WAKE_S = 0.5
 SETTLE_S = 5.0  # after a stop, how long attached channels get to flush the last log lines
 HEARTBEAT_S = 2.0  # how often each node's sshd is asked for an answer during a repeat
 RANK_KEYS = set(NodeRank(0, 1, 1, "", 0).environment())
@@ -444,7 +454,7 @@ class SshRuntime:
         return messages
 
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
-        started = time.time()
+        started, started_cpu = time.time(), driver_cpu_seconds()
         root, repeat_dir, timeout_s = plan.session_root, plan.repeat_dir, plan.timeout_s
         label = session_label(root)
         case_id, repeat_name = plan.case_id, repeat_dir.name
@@ -494,6 +504,7 @@ class SshRuntime:
             t0 = time.monotonic()
             verdict, detail, notes = self._finish(launches, repeat_dir, verdict, detail)
             timings["finish_s"] = round(time.monotonic() - t0, 3)
+            timings["driver_cpu_s"] = round(driver_cpu_seconds() - started_cpu, 3)
             if notes:
                 extra["cleanup"] = notes
         finally:
@@ -580,6 +591,12 @@ class SshRuntime:
         return Verdict.OK, ""
 
     def _watch(self, launches: list[Launch], timeout_s: float) -> tuple[Verdict, str]:
+        with selectors.DefaultSelector() as news:
+            return self._watch_with(launches, timeout_s, news)
+
+    def _watch_with(
+        self, launches: list[Launch], timeout_s: float, news: selectors.BaseSelector
+    ) -> tuple[Verdict, str]:
         deadline = time.monotonic() + timeout_s
         next_beat = 0.0
         for launch in launches:
@@ -627,7 +644,40 @@ class SshRuntime:
                     f"ran past the timeout of {timeout_s:.0f} s (still running on "
                     f"{', '.join(running)})",
                 )
-            time.sleep(POLL_S)
+            wake_by = min(next_beat, deadline, time.monotonic() + WAKE_S)
+            self._wait_for_news(launches, news, wake_by)
+
+    @staticmethod
+    def _wait_for_news(
+        launches: list[Launch], news: selectors.BaseSelector, wake_by: float
+    ) -> None:
+        """Sleep until a launch channel has something to read or has ended (its paramiko pipe
+        turns readable), or until ``wake_by``. Polling every node every 50 ms instead cost the
+        driver CPU in proportion to nodes x seconds (32 nodes: 0.15 s of CPU per 5 s repeat).
+        A channel whose output has ended stays readable, so it leaves the selector; while such
+        a node's exit status is still on its way, and for a launch without a channel, the
+        watch polls."""
+        poll = False
+        for launch in launches:
+            channel = launch.channel
+            if channel is None:
+                poll = True
+                continue
+            fd = channel.fileno()
+            watched = fd in news.get_map()
+            if launch.output_ended:
+                if watched:
+                    news.unregister(fd)
+                poll = poll or not launch.ended
+            elif not watched:
+                news.register(fd, selectors.EVENT_READ)
+        timeout = max(0.0, wake_by - time.monotonic())
+        if poll:
+            timeout = min(timeout, POLL_S)
+        if news.get_map():
+            news.select(timeout)
+        else:
+            time.sleep(timeout)
 
     @staticmethod
     def _exit_verdict(launch: Launch) -> tuple[Verdict, str]:
