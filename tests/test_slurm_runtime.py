@@ -101,6 +101,10 @@ def test_two_repeats_share_the_sessions_job(runtime: SlurmRuntime, tmp_path: Pat
     assert f"JobId={facts[0]['job_id']}" in facts[0]["scontrol_show_job"]
     assert [n.node for n in second.nodes] == ["n1", "n2"]
     assert [n.exit_code for n in second.nodes] == [0, 0]
+    # The driver's CPU over a repeat counts the srun it reaped: more than nothing, less than
+    # the repeat's wall time.
+    timings = second.extra["slurm"]["timings"]
+    assert 0 < timings["driver_cpu_s"] < timings["wall_s"], timings
     # The job is the session's, named after it, and still held until the runtime closes.
     assert runtime.allocation is not None
     info = subprocess.run(
