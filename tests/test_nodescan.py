@@ -123,6 +123,30 @@ def test_one_pair_cannot_tell_which_node_and_a_failed_probe_is_named() -> None:
     assert isinstance(verdicts["n1"], LinkVerdict)
 
 
+def interrupt_scan(args: list[str], started) -> str:  # noqa: ANN001
+    """Run ``dlperf nodes`` with ``args``, press Ctrl-C once ``started()`` holds (its work is
+    running on the nodes), and return its output; it must exit 130."""
+    import signal
+    import subprocess
+    import time
+
+    head = subprocess.Popen(
+        [sys.executable, "-m", "driver.frontend.cli", "nodes", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not started():
+            assert head.poll() is None and time.monotonic() < deadline, head.stdout.read()
+            time.sleep(0.2)
+        head.send_signal(signal.SIGINT)
+        out, _ = head.communicate(timeout=90)
+    finally:
+        head.kill()
+    assert head.returncode == 130, out
+    return out
+
+
 def scan(inventory: Path, tmp_path: Path, *options: str, pairs: bool = True) -> int:
     argv = ["nodes", "--inventory", str(inventory), "--runtime", "process", "--framework",
             "calibration", "--repeats", "2", "--results", str(tmp_path / "results")]  # fmt: skip
@@ -267,9 +291,6 @@ def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:
 def test_ctrl_c_stops_every_nodes_repeat_and_leaves_nothing_running(
     ssh_nodes: list[SshNode], tmp_path: Path
 ) -> None:
-    import signal
-    import subprocess
-    import time
 
     from driver.runtimes.ssh import session_label
     from tests.cluster_fixtures import processes_with_env
@@ -281,22 +302,12 @@ def test_ctrl_c_stops_every_nodes_repeat_and_leaves_nothing_running(
     )
     root = tmp_path / "results" / "scan"
     labels = {node: session_label(root / node) for node in ("node0", "node1")}
-    head = subprocess.Popen(
-        [sys.executable, "-m", "driver.frontend.cli", "nodes", "--inventory", str(inventory),
-         "--runtime", "process", "--framework", "calibration", "--option", "step_time=0.5",
-         "--results", str(tmp_path / "results"), "--session", "scan", "--no-pairs"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    out = interrupt_scan(
+        ["--inventory", str(inventory), "--runtime", "process", "--framework", "calibration",
+         "--option", "step_time=0.5", "--results", str(tmp_path / "results"), "--session",
+         "scan", "--no-pairs"],
+        lambda: all(processes_with_env(f"DLPERF_RUN_ID=dlperf-{labels[n]}") for n in labels),
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not all(processes_with_env(f"DLPERF_RUN_ID=dlperf-{labels[n]}") for n in labels):
-            assert head.poll() is None and time.monotonic() < deadline, head.stdout.read()
-            time.sleep(0.2)
-        head.send_signal(signal.SIGINT)
-        out, _ = head.communicate(timeout=90)
-    finally:
-        head.kill()
-    assert head.returncode == 130, out
     assert "node scan interrupted" in out
     def describe(pids: list[int]) -> str:
         return "; ".join(
@@ -365,9 +376,6 @@ def test_a_throttled_nic_is_named_a_slow_link_and_no_other_node(
 def test_ctrl_c_during_the_pairs_stops_every_probe_and_leaves_nothing_running(
     ssh_nodes: list[SshNode], tmp_path: Path
 ) -> None:
-    import signal
-    import subprocess
-    import time
 
     from driver.runtimes.ssh import session_label
     from tests.cluster_fixtures import processes_with_env
@@ -382,22 +390,12 @@ def test_ctrl_c_during_the_pairs_stops_every_probe_and_leaves_nothing_running(
     )  # fmt: skip
     root = tmp_path / "results" / "scan"
     label = f"DLPERF_RUN_ID=dlperf-{session_label(root / 'node0+node1')}"
-    head = subprocess.Popen(
-        [sys.executable, "-m", "driver.frontend.cli", "nodes", "--inventory", str(inventory),
-         "--runtime", "process", "--pairs-only", "--probe-sizes-mb", "8",
-         "--probe-iters", "100000", "--results", str(tmp_path / "results"), "--session", "scan"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    out = interrupt_scan(
+        ["--inventory", str(inventory), "--runtime", "process", "--pairs-only",
+         "--probe-sizes-mb", "8", "--probe-iters", "100000", "--results",
+         str(tmp_path / "results"), "--session", "scan"],
+        lambda: len(processes_with_env(label)) >= 4,  # torchrun and the probe on both nodes
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while len(processes_with_env(label)) < 4:  # torchrun and the probe on both nodes
-            assert head.poll() is None and time.monotonic() < deadline, head.stdout.read()
-            time.sleep(0.2)
-        head.send_signal(signal.SIGINT)
-        out, _ = head.communicate(timeout=90)
-    finally:
-        head.kill()
-    assert head.returncode == 130, out
     assert "interrupted: every pair's probe in flight is stopped" in out
     assert "node scan interrupted" in out
     assert not processes_with_env(label), out
