@@ -184,20 +184,25 @@ def test_a_slowed_node_is_named_and_the_others_are_not(
     assert (scan_root / "node0" / "provenance" / "node0.json").exists()
 
 
-def test_even_nodes_are_all_within_range_and_one_pair_cannot_tell_which(
-    ssh_nodes: list[SshNode], tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    """Both halves by default: the 1n1g case, then the one pair's probe (two nodes: its figure
-    is shown, no node is named for it)."""
+def torch_inventory(ssh_nodes: list[SshNode], tmp_path: Path) -> Path:
+    """The nodes with the PyTorch environment the all-reduce probe needs, on loopback."""
     from tests.real_frameworks import framework_env
 
     python = {"default": sys.executable, "pytorch": framework_env("pytorch")}
-    inventory = write_inventory(
+    return write_inventory(
         tmp_path / "cluster.yaml",
         ssh_nodes,
         defaults={"devices": 1, "python": python, "interface": "lo",
                   "container": {"variant": "cpu"}},
     )  # fmt: skip
+
+
+def test_even_nodes_are_all_within_range_and_one_pair_cannot_tell_which(
+    ssh_nodes: list[SshNode], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Both halves by default: the 1n1g case, then the one pair's probe (two nodes: its figure
+    is shown, no node is named for it)."""
+    inventory = torch_inventory(ssh_nodes, tmp_path)
     assert scan(inventory, tmp_path) == 0
     out = capsys.readouterr().out
     assert "every node within range" in out and "SLOW" not in out
@@ -291,7 +296,6 @@ def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:
 def test_ctrl_c_stops_every_nodes_repeat_and_leaves_nothing_running(
     ssh_nodes: list[SshNode], tmp_path: Path
 ) -> None:
-
     from driver.runtimes.ssh import session_label
     from tests.cluster_fixtures import processes_with_env
 
@@ -376,18 +380,10 @@ def test_a_throttled_nic_is_named_a_slow_link_and_no_other_node(
 def test_ctrl_c_during_the_pairs_stops_every_probe_and_leaves_nothing_running(
     ssh_nodes: list[SshNode], tmp_path: Path
 ) -> None:
-
     from driver.runtimes.ssh import session_label
     from tests.cluster_fixtures import processes_with_env
-    from tests.real_frameworks import framework_env
 
-    python = {"default": sys.executable, "pytorch": framework_env("pytorch")}
-    inventory = write_inventory(
-        tmp_path / "cluster.yaml",
-        ssh_nodes,
-        defaults={"devices": 1, "python": python, "interface": "lo",
-                  "container": {"variant": "cpu"}},
-    )  # fmt: skip
+    inventory = torch_inventory(ssh_nodes, tmp_path)
     root = tmp_path / "results" / "scan"
     label = f"DLPERF_RUN_ID=dlperf-{session_label(root / 'node0+node1')}"
     out = interrupt_scan(
