@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import uuid
@@ -212,12 +213,14 @@ def test_one_connection_per_node_and_few_commands_per_repeat(
 
             setattr(remote, method, counted)
     per_repeat: list[Counter] = []
+    open_fds: list[int] = []
     run_repeat = runtime.run
 
     def run(plan):
         before = len(calls)
         outcome = run_repeat(plan)
         per_repeat.append(Counter(calls[before:]))
+        open_fds.append(len(os.listdir("/proc/self/fd")))
         return outcome
 
     runtime.run = run
@@ -229,6 +232,8 @@ def test_one_connection_per_node_and_few_commands_per_repeat(
             asked = {method: n for (name, method), n in counts.items() if name == node}
             assert asked == {"start": 1}
     assert [remote.connections_opened for remote in runtime.remotes] == [1, 1]
+    # The watch's selector and each launch channel's readiness pipe are closed with the repeat.
+    assert open_fds[1] == open_fds[2], open_fds
     steps_s = case.total_steps * 0.01  # calibration_case's step time
     for _case, record, path in Session.open(tmp_path / "s").records():
         for node, facts in record.extra["nodes"].items():
