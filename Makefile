@@ -36,7 +36,8 @@ run_flags = --profile $(PROFILE) \
 
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
 
-.PHONY: install envs test lint selftest report images base-image release audit clean-venv
+.PHONY: install envs test lint selftest report images base-image release audit clean-venv \
+	gpu-wheels gpu-check gpu-check-rehearsal
 
 install: $(STAMP)
 
@@ -81,7 +82,7 @@ images: $(STAMP)
 		$(foreach copy,$(SOURCE_CHECKOUTS),--source-checkout $(copy))
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check driver tests PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples
+	$(VENV)/bin/ruff check driver tests tools PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -101,3 +102,23 @@ audit: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV) .venvs
+
+# The one-GPU check (tools/gpu_check.py): on a GPU machine whose own python3 holds torch, with
+# the driver's missing packages carried as wheels (`make gpu-wheels` here, into .whl/):
+# `OUT=/tmp/out make gpu-check`. `make gpu-check-rehearsal` runs the same stages here on the CPU,
+# with the same wheels, in GPU_PYTHON (an interpreter holding torch and none of the driver's
+# packages, as the GPU machine's python3 does); `tools/gpu_check.py plan` lists the stages.
+GPU_PYTHON ?= python3
+OUT ?= gpu-check-out
+WHEEL_PLATFORMS := $(foreach n,2_17 2_26 2_27 2_28 2_34,--platform manylinux_$(n)_x86_64) \
+	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
+
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp $(WHEEL_PLATFORMS) -d .whl -r tools/gpu-wheels.txt
+
+gpu-check:
+	OUT=$(OUT) GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh $(GPU_CHECK_ARGS)
+
+gpu-check-rehearsal: gpu-wheels
+	OUT=$(OUT) GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh --cpu $(GPU_CHECK_ARGS)
