@@ -90,15 +90,18 @@ lint: $(STAMP)
 
 # Released report versions: `make release VERSION=v0.2-gpu SESSIONS="results/a results/b"
 # CHANGELOG="why"`, then `make audit` (every version) or `make audit VERSION=reports/v0.2-gpu`.
+# REPORTS=DIR: the folder of released versions (default: the kit's own reports/).
 VERSION  ?=
 SESSIONS ?=
 CHANGELOG?=
+REPORTS  ?=
 
 release: $(STAMP)
-	$(DLPERF) release $(VERSION) $(SESSIONS) $(if $(CHANGELOG),--changelog "$(CHANGELOG)")
+	$(DLPERF) release $(VERSION) $(SESSIONS) $(if $(CHANGELOG),--changelog "$(CHANGELOG)") \
+		$(if $(REPORTS),--reports "$(REPORTS)")
 
 audit: $(STAMP)
-	$(DLPERF) audit $(if $(VERSION),$(VERSION),--all)
+	$(DLPERF) audit $(if $(VERSION),$(VERSION),--all) $(if $(REPORTS),--reports "$(REPORTS)")
 
 clean-venv:
 	rm -rf $(VENV) .venvs
