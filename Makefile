@@ -17,6 +17,9 @@ RUNTIME  ?= local
 INVENTORY?=
 SESSION  ?=
 RUN_ARGS ?=
+# FRAMEWORK_PYTHON=/usr/bin/python3: an interpreter that already holds the framework (a GPU
+# machine's own CUDA build) runs the scripts instead of .venvs/<framework> (local runtime).
+FRAMEWORK_PYTHON ?=
 # REHEARSE=on (as root): the cases on simulated hosts of this machine, one per node of the largest
 # case, each its own address, hostname and clock (docs/clusters.md); no INVENTORY.
 REHEARSE ?=
@@ -32,7 +35,8 @@ run_flags = --profile $(PROFILE) \
 	$(if $(NODES),--nodes $(NODES)) $(if $(GPUS),--gpus $(GPUS)) \
 	$(if $(BATCH),--batch $(BATCH)) $(if $(AMP),--amp $(AMP)) \
 	$(if $(REPEATS),--repeats $(REPEATS)) $(if $(INVENTORY),--inventory $(INVENTORY)) \
-	$(if $(SESSION),--session $(SESSION)) $(RUN_ARGS)
+	$(if $(SESSION),--session $(SESSION)) $(if $(FRAMEWORK_PYTHON),--python $(FRAMEWORK_PYTHON)) \
+	$(RUN_ARGS)
 
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
 
