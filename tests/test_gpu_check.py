@@ -205,3 +205,23 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     rows = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [row["case_id"] for row in rows] == [case["case"]]
     assert rows[0]["throughput_median"] == pytest.approx(case["median"])
+
+
+def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
+    def case(model: str, median: float, mfu: float | None, clock: float | None) -> dict:
+        return {"model": model, "precision": "amp", "median": median, "mfu": mfu,
+                "kit_vs_device_clock": clock}  # fmt: skip
+
+    summary = {
+        "cases": [case("resnet50", 2950.0, 0.30, 0.0007), case("resnet50", 3120.0, 0.31, 0.006),
+                  case("bert", 4100.0, 0.41, None)],
+        "selftest": ["selftest 1n1g: truth 1600.00 samples/s, measured 1599.99, error 0.0010% "
+                     "(ok, bound 0.05%)", "selftest on the local runtime: 3.1 s"],
+        "parity": None,
+    }  # fmt: skip
+    verdicts = {row[0]: (row[2], row[3]) for row in gpu_check.goal_rows(summary)}
+    assert verdicts["ResNet-50 AMP samples/s (best variant)"] == ("3,120", "met")
+    assert verdicts["BERT-base AMP MFU"] == ("41.0%", "met")
+    assert verdicts["kit vs device clock, worst case"] == ("0.600%", "MISSED")
+    assert verdicts["selftest error, worst topology"] == ("0.0010%", "met")
+    assert verdicts["kit / bare loop (parity)"] == ("not measured", "-")

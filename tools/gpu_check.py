@@ -33,6 +33,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -623,7 +624,46 @@ def markdown(summary: dict[str, Any]) -> str:
     if summary["parity"]:
         lines.append(f"parity: kit/bare median {summary['parity']['median_kit_over_bare']:.3f}")
     lines += summary["selftest"]
+    lines += ["", tabulate(goal_rows(summary), headers=["goal", "target", "measured", "verdict"],
+                           tablefmt="github", disable_numparse=True)]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+SELFTEST_ERROR = re.compile(r"error (?P<pct>[0-9.]+)%")
+
+
+def goal_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """Each goal of the check against what this run measured ("not measured" when it did not)."""
+    cases = summary["cases"]
+
+    def best(model: str, key: str) -> float | None:
+        values = [c[key] for c in cases if c["model"] == model and c["precision"] == "amp"]
+        values = [v for v in values if v is not None]
+        return max(values) if values else None
+
+    clock = [c["kit_vs_device_clock"] for c in cases if c["kit_vs_device_clock"] is not None]
+    errors = [float(m["pct"]) / 100 for line in summary["selftest"]
+              if (m := SELFTEST_ERROR.search(line))]  # fmt: skip
+    parity = (summary["parity"] or {}).get("median_kit_over_bare")
+    rows = [
+        ("ResNet-50 AMP samples/s (best variant)", GOALS["resnet50_amp_samples_s"],
+         best("resnet50", "median"), False, "{:,.0f}"),
+        ("BERT-base AMP MFU", GOALS["bert_amp_mfu"], best("bert", "mfu"), False, "{:.1%}"),
+        ("kit vs device clock, worst case", GOALS["kit_vs_device_clock"],
+         max(clock) if clock else None, True, "{:.3%}"),
+        ("selftest error, worst topology", GOALS["selftest_error"],
+         max(errors) if errors else None, True, "{:.4%}"),
+        ("kit / bare loop (parity)", GOALS["kit_over_bare"], parity, False, "{:.3f}"),
+    ]  # fmt: skip
+    out = []
+    for name, target, value, below, shape in rows:
+        if value is None:
+            out.append([name, shape.format(target), "not measured", "-"])
+            continue
+        met = value <= target if below else value >= target
+        out.append([name, ("< " if below else ">= ") + shape.format(target), shape.format(value),
+                    "met" if met else "MISSED"])  # fmt: skip
+    return out
 
 
 def _num(value: float | None) -> str:
