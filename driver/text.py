@@ -1,0 +1,84 @@
+"""Free text that may reach a table or a README: refused at input, escaped at output.
+
+A label, a publisher, a machine name, a note or a URL comes from a file a person typed (an
+import file, an attestation, a changelog) or from a log header. Two rules keep such text from
+rewriting what the reader sees:
+
+- at input (:func:`check_free_text`, :data:`FreeText`): no control or format character
+  (Unicode categories Cc and Cf: a newline ends a table row, U+202E turns the rest of a line
+  right to left, a zero-width character makes two labels look alike) and a length bound per
+  kind of field (:data:`LIMITS`);
+- at output (:func:`markdown_cell`): a Markdown table cell escapes ``|`` (a column break) and
+  the HTML characters ``& < >`` (a ``<script>`` or a tag that hides the rest of the page).
+  CSV cells go through ``driver.csvsafe.safe_cell`` (formula prefixes, control characters).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+# The longest text each kind of field may hold (characters).
+LIMITS = {
+    "label": 200,  # a hardware label, a variant or series label
+    "name": 200,  # a publisher, a machine, a source's display name
+    "url": 2048,
+    "note": 2000,  # a note, a changelog entry, a reason
+}
+REFUSED_CATEGORIES = {"Cc": "control character", "Cf": "format character"}
+
+
+def unsafe_character(value: str) -> str | None:
+    """How the first control or format character of ``value`` reads (``U+202E RIGHT-TO-LEFT
+    OVERRIDE, a format character``), or None when there is none."""
+    for char in value:
+        category = unicodedata.category(char)
+        if category in REFUSED_CATEGORIES:
+            name = unicodedata.name(char, "unnamed")
+            return f"U+{ord(char):04X} {name}, a {REFUSED_CATEGORIES[category]}"
+    return None
+
+
+def check_free_text(value: Any, kind: str) -> str:
+    """``value`` when it is a string of at most ``LIMITS[kind]`` characters without control
+    or format characters; else ValueError saying what was found and what is allowed."""
+    limit = LIMITS[kind]
+    if not isinstance(value, str):
+        raise ValueError(f"must be text, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ValueError(f"is {len(value)} characters long; at most {limit} are allowed")
+    found = unsafe_character(value)
+    if found:
+        raise ValueError(
+            f"holds {found} at position {_position(value)}: control and format characters "
+            "(line breaks, bidi overrides, zero-width characters) are not allowed; remove it"
+        )
+    return value
+
+
+def _position(value: str) -> int:
+    return next(
+        i for i, c in enumerate(value, 1) if unicodedata.category(c) in REFUSED_CATEGORIES
+    )
+
+
+def FreeText(kind: str) -> Any:  # noqa: N802 - a type, used as one in pydantic models
+    """A pydantic field type: text checked by :func:`check_free_text` for ``kind``."""
+    LIMITS[kind]  # an unknown kind fails where the model is defined, not at first use
+    return Annotated[str, AfterValidator(lambda value: check_free_text(value, kind))]
+
+
+_MARKDOWN = str.maketrans({"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def markdown_cell(value: Any) -> str:
+    """``value`` as the text of one Markdown table cell: ``|`` and HTML escaped, and any
+    control or format character that reached here (older data) shown as its code point."""
+    text = str(value).translate(_MARKDOWN)
+    if unsafe_character(text) is None:
+        return text
+    return "".join(
+        f"U+{ord(c):04X}" if unicodedata.category(c) in REFUSED_CATEGORIES else c for c in text
+    )

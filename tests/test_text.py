@@ -1,0 +1,62 @@
+"""driver/text.py: free text refused at input, escaped in Markdown cells."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from driver.text import LIMITS, FreeText, check_free_text, markdown_cell
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        ("8x H100\u202e SXM", "U+202E RIGHT-TO-LEFT OVERRIDE, a format character at position 8"),
+        ("H100\u200b", "U+200B ZERO WIDTH SPACE, a format character"),
+        ("line\nbreak", "U+000A"),
+        ("bell\x07", "U+0007"),
+        ("tab\there", "U+0009"),
+        ("\u2066isolate", "U+2066 LEFT-TO-RIGHT ISOLATE"),
+    ],
+)
+def test_control_and_format_characters_are_refused_with_where(value: str, found: str) -> None:
+    with pytest.raises(ValueError, match="not allowed; remove it") as error:
+        check_free_text(value, "label")
+    assert found in str(error.value)
+
+
+def test_lengths_are_bounded_per_kind_and_text_must_be_text() -> None:
+    assert check_free_text("x" * LIMITS["label"], "label") == "x" * LIMITS["label"]
+    with pytest.raises(ValueError, match="is 10000 characters long; at most 200"):
+        check_free_text("x" * 10_000, "label")
+    assert check_free_text("y" * 2000, "note")
+    with pytest.raises(ValueError, match="must be text, got int"):
+        check_free_text(5, "name")
+
+
+def test_unicode_that_is_not_a_control_passes() -> None:
+    assert check_free_text("Ünïcødé 东京 — 8× H100", "name") == "Ünïcødé 东京 — 8× H100"
+
+
+def test_free_text_as_a_model_field() -> None:
+    class Published(BaseModel):
+        publisher: FreeText("name")
+
+    assert Published(publisher="DLPerf").publisher == "DLPerf"
+    with pytest.raises(ValidationError, match="U\\+202E"):
+        Published(publisher="evil\u202e")
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [
+        ("a | b", "a \\| b"),
+        ("<script>alert(1)</script>", "&lt;script&gt;alert(1)&lt;/script&gt;"),
+        ("R&D", "R&amp;D"),
+        ("old\u202edata", "oldU+202Edata"),  # already on disk: shown, never obeyed
+        ("row\nbreak", "rowU+000Abreak"),
+        (3.5, "3.5"),
+    ],
+)
+def test_a_markdown_cell_cannot_break_its_table(value: object, cell: str) -> None:
+    assert markdown_cell(value) == cell
