@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
-from driver.cluster.simhosts import (
+from driver.testbed.simhosts import (
     SimulatedHosts,
     free_subnet,
     missing_requirements,
 )
-from driver.cluster.simhosts import (
+from driver.testbed.simhosts import (
     sweep_stale as _sweep_stale,
 )
 from tests.conftest import require_real

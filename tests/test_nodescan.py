@@ -28,7 +28,7 @@ from tests.cluster_fixtures import SshNode, write_inventory
 from tests.conftest import require_real
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
-    from driver.cluster.simhosts import SimulatedHosts
+    from driver.testbed.simhosts import SimulatedHosts
 
 pytest_plugins = ["tests.slurm_fixtures"]  # simulated_hosts: 4 sshd hosts, own networks
 

@@ -41,8 +41,8 @@ from driver.runtimes.factory import make_runtime
 from driver.schema import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
-    from driver.cluster.rehearse import Rehearsal
     from driver.runtimes.base import Runtime
+    from driver.testbed.rehearse import Rehearsal
 
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.runtime is None:  # a rehearsal's hosts are reached over SSH: the process runtime
         args.runtime = "process" if args.simulated_hosts else "local"
     if args.simulated_hosts:
-        from driver.cluster.rehearse import refusal
+        from driver.testbed.rehearse import refusal
 
         refused = refusal(runtime=args.runtime, inventory=args.inventory, dry_run=args.dry_run)
         if refused:
@@ -193,11 +193,11 @@ def rehearse_selection(args: argparse.Namespace, selection: Selection) -> int:
     """``--simulated-hosts``: the selection on as many simulated hosts as its largest case has
     nodes, through the process runtime; the hosts go at the end, however the run ends."""
     from driver.cluster.inventory import load_inventory
-    from driver.cluster.rehearse import simulated_hosts
-    from driver.cluster.simhosts import SimulatedHostsError
     from driver.core.envs import ensure_env
     from driver.core.hardware import gpu_names
     from driver.runtimes.process import ProcessRuntime
+    from driver.testbed.rehearse import simulated_hosts
+    from driver.testbed.simhosts import SimulatedHostsError
 
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
     if not args.dry_run:  # the hosts run the local runtime's venvs: made before the hosts
@@ -402,8 +402,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def selftest_curve(args: argparse.Namespace) -> int:
     """``selftest --nodes 2,4,...``: the calibration case on that many simulated hosts each."""
-    from driver.core.costcurve import CostCurveError, refusal, run_cost_curve
     from driver.core.selftest import SelftestError
+    from driver.testbed.costcurve import CostCurveError, refusal, run_cost_curve
 
     clash = [flag for flag, given in (("--inventory", args.inventory),
                                       ("--topologies", args.topologies)) if given]  # fmt: skip
@@ -568,8 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--title")
     report.set_defaults(func=cmd_report)
 
-    from driver.core.costcurve import MAX_SIMULATED_NODES
     from driver.core.selftest import DEFAULT_TOPOLOGIES
+    from driver.testbed.costcurve import MAX_SIMULATED_NODES
 
     selftest = sub.add_parser("selftest", help="measure the kit's own error on a known workload")
     selftest.add_argument(

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from driver.cluster.simhosts import SimulatedHosts, missing_requirements
 from driver.core.selftest import ERROR_BOUND, WARMUP_STEPS, SelftestResult, run_selftest
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 
 CURVE_RUNTIMES = ("process", "slurm")
 MAX_SIMULATED_NODES = 200  # addresses 10.251.X.11 and up in one /24

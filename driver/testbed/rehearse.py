@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.cluster.simhosts import SimulatedHosts, missing_requirements, sweep_stale
 from driver.core.envs import venv_environment, venv_python
 from driver.frameworks.base import Framework
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements, sweep_stale
 
 REHEARSAL_RUNTIME = "process"
 
