@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from driver.bench.protocol import StepLogger
-from driver.core.parity import (
+from driver.frontend.cli import main
+from driver.studies.parity import (
     ParityError,
     ParityPair,
     ParityRequest,
@@ -29,7 +30,6 @@ from driver.core.parity import (
     read_kit,
     run_parity,
 )
-from driver.frontend.cli import main
 from tests.real_frameworks import framework_env
 
 TINY = {"image_size": 32, "num_classes": 10}

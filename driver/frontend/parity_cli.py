@@ -34,8 +34,8 @@ def _count(minimum: int):  # noqa: ANN202
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
-    from driver.core.parity import ParityError, ParityRequest, format_result, run_parity
     from driver.files import write_text
+    from driver.studies.parity import ParityError, ParityRequest, format_result, run_parity
 
     request = ParityRequest(
         framework=args.framework,
