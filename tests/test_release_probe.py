@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from driver.core.case import Topology
-from driver.probes import (
+from driver.diagnose.probes import (
     ProbeError,
     bus_factor,
     parse_probe_log,

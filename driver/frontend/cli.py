@@ -288,7 +288,7 @@ def run_selection(
         print(rehearsal.facts(session.root / REHEARSAL_INVENTORY)["note"])
     print(f"session: {session.root}")
     if getattr(args, "probe", False):  # all-reduce bandwidth before the matrix (driver/probes)
-        from driver.probes import probe_topologies
+        from driver.diagnose.probes import probe_topologies
 
         probe_topologies(session.root, runtime, [case.topology for case in cases])
     try:

@@ -226,7 +226,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     pairs of nodes; the slow node and the slow link named."""
     import time
 
-    from driver.cluster.nodescan import (
+    from driver.diagnose.nodescan import (
         judge,
         judge_links,
         one_node_runtimes,
@@ -370,8 +370,8 @@ def add_subcommands(subparsers: Any) -> None:
     )
     preflight.set_defaults(func=cmd_preflight)
 
-    from driver.cluster.nodescan import PAIR_ITERS, PAIR_SIZES_MB, SLOW_BELOW, SLOW_LINK_BELOW
     from driver.core.matrix import MAX_REPEATS
+    from driver.diagnose.nodescan import PAIR_ITERS, PAIR_SIZES_MB, SLOW_BELOW, SLOW_LINK_BELOW
     from driver.frontend.cli import _option
     from driver.frontend.report_cli import PROBE_MAX_ITERS, PROBE_MAX_MB, PROBE_MIN_MB
 

@@ -19,7 +19,7 @@ from driver.core.case import Case
 from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import table_title
 from driver.core.summary import CaseSummary, baseline_of, summarize
-from driver.probes import scaling_bound
+from driver.diagnose.probes import scaling_bound
 from driver.release.dataset import Dataset, RawRepeat, telemetry_summary
 from driver.release.mfu import (
     GRADIENT_BYTES_PER_PARAMETER,

@@ -40,6 +40,7 @@ from driver.cluster.inventory import Inventory
 from driver.core.case import Case
 from driver.core.results import Session
 from driver.core.runner import run_cases
+from driver.diagnose.probes import run_allreduce_probe
 from driver.runtimes.base import Runtime
 
 SLOW_BELOW = 0.05  # a node this far under the median of the nodes is slow
@@ -245,8 +246,6 @@ def probe_pairs(
     """The all-reduce probe on every pair, round by round, the pairs of a round at the same
     time; each into ``root/<a>+<b>`` (a session: its probe log and result under ``probes/``).
     A probe that fails is that pair's FAILED verdict, never an exception here (Ctrl-C aside)."""
-    from driver.probes import run_allreduce_probe  # the probes import the runtimes' interface
-
     lock = threading.Lock()
     results: dict[tuple[str, str], PairResult] = {}
 

@@ -28,7 +28,7 @@ from driver.launchers.base import NodeRank
 from driver.runtimes.base import Runtime, Verdict
 
 PROBE_DIR = "probes"
-SCRIPT = "driver/probes/allreduce.py"
+SCRIPT = "driver/diagnose/allreduce.py"
 TAG = "dlperf_probe"
 
 
