@@ -337,7 +337,7 @@ def test_a_throttled_nic_is_named_a_slow_link_and_no_other_node(
     every host, then the probe on the ring n1+n2, n3+n4 | n2+n3, n4+n1: n3's two pairs run at
     the throttle's rate, its neighbours have one fast pair each: n3 alone is named. About 40 s
     on this 2-core machine (torch imported by torchrun and the probe on 2 hosts per pair)."""
-    from driver.diagnose.probes import parse_probe_log
+    from driver.release.scaling import parse_probe_log
     from tests.real_frameworks import framework_env
 
     if not shutil.which("tc"):

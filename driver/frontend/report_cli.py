@@ -150,7 +150,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from driver.core.results import Session
-    from driver.diagnose.probes import ProbeError, run_allreduce_probe
+    from driver.diagnose.probes import run_allreduce_probe
+    from driver.release.scaling import ProbeError
     from driver.runtimes.factory import make_runtime
 
     session = Session.open(Path(args.results) / args.session, {"runtime": args.runtime})
