@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from driver.analysis.compare import compare_sides, load_side
+from driver.analysis.factor import factor_report
 from driver.core.results import Session
 from driver.core.runner import evaluate
 from driver.core.summary import summarize
 from driver.frontend.cli import main
 from driver.frontend.import_cli import IMPORTED, WORKER0, ImportLogsError, load_facts
-from driver.release.compare import compare_sides, load_side
-from driver.release.factor import factor_report
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "upstream" / "real" / "tensorflow-models-pypi"

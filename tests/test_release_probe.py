@@ -12,8 +12,8 @@ from driver.diagnose.probes import probe_topologies, run_allreduce_probe
 from driver.release.audit import audit
 from driver.release.release import release
 from driver.release.scaling import ProbeError, bus_factor, parse_probe_log, scaling_bound
-from driver.release.synth import real_session
 from driver.runtimes.local import LocalRuntime
+from tests.synth import real_session
 
 RECORDED = "\n".join(
     [

@@ -99,7 +99,7 @@ def _audit_with_released_kits(targets: list[Path], reports: Path, args: argparse
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from driver.release.compare import compare_sides, load_side
+    from driver.analysis.compare import compare_sides, load_side
 
     a = load_side(args.a, Path(args.reports), Path(args.results))
     b = load_side(args.b, Path(args.reports), Path(args.results))
@@ -109,8 +109,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_factor(args: argparse.Namespace) -> int:
-    from driver.release.compare import load_side
-    from driver.release.factor import factor_report
+    from driver.analysis.compare import load_side
+    from driver.analysis.factor import factor_report
 
     sides = [load_side(s, Path(args.reports), Path(args.results)) for s in args.inputs]
     data, text = factor_report(
