@@ -20,7 +20,7 @@ from driver.core.results import Session
 from driver.core.runner import evaluate
 from driver.core.summary import summarize
 from driver.frontend.cli import main
-from driver.frontend.import_cli import IMPORTED, WORKER0, ImportLogsError, load_facts
+from driver.sources.logfacts import IMPORTED, WORKER0, ImportLogsError, load_facts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "upstream" / "real" / "tensorflow-models-pypi"
@@ -463,7 +463,7 @@ def test_a_fact_the_logs_own_parameters_contradict_is_refused(
 
 
 def test_nested_configuration_dumps_are_not_read_as_the_runs_parameters(tmp_path: Path) -> None:
-    from driver.frontend.import_cli import printed_parameters
+    from driver.sources.logfacts import printed_parameters
 
     # tf-models prints its default params ('batch_size': 128 under train_dataset) and then the
     # overridden ones: neither is a flat parameter of the run, so neither is compared
