@@ -16,11 +16,12 @@ import pytest
 
 from driver.analysis.compare import compare_sides, load_side
 from driver.analysis.factor import factor_report
+from driver.core.importlogs import IMPORTED, WORKER0
 from driver.core.results import Session
 from driver.core.runner import evaluate
 from driver.core.summary import summarize
 from driver.frontend.cli import main
-from driver.sources.logfacts import IMPORTED, WORKER0, ImportLogsError, load_facts
+from driver.sources.logfacts import ImportLogsError, load_facts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "upstream" / "real" / "tensorflow-models-pypi"

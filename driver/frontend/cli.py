@@ -613,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (
         "driver.frontend.cluster_cli",
         "driver.frontend.report_cli",
-        "driver.sources.logfacts",
+        "driver.frontend.import_cli",
         "driver.frontend.parity_cli",
     ):
         try:
