@@ -120,8 +120,8 @@ def _env_value(value: Any) -> str:
 
 
 def _framework_key(key: Any) -> str:
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     return one_of("default", *FRAMEWORKS.names()).func(key)

@@ -95,8 +95,8 @@ def probe_plan(
 
 def default_python(runtime: Runtime) -> str:
     """The PyTorch framework's interpreter in ``runtime``; locally, this one if that is absent."""
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     python = runtime.python(FRAMEWORKS.get("pytorch"))

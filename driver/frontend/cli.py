@@ -26,7 +26,7 @@ from driver.core.matrix import (
     overrides_from,
 )
 from driver.files import KitWriteError, write_text
-from driver.frameworks.base import REPO_ROOT
+from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.frontend.args import (
     bounded_float,
     bounded_int,
@@ -34,11 +34,14 @@ from driver.frontend.args import (
     count_list,
     topology_list,
 )
+from driver.launchers.base import LAUNCHERS
+from driver.parsers.base import PARSERS
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
-from driver.runtimes.base import RuntimeConfigError
+from driver.registry import UnknownPlugin
+from driver.runtimes.base import RUNTIMES, RuntimeConfigError
 from driver.runtimes.factory import make_runtime
 from driver.schema import ConfigError, did_you_mean
+from driver.sources.base import SOURCES
 
 if TYPE_CHECKING:
     from driver.runtimes.base import Runtime

@@ -171,7 +171,8 @@ def _shared_variant(name: str) -> str | None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
-    from driver.registry import FRAMEWORKS, UnknownPlugin
+    from driver.frameworks.base import FRAMEWORKS
+    from driver.registry import UnknownPlugin
     from driver.runtimes.factory import make_runtime
 
     try:
@@ -199,9 +200,9 @@ def scan_case(args: argparse.Namespace, runtime_name: str) -> Any:
         overrides_from,
     )  # fmt: skip
     from driver.core.selftest import calibration_cases
+    from driver.frameworks.base import FRAMEWORKS
     from driver.frontend.cli import choose_profile
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     framework = FRAMEWORKS.canonical(args.framework)

@@ -236,8 +236,8 @@ def _csv_where(field_path: str) -> str:
 
 
 def _check_frameworks(loaded: ImportFile, path: Path) -> None:
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     for index, figure in enumerate(loaded.figures):
@@ -305,7 +305,7 @@ def _source_key(source: str) -> str:
 
 def figure_summary(figure: Figure) -> CaseSummary:
     """A published figure as a rate-only case summary (speedups filled by ``summarize``)."""
-    from driver.registry import FRAMEWORKS
+    from driver.frameworks.base import FRAMEWORKS
 
     case = Case(
         model=figure.model,

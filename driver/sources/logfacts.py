@@ -24,8 +24,9 @@ from pydantic import Field, PrivateAttr
 
 from driver.core.case import Case, Topology
 from driver.parsers._upstream import RunHeader
-from driver.registry import SOURCES, UnknownPlugin
+from driver.registry import UnknownPlugin
 from driver.schema import ConfigError, Label, StrictModel, load_document, validate
+from driver.sources.base import SOURCES
 
 VARIANT = "imported"
 
