@@ -57,10 +57,11 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     from driver.images.build import build_images
     from driver.images.catalog import build_order, discover
     from driver.images.local_copy import OPTION, LocalCopyError, local_copies
+    from driver.sources.upstream import SPECS
 
     try:
         # Every copy is checked before anything is built.
-        options = _build_options(args, local_copies(args.source_checkout or []))
+        options = _build_options(args, local_copies(args.source_checkout or [], SPECS))
         specs = discover(options.root)
         names = args.names or [
             name
