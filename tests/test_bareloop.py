@@ -1,4 +1,4 @@
-"""The bare loops' shared command line and result line (driver/bareloop.py)."""
+"""The bare loops' shared command line and result line (driver/studies/bareloop.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The node scan (driver/cluster/nodescan.py, `dlperf nodes`): the slow node named, and the
+"""The node scan (driver/diagnose/nodescan.py, `dlperf nodes`): the slow node named, and the
 pairs' all-reduce probe: the slow link named (4 simulated hosts, one host's NIC throttled with
 tc)."""
 

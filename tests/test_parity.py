@@ -1,4 +1,4 @@
-"""``dlperf parity`` (driver.core.parity): the kit's benchmark beside a bare loop.
+"""``dlperf parity`` (driver.studies.parity): the kit's benchmark beside a bare loop.
 
 Correctness only, never timing: a real PyTorch pair at tiny shapes through the command line,
 and the reading, checking and alternation of the pairs with step logs written by the protocol's

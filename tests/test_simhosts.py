@@ -1,4 +1,4 @@
-"""Simulated hosts (driver.cluster.simhosts) and the cost curve (driver.core.costcurve) on them."""
+"""Simulated hosts (driver.testbed.simhosts) and the cost curve (driver.testbed.costcurve)."""
 
 from __future__ import annotations
 

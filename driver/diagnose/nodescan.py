@@ -10,7 +10,7 @@ ok. Each node's repeats go to their own session folder under the scan's folder (
 logs and provenance, as for any run). Ctrl-C stops every node's repeat the way it stops a run.
 
 A bad NIC or cable does not show in a one-device case: the pairs do. Node i and node i+1 (mod
-N) run the all-reduce probe (``driver.probes``: 2 nodes x 1 process) through a runtime of the
+N) run the all-reduce probe (``probes.py``: 2 nodes x 1 process) through a runtime of the
 same kind that sees only that pair, disjoint pairs at the same time, in rounds (a ring of N
 nodes: 2 rounds when N is even, 3 when odd), so every node is in two pairs (one when N = 2).
 Each pair's probe log and result go to ``<scan>/<a>+<b>/probes/`` (``+`` is in no node name).

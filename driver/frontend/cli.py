@@ -290,7 +290,7 @@ def run_selection(
         write_text(session.root / REHEARSAL_INVENTORY, rehearsal.inventory.read_text())
         print(rehearsal.facts(session.root / REHEARSAL_INVENTORY)["note"])
     print(f"session: {session.root}")
-    if getattr(args, "probe", False):  # all-reduce bandwidth before the matrix (driver/probes)
+    if getattr(args, "probe", False):  # all-reduce bandwidth before the matrix (diagnose/)
         from driver.diagnose.probes import probe_topologies
 
         probe_topologies(session.root, runtime, [case.topology for case in cases])

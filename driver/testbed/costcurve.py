@@ -1,6 +1,6 @@
 """``dlperf selftest --nodes 2,4,8,16,32``: the kit's error and its own cost as nodes grow.
 
-For each node count N it makes N simulated hosts (``driver.cluster.simhosts``: own network,
+For each node count N it makes N simulated hosts (``driver.testbed.simhosts``: own network,
 hostname, files view and clock each), runs the calibration case ``NnNg`` (``--devices`` per host)
 through the ``process`` or ``slurm`` runtime, and prints the kit's error, its overhead per repeat
 (the repeat's wall time minus the workload's own steps), per case (the same with the session's

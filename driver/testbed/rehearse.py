@@ -2,7 +2,7 @@
 
 Before booking a cluster, the matrix's own cases (real frameworks, their launchers, the
 ``process`` runtime over SSH, every node its own address, hostname and clock) run on N simulated
-hosts (:mod:`driver.cluster.simhosts`), N being the largest node count of the selected cases.
+hosts (:mod:`driver.testbed.simhosts`), N being the largest node count of the selected cases.
 Each host runs a framework's case with the interpreter the local runtime would use
 (``.venvs/<framework>/bin/python``; the file system is shared) and the venv's extra library
 folders. The hosts are removed at the end, also on Ctrl-C, SIGTERM or a failure.
