@@ -614,10 +614,10 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=cmd_list)
 
     for module in (
-        "driver.frontend.cluster_cli",
-        "driver.frontend.report_cli",
-        "driver.frontend.import_cli",
-        "driver.frontend.parity_cli",
+        "driver.frontend.commands.images",
+        "driver.frontend.commands.audit",
+        "driver.frontend.commands.import_logs",
+        "driver.frontend.commands.parity",
     ):
         try:
             importlib.import_module(module).add_subcommands(sub)

@@ -375,7 +375,7 @@ def add_subcommands(subparsers: Any) -> None:
     from driver.core.matrix import MAX_REPEATS
     from driver.diagnose.nodescan import PAIR_ITERS, PAIR_SIZES_MB, SLOW_BELOW, SLOW_LINK_BELOW
     from driver.frontend.cli import _option
-    from driver.frontend.report_cli import PROBE_MAX_ITERS, PROBE_MAX_MB, PROBE_MIN_MB
+    from driver.frontend.commands.audit import PROBE_MAX_ITERS, PROBE_MAX_MB, PROBE_MIN_MB
 
     nodes = subparsers.add_parser(
         "nodes",
