@@ -224,7 +224,7 @@ def test_a_stop_signal_on_the_head_records_interrupted_and_leaves_no_process(
 
 @pytest.mark.parametrize("name", ["20261123-120000-cpu-smoke", "run.1", "A_b-c"])
 def test_a_session_is_a_name_under_results(name: str) -> None:
-    from driver.frontend.cli import check_session_name
+    from driver.frontend.args import check_session_name
 
     assert check_session_name(name) == name
 
@@ -242,7 +242,7 @@ def test_a_session_path_is_refused_and_nothing_is_written(
 def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    from driver.frontend.cli import local_environments
+    from driver.frontend.commands.envs import local_environments
 
     known = local_environments()
     # Each framework with CPU requirements, and each upstream source released on PyPI.

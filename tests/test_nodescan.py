@@ -282,7 +282,7 @@ def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:
     import argparse
 
     from driver.core.matrix import MatrixError
-    from driver.frontend.commands.images import scan_case
+    from driver.frontend.commands.nodes import scan_case
 
     args = argparse.Namespace(framework="PyTorch", model="resnet50", profile="cpu-smoke",
                               repeats=2, option=[("channels_last", True)])  # fmt: skip

@@ -24,6 +24,9 @@ from driver.runtimes.base import Runtime, Verdict
 
 PROBE_DIR = "probes"
 SCRIPT = "driver/diagnose/allreduce.py"
+# The probe's message sizes (MB: at least 1 KB, at most what fits in a device's memory) and
+# timed iterations (a probe takes seconds to minutes, not hours), as a command line may give them.
+PROBE_MIN_MB, PROBE_MAX_MB, PROBE_MAX_ITERS = 0.001, 16384.0, 100_000
 
 
 def probe_name(topology: str) -> str:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from driver.core.importlogs import check_new_logs, import_run
-from driver.frameworks.base import REPO_ROOT
+from driver.frontend.args import RESULTS, check_session_name
 from driver.parsers._upstream import LOGGING_MODES
 from driver.sources.logfacts import FACT_FLAGS, ImportLogsError, load_facts
 
@@ -37,8 +37,6 @@ def _sha256(path: Path) -> str:
 
 
 def cmd_import_logs(args: argparse.Namespace) -> int:
-    from driver.frontend.cli import check_session_name
-
     overrides = {field: getattr(args, flag) for flag, field in FACT_FLAGS.items()}
     session = Path(args.results) / check_session_name(args.session)
     try:
@@ -97,6 +95,6 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         "--hardware",
         help="what the logs ran on, e.g. 'NVIDIA V100-SXM2-16GB' (default: unknown device)",
     )
-    parser.add_argument("--results", default=str(REPO_ROOT / "results"))
+    parser.add_argument("--results", default=str(RESULTS))
     parser.add_argument("--session", required=True, help="session name under --results")
     parser.set_defaults(func=cmd_import_logs)

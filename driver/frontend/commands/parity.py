@@ -1,7 +1,6 @@
 """``dlperf parity``: the kit's benchmark beside a bare loop of the same model (harness cost).
 
-Imported by ``driver.frontend.cli`` when present (``add_subcommands``); the logic is
-``driver.core.parity``.
+The study itself is ``driver.studies.parity``.
 """
 
 from __future__ import annotations
