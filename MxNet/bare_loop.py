@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 from mxnet.contrib import amp  # noqa: E402
 
-from driver.bareloop import parse_args, print_result  # noqa: E402
+from driver.studies.bareloop import parse_args, print_result  # noqa: E402
 from MxNet.benchmark.models import ImageClassifierLoss, ResNet50V15, initialize  # noqa: E402
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 import numpy as np  # noqa: E402
 import oneflow as flow  # noqa: E402
 
-from driver.bareloop import parse_args, print_result  # noqa: E402
+from driver.studies.bareloop import parse_args, print_result  # noqa: E402
 from OneFlow.benchmark.models import ImageClassifierLoss, ResNet  # noqa: E402
 
 

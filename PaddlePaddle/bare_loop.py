@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 
-from driver.bareloop import parse_args, print_result  # noqa: E402
+from driver.studies.bareloop import parse_args, print_result  # noqa: E402
 from PaddlePaddle.benchmark.models.resnet import ResNet50  # noqa: E402
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from driver.bareloop import parse_args, print_result  # noqa: E402
+from driver.studies.bareloop import parse_args, print_result  # noqa: E402
 from PyTorch.benchmark.models.resnet import resnet50  # noqa: E402
 
 

@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from driver.bareloop import parse_args, print_result  # noqa: E402
+from driver.studies.bareloop import parse_args, print_result  # noqa: E402
 from TensorFlow.benchmark.models.resnet import resnet50  # noqa: E402
 
 

@@ -1,20 +1,17 @@
-"""One tiny registry type for every plug-in kind: frameworks, launchers, runtimes, log parsers.
+"""One tiny registry type for every plug-in kind: frameworks, launchers, runtimes, log parsers,
+upstream sources.
 
-Plug-ins register themselves by name with a decorator (``@LAUNCHERS.register("torchrun")``);
-``driver.plugins.load_all`` imports every plug-in module once so the registries are complete.
+Each kind's registry stands beside the interface its plug-ins implement (``FRAMEWORKS`` in
+``driver/frameworks/base.py``, ``LAUNCHERS``, ``PARSERS``, ``RUNTIMES`` and ``SOURCES`` in their
+packages' ``base.py``), so this module imports nothing of the kit. Plug-ins register themselves
+by name with a decorator (``@LAUNCHERS.register("torchrun")``); ``driver.plugins.load_all``
+imports every plug-in module once so the registries are complete.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Generic, TypeVar
-
-if TYPE_CHECKING:  # the interfaces, for the registries' types only (their modules import this)
-    from driver.frameworks.base import Framework
-    from driver.launchers.base import Launcher
-    from driver.parsers.base import LogParser
-    from driver.runtimes.base import Runtime
-    from driver.sources.base import Source
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -76,13 +73,3 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
-
-
-# Each registry holds the plug-in interface its kind implements (the protocols in each
-# package's base module). A framework is also found by its folder and display names
-# (``make resnet50-paddlepaddle``).
-FRAMEWORKS: Registry[Framework] = Registry("framework", alias_fields=("folder", "display"))
-LAUNCHERS: Registry[type[Launcher]] = Registry("launcher")
-RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
-PARSERS: Registry[type[LogParser]] = Registry("log parser")
-SOURCES: Registry[type[Source]] = Registry("source")

@@ -124,6 +124,13 @@ def field_path(loc: Iterable[Any]) -> str:
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 Name = text(NAME_PATTERN, "a name: letters, digits, _ . - (starting with a letter or digit)")
 Line = text(r"[^\x00-\x1f\x7f]*", "one line of text (no newline or control character)")
+# A label that reaches tables and records (published figures, imported logs' facts): no C0 or C1
+# control character and no Unicode line or paragraph separator, which would split a Markdown row
+# or a CSV record.
+Label = text(
+    r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]*",
+    "one line of text (no newline, tab or other control character; remove it)",
+)
 OptionName = text(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "an option name: letters, digits, _")
 
 

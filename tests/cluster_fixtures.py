@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.cluster.simhosts import sshd_config_lines, wait_for_sshd
 from driver.core.case import Case
 from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import Session
 from driver.core.selftest import calibration_cases
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import RepeatOutcome
+from driver.testbed.simhosts import sshd_config_lines, wait_for_sshd
 
 SSHD = "/usr/sbin/sshd"
 NODE_COUNT = 2

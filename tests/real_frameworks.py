@@ -16,9 +16,8 @@ from typing import Any
 from driver.core.case import Case, Topology
 from driver.core.results import RepeatRecord, Session
 from driver.core.runner import run_cases
-from driver.frameworks.base import REPO_ROOT
+from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS
 from driver.runtimes.local import LocalRuntime, process_environment
 from tests.conftest import require_real
 

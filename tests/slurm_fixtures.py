@@ -1,4 +1,4 @@
-"""A real Slurm cluster, and N simulated hosts, for tests: ``driver.cluster.simhosts`` does both.
+"""A real Slurm cluster, and N simulated hosts, for tests: ``driver.testbed.simhosts`` does both.
 
 Debian's slurmd is not built with ``--enable-multiple-slurmd``: two slurmd on one host register
 and run batch jobs, but ``srun -N2`` gives both nodes ``SLURM_NODEID=0``. So each node here is
@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
-from driver.cluster.simhosts import (
+from driver.testbed.simhosts import (
     SimulatedHosts,
     free_subnet,
     missing_requirements,
 )
-from driver.cluster.simhosts import (
+from driver.testbed.simhosts import (
     sweep_stale as _sweep_stale,
 )
 from tests.conftest import require_real

@@ -1,5 +1,14 @@
-"""No import circle inside ``driver/``: the module import graph has no strongly connected
-component of more than one module.
+"""The floors of ``docs/ARCHITECTURE.md`` hold in ``driver/``, and no import circle does.
+
+Floors: the document's floor table (a row whose first cell is ``F<n> ...``) names, in its second
+cell, the folders (``driver/core/``) and files (``driver/files.py``) of each floor. The test reads
+that table, so the document and the test cannot drift: every module of ``driver/`` must stand on
+exactly one floor (a file by its own row, else the deepest folder named that holds it), every
+path named must exist, and no module imports one on a higher floor. Imports under
+``if TYPE_CHECKING:`` count here: a module that names a higher floor in its annotations depends
+on it too.
+
+Circles: the module import graph has no strongly connected component of more than one module.
 
 The graph is read from the source with ``ast``, nothing is imported:
 
@@ -12,7 +21,7 @@ The graph is read from the source with ``ast``, nothing is imported:
   else at ``package`` itself; an import names its target module, not the packages above it;
 - imports inside an ``if TYPE_CHECKING:`` block (``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``)
   never run and are skipped for the run-time graph (the block's ``else:`` branch does run and is
-  counted); a second test counts them too, so no circle hides in annotations either;
+  counted); the floor test and a second circle test count them too;
 - only edges between modules of ``driver/`` are kept; ``importlib.import_module`` with a
   computed name (``driver.plugins.load_all``) is not an import statement and is not seen.
 
@@ -22,17 +31,37 @@ The strongly connected components come from scipy (``scipy.sparse.csgraph``).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+ARCHITECTURE = REPO_ROOT / "docs" / "ARCHITECTURE.md"
 
 # Circles being removed on another branch; each entry must still be a circle (see the test), so
 # an exception cannot outlive its circle. None today.
 KNOWN_CIRCLES: list[frozenset[str]] = []
+
+# Modules standing above the floor they belong to, each imported from below until it moves
+# there: module -> where it goes. Each entry must still be imported from a lower floor (see the
+# test), so an exception cannot outlive its climb.
+KNOWN_CLIMBS: dict[str, str] = {
+    "driver.core.case": "driver/model/ (F2), by the records branch",
+    "driver.core.measure": "driver/model/ (F2), by the records branch",
+    "driver.core.results": "driver/model/ (F2), by the records branch",
+    "driver.core.hardware": "driver/model/ (F2), by the records branch",
+    "driver.core.repeatplan": "driver/runtimes/plan.py (F3), by the runtimes branch",
+    "driver.core.envs": "driver/runtimes/envs.py (F3), by the runtimes branch",
+}
+# Paths the floor table names before they exist; each must still be absent (see the test).
+PLANNED: dict[str, str] = {
+    "driver/model/": "made by the records branch",
+}
+SATELLITES = 7  # the floor of the satellites: nothing on the mission's path (below it) imports them
 
 
 def module_names(package_dir: Path) -> dict[str, Path]:
@@ -57,9 +86,7 @@ def _is_type_checking_block(node: ast.AST) -> bool:
     return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
 
 
-def _runtime_imports(
-    tree: ast.AST, annotations: bool = False
-) -> list[ast.Import | ast.ImportFrom]:
+def _runtime_imports(tree: ast.AST, annotations: bool = False) -> list[ast.Import | ast.ImportFrom]:
     """Every import statement of the tree except those under ``if TYPE_CHECKING:`` (with
     ``annotations``, those too)."""
     found: list[ast.Import | ast.ImportFrom] = []
@@ -144,6 +171,63 @@ def describe_circle(circle: frozenset[str], graph: dict[str, set[str]]) -> str:
     for name in sorted(circle):
         lines.append(f"  {name} -> {', '.join(sorted(graph[name] & circle))}")
     return "\n".join(lines)
+
+
+# --- floors -------------------------------------------------------------------------------
+
+FLOOR_HEADER = re.compile(r"^\|\s*floor\s*\|")
+FLOOR_ROW = re.compile(r"^\|\s*F(?P<floor>\d+)\b[^|]*\|(?P<where>[^|]*)\|")
+
+
+def floor_table(text: str) -> dict[str, int]:
+    """Path (``driver/core/`` or ``driver/files.py``) -> floor, from the rows of the floor table
+    (the table whose header's first cell is ``floor``; a row's first cell is ``F<n> ...``, its
+    second cell names the floor's ``driver/`` paths in backticks)."""
+    floors: dict[str, int] = {}
+    in_table = False
+    for line in text.splitlines():
+        in_table = bool(FLOOR_HEADER.match(line)) or (in_table and line.startswith("|"))
+        row = FLOOR_ROW.match(line) if in_table else None
+        if not row:
+            continue
+        for path in re.findall(r"`(driver/[^`]*)`", row["where"]):
+            if path in floors:
+                raise ValueError(f"{path} stands on two floors: F{floors[path]}, F{row['floor']}")
+            floors[path] = int(row["floor"])
+    return floors
+
+
+def module_floors(package_dir: Path, floors: dict[str, int]) -> dict[str, int | None]:
+    """Module -> its floor: its file's own row, else the deepest folder named that holds it
+    (None: on no floor)."""
+    root = package_dir.parent
+    found: dict[str, int | None] = {}
+    for name, path in module_names(package_dir).items():
+        relative = path.relative_to(root).as_posix()
+        holders = [p for p in floors if p.endswith("/") and relative.startswith(p)]
+        if relative in floors:
+            found[name] = floors[relative]
+        elif holders:
+            found[name] = floors[max(holders, key=len)]
+        else:
+            found[name] = None
+    return found
+
+
+def climbs(graph: dict[str, set[str]], floor: dict[str, int | None]) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a module on a higher floor than the importer."""
+    return sorted(
+        (source, target)
+        for source, targets in graph.items()
+        for target in targets
+        if floor[source] is not None and floor[target] is not None and floor[target] > floor[source]  # type: ignore[operator]
+    )
+
+
+def describe_climbs(found: list[tuple[str, str]], floor: dict[str, int | None]) -> str:
+    return "imports that climb a floor (docs/ARCHITECTURE.md):\n" + "\n".join(
+        f"  {source} (F{floor[source]}) -> {target} (F{floor[target]})" for source, target in found
+    )
 
 
 # --- the cycle finder on tiny synthetic packages -------------------------------------------
@@ -250,3 +334,133 @@ def test_planning_reaches_runtimes_for_annotations_only() -> None:
     for planning in ("driver.core.command", "driver.core.plan", "driver.core.repeatplan"):
         runtimes = {name for name in graph[planning] if name.startswith("driver.runtimes")}
         assert not runtimes, f"{planning} imports {sorted(runtimes)} at run time"
+
+
+# --- the floor check on a tiny synthetic package -----------------------------------------
+
+TINY_DOC = """
+| floor | where | what |
+|---|---|---|
+| F0 base | `driver/__init__.py`, `driver/files.py` | plumbing |
+| F1 kinds | `driver/kinds/` | plug-ins |
+| F2 top | `driver/top/`, `driver/kinds/special.py` | the top |
+
+| concept | where |
+|---|---|
+| F9 not a floor row | `driver/elsewhere.py` (another table is not read) |
+"""
+
+
+def test_the_floor_table_is_read_and_a_file_row_beats_its_folder(tmp_path: Path) -> None:
+    floors = floor_table(TINY_DOC)
+    assert floors == {
+        "driver/__init__.py": 0,
+        "driver/files.py": 0,
+        "driver/kinds/": 1,
+        "driver/top/": 2,
+        "driver/kinds/special.py": 2,
+    }
+    package = (
+        write_package(
+            tmp_path,
+            {
+                "driver/__init__.py": "",
+                "driver/files.py": "",
+                "driver/kinds/__init__.py": "",
+                "driver/kinds/base.py": "",
+                "driver/kinds/special.py": "",
+                "driver/top/__init__.py": "",
+                "driver/stray.py": "",
+            },
+        ).parent
+        / "driver"
+    )
+    assert module_floors(package, floors) == {
+        "driver": 0,
+        "driver.files": 0,
+        "driver.kinds": 1,
+        "driver.kinds.base": 1,
+        "driver.kinds.special": 2,
+        "driver.top": 2,
+        "driver.stray": None,
+    }
+    with pytest.raises(ValueError, match="driver/files.py stands on two floors"):
+        twice = "| F1 again | `driver/files.py` | |\n| F2 top |"
+        floor_table(TINY_DOC.replace("| F2 top |", twice))
+
+
+def test_a_climb_through_a_function_or_an_annotation_is_found(tmp_path: Path) -> None:
+    package = (
+        write_package(
+            tmp_path,
+            {
+                "driver/__init__.py": "",
+                "driver/files.py": "def f():\n    from driver.kinds import base\n",
+                "driver/kinds/__init__.py": "",
+                "driver/kinds/base.py": (
+                    "from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from driver.top import thing\n"
+                    "from driver import files\n"
+                ),
+                "driver/kinds/special.py": "from driver.top import thing\n",  # F2 -> F2: allowed
+                "driver/top/__init__.py": "from driver.kinds import base\nthing = 1\n",
+            },
+        ).parent
+        / "driver"
+    )
+    floor = module_floors(package, floor_table(TINY_DOC))
+    found = climbs(import_graph(package, annotations=True), floor)
+    assert found == [("driver.files", "driver.kinds.base"), ("driver.kinds.base", "driver.top")]
+    assert "driver.files (F0) -> driver.kinds.base (F1)" in describe_climbs(found, floor)
+    # without the annotations the type-only climb is invisible: the floor test counts them
+    assert climbs(import_graph(package), floor) == [("driver.files", "driver.kinds.base")]
+
+
+# --- the floors of the real package ------------------------------------------------------
+
+
+def real_floors() -> tuple[dict[str, int], dict[str, int | None]]:
+    floors = floor_table(ARCHITECTURE.read_text(encoding="utf-8"))
+    return floors, module_floors(REPO_ROOT / "driver", floors)
+
+
+def test_the_document_names_floors_f0_to_f8_and_only_paths_that_exist() -> None:
+    floors, _ = real_floors()
+    assert sorted(set(floors.values())) == list(range(9)), "the floor table has F0 to F8"
+    missing = [p for p in floors if p not in PLANNED and not (REPO_ROOT / p).exists()]
+    assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {missing}"
+    unlisted = [p for p in PLANNED if p not in floors]
+    assert not unlisted, f"PLANNED paths the floor table does not name: {unlisted}"
+    made = [p for p in PLANNED if (REPO_ROOT / p).exists()]
+    assert not made, f"these exist now, delete them from PLANNED: {made}"
+
+
+def test_every_module_stands_on_one_floor() -> None:
+    _, floor = real_floors()
+    assert "driver.core.runner" in floor, "modules not read"
+    homeless = sorted(name for name, value in floor.items() if value is None)
+    assert not homeless, f"on no floor of docs/ARCHITECTURE.md (add them to its table): {homeless}"
+
+
+def test_no_import_climbs_a_floor() -> None:
+    _, floor = real_floors()
+    found = climbs(import_graph(REPO_ROOT / "driver", annotations=True), floor)
+    unexpected = [(source, target) for source, target in found if target not in KNOWN_CLIMBS]
+    assert not unexpected, describe_climbs(unexpected, floor)
+    gone = sorted(set(KNOWN_CLIMBS) - {target for _source, target in found})
+    assert not gone, f"no longer imported from below, delete them from KNOWN_CLIMBS: {gone}"
+
+
+def test_the_missions_path_imports_no_satellite() -> None:
+    """Below the satellites' floor nothing imports them, even for annotations: a satellite can
+    break without touching a run, a report, a release or an audit."""
+    _, floor = real_floors()
+    assert {floor[name] for name in ("driver.testbed", "driver.analysis")} == {SATELLITES}
+    graph = import_graph(REPO_ROOT / "driver", annotations=True)
+    reaching = [
+        (source, target)
+        for source, targets in graph.items()
+        for target in targets
+        if (floor[source] or 0) < SATELLITES and floor[target] == SATELLITES
+    ]
+    assert not reaching, describe_climbs(sorted(reaching), floor)

@@ -18,7 +18,7 @@ from driver.frontend.cli import main
 from driver.release.archive import read_archive, sha256_bytes, sha256_file, write_archive
 from driver.release.audit import Finding, audit
 from driver.release.release import release
-from driver.release.synth import cached_session, multiply
+from tests.synth import cached_session, multiply
 
 SEED = 20261121
 EDITS_PER_FILE = 12

@@ -1,4 +1,4 @@
-"""The bare loops' shared command line and result line (driver/bareloop.py)."""
+"""The bare loops' shared command line and result line (driver/studies/bareloop.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from driver.bareloop import TAG, parse_args, print_result
+from driver.studies.bareloop import TAG, parse_args, print_result
 
 BASE = ["--model", "resnet50", "--batch-size", "4", "--steps", "3"]
 

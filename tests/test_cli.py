@@ -224,7 +224,7 @@ def test_a_stop_signal_on_the_head_records_interrupted_and_leaves_no_process(
 
 @pytest.mark.parametrize("name", ["20261123-120000-cpu-smoke", "run.1", "A_b-c"])
 def test_a_session_is_a_name_under_results(name: str) -> None:
-    from driver.frontend.cli import check_session_name
+    from driver.frontend.args import check_session_name
 
     assert check_session_name(name) == name
 
@@ -242,7 +242,7 @@ def test_a_session_path_is_refused_and_nothing_is_written(
 def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    from driver.frontend.cli import local_environments
+    from driver.frontend.commands.envs import local_environments
 
     known = local_environments()
     # Each framework with CPU requirements, and each upstream source released on PyPI.
@@ -266,8 +266,8 @@ def test_python_points_the_local_runtime_at_an_existing_framework_install(
     """`--python`: a machine's own interpreter with the framework (a GPU machine's python3)
     runs the scripts instead of .venvs/<framework>; one that lacks it is refused with the fix."""
     from driver.core.envs import ensure_env
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     link = ensure_env(FRAMEWORKS.get("pytorch"), log=lambda _line: None)  # "the machine's"

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from driver.frontend.cli import main
-from driver.release.compare import (
+from driver.analysis.compare import (
     compare_sides,
     load_side,
     mann_whitney,
     min_p_value,
     verdict,
 )
-from driver.release.factor import factor_report
+from driver.analysis.factor import factor_report
+from driver.frontend.cli import main
 from driver.release.release import release
-from driver.release.synth import cached_session, multiply
+from tests.synth import cached_session, multiply
 
 # The calibration workload's truth: batch x devices / step_time samples/s. Session B runs 25%
 # slower steps and two batch sizes, so the effects are known in advance.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.registry import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "tools" / "gpu_check.py")

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from driver.core.importlogs import import_run
 from driver.frontend.cli import main
-from driver.frontend.import_cli import Facts, ImportLogsError, import_run
 from driver.release.imported import load_import
 from driver.schema import ConfigError
+from driver.sources.logfacts import Facts, ImportLogsError
 from tests.hostile import ACCEPTED, CLEAR, CliRefusal, HostileCase, run_corpus
 from tests.test_hostile_config import Files, file_level_cases
 from tests.test_import_logs import _dllogger_plain, without_header

@@ -26,8 +26,8 @@ from driver.frontend.cli import main
 from driver.release.archive import read_archive, sha256_bytes, sha256_file, write_archive
 from driver.release.audit import audit
 from driver.release.release import release
-from driver.release.synth import cached_session
 from tests.hostile import SILENT, TRACEBACK, HostileCase, run_corpus
+from tests.synth import cached_session
 
 CASE_1N2G = "calibration/calibration/1n2g/bs8/fp32/synthetic"
 

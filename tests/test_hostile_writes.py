@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
-from driver.release.synth import cached_session
 from tests.fs_faults import fill, read_only, small_tmpfs
 from tests.hostile import CLEAR, HostileCase, cli_subprocess, run_corpus
+from tests.synth import cached_session
 from tests.test_hostile_records import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"

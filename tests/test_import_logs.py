@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from driver.analysis.compare import compare_sides, load_side
+from driver.analysis.factor import factor_report
+from driver.core.importlogs import IMPORTED, WORKER0
 from driver.core.results import Session
 from driver.core.runner import evaluate
 from driver.core.summary import summarize
 from driver.frontend.cli import main
-from driver.frontend.import_cli import IMPORTED, WORKER0, ImportLogsError, load_facts
-from driver.release.compare import compare_sides, load_side
-from driver.release.factor import factor_report
+from driver.sources.logfacts import ImportLogsError, load_facts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "upstream" / "real" / "tensorflow-models-pypi"
@@ -463,7 +464,7 @@ def test_a_fact_the_logs_own_parameters_contradict_is_refused(
 
 
 def test_nested_configuration_dumps_are_not_read_as_the_runs_parameters(tmp_path: Path) -> None:
-    from driver.frontend.import_cli import printed_parameters
+    from driver.sources.logfacts import printed_parameters
 
     # tf-models prints its default params ('batch_size': 128 under train_dataset) and then the
     # overridden ones: neither is a flat parameter of the run, so neither is compared

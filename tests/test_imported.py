@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from driver.analysis.compare import load_side
+from driver.analysis.factor import factor_report
 from driver.core.summary import CaseSummary
 from driver.frontend.cli import main
-from driver.release.compare import load_side
-from driver.release.factor import factor_report
 from driver.release.imported import imported_summaries, load_import
 from driver.schema import ConfigError
 
@@ -165,7 +165,7 @@ def test_report_takes_an_import_file_beside_sessions(tmp_path: Path) -> None:
 
 
 def test_compare_keeps_each_device_model_a_case_of_its_own(tmp_path: Path) -> None:
-    from driver.release.compare import compare_sides
+    from driver.analysis.compare import compare_sides
 
     side = load_side(str(SHEET), tmp_path, tmp_path)
     assert side.kind == "published" and len(side.cases) == 8

@@ -12,8 +12,8 @@ import pytest
 
 from driver.cluster.inventory import InventoryError, load_inventory, parse_inventory
 from driver.cluster.remote import env_prefix, shell
-from driver.core.matrix import MatrixError
 from driver.frameworks.base import REPO_ROOT
+from driver.schema import ConfigError
 
 
 def parse(data: Any, check_files: bool = False):
@@ -122,7 +122,7 @@ def test_file_errors_and_the_cli_reports_it_like_a_matrix_error(tmp_path: Path) 
     bad.write_text("nodes: [\n")
     with pytest.raises(InventoryError, match="not valid YAML"):
         load_inventory(bad)
-    assert issubclass(InventoryError, MatrixError)  # `dlperf` prints it as "error: ..." (exit 2)
+    assert issubclass(InventoryError, ConfigError)  # `dlperf` prints it as "error: ..." (exit 2)
 
 
 def test_a_case_needing_more_nodes_than_listed_is_a_clear_error(tmp_path: Path) -> None:

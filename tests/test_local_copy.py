@@ -144,9 +144,9 @@ def test_every_commit_the_source_pins_is_checked_and_names_must_be_sources(
     assert set(copies) == {real.image}
     assert set(copies[real.image].commits) == {commits["main"], commits["tagged"]}
     with pytest.raises(LocalCopyError, match=r"no upstream source 'ngc-pytorh' \(did you mean"):
-        local_copies([f"ngc-pytorh={repo}"])
+        local_copies([f"ngc-pytorh={repo}"], SPECS)
     with pytest.raises(LocalCopyError, match=r"write SOURCE=PATH"):
-        local_copies(["ngc-pytorch"])
+        local_copies(["ngc-pytorch"], SPECS)
 
 
 def test_cli_refuses_a_bad_copy_before_building_anything(

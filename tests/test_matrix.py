@@ -9,8 +9,8 @@ import pytest
 
 from driver.core.case import Topology
 from driver.core.matrix import MatrixError, Overrides, apply_overrides, load_matrix
+from driver.frameworks.base import FRAMEWORKS
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS
 
 load_all()
 

@@ -29,8 +29,8 @@ from driver.release.mfu import (
     peak_precision,
 )
 from driver.release.release import release
-from driver.release.synth import telemetry_interval
 from driver.runtimes.local import LocalRuntime
+from tests.synth import telemetry_interval
 
 H100 = "NVIDIA H100 80GB HBM3"
 PEAKS = load_peaks(REPO_ROOT / "reports" / "peaks.yaml")

@@ -1,4 +1,4 @@
-"""The node scan (driver/cluster/nodescan.py, `dlperf nodes`): the slow node named, and the
+"""The node scan (driver/diagnose/nodescan.py, `dlperf nodes`): the slow node named, and the
 pairs' all-reduce probe: the slow link named (4 simulated hosts, one host's NIC throttled with
 tc)."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from driver.cluster.nodescan import (
+from driver.diagnose.nodescan import (
     LinkVerdict,
     NodeResult,
     PairResult,
@@ -28,7 +28,7 @@ from tests.cluster_fixtures import SshNode, write_inventory
 from tests.conftest import require_real
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
-    from driver.cluster.simhosts import SimulatedHosts
+    from driver.testbed.simhosts import SimulatedHosts
 
 pytest_plugins = ["tests.slurm_fixtures"]  # simulated_hosts: 4 sshd hosts, own networks
 
@@ -282,7 +282,7 @@ def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:
     import argparse
 
     from driver.core.matrix import MatrixError
-    from driver.frontend.cluster_cli import scan_case
+    from driver.frontend.commands.nodes import scan_case
 
     args = argparse.Namespace(framework="PyTorch", model="resnet50", profile="cpu-smoke",
                               repeats=2, option=[("channels_last", True)])  # fmt: skip
@@ -337,7 +337,7 @@ def test_a_throttled_nic_is_named_a_slow_link_and_no_other_node(
     every host, then the probe on the ring n1+n2, n3+n4 | n2+n3, n4+n1: n3's two pairs run at
     the throttle's rate, its neighbours have one fast pair each: n3 alone is named. About 40 s
     on this 2-core machine (torch imported by torchrun and the probe on 2 hosts per pair)."""
-    from driver.probes import parse_probe_log
+    from driver.release.scaling import parse_probe_log
     from tests.real_frameworks import framework_env
 
     if not shutil.which("tc"):

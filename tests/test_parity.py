@@ -1,4 +1,4 @@
-"""``dlperf parity`` (driver.core.parity): the kit's benchmark beside a bare loop.
+"""``dlperf parity`` (driver.studies.parity): the kit's benchmark beside a bare loop.
 
 Correctness only, never timing: a real PyTorch pair at tiny shapes through the command line,
 and the reading, checking and alternation of the pairs with step logs written by the protocol's
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from driver.bench.protocol import StepLogger
-from driver.core.parity import (
+from driver.frontend.cli import main
+from driver.studies.parity import (
     ParityError,
     ParityPair,
     ParityRequest,
@@ -29,7 +30,6 @@ from driver.core.parity import (
     read_kit,
     run_parity,
 )
-from driver.frontend.cli import main
 from tests.real_frameworks import framework_env
 
 TINY = {"image_size": 32, "num_classes": 10}

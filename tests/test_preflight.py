@@ -17,9 +17,9 @@ from driver.cluster.remote import Remote
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
+from driver.frameworks.base import FRAMEWORKS
 from driver.frameworks.calibration import CALIBRATION
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS
 from driver.runtimes.process import ProcessRuntime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory
 

@@ -25,9 +25,10 @@ from driver.core.measure import Window, measure_repeat
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.launchers.base import NodeRank
+from driver.parsers.base import PARSERS
 from driver.plugins import load_all
-from driver.registry import PARSERS, SOURCES
 from driver.runtimes.local import LocalRuntime
+from driver.sources.base import SOURCES
 from driver.sources.pypi import SECTIONS, PypiSection, PypiSource, ensure_source_env, load_section
 from driver.sources.upstream import SPECS, SourceError
 from tests.conftest import require_real

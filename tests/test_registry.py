@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from driver.frameworks.base import REPO_ROOT
+from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, Registry, UnknownPlugin
+from driver.registry import Registry, UnknownPlugin
 
 
 def test_framework_folder_and_display_spellings_are_aliases() -> None:

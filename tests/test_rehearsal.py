@@ -23,7 +23,7 @@ from driver.runtimes.slurm import SlurmRuntime
 from driver.slurm.config import SlurmConfig
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
-    from driver.cluster.simhosts import SimulatedHosts
+    from driver.testbed.simhosts import SimulatedHosts
     from tests.slurm_fixtures import SlurmCluster
 
 pytest_plugins = ["tests.slurm_fixtures"]

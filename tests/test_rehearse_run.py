@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from driver.cluster import rehearse
-from driver.cluster.simhosts import (
+from driver.core.results import Session
+from driver.frontend.cli import main
+from driver.testbed import rehearse
+from driver.testbed.simhosts import (
     TAG,
     SimulatedHosts,
     SimulatedHostsError,
     missing_requirements,
 )
-from driver.core.results import Session
-from driver.frontend.cli import main
 from tests.conftest import require_real
 
 ONEFLOW_2N2G = [

@@ -17,7 +17,7 @@ from driver.release.audit import audit
 from driver.release.layout import index_digest
 from driver.release.manifest import FIELDS, validate
 from driver.release.release import ReleaseError, release, released_versions
-from driver.release.synth import cached_session
+from tests.synth import cached_session
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -337,8 +337,8 @@ def test_published_figures_are_released_beside_and_audited_by_checksum(
     assert all("published_by" not in c for c in data["cases"] if c["model"] == "calibration")
     assert audit(target).ok
     # factor reads the released figures back: DLPerf's two PyTorch sources at FP32
-    from driver.release.compare import load_side
-    from driver.release.factor import factor_report
+    from driver.analysis.compare import load_side
+    from driver.analysis.factor import factor_report
 
     side = load_side(str(target), tmp_path, tmp_path)
     factor, _text = factor_report(

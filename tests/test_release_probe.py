@@ -8,18 +8,12 @@ from pathlib import Path
 import pytest
 
 from driver.core.case import Topology
-from driver.probes import (
-    ProbeError,
-    bus_factor,
-    parse_probe_log,
-    probe_topologies,
-    run_allreduce_probe,
-    scaling_bound,
-)
+from driver.diagnose.probes import probe_topologies, run_allreduce_probe
 from driver.release.audit import audit
 from driver.release.release import release
-from driver.release.synth import real_session
+from driver.release.scaling import ProbeError, bus_factor, parse_probe_log, scaling_bound
 from driver.runtimes.local import LocalRuntime
+from tests.synth import real_session
 
 RECORDED = "\n".join(
     [

@@ -11,9 +11,9 @@ import pytest
 
 from driver.core.results import Session
 from driver.core.summary import baseline_of, summarize
-from driver.release.synth import cached_session
 from driver.verify.folder import verify_sessions
 from tests.session_edits import drop_fingerprint, rewrite_session_headers
+from tests.synth import cached_session
 
 
 def session_copy(tmp_path: Path) -> Path:

@@ -19,7 +19,7 @@ from driver.core.results import (
     load_record,
 )
 from driver.release.archive import read_archive
-from driver.release.synth import cached_session
+from tests.synth import cached_session
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 

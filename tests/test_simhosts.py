@@ -1,4 +1,4 @@
-"""Simulated hosts (driver.cluster.simhosts) and the cost curve (driver.core.costcurve) on them."""
+"""Simulated hosts (driver.testbed.simhosts) and the cost curve (driver.testbed.costcurve)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from driver.cluster import simhosts
-from driver.cluster.simhosts import SimulatedHosts, missing_requirements, sweep_stale
-from driver.core.costcurve import curve_table, refusal, run_cost_curve
 from driver.core.selftest import median_phases, phase_timings
 from driver.frontend.cli import main
+from driver.testbed import simhosts
+from driver.testbed.costcurve import curve_table, refusal, run_cost_curve
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements, sweep_stale
 from tests.conftest import require_real
 
 
@@ -105,7 +105,7 @@ def test_a_killed_run_is_swept(can_make_hosts: None, tmp_path: Path) -> None:
         f"""
         import sys, time
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
-        from driver.cluster.simhosts import SimulatedHosts
+        from driver.testbed.simhosts import SimulatedHosts
         hosts = SimulatedHosts({str(tmp_path / "killed")!r}, 2)
         hosts.start()
         print(hosts.prefix, hosts.hosts[0].holder_pid, hosts.hosts[1].holder_pid, flush=True)

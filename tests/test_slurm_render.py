@@ -435,8 +435,8 @@ def test_cli_dry_run_with_slurms_oci_containers(tmp_path: Path) -> None:
 
 
 def test_python_per_framework_for_nodes_without_containers() -> None:
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     pytorch = FRAMEWORKS.get("pytorch")

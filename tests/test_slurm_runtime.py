@@ -403,7 +403,7 @@ def test_clean_leftovers_cancels_the_sessions_old_job(
 def test_allreduce_probe_is_a_step_of_the_sessions_job(
     cluster_env: SlurmCluster, tmp_path: Path
 ) -> None:
-    from driver.probes import run_allreduce_probe
+    from driver.diagnose.probes import run_allreduce_probe
     from tests.real_frameworks import framework_env
 
     framework_env("pytorch")

@@ -199,7 +199,7 @@ def test_summary_falls_back_to_the_run_on_the_wall_clock() -> None:
 
 
 def test_local_runtime_writes_telemetry_beside_the_logs(tmp_path: Path) -> None:
-    from driver.release.synth import cached_session
+    from tests.synth import cached_session
 
     session = cached_session()
     folders = sorted(session.rglob("repeat-01"))

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from driver.core.measure import Window, measure_repeat
-from driver.parsers.base import LogParseError, ParsedLog
+from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 from driver.plugins import load_all
-from driver.registry import PARSERS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "upstream"
 WINDOW = Window(warmup_steps=4, measured_steps=8)

@@ -28,15 +28,17 @@ from driver.bench.host import cpu_model_name
 from driver.core.case import Case, Topology
 from driver.core.command import node_commands, parser_for
 from driver.core.matrix import Overrides, apply_overrides, load_matrix
-from driver.frameworks.base import REPO_ROOT
+from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.frontend.cli import main
 from driver.images.catalog import parse_dockerfile
 from driver.images.lock import DIGEST, UNRESOLVED, load_lock
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import HEADER_MARK
+from driver.parsers.base import PARSERS
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, PARSERS, RUNTIMES, SOURCES
+from driver.runtimes.base import RUNTIMES
 from driver.runtimes.local import LocalRuntime
+from driver.sources.base import SOURCES
 from driver.sources.upstream import (
     COMMIT,
     SPECS,

@@ -34,9 +34,8 @@ from driver.core.repeatplan import NodeCommand
 from driver.core.runner import run_plan
 from driver.frameworks.base import REPO_ROOT
 from driver.parsers._upstream import header_line
-from driver.parsers.base import LogParseError, ParsedLog
+from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 from driver.plugins import load_all
-from driver.registry import PARSERS
 from driver.runtimes.base import Verdict
 from driver.runtimes.local import LocalRuntime
 from driver.sources.upstream import SPECS, UpstreamSource, wrapper_script

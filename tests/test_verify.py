@@ -25,10 +25,10 @@ from driver.core.results import Session
 from driver.core.summary import summarize
 from driver.files import TEMP_PREFIX
 from driver.release.release import ReleaseError, release
-from driver.release.synth import cached_session
 from driver.verify.folder import verify_sessions
 from driver.verify.plausible import Implausible, check_throughput
 from tests.session_edits import drop_fingerprint, rewrite_headers, rewrite_session_headers
+from tests.synth import cached_session
 
 CASE_1N2G = "calibration/calibration/1n2g/bs8/fp32/synthetic"
 

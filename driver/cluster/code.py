@@ -50,8 +50,8 @@ class CodeBundle:
 
 
 def code_folders() -> list[str]:
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     folders = {"driver"}

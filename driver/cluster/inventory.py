@@ -15,7 +15,7 @@ File shape (see ``examples/inventory.yaml`` and ``docs/clusters.md``)::
       - {name: gpu02, address: 10.0.0.12, interface: ib1}
 
 Any problem is one :class:`InventoryError` naming the file, the field and what is allowed. It
-derives from :class:`~driver.core.matrix.MatrixError` so the CLI reports both the same way.
+is a :class:`~driver.schema.ConfigError`, so the CLI reports it like every bad config file.
 """
 
 from __future__ import annotations
@@ -29,12 +29,11 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from driver.core.matrix import MatrixError
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
 from driver.slurm.config import SlurmConfig
 
 
-class InventoryError(MatrixError):
+class InventoryError(ConfigError):
     """A bad inventory: ``<file>: <field>: <what is wrong and what is allowed>``."""
 
 
@@ -120,8 +119,8 @@ def _env_value(value: Any) -> str:
 
 
 def _framework_key(key: Any) -> str:
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     return one_of("default", *FRAMEWORKS.names()).func(key)

@@ -40,8 +40,8 @@ def occupies_devices(framework: str | None) -> bool:
     node). The framework plug-in says so; an unknown name is checked like a real framework."""
     if not framework:
         return True
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     return FRAMEWORKS.get(framework).occupies_device if framework in FRAMEWORKS else True

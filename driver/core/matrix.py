@@ -32,9 +32,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from driver.core.case import Case, Topology
-from driver.frameworks.base import OptionError
+from driver.frameworks.base import FRAMEWORKS, OptionError
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, SOURCES
 from driver.schema import (
     ConfigError,
     FiniteFloat,
@@ -48,6 +47,7 @@ from driver.schema import (
     text,
     validate,
 )
+from driver.sources.base import SOURCES
 
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")

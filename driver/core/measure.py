@@ -250,8 +250,8 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
 
 def parse_logs(parser_name: str, texts: Mapping[str, str]) -> ParsedLog:
     """Run a registered parser; any failure on bad input is a LogParseError naming the logs."""
+    from driver.parsers.base import PARSERS
     from driver.plugins import load_all
-    from driver.registry import PARSERS
 
     load_all()
     if parser_name not in PARSERS:

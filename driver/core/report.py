@@ -38,8 +38,8 @@ UNSTABLE_MARK = "~"
 
 
 def series_name(summary: CaseSummary) -> str:
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     c = summary.case
@@ -61,7 +61,7 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def _amp_not_effective(summary: CaseSummary) -> bool:
     """An AMP case that trained in FP32: as its script recorded, else as its plug-in declares."""
-    from driver.registry import FRAMEWORKS
+    from driver.frameworks.base import FRAMEWORKS
 
     if summary.case.precision != "amp":
         return False

@@ -3,7 +3,7 @@
 Everything else (matrix, command line, parsing, statistics, results) is shared. A framework
 declares where its folder and script are, which launcher starts its processes, how its
 environment is installed, and which modules name its version. Registered in
-``driver.registry.FRAMEWORKS`` by ``driver/frameworks/<name>.py``.
+``FRAMEWORKS`` (below) by ``driver/frameworks/<name>.py``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
+
+from driver.registry import Registry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,3 +127,8 @@ class Framework:
     @property
     def cpu_requirements(self) -> Path:
         return self.path / "requirements-cpu.txt"
+
+
+# Every framework, by name; also found by its folder and display names (``make
+# resnet50-paddlepaddle``). Each plug-in module registers its own.
+FRAMEWORKS: Registry[Framework] = Registry("framework", alias_fields=("folder", "display"))

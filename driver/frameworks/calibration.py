@@ -4,8 +4,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from driver.frameworks.base import Count, Framework, PositiveReal
-from driver.registry import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS, Count, Framework, PositiveReal
 
 CALIBRATION = FRAMEWORKS.add(
     "calibration",

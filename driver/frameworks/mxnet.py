@@ -5,8 +5,7 @@ MXNet is retired upstream (Apache Attic, 2023); 1.9.1 is its last release and th
 
 from typing import Any, Literal
 
-from driver.frameworks.base import Flag, Framework
-from driver.registry import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS, Flag, Framework
 
 # MxNet/benchmark/trainer.py's own options (its MXNET_OPTIONS), besides the shared ones.
 MXNET_OPTION_TYPES: dict[str, Any] = {

@@ -2,8 +2,7 @@
 
 from typing import Any
 
-from driver.frameworks.base import Flag, Framework
-from driver.registry import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS, Flag, Framework
 
 # OneFlow/benchmark/train.py's own options (its ONEFLOW_OPTIONS), besides the shared ones.
 ONEFLOW_OPTION_TYPES: dict[str, Any] = {

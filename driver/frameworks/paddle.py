@@ -6,8 +6,7 @@ without it paddle 3.3.1 uses one thread on CPU. AMP is a no-op on CPU (recorded 
 
 from typing import Any
 
-from driver.frameworks.base import Flag, Framework, PositiveReal
-from driver.registry import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS, Flag, Framework, PositiveReal
 
 # PaddlePaddle/benchmark/trainer.py's own options (its PADDLE_OPTIONS), besides the shared ones.
 PADDLE_OPTION_TYPES: dict[str, Any] = {

@@ -2,8 +2,7 @@
 
 from typing import Any, Literal
 
-from driver.frameworks.base import Flag, Framework
-from driver.registry import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS, Flag, Framework
 
 # The names and values PyTorch/benchmark/train.py reads besides the shared ones (its
 # PYTORCH_OPTIONS; a test keeps the two name lists equal).

@@ -8,8 +8,7 @@ set); GPU images only, with its own GPU matrix in TensorFlow/horovod.
 
 from typing import Any, Literal
 
-from driver.frameworks.base import Flag, Framework
-from driver.registry import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS, Flag, Framework
 
 MODELS = ("resnet50", "inception3", "bert")
 SCRIPT = "TensorFlow/benchmark/train.py"

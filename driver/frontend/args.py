@@ -1,4 +1,4 @@
-"""Argument types shared by the ``dlperf`` sub-commands: bounded numbers and session names.
+"""Argument types shared by the ``dlperf`` commands: bounded numbers, session names, options.
 
 Each is an argparse ``type=``: a bad value is argparse's own one-line error naming the option,
 exit status 2, before anything runs. The bounds are the schema's where the value has one (a
@@ -12,7 +12,13 @@ import math
 import re
 from collections.abc import Callable
 
+from driver.bench.contract import parse_option_value
 from driver.core.matrix import COMMAND_LINE, MatrixError
+from driver.frameworks.base import REPO_ROOT
+
+RESULTS = REPO_ROOT / "results"
+REPORTS = REPO_ROOT / "reports"
+RUNTIME_HELP = "local, docker, process or slurm (see docs/clusters.md)"
 
 # A session is a folder NAME under --results, never a path (no "..", "/", or leading dot).
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -127,3 +133,44 @@ def topology_list(text: str) -> tuple[str, ...]:
     if len(set(labels)) != len(labels):
         raise argparse.ArgumentTypeError(f"a topology is named twice in {text!r}")
     return labels
+
+
+def csv_items(text: str | None) -> tuple[str, ...]:
+    """``a, b,,c`` -> ("a", "b", "c"): the items of a comma-separated option, blanks dropped."""
+    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+
+
+def option_pair(text: str) -> tuple[str, object]:
+    """KEY=VALUE; the name and the value's type are checked against the framework later."""
+    key, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", key):
+        raise argparse.ArgumentTypeError(
+            f"expects KEY=VALUE with KEY an option name (letters, digits, _), got {text!r}"
+        )
+    return key, parse_option_value(value)
+
+
+def fraction(text: str) -> float:
+    """A share strictly between 0 and 1 (``0.05``: 5%)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (0.05: 5%), got {text!r}")
+    return value
+
+
+def reports_and_results(parser: argparse.ArgumentParser) -> None:
+    """``--reports`` and ``--results``: the folders of released versions and of sessions."""
+    parser.add_argument("--reports", default=str(REPORTS), help="the reports folder")
+    parser.add_argument("--results", default=str(RESULTS), help="the results folder")
+
+
+def lock_or_inventory_errors() -> tuple[type[BaseException], ...]:
+    """The errors of a bad images lock or cluster inventory: a command prints them in one line
+    and exits 2 (imported when a command runs: loading the commands stays cheap)."""
+    from driver.cluster.inventory import InventoryError
+    from driver.images.lock import LockError
+
+    return (LockError, InventoryError)

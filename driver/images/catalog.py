@@ -173,8 +173,8 @@ def _variants(spec: ImageSpec) -> list[ImageSpec]:
 
 def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
     """Every image the repository (or a tree shaped like it) defines, by name."""
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     bases = set(base_recipes(root))
@@ -212,7 +212,7 @@ def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
 
 def source_dockerfiles(root: Path = REPO_ROOT) -> dict[str, Path]:
     """Images of the upstream source plug-ins (their code, cloned at a pinned commit)."""
-    from driver.registry import SOURCES
+    from driver.sources.base import SOURCES
 
     found: dict[str, Path] = {}
     for name in SOURCES.names():

@@ -164,14 +164,11 @@ def check_copy(
     return LocalCopy(source, image, path, git_dir, repository, tuple(sorted(commits)))
 
 
-def local_copies(
-    assignments: list[str], specs: Mapping[str, SourceSpec] | None = None
-) -> dict[str, LocalCopy]:
-    """``--source-checkout`` values, each checked, by the name of the image they are for."""
+def local_copies(assignments: list[str], specs: Mapping[str, SourceSpec]) -> dict[str, LocalCopy]:
+    """``--source-checkout`` values, each checked, by the name of the image they are for;
+    ``specs``: the upstream sources by name (``driver.sources.upstream.SPECS``)."""
     if not assignments:
         return {}
-    if specs is None:
-        from driver.sources.upstream import SPECS as specs
     require_git_daemon()
     copies: dict[str, LocalCopy] = {}
     for text in assignments:

@@ -1,13 +1,15 @@
 """The launcher plug-in interface.
 
 A launcher turns the benchmark script's command into the command that starts every process of
-one node, given the rank environment of that node. Registered in ``driver.registry.LAUNCHERS``.
+one node, given the rank environment of that node. Registered in ``LAUNCHERS`` (below).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+from driver.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,6 @@ class Launcher(Protocol):
         the script path followed by its arguments.
         """
         ...
+
+
+LAUNCHERS: Registry[type[Launcher]] = Registry("launcher")  # each plug-in module registers

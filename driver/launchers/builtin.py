@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from driver.launchers.base import NodeRank
-from driver.registry import LAUNCHERS
+from driver.launchers.base import LAUNCHERS, NodeRank
 
 
 def single_process(python: str, script_argv: list[str], rank: NodeRank) -> list[str] | None:

@@ -13,9 +13,8 @@ this launcher is for the NGC TensorFlow images, which ship a working Horovod.
 
 from __future__ import annotations
 
-from driver.launchers.base import NodeRank
+from driver.launchers.base import LAUNCHERS, NodeRank
 from driver.launchers.builtin import single_process
-from driver.registry import LAUNCHERS
 
 NOT_HEAD = 'print("dlperf: horovodrun on node 0 starts this node\'s ranks over SSH")'
 

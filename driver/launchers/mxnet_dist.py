@@ -25,9 +25,8 @@ import subprocess
 import sys
 
 from driver.bench.supervisor import NESTED_GRACE_S, start, stop, stop_on_signals, supervise
-from driver.launchers.base import NodeRank
+from driver.launchers.base import LAUNCHERS, NodeRank
 from driver.launchers.builtin import module_command, single_process
-from driver.registry import LAUNCHERS
 
 # After the last worker exits the servers and the scheduler finish on their own (the workers'
 # kvstores tell the scheduler they are done); past this grace period they are stopped.

@@ -25,9 +25,8 @@ import threading
 
 from driver.bench.protocol import EXIT_OOM, has_oom_record
 from driver.bench.supervisor import NESTED_GRACE_S, signal_group, start, stop, stop_on_signals
-from driver.launchers.base import NodeRank
+from driver.launchers.base import LAUNCHERS, NodeRank
 from driver.launchers.builtin import module_command, single_process
-from driver.registry import LAUNCHERS
 
 
 @LAUNCHERS.register("oneflow")

@@ -31,9 +31,8 @@ from typing import BinaryIO
 
 from driver.bench.protocol import EXIT_OOM, has_oom_record
 from driver.bench.supervisor import NESTED_GRACE_S, signal_group, start, stop, stop_on_signals
-from driver.launchers.base import NodeRank
+from driver.launchers.base import LAUNCHERS, NodeRank
 from driver.launchers.builtin import module_command, single_process
-from driver.registry import LAUNCHERS
 
 POLL_S = 0.2
 

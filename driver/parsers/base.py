@@ -3,7 +3,7 @@
 A parser turns the raw log text of one repeat (one text per node) into :class:`ParsedLog`:
 per rank, a list of :class:`StepPoint` — a timestamp and the samples processed since the
 previous point. Our own scripts log every step; upstream sources log every N steps, or only a
-rate; both fit this shape. Parsers are registered in ``driver.registry.PARSERS``.
+rate; both fit this shape. Parsers are registered in ``PARSERS`` (below).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from driver.registry import Registry
 
 
 class LogParseError(ValueError):
@@ -117,3 +119,6 @@ class LogParser(Protocol):
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         """``texts`` maps a log's name (its file, e.g. node0.log) to its content."""
         ...
+
+
+PARSERS: Registry[type[LogParser]] = Registry("log parser")  # each plug-in module registers

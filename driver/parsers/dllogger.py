@@ -46,8 +46,7 @@ from driver.parsers._upstream import (
     reported,
     steplog,
 )
-from driver.parsers.base import LogParseError, ParsedLog
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 MARK = "DLLL "
 PLAIN = re.compile(

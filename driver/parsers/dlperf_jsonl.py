@@ -10,8 +10,7 @@ import json
 from collections.abc import Mapping
 
 from driver.bench.protocol import TAG
-from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, LogParseError, ParsedLog, RankLog, StepPoint
 
 _MARK = f'"{TAG}":'  # launchers may prefix lines (e.g. "[default0]:"), so search for it
 

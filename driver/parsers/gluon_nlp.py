@@ -24,8 +24,7 @@ import re
 from collections.abc import Mapping
 
 from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
-from driver.parsers.base import ParsedLog
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, ParsedLog
 
 LINE = re.compile(r"\[step (?P<step>\d+)\].*?\btime=(?P<secs>\d+(?:\.\d+)?)")
 # The end of a rank's training: run_pretraining.py's "Train cost=" line, or evaluate()'s first

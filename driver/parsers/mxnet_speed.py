@@ -17,8 +17,7 @@ import re
 from collections.abc import Mapping
 
 from driver.parsers._upstream import RateInterval, node_logs, positive_rate, reported, step_lines
-from driver.parsers.base import LogParseError, ParsedLog
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 LINE = re.compile(
     r"Epoch\[(?P<epoch>\d+)\] Batch \[(?:(?P<first>\d+)-)?(?P<last>\d+)\]\s+"

@@ -19,8 +19,7 @@ import re
 from collections.abc import Mapping
 
 from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
-from driver.parsers.base import ParsedLog
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, ParsedLog
 
 _NUMBER = r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 CNN = re.compile(

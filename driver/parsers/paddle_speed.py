@@ -35,8 +35,7 @@ from driver.parsers._upstream import (
     step_lines,
     steplog,
 )
-from driver.parsers.base import LogParseError, ParsedLog
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 BATCH = re.compile(
     r"\[Pass (?P<epoch>\d+), train batch (?P<index>\d+)\].*?elapse (?P<secs>\d+(?:\.\d+)?) sec"

@@ -16,8 +16,7 @@ import re
 from collections.abc import Mapping
 
 from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
-from driver.parsers.base import ParsedLog
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, ParsedLog
 
 LINE = re.compile(
     r"^Epoch: \[(?P<epoch>\d+)\]\[\s*(?P<index>\d+)/\s*\d+\]\s+Time\s+(?P<val>\d+\.\d+)\s+"

@@ -28,8 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from driver.parsers._upstream import NodeLog, Timeline, node_logs, step_lines, steplog
-from driver.parsers.base import LogParseError, ParsedLog
-from driver.registry import PARSERS
+from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 LINE = re.compile(
     r"TimeHistory: (?P<secs>\d+(?:\.\d+)?) seconds, (?P<rate>\d+(?:\.\d+)?) "

@@ -19,7 +19,6 @@ from driver.core.case import Case
 from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import table_title
 from driver.core.summary import CaseSummary, baseline_of, summarize
-from driver.probes import scaling_bound
 from driver.release.dataset import Dataset, RawRepeat, telemetry_summary
 from driver.release.mfu import (
     GRADIENT_BYTES_PER_PARAMETER,
@@ -29,6 +28,7 @@ from driver.release.mfu import (
     peak_precision,
 )
 from driver.release.references import Ours, nearest
+from driver.release.scaling import scaling_bound
 from driver.verify.hardware import ATTESTATION as ATTESTED
 
 

@@ -18,7 +18,7 @@ from driver.core.case import Case
 from driver.core.measure import Window, parse_logs
 from driver.core.results import RECORD, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog, RankLog
-from driver.probes import ProbeError, parse_probe_log
+from driver.release.scaling import ProbeError, parse_probe_log
 from driver.telemetry.summary import node_of, summarize_samples
 from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (

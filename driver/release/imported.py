@@ -27,6 +27,7 @@ from driver.core.summary import CaseSummary, baseline_of, summarize
 from driver.schema import (
     ConfigError,
     FiniteFloat,
+    Label,
     Name,
     StrictModel,
     did_you_mean,
@@ -45,10 +46,6 @@ CSV_SCHEMA_LINE = re.compile(r"#\s*schema:\s*(\S+)\s*")
 # name splits a Markdown table row or a CSV record of every report the figure reaches.
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 Url = text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL")
-Label = text(
-    r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]*",
-    "one line of text (no newline, tab or other control character; remove it)",
-)
 Count = number(1, 1_000_000, "a whole number from 1")
 
 # Plausible samples/s per device for a published training figure. Below 1e-3 (one sample in
@@ -239,8 +236,8 @@ def _csv_where(field_path: str) -> str:
 
 
 def _check_frameworks(loaded: ImportFile, path: Path) -> None:
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     for index, figure in enumerate(loaded.figures):
@@ -308,7 +305,7 @@ def _source_key(source: str) -> str:
 
 def figure_summary(figure: Figure) -> CaseSummary:
     """A published figure as a rate-only case summary (speedups filled by ``summarize``)."""
-    from driver.registry import FRAMEWORKS
+    from driver.frameworks.base import FRAMEWORKS
 
     case = Case(
         model=figure.model,

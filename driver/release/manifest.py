@@ -147,8 +147,8 @@ def config_sources(
 ) -> list[Path]:
     """The config files a release copies: references, peaks, images.lock, the driver's pins,
     the case matrices the sessions name, the frameworks' CPU requirements."""
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     wanted = [

@@ -4,7 +4,7 @@ A runtime executes one repeat of one case, given as a whole typed plan
 (``driver.core.repeatplan.RepeatPlan``): a command per node, started together, each node's
 stdout+stderr written to its own raw log under the repeat folder, all stopped on the first
 failure or on the timeout, nothing left running afterwards. Runtimes register in
-``driver.registry.RUNTIMES`` and are built only through ``driver.runtimes.factory.make_runtime``.
+``RUNTIMES`` (below) and are built only through ``driver.runtimes.factory.make_runtime``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from driver.registry import Registry
 
 if TYPE_CHECKING:
     from driver.core.repeatplan import RepeatPlan
@@ -99,3 +101,6 @@ class Runtime(Protocol):
 
 class RuntimeConfigError(ValueError):
     """A runtime cannot be built from what the command line gave (clear, one line)."""
+
+
+RUNTIMES: Registry[type[Runtime]] = Registry("runtime")  # built by factory.make_runtime

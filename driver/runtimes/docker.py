@@ -20,7 +20,7 @@ from typing import Any
 from driver.cluster.inventory import Inventory, Node
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
-from driver.registry import RUNTIMES
+from driver.runtimes.base import RUNTIMES
 from driver.runtimes.ssh import Launch, Prepared, SshRuntime
 
 WORKDIR = "/dlperf"
@@ -74,7 +74,7 @@ class DockerRuntime(SshRuntime):
     def _resolve_built(self, framework: str, variant: str, source: str) -> str:
         from driver.images.build import BuildOptions, resolve_image
         from driver.images.catalog import discover, image_for
-        from driver.registry import SOURCES
+        from driver.sources.base import SOURCES
 
         options = self.build_options or BuildOptions(log=lambda _line: None)
         if source != "dlperf":
@@ -182,7 +182,7 @@ class DockerRuntime(SshRuntime):
         from driver.images.build import BuildOptions, plan_images
         from driver.images.catalog import discover, image_for
         from driver.images.lock import LockError
-        from driver.registry import SOURCES
+        from driver.sources.base import SOURCES
 
         override = node.container.image.get(framework) or node.container.image.get("default")
         if override and source == "dlperf":

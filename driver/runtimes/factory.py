@@ -1,16 +1,12 @@
-"""``make_runtime``: the one way a runtime is built, from its registered name.
-
-Apart from ``base.py`` so that the runtime interface does not import the registry that holds
-the runtimes (``driver.registry`` names ``Runtime`` in its types): no import circle.
-"""
+"""``make_runtime``: the one way a runtime is built, from its name in ``RUNTIMES``
+(``driver.runtimes.base``, beside the interface it holds)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from driver.registry import RUNTIMES
-from driver.runtimes.base import Runtime, RuntimeConfigError
+from driver.runtimes.base import RUNTIMES, Runtime, RuntimeConfigError
 
 
 def make_runtime(name: str, *, inventory: Path | str | None = None, **options: Any) -> Runtime:

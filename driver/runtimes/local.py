@@ -26,8 +26,13 @@ from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
 from driver.core.repeatplan import NodeCommand, command_line
 from driver.frameworks.base import REPO_ROOT, Framework
-from driver.registry import RUNTIMES
-from driver.runtimes.base import NodeOutcome, RepeatOutcome, RuntimeConfigError, Verdict
+from driver.runtimes.base import (
+    RUNTIMES,
+    NodeOutcome,
+    RepeatOutcome,
+    RuntimeConfigError,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from driver.core.repeatplan import RepeatPlan

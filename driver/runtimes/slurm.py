@@ -61,9 +61,9 @@ from typing import TYPE_CHECKING, Any
 from driver.bench.protocol import EXIT_OOM
 from driver.core.repeatplan import NodeCommand
 from driver.frameworks.base import REPO_ROOT
-from driver.registry import RUNTIMES
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
+    RUNTIMES,
     NodeOutcome,
     RepeatOutcome,
     RuntimeConfigError,
@@ -259,8 +259,8 @@ class SlurmRuntime:
         for command in plan.commands:
             argv = [fill(arg, addresses) for arg in command.argv]
             if self.config.tasks == "device":
+                from driver.frameworks.base import FRAMEWORKS
                 from driver.plugins import load_all
-                from driver.registry import FRAMEWORKS
 
                 load_all()
                 framework = FRAMEWORKS.get(plan.framework)

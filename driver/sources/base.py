@@ -19,6 +19,7 @@ from driver.bench import fingerprint
 from driver.core.case import Case
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader
+from driver.registry import Registry
 
 L = TypeVar("L")  # a source's per-model launch record
 
@@ -106,3 +107,6 @@ def refuse_unsupported(case: Case, source: str, problems: list[str]) -> None:
         raise ValueError(
             f"{case.id}: source {source} {case.model} does not support " + "; ".join(problems)
         )
+
+
+SOURCES: Registry[type[Source]] = Registry("source")  # each plug-in module registers

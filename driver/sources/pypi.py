@@ -29,10 +29,10 @@ from pydantic import Field
 from driver.core.case import Case
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import RunHeader, header_line
-from driver.registry import SOURCES
 from driver.schema import ConfigError, StrictModel, load_document, validate
 from driver.sources.base import (
     HOST_PROBE,
+    SOURCES,
     data_and_precision_problems,
     model_launch,
     refuse_unsupported,

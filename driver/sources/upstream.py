@@ -39,7 +39,6 @@ from driver.core.case import Case
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import LOGGING_MODES, RunHeader, header_line
-from driver.registry import SOURCES
 from driver.schema import (
     ConfigError,
     Line,
@@ -54,6 +53,7 @@ from driver.schema import (
 )
 from driver.sources.base import (
     HOST_PROBE,
+    SOURCES,
     data_and_precision_problems,
     model_launch,
     refuse_unsupported,

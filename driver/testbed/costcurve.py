@@ -1,6 +1,6 @@
 """``dlperf selftest --nodes 2,4,8,16,32``: the kit's error and its own cost as nodes grow.
 
-For each node count N it makes N simulated hosts (``driver.cluster.simhosts``: own network,
+For each node count N it makes N simulated hosts (``driver.testbed.simhosts``: own network,
 hostname, files view and clock each), runs the calibration case ``NnNg`` (``--devices`` per host)
 through the ``process`` or ``slurm`` runtime, and prints the kit's error, its overhead per repeat
 (the repeat's wall time minus the workload's own steps), per case (the same with the session's
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from driver.cluster.simhosts import SimulatedHosts, missing_requirements
 from driver.core.selftest import ERROR_BOUND, WARMUP_STEPS, SelftestResult, run_selftest
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 
 CURVE_RUNTIMES = ("process", "slurm")
 MAX_SIMULATED_NODES = 200  # addresses 10.251.X.11 and up in one /24

@@ -1,21 +1,15 @@
-"""Probes the kit runs before a matrix: an all-reduce bandwidth probe (``allreduce.py``).
+"""Running the all-reduce bandwidth probe (``allreduce.py``) through a runtime.
 
 ``run_allreduce_probe`` plans the probe with the torchrun launcher for a topology, runs it
 through any runtime into ``<session>/probes/allreduce-<topology>/node<i>.log`` and stores the
-parsed result beside it (``allreduce-<topology>.json``). The release re-parses the raw log, and
-puts the scaling bound it implies beside each multi-device efficiency:
-
-    ring all-reduce, no overlap:  t_allreduce = 2 (n - 1) / n * gradient bytes / busbw
-    efficiency bound = t_step / (t_step + t_allreduce)
-
-with ``t_step`` the 1-device step time (batch / 1n1g throughput). busbw is the bus bandwidth
-of nccl-tests (algbw x 2(n-1)/n), measured at the largest probed message size.
+parsed result beside it (``allreduce-<topology>.json``). The log's format and the scaling bound
+a release computes from it are the release's (``driver.release.scaling``): a release reads the
+raw log back and never imports this module.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,76 +19,18 @@ from driver.core.command import free_port
 from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import write_json
 from driver.launchers.base import NodeRank
+from driver.release.scaling import ProbeError, parse_probe_log
 from driver.runtimes.base import Runtime, Verdict
 
 PROBE_DIR = "probes"
-SCRIPT = "driver/probes/allreduce.py"
-TAG = "dlperf_probe"
-
-
-class ProbeError(RuntimeError):
-    pass
+SCRIPT = "driver/diagnose/allreduce.py"
+# The probe's message sizes (MB: at least 1 KB, at most what fits in a device's memory) and
+# timed iterations (a probe takes seconds to minutes, not hours), as a command line may give them.
+PROBE_MIN_MB, PROBE_MAX_MB, PROBE_MAX_ITERS = 0.001, 16384.0, 100_000
 
 
 def probe_name(topology: str) -> str:
     return f"allreduce-{topology}"
-
-
-def bus_factor(devices: int) -> float:
-    """busbw / algbw of a ring all-reduce (nccl-tests): 2(n-1)/n."""
-    return 2.0 * (devices - 1) / devices
-
-
-def parse_probe_log(text: str) -> dict[str, Any]:
-    """The probe's rank-0 lines -> backend, world size and per-size bandwidths (GB/s, 1e9)."""
-    header: dict[str, Any] = {}
-    sizes: list[dict[str, Any]] = []
-    ended = False
-    for line in text.splitlines():
-        start = line.find("{")
-        if start < 0 or f'"{TAG}"' not in line:
-            continue
-        try:
-            record = json.loads(line[start:])
-        except json.JSONDecodeError as error:
-            raise ProbeError(f"broken probe line: {error.msg}") from None
-        kind = record.get(TAG)
-        if kind == "header":
-            header = record
-        elif kind == "allreduce":
-            times = [float(t) for t in record["times"]]
-            if not times or min(times) <= 0:
-                raise ProbeError(f"probe size {record.get('bytes')}: no positive timings")
-            size = int(record["bytes"])
-            median = statistics.median(times)
-            world = int(header.get("world_size", 0))
-            algbw = size / median / 1e9
-            sizes.append(
-                {
-                    "bytes": size,
-                    "iters": len(times),
-                    "median_s": median,
-                    "algbw_gbps": algbw,
-                    "busbw_gbps": algbw * bus_factor(world) if world > 1 else None,
-                }
-            )
-        elif kind == "end":
-            ended = True
-    if not header or not sizes or not ended:
-        raise ProbeError("the probe log has no complete result (header, sizes, end)")
-    largest = max(sizes, key=lambda s: s["bytes"])
-    return {
-        "kind": "allreduce",
-        "backend": header.get("backend"),
-        "world_size": int(header["world_size"]),
-        "nodes": int(header.get("nodes", 1)),
-        "device": header.get("device"),
-        "torch": header.get("torch"),
-        "hostname": header.get("hostname"),
-        "sizes": sizes,
-        "busbw_gbps": largest["busbw_gbps"],
-        "busbw_at_bytes": largest["bytes"],
-    }
 
 
 def probe_commands(
@@ -162,8 +98,8 @@ def probe_plan(
 
 def default_python(runtime: Runtime) -> str:
     """The PyTorch framework's interpreter in ``runtime``; locally, this one if that is absent."""
+    from driver.frameworks.base import FRAMEWORKS
     from driver.plugins import load_all
-    from driver.registry import FRAMEWORKS
 
     load_all()
     python = runtime.python(FRAMEWORKS.get("pytorch"))
@@ -209,16 +145,6 @@ def run_allreduce_probe(
     )
     write_json(folder.with_suffix(".json"), result)
     return result
-
-
-def scaling_bound(
-    step_time_s: float, gradient_bytes: float, devices: int, busbw_gbps: float
-) -> float | None:
-    """Efficiency ceiling of data parallelism with a ring all-reduce that does not overlap."""
-    if devices < 2 or step_time_s <= 0 or gradient_bytes <= 0 or not busbw_gbps:
-        return None
-    allreduce_s = bus_factor(devices) * gradient_bytes / (busbw_gbps * 1e9)
-    return step_time_s / (step_time_s + allreduce_s)
 
 
 def probe_topologies(

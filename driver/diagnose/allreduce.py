@@ -1,15 +1,16 @@
 """All-reduce bandwidth probe: times ``all_reduce`` of a few message sizes over torch.distributed.
 
 Run under torchrun, one process per device (the kit does this through a runtime, see
-``driver.probes.run_allreduce_probe``)::
+``driver.diagnose.probes.run_allreduce_probe``)::
 
-    python -m torch.distributed.run --nproc-per-node=2 driver/probes/allreduce.py --sizes-mb 1,16
+    python -m torch.distributed.run --nproc-per-node=2 driver/diagnose/allreduce.py --sizes-mb 1,16
 
 NCCL on GPUs, gloo on CPUs. Each timed iteration is fenced by a barrier and a device sync; its
 time is the slowest rank's (an all-reduce MAX of the per-rank times). Rank 0 prints JSON lines
 tagged ``"dlperf_probe"``: a header, one line per size with every timed iteration, an end line.
-The driver computes bandwidths from these raw times (``driver.probes.parse_probe_log``), so the
-numbers a report shows can be recomputed from this log.
+The driver computes bandwidths from these raw times
+(``driver.release.scaling.parse_probe_log``), so the numbers a report shows can be recomputed
+from this log.
 """
 
 from __future__ import annotations

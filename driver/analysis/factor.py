@@ -18,7 +18,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from driver.release.compare import CaseView, Side
+from driver.analysis.compare import CaseView, Side
 
 FACTORS = (
     "precision",

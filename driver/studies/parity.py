@@ -35,16 +35,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from tabulate import tabulate
 
-from driver.bareloop import TAG as BARE_TAG
 from driver.bench.host import cpu_count, cpu_model_name
 from driver.bench.supervisor import start, stop
 from driver.core.case import Case, Topology
 from driver.core.command import node_commands, option_text
 from driver.core.measure import LogParseError, Window, measure_repeat, parse_logs
-from driver.frameworks.base import REPO_ROOT, Framework, OptionError
+from driver.frameworks.base import FRAMEWORKS, REPO_ROOT, Framework, OptionError
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS
 from driver.runtimes.local import process_environment
+from driver.studies.bareloop import TAG as BARE_TAG
 
 BARE_SCRIPT = "bare_loop.py"  # beside each framework's benchmark folder: <Folder>/bare_loop.py
 BARE_MODELS = ("resnet50",)

@@ -4,7 +4,7 @@
 processes, real logs and telemetry). ``multiply`` makes a large session out of a real one:
 every synthetic repeat is a byte-for-byte copy of a real repeat's folder (logs, telemetry) under
 a new case (batch, precision and dataset labels) and repeat number, with its record and case
-files rewritten to match. ``python -m driver.release.synth --repeats 1000`` releases and audits
+files rewritten to match. ``python -m tests.synth --repeats 1000`` releases and audits
 such a session and prints the audit time and the size of the version on disk.
 """
 

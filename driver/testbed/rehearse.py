@@ -2,7 +2,7 @@
 
 Before booking a cluster, the matrix's own cases (real frameworks, their launchers, the
 ``process`` runtime over SSH, every node its own address, hostname and clock) run on N simulated
-hosts (:mod:`driver.cluster.simhosts`), N being the largest node count of the selected cases.
+hosts (:mod:`driver.testbed.simhosts`), N being the largest node count of the selected cases.
 Each host runs a framework's case with the interpreter the local runtime would use
 (``.venvs/<framework>/bin/python``; the file system is shared) and the venv's extra library
 folders. The hosts are removed at the end, also on Ctrl-C, SIGTERM or a failure.
@@ -26,11 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.cluster.simhosts import SimulatedHosts, missing_requirements, sweep_stale
 from driver.core.envs import venv_environment, venv_python
-from driver.frameworks.base import Framework
+from driver.core.session import BeforeMatrix, Selection, SessionSetting, run_session
+from driver.frameworks.base import FRAMEWORKS, Framework
+from driver.testbed.simhosts import (
+    SimulatedHosts,
+    SimulatedHostsError,
+    missing_requirements,
+    sweep_stale,
+)
 
 REHEARSAL_RUNTIME = "process"
+INVENTORY_COPY = "simulated-hosts.yaml"  # in the session folder: the hosts a rehearsal made
 
 
 def refusal(*, runtime: str, inventory: str | None, dry_run: bool = False) -> str | None:
@@ -104,6 +111,16 @@ class Rehearsal:
             ),
         }
 
+    def setting(self, session_root: Path) -> SessionSetting:
+        """What the session records of these hosts: their facts (in ``session.json`` and every
+        record's run note) and a copy of their inventory."""
+        facts = self.facts(session_root / INVENTORY_COPY)
+        return SessionSetting(
+            facts={"simulated_hosts": facts},
+            files={INVENTORY_COPY: self.inventory.read_text()},
+            note=facts["note"],
+        )
+
 
 def _uninterruptible(action: Any) -> None:
     """Run ``action`` with Ctrl-C and SIGTERM held off: a second Ctrl-C while the hosts are
@@ -163,3 +180,48 @@ def simulated_hosts(
         finally:
             printer(f"removing the {nodes} simulated hosts")
             _uninterruptible(hosts.stop)
+
+
+def rehearse(
+    selection: Selection,
+    root: Path,
+    *,
+    argv: list[str],
+    dry_run: bool = False,
+    progress: str = "auto",
+    before_matrix: BeforeMatrix | None = None,
+) -> int:
+    """``dlperf run --simulated-hosts``: the selection on as many simulated hosts as its largest
+    case has nodes, through the process runtime, into the session folder ``root``; the hosts go
+    at the end, however the run ends."""
+    from driver.cluster.inventory import load_inventory
+    from driver.core.envs import ensure_env
+    from driver.core.hardware import gpu_names
+    from driver.runtimes.process import ProcessRuntime
+
+    frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
+    if not dry_run:  # the hosts run the local runtime's venvs: made before the hosts
+        for framework in frameworks:
+            if framework.cpu_requirements.exists():
+                ensure_env(framework)
+    nodes = max(case.topology.nodes for case in selection.cases)
+    devices = max(case.topology.devices_per_node for case in selection.cases)
+    try:
+        with simulated_hosts(
+            nodes, devices, frameworks, start=not dry_run, gpus=bool(gpu_names())
+        ) as rehearsal:
+            # A dry run makes no host: its inventory names a client key that is never made.
+            inventory = load_inventory(rehearsal.inventory, check_files=rehearsal.started)
+            return run_session(
+                selection,
+                ProcessRuntime(inventory),
+                root,
+                argv=argv,
+                dry_run=dry_run,
+                progress=progress,
+                setting=rehearsal.setting(root),
+                before_matrix=before_matrix,
+            )
+    except SimulatedHostsError as error:  # a host that would not start: what it printed
+        print(f"error: --simulated-hosts: {' '.join(str(error).split())[:2000]}", file=sys.stderr)
+        return 1

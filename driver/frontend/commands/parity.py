@@ -1,7 +1,6 @@
 """``dlperf parity``: the kit's benchmark beside a bare loop of the same model (harness cost).
 
-Imported by ``driver.frontend.cli`` when present (``add_subcommands``); the logic is
-``driver.core.parity``.
+The study itself is ``driver.studies.parity``.
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ def _count(minimum: int):  # noqa: ANN202
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
-    from driver.core.parity import ParityError, ParityRequest, format_result, run_parity
     from driver.files import write_text
+    from driver.studies.parity import ParityError, ParityRequest, format_result, run_parity
 
     request = ParityRequest(
         framework=args.framework,

@@ -10,7 +10,7 @@ ok. Each node's repeats go to their own session folder under the scan's folder (
 logs and provenance, as for any run). Ctrl-C stops every node's repeat the way it stops a run.
 
 A bad NIC or cable does not show in a one-device case: the pairs do. Node i and node i+1 (mod
-N) run the all-reduce probe (``driver.probes``: 2 nodes x 1 process) through a runtime of the
+N) run the all-reduce probe (``probes.py``: 2 nodes x 1 process) through a runtime of the
 same kind that sees only that pair, disjoint pairs at the same time, in rounds (a ring of N
 nodes: 2 rounds when N is even, 3 when odd), so every node is in two pairs (one when N = 2).
 Each pair's probe log and result go to ``<scan>/<a>+<b>/probes/`` (``+`` is in no node name).
@@ -40,6 +40,7 @@ from driver.cluster.inventory import Inventory
 from driver.core.case import Case
 from driver.core.results import Session
 from driver.core.runner import run_cases
+from driver.diagnose.probes import run_allreduce_probe
 from driver.runtimes.base import Runtime
 
 SLOW_BELOW = 0.05  # a node this far under the median of the nodes is slow
@@ -245,8 +246,6 @@ def probe_pairs(
     """The all-reduce probe on every pair, round by round, the pairs of a round at the same
     time; each into ``root/<a>+<b>`` (a session: its probe log and result under ``probes/``).
     A probe that fails is that pair's FAILED verdict, never an exception here (Ctrl-C aside)."""
-    from driver.probes import run_allreduce_probe  # the probes import the runtimes' interface
-
     lock = threading.Lock()
     results: dict[tuple[str, str], PairResult] = {}
 

@@ -1,35 +1,21 @@
-"""``dlperf import-logs``: re-measure logs the kit did not launch (published upstream logs).
+"""The facts of a run whose logs the kit did not launch, and what those logs say of them.
 
-A source's parser reads logs that carry no ``DLPERF-UPSTREAM`` run header, with the case facts
-(model, topology, per-device batch, precision, window) given on the command line or in a small
-YAML file instead. The run becomes one repeat of a session that ``report``, ``factor`` and
-``compare`` read like any other: each log is stored as ``node<i>.log``, the run header made from
-the facts first and the original bytes after it unchanged (their path and SHA-256 are in the
-record), so the audit recomputes it from its raw logs like a repeat the kit ran. Its case has
-the variant ``imported`` and every record says "imported logs, not run by dlperf" (``extra``);
-the report marks its figures (i) and footnotes them.
-
-A multi-node run of which only worker 0's log was kept is accepted with ``--worker0-only``: node
-0's logging ranks stand for the job (samples scaled by world size / ranks logged) and every
-figure says "from worker 0's log"::
-
-    dlperf import-logs --source ngc-pytorch --logs rn50_8x8.log --facts facts.yaml --worker0-only
+``dlperf import-logs`` re-measures published upstream logs: a source's parser reads logs that
+carry no ``DLPERF-UPSTREAM`` run header, with the case facts (model, topology, per-device batch,
+precision, window) given on the command line or in a small YAML file instead (:class:`Facts`).
+From them come the run's case (variant ``imported``) and the run header a kit-launched log would
+have carried (:func:`case_and_header`); ``driver.core.importlogs`` stores the run as a repeat.
 
 Nothing wins silently: a fact given both on the command line and in the facts file with two
 values is refused, and so is a fact the log's own printed parameters contradict (DLLogger's
-PARAMETER ``batch_size : 256``, Paddle's argument table, gluon-nlp's ``Namespace(...)``), naming
-both values and where each came from. A log whose SHA-256 is already in the session (or given
-twice) is refused: one run is one repeat.
+PARAMETER ``batch_size : 256``, Paddle's argument table, gluon-nlp's ``Namespace(...)``,
+:func:`check_printed`), naming both values and where each came from.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import re
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,15 +23,11 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr
 
 from driver.core.case import Case, Topology
-from driver.frameworks.base import REPO_ROOT
-from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
-from driver.parsers.base import LogParseError
-from driver.registry import SOURCES, UnknownPlugin
-from driver.release.imported import Label
-from driver.schema import ConfigError, StrictModel, load_document, validate
+from driver.parsers._upstream import RunHeader
+from driver.registry import UnknownPlugin
+from driver.schema import ConfigError, Label, StrictModel, load_document, validate
+from driver.sources.base import SOURCES
 
-IMPORTED = "imported logs, not run by dlperf"
-WORKER0 = "from worker 0's log"
 VARIANT = "imported"
 
 
@@ -326,233 +308,3 @@ def check_printed(facts: Facts, world_size: int, logs: list[Path], texts: list[b
                 f"{printed.fact} is {_shown(given)} ({facts.origin(printed.fact)}); give the "
                 "facts the run had (or check that this is the log of that run)"
             )
-
-
-def session_log_hashes(session_root: Path) -> dict[str, str]:
-    """SHA-256 of every log already imported into the session -> which repeat holds it."""
-    from driver.core.results import RecordError, Session
-
-    if not (session_root / "cases").is_dir():
-        return {}
-    held: dict[str, str] = {}
-    try:
-        for case, record, _folder in Session(session_root).records(include_failed=True):
-            for origin in record.extra.get("imported_from", []):
-                if isinstance(origin, dict) and isinstance(origin.get("sha256"), str):
-                    held[origin["sha256"]] = (
-                        f"{session_root}: {case.id} repeat {record.repeat} (imported from "
-                        f"{origin.get('file')})"
-                    )
-    except (RecordError, ValueError, KeyError, OSError) as error:
-        raise ImportLogsError(
-            f"{session_root}: cannot read the session's records to check that no log is "
-            f"imported twice ({error}); fix or remove that record, or import into another "
-            "session"
-        ) from None
-    return held
-
-
-def check_new_logs(logs: list[Path], hashes: list[str], held: dict[str, str]) -> None:
-    """A log is one run: the same bytes twice (in this run or already in the session) would
-    count one run as two repeats or two nodes."""
-    seen: dict[str, Path] = {}
-    for path, digest in zip(logs, hashes, strict=True):
-        if digest in held:
-            raise ImportLogsError(
-                f"{path}: this log (SHA-256 {digest[:16]}...) is already imported, as "
-                f"{held[digest]}; a log is one run: import it once"
-            )
-        if digest in seen and seen[digest].resolve() == path.resolve():
-            raise ImportLogsError(
-                f"{path}: given twice; each node's and each run's log is imported once"
-            )
-        if digest in seen:
-            raise ImportLogsError(
-                f"{path}: the same bytes as {seen[digest]} (SHA-256 {digest[:16]}...); each "
-                "node's and each run's log is imported once: give the other log"
-            )
-        seen[digest] = path
-
-
-def expand(paths: list[str]) -> list[Path]:
-    """Files in the given order; a folder gives its files sorted by name (node0.log, ...)."""
-    files: list[Path] = []
-    for text in paths:
-        path = Path(text)
-        if path.is_dir():
-            files += sorted(p for p in path.iterdir() if p.is_file())
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise ImportLogsError(f"{path}: no such log file or folder")
-    if not files:
-        raise ImportLogsError(f"{', '.join(paths)}: no log files")
-    return files
-
-
-def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Path]) -> Any:
-    """Store one run's logs as the next repeat of its case in the session; its record."""
-    from dataclasses import replace
-
-    from driver.core.results import RECORD, RepeatRecord, Session
-    from driver.files import write_bytes
-    from driver.runtimes.base import Verdict
-    from driver.verify.plausible import Implausible
-    from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
-
-    case, header, parser = case_and_header(source_name, facts)
-    expected = 1 if facts.worker0_only else case.topology.nodes
-    if len(logs) != expected:
-        raise ImportLogsError(
-            f"{case.topology.label} needs {expected} log(s) (one per node, in node order"
-            f"{'; worker 0 only' if facts.worker0_only else ''}), got {len(logs)}: "
-            + ", ".join(map(str, logs))
-        )
-    texts = []
-    for path in logs:
-        data = path.read_bytes()
-        if HEADER_MARK.encode() in data:
-            raise ImportLogsError(
-                f"{path}: already has a {HEADER_MARK.strip()} run header (a log the kit ran): "
-                "copy its repeat folder into a session instead of importing it"
-            )
-        texts.append(data)
-    hashes = [hashlib.sha256(data).hexdigest() for data in texts]
-    check_new_logs(logs, hashes, session_log_hashes(session_root))
-    check_printed(facts, case.topology.world_size, logs, texts)
-    stored = {}  # node log name -> (its bytes: the header made from the facts, then the original)
-    origins = []
-    for rank, (path, data, digest) in enumerate(zip(logs, texts, hashes, strict=True)):
-        name = f"node{rank}.log"
-        line = header_line(replace(header, node_rank=rank)) + "\n"
-        stored[name] = line.encode() + data
-        origins.append({"file": str(path.resolve()), "sha256": digest, "as": name})
-    try:  # measured, with the door's checks, before anything is written to the session
-        texts_read = {name: data.decode(errors="replace") for name, data in stored.items()}
-        measurement, parsed = measure_checked(case, parser, texts_read, facts.batch)
-    except (LogParseError, Implausible) as error:
-        raise ImportLogsError(
-            f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these facts: "
-            f"{error}"
-        ) from None
-    case_dir = Session(session_root).case_dir(case)
-    done = [int(p.name[len("repeat-") :]) for p in case_dir.glob("repeat-[0-9][0-9]")]
-    repeat = max(done, default=0) + 1
-    note = IMPORTED + (f", every figure {WORKER0}" if facts.worker0_only else "")
-    now = time.time()
-    record = RepeatRecord(
-        case_id=case.id,
-        repeat=repeat,
-        verdict=Verdict.OK.value,
-        batch_size=facts.batch,
-        started_at=now,  # when it was imported; the run's own times are in its logs
-        finished_at=now,
-        commands=[],
-        exit_codes={},
-        logs=sorted(stored),
-        log_sha256={n: hashlib.sha256(d).hexdigest() for n, d in sorted(stored.items())},
-        parser=parser,
-        measurement=measurement,
-        header=parsed.header,
-        detail="",
-        runtime="imported",
-        extra={
-            "imported": note,
-            "imported_from": origins,
-            "worker0_only": facts.worker0_only,
-            "facts": facts.model_dump(),
-        },
-    )
-    # The repeat as it will be stored, through the door every reader of it goes through.
-    record_bytes = (json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n").encode()
-    try:
-        verify_repeat(
-            RepeatFiles(
-                folder=str(case_dir / f"repeat-{repeat:02d}"),
-                case_dir=case.id,
-                case_json=json.dumps(case.to_dict()).encode(),
-                files={**stored, RECORD: record_bytes},
-            )
-        )
-    except RepeatRefused as refusal:
-        raise ImportLogsError(f"{', '.join(map(str, logs))}: refused: {refusal}") from None
-    session = Session.open(session_root, {"imported": IMPORTED})
-    session.save_case(case)
-    directory = session.fresh_repeat_dir(case, repeat)
-    for name, data in stored.items():
-        write_bytes(directory / name, data)
-    session.write_record(directory, record)
-    return record
-
-
-def _sha256(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as error:
-        raise ImportLogsError(f"{path}: cannot read it ({error.strerror})") from None
-
-
-def cmd_import_logs(args: argparse.Namespace) -> int:
-    from driver.frontend.cli import check_session_name
-
-    overrides = {field: getattr(args, flag) for flag, field in FACT_FLAGS.items()}
-    session = Path(args.results) / check_session_name(args.session)
-    try:
-        facts = load_facts(Path(args.facts) if args.facts else None, overrides)
-        runs = [expand(group) for group in args.logs]
-        every = [path for logs in runs for path in logs]
-        check_new_logs(every, [_sha256(path) for path in every], {})  # nothing half-imported
-        for logs in runs:
-            record = import_run(session, args.source, facts, logs)
-            measured = record.measurement
-            kind = " (reported by the source)" if measured.reported_by_source else ""
-            print(
-                f"{record.case_id} repeat {record.repeat}: {measured.throughput:.2f} "
-                f"samples/s{kind}; {record.extra['imported']}"
-            )
-    except ImportLogsError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"session: {session}  (dlperf report {session})")
-    return 0
-
-
-def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "import-logs", help="re-measure logs the kit did not launch (facts instead of a header)"
-    )
-    parser.add_argument("--source", required=True, help="the upstream source that wrote them")
-    parser.add_argument(
-        "--logs",
-        nargs="+",
-        action="append",
-        required=True,
-        metavar="FILE|DIR",
-        help="one run's logs in node order (a folder: its files by name); repeat for more runs",
-    )
-    parser.add_argument("--facts", help="YAML mapping of the facts below")
-    parser.add_argument("--model")
-    parser.add_argument("--topology", help="<nodes>n<total devices>g, e.g. 2n16g")
-    parser.add_argument("--batch", type=int, help="per-device batch")
-    parser.add_argument("--precision", choices=("fp32", "amp"))
-    parser.add_argument("--dataset", choices=("synthetic", "real"))
-    parser.add_argument("--xla", action="store_const", const=True, default=None)
-    parser.add_argument("--warmup-steps", type=int)
-    parser.add_argument("--measured-steps", type=int)
-    parser.add_argument(
-        "--worker0-only",
-        action="store_const",
-        const=True,
-        default=None,
-        help="a multi-node run of which only worker 0's log was kept",
-    )
-    parser.add_argument("--logging", choices=LOGGING_MODES, help="default: the source's")
-    parser.add_argument("--step-offset", type=int, help="default: the source's")
-    parser.add_argument("--note", help="where the logs come from (kept in the record)")
-    parser.add_argument(
-        "--hardware",
-        help="what the logs ran on, e.g. 'NVIDIA V100-SXM2-16GB' (default: unknown device)",
-    )
-    parser.add_argument("--results", default=str(REPO_ROOT / "results"))
-    parser.add_argument("--session", required=True, help="session name under --results")
-    parser.set_defaults(func=cmd_import_logs)

@@ -1,0 +1,175 @@
+"""``dlperf import-logs``: a run the kit did not launch, stored as one repeat of a session.
+
+The run becomes one repeat of a session that ``report``, ``factor`` and ``compare`` read like any
+other: each log is stored as ``node<i>.log``, the run header made from the facts first and the
+original bytes after it unchanged (their path and SHA-256 are in the record), so the audit
+recomputes it from its raw logs like a repeat the kit ran. Its case has the variant ``imported``
+and every record says "imported logs, not run by dlperf" (``extra``); the report marks its
+figures (i) and footnotes them. The facts and what the logs print of them:
+``driver.sources.logfacts``.
+
+A multi-node run of which only worker 0's log was kept is accepted with ``--worker0-only``: node
+0's logging ranks stand for the job (samples scaled by world size / ranks logged) and every
+figure says "from worker 0's log"::
+
+    dlperf import-logs --source ngc-pytorch --logs rn50_8x8.log --facts facts.yaml --worker0-only
+
+A log whose SHA-256 is already in the session (or given twice) is refused: one run is one
+repeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from driver.parsers._upstream import HEADER_MARK, header_line
+from driver.parsers.base import LogParseError
+from driver.sources.logfacts import Facts, ImportLogsError, case_and_header, check_printed
+
+IMPORTED = "imported logs, not run by dlperf"
+WORKER0 = "from worker 0's log"
+
+
+def session_log_hashes(session_root: Path) -> dict[str, str]:
+    """SHA-256 of every log already imported into the session -> which repeat holds it."""
+    from driver.core.results import RecordError, Session
+
+    if not (session_root / "cases").is_dir():
+        return {}
+    held: dict[str, str] = {}
+    try:
+        for case, record, _folder in Session(session_root).records(include_failed=True):
+            for origin in record.extra.get("imported_from", []):
+                if isinstance(origin, dict) and isinstance(origin.get("sha256"), str):
+                    held[origin["sha256"]] = (
+                        f"{session_root}: {case.id} repeat {record.repeat} (imported from "
+                        f"{origin.get('file')})"
+                    )
+    except (RecordError, ValueError, KeyError, OSError) as error:
+        raise ImportLogsError(
+            f"{session_root}: cannot read the session's records to check that no log is "
+            f"imported twice ({error}); fix or remove that record, or import into another "
+            "session"
+        ) from None
+    return held
+
+
+def check_new_logs(logs: list[Path], hashes: list[str], held: dict[str, str]) -> None:
+    """A log is one run: the same bytes twice (in this run or already in the session) would
+    count one run as two repeats or two nodes."""
+    seen: dict[str, Path] = {}
+    for path, digest in zip(logs, hashes, strict=True):
+        if digest in held:
+            raise ImportLogsError(
+                f"{path}: this log (SHA-256 {digest[:16]}...) is already imported, as "
+                f"{held[digest]}; a log is one run: import it once"
+            )
+        if digest in seen and seen[digest].resolve() == path.resolve():
+            raise ImportLogsError(
+                f"{path}: given twice; each node's and each run's log is imported once"
+            )
+        if digest in seen:
+            raise ImportLogsError(
+                f"{path}: the same bytes as {seen[digest]} (SHA-256 {digest[:16]}...); each "
+                "node's and each run's log is imported once: give the other log"
+            )
+        seen[digest] = path
+
+
+def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Path]) -> Any:
+    """Store one run's logs as the next repeat of its case in the session; its record."""
+    from dataclasses import replace
+
+    from driver.core.results import RECORD, RepeatRecord, Session
+    from driver.files import write_bytes
+    from driver.runtimes.base import Verdict
+    from driver.verify.plausible import Implausible
+    from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
+
+    case, header, parser = case_and_header(source_name, facts)
+    expected = 1 if facts.worker0_only else case.topology.nodes
+    if len(logs) != expected:
+        raise ImportLogsError(
+            f"{case.topology.label} needs {expected} log(s) (one per node, in node order"
+            f"{'; worker 0 only' if facts.worker0_only else ''}), got {len(logs)}: "
+            + ", ".join(map(str, logs))
+        )
+    texts = []
+    for path in logs:
+        data = path.read_bytes()
+        if HEADER_MARK.encode() in data:
+            raise ImportLogsError(
+                f"{path}: already has a {HEADER_MARK.strip()} run header (a log the kit ran): "
+                "copy its repeat folder into a session instead of importing it"
+            )
+        texts.append(data)
+    hashes = [hashlib.sha256(data).hexdigest() for data in texts]
+    check_new_logs(logs, hashes, session_log_hashes(session_root))
+    check_printed(facts, case.topology.world_size, logs, texts)
+    stored = {}  # node log name -> (its bytes: the header made from the facts, then the original)
+    origins = []
+    for rank, (path, data, digest) in enumerate(zip(logs, texts, hashes, strict=True)):
+        name = f"node{rank}.log"
+        line = header_line(replace(header, node_rank=rank)) + "\n"
+        stored[name] = line.encode() + data
+        origins.append({"file": str(path.resolve()), "sha256": digest, "as": name})
+    try:  # measured, with the door's checks, before anything is written to the session
+        texts_read = {name: data.decode(errors="replace") for name, data in stored.items()}
+        measurement, parsed = measure_checked(case, parser, texts_read, facts.batch)
+    except (LogParseError, Implausible) as error:
+        raise ImportLogsError(
+            f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these facts: "
+            f"{error}"
+        ) from None
+    case_dir = Session(session_root).case_dir(case)
+    done = [int(p.name[len("repeat-") :]) for p in case_dir.glob("repeat-[0-9][0-9]")]
+    repeat = max(done, default=0) + 1
+    note = IMPORTED + (f", every figure {WORKER0}" if facts.worker0_only else "")
+    now = time.time()
+    record = RepeatRecord(
+        case_id=case.id,
+        repeat=repeat,
+        verdict=Verdict.OK.value,
+        batch_size=facts.batch,
+        started_at=now,  # when it was imported; the run's own times are in its logs
+        finished_at=now,
+        commands=[],
+        exit_codes={},
+        logs=sorted(stored),
+        log_sha256={n: hashlib.sha256(d).hexdigest() for n, d in sorted(stored.items())},
+        parser=parser,
+        measurement=measurement,
+        header=parsed.header,
+        detail="",
+        runtime="imported",
+        extra={
+            "imported": note,
+            "imported_from": origins,
+            "worker0_only": facts.worker0_only,
+            "facts": facts.model_dump(),
+        },
+    )
+    # The repeat as it will be stored, through the door every reader of it goes through.
+    record_bytes = (json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n").encode()
+    try:
+        verify_repeat(
+            RepeatFiles(
+                folder=str(case_dir / f"repeat-{repeat:02d}"),
+                case_dir=case.id,
+                case_json=json.dumps(case.to_dict()).encode(),
+                files={**stored, RECORD: record_bytes},
+            )
+        )
+    except RepeatRefused as refusal:
+        raise ImportLogsError(f"{', '.join(map(str, logs))}: refused: {refusal}") from None
+    session = Session.open(session_root, {"imported": IMPORTED})
+    session.save_case(case)
+    directory = session.fresh_repeat_dir(case, repeat)
+    for name, data in stored.items():
+        write_bytes(directory / name, data)
+    session.write_record(directory, record)
+    return record

@@ -1,0 +1,218 @@
+"""A ``dlperf run`` session: the cases selected, then their whole run on one runtime.
+
+``select_cases`` loads the matrices and applies the command line's overrides (a model, variant,
+dataset or XLA setting that no matrix has is a mistake, not an empty selection). ``run_session``
+opens the session folder (or resumes it), runs the cases through the runner, reads the finished
+repeats back through the door and writes the report. ``dlperf run`` is a thin wrapper over both,
+and so is a rehearsal on simulated hosts (``driver.testbed.rehearse``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver.core.case import Case, Topology
+from driver.core.matrix import (
+    COMMAND_LINE,
+    DLPERF_PROFILE,
+    MatrixError,
+    Overrides,
+    UnknownProfile,
+    apply_overrides,
+    load_matrix,
+)
+from driver.files import KitWriteError, write_text
+from driver.frameworks.base import FRAMEWORKS
+from driver.runtimes.base import Runtime
+from driver.schema import did_you_mean
+
+AUTO = "auto"
+CPU_PROFILE = "cpu-smoke"
+
+
+def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
+    """``auto``: the DLPerf protocol where there are GPUs or a cluster, else the CPU smoke one."""
+    if requested != AUTO:
+        return requested, "as requested"
+    from driver.core.hardware import gpu_names
+
+    if runtime == "local" and not gpu_names():
+        return CPU_PROFILE, "no GPU and no cluster inventory: CPU smoke profile"
+    return DLPERF_PROFILE, "GPUs or a cluster present: the DLPerf protocol"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The cases a ``dlperf run`` selected, and from where (the session records it)."""
+
+    cases: list[Case]
+    profile: str
+    why: str  # why this profile
+    descriptions: dict[str, str]  # matrix file -> its description
+
+
+def select_cases(
+    matrix_files: list[Path], profile: str, why: str, overrides: Overrides
+) -> Selection:
+    """The matrices' cases under ``profile`` with the overrides applied (possibly none)."""
+    cases: list[Case] = []
+    descriptions = {}
+    loaded = []
+    for path in matrix_files:
+        try:
+            matrix = load_matrix(path, profile)
+        except UnknownProfile as error:
+            raise MatrixError(COMMAND_LINE, "--profile", f"{error.path}: {error.message}") from None
+        descriptions[str(path)] = matrix.description
+        loaded += matrix.cases
+        cases += apply_overrides(matrix.cases, overrides)
+    _check_selection(loaded, overrides)
+    return Selection(cases, profile, why, descriptions)
+
+
+def _check_selection(cases: list[Case], overrides: Overrides) -> None:
+    """A --model, --variant, --dataset or --xla that no matrix has is a mistake, not an empty
+    selection."""
+    xla = () if overrides.xla is None else ("on" if overrides.xla else "off",)
+    for flag, asked, known in (
+        ("--model", overrides.models, {c.model for c in cases}),
+        ("--variant", overrides.variants, {c.variant for c in cases}),
+        ("--dataset", overrides.datasets, {c.dataset for c in cases}),
+        ("--xla", xla, {"on" if c.xla else "off" for c in cases}),
+    ):
+        for name in asked:
+            if name not in known:
+                raise MatrixError(
+                    COMMAND_LINE,
+                    flag,
+                    f"{name!r} is in no selected matrix{did_you_mean(name, known)}; "
+                    f"allowed values: {', '.join(sorted(known))}",
+                )
+
+
+@dataclass(frozen=True)
+class SessionSetting:
+    """Where a session ran beyond its runtime (the simulated hosts of a rehearsal): facts for
+    ``session.json`` and every run note, files the session keeps, a note printed at the start."""
+
+    facts: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # name in the session folder -> text
+    note: str = ""
+
+
+# Work a session does on its runtime before the matrix (``--probe``: the all-reduce probes).
+BeforeMatrix = Callable[[Path, Runtime, list[Topology]], object]
+
+
+def run_session(
+    selection: Selection,
+    runtime: Runtime,
+    root: Path,
+    *,
+    argv: list[str],
+    dry_run: bool = False,
+    progress: str = "auto",
+    setting: SessionSetting | None = None,
+    before_matrix: BeforeMatrix | None = None,
+) -> int:
+    """Run (or, with ``dry_run``, print) the selected cases on ``runtime`` into the session
+    folder ``root`` (resumed when it exists): the session, the closing table and the report.
+    Returns the exit status: 0 when every repeat finished and the door took every one."""
+    from driver.core.command import check_placement
+    from driver.core.envs import ensure_env
+    from driver.core.plan import dry_run_plan
+    from driver.core.report import markdown_tables, write_report
+    from driver.core.results import Session
+    from driver.core.runner import run_cases
+    from driver.core.summary import summarize
+    from driver.verify.folder import verify_sessions
+
+    cases, profile, why = selection.cases, selection.profile, selection.why
+    # A case that needs more nodes than the inventory has, or that its launcher cannot run
+    # where the runtime puts its nodes, is a clear error, up front.
+    try:
+        for case in cases:
+            check_placement(case, runtime.node_addresses(case.topology.nodes))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
+    if dry_run:
+        for case in cases:
+            searched = case.batch_size == "max"
+            batch = 1 if searched else int(case.batch_size)
+            note = ", batch searched at run time; shown with 1" if searched else ""
+            print(
+                f"{case.id}  x{case.repeats}  (warm-up {case.warmup_steps}, "
+                f"measured {case.measured_steps}{note})"
+            )
+            for line in runtime.describe(dry_run_plan(case, runtime, int(batch))):
+                print(f"    {line}")
+        return 0
+    framework_python = getattr(runtime, "python_override", None)  # `run --python`
+    if runtime.name == "local" and framework_python is None:
+        for name in sorted({case.framework for case in cases}):
+            framework = FRAMEWORKS.get(name)
+            if framework.cpu_requirements.exists():
+                ensure_env(framework)
+        from driver.sources.pypi import ensure_case_envs
+
+        ensure_case_envs(cases)  # upstream code released on PyPI runs from .venvs/<source>
+    where = setting.facts if setting is not None else {}
+    session = Session.open(
+        root,
+        {
+            "profile": profile,
+            "profile_reason": why,
+            "matrix_files": sorted(selection.descriptions),
+            "runtime": runtime.name,
+            "argv": argv,
+            **where,
+            **({"framework_python": framework_python} if framework_python else {}),
+        },
+    )
+    session.note_run({"argv": argv, "profile": profile, "runtime": runtime.name, **where})
+    if setting is not None:
+        for name, text in setting.files.items():
+            write_text(session.root / name, text)
+        print(setting.note)
+    print(f"session: {session.root}")
+    if before_matrix is not None:
+        before_matrix(session.root, runtime, [case.topology for case in cases])
+    try:
+        summary = run_cases(cases, session, runtime, progress=progress)
+    except KeyboardInterrupt:
+        print(
+            f"interrupted; finished repeats are kept in {session.root}; rerun with "
+            f"--session {root.name} to resume",
+            file=sys.stderr,
+        )
+        return 130
+    verified = verify_sessions([session.root])  # the table shows what the logs give
+    summaries = summarize(verified.records)
+    print()
+    print(markdown_tables(summaries) if summaries else "no finished repeats")
+    try:
+        paths = write_report(
+            summaries,
+            session.root / "report",
+            f"dlperf session {root.name}",
+            refused=verified.refused,
+        )
+    except KitWriteError as error:
+        print(
+            f"error: {error}; every finished repeat is kept in {session.root} (write the "
+            f"tables later with `dlperf report {session.root}`)",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"report: {paths['markdown']}")
+    for problem in verified.refused:
+        print(f"refused: {problem}", file=sys.stderr)
+    for case_id, repeat, verdict, detail in summary.failed:
+        print(f"FAILED {case_id} repeat {repeat}: {verdict} {detail}", file=sys.stderr)
+    return 0 if summary.ok and not verified.refused else 1

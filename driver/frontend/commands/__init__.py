@@ -1,0 +1,1 @@
+"""One module per ``dlperf`` command: its parser beside its handler (``add_subcommands``)."""

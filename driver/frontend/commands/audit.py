@@ -1,0 +1,88 @@
+"""``dlperf audit``: recompute released versions from their raw logs and name any difference."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from driver.frontend.args import reports_and_results
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from driver.release.audit import audit
+    from driver.release.release import ReleaseError, released_versions, resolve_version
+
+    if args.images_lock:  # a lock named but missing or unreadable is an error, never skipped
+        from driver.images.lock import LockFileError, load_lock
+
+        try:
+            load_lock(args.images_lock)
+        except LockFileError as error:
+            print(f"error: --images-lock {error}", file=sys.stderr)
+            return 2
+    reports = Path(args.reports)
+    if args.all:
+        targets = [reports / name for name, _ in reversed(released_versions(reports))]
+        if not targets:
+            print(f"no released version under {reports}")
+            return 0
+    else:
+        if not args.versions:
+            print("give a version (reports/vX.Y) or --all", file=sys.stderr)
+            return 2
+        try:
+            targets = [resolve_version(v, reports) for v in args.versions]
+        except ReleaseError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.kit == "released":
+        return _audit_with_released_kits(targets, reports, args)
+    failed = 0
+    for target in targets:
+        report = audit(
+            target,
+            images_lock=Path(args.images_lock) if args.images_lock else None,
+            recompute_flops=not args.cached_flops,
+        )
+        print(report.text())
+        failed += not report.ok
+    return 1 if failed else 0
+
+
+def _audit_with_released_kits(targets: list[Path], reports: Path, args: argparse.Namespace) -> int:
+    from driver.release.released_kit import ReleasedKitError, audit_with_released_kit
+
+    extra = [*(["--images-lock", args.images_lock] if args.images_lock else [])]
+    extra += ["--cached-flops"] if args.cached_flops else []
+    failed = 0
+    for target in targets:
+        try:
+            failed += audit_with_released_kit(target, reports, extra) != 0
+        except ReleasedKitError as error:
+            print(f"error: {error}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    audit = sub.add_parser("audit", help="recompute a released version from its raw logs")
+    audit.add_argument("versions", nargs="*", help="reports/vX.Y folders or version names")
+    audit.add_argument("--all", action="store_true", help="every version under --reports")
+    audit.add_argument(
+        "--images-lock", help="fail when this images.lock pins another digest for an image"
+    )
+    audit.add_argument(
+        "--kit",
+        choices=("current", "released"),
+        default="current",
+        help="audit with this checkout's kit, or with the kit commit that released the version "
+        "(a temporary git worktree: later renderer changes do not count as differences)",
+    )
+    audit.add_argument(
+        "--cached-flops",
+        action="store_true",
+        help="trust the manifest's model FLOPs even where torch could recount them",
+    )
+    reports_and_results(audit)
+    audit.set_defaults(func=cmd_audit)

@@ -1,0 +1,58 @@
+"""``dlperf report``: tables (Markdown, CSV, JSON) from sessions' raw logs, through the door."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Tables from the sessions' raw logs; a repeat whose record disagrees with its logs, or
+    whose record or logs cannot be read, is refused: named, left out, and the exit status is 1."""
+    from driver.core.report import write_report
+    from driver.core.summary import summarize
+    from driver.release.imported import figure_summaries, is_import_file
+    from driver.schema import ConfigError
+    from driver.verify.folder import verify_sessions
+
+    sessions, published = [], []
+    for root in args.sessions:
+        if is_import_file(Path(root)):
+            try:  # published figures, beside the measured cases (marked in every table)
+                published += figure_summaries(Path(root))
+            except ConfigError as error:
+                raise SystemExit(f"error: {error}") from None
+        elif (Path(root) / "session.json").exists():
+            sessions.append(Path(root))
+        else:
+            raise SystemExit(
+                f"{root}: neither a dlperf session folder (no session.json) nor an import file "
+                "of published figures (.csv, .yaml)"
+            )
+    verified = verify_sessions(sessions)
+    summaries = summarize(verified.records, published=published)
+    first = Path(args.sessions[0])
+    out = (
+        Path(args.out)
+        if args.out
+        else (
+            first / "report"
+            if sessions and first == sessions[0]
+            else first.with_name(f"{first.stem}-report")
+        )
+    )
+    paths = write_report(summaries, out, args.title or "dlperf report", refused=verified.refused)
+    print(paths["markdown"].read_text())
+    print(f"written: {', '.join(str(p) for p in paths.values())}")
+    for problem in verified.refused:
+        print(f"refused: {problem}", file=sys.stderr)
+    return 1 if verified.refused else 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    report = sub.add_parser("report", help="tables (Markdown, CSV, JSON) from sessions")
+    report.add_argument("sessions", nargs="+", help="session folders, and import files")
+    report.add_argument("--out")
+    report.add_argument("--title")
+    report.set_defaults(func=cmd_report)
