@@ -74,7 +74,9 @@ def test_every_entry_is_traced_with_citations(source: str, model: str) -> None:
     launch = SPECS[source].launches[model]
     if launch.commit:
         assert entry["commit"] == launch.commit, "the trace is of another commit than the pin"
-    assert entry["variants"] and all(v["status"] == "traced" for v in entry["variants"])
+    # refused: the pinned code cannot run in the pinned image (needs.yaml; the source refuses it)
+    statuses = {v["status"] for v in entry["variants"]}
+    assert entry["variants"] and statuses <= {"traced", "refused"}
     assert entry["dlperf_entry_point"].strip()
     for fact in FACTS:
         said = entry["facts"][fact]

@@ -138,6 +138,15 @@ class FlagBlockSpec(StrictModel):
     args: list[Word] = []
 
 
+class RefusalSpec(StrictModel):
+    """A variant the pinned code cannot run in the pinned image (``models.<model>.refused``):
+    cases matching ``when`` are refused before they start, with ``because`` (the record of what
+    the script calls and the image lacks is ``needs.yaml`` beside the file)."""
+
+    when: Annotated[dict[str, Any], Field(min_length=1)]
+    because: Line
+
+
 class LaunchSpec(StrictModel):
     """One model of a source (``models.<model>``)."""
 
@@ -157,6 +166,7 @@ class LaunchSpec(StrictModel):
     collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
     argv: Annotated[list[Word], Field(min_length=1)]
     flags: list[FlagBlockSpec] = []
+    refused: list[RefusalSpec] = []
     notes: str = ""
 
 
@@ -202,6 +212,7 @@ class ModelLaunch:
     argv: tuple[str, ...]
     flags: tuple[FlagBlock, ...]
     notes: str = ""
+    refused: tuple[tuple[FlagBlock, str], ...] = ()  # (conditions, the reason)
 
 
 @dataclass(frozen=True)
@@ -261,6 +272,17 @@ def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any
                 raise SourceError(path, where, f"{{{name}}} names no option of the model")
 
 
+def _conditions(path: Path, at: str, when: Mapping[str, Any], options: Mapping[str, Any]) -> dict:
+    conditions = {}
+    for key, value in when.items():
+        if key not in CONDITION_KEYS and key not in options:
+            raise SourceError(
+                path, f"{at}.when.{key}", f"not one of {CONDITION_KEYS} or the model's options"
+            )
+        conditions[key] = tuple(value) if isinstance(value, list) else (value,)
+    return conditions
+
+
 def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None) -> ModelLaunch:
     where = f"models.{model}."
     for i, item in enumerate(spec.argv):
@@ -268,16 +290,14 @@ def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None
     blocks = []
     for i, block in enumerate(spec.flags):
         at = f"{where}flags[{i}]"
-        conditions = {}
-        for key, value in block.when.items():
-            if key not in CONDITION_KEYS and key not in spec.options:
-                raise SourceError(
-                    path, f"{at}.when.{key}", f"not one of {CONDITION_KEYS} or the model's options"
-                )
-            conditions[key] = tuple(value) if isinstance(value, list) else (value,)
+        conditions = _conditions(path, at, block.when, spec.options)
         for j, item in enumerate(block.args):
             _check_template(path, f"{at}.args[{j}]", item, spec.options)
         blocks.append(FlagBlock(when=conditions, args=tuple(block.args)))
+    refused = tuple(
+        (FlagBlock(_conditions(path, f"{where}refused[{i}]", r.when, spec.options), ()), r.because)
+        for i, r in enumerate(spec.refused)
+    )
     return ModelLaunch(
         model=model,
         commit=spec.commit or default_commit,
@@ -295,6 +315,7 @@ def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None
         argv=tuple(spec.argv),
         flags=tuple(blocks),
         notes=spec.notes,
+        refused=refused,
     )
 
 
@@ -403,6 +424,14 @@ class UpstreamSource:
                 f"option(s) {', '.join(unknown)} (options: {', '.join(launch.options) or 'none'})"
             )
         refuse_unsupported(case, self.name, problems)
+        facts = {"precision": case.precision, "dataset": case.dataset, "xla": case.xla}
+        facts |= {"distributed": case.topology.world_size > 1, "multinode": case.topology.nodes > 1}
+        facts |= {**launch.options, **case.options}
+        for block, because in launch.refused:
+            if _matches(block, facts):
+                raise ValueError(
+                    f"{case.id}: source {self.name} {case.model} refuses this variant: {because}"
+                )
         return launch
 
     def header(self, case: Case, rank: NodeRank, batch_size: int) -> RunHeader:
