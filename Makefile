@@ -17,6 +17,9 @@ RUNTIME  ?= local
 INVENTORY?=
 SESSION  ?=
 RUN_ARGS ?=
+# FRAMEWORK_PYTHON=/usr/bin/python3: an interpreter that already holds the framework (a GPU
+# machine's own CUDA build) runs the scripts instead of .venvs/<framework> (local runtime).
+FRAMEWORK_PYTHON ?=
 # REHEARSE=on (as root): the cases on simulated hosts of this machine, one per node of the largest
 # case, each its own address, hostname and clock (docs/clusters.md); no INVENTORY.
 REHEARSE ?=
@@ -32,11 +35,13 @@ run_flags = --profile $(PROFILE) \
 	$(if $(NODES),--nodes $(NODES)) $(if $(GPUS),--gpus $(GPUS)) \
 	$(if $(BATCH),--batch $(BATCH)) $(if $(AMP),--amp $(AMP)) \
 	$(if $(REPEATS),--repeats $(REPEATS)) $(if $(INVENTORY),--inventory $(INVENTORY)) \
-	$(if $(SESSION),--session $(SESSION)) $(RUN_ARGS)
+	$(if $(SESSION),--session $(SESSION)) $(if $(FRAMEWORK_PYTHON),--python $(FRAMEWORK_PYTHON)) \
+	$(RUN_ARGS)
 
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
 
-.PHONY: install envs test lint selftest report images base-image release audit clean-venv
+.PHONY: install envs test lint selftest report images base-image release audit clean-venv \
+	gpu-wheels gpu-check gpu-check-rehearsal
 
 install: $(STAMP)
 
@@ -81,7 +86,7 @@ images: $(STAMP)
 		$(foreach copy,$(SOURCE_CHECKOUTS),--source-checkout $(copy))
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check driver tests PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples
+	$(VENV)/bin/ruff check driver tests tools PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -89,15 +94,38 @@ lint: $(STAMP)
 
 # Released report versions: `make release VERSION=v0.2-gpu SESSIONS="results/a results/b"
 # CHANGELOG="why"`, then `make audit` (every version) or `make audit VERSION=reports/v0.2-gpu`.
+# REPORTS=DIR: the folder of released versions (default: the kit's own reports/).
 VERSION  ?=
 SESSIONS ?=
 CHANGELOG?=
+REPORTS  ?=
 
 release: $(STAMP)
-	$(DLPERF) release $(VERSION) $(SESSIONS) $(if $(CHANGELOG),--changelog "$(CHANGELOG)")
+	$(DLPERF) release $(VERSION) $(SESSIONS) $(if $(CHANGELOG),--changelog "$(CHANGELOG)") \
+		$(if $(REPORTS),--reports "$(REPORTS)")
 
 audit: $(STAMP)
-	$(DLPERF) audit $(if $(VERSION),$(VERSION),--all)
+	$(DLPERF) audit $(if $(VERSION),$(VERSION),--all) $(if $(REPORTS),--reports "$(REPORTS)")
 
 clean-venv:
 	rm -rf $(VENV) .venvs
+
+# The one-GPU check (tools/gpu_check.py): on a GPU machine whose own python3 holds torch, with
+# the driver's missing packages carried as wheels (`make gpu-wheels` here, into .whl/):
+# `OUT=/tmp/out make gpu-check`. `make gpu-check-rehearsal` runs the same stages here on the CPU,
+# with the same wheels, in GPU_PYTHON (an interpreter holding torch and none of the driver's
+# packages, as the GPU machine's python3 does); `tools/gpu_check.py plan` lists the stages.
+GPU_PYTHON ?= python3
+OUT ?= gpu-check-out
+WHEEL_PLATFORMS := $(foreach n,2_17 2_26 2_27 2_28 2_34,--platform manylinux_$(n)_x86_64) \
+	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
+
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp $(WHEEL_PLATFORMS) -d .whl -r tools/gpu-wheels.txt
+
+gpu-check:
+	OUT=$(OUT) GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh $(GPU_CHECK_ARGS)
+
+gpu-check-rehearsal: gpu-wheels
+	OUT=$(OUT) GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh --cpu $(GPU_CHECK_ARGS)

@@ -58,6 +58,14 @@ def test_doubles_then_bisects_to_the_granularity(case, tmp_path: Path) -> None: 
     assert "--batch-size" in plan.commands[0].argv
 
 
+def test_a_large_max_is_bisected_to_a_sixteenth_of_what_fits(case, tmp_path: Path) -> None:  # noqa: ANN001
+    run_plan = MemoryLimit(1500)  # a GPU's ResNet-50 or BERT at AMP: thousands
+    found = search_max_batch(case, Session.open(tmp_path / "s"), LocalRuntime(), run_plan, quiet)
+    probes = [plan.batch_size for plan in run_plan.plans]
+    assert probes == [16, 32, 64, 128, 256, 512, 1024, 2048, 1536, 1280, 1408, 1472]
+    assert found == 1472 and 1500 - found <= found // 16
+
+
 def test_a_resumed_search_reads_the_probes_it_already_ran(case, tmp_path: Path) -> None:  # noqa: ANN001
     session = Session.open(tmp_path / "s")
     search_max_batch(case, session, LocalRuntime(), MemoryLimit(100), quiet)

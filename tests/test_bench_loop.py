@@ -18,9 +18,10 @@ import pytest
 from driver.bench import fingerprint
 from driver.bench.contract import parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
-from driver.bench.loop import Adapter, Run, is_oom, run_benchmark
+from driver.bench.loop import Adapter, DeviceTimer, Run, is_oom, run_benchmark
 from driver.bench.protocol import EXIT_OOM, has_oom_record, oom_record
 from driver.core.hardware import hardware_of
+from driver.core.measure import Window, measure_repeat
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -212,6 +213,77 @@ def test_the_loop_writes_the_protocol_the_parser_reads(monkeypatch: pytest.Monke
     assert f"dlperf-weights-checksum rank=0 sum={adapter.weight:.6f}" in out
     parsed = DlperfJsonlParser().parse({"node0.log": out})
     assert parsed.world_size == 1 and len(parsed.ranks[0].points) == 6  # begin + 5 steps
+
+
+class TimedLeastSquares(LeastSquares):
+    """The toy with a device clock: the timer's marks land in the same event list."""
+
+    def device_timer(self) -> DeviceTimer:
+        events = self.events
+
+        class Timer(DeviceTimer):
+            source = "toy-clock"
+
+            def mark_start(self) -> None:
+                events.append("mark_start")
+
+            def mark_end(self) -> None:
+                events.append("mark_end")
+
+            def seconds(self) -> float:
+                return 0.25
+
+        return Timer()
+
+
+@pytest.mark.parametrize("step_sync", ["every", "boundary"])
+def test_step_sync_and_the_device_clock_frame_the_window(
+    monkeypatch: pytest.MonkeyPatch, step_sync: str
+) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    made: list[TimedLeastSquares] = []
+    argv = "--model toy --batch-size 2 --warmup-steps 2 --total-steps 6 --option"
+    argv += f" step_sync={step_sync}"
+    out = io.StringIO()
+    with redirect_stdout(out):
+        run_benchmark(lambda run: made.append(TimedLeastSquares(run)) or made[0], argv.split(),
+                      description="toy", models=("toy",))  # fmt: skip
+    records = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    steps = [r for r in records if r["dlperf"] == "step"]
+    unsynced = [r["step"] for r in steps if r.get("synced") is False]
+    # Boundary: only the window's two ends (after warm-up step 2 and last step 6) are synced,
+    # and an unsynced step carries no loss (it was never read from the device).
+    assert unsynced == ([] if step_sync == "every" else [1, 3, 4, 5])
+    assert all(r["loss"] is None for r in steps if r["step"] in unsynced)
+    events = made[0].events
+    marks = [e for e in events if e.startswith("mark")]
+    assert marks == ["mark_start", "mark_end"]
+    step_at = [i for i, e in enumerate(events) if e == "step"]
+    # start: after warm-up step 2's sync; end: queued right after step 6, before its sync
+    assert step_at[1] < events.index("mark_start") < step_at[2]
+    assert events.index("mark_end") == step_at[5] + 1 and events[step_at[5] + 2] == "sync"
+    window = records[-1]
+    assert (window["dlperf"], window["seconds"], window["steps"], window["source"]) == (
+        "device-window", 0.25, 4, "toy-clock"
+    )
+    # The parser keeps the window's ends and marks what it cannot slice; CV needs synced bounds.
+    parsed = DlperfJsonlParser().parse({"node0.log": out.getvalue()})
+    points = {p.step: p.synced for p in parsed.ranks[0].points}
+    assert [s for s, synced in points.items() if not synced] == unsynced
+    measured = measure_repeat(parsed, Window(2, 4))
+    assert measured.samples == 8
+    assert (measured.interval_cv is None) is (step_sync == "boundary")
+
+
+def test_a_step_sync_mode_outside_the_two_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        argv = "--model toy --batch-size 2 --total-steps 2 --option step_sync=half"
+        run_toy(monkeypatch, argv.split())
+    assert exit_info.value.code == 2
+    assert "step_sync must be one of every, boundary, got 'half'" in capsys.readouterr().err
 
 
 def test_several_ranks_meet_at_a_barrier_before_and_after(

@@ -258,3 +258,30 @@ def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
     assert main(["envs", "pytorch"]) == 0  # made once (here, or by `make envs` in CI)
     out = capsys.readouterr().out
     assert out.startswith("pytorch: ") and "/pytorch/bin/python" in out
+
+
+def test_python_points_the_local_runtime_at_an_existing_framework_install(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """`--python`: a machine's own interpreter with the framework (a GPU machine's python3)
+    runs the scripts instead of .venvs/<framework>; one that lacks it is refused with the fix."""
+    from driver.core.envs import ensure_env
+    from driver.plugins import load_all
+    from driver.registry import FRAMEWORKS
+
+    load_all()
+    link = ensure_env(FRAMEWORKS.get("pytorch"), log=lambda _line: None)  # "the machine's"
+    argv = ["run", "--framework", "pytorch", "--model", "resnet50", "--batch", "8",
+            "--amp", "off", "--profile", "dlperf", "--dry-run"]  # fmt: skip
+    assert main([*argv, "--python", str(link)]) == 0
+    out = capsys.readouterr().out
+    assert f" {link} PyTorch/benchmark/train.py" in out
+    bare = tmp_path / "bare-python3"  # an interpreter without torch
+    bare.symlink_to(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python")
+    assert main([*argv, "--python", str(bare)]) == 2
+    err = capsys.readouterr().err
+    assert f"--python {bare}: cannot import torch" in err and "No module named 'torch'" in err
+    assert main([*argv, "--python", str(tmp_path / "nothing")]) == 2
+    assert "no such executable" in capsys.readouterr().err
+    assert main([*argv, "--python", str(link), "--runtime", "slurm"]) == 2
+    assert "--python goes with --runtime local" in capsys.readouterr().err

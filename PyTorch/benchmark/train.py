@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from driver.bench.contract import OptionError, warn
 from driver.bench.host import cpu_model_name
-from driver.bench.loop import Adapter, is_oom, run_benchmark
+from driver.bench.loop import Adapter, DeviceTimer, is_oom, run_benchmark
 from driver.bench.protocol import EXIT_OOM
 from PyTorch.benchmark.data import (
     DeviceFormat,
@@ -296,6 +296,26 @@ class GraphedStep:
         return self.static_loss
 
 
+class CudaEventTimer(DeviceTimer):
+    """The window by CUDA events in the training stream (``torch.cuda.Event.elapsed_time``)."""
+
+    source = "cuda-events"
+
+    def __init__(self) -> None:
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def mark_start(self) -> None:
+        self.start.record()
+
+    def mark_end(self) -> None:
+        self.end.record()
+
+    def seconds(self) -> float:
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) / 1000.0
+
+
 class HostLoss:
     """Moves the step's loss to the host without a sync of its own (read after the step sync)."""
 
@@ -462,6 +482,9 @@ class TorchAdapter(Adapter):
             dist.barrier(device_ids=[self.torch_device.index])
         else:
             dist.barrier()
+
+    def device_timer(self) -> DeviceTimer | None:
+        return CudaEventTimer() if self.torch_device.type == "cuda" else None
 
     def weights_checksum(self) -> float:
         with torch.no_grad():

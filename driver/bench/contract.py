@@ -48,7 +48,13 @@ TRAINING_OPTIONS: dict[str, Any] = {
     "num_threads": 0,  # CPU threads per process; 0 = OMP_NUM_THREADS, else cores / local procs
     "dali": False,  # NVIDIA DALI input pipeline: GPU and real data only
     "weights_checksum": False,  # print sum(|w|) per rank at the end (tests: ranks in sync?)
+    # When the device is synchronised for a step timestamp: "every" step (the default: every
+    # step's time is the device's), or only at the "boundary" steps of the window (the end of
+    # the last warm-up step and of the last step; interior steps are logged unsynced, so the
+    # host may queue the next step while the device still runs the last one).
+    "step_sync": "every",
 }
+STEP_SYNC_MODES = ("every", "boundary")
 
 
 class OptionError(SystemExit):
@@ -203,6 +209,10 @@ def resolve_options(
     resolved["num_threads"] = int(resolved["num_threads"])
     resolved["dali"] = bool(resolved["dali"])
     resolved["weights_checksum"] = bool(resolved["weights_checksum"])
+    if resolved["step_sync"] not in STEP_SYNC_MODES:
+        raise OptionError(
+            f"step_sync must be one of {', '.join(STEP_SYNC_MODES)}, got {resolved['step_sync']!r}"
+        )
     if resolved["dali"]:
         if not on_gpu:
             raise OptionError(

@@ -12,6 +12,9 @@ what its header says); this module owns everything else, once for every framewor
   :mod:`driver.bench.fingerprint`), the barrier that starts every rank's clock together,
   the ``--total-steps`` steps (the driver cuts the warm-up off the window), a timestamp after a
   device sync at the end of each step, the end record, the weights checksum, the last barrier;
+- the ``step_sync`` option: a device sync before every step's timestamp, or only at the
+  window's boundaries; and, where the adapter has a :class:`DeviceTimer`, the window timed by
+  the device's own clock as well (the ``device-window`` record);
 - out of memory: when the adapter calls an error an allocator failure, the OOM record and exit
   :data:`~driver.bench.protocol.EXIT_OOM` (the ``batch_size: max`` search relies on both).
 """
@@ -159,6 +162,28 @@ class Adapter(ABC):
         """Release what the run holds (loaders, process groups) after the last barrier."""
         return None  # nothing by default
 
+    def device_timer(self) -> DeviceTimer | None:
+        """A timer of the measured window on the device's own clock (CUDA events), or None
+        where the device has none (CPUs)."""
+        return None
+
+
+class DeviceTimer(ABC):
+    """Marks queued in the device's stream at the window's start and end; their distance is
+    the window by the device's clock, independent of the host's timestamps."""
+
+    source: ClassVar[str]
+
+    @abstractmethod
+    def mark_start(self) -> None: ...
+
+    @abstractmethod
+    def mark_end(self) -> None: ...
+
+    @abstractmethod
+    def seconds(self) -> float:
+        """The window's duration; waits for the end mark."""
+
 
 AdapterFactory = Callable[[Run], Adapter]
 
@@ -246,12 +271,26 @@ def _train(adapter: Adapter, run: Run) -> int:
 
     if run.distributed:
         adapter.barrier()  # start the clocks of all ranks together
+    timer = adapter.device_timer()
+    every_step = options["step_sync"] == "every"
+    boundaries = {args.warmup_steps, args.total_steps}  # the window: after these two steps
     logger.begin()
+    if timer is not None and args.warmup_steps == 0:
+        timer.mark_start()
     for number in range(1, args.total_steps + 1):
         loss = adapter.step(adapter.make_batch())
-        adapter.sync()
-        logger.step(number, args.batch_size, adapter.host_loss(loss))
+        if timer is not None and number == args.total_steps:
+            timer.mark_end()  # queued behind the last step's work
+        if every_step or number in boundaries:
+            adapter.sync()
+            logger.step(number, args.batch_size, adapter.host_loss(loss))
+        else:
+            logger.step(number, args.batch_size, None, synced=False)
+        if timer is not None and number == args.warmup_steps:
+            timer.mark_start()  # after the warm-up's synced timestamp: the stream is idle
     logger.end()
+    if timer is not None and args.total_steps > args.warmup_steps:
+        logger.device_window(timer.seconds(), args.total_steps - args.warmup_steps, timer.source)
     if options["weights_checksum"]:
         # After the measurement: equal sums on every rank show the gradients were reduced.
         print_weights_checksum(run.rank, adapter.weights_checksum())

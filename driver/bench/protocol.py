@@ -9,7 +9,12 @@ Every record is one JSON object on one line of stdout, tagged with ``"dlperf"``:
 - ``begin``:  the timestamp of the start of step 1 (taken after a device sync).
 - ``step``:   one per step: ``step`` (1-based), ``t`` (monotonic seconds, taken after a device
   sync at the end of the step), ``samples`` (samples this rank processed in the step), ``loss``.
+  With the ``step_sync: boundary`` option only the window's boundary steps are synchronised;
+  the others carry ``"synced": false`` (their ``t`` is when the host queued them) and no loss.
 - ``end``:    after the last step.
+- ``device-window``: optional, after ``end``: the measured window as the device's own clock
+  timed it (``seconds``, from events recorded in the device's stream at the window's two ends;
+  ``source``, e.g. ``cuda-events``), an independent check of the host timestamps.
 - ``oom``:    instead of the rest, when the allocator failed; the process then exits with
   :data:`EXIT_OOM`, which the driver's ``batch_size: max`` search reads as "does not fit".
 
@@ -136,16 +141,25 @@ class StepLogger:
         self._emit("begin", t=now)
         return now
 
-    def step(self, step: int, samples: int, loss: float | None = None) -> float:
-        """Record the end of ``step`` (1-based). ``loss`` must already be a host float."""
-        self.sync()
+    def step(
+        self, step: int, samples: int, loss: float | None = None, *, synced: bool = True
+    ) -> float:
+        """Record the end of ``step`` (1-based). ``loss`` must already be a host float.
+        ``synced=False``: no device sync before the timestamp (the record says so)."""
+        if synced:
+            self.sync()
         now = self.clock()
         self.steps_logged += 1
-        self._emit("step", step=step, t=now, samples=int(samples), loss=loss)
+        unsynced = {} if synced else {"synced": False}
+        self._emit("step", step=step, t=now, samples=int(samples), loss=loss, **unsynced)
         return now
 
     def end(self) -> None:
         self._emit("end", steps=self.steps_logged)
+
+    def device_window(self, seconds: float, steps: int, source: str) -> None:
+        """The measured window's duration by the device's own clock (after :meth:`end`)."""
+        self._emit("device-window", seconds=seconds, steps=steps, source=source)
 
 
 def oom_record(rank: int, batch_size: int | None, error: BaseException | None = None) -> str:

@@ -1,8 +1,10 @@
 """``batch_size: max``: find the largest per-device batch that fits, as DLPerf's bsz=max tables.
 
 Short probe runs (a few steps) double the batch until one runs out of memory (the scripts exit
-86), then bisect between the last fit and the first failure down to ``granularity``. Every probe
-keeps its log under ``<case>/batch-search/`` so the choice can be audited.
+86), then bisect between the last fit and the first failure down to ``granularity``, or to a
+sixteenth of the batch that fits when that is coarser (a GPU's max is in the thousands: each
+probe is a process start, and the last few percent are not worth three more). Every probe keeps
+its log under ``<case>/batch-search/`` so the choice can be audited.
 
 The search plans its probes but does not run them itself: the caller hands it the function
 that runs a plan (the runner's ``run_plan``), so a probe fails, times out or runs out of memory
@@ -28,6 +30,7 @@ PROBE_STEPS = 3
 START = 16
 CEILING = 4096  # on CPU nothing runs out of memory early; stop there
 GRANULARITY = 8
+RELATIVE_GRANULARITY = 16  # stop bisecting within fits / 16 (6%) when that is more than 8
 
 
 class BatchSearchFailed(Exception):
@@ -99,7 +102,7 @@ def search_max_batch(
             fails_at = batch
             if batch == 1:
                 return None
-    while fails_at - fits_at > granularity:
+    while fails_at - fits_at > max(granularity, fits_at // RELATIVE_GRANULARITY):
         middle = (fits_at + fails_at) // 2
         if _fits(case, session, runtime, run_plan, middle):
             fits_at = middle

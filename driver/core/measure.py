@@ -133,9 +133,10 @@ class RepeatMeasurement(StrictModel):
 def slice_cv(log: RankLog, window: Window, intervals: int = INTERVALS) -> float | None:
     """CV of throughput over up to ``intervals`` slices of the window, bounded by the steps the
     log holds: every step for our logs (equal slices), every N steps for upstream logs (as many
-    slices as the log has intervals, up to ``intervals``). None with fewer than 2 slices."""
+    slices as the log has intervals, up to ``intervals``). Only points timed after a device sync
+    bound a slice (``step_sync: boundary`` logs have two: no CV). None with fewer than 2 slices."""
     by_step = {point.step: point for point in log.points}
-    held = sorted(s for s in by_step if window.first <= s <= window.last)
+    held = sorted(s for s, p in by_step.items() if window.first <= s <= window.last and p.synced)
     if not held or held[0] != window.first or held[-1] != window.last:
         return None
     slices = min(intervals, len(held) - 1)

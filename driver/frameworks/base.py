@@ -48,6 +48,7 @@ TRAINING_OPTION_TYPES: dict[str, Any] = {
     "num_threads": Count,
     "dali": Flag,
     "weights_checksum": Flag,
+    "step_sync": Literal["every", "boundary"],
 }
 
 
@@ -66,6 +67,9 @@ class Framework:
     script: str = ""
     parser: str = "dlperf-jsonl"
     python: str = "3.11"  # interpreter version for the local virtual environment
+    # The package an install of the framework imports ("torch"): `dlperf run --python` checks
+    # that the interpreter it is given has it. "": nothing to check (the calibration workload).
+    module: str = ""
     has_xla: bool = False
     has_amp_on_cpu: bool = True  # False: AMP is a no-op on CPU (recorded, footnoted)
     # Environment for every process (e.g. OMP_NUM_THREADS for frameworks that use 1 thread).

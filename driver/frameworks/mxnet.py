@@ -21,6 +21,7 @@ MXNET = FRAMEWORKS.add(
         name="mxnet",
         display="MXNet",
         folder="MxNet",
+        module="mxnet",
         # The parameter-server kvstore (scheduler, servers, workers from DMLC_* variables).
         launcher="mxnet-dist",
         python="3.11",

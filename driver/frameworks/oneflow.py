@@ -17,6 +17,7 @@ ONEFLOW = FRAMEWORKS.add(
         name="oneflow",
         display="OneFlow",
         folder="OneFlow",
+        module="oneflow",
         launcher="oneflow",
         # oneflow 0.9.0 ships wheels for CPython 3.8-3.10 only.
         python="3.10",

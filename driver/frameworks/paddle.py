@@ -22,6 +22,7 @@ PADDLE = FRAMEWORKS.add(
         name="paddle",
         display="PaddlePaddle",
         folder="PaddlePaddle",
+        module="paddle",
         launcher="paddle",
         has_amp_on_cpu=False,
         options=PADDLE_OPTION_TYPES,

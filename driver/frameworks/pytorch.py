@@ -29,6 +29,7 @@ PYTORCH = FRAMEWORKS.add(
         name="pytorch",
         display="PyTorch",
         folder="PyTorch",
+        module="torch",
         models=("resnet50", "inception3", "bert"),
         launcher="torchrun",
         options=PYTORCH_OPTION_TYPES,

@@ -174,9 +174,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("no case matches the selection", file=sys.stderr)
         return 2
     selection = Selection(cases, profile, why, descriptions)
+    runtime_options = {}
+    if args.python is not None:
+        runtime_options["python_override"] = framework_python(args.python, args.runtime, cases)
     if args.simulated_hosts:
         return rehearse_selection(args, selection)
-    return run_selection(args, selection, make_runtime(args.runtime, inventory=args.inventory))
+    runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
+    return run_selection(args, selection, runtime)
+
+
+def framework_python(python: str, runtime: str, cases: list[Case]) -> str:
+    """``--python``: the interpreter that runs the selected frameworks' scripts on this host,
+    checked to start and to import each of them (local runtime only)."""
+    from driver.runtimes.local import check_framework_python
+
+    if runtime != "local":
+        raise RuntimeConfigError(
+            f"--python goes with --runtime local (this host); the nodes of --runtime {runtime} "
+            "name their interpreter in the inventory"
+        )
+    frameworks = [FRAMEWORKS.get(name) for name in sorted({case.framework for case in cases})]
+    return check_framework_python(python, frameworks)
 
 
 @dataclass(frozen=True)
@@ -258,7 +276,8 @@ def run_selection(
             for line in runtime.describe(dry_run_plan(case, runtime, int(batch))):
                 print(f"    {line}")
         return 0
-    if args.runtime == "local":
+    framework_python_path = getattr(runtime, "python_override", None)
+    if args.runtime == "local" and framework_python_path is None:
         for name in sorted({case.framework for case in cases}):
             framework = FRAMEWORKS.get(name)
             if framework.cpu_requirements.exists():
@@ -280,6 +299,7 @@ def run_selection(
             "runtime": runtime.name,
             "argv": sys.argv[1:],
             **where,
+            **({"framework_python": framework_python_path} if framework_python_path else {}),
         },
     )
     session.note_run({"argv": sys.argv[1:], "profile": profile, "runtime": runtime.name, **where})
@@ -545,6 +565,13 @@ def build_parser() -> argparse.ArgumentParser:
         "ETA (plain: CI logs)",
     )
     run.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
+    run.add_argument(
+        "--python",
+        metavar="PATH",
+        help="an interpreter with the framework already installed (e.g. a GPU machine's own "
+        "python3 with its CUDA build of torch); the local runtime runs the scripts with it "
+        "instead of .venvs/<framework>",
+    )
     run.add_argument(
         "--simulated-hosts",
         action="store_true",

@@ -64,6 +64,9 @@ class StepPoint:
     step: int  # the number of steps finished at time t (0 = the start of step 1)
     t: float  # seconds on the rank's monotonic clock (or the log's wall clock)
     samples: int  # samples this rank processed since the previous point
+    # False: t was taken without a device sync (``step_sync: boundary``): the host's queueing
+    # time, not the device's; only synced points bound a throughput slice.
+    synced: bool = True
 
     def __post_init__(self) -> None:
         # A log's numbers must be finite: NaN or inf would reach the window arithmetic.

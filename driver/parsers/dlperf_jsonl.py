@@ -83,7 +83,12 @@ def _apply(log: RankLog, record: dict, source: str, number: int, world_sizes: se
                 line=number,
             )
         log.points.append(
-            StepPoint(step=step, t=float(record["t"]), samples=int(record["samples"]))
+            StepPoint(
+                step=step,
+                t=float(record["t"]),
+                samples=int(record["samples"]),
+                synced=record.get("synced", True) is not False,
+            )
         )
     elif kind == "end":
         log.finished = True

@@ -27,7 +27,7 @@ from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
 from driver.core.repeatplan import NodeCommand, command_line
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.registry import RUNTIMES
-from driver.runtimes.base import NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.base import NodeOutcome, RepeatOutcome, RuntimeConfigError, Verdict
 
 if TYPE_CHECKING:
     from driver.core.repeatplan import RepeatPlan
@@ -255,6 +255,37 @@ def run_process_group(
         detail=detail,
         extra={"telemetry": telemetry_facts} if telemetry_facts else {},
     )
+
+
+def check_framework_python(python: str, frameworks: list[Framework]) -> str:
+    """The interpreter ``python`` (a path, or a name on PATH) as an absolute path, once it has
+    started and imported every framework's package; else a RuntimeConfigError with the fix.
+    This is how a machine's own framework install (a GPU machine's ``python3`` with its CUDA
+    build of torch) stands in for ``.venvs/<framework>``."""
+    import shutil
+
+    found = shutil.which(python)
+    if found is None:
+        raise RuntimeConfigError(
+            f"--python {python}: no such executable; give the path of an interpreter that has "
+            "the framework installed (e.g. --python /usr/bin/python3)"
+        )
+    modules = sorted({f.module for f in frameworks if f.module})
+    probe = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)"
+    try:
+        result = subprocess.run(
+            [found, "-c", probe, *modules], capture_output=True, text=True, timeout=300
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise RuntimeConfigError(f"--python {found}: does not start ({error})") from None
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeConfigError(
+            f"--python {found}: cannot import {', '.join(modules) or 'anything'} ({last}); "
+            "install the framework into that interpreter, or leave --python out to use the "
+            "kit's own environments (.venvs/<framework>)"
+        )
+    return str(Path(found).absolute())
 
 
 @RUNTIMES.register("local")
