@@ -59,6 +59,7 @@ PAIRED = {
     ("tensorflow-models", "bert", "amp", 64, "real", False, "default"),
     ("tensorflow-models", "bert", "fp32", 32, "real", False, "default"),
     ("tensorflow-models", "resnet50", "amp", 256, "real", False, "default"),
+    ("tensorflow-models", "resnet50", "fp32", 128, "real", False, "default"),
 }
 
 

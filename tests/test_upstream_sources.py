@@ -70,7 +70,7 @@ LAUNCHERS = {  # the upstream launcher each source's node 0 starts (their own, n
     "paddle-models": {"resnet50": "paddle.distributed.launch", "bert": "train.py"},
     "oneflow-benchmark": {"resnet50": "of_cnn_train_val.py", "bert": "run_pretraining.py"},
     "tensorflow-models": {
-        "resnet50": "resnet_ctl_imagenet_main.py",
+        "resnet50": "official/vision/image_classification/classifier_trainer.py",  # DLPerf's
         "bert": "official/nlp/bert/run_pretraining.py",
     },
 }
@@ -283,7 +283,8 @@ def test_specific_flags() -> None:
     assert argv[argv.index("-b") + 1] == "32"
 
     tfm = UpstreamSource(SPECS["tensorflow-models"])
-    argv = tfm.launch_argv(case_for("tensorflow-models", "resnet50"), rank(3), 128)
+    ctl = case_for("tensorflow-models", "resnet50", variant="ctl", options={"ctl": True})
+    argv = tfm.launch_argv(ctl, rank(3), 128)
     assert argv[argv.index("--batch_size") + 1] == str(128 * 32)  # the global batch
     # TF_CONFIG (the multi-worker strategy's cluster) is set by a one-liner before the script:
     # the script at its pin ignores --worker_hosts/--task_index, so the template passes neither.
@@ -291,9 +292,31 @@ def test_specific_flags() -> None:
         ",".join(f"10.0.0.{11 + i}:29500" for i in range(4)), "3", "4",
     ]  # fmt: skip
     assert "multi_worker_mirrored" in argv and "--worker_hosts" not in argv
-    one_node = case_for("tensorflow-models", "resnet50", topology=Topology(1, 8))
+    one_node = replace(ctl, topology=Topology(1, 8))
     argv = tfm.launch_argv(one_node, rank(0, nodes=1), 128)
     assert "mirrored" in argv and argv[5] == "1"  # one node: the one-liner sets no TF_CONFIG
+    # classifier_trainer.py (DLPerf's): DLPerf's config, then the case's GPUs, steps and batch
+    # per replica; the multi-node config has DLPerf's multi-node learning rate and strategy.
+    fp16 = case_for("tensorflow-models", "resnet50", precision="amp", dataset="real",
+                    data_dir="/data/tf", xla=True)  # fmt: skip
+    argv = tfm.launch_argv(fp16, rank(3), 256)
+    config = dict(item.split("=") for item in argv[argv.index("--config_file") + 1].split(","))
+    assert config["runtime.distribution_strategy"] == "multi_worker_mirrored"
+    assert config["train_dataset.dtype"] == "float16"
+    assert config["train_dataset.num_channels"] == "3"
+    assert config["model.learning_rate.initial_lr"] == "1.024"
+    assert argv[argv.index("--params_override") + 1] == (
+        "runtime.num_gpus=8,train.steps=120,train_dataset.batch_size=256,runtime.enable_xla=True"
+    )
+    assert argv[argv.index("--data_dir") + 1] == "/data/tf" and "--batch_size" not in argv
+    single = replace(fp16, topology=Topology(1, 1), precision="fp32", dataset="synthetic")
+    argv = tfm.launch_argv(single, rank(0, nodes=1, procs=1), 128)
+    config = dict(item.split("=") for item in argv[argv.index("--config_file") + 1].split(","))
+    assert config["runtime.distribution_strategy"] == "mirrored"
+    assert config["model.learning_rate.initial_lr"] == "0.256"
+    assert argv[argv.index("--params_override") + 1].endswith(
+        "train_dataset.builder=synthetic,validation_dataset.builder=synthetic,runtime.enable_xla=True"
+    )
 
     mx = UpstreamSource(SPECS["ngc-mxnet"])  # Horovod: train.py's --batch-size is global
     argv = mx.launch_argv(case_for("ngc-mxnet", "resnet50"), rank(0), 96)

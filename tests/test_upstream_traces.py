@@ -63,6 +63,13 @@ def entries() -> list[tuple[str, str]]:
     return sorted((name, model) for name, spec in SPECS.items() for model in spec.launches)
 
 
+def named_variants(source: str, model: str) -> dict[str, dict[str, Any]]:
+    """A model's variants that run another script (tensorflow-models ResNet-50's ``ctl``): each
+    its own script, facts and log, under the variant's name in the trace."""
+    entry = trace_of(source)["models"][model]
+    return {key: val for key, val in entry.items() if isinstance(val, dict) and "log" in val}
+
+
 # --- the traces themselves -----------------------------------------------------------------------
 
 
@@ -78,10 +85,15 @@ def test_every_entry_is_traced_with_citations(source: str, model: str) -> None:
     statuses = {v["status"] for v in entry["variants"]}
     assert entry["variants"] and statuses <= {"traced", "refused"}
     assert entry["dlperf_entry_point"].strip()
-    for fact in FACTS:
-        said = entry["facts"][fact]
-        assert said["says"].strip(), (source, model, fact)
-        assert said["at"] and all(CITATION.match(str(at)) for at in said["at"]), (fact, said["at"])
+    for traced in [entry, *named_variants(source, model).values()]:
+        for fact in FACTS:
+            said = traced["facts"][fact]
+            assert said["says"].strip(), (source, model, fact)
+            cited = said["at"] and all(CITATION.match(str(at)) for at in said["at"])
+            assert cited, (fact, said["at"])
+    for name in named_variants(source, model):  # a matrix variant of that name runs it
+        traced_names = [v["variant"].split()[-1] for v in entry["variants"]]
+        assert name in traced_names, (source, model, name)
     for path in trace.get("real_logs", []):
         assert (REPO_ROOT / path).is_file(), path
 
@@ -100,9 +112,21 @@ def test_every_precision_and_dataset_the_matrix_asks_for_is_traced(source: str, 
                 assert ("dali" if value else "nodali") in traced, (case.id, traced)
 
 
-def test_the_tensorflow_models_resnet_row_says_it_is_not_dlperfs_script() -> None:
-    said = trace_of("tensorflow-models")["models"]["resnet50"]["dlperf_entry_point"]
-    assert said.startswith("DIFFERENT") and "classifier_trainer.py" in said
+def test_the_tensorflow_models_resnet_row_runs_dlperfs_script_and_names_the_ctl_variant() -> None:
+    entry = trace_of("tensorflow-models")["models"]["resnet50"]
+    assert entry["dlperf_entry_point"].startswith("same script") and "classifier_trainer.py" in (
+        entry["script"]
+    )
+    assert entry["ctl"]["script"].endswith("resnet_ctl_imagenet_main.py")
+    upstream = UpstreamSource(SPECS["tensorflow-models"])
+    scripts = (("default", {}, "classifier_trainer.py"),
+               ("ctl", {"ctl": True}, "resnet_ctl_imagenet_main.py"))  # fmt: skip
+    for variant, options, script in scripts:
+        case = replace(case_for("tensorflow-models", "resnet50"), variant=variant, options=options)
+        argv = upstream.launch_argv(case, rank(0), 128)
+        assert [item for item in argv if item.endswith(".py")] == [
+            f"official/vision/image_classification/{'resnet/' if variant == 'ctl' else ''}{script}"
+        ]
     readme = (REPO_ROOT / "README.md").read_text()
     assert "resnet_ctl_imagenet_main.py" in readme and "classifier_trainer" in readme
 
@@ -135,6 +159,7 @@ def build_logs(
     precision: str,
     *,
     overflow_at: tuple[int, ...] = (),
+    named: str | None = None,
 ) -> tuple[dict[str, str], Window, float]:
     """Node logs of one run as the trace says the pinned script prints it; the window; and the
     throughput the known step times give.
@@ -142,10 +167,13 @@ def build_logs(
     ``overflow_at``: for a source whose trace says an AMP overflow repeats the label, one
     iteration that overflowed after each of these steps finished (a step may repeat): its line
     repeats the label and reports the global batch over its own time, OVERFLOW_S; inside the
-    window it counts as an iteration that did its work."""
+    window it counts as an iteration that did its work. ``named``: a variant that runs another
+    script, printed as its own log says (its option set, e.g. ctl: true)."""
     spec, entry = SPECS[source], trace_of(source)["models"][model]
-    log = entry["log"]
+    log = entry[named]["log"] if named else entry["log"]
     case = replace(case_for(source, model), topology=topology, precision=precision)
+    if named:
+        case = replace(case, variant=named, options={named: True})
     upstream = UpstreamSource(spec)
     launch = spec.launches[model]
     nodes, procs = topology.nodes, topology.devices_per_node
@@ -244,22 +272,23 @@ def precisions(source: str, model: str) -> list[str]:
 
 
 CASES = [
-    (source, model, precision, topology)
+    (source, model, precision, topology, named)
     for source, model in entries()
+    for named in [None, *named_variants(source, model)]
     for precision in precisions(source, model)
     for topology in (Topology(1, 1), Topology(2, 2))
 ]
 
 
 @pytest.mark.parametrize(
-    ("source", "model", "precision", "topology"),
+    ("source", "model", "precision", "topology", "named"),
     CASES,
-    ids=[f"{s}-{m}-{p}-{t.nodes}n{t.world_size}g" for s, m, p, t in CASES],
+    ids=[f"{s}-{m}{'-' + n if n else ''}-{p}-{t.nodes}n{t.world_size}g" for s, m, p, t, n in CASES],
 )
 def test_the_parser_reads_the_traced_log_with_the_window_the_trace_says(
-    source: str, model: str, precision: str, topology: Topology
+    source: str, model: str, precision: str, topology: Topology, named: str | None
 ) -> None:
-    texts, window, expected = build_logs(source, model, topology, precision)
+    texts, window, expected = build_logs(source, model, topology, precision, named=named)
     measured = measure_repeat(parse(source, texts), window)
     # pytorch/examples prints a 3-decimal running average: its clock is 0.5 ms x batches coarse.
     tolerance = 2e-3 if source == "pytorch-examples" else 1e-6
