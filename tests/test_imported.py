@@ -290,6 +290,18 @@ def test_an_unknown_model_is_refused_with_the_known_list(tmp_path: Path) -> None
     )
 
 
+def test_a_figure_s_variant_is_its_case_s_variant(tmp_path: Path) -> None:
+    """``variant`` names the matrix suite's variant a figure pairs with (DLPerf's DALI rows):
+    it is part of the case id, so two variants of one case are two figures."""
+    dali = table_with(tmp_path, "model: resnet50,", "model: resnet50, variant: dali,", "dali.yaml")
+    variants = {s.case.variant for s in imported_summaries(dali)}
+    assert variants == {"dali", "default"}
+    (figure,) = [s for s in imported_summaries(dali) if s.case.variant == "dali"]
+    assert figure.case_id.endswith("/dali/src-oneflow-benchmark")
+    bad = table_with(tmp_path, "model: resnet50,", "model: resnet50, variant: 'dali cpu',")
+    assert refusal(bad).startswith(f"{bad}: figures[0].variant: 'dali cpu' is not a variant name")
+
+
 def test_a_duplicated_csv_column_is_refused_naming_it(tmp_path: Path) -> None:
     path = sheet_with(tmp_path, "machine,publisher", "machine,machine")
     assert refusal(path) == (

@@ -12,8 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from driver.cluster.preflight import devices_check, failures, run_preflight
-from driver.cluster.remote import Remote
+from driver.cluster.inventory import load_inventory
+from driver.cluster.preflight import (
+    GPU_QUERY,
+    check_devices,
+    container_gpus,
+    devices_check,
+    failures,
+    parse_gpus,
+    run_preflight,
+)
+from driver.cluster.remote import Remote, Result
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
@@ -100,8 +109,9 @@ def test_ranks_that_need_no_device_pass_on_any_node_with_the_facts() -> None:
     assert check.ok and check.found == 2
     assert "2 CPUs" in check.detail and "need no device of their own" in check.detail
     # No GPU at all: still fine for a workload that sleeps, and the reason is kept.
-    check = devices_check("n0", "gpu", None, "nvidia-smi -L failed: not found", 8, "calibration")
-    assert check.ok and "nvidia-smi -L failed" in check.detail
+    why = f"{GPU_QUERY} failed: not found"
+    check = devices_check("n0", "gpu", None, why, 8, "calibration")
+    assert check.ok and why in check.detail
 
 
 def test_a_real_framework_oversubscribing_a_node_fails_with_the_fix() -> None:
@@ -113,8 +123,111 @@ def test_a_real_framework_oversubscribing_a_node_fails_with_the_fix() -> None:
     assert devices_check("n0", "gpu", 8, "", 8, "pytorch").ok
     gpu = devices_check("n0", "gpu", 4, "", 8, "pytorch")
     assert not gpu.ok and "4 GPUs visible to nvidia-smi; 8 needed" in gpu.detail
-    missing = devices_check("n0", "gpu", None, "nvidia-smi -L failed: x", 1, "pytorch")
+    missing = devices_check("n0", "gpu", None, f"{GPU_QUERY} failed: x", 1, "pytorch")
     assert not missing.ok and "variant: cpu" in missing.detail
+
+
+# -- the GPUs: the node's list (index and UUID) against the container's and the case's ----------
+def uuid(index: int) -> str:
+    return f"GPU-{index:08x}-1b2c-4d5e-8f90-{index:012x}"
+
+
+def listing(gpus: int, unreadable: tuple[int, ...] = ()) -> str:
+    """What GPU_QUERY prints on a node of ``gpus`` GPUs; nvidia-smi prints a complaint instead
+    of the row of a GPU it cannot read."""
+    return "".join(
+        f"Unable to determine the device handle for GPU 0000:{i:02X}:00.0: Unknown Error\n"
+        if i in unreadable
+        else f"{i}, {uuid(i)}\n"
+        for i in range(gpus)
+    )
+
+
+class ShellRemote:
+    """A node's shell without the SSH hop: the check's own command, run by ``sh`` with a
+    stand-in ``nvidia-smi`` first on PATH (a GPU node cannot be had here; the sshd-backed
+    Remote runs the same command string, see the tests above)."""
+
+    def __init__(self, node: object, folder: Path, printed: str) -> None:
+        self.node = node
+        folder.mkdir(parents=True, exist_ok=True)
+        smi = folder / "nvidia-smi"
+        (folder / "listing").write_text(printed)
+        smi.write_text(
+            "#!/bin/sh\n"
+            f'[ "$*" = "{GPU_QUERY.removeprefix("nvidia-smi ")}" ] || exit 9\n'
+            f"cat {folder / 'listing'}\n"
+        )
+        smi.chmod(0o755)
+        self.env = {"PATH": f"{folder}:/usr/bin:/bin"}
+
+    def run(self, command: str, timeout: float | None = 60) -> Result:
+        done = subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, env=self.env, timeout=timeout,
+            check=False,
+        )  # fmt: skip
+        return Result(done.returncode, done.stdout, done.stderr)
+
+
+def gpu_devices(tmp_path: Path, printed: str, gpus: str | None, kind: str = "docker",
+                needed: int = 2) -> dict[str, object]:  # fmt: skip
+    """The devices check of a GPU node whose container gets ``--gpus <gpus>`` (inventory)."""
+    container: dict[str, object] = {"variant": "gpu"} | ({"gpus": gpus} if gpus else {})
+    path = tmp_path / "cluster.yaml"
+    node = {"name": "g0", "address": "10.0.0.1", "devices": needed, "container": container}
+    path.write_text(json.dumps({"nodes": [node]}))
+    remote = ShellRemote(load_inventory(path).nodes[0], tmp_path / "bin", printed)
+    return check_devices(remote, needed, kind, "pytorch").__dict__  # type: ignore[arg-type]
+
+
+def test_the_container_s_gpus_are_found_in_the_node_s_list_by_index_or_uuid(
+    tmp_path: Path,
+) -> None:
+    every = gpu_devices(tmp_path, listing(8), "all")
+    assert every["ok"] and every["found"] == 8
+    assert every["gpus"] == tuple(f"{i}={uuid(i)}" for i in range(8))
+    assert f"(the case's: 0={uuid(0)}, 1={uuid(1)}); 2 needed" in str(every["detail"])
+    # A count is docker's GPUs 0..N-1; device= names them by index or UUID, in PCI order.
+    assert gpu_devices(tmp_path, listing(8), "3")["gpus"] == tuple(
+        f"{i}={uuid(i)}" for i in range(3)
+    )
+    named = gpu_devices(tmp_path, listing(8), f"device={uuid(6)},2")
+    assert named["ok"] and named["gpus"] == (f"2={uuid(2)}", f"6={uuid(6)}")
+    # The process runtime gives the case every GPU of the node, whatever container.gpus says.
+    assert gpu_devices(tmp_path, listing(4), "device=1", kind="process")["found"] == 4
+
+
+def test_gpus_the_node_does_not_list_fail_with_the_list_and_the_fix(tmp_path: Path) -> None:
+    unknown = gpu_devices(tmp_path, listing(4), f"device=3,7,{uuid(9)}")
+    assert not unknown["ok"] and unknown["found"] is None
+    assert f"names GPU(s) 7, {uuid(9)} that this node does not list" in str(unknown["detail"])
+    assert f"it lists 0={uuid(0)}, 1={uuid(1)}, 2={uuid(2)}, 3={uuid(3)}" in str(unknown["detail"])
+    too_few = gpu_devices(tmp_path, listing(8), "device=0", needed=2)
+    assert not too_few["ok"] and "1 GPUs visible to nvidia-smi; 2 needed" in str(too_few["detail"])
+
+
+def test_a_gpu_nvidia_smi_cannot_read_is_not_counted_as_a_gpu(tmp_path: Path) -> None:
+    """8 lines for 8 GPUs, one of them nvidia-smi's complaint about GPU 5: a count passed it
+    (and the case then used GPU 5); the list does not. Naming the healthy GPUs passes."""
+    broken = gpu_devices(tmp_path, listing(8, unreadable=(5,)), "all")
+    assert not broken["ok"]
+    assert "nvidia-smi cannot read a GPU (Unable to determine the device handle for GPU " in str(
+        broken["detail"]
+    )
+    assert "container.gpus: device=" in str(broken["detail"])
+    assert not gpu_devices(tmp_path, listing(8, unreadable=(5,)), "8")["ok"]
+    healthy = gpu_devices(tmp_path, listing(8, unreadable=(5,)), "device=0,1")
+    assert healthy["ok"] and healthy["gpus"] == (f"0={uuid(0)}", f"1={uuid(1)}")
+    assert not gpu_devices(tmp_path, listing(8, unreadable=(5,)), "device=5")["ok"]
+
+
+def test_the_gpu_listing_is_parsed_row_by_row() -> None:
+    gpus, unreadable = parse_gpus(f"1, {uuid(1)}\n0, {uuid(0)}\n\nNo devices were found\n")
+    assert [str(gpu) for gpu in gpus] == [f"0={uuid(0)}", f"1={uuid(1)}"]
+    assert unreadable == ["No devices were found"]
+    assert container_gpus([], [], "all") == ([], "")
+    chosen, why = container_gpus(gpus, [], "device=0,0," + uuid(0))
+    assert chosen is not None and [gpu.index for gpu in chosen] == [0] and why == ""
 
 
 def node_cpus() -> int:

@@ -5,11 +5,14 @@ branches or tags it is reachable from (or, for a source pinned to a PyPI release
 wheel and the branch it was made from), and per program of the command line (the upstream
 script, its launcher, mpirun, ...) every flag the template passes, where it is defined at that
 commit (``path:line``), what it means there and the verdict of the check (``ok``, ``fixed``:
-the template was changed to match the code, ``removed``: the template no longer passes it).
+the template was changed to match the code, ``removed``: the template no longer passes it,
+``refused``: defined, but only variants the source refuses before they start would pass it).
 The recorded data is the contract: this test renders every model's commands (4 nodes x 8 GPUs,
 and one node / one device for the flag blocks that need them) and requires every flag in them
-to be recorded as defined and ok or fixed. Where a snapshot of the repository is present
-(``/work/.mirror/<owner>+<name>/repo``, made by the project's read-only fetch tool; not in CI),
+to be recorded as defined and ok or fixed, every flag only the refused variants would pass to
+be recorded as defined and refused, and every recorded flag to be passed as its verdict says.
+Where a snapshot of the repository is present (``/work/.mirror/<owner>+<name>/repo``, made by
+the project's read-only fetch tool; not in CI),
 the facts themselves are re-read from the pinned commits: reachability, script blobs, and each
 flag's definition at its recorded line. A release-pinned source is re-read from its wheel where
 the wheel is present in a local folder (``DLPERF_WHEELS`` or pip's ``PIP_FIND_LINKS``; the test
@@ -46,7 +49,7 @@ load_all()
 
 MIRRORS = Path("/work/.mirror")
 FLAG = re.compile(r"^--?[A-Za-z][\w.-]*$")
-VERDICTS = ("ok", "fixed", "removed", "unverified")
+VERDICTS = ("ok", "fixed", "removed", "refused", "unverified")
 # Sources whose pinned code could not be read here (the record says why, in unverified_because):
 # their flags may be "unverified" and their commits carry no verified branch or tag. The set is
 # explicit so that it cannot grow silently; the README's upstream table says "pinned only".
@@ -80,8 +83,10 @@ def rank(topology: Topology) -> NodeRank:
     return NodeRank(0, topology.nodes, topology.devices_per_node, addrs[0], 29500, addrs)
 
 
-def rendered(spec: SourceSpec, model: str) -> list[list[str]]:
-    """Node 0's upstream argv for every matrix case and every flag block's conditions."""
+def rendered(spec: SourceSpec, model: str) -> tuple[list[list[str]], list[list[str]]]:
+    """Node 0's upstream argv for every matrix case and every flag block's conditions: those of
+    the variants that run, and those the refused variants would pass (a refused variant renders
+    nothing; its flags stay in the template, recorded with the verdict ``refused``)."""
     launch = spec.launches[model]
     cases = [
         case
@@ -113,11 +118,19 @@ def rendered(spec: SourceSpec, model: str) -> list[list[str]]:
             )
         )
     upstream = UpstreamSource(spec)
-    out = []
+    # The refused variants' argv as the template would make it, were they not refused.
+    lifted = UpstreamSource(
+        replace(spec, launches={m: replace(ml, refused=()) for m, ml in spec.launches.items()})
+    )
+    out: dict[bool, list[list[str]]] = {False: [], True: []}
     for case in [*cases, *variants]:
         batch = int(case.batch_size) if case.batch_size != "max" else 8
-        out.append(upstream.launch_argv(case, rank(case.topology), batch))
-    return out
+        try:
+            out[False].append(upstream.launch_argv(case, rank(case.topology), batch))
+        except ValueError as error:
+            assert "refuses this variant" in str(error), error
+            out[True].append(lifted.launch_argv(case, rank(case.topology), batch))
+    return out[False], out[True]
 
 
 def flags_by_program(argv: list[str], programs: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -268,21 +281,32 @@ def test_every_rendered_flag_is_defined_and_verified(source: str, model: str) ->
     spec = SPECS[source]
     facts = record(source)["models"][model]
     programs = {program["argv0"]: program.get("flags") or {} for program in facts["programs"]}
-    passed: set[tuple[str, str]] = set()
-    for argv in rendered(spec, model):
-        passed |= set(flags_by_program(argv, facts["programs"]))
+    running, refused = rendered(spec, model)
+    passed = {pair for argv in running for pair in flags_by_program(argv, facts["programs"])}
+    only_refused = {
+        pair for argv in refused for pair in flags_by_program(argv, facts["programs"])
+    } - passed
     allowed = ("ok", "fixed", "unverified") if source in UNVERIFIABLE else ("ok", "fixed")
-    for program, flag in sorted(passed):
+    for program, flag in sorted(passed | only_refused):
         fact = programs[program].get(flag)
         assert fact is not None, f"{source} {model}: {program} {flag} is passed but not recorded"
-        assert fact["defined"] and fact["verdict"] in allowed, (source, model, flag)
+        expected = ("refused",) if (program, flag) in only_refused else allowed
+        assert fact["defined"] and fact["verdict"] in expected, (source, model, flag, expected)
     for program, flags in programs.items():
         for flag, fact in flags.items():
             if fact["verdict"] == "removed":
-                assert (program, flag) not in passed, f"{source} {model}: {flag} was removed"
+                assert (program, flag) not in passed | only_refused, (
+                    f"{source} {model}: {flag} was removed"
+                )
+            elif fact["verdict"] == "refused":
+                assert (program, flag) in only_refused, (
+                    f"{source} {model}: {program} {flag} is recorded as passed only by refused "
+                    "variants, but a running variant or no variant passes it"
+                )
             else:
                 assert (program, flag) in passed, (
-                    f"{source} {model}: {program} {flag} is recorded but no template passes it"
+                    f"{source} {model}: {program} {flag} is recorded but no running variant "
+                    "passes it (a flag only refused variants pass has the verdict refused)"
                 )
 
 

@@ -150,6 +150,47 @@ def test_timehistory_worker_without_lines() -> None:
     fails("tf-timehistory", "tensorflow-models", "silent", "rank 1 logged no steps")
 
 
+def _time_history(text: str) -> list[tuple[int, int, float]]:
+    """(from step, to step, seconds) of each TimeHistory line."""
+    return [
+        (int(m["start"]), int(m["end"]), float(m["secs"]))
+        for m in re.finditer(
+            r"TimeHistory: (?P<secs>[\d.]+) seconds, [\d.]+ examples/second between steps "
+            r"(?P<start>\d+) and (?P<end>\d+)", text
+        )
+    ]
+
+
+def test_timehistory_real_classifier_trainer_log_matches_its_printed_intervals() -> None:
+    # A real log: classifier_trainer.py of tf-models-official 2.3.0 (the pinned wheel), the kit's
+    # rendered 1n1g FP32 real-data command with DLPerf's config, run on CPU with TensorFlow 2.3.0
+    # (--num_gpus 0, batch 2, 10 + 20 steps logged every 10, TFRecords of ours, a 2-step
+    # evaluation after training; fixtures/upstream/real/README.md). The window is steps 10..30:
+    # the two intervals after the first, 20 x 2 samples.
+    load_all()
+    text = (FIXTURES / "tensorflow-models" / "real-cpu-classifier.node0.log").read_text()
+    intervals = _time_history(text)
+    assert [(a, b) for a, b, _ in intervals] == [(0, 10), (10, 20), (20, 30)]
+    assert "Run stats:" in text and "2/2 - " in text  # the evaluation after training
+    parsed = PARSERS.get("tf-timehistory")().parse({"node0.log": text})
+    measured = measure_repeat(parsed, Window(warmup_steps=10, measured_steps=20))
+    implied = 20 * 2 / sum(secs for _a, _b, secs in intervals[1:])
+    assert not measured.reported_by_source and measured.throughput == pytest.approx(implied)
+
+
+def test_timehistory_real_two_worker_classifier_trainer_logs() -> None:
+    # Real logs: the kit's rendered 2-node synthetic-data command, both workers on loopback (one
+    # CPU replica each, TF_CONFIG from the node command's one-liner). Each worker prints the
+    # global batch (2 x 2) and its own intervals; the slower worker's steps 10..20 set the window.
+    parsed = parse("tf-timehistory", "tensorflow-models", "real-cpu-classifier-2n")
+    texts = logs("tensorflow-models", "real-cpu-classifier-2n")
+    assert sorted(parsed.ranks) == [0, 1] and parsed.world_size == 2
+    assert all("Global batch size: 4" in text for text in texts.values())
+    slowest = max(_time_history(text)[1][2] for text in texts.values())
+    measured = measure_repeat(parsed, Window(warmup_steps=10, measured_steps=10))
+    assert measured.throughput == pytest.approx(10 * 4 / slowest)
+
+
 # --- pytorch/examples ----------------------------------------------------------------------------
 
 

@@ -72,7 +72,7 @@ LAUNCHERS = {  # the upstream launcher each source's node 0 starts (their own, n
     "paddle-models": {"resnet50": "paddle.distributed.launch", "bert": "train.py"},
     "oneflow-benchmark": {"resnet50": "of_cnn_train_val.py", "bert": "run_pretraining.py"},
     "tensorflow-models": {
-        "resnet50": "resnet_ctl_imagenet_main.py",
+        "resnet50": "official/vision/image_classification/classifier_trainer.py",  # DLPerf's
         "bert": "official/nlp/bert/run_pretraining.py",
     },
 }
@@ -285,7 +285,8 @@ def test_specific_flags() -> None:
     assert argv[argv.index("-b") + 1] == "32"
 
     tfm = UpstreamSource(SPECS["tensorflow-models"])
-    argv = tfm.launch_argv(case_for("tensorflow-models", "resnet50"), rank(3), 128)
+    ctl = case_for("tensorflow-models", "resnet50", variant="ctl", options={"ctl": True})
+    argv = tfm.launch_argv(ctl, rank(3), 128)
     assert argv[argv.index("--batch_size") + 1] == str(128 * 32)  # the global batch
     # TF_CONFIG (the multi-worker strategy's cluster) is set by a one-liner before the script:
     # the script at its pin ignores --worker_hosts/--task_index, so the template passes neither.
@@ -293,9 +294,31 @@ def test_specific_flags() -> None:
         ",".join(f"10.0.0.{11 + i}:29500" for i in range(4)), "3", "4",
     ]  # fmt: skip
     assert "multi_worker_mirrored" in argv and "--worker_hosts" not in argv
-    one_node = case_for("tensorflow-models", "resnet50", topology=Topology(1, 8))
+    one_node = replace(ctl, topology=Topology(1, 8))
     argv = tfm.launch_argv(one_node, rank(0, nodes=1), 128)
     assert "mirrored" in argv and argv[5] == "1"  # one node: the one-liner sets no TF_CONFIG
+    # classifier_trainer.py (DLPerf's): DLPerf's config, then the case's GPUs, steps and batch
+    # per replica; the multi-node config has DLPerf's multi-node learning rate and strategy.
+    fp16 = case_for("tensorflow-models", "resnet50", precision="amp", dataset="real",
+                    data_dir="/data/tf", xla=True)  # fmt: skip
+    argv = tfm.launch_argv(fp16, rank(3), 256)
+    config = dict(item.split("=") for item in argv[argv.index("--config_file") + 1].split(","))
+    assert config["runtime.distribution_strategy"] == "multi_worker_mirrored"
+    assert config["train_dataset.dtype"] == "float16"
+    assert config["train_dataset.num_channels"] == "3"
+    assert config["model.learning_rate.initial_lr"] == "1.024"
+    assert argv[argv.index("--params_override") + 1] == (
+        "runtime.num_gpus=8,train.steps=120,train_dataset.batch_size=256,runtime.enable_xla=True"
+    )
+    assert argv[argv.index("--data_dir") + 1] == "/data/tf" and "--batch_size" not in argv
+    single = replace(fp16, topology=Topology(1, 1), precision="fp32", dataset="synthetic")
+    argv = tfm.launch_argv(single, rank(0, nodes=1, procs=1), 128)
+    config = dict(item.split("=") for item in argv[argv.index("--config_file") + 1].split(","))
+    assert config["runtime.distribution_strategy"] == "mirrored"
+    assert config["model.learning_rate.initial_lr"] == "0.256"
+    assert argv[argv.index("--params_override") + 1].endswith(
+        "train_dataset.builder=synthetic,validation_dataset.builder=synthetic,runtime.enable_xla=True"
+    )
 
     mx = UpstreamSource(SPECS["ngc-mxnet"])  # Horovod: train.py's --batch-size is global
     argv = mx.launch_argv(case_for("ngc-mxnet", "resnet50"), rank(0), 96)
@@ -382,12 +405,26 @@ def test_wrapper_prints_header_then_the_step_log_and_keeps_the_exit_code(tmp_pat
     }
 
 
-def _fake_nvidia_smi(folder: Path, gpus: int) -> dict[str, str]:
-    """PATH with an ``nvidia-smi`` that answers ``--query-gpu=index,name`` and the
-    fingerprint's query for ``gpus`` GPUs (a node of 8 GPUs whose container was given all of
-    them), as the real one prints them."""
+def gpu_uuid(index: int) -> str:
+    return f"GPU-{index:08x}-6f2a-4b1c-9d3e-{index:012x}"
+
+
+def _fake_nvidia_smi(folder: Path, gpus: int, unreadable: tuple[int, ...] = ()) -> dict[str, str]:
+    """PATH with an ``nvidia-smi`` that answers the device check's ``--query-gpu=index,uuid``,
+    ``--query-gpu=index,name`` and the fingerprint's query for ``gpus`` GPUs (a node of 8 GPUs
+    whose container was given all of them), as the real one prints them; a GPU in
+    ``unreadable`` prints the line nvidia-smi prints for a GPU it cannot read instead of its
+    row."""
     folder.mkdir(parents=True, exist_ok=True)
-    rows = "".join(f"{i}, NVIDIA A100-SXM4-80GB\\n" for i in range(gpus))
+
+    def row(index: int, text: str) -> str:
+        if index in unreadable:
+            bus = f"0000:{index:02X}:00.0"
+            return f"Unable to determine the device handle for GPU {bus}: Unknown Error\\n"
+        return f"{index}, {text}\\n"
+
+    uuids = "".join(row(i, gpu_uuid(i)) for i in range(gpus))
+    rows = "".join(row(i, "NVIDIA A100-SXM4-80GB") for i in range(gpus))
     # the fingerprint's query (driver/bench/fingerprint.py SMI_QUERY), as nvidia-smi prints it
     facts = "".join(
         "NVIDIA A100-SXM4-80GB, 81920, 1410, 1593, 400.00, 400.00, 4, 16, 535.104.05\\n"
@@ -397,6 +434,7 @@ def _fake_nvidia_smi(folder: Path, gpus: int) -> dict[str, str]:
     smi.write_text(
         "#!/bin/sh\n"
         'case "$*" in\n'
+        f"  *--query-gpu=index,uuid*) printf '{uuids}' ;;\n"
         f"  *--query-gpu=index,name*) printf '{rows}' ;;\n"
         f"  *--query-gpu=*) printf '{facts}' ;;\n"
         "esac\n"
@@ -420,6 +458,7 @@ def test_a_one_gpu_case_on_an_eight_gpu_node_sees_one_gpu(tmp_path: Path) -> Non
     header, host, upstream = run.stdout.splitlines()
     assert upstream == "visible=0 order=PCI_BUS_ID"
     assert json.loads(host.removeprefix("DLPERF-HOST "))["devices"] == ["NVIDIA A100-SXM4-80GB"]
+    assert f"dlperf: the case's GPUs: 0={gpu_uuid(0)}\n" in run.stderr
 
 
 @pytest.mark.parametrize("source", ["ngc-mxnet", "ngc-tf1", "gluon-nlp"])
@@ -437,6 +476,52 @@ def test_mpirun_hands_node_0s_devices_to_every_rank(source: str) -> None:
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3" in worker[2] and "sshd" in worker[2]
 
 
+def node_commands_of_every_entry() -> list[tuple[str, str, int]]:
+    """(source, model, node rank): node 0 of every entry, and node 1 of the mpi-head ones (a
+    Horovod worker node runs its own check before its sshd)."""
+    return [
+        (spec.name, model, node_rank)
+        for spec in specs()
+        for model, launch in spec.launches.items()
+        for node_rank in ((0, 1) if launch.launch == "mpi-head" else (0,))
+    ]
+
+
+def run_node_command(
+    tmp_path: Path, source: str, model: str, node_rank: int, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """The 2n16g node command of an entry run under ``env``, a stand-in for the upstream one."""
+    case = case_for(source, model, topology=Topology(2, 8))
+    argv = UpstreamSource(SPECS[source]).command(case, rank(node_rank, nodes=2, procs=8), 32)
+    script = argv[2].replace(SPECS[source].launches[model].directory, str(tmp_path))
+    script = script.replace("/usr/sbin/sshd -p", "echo UPSTREAM RAN; exit 0; sshd -p")
+    return subprocess.run(
+        ["sh", "-c", script, "dlperf-upstream", argv[4], "sh", "-c", "echo UPSTREAM RAN"],
+        capture_output=True, text=True, check=False, env=env, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("source", "model", "node_rank"), node_commands_of_every_entry())
+def test_the_device_check_compares_the_case_s_gpus_with_the_node_s_list(
+    tmp_path: Path, source: str, model: str, node_rank: int
+) -> None:
+    """Every entry's node command, on a node of 8 GPUs whose GPU 5 nvidia-smi cannot read: it
+    lists 8 lines, which a count took for 8 GPUs; the list has no row for GPU 5, so the case's
+    GPUs 0-7 are not all there and the upstream command does not start. With GPU 5 readable,
+    it starts and the log names the UUIDs of the case's GPUs."""
+    env = _fake_nvidia_smi(tmp_path / "bin", 8, unreadable=(5,))
+    run = run_node_command(tmp_path, source, model, node_rank, env)
+    assert run.returncode == 2 and "UPSTREAM RAN" not in run.stdout, run.stdout + run.stderr
+    assert "the case needs GPU(s) 0,1,2,3,4,5,6,7" in run.stderr and "(missing 5)" in run.stderr
+    assert f"4, {gpu_uuid(4)};Unable to determine the device handle" in run.stderr
+    assert "container.gpus" in run.stderr
+    env = _fake_nvidia_smi(tmp_path / "bin", 8)
+    run = run_node_command(tmp_path, source, model, node_rank, env)
+    assert "UPSTREAM RAN" in run.stdout, run.stderr
+    named = " ".join(f"{i}={gpu_uuid(i)}" for i in range(8))
+    assert f"dlperf: the case's GPUs: {named}\n" in run.stderr
+
+
 def test_a_node_with_fewer_gpus_than_the_case_stops_before_the_upstream_command(
     tmp_path: Path,
 ) -> None:
@@ -449,7 +534,10 @@ def test_a_node_with_fewer_gpus_than_the_case_stops_before_the_upstream_command(
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     assert run.returncode == 2 and "UPSTREAM RAN" not in run.stdout
-    assert "shows 4 GPU(s); the case needs 8" in run.stderr
+    assert "the case needs GPU(s) 0,1,2,3,4,5,6,7 (CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7)" in (
+        run.stderr
+    )
+    assert f"this node lists: 0, {gpu_uuid(0)};" in run.stderr and "(missing 4 5 6 7)" in run.stderr
     assert "container.gpus" in run.stderr
 
 
@@ -572,12 +660,12 @@ def test_dry_run_names_the_tag_an_image_with_a_resolved_base_gets() -> None:
 
 
 def test_readme_support_table_marks_every_source() -> None:
-    """Each model's cell says what was done: verified flags, a CPU run, or pinned only.
+    """Each model's cell says, per variant, "ran here", "traced and verified" or "refused
+    because ...", nothing in between; a model whose source.yaml refuses a variant says why.
 
-    (Changed with issue 16: the cells were "pinned, not run here" before any flag was checked.)
-    The status follows the source's flags.yaml: a source whose code could not be read at its pin
-    (``unverified_because``) is "pinned only", every other one "flags verified" at its pinned
-    commit, or at its pinned release where it is pinned to one (tensorflow-models).
+    The flags status follows the source's flags.yaml: a source whose code could not be read at
+    its pin (``unverified_because``) is "pinned only", every other one "flags verified" at its
+    pinned commit, or at its pinned release where it is pinned to one (tensorflow-models).
     """
     readme = (REPO_ROOT / "README.md").read_text()
     for spec in specs():
@@ -591,11 +679,14 @@ def test_readme_support_table_marks_every_source() -> None:
         )
         for model, cell in cells.items():
             if model in spec.launches:
-                assert "traced" in cell, (spec.name, model, cell)  # trace.yaml (issue 25)
+                assert "traced and verified" in cell or "ran here" in cell, (spec.name, model)
+                refused = bool(spec.launches[model].refused)
+                assert ("refused because" in cell) == refused, (spec.name, model, cell)
+                assert "not checked" not in cell, (spec.name, model, cell)
                 assert status in cell and f"({flags['checked']})" in cell or (
                     status == "pinned only" and status in cell
                 ), (spec.name, model, cell)
             else:
                 assert cell.strip() == "-", (spec.name, model, cell)
     ran = [line for line in readme.splitlines() if "(`pytorch-examples`)" in line][0]
-    assert "ran here on CPU" in ran  # tests/fixtures/upstream/pytorch-examples/real-cpu.node0.log
+    assert "ran here (CPU" in ran  # tests/fixtures/upstream/pytorch-examples/real-cpu.node0.log

@@ -44,6 +44,7 @@ from tests.test_upstream_sources import case_for, rank
 load_all()
 
 WARMUP_S, MEASURED_S = 1.0, 0.5
+OVERFLOW_S = 0.4  # an iteration whose update an AMP overflow skipped (no optimizer step)
 T0 = 1_700_000_000.0
 CITATION = re.compile(r"^(?:paddlepaddle 1\.8\.5 )?[\w./-]+\.(?:py|sh|md):\d+$")
 FACTS = ("ranks", "first_step", "last_step", "after_training", "amp_overflow", "devices", "needs",
@@ -61,6 +62,13 @@ def entries() -> list[tuple[str, str]]:
     return sorted((name, model) for name, spec in SPECS.items() for model in spec.launches)
 
 
+def named_variants(source: str, model: str) -> dict[str, dict[str, Any]]:
+    """A model's variants that run another script (tensorflow-models ResNet-50's ``ctl``): each
+    its own script, facts and log, under the variant's name in the trace."""
+    entry = trace_of(source)["models"][model]
+    return {key: val for key, val in entry.items() if isinstance(val, dict) and "log" in val}
+
+
 # --- the traces themselves -----------------------------------------------------------------------
 
 
@@ -72,12 +80,19 @@ def test_every_entry_is_traced_with_citations(source: str, model: str) -> None:
     launch = SPECS[source].launches[model]
     if launch.commit:
         assert entry["commit"] == launch.commit, "the trace is of another commit than the pin"
-    assert entry["variants"] and all(v["status"] == "traced" for v in entry["variants"])
+    # refused: the pinned code cannot run in the pinned image (needs.yaml; the source refuses it)
+    statuses = {v["status"] for v in entry["variants"]}
+    assert entry["variants"] and statuses <= {"traced", "refused"}
     assert entry["dlperf_entry_point"].strip()
-    for fact in FACTS:
-        said = entry["facts"][fact]
-        assert said["says"].strip(), (source, model, fact)
-        assert said["at"] and all(CITATION.match(str(at)) for at in said["at"]), (fact, said["at"])
+    for traced in [entry, *named_variants(source, model).values()]:
+        for fact in FACTS:
+            said = traced["facts"][fact]
+            assert said["says"].strip(), (source, model, fact)
+            cited = said["at"] and all(CITATION.match(str(at)) for at in said["at"])
+            assert cited, (fact, said["at"])
+    for name in named_variants(source, model):  # a matrix variant of that name runs it
+        traced_names = [v["variant"].split()[-1] for v in entry["variants"]]
+        assert name in traced_names, (source, model, name)
     for path in trace.get("real_logs", []):
         assert (REPO_ROOT / path).is_file(), path
 
@@ -96,9 +111,21 @@ def test_every_precision_and_dataset_the_matrix_asks_for_is_traced(source: str, 
                 assert ("dali" if value else "nodali") in traced, (case.id, traced)
 
 
-def test_the_tensorflow_models_resnet_row_says_it_is_not_dlperfs_script() -> None:
-    said = trace_of("tensorflow-models")["models"]["resnet50"]["dlperf_entry_point"]
-    assert said.startswith("DIFFERENT") and "classifier_trainer.py" in said
+def test_the_tensorflow_models_resnet_row_runs_dlperfs_script_and_names_the_ctl_variant() -> None:
+    entry = trace_of("tensorflow-models")["models"]["resnet50"]
+    assert entry["dlperf_entry_point"].startswith("same script") and "classifier_trainer.py" in (
+        entry["script"]
+    )
+    assert entry["ctl"]["script"].endswith("resnet_ctl_imagenet_main.py")
+    upstream = UpstreamSource(SPECS["tensorflow-models"])
+    scripts = (("default", {}, "classifier_trainer.py"),
+               ("ctl", {"ctl": True}, "resnet_ctl_imagenet_main.py"))  # fmt: skip
+    for variant, options, script in scripts:
+        case = replace(case_for("tensorflow-models", "resnet50"), variant=variant, options=options)
+        argv = upstream.launch_argv(case, rank(0), 128)
+        assert [item for item in argv if item.endswith(".py")] == [
+            f"official/vision/image_classification/{'resnet/' if variant == 'ctl' else ''}{script}"
+        ]
     readme = (REPO_ROOT / "README.md").read_text()
     assert "resnet_ctl_imagenet_main.py" in readme and "classifier_trainer" in readme
 
@@ -130,13 +157,22 @@ def build_logs(
     topology: Topology,
     precision: str,
     *,
-    overflow_at: int | None = None,
+    overflow_at: tuple[int, ...] = (),
+    named: str | None = None,
 ) -> tuple[dict[str, str], Window, float]:
     """Node logs of one run as the trace says the pinned script prints it; the window; and the
-    throughput the known step times give."""
+    throughput the known step times give.
+
+    ``overflow_at``: for a source whose trace says an AMP overflow repeats the label, one
+    iteration that overflowed after each of these steps finished (a step may repeat): its line
+    repeats the label and reports the global batch over its own time, OVERFLOW_S; inside the
+    window it counts as an iteration that did its work. ``named``: a variant that runs another
+    script, printed as its own log says (its option set, e.g. ctl: true)."""
     spec, entry = SPECS[source], trace_of(source)["models"][model]
-    log = entry["log"]
+    log = entry[named]["log"] if named else entry["log"]
     case = replace(case_for(source, model), topology=topology, precision=precision)
+    if named:
+        case = replace(case, variant=named, options={named: True})
     upstream = UpstreamSource(spec)
     launch = spec.launches[model]
     nodes, procs = topology.nodes, topology.devices_per_node
@@ -169,7 +205,7 @@ def build_logs(
     common = {"steps": steps, "t_end": t_end}
     for text in log.get("before", []):
         emit(text.format(**common))
-    if overflow_at is not None or (precision == "amp" and log.get("overflow") == "repeat-label"):
+    if overflow_at or (precision == "amp" and log.get("overflow") == "repeat-label"):
         # The loss-scale search at the start: steps skipped before any finished.
         for _ in range(3):
             emit(line.format(**_values(0, 0, spec, model, warmup, global_batch, nodes, steps)))
@@ -178,8 +214,8 @@ def build_logs(
         values = _values(finished, previous, spec, model, warmup, global_batch, nodes, steps)
         for _ in range(1 + int(log.get("repeat_line", 0))):
             emit(line.format(**values))
-        if overflow_at == finished:
-            emit(line.format(**values))  # a skipped step repeats the label
+        for _ in range(overflow_at.count(finished)):  # an overflow repeats the label
+            emit(line.format(**{**values, "samples_rate": global_batch / OVERFLOW_S}))
         previous = finished
     for text in log.get("after", []):
         emit(text.format(**common))
@@ -189,7 +225,9 @@ def build_logs(
         facts = {"devices": ["NVIDIA A100-SXM4-80GB"], "hostname": f"n{index}"}
         host = "DLPERF-HOST " + json.dumps(facts)
         texts[f"node{index}.log"] = "\n".join([header, host, *node_lines[index]]) + "\n"
-    return texts, Window(warmup, measured), global_batch / MEASURED_S
+    overflows = sum(1 for step in overflow_at if warmup <= step < warmup + measured)
+    seconds = measured * MEASURED_S + overflows * OVERFLOW_S
+    return texts, Window(warmup, measured), (measured + overflows) * global_batch / seconds
 
 
 def _values(
@@ -233,22 +271,23 @@ def precisions(source: str, model: str) -> list[str]:
 
 
 CASES = [
-    (source, model, precision, topology)
+    (source, model, precision, topology, named)
     for source, model in entries()
+    for named in [None, *named_variants(source, model)]
     for precision in precisions(source, model)
     for topology in (Topology(1, 1), Topology(2, 2))
 ]
 
 
 @pytest.mark.parametrize(
-    ("source", "model", "precision", "topology"),
+    ("source", "model", "precision", "topology", "named"),
     CASES,
-    ids=[f"{s}-{m}-{p}-{t.nodes}n{t.world_size}g" for s, m, p, t in CASES],
+    ids=[f"{s}-{m}{'-' + n if n else ''}-{p}-{t.nodes}n{t.world_size}g" for s, m, p, t, n in CASES],
 )
 def test_the_parser_reads_the_traced_log_with_the_window_the_trace_says(
-    source: str, model: str, precision: str, topology: Topology
+    source: str, model: str, precision: str, topology: Topology, named: str | None
 ) -> None:
-    texts, window, expected = build_logs(source, model, topology, precision)
+    texts, window, expected = build_logs(source, model, topology, precision, named=named)
     measured = measure_repeat(parse(source, texts), window)
     # pytorch/examples prints a 3-decimal running average: its clock is 0.5 ms x batches coarse.
     tolerance = 2e-3 if source == "pytorch-examples" else 1e-6
@@ -285,13 +324,53 @@ def test_ngc_tf1_bert_reads_step_n_as_n_minus_1_steps() -> None:
     assert measure_repeat(parse("ngc-tf1", late), window).throughput != pytest.approx(expected)
 
 
-def test_ngc_tf1_bert_overflow_inside_the_window_is_refused() -> None:
-    texts, window, _expected = build_logs("ngc-tf1", "bert", Topology(1, 1), "amp", overflow_at=50)
-    with pytest.raises(LogParseError, match="AMP loss-scale overflow"):
-        measure_repeat(parse("ngc-tf1", texts), window)
-    # Before the window (the loss-scale search) it is left out.
-    texts, window, expected = build_logs("ngc-tf1", "bert", Topology(1, 1), "amp", overflow_at=10)
-    assert measure_repeat(parse("ngc-tf1", texts), window).throughput == pytest.approx(expected)
+OVERFLOWS = {
+    "start": (20,),  # the iteration right after the warm-up's last step
+    "middle": (50, 50, 77),  # two in a row, then another
+    "end": (119,),  # the iteration before the window's last step
+    "before": (3, 10, 19),  # warm-up: left out
+    "everywhere": (5, 20, 64, 119),
+}
+
+
+@pytest.mark.parametrize("where", sorted(OVERFLOWS))
+@pytest.mark.parametrize("topology", [Topology(1, 1), Topology(2, 2)], ids=["1n1g", "2n2g"])
+def test_ngc_tf1_bert_amp_overflow_iterations_count_in_the_window(
+    where: str, topology: Topology
+) -> None:
+    """A repeated 'Step = N' inside the window is an iteration that ran (forward, backward,
+    all-reduce) with its update skipped: its samples and its time are the window's."""
+    steps = OVERFLOWS[where]
+    texts, window, expected = build_logs("ngc-tf1", "bert", topology, "amp", overflow_at=steps)
+    inside = [s for s in steps if window.warmup_steps <= s < window.last]
+    labels = re.findall(r"Step = +(\d+) Throughput", texts["node0.log"])
+    for step in steps:  # the trace's rule: the label is steps finished + 1, repeated
+        assert labels.count(str(step + 1)) == 1 + steps.count(step)
+    parsed = parse("ngc-tf1", texts)
+    measured = measure_repeat(parsed, window)
+    assert measured.throughput == pytest.approx(expected, rel=1e-6)
+    assert parsed.meta.get("overflow_iterations", 0) == len(inside)
+    if inside:
+        assert f"{len(inside)} AMP loss-scale overflow iteration(s)" in parsed.reported_note
+        # Left out, the figure would be the 100 updates' alone: another number.
+        gb = BATCH * topology.world_size
+        assert measured.throughput != pytest.approx(gb / MEASURED_S, rel=1e-3)
+    else:
+        assert measured.throughput == pytest.approx(BATCH * topology.world_size / MEASURED_S)
+
+
+def test_an_overflow_after_the_windows_last_step_is_not_in_it() -> None:
+    """An imported log that goes on past the window: an overflow iteration after its last step
+    is outside it, like every later line."""
+    texts, window, _expected = build_logs("ngc-tf1", "bert", Topology(1, 1), "amp")
+    last_label = window.last + 1
+    lines = texts["node0.log"].splitlines()
+    at = next(i for i, line in enumerate(lines) if f"Step = {last_label:6d} " in line)
+    repeated = re.sub(r"Throughput = +[\d.]+", "Throughput =         1.0", lines[at])
+    assert repeated != lines[at]
+    lines.insert(at + 1, repeated)  # one very slow overflow iteration after the last step
+    got = measure_repeat(parse("ngc-tf1", {"node0.log": "\n".join(lines)}), window)
+    assert got.throughput == pytest.approx(BATCH / MEASURED_S)
 
 
 # --- a complete log, then a non-zero exit --------------------------------------------------------

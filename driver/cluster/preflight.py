@@ -1,7 +1,8 @@
 """Pre-flight: every node checked in parallel before anything starts on any of them.
 
-docker runtime: SSH reachable, docker answers, the image (by digest) present, devices visible,
-free disk in the scratch folder, the data folder there. process runtime: SSH, the node's Python
+docker runtime: SSH reachable, docker answers, the image (by digest) present, the node's GPUs
+listed by index and UUID and the container's (``container.gpus``) found among them, free disk in
+the scratch folder, the data folder there. process runtime: SSH, the node's Python
 and the framework importable with it, devices, disk, data. A failed check names the node, the
 check and what to do. No SFTP: the kit's code goes to a node on a command's stdin and every log
 comes back on a command's stdout, so an sshd without the SFTP subsystem serves it too.
@@ -9,6 +10,7 @@ comes back on a command's stdout, so an sshd without the SFTP subsystem serves i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
@@ -30,6 +32,7 @@ class Check:
     ok: bool
     detail: str
     found: int | None = None  # what the check counted (devices), to judge other cases by
+    gpus: tuple[str, ...] = ()  # the devices check: the container's GPUs, "index=UUID"
 
     def line(self) -> str:
         return f"{self.node:<12} {self.name:<8} {'ok' if self.ok else 'FAIL':<5} {self.detail}"
@@ -47,35 +50,114 @@ def occupies_devices(framework: str | None) -> bool:
     return FRAMEWORKS.get(framework).occupies_device if framework in FRAMEWORKS else True
 
 
-def count_devices(remote: Remote, variant: str) -> tuple[int | None, str]:
-    """The node's devices (GPUs listed by nvidia-smi; CPUs on a CPU node), or None and why."""
+# The node's GPUs, one "index, UUID" line each (nvidia-smi's index is the PCI bus order, which
+# CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA too). A GPU that nvidia-smi cannot read prints a line
+# of another shape ("Unable to determine the device handle for GPU ...") instead of its row.
+GPU_QUERY = "nvidia-smi --query-gpu=index,uuid --format=csv,noheader"
+GPU_ROW = re.compile(r"^(?P<index>\d+), (?P<uuid>GPU-[0-9A-Za-z-]+)$")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+
+    def __str__(self) -> str:
+        return f"{self.index}={self.uuid}"
+
+
+def parse_gpus(listing: str) -> tuple[list[Gpu], list[str]]:
+    """The GPUs of :data:`GPU_QUERY`'s output, and its other lines (GPUs it could not read)."""
+    gpus, unreadable = [], []
+    for line in filter(None, (line.strip() for line in listing.splitlines())):
+        row = GPU_ROW.match(line)
+        if row:
+            gpus.append(Gpu(int(row["index"]), row["uuid"]))
+        else:
+            unreadable.append(line)
+    return sorted(gpus, key=lambda gpu: gpu.index), unreadable
+
+
+def container_gpus(
+    listed: list[Gpu], unreadable: list[str], request: str | None
+) -> tuple[list[Gpu] | None, str]:
+    """The node's GPUs that a container given ``docker run --gpus <request>`` sees, in its
+    order (the PCI order: its GPU 0 is the first of them), or None and why.
+
+    ``all`` (or None: the process runtime) is every GPU; a count N is GPUs 0..N-1 (docker's
+    ``countToDevices``, moby daemon/nvidia_linux.go); ``device=<ids>`` names GPUs by index or
+    UUID. A GPU that nvidia-smi cannot read fails ``all`` and a count (the container's list
+    would hold it at a place nobody can tell); with ``device=`` only the named GPUs matter.
+    """
+    listing = ", ".join(str(gpu) for gpu in listed) or "none"
+    broken = f"nvidia-smi cannot read a GPU ({'; '.join(unreadable)})" if unreadable else ""
+    if request is None or request == "all" or request.isdigit():
+        if broken:
+            return None, (
+                f"{broken}; it lists {listing}: repair the node, or name its healthy GPUs in "
+                "the inventory (container.gpus: device=<index or UUID>,...)"
+            )
+        if request is None or request == "all":
+            return list(listed), ""
+        wanted = [str(i) for i in range(int(request))]
+    else:
+        wanted = request.removeprefix("device=").split(",")
+    by_id = {ident: gpu for gpu in listed for ident in (str(gpu.index), gpu.uuid)}
+    unknown = [ident for ident in wanted if ident not in by_id]
+    if unknown:
+        return None, (
+            f"container.gpus {request} names GPU(s) {', '.join(unknown)} that this node does "
+            f"not list (it lists {listing}{'; ' + broken if broken else ''}): name GPUs by an "
+            "index or a UUID that nvidia-smi lists"
+        )
+    return sorted({by_id[ident] for ident in wanted}, key=lambda gpu: gpu.index), ""
+
+
+def list_devices(
+    remote: Remote, variant: str, request: str | None = None
+) -> tuple[int | None, str, tuple[str, ...]]:
+    """The devices the node gives a case: on a GPU node the GPUs its container is given
+    (``request``: the container's ``--gpus``; None for the process runtime), as "index=UUID";
+    on a CPU node its CPUs. None and why when they cannot be listed."""
     if variant == "gpu":
-        result = remote.run("nvidia-smi -L", timeout=30)
+        result = remote.run(GPU_QUERY, timeout=30)
         if not result.ok:
-            return None, f"nvidia-smi -L failed: {result.why()}"
-        return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU ")), ""
+            return None, f"{GPU_QUERY} failed: {result.why()}", ()
+        gpus, why = container_gpus(*parse_gpus(result.stdout), request)
+        if gpus is None:
+            return None, why, ()
+        return len(gpus), "", tuple(str(gpu) for gpu in gpus)
     result = remote.run("nproc", timeout=30)
     text = result.stdout.strip()
     if not result.ok or not text.isdigit():
-        return None, f"nproc failed: {result.why()}"
-    return int(text), ""
+        return None, f"nproc failed: {result.why()}", ()
+    return int(text), "", ()
 
 
 def devices_check(
-    node: str, variant: str, found: int | None, why: str, needed: int, framework: str | None
+    node: str,
+    variant: str,
+    found: int | None,
+    why: str,
+    needed: int,
+    framework: str | None,
+    gpus: tuple[str, ...] = (),
 ) -> Check:
     """The same verdict for every topology: ``needed`` ranks per node against the node's
-    ``found`` devices (``why``: what went wrong counting them). A framework whose ranks need
-    no device (the calibration workload sleeps) passes with the facts; any other fails when
-    its ranks would share devices, which would measure the sharing, not the framework."""
+    ``found`` devices (``why``: what went wrong listing them; ``gpus``: the GPUs, "index=UUID",
+    of which the case takes the first ``needed``). A framework whose ranks need no device (the
+    calibration workload sleeps) passes with the facts; any other fails when its ranks would
+    share devices, which would measure the sharing, not the framework."""
     unit = "GPUs visible to nvidia-smi" if variant == "gpu" else "CPUs (one training process each)"
     if not occupies_devices(framework):
         seen = f"{found} {unit}" if found is not None else why
         return Check(
             node, "devices", True,
             f"{seen}; the {framework} workload's {needed} rank(s) per node need no device of "
-            "their own", found,
+            "their own", found, gpus,
         )  # fmt: skip
+    if found is None and variant == "gpu" and "container.gpus" in why:
+        return Check(node, "devices", False, why)  # listed, but not the container's GPUs
     if found is None and variant == "gpu":
         return Check(
             node, "devices", False,
@@ -85,7 +167,8 @@ def devices_check(
     if found is None:
         return Check(node, "devices", False, f"{why}; the node's shell must have coreutils' nproc")
     if found >= needed:
-        return Check(node, "devices", True, f"{found} {unit}; {needed} needed", found)
+        used = f" (the case's: {', '.join(gpus[:needed])})" if gpus else ""
+        return Check(node, "devices", True, f"{found} {unit}{used}; {needed} needed", found, gpus)
     shared = "GPUs" if variant == "gpu" else "CPUs"
     return Check(
         node, "devices", False,
@@ -93,13 +176,17 @@ def devices_check(
         f"{shared} and measure the sharing. Run a topology with at most {found} per node "
         f"(<nodes>n<total>g, total <= nodes x {found}), or use nodes with more {shared}; to "
         "rehearse this shape on these nodes, the calibration workload needs no device per rank "
-        "(`dlperf selftest --topologies ...`)", found,
+        "(`dlperf selftest --topologies ...`)", found, gpus,
     )  # fmt: skip
 
 
-def _devices(remote: Remote, needed: int, variant: str, framework: str | None) -> Check:
-    found, why = count_devices(remote, variant)
-    return devices_check(remote.node.name, variant, found, why, needed, framework)
+def check_devices(remote: Remote, needed: int, kind: str, framework: str | None) -> Check:
+    """The devices check of one node: ``needed`` ranks per node of ``framework`` in the
+    ``kind`` runtime (docker: the GPUs of the container's ``--gpus``)."""
+    container = remote.node.container
+    request = container.gpus if kind == "docker" else None  # the process runtime: every GPU
+    found, why, gpus = list_devices(remote, container.variant, request)
+    return devices_check(remote.node.name, container.variant, found, why, needed, framework, gpus)
 
 
 def _disk(remote: Remote) -> Check:
@@ -195,9 +282,7 @@ def check_node(
                         "at an environment that has it",
                     )
                 )
-        checks.append(
-            _devices(remote, devices or node.devices, node.container.variant, framework)
-        )
+        checks.append(check_devices(remote, devices or node.devices, kind, framework))
         checks.append(_disk(remote))
         if node.data_dir:
             found = remote.run_argv(["test", "-d", node.data_dir])

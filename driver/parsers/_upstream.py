@@ -494,6 +494,24 @@ class RateInterval:
     samples_per_s: float  # global samples per second over the interval
     source: str
     line: int
+    # Iterations the line covers where they differ from its steps: 1 for a line that repeats
+    # the previous label (an AMP loss-scale overflow: the iteration ran, the step counter kept).
+    runs: int | None = None
+
+    @property
+    def iterations(self) -> int:
+        return self.end - self.start if self.runs is None else self.runs
+
+    @property
+    def repeated(self) -> bool:
+        return self.start == self.end
+
+    def within(self, first: int, last: int) -> bool:
+        """Inside the window first..last: a repeated label's iteration ran after step ``start``
+        finished, so it belongs to the window from its first step to before its last."""
+        if self.repeated:
+            return first <= self.start < last
+        return self.start >= first and self.end <= last
 
 
 def reported(logs: Sequence[NodeLog], intervals: list[RateInterval], fmt: str) -> ParsedLog:
@@ -521,7 +539,7 @@ def reported(logs: Sequence[NodeLog], intervals: list[RateInterval], fmt: str) -
             f"the log's rate lines end at step {ordered[-1].end} but the window ends at step "
             f"{last} (cut short: the run ended early)"
         )
-    inside = [i for i in ordered if i.start >= first and i.end <= last]
+    inside = [i for i in ordered if i.within(first, last)]
     covered = first
     for interval in inside:
         if interval.start != covered:
@@ -534,9 +552,16 @@ def reported(logs: Sequence[NodeLog], intervals: list[RateInterval], fmt: str) -
             f"window {first}..{last}: choose warm-up and measured steps that are multiples of "
             "the log interval"
         )
-    per_step = header.batch * header.world_size
-    seconds = sum((i.end - i.start) * per_step / i.samples_per_s for i in inside)
-    rate = (last - first) * per_step / seconds
+    per_iteration = header.batch * header.world_size
+    seconds = sum(i.iterations * per_iteration / i.samples_per_s for i in inside)
+    iterations = sum(i.iterations for i in inside)
+    rate = iterations * per_iteration / seconds
+    overflows = sum(i.iterations for i in inside if i.repeated)
+    counted = (
+        f"; {overflows} AMP loss-scale overflow iteration(s) (a repeated step label) counted"
+        if overflows
+        else ""
+    )
     host = rank_host(logs, 0)  # no ranks: node 0's facts stand for the run's
     return ParsedLog(
         ranks={},
@@ -544,9 +569,13 @@ def reported(logs: Sequence[NodeLog], intervals: list[RateInterval], fmt: str) -
         reported_throughput=rate,
         reported_note=(
             f"time-weighted mean of {len(inside)} rate line(s) over steps {first}..{last}, "
-            f"as printed by the source ({fmt})"
+            f"as printed by the source ({fmt}){counted}"
         ),
-        meta={**_meta(header, fmt), **({"host": host} if host else {})},
+        meta={
+            **_meta(header, fmt),
+            **({"overflow_iterations": overflows} if overflows else {}),
+            **({"host": host} if host else {}),
+        },
     )
 
 

@@ -22,9 +22,10 @@ DeepLearningExamples scripts that predate DLLogger (TensorFlow 1 BERT) print a r
     Step =     20 Throughput =      1234.5 MLM Loss = ... (or "Rank =  0 :: Step = ...")
 
 the sentences per second of all ranks since the previous such line. ``Step = N`` is printed after
-N - 1 steps (its run header's step_offset is -1), and a step skipped for an AMP loss-scale overflow
-repeats the previous label. A log with those lines and no DLLogger step records gives the
-throughput the source reports, over the measured window.
+N - 1 steps (its run header's step_offset is -1), and an iteration whose update an AMP loss-scale
+overflow skipped repeats the previous label: one iteration, counted in the window it falls in. A
+log with those lines and no DLLogger step records gives the throughput the source reports, over
+the measured window.
 """
 
 from __future__ import annotations
@@ -177,13 +178,14 @@ class DLLoggerParser:
 def _rate_intervals(logs: list[NodeLog]) -> list[RateInterval]:
     """The rate lines as intervals of steps finished.
 
-    TF1 BERT under AMP: a step whose gradients overflow is skipped and the global step does not
-    advance, so its line repeats the previous label (the first steps at loss scale 2^32 repeat
-    "Step = 1"). A repeated label before the window's first step is left out (its time lies
-    before the window); one inside the window is an error: the rate line after it covers more
-    runs than its steps, so the window's time cannot be told from the labels.
+    TF1 BERT under AMP: an iteration whose gradients overflow skips the update and the global
+    step does not advance, so its line repeats the previous label (the first iterations at loss
+    scale 2^32 repeat "Step = 1"). The hook resets its count at every line, so a repeated label
+    is exactly one iteration (session run), whatever --display_loss_steps is, and its rate is
+    the global batch over that run's time: it did its work (forward, backward, all-reduce), so
+    :func:`reported` counts it as an iteration of the window it falls in (before the window's
+    first step: warm-up, left out).
     """
-    first, last = logs[0].header.window
     intervals: list[RateInterval] = []
     previous = 0
     for log in logs:
@@ -197,23 +199,16 @@ def _rate_intervals(logs: list[NodeLog]) -> list[RateInterval]:
             if logging_rank(log, rank, number) is None:
                 continue
             end = int(match["step"]) + log.header.step_offset
-            if end == previous:  # 0 at the start: no step finished yet
-                if first <= end < last:
-                    raise LogParseError(
-                        f"step {end} logged again inside the window {first}..{last}: a step "
-                        "skipped for an AMP loss-scale overflow; the rate line after it covers "
-                        "more runs than steps",
-                        source=log.name,
-                        line=number,
-                    )
+            rate = positive_rate(match["rate"], log.name, number)
+            if end == previous:  # an overflow iteration (at the start: none finished yet)
+                intervals.append(RateInterval(end, end, rate, log.name, number, runs=1))
                 continue
-            if end <= previous:
+            if end < previous:
                 raise LogParseError(
                     f"step {end} after step {previous} (restarted or mixed output)",
                     source=log.name,
                     line=number,
                 )
-            rate = positive_rate(match["rate"], log.name, number)
             intervals.append(RateInterval(previous, end, rate, log.name, number))
             previous = end
     return intervals

@@ -47,6 +47,7 @@ CSV_SCHEMA_LINE = re.compile(r"#\s*schema:\s*(\S+)\s*")
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 Url = text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL")
 Count = number(1, 1_000_000, "a whole number from 1")
+VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # as a matrix suite's variant names
 
 # Plausible samples/s per device for a published training figure. Below 1e-3 (one sample in
 # over 16 minutes) is no GPU or CPU training run of the kit's models but a unit slip (per hour,
@@ -71,6 +72,15 @@ def _known_model(model: Any) -> str:
     return model
 
 
+def _variant(variant: Any) -> str:
+    if not isinstance(variant, str) or not VARIANT.fullmatch(variant):
+        raise ValueError(
+            f"{variant!r} is not a variant name: letters, digits, - and _ (a matrix suite's "
+            "variant, e.g. dali; default: none)"
+        )
+    return variant
+
+
 class Figure(StrictModel):
     """One published figure: a case's median throughput as its publisher printed it."""
 
@@ -84,6 +94,9 @@ class Figure(StrictModel):
     precision: Annotated[Any, one_of("fp32", "amp")]
     dataset: Annotated[Any, one_of("synthetic", "real")] = "synthetic"
     xla: bool = False
+    # The kit's variant of the case (a matrix suite's variant name, e.g. dali / nodali): a figure
+    # pairs with the kit's cases of the same variant.
+    variant: Annotated[Any, AfterValidator(_variant)] = "default"
     throughput: Annotated[FiniteFloat, Field(gt=0)]  # samples/s over all devices
     speedup: Annotated[FiniteFloat, Field(gt=0)] | None = None  # as published, vs their 1n1g
     machine: Label = ""  # the system, e.g. DGX-1 (a factor of `dlperf factor`)
@@ -315,6 +328,7 @@ def figure_summary(figure: Figure) -> CaseSummary:
         precision=figure.precision,
         dataset=figure.dataset,
         xla=figure.xla,
+        variant=figure.variant,
         source=_source_key(figure.source),
         repeats=1,
     )

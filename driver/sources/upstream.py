@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
+from driver.cluster.preflight import GPU_QUERY
 from driver.core.case import Case
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
@@ -138,6 +139,15 @@ class FlagBlockSpec(StrictModel):
     args: list[Word] = []
 
 
+class RefusalSpec(StrictModel):
+    """A variant the pinned code cannot run in the pinned image (``models.<model>.refused``):
+    cases matching ``when`` are refused before they start, with ``because`` (the record of what
+    the script calls and the image lacks is ``needs.yaml`` beside the file)."""
+
+    when: Annotated[dict[str, Any], Field(min_length=1)]
+    because: Line
+
+
 class LaunchSpec(StrictModel):
     """One model of a source (``models.<model>``)."""
 
@@ -157,6 +167,7 @@ class LaunchSpec(StrictModel):
     collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
     argv: Annotated[list[Word], Field(min_length=1)]
     flags: list[FlagBlockSpec] = []
+    refused: list[RefusalSpec] = []
     notes: str = ""
 
 
@@ -202,6 +213,7 @@ class ModelLaunch:
     argv: tuple[str, ...]
     flags: tuple[FlagBlock, ...]
     notes: str = ""
+    refused: tuple[tuple[FlagBlock, str], ...] = ()  # (conditions, the reason)
 
 
 @dataclass(frozen=True)
@@ -261,6 +273,17 @@ def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any
                 raise SourceError(path, where, f"{{{name}}} names no option of the model")
 
 
+def _conditions(path: Path, at: str, when: Mapping[str, Any], options: Mapping[str, Any]) -> dict:
+    conditions = {}
+    for key, value in when.items():
+        if key not in CONDITION_KEYS and key not in options:
+            raise SourceError(
+                path, f"{at}.when.{key}", f"not one of {CONDITION_KEYS} or the model's options"
+            )
+        conditions[key] = tuple(value) if isinstance(value, list) else (value,)
+    return conditions
+
+
 def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None) -> ModelLaunch:
     where = f"models.{model}."
     for i, item in enumerate(spec.argv):
@@ -268,16 +291,14 @@ def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None
     blocks = []
     for i, block in enumerate(spec.flags):
         at = f"{where}flags[{i}]"
-        conditions = {}
-        for key, value in block.when.items():
-            if key not in CONDITION_KEYS and key not in spec.options:
-                raise SourceError(
-                    path, f"{at}.when.{key}", f"not one of {CONDITION_KEYS} or the model's options"
-                )
-            conditions[key] = tuple(value) if isinstance(value, list) else (value,)
+        conditions = _conditions(path, at, block.when, spec.options)
         for j, item in enumerate(block.args):
             _check_template(path, f"{at}.args[{j}]", item, spec.options)
         blocks.append(FlagBlock(when=conditions, args=tuple(block.args)))
+    refused = tuple(
+        (FlagBlock(_conditions(path, f"{where}refused[{i}]", r.when, spec.options), ()), r.because)
+        for i, r in enumerate(spec.refused)
+    )
     return ModelLaunch(
         model=model,
         commit=spec.commit or default_commit,
@@ -295,6 +316,7 @@ def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None
         argv=tuple(spec.argv),
         flags=tuple(blocks),
         notes=spec.notes,
+        refused=refused,
     )
 
 
@@ -336,27 +358,42 @@ def _matches(block: FlagBlock, facts: Mapping[str, Any]) -> bool:
     return all(facts.get(key) in allowed for key, allowed in block.when.items())
 
 
+# Reads GPU_QUERY's rows ("index, UUID"), prints "index=UUID" of each GPU the case names (the
+# awk variable want: "0,1,..."), or "missing ..." and exits 1 where the node lists one of them not
+# (absent, or a line nvidia-smi printed instead of its row: a GPU it cannot read).
+_PICK_GPUS = (
+    "awk -F', ' -v want=\"$want\" '$1 ~ /^[0-9]+$/ && $2 ~ /^GPU-/ {uuid[$1] = $2} "
+    'END {n = split(want, w, ","); for (i = 1; i <= n; i++) '
+    'if (w[i] in uuid) used = used " " w[i] "=" uuid[w[i]]; else missing = missing " " w[i]; '
+    'if (missing != "") {print "missing" missing; exit 1} print substr(used, 2)}\''
+)
+
+
 def device_script(procs: int) -> str:
     """The node's devices narrowed to the case's, then the pre-flight check that it has them.
 
     Upstream scripts count the GPUs they see (PaddleCV's reader divides --batch_size by them,
     Paddle BERT and MirroredStrategy use them all, TensorFlow maps memory on each): a 1n1g case
     in a container given all 8 GPUs of its node must see one. CUDA_VISIBLE_DEVICES lists GPUs
-    0..procs-1 (in nvidia-smi's PCI order, so the host line names the same ones); a node that
-    shows fewer GPUs than the case needs stops here, before the upstream command, naming the fix.
-    Without nvidia-smi (a CPU node) nothing is checked.
+    0..procs-1 (in nvidia-smi's PCI order, so the host line names the same ones). The check
+    compares lists, not counts: each of the case's GPU indices must be a row of nvidia-smi's
+    index/UUID list (a count took the line nvidia-smi prints for a GPU it cannot read for a
+    GPU); a node that lacks one stops here, before the upstream command, naming the missing and
+    the listed ones and the fix, and a node that has them names their UUIDs on stderr (the
+    node's log). Without nvidia-smi (a CPU node) nothing is checked.
     """
     ids = ",".join(str(i) for i in range(procs))
     need = (
-        f'echo "dlperf: pre-flight: this node shows $seen GPU(s); the case needs {procs} '
-        f'(CUDA_VISIBLE_DEVICES={ids}): give the container {procs} or more GPUs (inventory '
-        'container.gpus)" >&2; exit 2'
+        f'printf "dlperf: pre-flight: the case needs GPU(s) {ids} (CUDA_VISIBLE_DEVICES={ids}); '
+        "this node lists: %s (%s): give the container those GPUs (inventory container.gpus) or "
+        'repair the node\\n" "$(printf "%s" "$listed" | tr "\\n" ";")" "$used" >&2; exit 2'
     )
     return (
         f"export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={ids}; "
         "if command -v nvidia-smi >/dev/null 2>&1; then "
-        "seen=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .); "
-        f'if [ "$seen" -lt {procs} ]; then {need}; fi; fi'
+        f"listed=$({GPU_QUERY} 2>&1); want={ids}; "
+        f'if ! used=$(printf "%s\\n" "$listed" | {_PICK_GPUS}); then {need}; fi; '
+        'echo "dlperf: the case\'s GPUs: $used" >&2; fi'
     )
 
 
@@ -403,6 +440,14 @@ class UpstreamSource:
                 f"option(s) {', '.join(unknown)} (options: {', '.join(launch.options) or 'none'})"
             )
         refuse_unsupported(case, self.name, problems)
+        facts = {"precision": case.precision, "dataset": case.dataset, "xla": case.xla}
+        facts |= {"distributed": case.topology.world_size > 1, "multinode": case.topology.nodes > 1}
+        facts |= {**launch.options, **case.options}
+        for block, because in launch.refused:
+            if _matches(block, facts):
+                raise ValueError(
+                    f"{case.id}: source {self.name} {case.model} refuses this variant: {because}"
+                )
         return launch
 
     def header(self, case: Case, rank: NodeRank, batch_size: int) -> RunHeader:

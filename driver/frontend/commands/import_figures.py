@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from driver.frontend.args import RESULTS
+
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Check an import file of published figures and show what the kit derives from them."""
@@ -19,7 +21,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"import refused: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else path.with_name(f"{path.stem}-report")
+    # Under the results folder, never beside the file: an import file may be the kit's own
+    # published data (published/), which a plain `dlperf import` must leave as it is.
+    out = Path(args.out) if args.out else RESULTS / "imports" / f"{path.stem}-report"
     publishers = sorted({str(s.published_by) for s in summaries})
     preamble = (
         f"{len(summaries)} published figure(s) from `{path.name}` (published by "
@@ -42,7 +46,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         "speedups and efficiencies; then give the file to report, factor or compare",
     )
     imported.add_argument("file", help="an import file: .csv, .yaml or .yml")
-    imported.add_argument("--out", help="report folder (default: <file>-report beside it)")
+    imported.add_argument(
+        "--out", help="report folder (default: results/imports/<file name>-report in the kit)"
+    )
     imported.add_argument("--title")
     imported.add_argument("--json", action="store_true", help="the derived rows as JSON")
     imported.set_defaults(func=cmd_import)

@@ -1,0 +1,182 @@
+"""Every upstream entry's run-time packages, held to what its image ships (issue 33, item 1).
+
+Beside each ``trace.yaml``, ``needs.yaml`` records per model the modules the pinned script imports
+at run time (``path:line`` at the pin), the package each belongs to and what it calls there, and,
+for the image, which packages its base ships (with the public source that says so) and which the
+kit's Dockerfile installs. Per variant the verdict is ``verified``, ``fixed`` (the Dockerfile or the
+template changed) or ``refused`` (the source refuses the variant before it starts, with the reason).
+These tests hold the traces, the sources, the Dockerfiles and the matrices to that record.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from driver.core.case import Topology
+from driver.core.matrix import load_matrix
+from driver.frameworks.base import REPO_ROOT
+from driver.plugins import load_all
+from driver.sources.upstream import SPECS, UpstreamSource
+from tests.test_upstream_sources import case_for
+from tests.test_upstream_traces import CITATION, trace_of
+
+load_all()
+
+VERDICTS = ("verified", "fixed", "refused")
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "upstream" / "needs"
+
+
+def needs_of(source: str) -> dict[str, Any]:
+    path = SPECS[source].path.parent / "needs.yaml"
+    assert path.is_file(), f"{source}: no needs.yaml beside {SPECS[source].path}"
+    return yaml.safe_load(path.read_text())
+
+
+def entries() -> list[tuple[str, str]]:
+    return sorted((name, model) for name, spec in SPECS.items() for model in spec.launches)
+
+
+def variant_matches(variant: str, case: Any) -> bool:
+    """Whether a trace/needs variant label ('amp real dali', 'fp32 synthetic ...') names a case."""
+    words = variant.split()
+    if words[0] != case.precision or words[1] != case.dataset:
+        return False
+    dali = case.options.get("dali")
+    if dali is not None and ("dali" in words or "nodali" in words):
+        return ("dali" if dali else "nodali") in words
+    return True
+
+
+@pytest.mark.parametrize(("source", "model"), entries())
+def test_every_package_the_script_imports_is_in_the_image(source: str, model: str) -> None:
+    needs = needs_of(source)
+    assert needs["source"] == source and needs["image"]["base"] == SPECS[source].base_image
+    ships, installs = needs["image"]["ships"], needs["image"]["installs"]
+    entry = needs["models"][model]
+    launch = SPECS[source].launches[model]
+    if launch.commit:
+        assert entry["commit"] == launch.commit, "the record is of another commit than the pin"
+    missing = {api["package"] for api in entry["apis"] if not api["in_image"]}
+    for item in entry["imports"]:
+        assert item["at"] and all(CITATION.match(at) for at in item["at"]), item
+        package = item["package"]
+        if package in missing:
+            continue  # its variants are refused (below)
+        assert package in ships or package in installs, (
+            f"{source} {model}: {item['module']} ({package}) is neither shipped by "
+            f"{needs['image']['base']} nor installed by the Dockerfile"
+        )
+    for package, fact in ships.items():
+        assert str(fact["at"]).strip(), package  # where it says so
+    for api in entry["apis"]:
+        assert api["why"].strip() and api["variants"], api
+        assert all(CITATION.match(at) for at in api["at"]), api
+
+
+@pytest.mark.parametrize("source", sorted(SPECS))
+def test_what_the_dockerfile_installs_is_in_the_dockerfile_at_its_version(source: str) -> None:
+    needs = needs_of(source)
+    dockerfile = SPECS[source].dockerfile.read_text()
+    for package, fact in needs["image"]["installs"].items():
+        assert fact["at"] == str(SPECS[source].dockerfile.relative_to(REPO_ROOT)), package
+        version = str(fact["version"])
+        pinned = re.search(rf"{re.escape(package)}(?:[=_-]+|\S*@){re.escape(version)}", dockerfile)
+        named = package in dockerfile.lower() or package.replace("-", "_") in dockerfile
+        assert pinned or (named and version in dockerfile) or "dependency" in version, (
+            f"{source}: needs.yaml says the Dockerfile installs {package} {version}"
+        )
+
+
+@pytest.mark.parametrize(("source", "model"), entries())
+def test_the_traces_needs_is_the_record(source: str, model: str) -> None:
+    """No trace asserts what nobody checked: its needs fact names the record's packages."""
+    said = trace_of(source)["models"][model]["facts"]["needs"]
+    record = needs_of(source)["models"][model]
+    assert not re.search(r"not (checked|verified)", said["says"]), said["says"]
+    assert sorted(said["packages"]) == sorted({i["package"] for i in record["imports"]})
+    assert "needs.yaml" in said["says"]
+
+
+@pytest.mark.parametrize(("source", "model"), entries())
+def test_every_traced_variant_has_a_verdict_and_refusals_are_the_sources(
+    source: str, model: str
+) -> None:
+    record = needs_of(source)["models"][model]
+    traced = {v["variant"]: v["status"] for v in trace_of(source)["models"][model]["variants"]}
+    verdicts = {v["variant"]: v for v in record["variants"]}
+    assert set(verdicts) == set(traced), (source, model)
+    refused_by_api = {v for api in record["apis"] if not api["in_image"] for v in api["variants"]}
+    for name, verdict in verdicts.items():
+        assert verdict["verdict"] in VERDICTS, verdict
+        is_refused = verdict["verdict"] == "refused"
+        assert is_refused == (traced[name] == "refused") == (name in refused_by_api), name
+        if verdict["verdict"] != "verified":
+            assert verdict["because"].strip(), name
+    refusals = SPECS[source].launches[model].refused
+    assert bool(refusals) == bool(refused_by_api), "the record and source.yaml disagree"
+
+
+@pytest.mark.parametrize(("source", "model"), entries())
+def test_the_matrix_holds_no_refused_variant_and_asking_for_one_is_refused(
+    source: str, model: str
+) -> None:
+    record = needs_of(source)["models"][model]
+    refused = [v["variant"] for v in record["variants"] if v["verdict"] == "refused"]
+    upstream = UpstreamSource(SPECS[source])
+    cases = [c for c in load_matrix(SPECS[source].matrix_file).cases if c.model == model]
+    assert cases
+    for case in cases:
+        assert not any(variant_matches(v, case) for v in refused), case.id
+        upstream.launch_for(case)  # raises for a refused variant
+    for variant in refused:
+        words = variant.split()
+        case = replace(
+            case_for(source, model),
+            precision=words[0],
+            dataset=words[1],
+            data_dir="/data/x",
+            options={"dali": "dali" in words},
+            topology=Topology(1, 1),
+        )
+        _block, because = SPECS[source].launches[model].refused[0]
+        with pytest.raises(ValueError, match="refuses this variant") as caught:
+            upstream.launch_for(case)
+        assert because in str(caught.value)
+
+
+def test_the_dali_facts_are_the_wheels() -> None:
+    """The recorded operator check of DALI 1.26.0 says what the refusals rely on."""
+    import json
+
+    facts = json.loads((FIXTURES / "dali-1.26.0.json").read_text())
+    assert facts["version"] == "1.26.0"
+    assert not facts["ops"]["nvJPEGDecoderRandomCrop"] and not facts["ops"]["nvJPEGDecoder"]
+    for name in ("FileReader", "TFRecordReader", "ImageDecoderRandomCrop", "ImageDecoder"):
+        assert facts["ops"][name], name  # ngc-tf1 / ngc-pytorch DALI variants call these
+    assert facts["plugin"]["paddle.uses_paddle.device.cuda.current_stream"]
+    plugins = facts["plugin"]
+    assert plugins["tf.DALIIterator"] and plugins["mxnet.DALIClassificationIterator"]
+
+
+def test_docs_and_readme_give_each_refusal_its_reason() -> None:
+    docs = (REPO_ROOT / "docs" / "upstream.md").read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
+    for source, model in entries():
+        for verdict in needs_of(source)["models"][model]["variants"]:
+            if verdict["verdict"] != "refused":
+                continue
+            row = f"`{source}` {model} {verdict['variant']}"
+            assert row in docs, row
+            assert f"{source}" in readme and "refused because" in readme
+
+
+def test_a_needs_file_per_source(tmp_path: Path) -> None:
+    found = sorted(p.parent for p in REPO_ROOT.glob("*/upstream/needs.yaml"))
+    found += sorted(p.parent for p in REPO_ROOT.glob("NVIDIADeepLearningExamples/*/needs.yaml"))
+    assert sorted(found) == sorted(spec.folder for spec in SPECS.values())
