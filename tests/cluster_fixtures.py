@@ -28,11 +28,11 @@ import yaml
 
 from driver.cluster.simhosts import sshd_config_lines, wait_for_sshd
 from driver.core.case import Case
-from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import Session
 from driver.core.selftest import calibration_cases
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import RepeatOutcome
+from driver.runtimes.plan import NodeCommand, RepeatPlan
 
 SSHD = "/usr/sbin/sshd"
 NODE_COUNT = 2

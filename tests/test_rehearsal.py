@@ -19,8 +19,8 @@ from driver.core.results import Session
 from driver.core.selftest import ERROR_BOUND, SelftestResult, run_selftest
 from driver.runtimes.docker import DockerRuntime
 from driver.runtimes.process import ProcessRuntime
-from driver.runtimes.slurm import SlurmRuntime
-from driver.slurm.config import SlurmConfig
+from driver.runtimes.slurm.config import SlurmConfig
+from driver.runtimes.slurm.runtime import SlurmRuntime
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
     from driver.cluster.simhosts import SimulatedHosts

@@ -52,7 +52,7 @@ def test_the_cli_says_so_with_exit_2(
 
 
 def test_slurm_takes_a_cluster_file_or_none(tmp_path: Path) -> None:
-    from driver.runtimes.slurm import SlurmRuntime
+    from driver.runtimes.slurm.runtime import SlurmRuntime
 
     assert make_runtime("slurm").config.partition is None  # inside an allocation: defaults
     cluster = tmp_path / "cluster.yaml"

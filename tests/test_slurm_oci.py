@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.selftest import calibration_cases
 from driver.images.oci import (
     MARKER,
@@ -34,8 +33,9 @@ from driver.images.oci import (
     slurm_oci_conf,
 )
 from driver.runtimes.base import RuntimeConfigError, Verdict
-from driver.runtimes.slurm import PLACEHOLDER, SlurmRuntime
-from driver.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.runtimes.plan import NodeCommand, RepeatPlan
+from driver.runtimes.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.runtimes.slurm.runtime import PLACEHOLDER, SlurmRuntime
 from tests.conftest import require_real
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from driver.cluster.remote import parallel
-from driver.core.repeatplan import NodeCommand
 from driver.runtimes.base import Verdict
+from driver.runtimes.plan import NodeCommand
 from driver.runtimes.ssh import EXIT_OOM, Launch, SshRuntime
 
 

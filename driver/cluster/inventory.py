@@ -30,8 +30,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from driver.core.matrix import MatrixError
+from driver.runtimes.slurm.config import SlurmConfig
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
-from driver.slurm.config import SlurmConfig
 
 
 class InventoryError(MatrixError):

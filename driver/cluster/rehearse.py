@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from driver.cluster.simhosts import SimulatedHosts, missing_requirements, sweep_stale
-from driver.core.envs import venv_environment, venv_python
 from driver.frameworks.base import Framework
+from driver.runtimes.envs import venv_environment, venv_python
 
 REHEARSAL_RUNTIME = "process"
 

@@ -10,11 +10,11 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from driver.core.case import Case
-from driver.core.repeatplan import NodeCommand
 from driver.frameworks.base import Framework
 from driver.launchers.base import NodeRank
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, SOURCES
+from driver.runtimes.plan import NodeCommand
 
 if TYPE_CHECKING:  # the runtime only answers questions here: planning does not import runtimes
     from driver.runtimes.base import Runtime

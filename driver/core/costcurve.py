@@ -89,8 +89,8 @@ def _one_point(
     **selftest: float,
 ) -> tuple[SelftestResult, float, float]:  # fmt: skip
     from driver.runtimes.process import ProcessRuntime
-    from driver.runtimes.slurm import SlurmRuntime
-    from driver.slurm.config import SlurmConfig
+    from driver.runtimes.slurm.config import SlurmConfig
+    from driver.runtimes.slurm.runtime import SlurmRuntime
 
     made = time.monotonic()
     hosts = SimulatedHosts(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from driver.core.case import Case
 from driver.core.command import node_commands, parser_for
-from driver.core.repeatplan import RepeatPlan
+from driver.runtimes.plan import RepeatPlan
 
 if TYPE_CHECKING:  # the runtime is only passed through: planning does not import runtimes
     from driver.runtimes.base import Runtime

@@ -195,8 +195,8 @@ def rehearse_selection(args: argparse.Namespace, selection: Selection) -> int:
     from driver.cluster.inventory import load_inventory
     from driver.cluster.rehearse import simulated_hosts
     from driver.cluster.simhosts import SimulatedHostsError
-    from driver.core.envs import ensure_env
     from driver.core.hardware import gpu_names
+    from driver.runtimes.envs import ensure_env
     from driver.runtimes.process import ProcessRuntime
 
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
@@ -227,12 +227,12 @@ def run_selection(
 ) -> int:
     """Run (or, with --dry-run, print) the selected cases on ``runtime``: the session, the
     closing table and the report."""
-    from driver.core.envs import ensure_env
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables
     from driver.core.results import Session
     from driver.core.runner import run_cases
     from driver.core.summary import summarize
+    from driver.runtimes.envs import ensure_env
 
     cases, profile, why = selection.cases, selection.profile, selection.why
     # A case that needs more nodes than the inventory has, or that its launcher cannot run
@@ -460,7 +460,7 @@ def local_environments() -> dict[str, object]:
 def cmd_envs(args: argparse.Namespace) -> int:
     """Create (once) the environments the local runtime needs, so that a run or the test suite
     later finds them made: installation, timed apart from the runs (CI calls it first)."""
-    from driver.core.envs import ensure_env
+    from driver.runtimes.envs import ensure_env
 
     known = local_environments()
     if args.names is None:

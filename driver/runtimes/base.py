@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from driver.core.repeatplan import RepeatPlan
     from driver.frameworks.base import Framework
+    from driver.runtimes.plan import RepeatPlan
 
 
 def driver_cpu_seconds() -> float:

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
-from driver.core.repeatplan import NodeCommand, command_line
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.registry import RUNTIMES
 from driver.runtimes.base import NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:
-    from driver.core.repeatplan import RepeatPlan
+    from driver.runtimes.plan import RepeatPlan
 
 SESSION_VAR = "DLPERF_LOCAL_SESSION"  # in every node command's environment: its session
 RUNNING_DIR = ".running"  # <session>/.running/<pid>: a node command of this session runs
@@ -272,7 +272,7 @@ class LocalRuntime:
             return self.python_override
         if framework.name == "calibration":
             return sys.executable
-        from driver.core.envs import venv_python
+        from driver.runtimes.envs import venv_python
 
         return str(venv_python(framework))
 
@@ -280,7 +280,7 @@ class LocalRuntime:
         """Extra environment of the framework's venv (LD_LIBRARY_PATH from venv_library_globs)."""
         if self.python_override or framework.name == "calibration":
             return {}
-        from driver.core.envs import venv_environment
+        from driver.runtimes.envs import venv_environment
 
         return venv_environment(framework)
 

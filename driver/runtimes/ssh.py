@@ -45,7 +45,6 @@ from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle
 from driver.cluster.inventory import Inventory, Node, load_inventory
 from driver.cluster.preflight import Check, devices_check, failures, run_preflight
 from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
-from driver.core.repeatplan import NodeCommand
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
@@ -54,9 +53,10 @@ from driver.runtimes.base import (
     Verdict,
     driver_cpu_seconds,
 )
+from driver.runtimes.plan import NodeCommand
 
 if TYPE_CHECKING:
-    from driver.core.repeatplan import RepeatPlan
+    from driver.runtimes.plan import RepeatPlan
 
 POLL_S = 0.05
 # The watch sleeps until a launch channel has news (output, its end), or this long at most:

@@ -163,7 +163,7 @@ class PypiSource:
         return launch
 
     def python(self) -> str:
-        from driver.core.envs import VENVS
+        from driver.runtimes.envs import VENVS
 
         return str(VENVS / self.env.name / "bin" / "python")
 
@@ -212,7 +212,7 @@ class PypiSource:
 
 def ensure_source_env(source: PypiSource, log=print) -> Path:  # noqa: ANN001
     """Create ``.venvs/<source>`` from its pinned requirements once (like a framework's)."""
-    from driver.core.envs import ensure_env
+    from driver.runtimes.envs import ensure_env
 
     return ensure_env(source.env, log=log)  # type: ignore[arg-type]
 

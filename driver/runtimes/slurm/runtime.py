@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.bench.protocol import EXIT_OOM
-from driver.core.repeatplan import NodeCommand
 from driver.frameworks.base import REPO_ROOT
 from driver.registry import RUNTIMES
 from driver.runtimes.base import (
@@ -70,9 +69,10 @@ from driver.runtimes.base import (
     Verdict,
     driver_cpu_seconds,
 )
-from driver.slurm import client
-from driver.slurm.config import SlurmConfig, load_slurm_config
-from driver.slurm.render import (
+from driver.runtimes.plan import NodeCommand
+from driver.runtimes.slurm import client
+from driver.runtimes.slurm.config import SlurmConfig, load_slurm_config
+from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     Container,
     OciContainer,
@@ -85,8 +85,8 @@ from driver.slurm.render import (
 )
 
 if TYPE_CHECKING:
-    from driver.core.repeatplan import RepeatPlan
     from driver.frameworks.base import Framework
+    from driver.runtimes.plan import RepeatPlan
 
 POLL_S = 0.05
 CHECK_S = 2.0  # how often the job and its nodes are asked about during a step
@@ -224,7 +224,7 @@ class SlurmRuntime:
             return "python3"  # the image's
         if name == "calibration":
             return sys.executable
-        from driver.core.envs import venv_python
+        from driver.runtimes.envs import venv_python
 
         return str(venv_python(framework))
 
@@ -236,7 +236,7 @@ class SlurmRuntime:
             return {}
         if name in self.config.python:
             return {}
-        from driver.core.envs import venv_environment
+        from driver.runtimes.envs import venv_environment
 
         return venv_environment(framework)
 
