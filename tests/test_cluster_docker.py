@@ -25,8 +25,8 @@ import pytest
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.runtimes.base import Verdict
-from driver.runtimes.docker import DockerRuntime
-from driver.runtimes.ssh import session_label
+from driver.runtimes.ssh.docker import DockerRuntime
+from driver.runtimes.ssh.runtime import session_label
 from tests.cluster_fixtures import (
     build_image,
     calibration_case,
@@ -293,7 +293,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     from driver.core.results import Session
     from driver.core.runner import run_cases
     from driver.images.build import BuildOptions
-    from driver.runtimes.docker import DockerRuntime
+    from driver.runtimes.ssh.docker import DockerRuntime
     from tests.cluster_fixtures import calibration_case
 
     # Ctrl-C as a terminal delivers it, even if this test runs under a shell's background job

@@ -9,10 +9,10 @@ import pytest
 from driver.frontend.cli import main
 from driver.registry import UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError
-from driver.runtimes.docker import DockerRuntime
 from driver.runtimes.factory import make_runtime
 from driver.runtimes.local import LocalRuntime
-from driver.runtimes.process import ProcessRuntime
+from driver.runtimes.ssh.docker import DockerRuntime
+from driver.runtimes.ssh.process import ProcessRuntime
 
 
 def test_every_runtime_comes_from_the_registry_by_name(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from driver.cluster.remote import parallel
 from driver.runtimes.base import Verdict
 from driver.runtimes.plan import NodeCommand
-from driver.runtimes.ssh import EXIT_OOM, Launch, SshRuntime
+from driver.runtimes.ssh.runtime import EXIT_OOM, Launch, SshRuntime
 
 
 @dataclass

@@ -197,7 +197,7 @@ def rehearse_selection(args: argparse.Namespace, selection: Selection) -> int:
     from driver.cluster.simhosts import SimulatedHostsError
     from driver.core.hardware import gpu_names
     from driver.runtimes.envs import ensure_env
-    from driver.runtimes.process import ProcessRuntime
+    from driver.runtimes.ssh.process import ProcessRuntime
 
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
     if not args.dry_run:  # the hosts run the local runtime's venvs: made before the hosts

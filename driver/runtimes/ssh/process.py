@@ -20,7 +20,7 @@ from driver.cluster.code import code_dir
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
 from driver.registry import RUNTIMES
-from driver.runtimes.ssh import Launch, Prepared, SshRuntime
+from driver.runtimes.ssh.runtime import Launch, Prepared, SshRuntime
 
 GRACE_S = 5
 

@@ -21,7 +21,7 @@ from driver.cluster.inventory import Inventory, Node
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
 from driver.registry import RUNTIMES
-from driver.runtimes.ssh import Launch, Prepared, SshRuntime
+from driver.runtimes.ssh.runtime import Launch, Prepared, SshRuntime
 
 WORKDIR = "/dlperf"
 
