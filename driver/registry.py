@@ -13,7 +13,6 @@ if TYPE_CHECKING:  # the interfaces, for the registries' types only (their modul
     from driver.frameworks.base import Framework
     from driver.launchers.base import Launcher
     from driver.parsers.base import LogParser
-    from driver.runtimes.base import Runtime
     from driver.sources.base import Source
 
 T = TypeVar("T")
@@ -79,10 +78,10 @@ class Registry(Generic[T]):
 
 
 # Each registry holds the plug-in interface its kind implements (the protocols in each
-# package's base module). A framework is also found by its folder and display names
+# package's base module). The runtimes' registry sits beside its interface
+# (``driver.runtimes.base.RUNTIMES``). A framework is also found by its folder and display names
 # (``make resnet50-paddlepaddle``).
 FRAMEWORKS: Registry[Framework] = Registry("framework", alias_fields=("folder", "display"))
 LAUNCHERS: Registry[type[Launcher]] = Registry("launcher")
-RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
 PARSERS: Registry[type[LogParser]] = Registry("log parser")
 SOURCES: Registry[type[Source]] = Registry("source")

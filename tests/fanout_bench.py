@@ -24,7 +24,7 @@ from pathlib import Path
 
 from driver.core.results import Session
 from driver.core.selftest import run_selftest
-from driver.runtimes.factory import make_runtime
+from driver.runtimes.base import make_runtime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory
 
 PHASES = ("prepare_s", "launch_s", "watch_s", "finish_s")

@@ -24,9 +24,8 @@ import pytest
 
 from driver.core.results import Session
 from driver.core.runner import run_cases
-from driver.runtimes.base import Verdict
+from driver.runtimes.base import Verdict, session_label
 from driver.runtimes.ssh.docker import DockerRuntime
-from driver.runtimes.ssh.runtime import session_label
 from tests.cluster_fixtures import (
     build_image,
     calibration_case,

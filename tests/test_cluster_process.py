@@ -13,9 +13,8 @@ from pathlib import Path
 
 from driver.core.results import Session
 from driver.core.runner import run_cases
-from driver.runtimes.base import Verdict
+from driver.runtimes.base import Verdict, session_label
 from driver.runtimes.ssh.process import ProcessRuntime
-from driver.runtimes.ssh.runtime import session_label
 from driver.verify.folder import verify_sessions
 from tests.cluster_fixtures import (
     SshNode,

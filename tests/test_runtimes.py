@@ -8,8 +8,7 @@ import pytest
 
 from driver.frontend.cli import main
 from driver.registry import UnknownPlugin
-from driver.runtimes.base import RuntimeConfigError
-from driver.runtimes.factory import make_runtime
+from driver.runtimes.base import RuntimeConfigError, make_runtime
 from driver.runtimes.local import LocalRuntime
 from driver.runtimes.ssh.docker import DockerRuntime
 from driver.runtimes.ssh.process import ProcessRuntime

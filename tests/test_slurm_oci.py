@@ -205,7 +205,7 @@ def test_dry_run_names_the_bundle_and_the_container_flag(
     plan = plan_for(tmp_path, [["python3", "-V"], ["python3", "-V"]])
     lines = runtime.describe(plan)
     text = "\n".join(lines)
-    session_bundle = runtime._oci_bundle("calibration", plan.session_root)
+    session_bundle = runtime.platform.session_bundle("calibration", plan.session_root)
     assert session_bundle.parent.parent == tmp_path / "cache"
     said = f"# once per session: the OCI bundle {session_bundle} (root from the bundle {bundle}"
     assert said in text

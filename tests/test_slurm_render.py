@@ -171,10 +171,10 @@ def test_pyxis_image_comes_from_images_lock_by_digest() -> None:
     from driver.images.lock import load_lock
 
     runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
-    image = runtime.image_for("pytorch")
+    image = runtime.platform.image_for("pytorch")
     digest = load_lock().get("nvcr.io/nvidia/pytorch:25.04-py3").digest
     assert image == f"nvcr.io#nvidia/pytorch@{digest}"
-    override = SlurmRuntime(config=GPU_CLUSTER).image_for("pytorch")
+    override = SlurmRuntime(config=GPU_CLUSTER).platform.image_for("pytorch")
     assert override == f"nvcr.io#nvidia/pytorch@{DIGEST}"
 
 

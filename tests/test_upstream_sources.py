@@ -35,7 +35,8 @@ from driver.images.lock import DIGEST, UNRESOLVED, load_lock
 from driver.launchers.base import NodeRank
 from driver.parsers._upstream import HEADER_MARK
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, PARSERS, RUNTIMES, SOURCES
+from driver.registry import FRAMEWORKS, PARSERS, SOURCES
+from driver.runtimes.base import RUNTIMES
 from driver.runtimes.local import LocalRuntime
 from driver.sources.upstream import (
     COMMIT,

@@ -1,7 +1,7 @@
-"""Building the repeat plan (``driver.core.repeatplan.RepeatPlan``) of one repeat of a case.
+"""Building the repeat plan (``driver.runtimes.plan.RepeatPlan``) of one repeat of a case.
 
 The runner (and the batch=max search) build plans here and hand the whole of each to
-``Runtime.run``; the plan type itself lives in ``driver.core.repeatplan`` so that the runtimes
+``Runtime.run``; the plan type itself lives in ``driver.runtimes.plan`` so that the runtimes
 read it without importing this module, which needs the plug-in registry.
 """
 

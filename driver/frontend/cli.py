@@ -35,9 +35,8 @@ from driver.frontend.args import (
     topology_list,
 )
 from driver.plugins import load_all
-from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
-from driver.runtimes.base import RuntimeConfigError
-from driver.runtimes.factory import make_runtime
+from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, SOURCES, UnknownPlugin
+from driver.runtimes.base import RUNTIMES, RuntimeConfigError, make_runtime
 from driver.schema import ConfigError, did_you_mean
 
 if TYPE_CHECKING:

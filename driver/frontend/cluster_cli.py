@@ -2,7 +2,7 @@
 ``nodes`` (the node scan).
 
 ``driver.frontend.cli`` calls :func:`add_subcommands`; runtimes come from the registry through
-``driver.runtimes.factory.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
+``driver.runtimes.base.make_runtime``. Heavy imports (fabric, docker) happen inside the commands.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _shared_variant(name: str) -> str | None:
 def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
     from driver.registry import FRAMEWORKS, UnknownPlugin
-    from driver.runtimes.factory import make_runtime
+    from driver.runtimes.base import make_runtime
 
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)
@@ -239,7 +239,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     )  # fmt: skip
     from driver.frontend.cli import check_session_name
     from driver.registry import UnknownPlugin
-    from driver.runtimes.factory import make_runtime
+    from driver.runtimes.base import make_runtime
 
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
 from driver.frameworks.base import REPO_ROOT, Framework
-from driver.registry import RUNTIMES
-from driver.runtimes.base import NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.base import RUNTIMES, NodeOutcome, RepeatOutcome, Verdict
 from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:

@@ -1,1 +1,3 @@
-"""Slurm support: the cluster file's ``slurm:`` section and the client of Slurm's commands."""
+"""The Slurm runtime: its job, its steps, its container platforms, its command lines,
+Slurm's own commands and the cluster file's ``slurm:`` section (``runtime.py`` says which
+file holds what)."""
