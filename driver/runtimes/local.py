@@ -26,6 +26,7 @@ from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.runtimes.base import RUNTIMES, NodeOutcome, RepeatOutcome, Verdict
+from driver.runtimes.envs import venv_environment, venv_python
 from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:
@@ -271,16 +272,12 @@ class LocalRuntime:
             return self.python_override
         if framework.name == "calibration":
             return sys.executable
-        from driver.runtimes.envs import venv_python
-
         return str(venv_python(framework))
 
     def environment(self, framework: Framework) -> dict[str, str]:
         """Extra environment of the framework's venv (LD_LIBRARY_PATH from venv_library_globs)."""
         if self.python_override or framework.name == "calibration":
             return {}
-        from driver.runtimes.envs import venv_environment
-
         return venv_environment(framework)
 
     def workdir(self) -> str:
