@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.frameworks.base import REPO_ROOT
+from driver.plugins import load_all
+from driver.registry import FRAMEWORKS
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RUNTIMES,
@@ -198,9 +200,6 @@ class SlurmRuntime:
         for command in plan.commands:
             argv = [fill(arg, addresses) for arg in command.argv]
             if self.config.tasks == "device":
-                from driver.plugins import load_all
-                from driver.registry import FRAMEWORKS
-
                 load_all()
                 framework = FRAMEWORKS.get(plan.framework)
                 argv = device_argv(argv, self.python(framework), framework.script)
