@@ -27,11 +27,11 @@ import pytest
 import yaml
 
 from driver.core.case import Case
-from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import Session
 from driver.core.selftest import calibration_cases
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import RepeatOutcome
+from driver.runtimes.plan import NodeCommand, RepeatPlan
 from driver.testbed.simhosts import sshd_config_lines, wait_for_sshd
 
 SSHD = "/usr/sbin/sshd"
@@ -492,3 +492,21 @@ def log_ranks(path: Path) -> set[int]:
             except (ValueError, KeyError):
                 continue
     return ranks
+
+
+def two_nodes_two_repeats(runtime: Any, root: Path) -> tuple[Session, dict]:
+    """The 2-node scenario every SSH runtime passes, whatever its container platform: a 2n4g
+    case of two repeats, each node's log holding its own ranks, the record naming the runtime.
+    The session and the last repeat's record, for the runtime's own checks."""
+    from driver.core.runner import run_cases
+
+    case = calibration_case("2n4g", repeats=2)
+    session = Session.open(root)
+    summary = run_cases([case], session, runtime, printer=quiet)
+    assert summary.ok and summary.finished == 2
+    directory = session.repeat_dir(case, 2)
+    assert log_ranks(directory / "node0.log") == {0, 1}
+    assert log_ranks(directory / "node1.log") == {2, 3}
+    record = json.loads((directory / "record.json").read_text())
+    assert record["runtime"] == runtime.name
+    return session, record

@@ -24,9 +24,8 @@ import pytest
 
 from driver.core.results import Session
 from driver.core.runner import run_cases
-from driver.runtimes.base import Verdict
-from driver.runtimes.docker import DockerRuntime
-from driver.runtimes.ssh import session_label
+from driver.runtimes.base import Verdict, session_label
+from driver.runtimes.ssh.docker import DockerRuntime
 from tests.cluster_fixtures import (
     build_image,
     calibration_case,
@@ -36,6 +35,7 @@ from tests.cluster_fixtures import (
     records_of,
     running_containers,
     session_containers,
+    two_nodes_two_repeats,
     wait_for,
 )
 
@@ -50,14 +50,7 @@ def runtime(inventory_file, cpu_python_image, image_options) -> DockerRuntime:
 def test_two_nodes_run_logs_and_provenance_come_back(
     runtime: DockerRuntime, cpu_python_image: str, tmp_path: Path
 ) -> None:
-    case = calibration_case("2n4g", repeats=2)
-    session = Session.open(tmp_path / "s")
-    summary = run_cases([case], session, runtime, printer=quiet)
-    assert summary.ok and summary.finished == 2
-    directory = session.repeat_dir(case, 2)
-    assert log_ranks(directory / "node0.log") == {0, 1}
-    assert log_ranks(directory / "node1.log") == {2, 3}
-    record = json.loads((directory / "record.json").read_text())
+    session, record = two_nodes_two_repeats(runtime, tmp_path / "s")
     assert record["runtime"] == "docker" and record["logs"] == ["node0.log", "node1.log"]
     extra = record["extra"]
     assert set(extra["nodes"]) == {"node0", "node1"}
@@ -293,7 +286,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     from driver.core.results import Session
     from driver.core.runner import run_cases
     from driver.images.build import BuildOptions
-    from driver.runtimes.docker import DockerRuntime
+    from driver.runtimes.ssh.docker import DockerRuntime
     from tests.cluster_fixtures import calibration_case
 
     # Ctrl-C as a terminal delivers it, even if this test runs under a shell's background job

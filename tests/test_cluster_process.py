@@ -13,9 +13,8 @@ from pathlib import Path
 
 from driver.core.results import Session
 from driver.core.runner import run_cases
-from driver.runtimes.base import Verdict
-from driver.runtimes.process import ProcessRuntime
-from driver.runtimes.ssh import session_label
+from driver.runtimes.base import Verdict, session_label
+from driver.runtimes.ssh.process import ProcessRuntime
 from driver.verify.folder import verify_sessions
 from tests.cluster_fixtures import (
     SshNode,
@@ -26,6 +25,7 @@ from tests.cluster_fixtures import (
     processes_with_env,
     quiet,
     records_of,
+    two_nodes_two_repeats,
     wait_for,
     write_inventory,
 )
@@ -37,14 +37,7 @@ def process_inventory(inventory_file, **defaults) -> Path:
 
 def test_two_nodes_with_the_nodes_python(inventory_file, tmp_path: Path) -> None:
     runtime = ProcessRuntime(process_inventory(inventory_file))
-    case = calibration_case("2n4g", repeats=2)
-    session = Session.open(tmp_path / "s")
-    summary = run_cases([case], session, runtime, printer=quiet)
-    assert summary.ok and summary.finished == 2
-    directory = session.repeat_dir(case, 2)
-    assert log_ranks(directory / "node0.log") == {0, 1}
-    assert log_ranks(directory / "node1.log") == {2, 3}
-    record = json.loads((directory / "record.json").read_text())
+    session, record = two_nodes_two_repeats(runtime, tmp_path / "s")
     assert record["runtime"] == "process"
     # Each node runs in its own copy of the kit's code, under its own scratch folder.
     workdirs = {n: record["extra"]["nodes"][n]["workdir"] for n in ("node0", "node1")}

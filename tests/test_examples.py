@@ -14,8 +14,8 @@ from driver.cluster.inventory import load_inventory
 from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.frontend.cli import main
+from driver.runtimes.slurm.config import load_slurm_config
 from driver.schema import load_document
-from driver.slurm.config import load_slurm_config
 
 EXAMPLES = REPO_ROOT / "examples"
 FILES = sorted(path for path in EXAMPLES.iterdir() if path.is_file())

@@ -26,8 +26,8 @@ from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import load_lock
 from driver.release.manifest import validate as validate_manifest
+from driver.runtimes.slurm.config import load_slurm_config
 from driver.schema import ConfigError
-from driver.slurm.config import load_slurm_config
 from driver.sources.upstream import load_spec
 from tests.config_samples import minimal_source
 from tests.hostile import (

@@ -296,7 +296,7 @@ def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:
 def test_ctrl_c_stops_every_nodes_repeat_and_leaves_nothing_running(
     ssh_nodes: list[SshNode], tmp_path: Path
 ) -> None:
-    from driver.runtimes.ssh import session_label
+    from driver.runtimes.base import session_label
     from tests.cluster_fixtures import processes_with_env
 
     inventory = write_inventory(
@@ -380,7 +380,7 @@ def test_a_throttled_nic_is_named_a_slow_link_and_no_other_node(
 def test_ctrl_c_during_the_pairs_stops_every_probe_and_leaves_nothing_running(
     ssh_nodes: list[SshNode], tmp_path: Path
 ) -> None:
-    from driver.runtimes.ssh import session_label
+    from driver.runtimes.base import session_label
     from tests.cluster_fixtures import processes_with_env
 
     inventory = torch_inventory(ssh_nodes, tmp_path)

@@ -29,7 +29,7 @@ from driver.core.selftest import calibration_cases
 from driver.frameworks.base import FRAMEWORKS
 from driver.frameworks.calibration import CALIBRATION
 from driver.plugins import load_all
-from driver.runtimes.process import ProcessRuntime
+from driver.runtimes.ssh.process import ProcessRuntime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory
 
 

@@ -17,10 +17,10 @@ import pytest
 
 from driver.core.results import Session
 from driver.core.selftest import ERROR_BOUND, SelftestResult, run_selftest
-from driver.runtimes.docker import DockerRuntime
-from driver.runtimes.process import ProcessRuntime
-from driver.runtimes.slurm import SlurmRuntime
-from driver.slurm.config import SlurmConfig
+from driver.runtimes.slurm.config import SlurmConfig
+from driver.runtimes.slurm.runtime import SlurmRuntime
+from driver.runtimes.ssh.docker import DockerRuntime
+from driver.runtimes.ssh.process import ProcessRuntime
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
     from driver.testbed.simhosts import SimulatedHosts

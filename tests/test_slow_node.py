@@ -16,7 +16,7 @@ from driver.core.measure import STRAGGLER_FIELDS
 from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.frontend.cli import main
-from driver.runtimes.factory import make_runtime
+from driver.runtimes.base import make_runtime
 from tests.cluster_fixtures import calibration_case, quiet
 
 SLOWDOWN = 1.2

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.selftest import calibration_cases
 from driver.images.oci import (
     MARKER,
@@ -34,8 +33,9 @@ from driver.images.oci import (
     slurm_oci_conf,
 )
 from driver.runtimes.base import RuntimeConfigError, Verdict
-from driver.runtimes.slurm import PLACEHOLDER, SlurmRuntime
-from driver.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.runtimes.plan import NodeCommand, RepeatPlan
+from driver.runtimes.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.runtimes.slurm.runtime import PLACEHOLDER, SlurmRuntime
 from tests.conftest import require_real
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
@@ -205,7 +205,7 @@ def test_dry_run_names_the_bundle_and_the_container_flag(
     plan = plan_for(tmp_path, [["python3", "-V"], ["python3", "-V"]])
     lines = runtime.describe(plan)
     text = "\n".join(lines)
-    session_bundle = runtime._oci_bundle("calibration", plan.session_root)
+    session_bundle = runtime.platform.session_bundle("calibration", plan.session_root)
     assert session_bundle.parent.parent == tmp_path / "cache"
     said = f"# once per session: the OCI bundle {session_bundle} (root from the bundle {bundle}"
     assert said in text

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.repeatplan import NodeCommand
-from driver.runtimes.slurm import SlurmRuntime
-from driver.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
-from driver.slurm.render import (
+from driver.runtimes.plan import NodeCommand
+from driver.runtimes.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     Container,
     OciContainer,
@@ -25,6 +24,7 @@ from driver.slurm.render import (
     srun_argv,
     step_script,
 )
+from driver.runtimes.slurm.runtime import SlurmRuntime
 
 DIGEST = "sha256:" + "ab" * 32
 GPU_CLUSTER = SlurmConfig(
@@ -171,10 +171,10 @@ def test_pyxis_image_comes_from_images_lock_by_digest() -> None:
     from driver.images.lock import load_lock
 
     runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
-    image = runtime.image_for("pytorch")
+    image = runtime.platform.image_for("pytorch")
     digest = load_lock().get("nvcr.io/nvidia/pytorch:25.04-py3").digest
     assert image == f"nvcr.io#nvidia/pytorch@{digest}"
-    override = SlurmRuntime(config=GPU_CLUSTER).image_for("pytorch")
+    override = SlurmRuntime(config=GPU_CLUSTER).platform.image_for("pytorch")
     assert override == f"nvcr.io#nvidia/pytorch@{DIGEST}"
 
 
@@ -299,7 +299,7 @@ def four_by_eight_plan(runtime: SlurmRuntime):  # noqa: ANN201 - RepeatPlan
 
 def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPatch) -> None:
     from driver.frameworks.base import REPO_ROOT
-    from driver.runtimes.slurm import Allocation
+    from driver.runtimes.slurm.runtime import Allocation
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     runtime = SlurmRuntime(config=GPU_CLUSTER)

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.selftest import calibration_cases
 from driver.runtimes.base import Verdict
-from driver.runtimes.slurm import PLACEHOLDER, SlurmRuntime, job_name
-from driver.slurm.config import SlurmConfig
+from driver.runtimes.plan import NodeCommand, RepeatPlan
+from driver.runtimes.slurm.config import SlurmConfig
+from driver.runtimes.slurm.runtime import PLACEHOLDER, SlurmRuntime, job_name
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
     from tests.slurm_fixtures import SlurmCluster
@@ -202,8 +202,8 @@ def test_node_killed_mid_repeat(cluster_env: SlurmCluster, tmp_path: Path) -> No
 CTRL_C_SCRIPT = """
 import sys, time
 from pathlib import Path
-from driver.runtimes.slurm import SlurmRuntime
-from driver.slurm.config import SlurmConfig
+from driver.runtimes.slurm.runtime import SlurmRuntime
+from driver.runtimes.slurm.config import SlurmConfig
 from tests.test_slurm_runtime import plan_for, python
 
 runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
@@ -481,7 +481,7 @@ def test_upstream_sources_are_refused_before_any_job(
     from driver.core.plan import dry_run_plan
     from driver.frontend.cli import main
     from driver.runtimes.base import RuntimeConfigError
-    from driver.slurm import client
+    from driver.runtimes.slurm import client
     from tests.test_upstream_sources import case_for
 
     for key in [k for k in os.environ if k.startswith("SLURM_")]:

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from driver.bench.protocol import EXIT_OOM
 from driver.cluster.remote import parallel
-from driver.core.repeatplan import NodeCommand
 from driver.runtimes.base import Verdict
-from driver.runtimes.ssh import EXIT_OOM, Launch, SshRuntime
+from driver.runtimes.plan import NodeCommand
+from driver.runtimes.ssh import watch as watch_module
+from driver.runtimes.ssh.launch import Launch
+from driver.runtimes.ssh.runtime import SshRuntime
 
 
 @dataclass
@@ -233,13 +236,13 @@ def test_the_watch_sleeps_until_a_channel_has_news_and_wakes_on_it(
     check."""
     items = launches(None, None)
     wakes: list[float] = []
-    original = SshRuntime._wait_for_news
+    original = watch_module.wait_for_news
 
     def counted(*args, **kwargs) -> None:  # noqa: ANN002, ANN003
         original(*args, **kwargs)
         wakes.append(time.monotonic())
 
-    monkeypatch.setattr(SshRuntime, "_wait_for_news", staticmethod(counted))
+    monkeypatch.setattr(watch_module, "wait_for_news", counted)
     ended: list[float] = []
 
     def end_both() -> None:

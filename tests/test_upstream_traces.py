@@ -30,7 +30,6 @@ import yaml
 from driver.core.case import Topology
 from driver.core.measure import Window, measure_repeat
 from driver.core.plan import RepeatPlan
-from driver.core.repeatplan import NodeCommand
 from driver.core.runner import run_plan
 from driver.frameworks.base import REPO_ROOT
 from driver.parsers._upstream import header_line
@@ -38,6 +37,7 @@ from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 from driver.plugins import load_all
 from driver.runtimes.base import Verdict
 from driver.runtimes.local import LocalRuntime
+from driver.runtimes.plan import NodeCommand
 from driver.sources.upstream import SPECS, UpstreamSource, wrapper_script
 from tests.test_upstream_sources import case_for, rank
 

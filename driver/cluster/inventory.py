@@ -29,8 +29,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
+from driver.runtimes.slurm.config import SlurmConfig
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
-from driver.slurm.config import SlurmConfig
 
 
 class InventoryError(ConfigError):

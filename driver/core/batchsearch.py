@@ -19,9 +19,9 @@ from dataclasses import replace
 
 from driver.core.case import Case
 from driver.core.plan import plan_repeat
-from driver.core.repeatplan import RepeatPlan
 from driver.core.results import Session, write_json
 from driver.runtimes.base import RepeatOutcome, Runtime, Verdict
+from driver.runtimes.plan import RepeatPlan
 
 # Runs one plan in a runtime; whatever goes wrong ends as a verdict (``runner.run_plan``).
 PlanRunner = Callable[[RepeatPlan, Runtime], tuple[RepeatOutcome, Verdict]]

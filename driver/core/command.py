@@ -10,10 +10,10 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from driver.core.case import Case
-from driver.core.repeatplan import NodeCommand
 from driver.frameworks.base import FRAMEWORKS, Framework
 from driver.launchers.base import LAUNCHERS, NodeRank
 from driver.plugins import load_all
+from driver.runtimes.plan import NodeCommand
 from driver.sources.base import SOURCES
 
 if TYPE_CHECKING:  # the runtime only answers questions here: planning does not import runtimes

@@ -1,7 +1,7 @@
-"""Building the repeat plan (``driver.core.repeatplan.RepeatPlan``) of one repeat of a case.
+"""Building the repeat plan (``driver.runtimes.plan.RepeatPlan``) of one repeat of a case.
 
 The runner (and the batch=max search) build plans here and hand the whole of each to
-``Runtime.run``; the plan type itself lives in ``driver.core.repeatplan`` so that the runtimes
+``Runtime.run``; the plan type itself lives in ``driver.runtimes.plan`` so that the runtimes
 read it without importing this module, which needs the plug-in registry.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from driver.core.case import Case
 from driver.core.command import node_commands, parser_for
-from driver.core.repeatplan import RepeatPlan
+from driver.runtimes.plan import RepeatPlan
 
 if TYPE_CHECKING:  # the runtime is only passed through: planning does not import runtimes
     from driver.runtimes.base import Runtime

@@ -18,7 +18,6 @@ from driver.core.case import Case
 from driver.core.measure import RepeatMeasurement
 from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
-from driver.core.repeatplan import RepeatPlan
 from driver.core.results import RepeatRecord, Session, sha256_of_logs, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
@@ -28,6 +27,7 @@ from driver.runtimes.base import (
     Runtime,
     Verdict,
 )
+from driver.runtimes.plan import RepeatPlan
 from driver.verify.plausible import Implausible
 from driver.verify.repeat import measure_checked
 

@@ -123,12 +123,12 @@ def run_session(
     folder ``root`` (resumed when it exists): the session, the closing table and the report.
     Returns the exit status: 0 when every repeat finished and the door took every one."""
     from driver.core.command import check_placement
-    from driver.core.envs import ensure_env
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables, write_report
     from driver.core.results import Session
     from driver.core.runner import run_cases
     from driver.core.summary import summarize
+    from driver.runtimes.envs import ensure_env
     from driver.verify.folder import verify_sessions
 
     cases, profile, why = selection.cases, selection.profile, selection.why

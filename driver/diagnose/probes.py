@@ -16,11 +16,11 @@ from typing import Any
 
 from driver.core.case import Topology
 from driver.core.command import free_port
-from driver.core.repeatplan import NodeCommand, RepeatPlan
 from driver.core.results import write_json
 from driver.launchers.base import NodeRank
 from driver.release.scaling import ProbeError, parse_probe_log
 from driver.runtimes.base import Runtime, Verdict
+from driver.runtimes.plan import NodeCommand, RepeatPlan
 
 PROBE_DIR = "probes"
 SCRIPT = "driver/diagnose/allreduce.py"

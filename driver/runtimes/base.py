@@ -1,16 +1,26 @@
-"""The runtime plug-in interface.
+"""The runtime plug-in interface, its registry, and the one way a runtime is built.
 
 A runtime executes one repeat of one case, given as a whole typed plan
-(``driver.core.repeatplan.RepeatPlan``): a command per node, started together, each node's
+(``driver.runtimes.plan.RepeatPlan``): a command per node, started together, each node's
 stdout+stderr written to its own raw log under the repeat folder, all stopped on the first
 failure or on the timeout, nothing left running afterwards. Runtimes register in
-``RUNTIMES`` (below) and are built only through ``driver.runtimes.factory.make_runtime``.
+:data:`RUNTIMES` and are built only through :func:`make_runtime`.
+
+A runtime is a transport (this host, SSH, Slurm) crossed with a container platform
+(``driver.runtimes.containers``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import hashlib
+import json
 import os
+import re
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from driver.registry import Registry
 
 if TYPE_CHECKING:
-    from driver.core.repeatplan import RepeatPlan
     from driver.frameworks.base import Framework
+    from driver.runtimes.plan import RepeatPlan
 
 
 def driver_cpu_seconds() -> float:
@@ -103,4 +113,68 @@ class RuntimeConfigError(ValueError):
     """A runtime cannot be built from what the command line gave (clear, one line)."""
 
 
-RUNTIMES: Registry[type[Runtime]] = Registry("runtime")  # built by factory.make_runtime
+RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
+
+
+def make_runtime(name: str, *, inventory: Path | str | None = None, **options: Any) -> Runtime:
+    """The runtime registered as ``name``, built with its options.
+
+    A runtime class says how it uses a cluster file in ``cluster_file``: ``"required"`` (the
+    SSH runtimes: the file lists the nodes), ``"optional"`` (Slurm: its ``slurm:`` section, or
+    every default inside an allocation) or ``"none"`` (local: a file given is refused rather
+    than silently ignored).
+    """
+    from driver.plugins import load_all  # imports every runtime module, which import this one
+
+    load_all()
+    runtime_class = RUNTIMES.get(name)
+    use = getattr(runtime_class, "cluster_file", "none")
+    if use == "required" and not inventory:
+        raise RuntimeConfigError(
+            f"--runtime {name} needs --inventory FILE (the cluster file; see docs/clusters.md)"
+        )
+    if use == "none":
+        if inventory:
+            raise RuntimeConfigError(
+                f"--runtime {name} runs on this host and takes no --inventory; "
+                "use --runtime docker, process or slurm for a cluster file"
+            )
+        return runtime_class(**options)
+    return runtime_class(inventory, **options)
+
+
+# -- what the cluster runtimes share -----------------------------------------------------------
+def slug(text: str, length: int) -> str:
+    """``text`` as a name part a container, folder or Slurm job accepts."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:length] or "x"
+
+
+def session_label(root: Path | str) -> str:
+    """Names a session on every node and in the queue (container labels, run folders, the
+    Slurm job): the results folder's name plus a hash of its path, unique per folder."""
+    root = Path(root)
+    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:8]
+    return f"{slug(root.name, 40)}-{digest}"
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C is ignored inside (on the main thread): a repeat's cleanup must finish even if it
+    is pressed again, so that no process, container or job outlives the kit."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def raise_interrupted(repeat_dir: Path, detail: str, extra: dict[str, Any]) -> None:
+    """After an interrupted repeat's cleanup: what it found (exit codes, unreachable nodes) is
+    kept beside the logs, and the interrupt goes on (the runner records the repeat as
+    interrupted from the exception alone)."""
+    (repeat_dir / "interrupted.json").write_text(
+        json.dumps({"detail": detail, "extra": extra}, indent=2, default=str) + "\n"
+    )
+    raise KeyboardInterrupt

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
-from driver.core.repeatplan import NodeCommand, command_line
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.runtimes.base import (
     RUNTIMES,
@@ -33,9 +32,11 @@ from driver.runtimes.base import (
     RuntimeConfigError,
     Verdict,
 )
+from driver.runtimes.envs import venv_environment, venv_python
+from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:
-    from driver.core.repeatplan import RepeatPlan
+    from driver.runtimes.plan import RepeatPlan
 
 SESSION_VAR = "DLPERF_LOCAL_SESSION"  # in every node command's environment: its session
 RUNNING_DIR = ".running"  # <session>/.running/<pid>: a node command of this session runs
@@ -308,16 +309,12 @@ class LocalRuntime:
             return self.python_override
         if framework.name == "calibration":
             return sys.executable
-        from driver.core.envs import venv_python
-
         return str(venv_python(framework))
 
     def environment(self, framework: Framework) -> dict[str, str]:
         """Extra environment of the framework's venv (LD_LIBRARY_PATH from venv_library_globs)."""
         if self.python_override or framework.name == "calibration":
             return {}
-        from driver.core.envs import venv_environment
-
         return venv_environment(framework)
 
     def workdir(self) -> str:

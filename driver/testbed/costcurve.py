@@ -88,9 +88,9 @@ def _one_point(
     nodes: int, runtime_name: str, devices: int, scratch: Path, printer: Callable[[str], None],
     **selftest: float,
 ) -> tuple[SelftestResult, float, float]:  # fmt: skip
-    from driver.runtimes.process import ProcessRuntime
-    from driver.runtimes.slurm import SlurmRuntime
-    from driver.slurm.config import SlurmConfig
+    from driver.runtimes.slurm.config import SlurmConfig
+    from driver.runtimes.slurm.runtime import SlurmRuntime
+    from driver.runtimes.ssh.process import ProcessRuntime
 
     made = time.monotonic()
     hosts = SimulatedHosts(

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.core.envs import venv_environment, venv_python
 from driver.core.session import BeforeMatrix, Selection, SessionSetting, run_session
 from driver.frameworks.base import FRAMEWORKS, Framework
+from driver.runtimes.envs import venv_environment, venv_python
 from driver.testbed.simhosts import (
     SimulatedHosts,
     SimulatedHostsError,
@@ -195,9 +195,9 @@ def rehearse(
     case has nodes, through the process runtime, into the session folder ``root``; the hosts go
     at the end, however the run ends."""
     from driver.cluster.inventory import load_inventory
-    from driver.core.envs import ensure_env
     from driver.core.hardware import gpu_names
-    from driver.runtimes.process import ProcessRuntime
+    from driver.runtimes.envs import ensure_env
+    from driver.runtimes.ssh.process import ProcessRuntime
 
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
     if not dry_run:  # the hosts run the local runtime's venvs: made before the hosts

@@ -34,7 +34,7 @@ def local_environments() -> dict[str, object]:
 def cmd_envs(args: argparse.Namespace) -> int:
     """Create (once) the environments the local runtime needs, so that a run or the test suite
     later finds them made: installation, timed apart from the runs (CI calls it first)."""
-    from driver.core.envs import ensure_env
+    from driver.runtimes.envs import ensure_env
 
     known = local_environments()
     if args.names is None:

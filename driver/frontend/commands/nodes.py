@@ -72,7 +72,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         table,
     )  # fmt: skip
     from driver.registry import UnknownPlugin
-    from driver.runtimes.factory import make_runtime
+    from driver.runtimes.base import make_runtime
 
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)

@@ -14,7 +14,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
     from driver.frameworks.base import FRAMEWORKS
     from driver.registry import UnknownPlugin
-    from driver.runtimes.factory import make_runtime
+    from driver.runtimes.base import make_runtime
 
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)

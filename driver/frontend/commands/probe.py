@@ -14,7 +14,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from driver.core.results import Session
     from driver.diagnose.probes import run_allreduce_probe
     from driver.release.scaling import ProbeError
-    from driver.runtimes.factory import make_runtime
+    from driver.runtimes.base import make_runtime
 
     session = Session.open(Path(args.results) / args.session, {"runtime": args.runtime})
     runtime = make_runtime(args.runtime, inventory=args.inventory)

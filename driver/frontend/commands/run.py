@@ -14,7 +14,7 @@ from driver.core.matrix import COMMAND_LINE, DLPERF_PROFILE, MatrixError, overri
 from driver.core.session import AUTO, choose_profile, run_session, select_cases
 from driver.frameworks.base import FRAMEWORKS
 from driver.frontend.args import RESULTS, RUNTIME_HELP, check_session_name, csv_items, option_pair
-from driver.runtimes.factory import make_runtime
+from driver.runtimes.base import make_runtime
 from driver.schema import did_you_mean
 
 

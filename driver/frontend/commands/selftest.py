@@ -9,7 +9,7 @@ import sys
 from driver.core.matrix import MAX_REPEATS
 from driver.core.selftest import DEFAULT_TOPOLOGIES
 from driver.frontend.args import RUNTIME_HELP, bounded_float, bounded_int, count_list, topology_list
-from driver.runtimes.factory import make_runtime
+from driver.runtimes.base import make_runtime
 
 # The selftest's step time: at least 1 ms (32 samples per step stay well within the door's
 # plausible throughput per device), at most a minute (its 105 steps per repeat: under 2 hours).

@@ -5,9 +5,9 @@ The runner (and the batch=max search, and the all-reduce probe) build a :class:`
 re-derives the case, the framework, the device count or the session from paths, argv or the
 environment.
 
-These types sit below both the planning code and the runtimes, and import neither: the
-runtimes (and the registry that holds them) read plans without importing the planning code,
-which itself needs the registry.
+These types are what a runtime receives, so they live with the runtimes; they import no
+runtime and no planning code: the runtimes read plans without importing the planning code,
+which itself needs the plug-in registries.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ Mount = text(
 AbsolutePath = text(r"/[^\x00-\x1f\x7f]*", "an absolute path (/shared/...)")
 SbatchOption = text(r"-[^\s\x00-\x1f\x7f]+", "an option: write each as --name=value")
 
-# The sbatch options the kit sets itself (driver/slurm/render.py sbatch_argv), or that would
+# The sbatch options the kit sets itself (render.py sbatch_argv), or that would
 # break the session's job, with their short forms: an extra argument naming one would override
 # the kit's (sbatch takes the last), e.g. --job-name hides the job from leftover cleanup and
 # --nodes=1 runs a 2-node case on one node. Each with the fix.

@@ -1,4 +1,4 @@
-"""The docker runtime: one ``docker run --network host --ipc host`` per node, over SSH (Fabric).
+"""The docker platform over SSH: one ``docker run --network host --ipc host`` per node.
 
 Each node's command (the framework's own launcher, e.g. torchrun, from ``plan_repeat``) runs in
 the framework's image, identified by its digest; the kit's code is mounted read-only at
@@ -8,6 +8,8 @@ docker client is driven through the node's own SSH connection, so nodes sharing 
 (tests on one machine) behave like separate hosts.
 
     dlperf run --runtime docker --inventory inventory.yaml ...
+
+The ``docker`` runtime is the SSH transport (``runtime.py``) with this platform.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from driver.cluster.inventory import Inventory, Node
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
 from driver.runtimes.base import RUNTIMES
-from driver.runtimes.ssh import Launch, Prepared, SshRuntime
+from driver.runtimes.ssh.launch import Launch, Prepared, SshPlatform
+from driver.runtimes.ssh.runtime import SshRuntime
 
 WORKDIR = "/dlperf"
 
@@ -35,24 +38,20 @@ def _parse_time(text: str | None) -> float | None:
     return datetime.fromisoformat(head + "+00:00").timestamp() + fraction
 
 
-@RUNTIMES.register("docker")
-class DockerRuntime(SshRuntime):
+class DockerContainers(SshPlatform):
+    """A docker container per node and repeat, made by the node's own docker client."""
+
     name = "docker"
-    kind = "docker"
+    preflight_kind = "docker"
+    mount_point = WORKDIR
     runs_sources = True
 
-    def __init__(self, inventory: Inventory | str | Path, *, build_options: Any = None) -> None:
-        super().__init__(inventory)
+    def __init__(self, remotes: list[Remote], build_options: Any = None) -> None:
+        self.remotes = remotes  # the first node is asked for a tag the head cannot resolve
         self.build_options = build_options  # driver.images.build.BuildOptions; None: defaults
         self._images: dict[tuple[str, str, str], str] = {}
 
-    def workdir(self) -> str:
-        return WORKDIR
-
-    def workdir_on(self, code_dir: str) -> str:
-        return WORKDIR
-
-    def python(self, framework: Any) -> str:
+    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
         return "python3"  # the image's: our CPU images put /opt/venv first on PATH
 
     # -- images ----------------------------------------------------------------------------
@@ -169,7 +168,7 @@ class DockerRuntime(SshRuntime):
             *launch.command.argv,
         )
 
-    def node_command_line(
+    def command_line(
         self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
     ) -> str:
         image = self.planned_image(framework, launch.remote.node, source)
@@ -210,7 +209,7 @@ class DockerRuntime(SshRuntime):
         launch.facts["container_id"] = result.stdout.strip()[:64]
         launch.facts["image_id"] = image
 
-    def attach_command(self, launch: Launch) -> str:
+    def start_command(self, launch: Launch) -> str:
         # The attached client is the channel's process: its exit status is the container's,
         # and the log is complete once it has exited.
         start = shell(launch.remote.docker("start", "-a", launch.run_id))
@@ -259,3 +258,13 @@ class DockerRuntime(SshRuntime):
         )
         if launch.exit_code is None and state.get("Status") == "exited":
             launch.exit_code = int(state.get("ExitCode", -1))
+
+
+@RUNTIMES.register("docker")
+class DockerRuntime(SshRuntime):
+    """``--runtime docker``: the SSH transport, every node's command in a docker container."""
+
+    name = "docker"
+
+    def __init__(self, inventory: Inventory | str | Path, *, build_options: Any = None) -> None:
+        super().__init__(inventory, lambda remotes: DockerContainers(remotes, build_options))

@@ -1,4 +1,4 @@
-"""The process runtime: the same node commands over SSH, without containers.
+"""No container over SSH: each node's command as a process group the kit holds itself.
 
 For hosts that have the framework installed directly: each node runs the command with its own
 interpreter (inventory ``python``: one path, or one per framework) in a copy of the kit's code
@@ -8,19 +8,21 @@ kept in the run folder, with ``DLPERF_RUN_ID`` in its environment, so that a lat
 and end a leftover without ever signalling an unrelated process that reused the pid.
 
     dlperf run --runtime process --inventory inventory.yaml ...
+
+The ``process`` runtime is the SSH transport (``runtime.py``) with this platform.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
-from driver.cluster.code import code_dir
+from driver.cluster.inventory import Inventory
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
 from driver.runtimes.base import RUNTIMES
-from driver.runtimes.ssh import Launch, Prepared, SshRuntime
+from driver.runtimes.ssh.launch import Launch, Prepared, SshPlatform
+from driver.runtimes.ssh.runtime import SshRuntime
 
 GRACE_S = 5
 
@@ -32,18 +34,14 @@ _OWNED = (
 )
 
 
-@RUNTIMES.register("process")
-class ProcessRuntime(SshRuntime):
-    name = "process"
-    kind = "process"
+class ProcessGroups(SshPlatform):
+    """No container: the kit starts, stops and times each node's process group itself."""
 
-    def python(self, framework: Any) -> str:
-        name = getattr(framework, "name", str(framework))
-        return self.inventory.nodes[0].python_for(name)
+    name = "none"
+    preflight_kind = "process"
 
-    def workdir(self) -> str:
-        # Every node's own copy is substituted at launch; this is the first node's, for records.
-        return code_dir(self.inventory.nodes[0].scratch_dir, self.bundle())
+    def __init__(self, first: Remote) -> None:
+        self.first = first  # plan_repeat's interpreter is the first node's (node_argv)
 
     def probe_command(
         self, remote: Remote, prepared_code: str, image: str | None, framework: str
@@ -76,18 +74,18 @@ class ProcessRuntime(SshRuntime):
         launch.facts.update(
             workdir=code, labels=labels, argv=self.node_argv(launch, prepared.framework)
         )
-        launch.start_command = self.node_command_line(launch, env, code, prepared.framework)
+        launch.start_command = self.command_line(launch, env, code, prepared.framework)
 
     def node_argv(self, launch: Launch, framework: str) -> list[str]:
         """The launch's argv with this node's interpreter: plan_repeat knows only one."""
         argv = list(launch.command.argv)
-        first_python = self.inventory.nodes[0].python_for(framework)
+        first_python = self.first.node.python_for(framework)
         node_python = launch.remote.node.python_for(framework)
         if argv and argv[0] == first_python and node_python != first_python:
             argv[0] = node_python
         return argv
 
-    def node_command_line(
+    def command_line(
         self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str = ""
     ) -> str:
         argv = self.node_argv(launch, framework)
@@ -110,7 +108,7 @@ class ProcessRuntime(SshRuntime):
         # same signal, so that the channel reports it as before (sshd's exit-signal).
         return 'if [ "$rc" -gt 128 ]; then kill -"$((rc - 128))" $$ 2>/dev/null; fi; exit $rc'
 
-    def attach_command(self, launch: Launch) -> str:
+    def start_command(self, launch: Launch) -> str:
         return launch.start_command
 
     def stop(self, launch: Launch) -> None:
@@ -158,3 +156,13 @@ class ProcessRuntime(SshRuntime):
             launch.facts["process_cpu_seconds"] = round(
                 sum(int(m) * 60 + float(s) for m, s in spent), 3
             )
+
+
+@RUNTIMES.register("process")
+class ProcessRuntime(SshRuntime):
+    """``--runtime process``: the SSH transport, no container (the nodes' own Python)."""
+
+    name = "process"
+
+    def __init__(self, inventory: Inventory | str | Path) -> None:
+        super().__init__(inventory, lambda remotes: ProcessGroups(remotes[0]))

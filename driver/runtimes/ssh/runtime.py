@@ -1,4 +1,4 @@
-"""What the two SSH runtimes (``docker`` and ``process``) share: one repeat over N nodes.
+"""The SSH transport: one repeat over N nodes, each reached over its own SSH connection.
 
 A repeat on a cluster:
 
@@ -23,122 +23,51 @@ One SSH connection per node serves the whole session (prepare, launch, watch, fi
 every per-node step runs for all nodes at once: the driver's own time per repeat stays nearly
 flat as nodes are added.
 
-Subclasses say how a node's process is created, started, stopped and inspected.
+How a node's process is created, started, stopped and collected is its container platform's
+(``launch.SshPlatform``: ``docker.py``, or ``process.py`` for none); the runtimes ``docker`` and
+``process`` are this transport with each of them. The watch's verdict is ``watch.py``'s.
+
+This file runs a little over 500 lines because it is the whole of stages 1, 2 and 4 in the
+order they happen, around state they share (what is prepared, which nodes may hold leftovers);
+cut in two, each half would read the other's state.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
-import selectors
-import signal
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from driver.bench.protocol import EXIT_OOM
 from driver.cluster import provenance
 from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle, sync_code
 from driver.cluster.inventory import Inventory, Node, load_inventory
 from driver.cluster.preflight import Check, devices_check, failures, run_preflight
-from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
-from driver.core.repeatplan import NodeCommand
+from driver.cluster.remote import NodeUnreachable, Remote, parallel
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     NodeOutcome,
     RepeatOutcome,
     Verdict,
+    ctrl_c_held,
     driver_cpu_seconds,
+    raise_interrupted,
+    session_label,
+    slug,
 )
+from driver.runtimes.plan import NodeCommand
+from driver.runtimes.ssh import watch
+from driver.runtimes.ssh.launch import Launch, Prepared, SshPlatform
 
 if TYPE_CHECKING:
-    from driver.core.repeatplan import RepeatPlan
+    from driver.runtimes.plan import RepeatPlan
 
-POLL_S = 0.05
-# The watch sleeps until a launch channel has news (output, its end), or this long at most:
-# how often a lost connection or a silent node is looked for.
-WAKE_S = 0.5
+POLL_S = watch.POLL_S
 SETTLE_S = 5.0  # after a stop, how long attached channels get to flush the last log lines
-HEARTBEAT_S = 2.0  # how often each node's sshd is asked for an answer during a repeat
 RANK_KEYS = set(NodeRank(0, 1, 1, "", 0).environment())
-# The lines around a node's collection block (what its process left, then its log byte for byte)
-# on the launch channel's stdout, or on the separate collection command's.
-COLLECTED = "dlperf-collected"
-COLLECTED_END = "dlperf-collected-end"
-
-
-@dataclass
-class Launch:
-    """One node's part of a repeat."""
-
-    index: int
-    remote: Remote
-    command: NodeCommand
-    run_id: str  # unique: container name / run folder name
-    run_dir: str  # on the node: <scratch>/runs/<session label>/<run id>
-    channel: Any = None  # paramiko Channel attached to the process
-    exit_code: int | None = None
-    lost: str | None = None  # why the node dropped off, when it did
-    facts: dict[str, Any] = field(default_factory=dict)  # inspect results: OOM, times, IDs
-    start_command: str = ""  # what the attached channel runs, when create() prepares it
-    output: bytearray = field(default_factory=bytearray)  # the launch channel's stdout so far
-    output_ended: bool = False  # its end (EOF) came: ``output`` is all the node will send
-
-    @property
-    def log(self) -> str:
-        return f"{self.run_dir}/node.log"
-
-    def read_channel(self) -> bool:
-        """Take what the launch channel has sent so far (without waiting); True once its
-        stdout has ended. Read while the node runs, so that the channel's window never fills;
-        its stderr holds only the shell's own complaints (the process writes to its log)."""
-        channel = self.channel
-        if channel is None:
-            return False
-        while channel.recv_ready():
-            self.output.extend(channel.recv(65536))
-        while channel.recv_stderr_ready():
-            channel.recv_stderr(65536)
-        if (channel.eof_received or channel.closed) and not channel.recv_ready():
-            self.output_ended = True
-        return self.output_ended
-
-    @property
-    def ended(self) -> bool:
-        """The node's command has exited and everything it wrote has arrived."""
-        return self.channel is not None and self.channel.exit_status_ready() and self.output_ended
-
-    def collected_block(self, output: bytes | bytearray | None = None) -> bytes | None:
-        """The collection block from ``output`` (default: the launch channel's, once ended):
-        the bytes between the start and end markers, or None when they are not both there
-        (the command stopped before its collection ran, or during it)."""
-        if output is None:
-            if not self.output_ended:
-                return None
-            output = self.output
-        start = f"{COLLECTED} {self.run_id}\n".encode()
-        end = f"\n{COLLECTED_END} {self.run_id}\n".encode()
-        begin, finish = output.find(start), output.rfind(end)
-        if begin < 0 or finish < begin + len(start):
-            return None
-        return bytes(output[begin + len(start) : finish])
-
-
-@dataclass
-class Prepared:
-    bundle: CodeBundle
-    code_dirs: dict[str, str]  # node -> code folder on that node
-    image: dict[str, str]  # node -> image ID (docker runtime)
-    provenance: dict[str, dict[str, Any]]
-    seconds: float
-    framework: str = "calibration"
-    # node -> the devices its pre-flight counted (None: could not count): a later case with
-    # more ranks per node is judged by the same rule (preflight.devices_check), not skipped.
-    devices: dict[str, int | None] = field(default_factory=dict)
 
 
 class PrepareFailed(Exception):
@@ -147,35 +76,29 @@ class PrepareFailed(Exception):
         self.verdict, self.detail = verdict, detail
 
 
-def slug(text: str, length: int) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:length] or "x"
-
-
-def session_label(root: Path) -> str:
-    """Names this session on every node (labels, run folders); unique per results folder."""
-    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:8]
-    return f"{slug(root.name, 40)}-{digest}"
-
-
 RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
 
 
 class SshRuntime:
-    """Base of the runtimes that reach nodes over SSH; see the module docstring."""
+    """The SSH transport with one container platform; see the module docstring."""
 
     name = "ssh"
     cluster_file = "required"  # the inventory lists the nodes (make_runtime)
-    kind = "ssh"  # preflight flavour: docker | process
-    runs_sources = False  # upstream sources bring their code in their image: docker only
 
     # A node whose sshd has not answered for this long is lost (hung, or its network gone).
     silence_limit_s = 30.0
 
-    def __init__(self, inventory: Inventory | str | Path) -> None:
+    def __init__(
+        self,
+        inventory: Inventory | str | Path,
+        platform: Callable[[list[Remote]], SshPlatform],
+    ) -> None:
+        """``platform``: makes the container platform, given the nodes' connections."""
         self.inventory = (
             inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
         )
         self.remotes = [Remote(node) for node in self.inventory.nodes]
+        self.platform = platform(self.remotes)
         self._prepared: dict[tuple[str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
         self._bundle: CodeBundle | None = None
@@ -204,10 +127,18 @@ class SshRuntime:
         return {}
 
     def workdir(self) -> str:
-        raise NotImplementedError
+        # Every node's own copy is substituted at launch; this is the first node's, for records.
+        mounted = self.platform.mount_point
+        return mounted or code_dir(self.inventory.nodes[0].scratch_dir, self.bundle())
 
     def python(self, framework: Any) -> str:
-        raise NotImplementedError
+        name = getattr(framework, "name", str(framework))
+        # The image's, or the node's own (plan_repeat knows one: the first node's).
+        return self.platform.python(name) or self.inventory.nodes[0].python_for(name)
+
+    def workdir_on(self, code_dir: str) -> str:
+        """The code folder as the node's process sees it."""
+        return self.platform.workdir(code_dir)
 
     # -- --dry-run ---------------------------------------------------------------------------
     def describe(self, plan: RepeatPlan) -> list[str]:
@@ -223,80 +154,21 @@ class SshRuntime:
             code = code_dir(node.scratch_dir, bundle)
             env = self.node_environment(command, node, self.workdir_on(code))
             launch = Launch(index, remote, command, RUN_NAME, f"{node.scratch_dir}/runs/{RUN_NAME}")
-            there = self.node_command_line(launch, env, code, framework, source)
+            there = self.platform.command_line(launch, env, code, framework, source)
             # The exact string the node's shell gets over SSH (Fabric sends it as it is).
             lines.append(f"[{node.name}] {node.ssh.user}@{node.address}:{node.ssh.port} $ {there}")
         return lines
 
-    def node_command_line(
-        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
-    ) -> str:
-        """The shell command a launch runs on its node (``describe``)."""
-        raise NotImplementedError
-
-    # -- subclass hooks --------------------------------------------------------------------
-    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str | None:
-        return None
-
-    def probe_command(
-        self, remote: Remote, prepared_code: str, image: str | None, framework: str
-    ) -> str:
-        raise NotImplementedError
-
-    def sweep(self, remote: Remote, label: str) -> str:
-        """Remove what this session left on the node earlier; returns what was removed."""
-        raise NotImplementedError
-
-    def create(self, launch: Launch, env: dict[str, str], prepared: Prepared, labels: dict) -> None:
-        raise NotImplementedError
-
-    def attach_command(self, launch: Launch) -> str:
-        raise NotImplementedError
-
-    def stop(self, launch: Launch) -> None:
-        raise NotImplementedError
-
-    def collect_script(self, launch: Launch) -> str:
-        """Shell commands that print, on stdout, what the node's process left (container
-        state, run time) and its log byte for byte (:meth:`take_collected` reads them), then
-        remove its container and run folder. They run at the end of the launch's own command
-        (:meth:`collecting`: no second SSH session per node per repeat) or, when that command
-        was stopped before them, as a command of their own (:meth:`collect_node`)."""
-        raise NotImplementedError
-
-    def take_collected(self, launch: Launch, block: bytes, local: Path) -> None:
-        """Read a collection block: facts into ``launch.facts``, the log into ``local``."""
-        raise NotImplementedError
-
-    def collecting(self, launch: Launch, command: str, after_exit: str = "") -> str:
-        """``command``, then in the same shell its collection block between two markers
-        (the end marker is printed once the log has been sent whole) and ``command``'s exit
-        status as the channel's. ``after_exit``: shell commands run first, e.g. a stamp."""
-        return (
-            f"{command}; rc=$?; {after_exit}{self._collection(launch)}; {self.exit_as(launch)}"
-        )
-
-    def exit_as(self, launch: Launch) -> str:  # noqa: ARG002 - the process runtime's differs
-        """How the launch's shell ends after its collection: with the command's status."""
-        return "exit $rc"
-
-    def _collection(self, launch: Launch) -> str:
-        start, end = f"{COLLECTED} {launch.run_id}", f"{COLLECTED_END} {launch.run_id}"
-        return (
-            f"printf '%s\\n' {shell([start])}; {self.collect_script(launch)}; "
-            f"printf '\\n%s\\n' {shell([end])}; rm -rf {shell([launch.run_dir])}"
-        )
-
     def collect_node(self, launch: Launch, local: Path) -> None:
         """The collection as a command of its own: for a node whose launch command was
         stopped (or lost its channel) before it collected."""
-        code, output, _ = launch.remote.run_bytes(self._collection(launch), timeout=300)
+        code, output, _ = launch.remote.run_bytes(self.platform.collection(launch), timeout=300)
         if code == 124:  # the caller notes the log as not fetched, the node as unclean
             raise RuntimeError("fetching the log and cleaning up timed out")
         block = launch.collected_block(output)
         if block is None:
             raise RuntimeError(f"the collection command ended early (exit {code})")
-        self.take_collected(launch, block, local)
+        self.platform.take_collected(launch, block, local)
 
     # -- preparing -------------------------------------------------------------------------
     def remotes_for(self, commands: tuple[NodeCommand, ...]) -> list[Remote]:
@@ -317,7 +189,7 @@ class SshRuntime:
         images: dict[str, str] = {}
         checks: list[Check] = []
         for remote in remotes:
-            image = self.image_for(framework, remote.node, source)
+            image = self.platform.image_for(framework, remote.node, source)
             if image:
                 images[remote.node.name] = image
         by_image: dict[str | None, list[Remote]] = {}
@@ -325,8 +197,9 @@ class SshRuntime:
             by_image.setdefault(images.get(remote.node.name), []).append(remote)
         for image, group in by_image.items():
             checks += run_preflight(
-                group, kind=self.kind, devices=devices, image_id=image, framework=framework
-            )
+                group, kind=self.platform.preflight_kind, devices=devices, image_id=image,
+                framework=framework,
+            )  # fmt: skip
         order = {remote.node.name: i for i, remote in enumerate(remotes)}
         checks.sort(key=lambda c: order.get(c.node, 0))
         return checks, images
@@ -346,7 +219,7 @@ class SshRuntime:
             self._check_devices(cached, remotes, devices)
             return cached
         started = time.monotonic()
-        if source != "dlperf" and not self.runs_sources:
+        if source != "dlperf" and not self.platform.runs_sources:
             raise PrepareFailed(
                 Verdict.FAILED,
                 f"upstream source {source!r} runs in its own image: use --runtime docker",
@@ -369,12 +242,12 @@ class SshRuntime:
             code = sync_code(remote, bundle)
             name = remote.node.name
             fresh = (label, name) in self._swept and name not in self._dirty
-            removed = "" if fresh else self.sweep(remote, label)
+            removed = "" if fresh else self.platform.sweep(remote, label)
             image = images.get(remote.node.name)
             facts = provenance.collect(
                 remote,
                 image=image,
-                probe_command=self.probe_command(remote, code, image, framework),
+                probe_command=self.platform.probe_command(remote, code, image, framework),
             )
             facts["code"] = {"digest": bundle.digest, "path": code, "files": bundle.files}
             return code, removed, facts
@@ -442,7 +315,8 @@ class SshRuntime:
         node (containers or process groups labelled with this session), saying what."""
         label = session_label(session_root)
         messages = []
-        for remote, removed, error in parallel(self.remotes, lambda r: self.sweep(r, label)):
+        sweeps = parallel(self.remotes, lambda remote: self.platform.sweep(remote, label))
+        for remote, removed, error in sweeps:
             if error is not None:
                 self._dirty.add(remote.node.name)  # swept again when the node is prepared
                 continue
@@ -498,18 +372,13 @@ class SshRuntime:
         except KeyboardInterrupt:
             interrupted = True
             verdict, detail = Verdict.INTERRUPTED, INTERRUPTED_DETAIL
-        # Cleanup must finish even if Ctrl-C is pressed again: containers must not outlive us.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
-        try:
+        with ctrl_c_held():  # containers must not outlive us
             t0 = time.monotonic()
             verdict, detail, notes = self._finish(launches, repeat_dir, verdict, detail)
             timings["finish_s"] = round(time.monotonic() - t0, 3)
             timings["driver_cpu_s"] = round(driver_cpu_seconds() - started_cpu, 3)
             if notes:
                 extra["cleanup"] = notes
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
         extra["nodes"] = {
             launch.remote.node.name: {
                 "run_id": launch.run_id,
@@ -536,12 +405,7 @@ class SshRuntime:
             extra=extra,
         )
         if interrupted:
-            # The runner records the repeat as interrupted from the exception alone; what the
-            # cleanup found (exit codes, unreachable nodes) is kept beside the logs.
-            (repeat_dir / "interrupted.json").write_text(
-                json.dumps({"detail": detail, "extra": extra}, indent=2, default=str) + "\n"
-            )
-            raise KeyboardInterrupt
+            raise_interrupted(repeat_dir, detail, extra)
         return outcome
 
     def _run_facts(self, prepared: Prepared, remotes: list[Remote]) -> dict[str, Any]:
@@ -566,22 +430,26 @@ class SshRuntime:
             env = self.node_environment(
                 launch.command, launch.remote.node, self.workdir_on(workdir)
             )
-            self.create(launch, env, prepared, {**labels, "dlperf.node": launch.remote.node.name})
-
-        for launch, _, error in parallel(launches, create):
-            if isinstance(error, NodeUnreachable):
-                launch.lost = error.detail
-                self._dirty.add(launch.remote.node.name)
-                return Verdict.NODE_LOST, str(error)
-            if error is not None:
-                return Verdict.FAILED, f"node {launch.remote.node.name}: {error}"
+            labelled = {**labels, "dlperf.node": launch.remote.node.name}
+            self.platform.create(launch, env, prepared, labelled)
 
         def start(launch: Launch) -> None:
-            launch.channel = launch.remote.start(self.attach_command(launch))
+            launch.channel = launch.remote.start(self.platform.start_command(launch))
 
         # Every node's channel opened at once: one after another, each waited for its sshd to
         # start the session (a round trip and a fork), which grew the launch with the nodes.
-        for launch, _, error in parallel(launches, start):
+        for step in (create, start):
+            verdict, detail = self._on_every_node(launches, step)
+            if verdict != Verdict.OK:
+                return verdict, detail
+        return Verdict.OK, ""
+
+    def _on_every_node(
+        self, launches: list[Launch], step: Callable[[Launch], None]
+    ) -> tuple[Verdict, str]:
+        """``step`` on every node at once; the first node that failed it names the verdict (a
+        node out of reach: lost, and swept before its next use)."""
+        for launch, _, error in parallel(launches, step):
             if isinstance(error, NodeUnreachable):
                 launch.lost = error.detail
                 self._dirty.add(launch.remote.node.name)
@@ -591,103 +459,10 @@ class SshRuntime:
         return Verdict.OK, ""
 
     def _watch(self, launches: list[Launch], timeout_s: float) -> tuple[Verdict, str]:
-        with selectors.DefaultSelector() as news:
-            return self._watch_with(launches, timeout_s, news)
-
-    def _watch_with(
-        self, launches: list[Launch], timeout_s: float, news: selectors.BaseSelector
-    ) -> tuple[Verdict, str]:
-        deadline = time.monotonic() + timeout_s
-        next_beat = 0.0
-        for launch in launches:
-            launch.remote.reset_silence()
-        while True:
-            if time.monotonic() >= next_beat:
-                next_beat = time.monotonic() + HEARTBEAT_S
-                for launch in launches:
-                    if launch.exit_code is None:
-                        launch.remote.heartbeat()
-            for launch in launches:
-                if not launch.lost:
-                    launch.read_channel()
-                if launch.exit_code is not None or launch.lost:
-                    continue
-                channel = launch.channel
-                if channel.exit_status_ready():
-                    status = channel.recv_exit_status()
-                    # -1: no exit status came. With the connection up that is a process
-                    # killed by a signal (sshd sends exit-signal, which paramiko ignores).
-                    if status == -1 and not launch.remote.alive():
-                        launch.lost = "the SSH connection dropped during the repeat"
-                    else:
-                        launch.exit_code = status
-                elif not launch.remote.alive():
-                    launch.lost = "the SSH connection dropped during the repeat"
-                elif launch.remote.silent_for() > self.silence_limit_s:
-                    launch.lost = (
-                        f"sshd did not answer for {self.silence_limit_s:.0f} s (node hung or "
-                        "unreachable)"
-                    )
-                    launch.remote.close()
-                if launch.lost:
-                    self._dirty.add(launch.remote.node.name)
-                    return Verdict.NODE_LOST, f"node {launch.remote.node.name}: {launch.lost}"
-                if launch.exit_code not in (None, 0):
-                    return self._exit_verdict(launch)
-            # Done when every node's command has exited 0 and its collection has arrived whole.
-            if all(launch.exit_code == 0 and launch.ended for launch in launches):
-                return Verdict.OK, ""
-            if time.monotonic() > deadline:
-                running = [x.remote.node.name for x in launches if x.exit_code is None]
-                return (
-                    Verdict.TIMEOUT,
-                    f"ran past the timeout of {timeout_s:.0f} s (still running on "
-                    f"{', '.join(running)})",
-                )
-            wake_by = min(next_beat, deadline, time.monotonic() + WAKE_S)
-            self._wait_for_news(launches, news, wake_by)
-
-    @staticmethod
-    def _wait_for_news(
-        launches: list[Launch], news: selectors.BaseSelector, wake_by: float
-    ) -> None:
-        """Sleep until a launch channel has something to read or has ended (its paramiko pipe
-        turns readable), or until ``wake_by``. Polling every node every 50 ms instead cost the
-        driver CPU in proportion to nodes x seconds (32 nodes: 0.15 s of CPU per 5 s repeat).
-        A channel whose output has ended stays readable, so it leaves the selector; while such
-        a node's exit status is still on its way, and for a launch without a channel, the
-        watch polls."""
-        poll = False
-        for launch in launches:
-            channel = launch.channel
-            if channel is None:
-                poll = True
-                continue
-            fd = channel.fileno()
-            watched = fd in news.get_map()
-            if launch.output_ended:
-                if watched:
-                    news.unregister(fd)
-                poll = poll or not launch.ended
-            elif not watched:
-                news.register(fd, selectors.EVENT_READ)
-        timeout = max(0.0, wake_by - time.monotonic())
-        if poll:
-            timeout = min(timeout, POLL_S)
-        if news.get_map():
-            news.select(timeout)
-        else:
-            time.sleep(timeout)
-
-    @staticmethod
-    def _exit_verdict(launch: Launch) -> tuple[Verdict, str]:
-        code = launch.exit_code
-        where = f"node {launch.remote.node.name}"
-        if code == EXIT_OOM:
-            return Verdict.OOM, f"{where}: out of memory (exit {EXIT_OOM})"
-        if code == -1:
-            return Verdict.FAILED, f"{where}: killed by a signal"
-        return Verdict.FAILED, f"{where}: exit {code}"
+        verdict, detail = watch.watch(launches, timeout_s, self.silence_limit_s)
+        # A node lost mid-repeat may still run its process: swept before its next use.
+        self._dirty.update(launch.remote.node.name for launch in launches if launch.lost)
+        return verdict, detail
 
     def _finish(
         self, launches: list[Launch], repeat_dir: Path, verdict: Verdict, detail: str
@@ -699,7 +474,7 @@ class SshRuntime:
         unreachable: set[int] = set()
         if verdict != Verdict.OK:
             running = [launch for launch in launches if not launch.ended]
-            for launch, _, error in parallel(running, self.stop):
+            for launch, _, error in parallel(running, self.platform.stop):
                 if error is not None:
                     self._dirty.add(launch.remote.node.name)
                     notes.append(
@@ -727,7 +502,7 @@ class SshRuntime:
             local = repeat_dir / f"node{launch.index}.log"
             block = launch.collected_block()
             if block is not None:  # it came on the launch's own channel
-                self.take_collected(launch, block, local)
+                self.platform.take_collected(launch, block, local)
                 return
             if launch.index in unreachable:
                 raise NodeUnreachable(launch.remote.node.name, "unreachable while stopping")
@@ -747,13 +522,3 @@ class SshRuntime:
             verdict = Verdict.OOM
             detail = f"node {oom[0].remote.node.name}: killed for memory (OOMKilled)"
         return verdict, detail, notes
-
-    def workdir_on(self, code_dir: str) -> str:
-        """The code folder as the node's process sees it."""
-        return code_dir
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()

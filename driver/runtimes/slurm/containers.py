@@ -1,0 +1,312 @@
+"""The container platforms under Slurm: none, pyxis, and Slurm's own OCI containers.
+
+``slurm.container`` picks one (``auto``: pyxis when ``srun --help`` lists ``--container-image``,
+else none):
+
+- **none**: the nodes' own Python, the kit's framework venvs at the same paths as here (a
+  shared file system);
+- **pyxis**: the framework's GPU base image by its ``images.lock`` digest (or ``slurm.image``),
+  one named container per node made by a first step and reused by every repeat of the job, the
+  kit's checkout and the session folder mounted at their own paths, plus ``slurm.mounts``;
+- **oci**: Slurm's own containers (``srun --container=<bundle>``, ``oci.conf`` on the nodes
+  calling runc or crun): a bundle per session made from ``slurm.oci_bundle`` or from the local
+  image ``slurm.oci_image`` (exported once per image), the checkout and the session folder
+  mounted at their own paths (``driver/images/oci.py``); the image's ``python3`` runs the step.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from driver.frameworks.base import REPO_ROOT
+from driver.images import oci
+from driver.runtimes.base import RuntimeConfigError, Verdict, session_label
+from driver.runtimes.containers import ContainerPlatform
+from driver.runtimes.slurm import client
+from driver.runtimes.slurm.config import SlurmConfig
+from driver.runtimes.slurm.job import Allocation, Failure
+from driver.runtimes.slurm.render import Container, OciContainer, check_mount_path, oci_guard
+
+if TYPE_CHECKING:
+    from driver.runtimes.plan import RepeatPlan
+
+
+class SlurmPlatform(ContainerPlatform):
+    """A container platform as the Slurm transport asks it: the flags a step's ``srun`` line
+    carries, what is made before the first step that needs it (once per job, or per session),
+    and what the step's script must know."""
+
+    # The step script picks each node's command by its hostname instead of SLURM_NODEID.
+    by_hostname: ClassVar[bool] = False
+    # The repeat's timing that measures :meth:`prepare` (when it made something).
+    prepare_timing: ClassVar[str] = ""
+
+    def __init__(self, config: SlurmConfig, where: str, printer: Callable[[str], None]) -> None:
+        self.config = config
+        self.where = where  # the cluster file, for messages
+        self.printer = printer
+
+    def container(self, framework: str, session_root: Path) -> Container | OciContainer | None:  # noqa: ARG002
+        """What a step's ``srun`` line adds (None: no flag)."""
+        return None
+
+    def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:  # noqa: ARG002
+        """Make what the plan's step needs before it runs; the facts to record ({}: none), or
+        None when nothing was to be made. Raises ``job.Failure``."""
+        return None
+
+    def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
+        """What :meth:`prepare` would do, as ``--dry-run`` lines."""
+        return []
+
+    def step_guard(self) -> str:
+        """A first line of the step's script that must pass ("" for none)."""
+        return ""
+
+    def step_environment(self, framework: str) -> dict[str, str]:  # noqa: ARG002
+        """Environment every node command gets unless it sets its own."""
+        return {}
+
+
+class NoContainer(SlurmPlatform):
+    name = "none"
+
+
+class Pyxis(SlurmPlatform):
+    """NVIDIA's pyxis plug-in: one named container per node, made once per job."""
+
+    name = "pyxis"
+    prepare_timing = "container_create_s"
+
+    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
+        return "python3"  # the image's
+
+    def check(self, session_root: Path) -> None:
+        self.mounted_folders(session_root)
+
+    @staticmethod
+    def mounted_folders(session_root: Path) -> tuple[str, str]:
+        """The session folder and the kit's checkout, each mounted at its own path (absolute:
+        mounts want absolute paths), refused if pyxis cannot mount it."""
+        session = check_mount_path(
+            str(Path(session_root).absolute()),
+            "the session folder",
+            "choose a --results folder whose path has neither",
+        )
+        kit = check_mount_path(
+            str(REPO_ROOT), "the kit's checkout", "move the checkout to a path without them"
+        )
+        return session, kit
+
+    def container(self, framework: str, session_root: Path) -> Container:
+        session, kit = self.mounted_folders(session_root)
+        mounts = [f"{kit}:{kit}:ro", f"{session}:{session}"]
+        mounts += self.config.mounts
+        return Container(
+            image=self.image_for(framework),
+            name=f"dlperf-{framework}",
+            mounts=tuple(mounts),
+            workdir=str(REPO_ROOT),
+        )
+
+    def image_for(self, framework: str) -> str:
+        """pyxis image: ``slurm.image``, else the framework's GPU base by its images.lock digest
+        in enroot's form (``registry#repository@sha256:...``)."""
+        if framework in self.config.image:
+            return self.config.image[framework]
+        if "default" in self.config.image:
+            return self.config.image["default"]
+        from driver.images.catalog import discover, image_for
+        from driver.images.lock import LockError, load_lock
+
+        spec = discover()[image_for(framework, "gpu", discover())]
+        refs = spec.registry_refs
+        if not refs:
+            raise LockError(f"{spec.dockerfile}: no registry base for pyxis; set slurm.image")
+        pin = load_lock().get(refs[0])
+        if pin is None or not pin.resolved:
+            raise LockError(
+                f"images.lock: {refs[0]} has no resolved digest (`dlperf images lock`), or set "
+                f"slurm.image.{framework}"
+            )
+        repository = refs[0].rsplit(":", 1)[0] if ":" in refs[0].split("/")[-1] else refs[0]
+        registry, _, path = repository.partition("/")
+        if "." in registry or ":" in registry:
+            repository = f"{registry}#{path}"
+        return f"{repository}@{pin.digest}"
+
+    def create_argv(self, allocation: Allocation, container: Container, count: int) -> list[str]:
+        nodes = allocation.nodes[:count]
+        return [
+            "srun", f"--jobid={allocation.job_id}", "--job-name=dlperf-container",
+            f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
+            *container.flags(), "true",
+        ]  # fmt: skip
+
+    def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:
+        container = self.container(plan.framework, plan.session_root)
+        if container.name in allocation.containers:
+            return None
+        try:
+            client.slurm(*self.create_argv(allocation, container, len(plan.commands)),
+                         timeout=3600)  # fmt: skip
+        except client.SlurmError as error:
+            detail = f"pyxis could not make {container.name}: {error}"
+            raise Failure(Verdict.FAILED, detail) from None
+        allocation.containers.add(container.name)
+        return {}
+
+    def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:
+        container = self.container(plan.framework, plan.session_root)
+        argv = self.create_argv(allocation, container, len(plan.commands))
+        return ["# once per job: each node makes its named container", "$ " + shlex.join(argv)]
+
+
+class SlurmOci(SlurmPlatform):
+    """Slurm's own OCI containers: every task in the session's bundle (slurmstepd calls the
+    runtime ``oci.conf`` names on each node)."""
+
+    name = "oci"
+    prepare_timing = "bundle_s"
+    # Slurm 22.05 writes an OCI container's environment before it sets the per-task variables:
+    # none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches the step's script.
+    by_hostname = True
+
+    def __init__(self, config: SlurmConfig, where: str, printer: Callable[[str], None]) -> None:
+        super().__init__(config, where, printer)
+        self._checked = False
+        self._made: dict[Path, dict[str, Any]] = {}  # session bundle -> its facts
+        self._paths: dict[str, str | None] = {}  # source -> the PATH its config sets
+
+    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
+        return "python3"  # the image's
+
+    def cache(self) -> Path:
+        if self.config.oci_cache:
+            return Path(self.config.oci_cache)
+        return REPO_ROOT / ".dlperf" / "oci"
+
+    def session_bundle(self, framework: str, session_root: Path) -> Path:
+        """The session's bundle of ``framework`` (made by the first repeat that needs it)."""
+        return self.cache() / f"session-{session_label(session_root)}" / framework
+
+    def container(self, framework: str, session_root: Path) -> OciContainer:
+        return OciContainer(str(self.session_bundle(framework, session_root)))
+
+    def source(self, framework: str) -> tuple[str, str, str]:
+        """Where ``framework``'s bundle comes from: (``bundle`` or ``image``, the value, the
+        field that set it); a framework's own entry before ``default``, a bundle before an
+        image. A one-line RuntimeConfigError naming the fields when neither is set."""
+        for key in (framework, "default"):
+            if key in self.config.oci_bundle:
+                return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
+            if key in self.config.oci_image:
+                return "image", self.config.oci_image[key], f"slurm.oci_image.{key}"
+        raise RuntimeConfigError(
+            f"{self.where}: slurm.oci_bundle: no OCI bundle for {framework!r}; set "
+            f"slurm.oci_bundle.{framework} (a folder with config.json and its root folder, on a "
+            f"file system the nodes share) or slurm.oci_image.{framework} (a local docker image "
+            "the kit exports into one)"
+        )
+
+    def check(self, session_root: Path) -> None:  # noqa: ARG002 - the same for every session
+        """Once: this Slurm has ``--container``; a named bundle exists with a config.json and a
+        root. One-line RuntimeConfigErrors (file, field, fix)."""
+        if self._checked:
+            return
+        if client.available() and client.has_oci_container() is False:
+            raise RuntimeConfigError(
+                f"{self.where}: slurm.container: oci needs Slurm's own containers (srun "
+                "--container, Slurm 21.08 or later), which this srun does not list in --help; "
+                "upgrade Slurm, or set slurm.container: pyxis or none"
+            )
+        for key, path in {**self.config.oci_bundle}.items():
+            what = f"{self.where}: slurm.oci_bundle.{key}"
+            fix = "make the bundle there (config.json + rootfs/) or fix the path"
+            try:
+                oci.bundle_root(Path(path), oci.read_config(Path(path), what, fix), what, fix)
+            except oci.OciBundleError as error:
+                raise RuntimeConfigError(str(error)) from None
+        self._checked = True
+
+    def step_environment(self, framework: str) -> dict[str, str]:
+        """The PATH the bundle's config.json sets (the image's environment): Slurm appends the
+        submitting shell's environment to the bundle's, and its PATH would hide the image's
+        (python3 of the image, e.g. /opt/venv/bin)."""
+        kind, value, field_name = self.source(framework)
+        if value not in self._paths:
+            try:
+                if kind == "bundle":
+                    config = oci.read_config(Path(value), field_name, "fix the path")
+                    self._paths[value] = oci.config_path_variable(config)
+                else:
+                    env = oci.image_facts(value)[1]
+                    self._paths[value] = oci.config_path_variable({"process": {"env": env}})
+            except oci.OciBundleError as error:
+                raise RuntimeConfigError(f"{self.where}: {field_name}: {error}") from None
+        path = self._paths[value]
+        return {"PATH": path} if path else {}
+
+    def step_guard(self) -> str:
+        return oci_guard(oci.MARKER)
+
+    def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any]:  # noqa: ARG002
+        """The session's bundle for the plan's framework, made once per session (the first
+        repeat that needs it; a resumed session makes it again); its facts for the record."""
+        session_root = Path(plan.session_root)
+        destination = self.session_bundle(plan.framework, session_root)
+        if destination in self._made:
+            return self._made[destination]
+        self.check(session_root)
+        kind, value, field_name = self.source(plan.framework)
+        started = time.time()
+        session, kit = str(session_root.absolute()), str(REPO_ROOT)
+        mounts = [oci.Mount(kit, kit, read_only=True), oci.Mount(session, session)]
+        mounts += [oci.parse_mount(mount) for mount in self.config.mounts]
+        what = f"{self.where}: {field_name}"
+        try:
+            source = Path(value)
+            if kind == "image":
+                source = oci.source_from_image(value, self.cache(), log=self.printer)
+            made = oci.make_session_bundle(
+                source, destination, mounts, session_label(session_root), what,
+                "fix the path, or name an image (slurm.oci_image)",
+            )  # fmt: skip
+        except (oci.OciBundleError, OSError, subprocess.SubprocessError) as error:
+            raise Failure(Verdict.FAILED, f"OCI bundle not made: {error}") from None
+        facts = {
+            "bundle": str(made),
+            "source": str(source),
+            kind: value,
+            "marker": f"/{oci.MARKER}",
+            "made_s": round(time.time() - started, 3),
+        }
+        self._made[destination] = facts
+        return facts
+
+    def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
+        bundle = self.session_bundle(plan.framework, plan.session_root)
+        kind, value, field_name = self.source(plan.framework)
+        return [
+            f"# once per session: the OCI bundle {bundle} (root from the {kind} {value} "
+            f"({field_name}); config.json with the checkout and the session folder mounted); "
+            "oci.conf on the nodes runs it"
+        ]
+
+    def close(self) -> None:
+        for bundle in list(self._made):  # hard links of the source: cheap to make again
+            shutil.rmtree(bundle, ignore_errors=True)
+            if bundle.parent.is_dir() and not any(bundle.parent.iterdir()):
+                bundle.parent.rmdir()
+            del self._made[bundle]
+
+
+PLATFORMS: dict[str, type[SlurmPlatform]] = {
+    platform.name: platform for platform in (NoContainer, Pyxis, SlurmOci)
+}

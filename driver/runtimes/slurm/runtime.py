@@ -1,0 +1,393 @@
+"""The Slurm runtime: every repeat is one ``srun`` job step, in the session's own job.
+
+    dlperf run --runtime slurm --inventory cluster.yaml ...   # cluster.yaml: a slurm: section
+    salloc -N 4 ... ; dlperf run --runtime slurm ...          # inside an allocation: its nodes
+
+The runtime is the Slurm transport with one container platform; its parts, one idea each:
+the session's job (``job.py``: submitted once per session, or the enclosing allocation), one
+repeat's step (``step.py``: started, watched, stopped, its verdict read from srun's messages),
+the container platforms (``containers.py``: none, pyxis, Slurm's own OCI containers), the exact
+``sbatch``/``srun`` lines and the step's script (``render.py``), Slurm's commands
+(``client.py``) and the cluster file's ``slurm:`` section (``config.py``). This module plans a
+repeat's step from those parts and runs it.
+
+**Tasks:** one task per node (``tasks: node``, the default) runs the framework's own launcher
+(torchrun, paddle, ...) with the node's rank environment: the step's ``sh`` program picks the
+node's command by ``SLURM_NODEID``; the head is the first host of ``scontrol show hostnames``
+of the job, at its ``NodeAddr``. ``tasks: device`` runs one task per device with
+``--mpi=<mpi>`` (pmix) and the script without its launcher (RANK from ``SLURM_PROCID``).
+
+The session folder must be on a file system the nodes share (each node's command appends to
+its log there). A Slurm command that fails (slurmctld unreachable, sbatch refused) is a failed
+repeat with its message; Ctrl-C or SIGTERM on the head ends the step and cancels the job.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
+from driver.plugins import load_all
+from driver.runtimes.base import (
+    INTERRUPTED_DETAIL,
+    RUNTIMES,
+    NodeOutcome,
+    RepeatOutcome,
+    RuntimeConfigError,
+    Verdict,
+    ctrl_c_held,
+    driver_cpu_seconds,
+    raise_interrupted,
+)
+from driver.runtimes.envs import venv_environment, venv_python
+from driver.runtimes.plan import NodeCommand
+from driver.runtimes.slurm import client
+from driver.runtimes.slurm.config import SlurmConfig, load_slurm_config
+from driver.runtimes.slurm.containers import PLATFORMS, SlurmPlatform
+from driver.runtimes.slurm.job import Allocation, Failure, SessionJob, job_name
+from driver.runtimes.slurm.render import (
+    HOLDER_SCRIPT,
+    Container,
+    OciContainer,
+    device_argv,
+    sbatch_argv,
+    srun_argv,
+    step_script,
+)
+from driver.runtimes.slurm.step import Step
+
+if TYPE_CHECKING:
+    from driver.frameworks.base import Framework
+    from driver.runtimes.plan import RepeatPlan
+
+PLACEHOLDER = "@slurm-node{index}@"  # a node not known until the session's job runs
+_PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
+
+
+@RUNTIMES.register("slurm")
+class SlurmRuntime:
+    name = "slurm"
+    # make_runtime hands it the cluster file (its slurm: section); a file with only that
+    # section is enough, also inside an allocation.
+    cluster_file = "optional"  # its slurm: section; inside an allocation, defaults do
+
+    def __init__(
+        self,
+        inventory: Path | str | None = None,
+        *,
+        config: SlurmConfig | None = None,
+        printer: Callable[[str], None] | None = None,
+        python_override: str | None = None,
+    ) -> None:
+        self.config = config or load_slurm_config(inventory)
+        self.inventory = Path(inventory) if inventory else None
+        self.printer = printer or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.python_override = python_override
+        self.job = SessionJob(lambda line: self.printer(line))
+        self._platform: SlurmPlatform | None = None
+        atexit.register(self.close)
+
+    # -- where and what ------------------------------------------------------------------
+    @property
+    def inside_allocation(self) -> bool:
+        return self.job.inside_allocation
+
+    @property
+    def allocation(self) -> Allocation | None:
+        """The session's job once it runs (or the enclosing one)."""
+        return self.job.allocation
+
+    @allocation.setter
+    def allocation(self, allocation: Allocation | None) -> None:
+        self.job.allocation = allocation
+
+    @property
+    def platform(self) -> SlurmPlatform:
+        """The container platform ``slurm.container`` names (``auto``: pyxis when this srun
+        has it, else none), made once."""
+        if self._platform is None:
+            mode = self.config.container
+            if mode == "auto":
+                mode = "pyxis" if client.available() and client.has_pyxis() else "none"
+            where = str(self.inventory) if self.inventory else "the slurm: section"
+            self._platform = PLATFORMS[mode](self.config, where, self.printer)
+        return self._platform
+
+    def container_mode(self) -> str:
+        """none, pyxis or oci."""
+        return self.platform.name
+
+    def check_reachable(self) -> None:
+        """A Slurm controller answers, else a one-line RuntimeConfigError naming the fix (for a
+        command that needs the cluster at once: the selftest has nothing to run without it)."""
+        try:
+            client.ping()
+        except client.SlurmError as error:
+            # The last line that says something (scontrol frames a DOWN in rows of '*').
+            lines = [line.strip() for line in str(error).splitlines()]
+            lines = [line for line in lines if line and not line.startswith("*")]
+            raise RuntimeConfigError(
+                f"--runtime slurm: no Slurm controller answers ({lines[-1] if lines else error}); "
+                "start slurmctld, or run on a host of the cluster (check with `scontrol ping`)"
+            ) from None
+
+    def node_addresses(self, count: int) -> list[tuple[str, str]]:
+        """The job's first ``count`` nodes once it runs; placeholders before (the session's job
+        is submitted by the first repeat, and ``run`` puts the real nodes in)."""
+        allocation = self.allocation
+        if allocation is None and self.inside_allocation:
+            allocation = self.allocation = self.job.enclosing()
+        if allocation is not None and count <= len(allocation.nodes):
+            return list(zip(allocation.nodes[:count], allocation.addresses[:count], strict=True))
+        if allocation is not None and not allocation.owned:
+            raise ValueError(
+                f"the case needs {count} nodes; this allocation (job {allocation.job_id}) has "
+                f"{len(allocation.nodes)}: run inside `salloc -N {count}`, or outside any "
+                "allocation (the kit then submits its own job)"
+            )
+        return [
+            (PLACEHOLDER.format(index=i), PLACEHOLDER.format(index=i)) for i in range(count)
+        ]
+
+    def python(self, framework: Framework) -> str:
+        if self.python_override:
+            return self.python_override
+        name = getattr(framework, "name", str(framework))
+        if name in self.config.python:
+            return self.config.python[name]
+        image = self.platform.python(name)
+        if image:
+            return image
+        if name == "calibration":
+            return sys.executable
+        return str(venv_python(framework))
+
+    def environment(self, framework: Framework) -> dict[str, str]:
+        name = getattr(framework, "name", str(framework))
+        if self.python_override or name == "calibration":
+            return {}
+        if self.platform.python(name) is not None:  # the image's interpreter
+            return {}
+        if name in self.config.python:
+            return {}
+        return venv_environment(framework)
+
+    def workdir(self) -> str:
+        # none: the checkout on the shared file system; pyxis and oci: mounted at the same path.
+        return self.platform.workdir(str(REPO_ROOT))
+
+    # -- one repeat's step, rendered -------------------------------------------------------
+    def _node_commands(self, plan: RepeatPlan, allocation: Allocation | None) -> list[NodeCommand]:
+        """The plan's commands with real nodes for placeholders, and the kit's environment."""
+        names = allocation.nodes if allocation else []
+        addresses = allocation.addresses if allocation else []
+
+        def fill(text: str, table: list[str]) -> str:
+            if not table:
+                return text
+            return _PLACEHOLDER.sub(lambda m: table[int(m.group(1))], text)
+
+        commands = []
+        for command in plan.commands:
+            argv = [fill(arg, addresses) for arg in command.argv]
+            if self.config.tasks == "device":
+                load_all()
+                framework = FRAMEWORKS.get(plan.framework)
+                argv = device_argv(argv, self.python(framework), framework.script)
+            env = {key: fill(value, addresses) for key, value in command.env.items()}
+            workdir = command.workdir or self.workdir()
+            env.setdefault("PYTHONPATH", workdir)
+            env["PYTHONUNBUFFERED"] = "1"
+            for key, value in self.platform.step_environment(plan.framework).items():
+                env.setdefault(key, value)
+            commands.append(
+                replace(command, node=fill(command.node, names), argv=argv, env=env,
+                        workdir=workdir)
+            )  # fmt: skip
+        return commands
+
+    def _container(
+        self, plan: RepeatPlan, session_root: Path
+    ) -> Container | OciContainer | None:
+        return self.platform.container(plan.framework, session_root)
+
+    def _tasks_per_node(self, plan: RepeatPlan) -> int:
+        return plan.devices_per_node if self.config.tasks == "device" else 1
+
+    def _srun(self, plan: RepeatPlan, allocation: Allocation, step_name: str) -> list[str]:
+        nodes = allocation.nodes[: len(plan.commands)]
+        tasks = self._tasks_per_node(plan)
+        cpus = allocation.cpus_per_node // tasks if allocation.cpus_per_node else 0
+        return srun_argv(
+            self.config,
+            allocation.job_id,
+            nodes,
+            step_name,
+            tasks,
+            cpus,
+            self._container(plan, plan.session_root),
+        )
+
+    @staticmethod
+    def _step_name(plan: RepeatPlan) -> str:
+        what = "probe" if getattr(plan, "probe", False) else f"r{plan.repeat}"
+        return f"dlperf-{re.sub(r'[^A-Za-z0-9_.-]+', '-', plan.case_id)[:80]}-{what}"
+
+    def _step_script(self, plan: RepeatPlan, commands: list[NodeCommand]) -> str:
+        repeat_dir = Path(plan.repeat_dir).absolute()
+        logs = [str(repeat_dir / f"node{i}.log") for i in range(len(commands))]
+        return step_script(
+            commands, logs, device_tasks=self.config.tasks == "device",
+            guard=self.platform.step_guard(), by_hostname=self.platform.by_hostname,
+        )  # fmt: skip
+
+    @staticmethod
+    def refused_source(plan: RepeatPlan) -> str:
+        """Why this runtime does not run the plan's upstream source ("" for the kit's own
+        scripts): an upstream source's code is only in its own image (src-<source>), while
+        steps here run the framework's base image or the nodes' own Python, where the node
+        command's ``cd`` into the source's folder fails at once."""
+        if plan.source == "dlperf":
+            return ""
+        return (
+            f"upstream source {plan.source!r} runs in its own image, which the slurm runtime "
+            "does not use (it runs the framework's base image or the nodes' Python): run it "
+            "with --runtime docker and an inventory of the nodes"
+        )
+
+    def describe(self, plan: RepeatPlan) -> list[str]:
+        """The batch job (outside an allocation) and the repeat's srun line, exactly as run;
+        nodes the job has not given yet appear as their placeholders."""
+        refused = self.refused_source(plan)
+        if refused:
+            raise RuntimeConfigError(refused)
+        lines: list[str] = []
+        allocation = self.allocation
+        if allocation is None and self.inside_allocation:
+            allocation = self.job.enclosing()
+        if allocation is None:
+            count = len(plan.commands)
+            output = str(plan.session_root / "slurm" / "job-%j.out")
+            argv = sbatch_argv(self.config, count, job_name(plan.session_root), output)
+            lines.append(f"$ {shlex.join(argv)} <<'EOF'")
+            lines += [*HOLDER_SCRIPT.splitlines(), "EOF"]
+            allocation = Allocation(
+                job_id="<job id>",
+                nodes=[PLACEHOLDER.format(index=i) for i in range(count)],
+                addresses=[PLACEHOLDER.format(index=i) for i in range(count)],
+                partition=self.config.partition or "",
+                cpus_per_node=0,
+                owned=True,
+            )
+        commands = self._node_commands(plan, allocation)
+        lines += self.platform.describe_prepare(plan, allocation)
+        argv = self._srun(plan, allocation, self._step_name(plan))
+        script = self._step_script(plan, commands)
+        lines.append("$ " + shlex.join([*argv, "sh", "-c", script]))
+        return lines
+
+    # -- the session's job -----------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel the session's job (the kit never leaves one in the queue), and remove what
+        the session made for its containers."""
+        self.job.close()
+        if self._platform is not None:
+            self._platform.close()
+
+    def clean_leftovers(self, session_root: Path) -> list[str]:
+        """Cancel jobs an earlier, killed run of this session left in the queue.
+
+        Called before a session (re)starts, this is where the runtime first sees the session
+        folder: what its container platform refuses (a folder pyxis cannot mount, a bad OCI
+        bundle) is refused here, before any job is submitted."""
+        self.platform.check(session_root)
+        return self.job.leftovers(session_root)
+
+    # -- one repeat ------------------------------------------------------------------------
+    def run(self, plan: RepeatPlan) -> RepeatOutcome:
+        started, started_cpu = time.time(), driver_cpu_seconds()
+        refused = self.refused_source(plan)
+        if refused:  # before any job is submitted
+            return RepeatOutcome(Verdict.FAILED, [], started, time.time(), refused)
+        repeat_dir = Path(plan.repeat_dir)
+        repeat_dir.mkdir(parents=True, exist_ok=True)
+        timings: dict[str, float] = {}
+        extra: dict[str, Any] = {"slurm": {"timings": timings}}
+        step: Step | None = None
+        verdict, detail = Verdict.OK, ""
+        interrupted = False
+        allocation: Allocation | None = None
+        try:
+            try:
+                allocation = self.job.ensure(
+                    len(plan.commands), Path(plan.session_root), self.config
+                )
+                timings["allocation_s"] = round(time.time() - started, 3)
+                made = self.platform.prepare(plan, allocation)
+                if made is not None:
+                    if made:
+                        extra["slurm"][self.platform.name] = made
+                    timings[self.platform.prepare_timing] = round(time.time() - started, 3)
+                extra["slurm"].update(self.job.facts(allocation, self.platform.name))
+            except (Failure, client.SlurmError, RuntimeConfigError) as failure:
+                verdict = failure.verdict if isinstance(failure, Failure) else Verdict.FAILED
+                now = time.time()
+                return RepeatOutcome(verdict, [], started, now, str(failure), extra)
+            commands = self._node_commands(plan, allocation)
+            extra["slurm"]["commands"] = [
+                {"node": c.node, "argv": c.argv, "env": c.env} for c in commands
+            ]
+            argv = [*self._srun(plan, allocation, self._step_name(plan)), "sh", "-c",
+                    self._step_script(plan, commands)]  # fmt: skip
+            extra["slurm"]["srun"] = shlex.join(argv)
+            step = Step.start(argv, commands, repeat_dir, self._tasks_per_node(plan),
+                              self.inside_allocation)  # fmt: skip
+            timings["step_started_at"] = round(time.time() - started, 3)
+            verdict, detail = step.watch(allocation, plan.timeout_s)
+        except KeyboardInterrupt:
+            interrupted = True
+            verdict, detail = Verdict.INTERRUPTED, INTERRUPTED_DETAIL
+        with ctrl_c_held():  # no step, no job left behind
+            exit_codes: dict[int, int | None] = {}
+            if step is not None:
+                step_ended = time.time()
+                step.stop(allocation)
+                exit_codes, verdict, detail = step.conclude(
+                    allocation, verdict, detail, self.inside_allocation
+                )
+                timings["step_s"] = round(step_ended - started - timings["step_started_at"], 3)
+                if step.first_output_at:  # the repeat's start to a node's first log line
+                    timings["first_output_s"] = round(step.first_output_at - started, 3)
+            if allocation is not None and verdict != Verdict.OK:
+                try:  # the job as the fault left it (state, reason, nodes)
+                    extra["slurm"]["job_after"] = client.show_job(allocation.job_id).raw
+                except client.SlurmError as error:
+                    extra["slurm"]["job_after"] = str(error)
+            if interrupted and self.allocation is not None:
+                self.job.cancel(self.allocation, "Ctrl-C or SIGTERM on the head")
+        finished = time.time()
+        if "step_s" in timings:  # srun's exit to the outcome: stop, exit codes, job facts
+            timings["collect_s"] = round(finished - started - timings["step_started_at"]
+                                         - timings["step_s"], 3)  # fmt: skip
+        timings["wall_s"] = round(finished - started, 3)
+        timings["driver_cpu_s"] = round(driver_cpu_seconds() - started_cpu, 3)
+        nodes = [
+            NodeOutcome(
+                node=command.node,
+                exit_code=exit_codes.get(index),
+                log_path=repeat_dir / f"node{index}.log",
+            )
+            for index, command in enumerate(commands if step is not None else plan.commands)
+        ]
+        outcome = RepeatOutcome(verdict, nodes, started, finished, detail, extra)
+        if interrupted:
+            raise_interrupted(repeat_dir, detail, extra)
+        return outcome
