@@ -27,11 +27,11 @@ import pytest
 import yaml
 
 from driver.cluster.simhosts import sshd_config_lines, wait_for_sshd
-from driver.core.case import Case
 from driver.core.repeatplan import NodeCommand, RepeatPlan
-from driver.core.results import Session
 from driver.core.selftest import calibration_cases
 from driver.launchers.base import NodeRank
+from driver.model.case import Case
+from driver.model.results import Session
 from driver.runtimes.base import RepeatOutcome
 
 SSHD = "/usr/sbin/sshd"

@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from driver.core.results import Session
 from driver.core.selftest import run_selftest
+from driver.model.results import Session
 from driver.runtimes.factory import make_runtime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory
 

@@ -246,7 +246,7 @@ def test_planning_reaches_runtimes_for_annotations_only() -> None:
     # The runtimes read plans (driver.core.repeatplan) and the registry holds the runtimes;
     # planning needs the registry, so at run time it must not need the runtimes back.
     graph = import_graph(REPO_ROOT / "driver")
-    assert graph["driver.core.repeatplan"] == {"driver.core.case"}
+    assert graph["driver.core.repeatplan"] == {"driver.model.case"}
     for planning in ("driver.core.command", "driver.core.plan", "driver.core.repeatplan"):
         runtimes = {name for name in graph[planning] if name.startswith("driver.runtimes")}
         assert not runtimes, f"{planning} imports {sorted(runtimes)} at run time"

@@ -20,7 +20,7 @@ from driver.bench.contract import parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
 from driver.bench.loop import Adapter, Run, is_oom, run_benchmark
 from driver.bench.protocol import EXIT_OOM, has_oom_record, oom_record
-from driver.core.hardware import hardware_of
+from driver.model.hardware import hardware_of
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.results import Session
 from driver.core.runner import run_cases
+from driver.model.results import Session
 from driver.runtimes.base import Verdict
 from driver.runtimes.docker import DockerRuntime
 from driver.runtimes.ssh import session_label
@@ -290,7 +290,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     import signal
     import sys
     from pathlib import Path
-    from driver.core.results import Session
+    from driver.model.results import Session
     from driver.core.runner import run_cases
     from driver.images.build import BuildOptions
     from driver.runtimes.docker import DockerRuntime

@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from driver.core.results import Session
 from driver.core.runner import run_cases
+from driver.model.results import Session
 from driver.runtimes.base import Verdict
 from driver.runtimes.process import ProcessRuntime
 from driver.runtimes.ssh import session_label

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from driver.bench.fingerprint import label_of, parse_cpuinfo, parse_smi_query, parse_topology
-from driver.core.hardware import (
+from driver.model.hardware import (
     UNKNOWN,
     Hardware,
     HardwareError,

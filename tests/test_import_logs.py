@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.results import Session
 from driver.core.runner import evaluate
 from driver.core.summary import summarize
 from driver.frontend.cli import main
 from driver.frontend.import_cli import IMPORTED, WORKER0, ImportLogsError, load_facts
+from driver.model.results import Session
 from driver.release.compare import compare_sides, load_side
 from driver.release.factor import factor_report
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.case import Topology
 from driver.core.matrix import MatrixError, Overrides, apply_overrides, load_matrix
+from driver.model.case import Topology
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from driver.bench.protocol import StepLogger
-from driver.core.case import Case, Topology
-from driver.core.results import RepeatRecord, Session, sha256_of_logs
 from driver.core.runner import evaluate, run_cases
 from driver.frameworks.base import REPO_ROOT
+from driver.model.case import Case, Topology
+from driver.model.results import RepeatRecord, Session, sha256_of_logs
 from driver.plugins import load_all
 from driver.release.audit import audit
 from driver.release.mfu import (

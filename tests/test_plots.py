@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from driver.core.case import Case, Topology
-from driver.core.measure import case_stats
 from driver.core.summary import CaseSummary, baseline_of
+from driver.model.case import Case, Topology
+from driver.model.measure import case_stats
 from driver.release import plots
 from driver.release.compute import CaseExtras, Computed
 

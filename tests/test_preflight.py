@@ -14,10 +14,10 @@ import pytest
 
 from driver.cluster.preflight import devices_check, failures, run_preflight
 from driver.cluster.remote import Remote
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
 from driver.frameworks.calibration import CALIBRATION
+from driver.model.results import Session
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS
 from driver.runtimes.process import ProcessRuntime

@@ -23,8 +23,8 @@ from driver.cluster.simhosts import (
     SimulatedHostsError,
     missing_requirements,
 )
-from driver.core.results import Session
 from driver.frontend.cli import main
+from driver.model.results import Session
 from tests.conftest import require_real
 
 ONEFLOW_2N2G = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.case import Topology
+from driver.model.case import Topology
 from driver.probes import (
     ProbeError,
     bus_factor,

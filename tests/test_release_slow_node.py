@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.measure import STRAGGLER_FIELDS
+from driver.model.measure import STRAGGLER_FIELDS
 from driver.release.archive import read_archive
 from driver.release.audit import audit
 from driver.release.compute import compute

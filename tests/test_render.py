@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.measure import STRAGGLER_FIELDS, RepeatMeasurement
+from driver.model.measure import STRAGGLER_FIELDS, RepeatMeasurement
 from driver.release.render import (
     MEASUREMENT_FIELDS,
     Results,

@@ -6,9 +6,6 @@ import csv
 import io
 from pathlib import Path
 
-from driver.core.case import Case, Topology
-from driver.core.measure import RepeatMeasurement
-from driver.core.results import CommandRecord, RepeatRecord
 from driver.core.summary import (
     PUBLISHED_FIELDS,
     SLOW_NODE_EXCESS,
@@ -19,6 +16,9 @@ from driver.core.summary import (
     slow_node_of,
     summarize,
 )
+from driver.model.case import Case, Topology
+from driver.model.measure import RepeatMeasurement
+from driver.model.results import CommandRecord, RepeatRecord
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 

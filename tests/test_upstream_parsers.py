@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.measure import Window, measure_repeat
+from driver.model.measure import Window, measure_repeat
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.plugins import load_all
 from driver.registry import PARSERS
@@ -333,7 +333,7 @@ def host(name: str, *devices: str) -> str:
 
 
 def test_each_rank_gets_its_own_nodes_host_and_the_figure_is_unchanged() -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     # tensorflow-models logs per node: node i's rank is i.
     hosts = [host("gpu-a", *["NVIDIA A100-SXM4-40GB"] * 4), host("gpu-b", "NVIDIA H100 80GB HBM3")]
@@ -348,7 +348,7 @@ def test_each_rank_gets_its_own_nodes_host_and_the_figure_is_unchanged() -> None
 
 
 def test_a_host_line_with_a_fingerprint_puts_it_in_its_ranks_headers() -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     facts = {"schema": 1, "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "power_limit_w": 400.0}]}
     line = "DLPERF-HOST " + json.dumps(
@@ -362,7 +362,7 @@ def test_a_host_line_with_a_fingerprint_puts_it_in_its_ranks_headers() -> None:
 
 
 def test_a_rate_only_log_keeps_node_0s_host() -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     texts = with_host_lines("ngc-mxnet", "ok", [host("n0", "NVIDIA V100"), host("n1", "X")])
     parsed = parse_logs("mxnet-speed", texts)
@@ -387,7 +387,7 @@ def test_a_rate_only_log_keeps_node_0s_host() -> None:
     ],
 )
 def test_a_bad_host_line_names_the_log_and_the_line(line: str, fragment: str) -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     texts = with_host_lines("tensorflow-models", "ok", [host("a", "A100"), line])
     with pytest.raises(LogParseError) as caught:

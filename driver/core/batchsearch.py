@@ -15,10 +15,10 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from driver.core.case import Case
 from driver.core.plan import plan_repeat
 from driver.core.repeatplan import RepeatPlan
-from driver.core.results import Session, write_json
+from driver.model.case import Case
+from driver.model.results import Session, write_json
 from driver.runtimes.base import RepeatOutcome, Runtime, Verdict
 
 # Runs one plan in a runtime; whatever goes wrong ends as a verdict (``runner.run_plan``).

@@ -9,10 +9,10 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
-from driver.core.case import Case
 from driver.core.repeatplan import NodeCommand
 from driver.frameworks.base import Framework
 from driver.launchers.base import NodeRank
+from driver.model.case import Case
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, SOURCES
 

@@ -31,8 +31,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
-from driver.core.case import Case, Topology
 from driver.frameworks.base import OptionError
+from driver.model.case import Case, Topology
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, SOURCES
 from driver.schema import (

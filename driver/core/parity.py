@@ -38,10 +38,10 @@ from tabulate import tabulate
 from driver.bareloop import TAG as BARE_TAG
 from driver.bench.host import cpu_count, cpu_model_name
 from driver.bench.supervisor import start, stop
-from driver.core.case import Case, Topology
 from driver.core.command import node_commands, option_text
-from driver.core.measure import LogParseError, Window, measure_repeat, parse_logs
 from driver.frameworks.base import REPO_ROOT, Framework, OptionError
+from driver.model.case import Case, Topology
+from driver.model.measure import LogParseError, Window, measure_repeat, parse_logs
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS
 from driver.runtimes.local import process_environment

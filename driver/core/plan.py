@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from driver.core.case import Case
 from driver.core.command import node_commands, parser_for
 from driver.core.repeatplan import RepeatPlan
+from driver.model.case import Case
 
 if TYPE_CHECKING:  # the runtime is only passed through: planning does not import runtimes
     from driver.runtimes.base import Runtime

@@ -23,10 +23,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from driver.core.measure import UNSTABLE_CV
 from driver.core.summary import CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
+from driver.model.measure import UNSTABLE_CV
 
 MODEL_NAMES = {
     "resnet50": "ResNet-50 v1.5",

@@ -14,12 +14,13 @@ from typing import Any
 
 from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
-from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement
 from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
 from driver.core.repeatplan import RepeatPlan
-from driver.core.results import RepeatRecord, Session, sha256_of_logs, write_json
+from driver.model.case import Case
+from driver.model.measure import RepeatMeasurement
+from driver.model.plausible import Implausible
+from driver.model.results import RepeatRecord, Session, sha256_of_logs, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
 from driver.runtimes.base import (
@@ -28,7 +29,6 @@ from driver.runtimes.base import (
     Runtime,
     Verdict,
 )
-from driver.verify.plausible import Implausible
 from driver.verify.repeat import measure_checked
 
 Printer = Callable[[str], None]

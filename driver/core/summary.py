@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.core.case import Case
-from driver.core.measure import CaseStats, StrictModel, case_stats, speedup
-from driver.core.results import RepeatRecord
+from driver.model.case import Case
+from driver.model.measure import CaseStats, StrictModel, case_stats, speedup
+from driver.model.results import RepeatRecord
 
 # CaseRow fields a row has only for a published figure (the first versions' rows have none)
 PUBLISHED_FIELDS = ("published_by", "published_url")

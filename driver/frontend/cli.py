@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from driver.bench.contract import OptionPairs, parse_option_value
-from driver.core.case import Case
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
@@ -34,6 +33,7 @@ from driver.frontend.args import (
     count_list,
     topology_list,
 )
+from driver.model.case import Case
 from driver.plugins import load_all
 from driver.registry import FRAMEWORKS, LAUNCHERS, PARSERS, RUNTIMES, SOURCES, UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError
@@ -110,7 +110,7 @@ def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
     """``auto``: the DLPerf protocol where there are GPUs or a cluster, else the CPU smoke one."""
     if requested != AUTO:
         return requested, "as requested"
-    from driver.core.hardware import gpu_names
+    from driver.model.hardware import gpu_names
 
     if runtime == "local" and not gpu_names():
         return CPU_PROFILE, "no GPU and no cluster inventory: CPU smoke profile"
@@ -196,7 +196,7 @@ def rehearse_selection(args: argparse.Namespace, selection: Selection) -> int:
     from driver.cluster.rehearse import simulated_hosts
     from driver.cluster.simhosts import SimulatedHostsError
     from driver.core.envs import ensure_env
-    from driver.core.hardware import gpu_names
+    from driver.model.hardware import gpu_names
     from driver.runtimes.process import ProcessRuntime
 
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
@@ -230,9 +230,9 @@ def run_selection(
     from driver.core.envs import ensure_env
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables
-    from driver.core.results import Session
     from driver.core.runner import run_cases
     from driver.core.summary import summarize
+    from driver.model.results import Session
 
     cases, profile, why = selection.cases, selection.profile, selection.why
     # A case that needs more nodes than the inventory has, or that its launcher cannot run

@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
 
-from driver.core.case import Case, Topology
 from driver.frameworks.base import REPO_ROOT
+from driver.model.case import Case, Topology
 from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
 from driver.parsers.base import LogParseError
 from driver.registry import SOURCES, UnknownPlugin
@@ -330,7 +330,7 @@ def check_printed(facts: Facts, world_size: int, logs: list[Path], texts: list[b
 
 def session_log_hashes(session_root: Path) -> dict[str, str]:
     """SHA-256 of every log already imported into the session -> which repeat holds it."""
-    from driver.core.results import RecordError, Session
+    from driver.model.results import RecordError, Session
 
     if not (session_root / "cases").is_dir():
         return {}
@@ -394,10 +394,10 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
     """Store one run's logs as the next repeat of its case in the session; its record."""
     from dataclasses import replace
 
-    from driver.core.results import RECORD, RepeatRecord, Session
     from driver.files import write_bytes
+    from driver.model.plausible import Implausible
+    from driver.model.results import RECORD, RepeatRecord, Session
     from driver.runtimes.base import Verdict
-    from driver.verify.plausible import Implausible
     from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
 
     case, header, parser = case_and_header(source_name, facts)

@@ -149,7 +149,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from driver.core.results import Session
+    from driver.model.results import Session
     from driver.probes import ProbeError, run_allreduce_probe
     from driver.runtimes.factory import make_runtime
 

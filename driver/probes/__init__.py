@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from driver.core.case import Topology
 from driver.core.command import free_port
 from driver.core.repeatplan import NodeCommand, RepeatPlan
-from driver.core.results import write_json
 from driver.launchers.base import NodeRank
+from driver.model.case import Topology
+from driver.model.results import write_json
 from driver.runtimes.base import Runtime, Verdict
 
 PROBE_DIR = "probes"
@@ -136,7 +136,7 @@ def probe_plan(
     timeout_s: float,
 ) -> RepeatPlan:
     """The probe as a repeat plan: PyTorch's environment (image, interpreter) on every node."""
-    from driver.core.case import Case
+    from driver.model.case import Case
 
     case = Case(
         model="allreduce-probe",

@@ -15,10 +15,10 @@ from typing import Any
 from pydantic import ConfigDict
 
 from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
-from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import table_title
 from driver.core.summary import CaseSummary, baseline_of, summarize
+from driver.model.case import Case
+from driver.model.measure import RepeatMeasurement, StrictModel
 from driver.probes import scaling_bound
 from driver.release.dataset import Dataset, RawRepeat, telemetry_summary
 from driver.release.mfu import (

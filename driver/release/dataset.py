@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from driver.core.case import Case
-from driver.core.measure import Window, parse_logs
-from driver.core.results import RECORD, RepeatRecord
+from driver.model.case import Case
+from driver.model.measure import Window, parse_logs
+from driver.model.results import RECORD, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog, RankLog
 from driver.probes import ProbeError, parse_probe_log
 from driver.telemetry.summary import node_of, summarize_samples

@@ -26,9 +26,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from driver.core.results import kit_revision
 from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, remove_tree, write_text
 from driver.frameworks.base import REPO_ROOT
+from driver.model.results import kit_revision
 from driver.release.archive import (
     RAW_DIR,
     collect_session,

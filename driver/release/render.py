@@ -19,11 +19,11 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 from tabulate import tabulate
 
-from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
-from driver.core.results import strict_json
 from driver.core.summary import PUBLISHED_FIELDS, CaseRow, CaseSummary
 from driver.csvsafe import safe_cell
+from driver.model.measure import RepeatMeasurement, StrictModel
+from driver.model.results import strict_json
 from driver.release.compute import CaseExtras, Computed, RepeatResult
 from driver.release.references import comparable
 from driver.telemetry.summary import TELEMETRY_FIELDS

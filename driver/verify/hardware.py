@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from driver.core.hardware import hardware_of
-from driver.core.measure import StrictModel
 from driver.files import write_json
+from driver.model.hardware import hardware_of
+from driver.model.measure import StrictModel
 
 ATTESTATION = "hardware.json"
 ATTESTATION_SCHEMA = 1

@@ -27,18 +27,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from driver.core.case import Case
-from driver.core.hardware import HardwareError
-from driver.core.measure import RepeatMeasurement, measure_logs
-from driver.core.results import RECORD, RecordError, RepeatRecord
-from driver.parsers.base import LogParseError, ParsedLog
-from driver.verify.hardware import AttestationError, fingerprint_label, load_attestation
-from driver.verify.plausible import (
+from driver.model.case import Case
+from driver.model.hardware import HardwareError
+from driver.model.measure import RepeatMeasurement, measure_logs
+from driver.model.plausible import (
     Implausible,
     check_measurement,
     check_one_machine,
     check_parsed,
 )
+from driver.model.results import RECORD, RecordError, RepeatRecord
+from driver.parsers.base import LogParseError, ParsedLog
+from driver.verify.hardware import AttestationError, fingerprint_label, load_attestation
 
 CASE_FILE = "case.json"
 NODE_LOG = re.compile(r"^node\d+\.log$")

@@ -36,7 +36,7 @@ from pydantic import (
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, Window
 
 if TYPE_CHECKING:
-    from driver.core.case import Case
+    from driver.model.case import Case
 
 __all__ = ["LogParseError", "Window"]  # Window lives beside the parsers (they check it too)
 

@@ -24,10 +24,10 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.files import KitWriteError, ensure_dir, write_json
 from driver.frameworks.base import REPO_ROOT
+from driver.model.case import Case
+from driver.model.measure import RepeatMeasurement, StrictModel
 
 RECORD = "record.json"
 # 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from).

@@ -8,7 +8,7 @@ through (``driver.verify.repeat``), whoever consumes it.
 
 from __future__ import annotations
 
-from driver.core.measure import RepeatMeasurement
+from driver.model.measure import RepeatMeasurement
 from driver.parsers.base import ParsedLog, Window
 
 # A step timestamp is seconds on a monotonic clock (since boot) or a Unix wall clock: both are
