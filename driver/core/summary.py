@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from driver.model.case import Case
-from driver.model.measure import CaseStats, StrictModel, case_stats, speedup
+from driver.model.measure import CaseStats, case_stats, speedup
 from driver.model.results import RepeatRecord
+from driver.schema import StrictModel
 
 # CaseRow fields a row has only for a published figure (the first versions' rows have none)
 PUBLISHED_FIELDS = ("published_by", "published_url")

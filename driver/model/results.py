@@ -22,40 +22,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError
 
 from driver.files import KitWriteError, ensure_dir, write_json
 from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Case
-from driver.model.measure import RepeatMeasurement, StrictModel
+from driver.model.measure import RepeatMeasurement
+from driver.schema import StrictModel, schema_version, strict_json
 
 RECORD = "record.json"
 # 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from).
 SCHEMA_VERSION = 2
 KNOWN_SCHEMAS = (1, 2)
 SESSION_SCHEMA = 1  # session.json (unchanged by record schema 2)
+RecordSchema = schema_version(KNOWN_SCHEMAS)
 
 
 class RecordError(ValueError):
     """A record file the kit cannot trust: unreadable, wrong schema, a field out of range."""
-
-
-def _finite_number(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text} overflows to infinity")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a record may hold")
-
-
-def strict_json(text: str | bytes) -> Any:
-    """JSON without NaN or infinity anywhere (Python's json module accepts both)."""
-    return json.loads(text, parse_float=_finite_number, parse_constant=_no_constant)
-
-
 
 
 def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
@@ -90,7 +74,7 @@ class CommandRecord(StrictModel):
 class RepeatRecord(StrictModel):
     """What one repeat produced: everything needed to recompute it from its raw logs."""
 
-    schema_: int = Field(SCHEMA_VERSION, alias="schema")
+    schema_: RecordSchema = Field(SCHEMA_VERSION, alias="schema")
     case_id: str
     repeat: Annotated[int, Field(ge=0)]
     verdict: str
@@ -109,17 +93,6 @@ class RepeatRecord(StrictModel):
     log_sha256: dict[str, str] = Field(default_factory=dict)  # log name -> sha256 (schema 2)
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
-
-    @field_validator("schema_", mode="before")
-    @classmethod
-    def _known_schema(cls, value: Any) -> Any:
-        if value not in KNOWN_SCHEMAS:
-            raise ValueError(
-                f"schema version {value!r} is not one this kit reads "
-                f"({', '.join(map(str, KNOWN_SCHEMAS))}): written by another kit; read it with "
-                "that kit, or upgrade this one"
-            )
-        return value
 
     @property
     def ok(self) -> bool:

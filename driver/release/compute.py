@@ -18,7 +18,7 @@ from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
 from driver.core.report import table_title
 from driver.core.summary import CaseSummary, baseline_of, summarize
 from driver.model.case import Case
-from driver.model.measure import RepeatMeasurement, StrictModel
+from driver.model.measure import RepeatMeasurement
 from driver.probes import scaling_bound
 from driver.release.dataset import Dataset, RawRepeat, telemetry_summary
 from driver.release.mfu import (
@@ -29,6 +29,7 @@ from driver.release.mfu import (
     peak_precision,
 )
 from driver.release.references import Ours, nearest
+from driver.schema import StrictModel
 from driver.verify.hardware import ATTESTATION as ATTESTED
 
 

@@ -16,20 +16,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError
 from tabulate import tabulate
 
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.summary import PUBLISHED_FIELDS, CaseRow, CaseSummary
 from driver.csvsafe import safe_cell
-from driver.model.measure import RepeatMeasurement, StrictModel
-from driver.model.results import strict_json
+from driver.model.measure import RepeatMeasurement
 from driver.release.compute import CaseExtras, Computed, RepeatResult
 from driver.release.references import comparable
+from driver.schema import StrictModel, schema_version, strict_json
 from driver.telemetry.summary import TELEMETRY_FIELDS
 
 RESULTS_SCHEMA = 1
 KNOWN_RESULTS_SCHEMAS = (1,)
+ResultsSchema = schema_version(KNOWN_RESULTS_SCHEMAS)
 MEASUREMENT_FIELDS = RepeatMeasurement.columns()
 PLOTS_DIR = "plots"
 
@@ -106,22 +107,12 @@ class ResultsError(ValueError):
 
 
 class Results(StrictModel):
-    schema_: int = Field(RESULTS_SCHEMA, alias="schema")
+    schema_: ResultsSchema = Field(RESULTS_SCHEMA, alias="schema")
     version: str
     cases: list[ReleaseCaseRow]
     repeats: list[ReleaseRepeatRow]
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
-
-    @field_validator("schema_", mode="before")
-    @classmethod
-    def _known_schema(cls, value: Any) -> Any:
-        if value not in KNOWN_RESULTS_SCHEMAS:
-            raise ValueError(
-                f"schema version {value!r} is not one this kit reads "
-                f"({', '.join(map(str, KNOWN_RESULTS_SCHEMAS))})"
-            )
-        return value
 
     def dump(self) -> dict[str, Any]:
         return {

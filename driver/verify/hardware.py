@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from driver.files import write_json
 from driver.model.hardware import hardware_of
-from driver.model.measure import StrictModel
+from driver.schema import StrictModel
 
 ATTESTATION = "hardware.json"
 ATTESTATION_SCHEMA = 1
