@@ -1,4 +1,4 @@
-"""driver.core.hardware: the hardware a header says it ran on, old headers and declared ones."""
+"""driver.model.hardware: the hardware a header says it ran on, old headers and declared ones."""
 
 from __future__ import annotations
 

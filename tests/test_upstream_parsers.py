@@ -8,7 +8,7 @@ their pinned code, until a real log of them can be produced.
 Every fixture run has a window of 4 warm-up + 8 measured steps (boundaries 4 and 12), set in the
 DLPERF-UPSTREAM header the node command prints (the real BERT log, printed every 10 steps: 10 +
 20). Expected throughputs follow from the times in
-the fixtures (see each test); measurement itself is ``driver.core.measure``.
+the fixtures (see each test); measurement itself is ``driver.model.measure``.
 """
 
 from __future__ import annotations

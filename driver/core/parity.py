@@ -9,7 +9,7 @@ processes with the same environment and the same CPU threads (OMP_NUM_THREADS, w
 script and the bare loop both apply). The order alternates (bare first in even rounds, kit first
 in odd ones) so that a drift of the machine's load weighs on both sides alike.
 
-The kit's throughput is measured the one way the kit measures (``driver.core.measure``: the
+The kit's throughput is measured the one way the kit measures (``driver.model.measure``: the
 window from the end of the last warm-up step to the end of the last measured step); the bare
 loop's is its measured steps' samples over its timer. The ratio kit/bare is reported per round,
 with the median and the spread (min..max) over the rounds.

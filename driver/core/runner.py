@@ -19,7 +19,7 @@ from driver.core.progress import Progress
 from driver.core.repeatplan import RepeatPlan
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
-from driver.model.plausible import Implausible
+from driver.model.plausible import Implausible, measure_checked
 from driver.model.results import RepeatRecord, Session, sha256_of_logs, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
@@ -29,7 +29,6 @@ from driver.runtimes.base import (
     Runtime,
     Verdict,
 )
-from driver.verify.repeat import measure_checked
 
 Printer = Callable[[str], None]
 

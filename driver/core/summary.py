@@ -166,7 +166,7 @@ class CaseSummary:
     machine: str = ""  # the host (rank 0's header) or, for a published figure, its system
     # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
     imported: str = ""
-    # The machine's hardware fingerprint label (driver/core/hardware.py) where the summaries are
+    # The machine's hardware fingerprint label (driver/model/hardware.py) where the summaries are
     # split by machine; "" where they are split by device model only (the releases before
     # README layout 3, which the audit renders as they were published).
     fingerprint: str = ""

@@ -395,10 +395,10 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
     from dataclasses import replace
 
     from driver.files import write_bytes
-    from driver.model.plausible import Implausible
+    from driver.model.plausible import Implausible, measure_checked
     from driver.model.results import RECORD, RepeatRecord, Session
     from driver.runtimes.base import Verdict
-    from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
+    from driver.verify.repeat import RepeatFiles, RepeatRefused, verify_repeat
 
     case, header, parser = case_and_header(source_name, facts)
     expected = 1 if facts.worker0_only else case.topology.nodes

@@ -6,7 +6,7 @@ Checks, each failure naming the file, the cell and both values:
 2. the SHA-256 of every archive, raw file (logs, records, telemetry, probes), config copy and
    plot;
 3. every repeat re-measured from its raw logs with the parser its record names
-   (``driver.registry.PARSERS`` + ``driver.core.measure``), against its record;
+   (``driver.registry.PARSERS`` + ``driver.model.measure``), against its record;
 4. every case re-summarised (``driver.core.summary.summarize``: median, CV, speedup,
    efficiency) with MFU, scaling bounds, references and telemetry, and README.md,
    results.json and results.csv re-rendered and compared: the result data structurally (JSON

@@ -10,7 +10,8 @@ the files come from a session folder (:mod:`driver.verify.folder`) or from a rel
 3. every log the record names, with the SHA-256 the record holds for it (schema 2), and no
    ``node*.log`` the record does not name;
 4. logs that give a measurement with the record's parser (``measure_logs``: parser, world
-   size, window) that passes every plausibility check (``driver.verify.plausible``);
+   size, window) that passes every plausibility check (``driver.model.plausible``:
+   ``measure_checked``, which the runner applies before it writes a record);
 5. a record that agrees with that measurement (the straggler facts included: who was slowest,
    re-derived from the logs; a record written before those fields has none to compare) and
    with rank 0's header, unless the caller accepts re-measured repeats: then the logs win
@@ -29,13 +30,8 @@ from dataclasses import dataclass, field
 
 from driver.model.case import Case
 from driver.model.hardware import HardwareError
-from driver.model.measure import RepeatMeasurement, measure_logs
-from driver.model.plausible import (
-    Implausible,
-    check_measurement,
-    check_one_machine,
-    check_parsed,
-)
+from driver.model.measure import RepeatMeasurement
+from driver.model.plausible import Implausible, measure_checked
 from driver.model.results import RECORD, RecordError, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.verify.hardware import AttestationError, fingerprint_label, load_attestation
@@ -175,24 +171,6 @@ def check_logs(files: RepeatFiles, record: RepeatRecord) -> dict[str, str]:
             )
         texts[name] = data.decode("utf-8", errors="replace")  # as the runner reads logs
     return texts
-
-
-def measure_checked(
-    case: Case, parser: str, texts: Mapping[str, str], batch_size: int
-) -> tuple[RepeatMeasurement, ParsedLog]:
-    """``measure_logs`` plus every plausibility check; raises LogParseError or Implausible."""
-    measurement, parsed = measure_logs(
-        case,
-        parser,
-        texts,
-        batch_size,
-        check=lambda parsed, window: (
-            check_parsed(parsed, window, batch_size),
-            check_one_machine(parsed),
-        ),
-    )
-    check_measurement(measurement, case.topology.world_size, batch_size)
-    return measurement, parsed
 
 
 def verify_repeat(
