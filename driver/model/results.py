@@ -18,9 +18,11 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import ConfigDict, Field, ValidationError
 
@@ -135,8 +137,67 @@ def load_record(path: Path) -> RepeatRecord:
     return RepeatRecord.parse(content, str(path))
 
 
-def sha256_of_logs(repeat_dir: Path, names: list[str]) -> dict[str, str]:
-    return {n: hashlib.sha256((repeat_dir / n).read_bytes()).hexdigest() for n in names}
+@dataclass(frozen=True)
+class Logs:
+    """A repeat's node logs (``node*.log``), read from its folder once and passed on: the bytes
+    its record checksums, the text its parser reads."""
+
+    data: dict[str, bytes]
+
+    @classmethod
+    def read(cls, folder: Path) -> Logs:
+        return cls({path.name: path.read_bytes() for path in sorted(folder.glob("node*.log"))})
+
+    @cached_property
+    def texts(self) -> dict[str, str]:
+        """Name -> text, as every reader decodes a log (the door too): UTF-8, a byte that is not
+        replaced, never an error."""
+        return {name: data.decode("utf-8", errors="replace") for name, data in self.data.items()}
+
+    def sha256(self) -> dict[str, str]:
+        return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(self.data.items())}
+
+
+class NodeExit(Protocol):
+    """How a repeat ended on one node, as a runtime reports it (``runtimes.base.NodeOutcome``)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def exit_code(self) -> int | None: ...
+
+
+class Ran(Protocol):
+    """What a runtime reports of a repeat it ran (``runtimes.base.RepeatOutcome``)."""
+
+    @property
+    def nodes(self) -> Sequence[NodeExit]: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def finished_at(self) -> float: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def extra(self) -> dict[str, Any]: ...
+
+
+class Planned(Protocol):
+    """The plan a repeat ran (``RepeatPlan``): its ``commands`` are read by their ``node``,
+    ``argv``, ``env`` and ``workdir``."""
+
+    @property
+    def case(self) -> Case: ...
+    @property
+    def repeat(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def commands(self) -> Sequence[Any]: ...
+    @property
+    def repeat_dir(self) -> Path: ...
+    @property
+    def parser(self) -> str: ...
 
 
 class Session:
@@ -223,6 +284,43 @@ class Session:
 
     def write_record(self, directory: Path, record: RepeatRecord) -> None:
         write_json(directory / RECORD, record.to_dict())
+
+    def record(
+        self,
+        plan: Planned,
+        outcome: Ran,
+        logs: Logs,
+        *,
+        verdict: str,
+        runtime: str,
+        measurement: RepeatMeasurement | None = None,
+        header: dict[str, Any] | None = None,
+        detail: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> RepeatRecord:
+        """Write and return the record of a repeat that ran ``plan``: what ran where, how it
+        ended (``verdict`` and ``detail``, the outcome's unless given), its logs with their
+        SHA-256, and what they measured; ``extra`` adds facts to the runtime's."""
+        record = RepeatRecord(
+            case_id=plan.case.id,
+            repeat=plan.repeat,
+            verdict=verdict,
+            batch_size=plan.batch_size,
+            started_at=outcome.started_at,
+            finished_at=outcome.finished_at,
+            commands=[CommandRecord.model_validate(c, from_attributes=True) for c in plan.commands],
+            exit_codes={n.node: n.exit_code for n in outcome.nodes},
+            logs=sorted(logs.data),
+            log_sha256=logs.sha256(),
+            parser=plan.parser,
+            measurement=measurement,
+            header=header or {},
+            detail=outcome.detail if detail is None else detail,
+            runtime=runtime,
+            extra={**outcome.extra, **(extra or {})},
+        )
+        self.write_record(plan.repeat_dir, record)
+        return record
 
     def repeat_dirs(self, case: Case) -> list[Path]:
         """The case's repeat folders (failed attempts aside), with or without a record."""
