@@ -29,8 +29,8 @@ def test_a_committed_version_recomputes_to_its_records() -> None:
     assert not dataset.problems
     computed = compute(dataset, load_config(version, {}))
     assert len(computed.repeats) == 86
-    for result in computed.repeats:  # re-measured from the logs = what the run recorded
-        assert result.measurement == result.raw.record.measurement, result.raw.folder
+    for repeat in computed.repeats:  # re-measured from the logs = what the run recorded
+        assert repeat.measurement == repeat.written.measurement, repeat.folder
     for summary in computed.summaries:
         extras = computed.extras[summary.case_id]
         assert isinstance(extras, CaseExtras) and extras.session == computed.sessions_of[
@@ -61,4 +61,4 @@ def test_a_repeat_whose_logs_give_nothing_is_a_problem_of_its_folder() -> None:
     ((where, problem),) = dataset.problems
     assert where == folder and "give no measurement" in problem and "node0.log" in problem
     computed = compute(dataset, Config())
-    assert all(r.raw.folder != folder for r in computed.repeats)
+    assert all(r.folder != folder for r in computed.repeats)

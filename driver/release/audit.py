@@ -247,7 +247,7 @@ def _run(
     computed = compute(dataset, config)
     state.case_titles = dict(computed.titles)
     for repeat in computed.repeats:  # a case that failed to summarise still maps its repeats
-        state.case_titles.setdefault(repeat.raw.case.id, VERSION_LEVEL)
+        state.case_titles.setdefault(repeat.case.id, VERSION_LEVEL)
     # member hashes after titles are known, so that a changed log names its table
     for member in sorted(set(raw) & set(members)):
         actual = sha256_bytes(members[member])
@@ -295,20 +295,19 @@ def _check_records(state: _Audit, computed: Computed, manifest: dict[str, Any]) 
     accepted = {
         e.get("folder"): e.get("recomputed") for e in manifest["remeasured"] if isinstance(e, dict)
     }
-    for result in computed.repeats:
-        if result.measurement is None or result.measurement == result.raw.record.measurement:
+    for repeat in computed.repeats:
+        if repeat.measurement is None or repeat.measurement == repeat.recorded:
             continue
-        recomputed = result.measurement.model_dump()
-        if accepted.get(result.raw.folder) == recomputed:
+        recomputed = repeat.measurement.model_dump()
+        if accepted.get(repeat.folder) == recomputed:
             continue  # published with --accept-remeasured: listed in the manifest
-        record = result.raw.record.measurement
         _compare_values(
             state,
-            f"{result.raw.folder}/record.json",
+            f"{repeat.folder}/record.json",
             "measurement",
-            record.model_dump() if record else None,
+            repeat.recorded.model_dump() if repeat.recorded else None,
             recomputed,
-            result.raw.case.id,
+            repeat.case.id,
         )
 
 

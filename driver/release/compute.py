@@ -1,6 +1,7 @@
 """Every number of a release, derived from its raw data and its config copies.
 
-Per repeat: the window throughput recomputed from the raw logs, and the telemetry summary.
+Per repeat (each through the door, ``driver.verify``): the window throughput recomputed from the
+raw logs, and the telemetry summary.
 Per case (through ``driver.core.summary.summarize``, the one statistics path): median, spread,
 speedup, efficiency; then MFU (cached model FLOPs x device peaks), the all-reduce scaling bound
 (probe bandwidth x gradient size) and the nearest published reference.
@@ -18,9 +19,8 @@ from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
 from driver.core.report import table_title
 from driver.core.summary import CaseSummary, baseline_of, summarize
 from driver.model.case import Case
-from driver.model.measure import RepeatMeasurement
 from driver.probes import scaling_bound
-from driver.release.dataset import Dataset, RawRepeat, telemetry_summary
+from driver.release.dataset import Dataset, session_of, telemetry_summary
 from driver.release.mfu import (
     GRADIENT_BYTES_PER_PARAMETER,
     cost_key,
@@ -31,6 +31,7 @@ from driver.release.mfu import (
 from driver.release.references import Ours, nearest
 from driver.schema import StrictModel
 from driver.verify.hardware import ATTESTATION as ATTESTED
+from driver.verify.repeat import VerifiedRepeat
 
 
 @dataclass
@@ -46,22 +47,14 @@ class Config:
 
 
 @dataclass
-class RepeatResult:
-    raw: RawRepeat
-    measurement: RepeatMeasurement | None
-    error: str | None
-    telemetry: dict[str, Any]
-    headers: list[dict[str, Any]] = field(default_factory=list)  # every rank's log header
-
-
-@dataclass
 class Computed:
     summaries: list[CaseSummary]
-    repeats: list[RepeatResult]
+    repeats: list[VerifiedRepeat]  # by case id, repeat and session
     extras: dict[str, CaseExtras]  # case id -> MFU, bound, reference fields
     sessions_of: dict[str, str]  # case id -> session
     titles: dict[str, str]  # case id -> table title
     attested: set[str] = field(default_factory=set)  # sessions' hardware.json members
+    telemetry: dict[str, dict[str, Any]] = field(default_factory=dict)  # folder -> summary
 
 
 Number = int | float  # as the config or the computation gave it (an int stays an int)
@@ -98,27 +91,19 @@ class CaseExtras(StrictModel):
 
 
 def compute(dataset: Dataset, config: Config) -> Computed:
-    results: list[RepeatResult] = []
-    for raw in sorted(dataset.repeats, key=lambda r: (r.case.id, r.record.repeat, r.session)):
-        # every repeat of a dataset came through the door: its logs gave this measurement
-        parsed = raw.verified.parsed
-        measurement = raw.verified.record.measurement
-        telemetry = telemetry_summary(raw, parsed)
-        results.append(RepeatResult(raw, measurement, None, telemetry, parsed.rank_headers()))
+    # every repeat of a dataset came through the door: its record holds what its logs measure
+    repeats = sorted(dataset.repeats, key=lambda r: (r.case.id, r.record.repeat, session_of(r)))
     records = [
-        (
-            r.raw.case,
-            r.raw.record.model_copy(update={"measurement": r.measurement}),
-            *([r.raw.verified.fingerprint] if config.by_machine else []),
-        )
-        for r in results
+        (r.case, r.written.model_copy(update={"measurement": r.measurement}),
+         *([r.fingerprint] if config.by_machine else []))
+        for r in repeats
         if r.measurement is not None
-    ]
+    ]  # fmt: skip
     summaries = summarize(records, published=[copy.copy(s) for s in config.published])
-    sessions_of = {r.raw.case.id: r.raw.session for r in results}
+    sessions_of = {r.case.id: session_of(r) for r in repeats}
     headers = {}
-    for r in results:
-        headers.setdefault(r.raw.case.id, r.raw.record.header)
+    for r in repeats:
+        headers.setdefault(r.case.id, r.written.header)
     extras = {
         s.case_id: CaseExtras()  # a published figure: no MFU, bound or reference of ours
         if s.published_by
@@ -127,11 +112,12 @@ def compute(dataset: Dataset, config: Config) -> Computed:
     }
     return Computed(
         summaries=summaries,
-        repeats=results,
+        repeats=repeats,
         extras=extras,
         sessions_of=sessions_of,
         titles={s.case_id: table_title(s) for s in summaries},
         attested={m for m in dataset.members if m.count("/") == 1 and m.endswith(ATTESTED)},
+        telemetry={r.folder: telemetry_summary(r) for r in repeats},
     )
 
 

@@ -38,7 +38,7 @@ from driver.release.archive import (
     write_archive,
 )
 from driver.release.compute import Computed, compute
-from driver.release.dataset import load_dataset
+from driver.release.dataset import load_dataset, session_of
 from driver.release.imported import load_import
 from driver.release.layout import INDEX, PUBLISHED_DIR, load_config
 from driver.release.manifest import (
@@ -328,7 +328,7 @@ def _build(
         )
     owners: dict[str, set[str]] = {}
     for repeat in dataset.repeats:
-        owners.setdefault(repeat.case.id, set()).add(repeat.session)
+        owners.setdefault(repeat.case.id, set()).add(session_of(repeat))
     shared = {c: s for c, s in owners.items() if len(s) > 1}
     if shared:
         case_id, where = next(iter(sorted(shared.items())))
@@ -371,15 +371,15 @@ def _build(
             + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
         )
     remeasured = []
-    for result in computed.repeats:
-        header_differs = result.raw.verified.header_differs
-        if result.raw.verified.remeasured:
-            recorded = result.raw.record.measurement
+    for repeat in computed.repeats:
+        header_differs = repeat.header_differs
+        if repeat.remeasured:
+            recorded, measured = repeat.recorded, repeat.measurement
             remeasured.append(
                 {
-                    "folder": result.raw.folder,
+                    "folder": repeat.folder,
                     "record": recorded.model_dump() if recorded else None,
-                    "recomputed": result.measurement.model_dump() if result.measurement else None,
+                    "recomputed": measured.model_dump() if measured else None,
                     # the record's header is not rank 0's header in the logs (the logs win)
                     **({"header": "differs from the logs"} if header_differs else {}),
                 }

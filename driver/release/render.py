@@ -23,10 +23,12 @@ from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.summary import PUBLISHED_FIELDS, CaseRow, CaseSummary
 from driver.csvsafe import safe_cell
 from driver.model.measure import RepeatMeasurement
-from driver.release.compute import CaseExtras, Computed, RepeatResult
+from driver.release.compute import CaseExtras, Computed
+from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.schema import StrictModel, schema_version, strict_json
 from driver.telemetry.summary import TELEMETRY_FIELDS
+from driver.verify.repeat import VerifiedRepeat
 
 RESULTS_SCHEMA = 1
 KNOWN_RESULTS_SCHEMAS = (1,)
@@ -154,23 +156,23 @@ def case_row(summary: CaseSummary, computed: Computed) -> ReleaseCaseRow:
     )
 
 
-def repeat_row(result: RepeatResult) -> ReleaseRepeatRow:
-    record = result.raw.record
+def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepeatRow:
+    record = repeat.written
     return ReleaseRepeatRow(
-        case_id=result.raw.case.id,
+        case_id=repeat.case.id,
         repeat=record.repeat,
-        session=result.raw.session,
-        folder=result.raw.folder,
+        session=session_of(repeat),
+        folder=repeat.folder,
         batch_per_device=record.batch_size,
         parser=record.parser,
         runtime=record.runtime,
         logs=list(record.logs),
         started_at=record.started_at,
         finished_at=record.finished_at,
-        verdict="ok" if result.measurement is not None else "parse-error",
-        error=result.error,
-        measurement=result.measurement,
-        telemetry=result.telemetry,
+        verdict="ok" if repeat.measurement is not None else "parse-error",
+        error=None,  # the door lets no repeat through whose logs give no measurement
+        measurement=repeat.measurement,
+        telemetry=telemetry,
     )
 
 
@@ -178,7 +180,7 @@ def results_data(computed: Computed, version: str) -> Results:
     return Results(
         version=version,
         cases=[case_row(s, computed) for s in computed.summaries],
-        repeats=[repeat_row(r) for r in computed.repeats],
+        repeats=[repeat_row(r, computed.telemetry[r.folder]) for r in computed.repeats],
     )
 
 
@@ -284,16 +286,16 @@ def readme_layout(manifest: dict[str, Any]) -> int:
 def _machines_section(computed: Computed) -> str:
     """Which machine each session's cases ran on, and how that is known."""
     rows: dict[tuple[str, str], set[str]] = {}
-    for result in computed.repeats:
-        verified = result.raw.verified
+    for repeat in computed.repeats:
+        session = session_of(repeat)
         source = (
             "its logs' fingerprint"
-            if isinstance(verified.record.header.get("hardware"), str)
+            if isinstance(repeat.record.header.get("hardware"), str)
             else "the session's hardware.json (attested)"
-            if f"{result.raw.session}/hardware.json" in computed.attested
+            if f"{session}/hardware.json" in computed.attested
             else "its logs' header (no fingerprint recorded)"
         )
-        rows.setdefault((result.raw.session, verified.fingerprint), set()).add(source)
+        rows.setdefault((session, repeat.fingerprint), set()).add(source)
     table = tabulate(
         [[f"`{s}`", m, ", ".join(sorted(how))] for (s, m), how in sorted(rows.items())],
         headers=["session", "machine", "known from"],
@@ -416,16 +418,16 @@ def _references_section(
 
 
 def _telemetry_section(computed: Computed) -> str:
-    gpu = any(r.telemetry.get("telemetry_gpu_power_w_max") is not None for r in computed.repeats)
+    summaries = [(r, computed.telemetry[r.folder]) for r in computed.repeats]
+    gpu = any(t.get("telemetry_gpu_power_w_max") is not None for _r, t in summaries)
     headers = ["case", "repeat", "window", "samples", "CPU % (1 core = 100)", "RSS MiB"]
     if gpu:
         headers += ["GPU W", "SM %", "mem %", "GPU mem MiB", "SM MHz", "temp C"]
     rows = []
-    for r in computed.repeats:
-        t = r.telemetry
+    for r, t in summaries:
         row = [
-            r.raw.case.id,
-            r.raw.record.repeat,
+            r.case.id,
+            r.written.repeat,
             t.get("telemetry_window"),
             t.get("telemetry_samples"),
             _pair(t, "telemetry_cpu_pct"),
@@ -437,7 +439,7 @@ def _telemetry_section(computed: Computed) -> str:
                 for m in ("power_w", "sm_pct", "mem_pct", "mem_used_mib", "sm_clock_mhz", "temp_c")
             ]
         rows.append(row)
-    statuses = sorted({str(r.telemetry.get("telemetry_status")) for r in computed.repeats})
+    statuses = sorted({str(t.get("telemetry_status")) for _r, t in summaries})
     intro = (
         "Median / max per repeat over the measured window (`window: steps`: cut with the step "
         "timestamps on each node's monotonic clock; `run`: the whole run, on the wall clock). "
@@ -452,7 +454,9 @@ def _telemetry_per_case(computed: Computed) -> str:
     """Layout 2: one row per case (median of the repeats' medians / max of their maxima);
     every repeat's figures are in results.csv and results.json."""
     metrics = [("CPU % (1 core = 100)", "cpu_pct"), ("RSS MiB", "rss_mib")]
-    gpu = any(r.telemetry.get("telemetry_gpu_power_w_max") is not None for r in computed.repeats)
+    gpu = any(
+        t.get("telemetry_gpu_power_w_max") is not None for t in computed.telemetry.values()
+    )
     if gpu:
         metrics += [
             ("GPU W", "gpu_power_w"),
@@ -464,7 +468,7 @@ def _telemetry_per_case(computed: Computed) -> str:
         ]
     by_case: dict[str, list[dict[str, Any]]] = {}
     for r in computed.repeats:
-        by_case.setdefault(r.raw.case.id, []).append(r.telemetry)
+        by_case.setdefault(r.case.id, []).append(computed.telemetry[r.folder])
     rows = []
     for case_id, telemetry in sorted(by_case.items()):
         windows = sorted({str(t.get("telemetry_window")) for t in telemetry})
@@ -477,7 +481,7 @@ def _telemetry_per_case(computed: Computed) -> str:
             row.append(_pair({"m_median": statistics.median(medians) if medians else None,
                               "m_max": max(maxima) if maxima else None}, "m"))
         rows.append(row)
-    statuses = sorted({str(r.telemetry.get("telemetry_status")) for r in computed.repeats})
+    statuses = sorted({str(t.get("telemetry_status")) for t in computed.telemetry.values()})
     intro = (
         "Per case over its repeats: the median of the repeats' medians / the largest maximum, "
         "over the measured window (`steps`: cut with the step timestamps on each node's "

@@ -72,6 +72,8 @@ class RepeatFiles:
 
 @dataclass(frozen=True)
 class VerifiedRepeat:
+    """A repeat the door let through: what every reader of a finished repeat gets."""
+
     case: Case
     record: RepeatRecord  # with the measurement and header its logs give
     # the record as its file holds it (the straggler facts a record written before them lacks
@@ -80,6 +82,17 @@ class VerifiedRepeat:
     parsed: ParsedLog
     logs: dict[str, str] = field(repr=False)
     fingerprint: str = ""  # the machine's label (driver/verify/hardware.py)
+    source: RepeatFiles | None = field(default=None, repr=False)  # the files it came from
+
+    @property
+    def folder(self) -> str:
+        """Where it was read from (a path, or an archive member folder)."""
+        return self.source.folder if self.source else ""
+
+    @property
+    def measurement(self) -> RepeatMeasurement | None:
+        """The measurement its logs give (the door lets no finished repeat through without)."""
+        return self.record.measurement
 
     @property
     def recorded(self) -> RepeatMeasurement | None:
@@ -220,6 +233,7 @@ def verify_repeat(
         parsed=parsed,
         logs=texts,
         fingerprint=fingerprint,
+        source=files,
     )
     if not accept_remeasured:
         if measurement != record.measurement:
