@@ -417,7 +417,7 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
 def report_row(summary: CaseSummary) -> dict[str, Any]:
     """A case's row in report.csv/json: its row, and what it ran on, or who published it."""
     return {
-        **summary.row().model_dump(),
+        **summary.row().dump(),
         "device_model": summary.device_model,
         "fingerprint": summary.fingerprint,
         "hardware": summary.hardware,

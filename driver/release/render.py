@@ -16,14 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 from tabulate import tabulate
 
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
-from driver.core.summary import PUBLISHED_FIELDS, CaseRow, CaseSummary
+from driver.core.summary import CaseRow, CaseSummary
 from driver.csvsafe import safe_cell
 from driver.model.measure import RepeatMeasurement
-from driver.release.compute import CaseExtras, Computed
+from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.schema import StrictModel, schema_version, strict_json
@@ -39,28 +39,6 @@ PLOTS_DIR = "plots"
 
 # --------------------------------------------------------------------------------------------
 # Rows: the typed records of results.json / results.csv
-
-
-class ReleaseCaseRow(CaseExtras, CaseRow):
-    """A case row of a release: the case's own row (``CaseRow``), the release's extras, its
-    repeats' throughputs and its table."""
-
-    model_config = ConfigDict(frozen=True, validate_assignment=False)
-
-    row: Literal["case"] = "case"
-    repeat_throughputs: list[float]
-    table: str
-    fingerprint: str | None = None  # the machine (README layout 3 on; absent before)
-
-    def dump(self) -> dict[str, Any]:
-        # reference_source is written only where a reference matched (as it always was), and
-        # the publisher fields only for a published figure (the first versions have none)
-        unmatched = {"reference_source"} if self.reference_source is None else set()
-        if self.published_by is None:
-            unmatched |= set(PUBLISHED_FIELDS)
-        if self.fingerprint is None:
-            unmatched.add("fingerprint")
-        return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
 class ReleaseRepeatRow(StrictModel):
@@ -111,10 +89,26 @@ class ResultsError(ValueError):
 class Results(StrictModel):
     schema_: ResultsSchema = Field(RESULTS_SCHEMA, alias="schema")
     version: str
-    cases: list[ReleaseCaseRow]
+    cases: list[CaseRow]  # every one a release's row: its table and repeats named
     repeats: list[ReleaseRepeatRow]
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
+    @field_validator("cases")
+    @classmethod
+    def _release_rows(cls, rows: list[CaseRow]) -> list[CaseRow]:
+        for index, row in enumerate(rows):
+            missing = [
+                name
+                for name in ("row", "repeat_throughputs", "table")
+                if getattr(row, name) is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"case {index} ({row.case_id}) is not a release's row: no "
+                    f"{', '.join(missing)}"
+                )
+        return rows
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -146,16 +140,6 @@ class Results(StrictModel):
             raise ResultsError(f"{path}: not a readable results file ({error})") from None
 
 
-def case_row(summary: CaseSummary, computed: Computed) -> ReleaseCaseRow:
-    return ReleaseCaseRow(
-        **dict(summary.row()),
-        **dict(computed.extras[summary.case_id]),
-        repeat_throughputs=list(summary.throughputs),
-        table=computed.titles[summary.case_id],
-        fingerprint=summary.fingerprint or None,
-    )
-
-
 def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepeatRow:
     record = repeat.written
     return ReleaseRepeatRow(
@@ -179,7 +163,7 @@ def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepe
 def results_data(computed: Computed, version: str) -> Results:
     return Results(
         version=version,
-        cases=[case_row(s, computed) for s in computed.summaries],
+        cases=[computed.rows[s.case_id] for s in computed.summaries],
         repeats=[repeat_row(r, computed.telemetry[r.folder]) for r in computed.repeats],
     )
 
@@ -261,7 +245,7 @@ def _pair(row: dict[str, Any], name: str, digits: int = 1) -> str:
 
 
 def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
-    return lambda s: _pct(getattr(computed.extras[s.case_id], key))
+    return lambda s: _pct(getattr(computed.rows[s.case_id], key))
 
 
 # README layouts: 1, the first releases (one column group per series, every repeat's
@@ -317,7 +301,7 @@ def _tables_section(
         ExtraColumn("MFU", _extra_cell(computed, "mfu"), after="CV"),
     ]
     notes = []
-    values = computed.extras.values()
+    values = computed.rows.values()
     if any(e.mfu is not None for e in values):
         notes.append(
             "MFU: model-FLOPs utilization = samples/s x training FLOPs per sample (counted from "
@@ -354,7 +338,7 @@ def _references_section(
     rows = []
     not_comparable: dict[str, int] = {}
     for s in computed.summaries:
-        e = computed.extras[s.case_id]
+        e = computed.rows[s.case_id]
         if not e.reference_id:
             continue
         if like_with_like and not comparable(s.devices, str(e.reference_hardware or "")):
