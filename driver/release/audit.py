@@ -47,14 +47,8 @@ from driver.release.manifest import (
     read_images_lock,
     validate,
 )
-from driver.release.render import (
-    MACHINE_LAYOUT,
-    csv_text,
-    json_text,
-    readme_layout,
-    readme_text,
-    results_data,
-)
+from driver.release.readme import readme_text
+from driver.release.results import MACHINE_LAYOUT, csv_text, json_text, readme_layout, results_data
 from driver.schema import ConfigError, strict_json
 
 VERSION_LEVEL = "(version)"

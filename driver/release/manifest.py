@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from driver.release.compute import Computed
 from driver.release.dataset import Dataset, session_of
-from driver.release.render import README_LAYOUTS
+from driver.release.readme import README_LAYOUTS
 from driver.schema import ConfigError, StrictModel, check_finite, describe_error, one_of, text
 
 MANIFEST = "manifest.json"
@@ -62,7 +62,7 @@ class Manifest(StrictModel):
     remeasured: list[Any]
     changes: dict[str, Any]
     counts: dict[str, Any]
-    # README layout (driver.release.render): absent in the first versions (layout 1)
+    # README layout (driver.release.readme): absent in the first versions (layout 1)
     readme_layout: Annotated[Any, one_of(*README_LAYOUTS)] = 1
 
 

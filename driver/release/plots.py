@@ -12,7 +12,7 @@ from typing import Any
 from driver.core.report import series_name, tables
 from driver.core.summary import CaseSummary, baseline_of
 from driver.release.compute import Computed
-from driver.release.render import plot_files
+from driver.release.readme import plot_files
 
 # Series are told by colour and marker together: ten colours and seven markers, cycled at once
 # (7 and 10 share no factor: 70 series before a pair repeats).

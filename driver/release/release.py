@@ -51,14 +51,13 @@ from driver.release.manifest import (
     manifest_text,
 )
 from driver.release.mfu import compute_model_costs
-from driver.release.render import (
+from driver.release.readme import README_LAYOUT, readme_text
+from driver.release.results import (
     MACHINE_LAYOUT,
-    README_LAYOUT,
     Results,
     ResultsError,
     csv_text,
     json_text,
-    readme_text,
     results_data,
 )
 from driver.schema import ConfigError

@@ -1,223 +1,26 @@
-"""The text files of a release (README.md, results.json, results.csv), rendered from numbers.
+"""A release's README.md, rendered from its numbers (``driver.release.compute``) and manifest.
 
-Rendering is deterministic: the audit renders the same files from its own recomputation and
-compares them byte for byte, so any edited digit shows up, and is named by the cell it is in.
+Rendering is deterministic: the audit renders the README from its own recomputation and
+compares it byte for byte, so any edited digit shows up, named by its line with a diff.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import math
 import re
 import statistics
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
 from tabulate import tabulate
 
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
-from driver.core.summary import CaseRow, CaseSummary
-from driver.csvsafe import safe_cell
-from driver.model.measure import RepeatMeasurement
+from driver.core.summary import CaseSummary
 from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
-from driver.schema import StrictModel, schema_version, strict_json
-from driver.telemetry.summary import TELEMETRY_FIELDS
-from driver.verify.repeat import VerifiedRepeat
+from driver.release.results import MACHINE_LAYOUT, readme_layout
 
-RESULTS_SCHEMA = 1
-KNOWN_RESULTS_SCHEMAS = (1,)
-ResultsSchema = schema_version(KNOWN_RESULTS_SCHEMAS)
-MEASUREMENT_FIELDS = RepeatMeasurement.columns()
 PLOTS_DIR = "plots"
-
-
-# --------------------------------------------------------------------------------------------
-# Rows: the typed records of results.json / results.csv
-
-
-class ReleaseRepeatRow(StrictModel):
-    """A repeat row: the record's facts, its measurement recomputed from the raw logs (every
-    measurement field, empty where the logs give none) and its telemetry summary."""
-
-    row: Literal["repeat"] = "repeat"
-    case_id: str
-    repeat: int
-    session: str
-    folder: str
-    batch_per_device: int
-    parser: str
-    runtime: str
-    logs: list[str]
-    started_at: float
-    finished_at: float
-    verdict: str
-    error: str | None
-    measurement: RepeatMeasurement | None
-    telemetry: dict[str, Any]
-
-    def dump(self) -> dict[str, Any]:
-        out = self.model_dump(exclude={"measurement", "telemetry"})
-        measured = self.measurement.model_dump() if self.measurement else {}
-        out.update({name: measured.get(name) for name in MEASUREMENT_FIELDS})
-        out.update({name: self.telemetry.get(name) for name in TELEMETRY_FIELDS})
-        return out
-
-    @classmethod
-    def load(cls, flat: dict[str, Any]) -> ReleaseRepeatRow:
-        own = {k: v for k, v in flat.items() if k in cls.model_fields}
-        measured = {k: flat.get(k) for k in RepeatMeasurement.model_fields}
-        unknown = set(flat) - set(own) - set(MEASUREMENT_FIELDS) - set(TELEMETRY_FIELDS)
-        if unknown:
-            raise ValueError(f"unknown field(s) {sorted(unknown)}")
-        return cls(
-            **own,
-            measurement=measured if flat.get("throughput") is not None else None,
-            telemetry={k: flat.get(k) for k in TELEMETRY_FIELDS},
-        )
-
-
-class ResultsError(ValueError):
-    """A results.json the kit cannot read (names the file and the problem)."""
-
-
-class Results(StrictModel):
-    schema_: ResultsSchema = Field(RESULTS_SCHEMA, alias="schema")
-    version: str
-    cases: list[CaseRow]  # every one a release's row: its table and repeats named
-    repeats: list[ReleaseRepeatRow]
-
-    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
-
-    @field_validator("cases")
-    @classmethod
-    def _release_rows(cls, rows: list[CaseRow]) -> list[CaseRow]:
-        for index, row in enumerate(rows):
-            missing = [
-                name
-                for name in ("row", "repeat_throughputs", "table")
-                if getattr(row, name) is None
-            ]
-            if missing:
-                raise ValueError(
-                    f"case {index} ({row.case_id}) is not a release's row: no "
-                    f"{', '.join(missing)}"
-                )
-        return rows
-
-    def dump(self) -> dict[str, Any]:
-        return {
-            "schema": self.schema_,
-            "version": self.version,
-            "cases": [c.dump() for c in self.cases],
-            "repeats": [r.dump() for r in self.repeats],
-        }
-
-    @classmethod
-    def load(cls, path: Path) -> Results:
-        try:
-            data = strict_json(path.read_bytes())
-            if not isinstance(data, dict):
-                raise ValueError("a JSON object is expected")
-            return cls(
-                schema=data.get("schema"),
-                version=data.get("version"),
-                cases=data.get("cases", []),
-                repeats=[ReleaseRepeatRow.load(r) for r in data.get("repeats", [])],
-            )
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])).replace('schema_', 'schema')}: {e['msg']}"
-                for e in error.errors()[:5]
-            )
-            raise ResultsError(f"{path}: {problems}") from None
-        except (OSError, ValueError, TypeError, AttributeError) as error:
-            raise ResultsError(f"{path}: not a readable results file ({error})") from None
-
-
-def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepeatRow:
-    record = repeat.written
-    return ReleaseRepeatRow(
-        case_id=repeat.case.id,
-        repeat=record.repeat,
-        session=session_of(repeat),
-        folder=repeat.folder,
-        batch_per_device=record.batch_size,
-        parser=record.parser,
-        runtime=record.runtime,
-        logs=list(record.logs),
-        started_at=record.started_at,
-        finished_at=record.finished_at,
-        verdict="ok" if repeat.measurement is not None else "parse-error",
-        error=None,  # the door lets no repeat through whose logs give no measurement
-        measurement=repeat.measurement,
-        telemetry=telemetry,
-    )
-
-
-def results_data(computed: Computed, version: str) -> Results:
-    return Results(
-        version=version,
-        cases=[computed.rows[s.case_id] for s in computed.summaries],
-        repeats=[repeat_row(r, computed.telemetry[r.folder]) for r in computed.repeats],
-    )
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # never NaN in a results file (telemetry is summarised elsewhere)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-def json_text(data: Results | dict[str, Any]) -> str:
-    plain = data.dump() if isinstance(data, Results) else data
-    return json.dumps(_finite(plain), indent=2, sort_keys=True) + "\n"
-
-
-# --------------------------------------------------------------------------------------------
-# CSV
-
-
-def csv_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True)
-    if isinstance(value, int):
-        return str(value)
-    return safe_cell(str(value))  # text: never a spreadsheet formula (driver/csvsafe.py)
-
-
-def csv_text(data: Results) -> str:
-    """One row per case, then one per repeat; the columns are the union, every field named."""
-    plain = data.dump()
-    rows = plain["cases"] + plain["repeats"]
-    columns: list[str] = []
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([csv_cell(row.get(c)) for c in columns])
-    return buffer.getvalue()
-
-
-# --------------------------------------------------------------------------------------------
-# README
 
 
 def slug(title: str) -> str:
@@ -259,12 +62,7 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
 # case's repeats name one (from the straggler facts the door re-derives from the raw logs).
 README_LAYOUT = 4
 README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
-MACHINE_LAYOUT = 3
 SLOW_NODE_LAYOUT = 4
-
-
-def readme_layout(manifest: dict[str, Any]) -> int:
-    return int(manifest.get("readme_layout", 1))
 
 
 def _machines_section(computed: Computed) -> str:

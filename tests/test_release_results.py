@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from driver.model.measure import STRAGGLER_FIELDS, RepeatMeasurement
-from driver.release.render import (
+from driver.release.results import (
     MEASUREMENT_FIELDS,
     Results,
     ResultsError,
