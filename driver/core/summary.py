@@ -227,7 +227,7 @@ class CaseSummary:
     imported: str = ""
     # The machine's hardware fingerprint label (driver/model/hardware.py) where the summaries are
     # split by machine; "" where they are split by device model only (the releases before
-    # README layout 3, which the audit renders as they were published).
+    # README layout 3, whose results the audit recomputes as they were published).
     fingerprint: str = ""
     # The node that held the case back (``slow_node_of``), or None.
     slow_node: SlowNode | None = None

@@ -8,10 +8,12 @@ Checks, each failure naming the file, the cell and both values:
 3. every repeat re-measured from its raw logs with the parser its record names
    (``driver.registry.PARSERS`` + ``driver.model.measure``), against its record;
 4. every case re-summarised (``driver.core.summary.summarize``: median, CV, speedup,
-   efficiency) with MFU, scaling bounds, references and telemetry, and README.md,
-   results.json and results.csv re-rendered and compared: the result data structurally (JSON
-   path, or CSV row and column, of each differing value), every file byte for byte (a
-   unified diff shows where);
+   efficiency) with MFU, scaling bounds, references and telemetry, and results.json and
+   results.csv re-rendered and compared: the result data structurally (JSON path, or CSV row
+   and column, of each differing value), every file byte for byte (a unified diff shows
+   where); README.md too, byte for byte, where it is of the layout this kit writes. A version
+   keeps the README it was released with: one of an older layout is re-rendered only by the
+   kit that released it (``dlperf audit --kit released``), and noted here;
 5. the manifest parts that follow from the raw data (sessions, nodes, probes, counts, image
    digests: the ``images.lock`` copy's pins, the digests the records ran, those no lock or build
    record lists, which are noted), and the repo's current ``images.lock`` (a note, or a
@@ -47,8 +49,8 @@ from driver.release.manifest import (
     read_images_lock,
     validate,
 )
-from driver.release.readme import readme_text
-from driver.release.results import MACHINE_LAYOUT, csv_text, json_text, readme_layout, results_data
+from driver.release.readme import README_LAYOUT, readme_text
+from driver.release.results import by_machine, csv_text, json_text, readme_layout, results_data
 from driver.schema import ConfigError, strict_json
 
 VERSION_LEVEL = "(version)"
@@ -232,9 +234,7 @@ def _run(
     dataset = load_dataset(members)
     model_costs = manifest["model_costs"]
     try:
-        config = load_config(
-            directory, model_costs, by_machine=readme_layout(manifest) >= MACHINE_LAYOUT
-        )
+        config = load_config(directory, model_costs, by_machine=by_machine(manifest))
     except ConfigError as error:  # an import file of published figures that does not load
         state.add(error.path, error.field_path, error.message, "a valid import file")
         return
@@ -271,7 +271,15 @@ def _run(
     data = results_data(computed, manifest["version"])
     _compare_json(state, "results.json", json_text(data))
     _compare_csv(state, "results.csv", csv_text(data))
-    _compare_text(state, "README.md", readme_text(computed, manifest))
+    layout = readme_layout(manifest)
+    if layout == README_LAYOUT:
+        _compare_text(state, "README.md", readme_text(computed, manifest))
+    elif _read(state, "README.md") is not None:
+        report.notes.append(
+            f"README.md is of README layout {layout} (this kit writes {README_LAYOUT}): not "
+            "re-rendered here; the kit that released it re-renders it byte for byte: "
+            "dlperf audit --kit released"
+        )
 
     # 6: the index.
     _check_index(state, manifest_bytes, manifest["version"], reports_root or directory.parent)

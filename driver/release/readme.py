@@ -18,7 +18,6 @@ from driver.core.summary import CaseSummary
 from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
-from driver.release.results import MACHINE_LAYOUT, readme_layout
 
 PLOTS_DIR = "plots"
 
@@ -51,18 +50,18 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
     return lambda s: _pct(getattr(computed.rows[s.case_id], key))
 
 
-# README layouts: 1, the first releases (one column group per series, every repeat's
-# telemetry, the nearest reference whatever its device); 2 (manifest ``readme_layout``), a
-# summary first, long tables split by device model with median rows, telemetry per case,
-# references only where the devices compare. The audit renders a version in its own layout.
-# 3: cases split by machine (the hardware fingerprint of driver/verify/hardware.py: a
-# "machine" column wherever a table holds two), a case row's ``fingerprint``, and references
-# attached only on the same device model and precision. 4: layout 3 with the slow-node notes
-# of ``dlperf report`` (``driver.core.report.slow_node_notes``) among a table's notes, where a
-# case's repeats name one (from the straggler facts the door re-derives from the raw logs).
+# The layout of the README this kit writes, named in the manifest (``readme_layout``). A version
+# keeps the README it was released with: one of an older layout is re-rendered byte for byte by
+# the kit that released it (``dlperf audit --kit released``, driver/release/released_kit.py),
+# never by branches kept here; plain ``dlperf audit`` recomputes its numbers and results files.
+# 4: a summary first; per model, precision, batch and data one row per series and topology,
+# split by machine (the hardware fingerprint: a "machine" column wherever a table holds two),
+# with median and geometric-mean rows and ``dlperf report``'s slow-node notes; references only
+# like with like; telemetry per case. (1: one column group per series, every repeat's
+# telemetry, the nearest reference whatever its device; 2: the long tables by device model; 3:
+# split by machine, without the slow-node notes.)
 README_LAYOUT = 4
 README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
-SLOW_NODE_LAYOUT = 4
 
 
 def _machines_section(computed: Computed) -> str:
@@ -91,9 +90,7 @@ def _machines_section(computed: Computed) -> str:
     )
 
 
-def _tables_section(
-    computed: Computed, long_format: bool = False, name_slow_nodes: bool = False
-) -> str:
+def _tables_section(computed: Computed) -> str:
     extras = [
         ExtraColumn("bound", _extra_cell(computed, "scaling_bound"), after="efficiency"),
         ExtraColumn("MFU", _extra_cell(computed, "mfu"), after="CV"),
@@ -125,21 +122,19 @@ def _tables_section(
         extra_columns=extras,
         after_table=plots,
         extra_notes=notes,
-        long_format=long_format,
-        name_slow_nodes=name_slow_nodes,  # layout 4 on: layouts 1-3 predate the notes
     )
 
 
-def _references_section(
-    computed: Computed, like_with_like: bool = False, same_device: bool = False
-) -> str:
+def _references_section(computed: Computed) -> str:
+    """The nearest published reference beside each case, like with like only (the release
+    attaches a reference on the same device model and precision only)."""
     rows = []
     not_comparable: dict[str, int] = {}
     for s in computed.summaries:
         e = computed.rows[s.case_id]
         if not e.reference_id:
             continue
-        if like_with_like and not comparable(s.devices, str(e.reference_hardware or "")):
+        if not comparable(s.devices, str(e.reference_hardware or "")):
             not_comparable[s.device_model] = not_comparable.get(s.device_model, 0) + 1
             continue
         config = f"{e.reference_devices} dev, bsz {e.reference_batch_per_device or '?'}, "
@@ -157,21 +152,16 @@ def _references_section(
                 f"[{e.reference_source}]({e.reference_link})",
             ]
         )
+    if not rows:
+        return (
+            "No published result on the same device model and precision as a measured case: "
+            "a reference is attached only like with like (layout 3), else nothing is stored.\n"
+        )
     unmatched = "".join(
         f"No comparable reference for the {count} case(s) on {model}: published results are "
         "GPU figures, and a CPU is set beside none of them.\n"
         for model, count in sorted(not_comparable.items())
     )
-    if not rows and same_device:
-        return (
-            "No published result on the same device model and precision as a measured case: "
-            "a reference is attached only like with like (layout 3), else nothing is stored.\n"
-        )
-    if not rows:
-        return unmatched or (
-            "No published result matches a measured case (references are matched on the "
-            "model at its published shapes only).\n"
-        )
     headers = [
         "case",
         "samples/s",
@@ -187,54 +177,16 @@ def _references_section(
         "The nearest published result (config/references.yaml) beside each case that runs a "
         "model at its published shapes: same model; "
         "then same GPU family, precision, device count, framework, dataset, XLA and batch, in "
-        "that order. Compared per device, since topologies differ.\n\n"
+        "that order; only a GPU beside a GPU (a CPU row says so, results.json keeps the nearest "
+        "figure). Compared per device, since topologies differ.\n\n"
     )
-    if like_with_like:
-        intro = intro.replace(
-            "in that order.",
-            "in that order; only a GPU beside a GPU (a CPU row says so, results.json keeps the "
-            "nearest figure).",
-        )
     table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
     return intro + table + "\n" + (f"\n{unmatched}" if unmatched else "")
 
 
-def _telemetry_section(computed: Computed) -> str:
-    summaries = [(r, computed.telemetry[r.folder]) for r in computed.repeats]
-    gpu = any(t.get("telemetry_gpu_power_w_max") is not None for _r, t in summaries)
-    headers = ["case", "repeat", "window", "samples", "CPU % (1 core = 100)", "RSS MiB"]
-    if gpu:
-        headers += ["GPU W", "SM %", "mem %", "GPU mem MiB", "SM MHz", "temp C"]
-    rows = []
-    for r, t in summaries:
-        row = [
-            r.case.id,
-            r.written.repeat,
-            t.get("telemetry_window"),
-            t.get("telemetry_samples"),
-            _pair(t, "telemetry_cpu_pct"),
-            _pair(t, "telemetry_rss_mib"),
-        ]
-        if gpu:
-            row += [
-                _pair(t, f"telemetry_gpu_{m}")
-                for m in ("power_w", "sm_pct", "mem_pct", "mem_used_mib", "sm_clock_mhz", "temp_c")
-            ]
-        rows.append(row)
-    statuses = sorted({str(t.get("telemetry_status")) for _r, t in summaries})
-    intro = (
-        "Median / max per repeat over the measured window (`window: steps`: cut with the step "
-        "timestamps on each node's monotonic clock; `run`: the whole run, on the wall clock). "
-        "CPU and RSS are summed over each node's process tree; GPU metrics pool every GPU. "
-        f"GPU status: {', '.join(statuses)}.\n\n"
-    )
-    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
-    return intro + table + "\n"
-
-
 def _telemetry_per_case(computed: Computed) -> str:
-    """Layout 2: one row per case (median of the repeats' medians / max of their maxima);
-    every repeat's figures are in results.csv and results.json."""
+    """One row per case (median of the repeats' medians / max of their maxima); every repeat's
+    figures are in results.csv and results.json."""
     metrics = [("CPU % (1 core = 100)", "cpu_pct"), ("RSS MiB", "rss_mib")]
     gpu = any(
         t.get("telemetry_gpu_power_w_max") is not None for t in computed.telemetry.values()
@@ -378,51 +330,26 @@ def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
         "and config file, the image digests and the provenance of every node; `results.json` "
         "and `results.csv` hold every case and every repeat, every field named.\n"
     )
-    if readme_layout(manifest) >= 2:
-        split = "machine" if readme_layout(manifest) >= MACHINE_LAYOUT else "device model"
-        return "\n".join(
-            [
-                head,
-                "## Changelog\n",
-                _changes_section(manifest),
-                "## Summary\n",
-                *([_machines_section(computed)] if split == "machine" else []),
-                summary_tables(computed.summaries),
-                "## Throughput\n",
-                "Per model, precision, batch and data: one row per series (framework, with its "
-                f"source, XLA and option variant) and topology, split by {split}; the "
-                "median samples/s over repeats, speedup and efficiency against 1n1g at the same "
-                f"batch per device on the same {split}, and the coefficient of variation "
-                "over repeats; then the median and geometric mean across series.\n",
-                _tables_section(
-                    computed,
-                    long_format=True,
-                    name_slow_nodes=readme_layout(manifest) >= SLOW_NODE_LAYOUT,
-                ),
-                "## Beside published results\n",
-                _references_section(
-                    computed, like_with_like=True, same_device=split == "machine"
-                ),
-                "## Telemetry\n",
-                _telemetry_per_case(computed),
-                "## Provenance\n",
-                _provenance_section(manifest),
-            ]
-        )
-    parts = [
-        head,
-        "## Changelog\n",
-        _changes_section(manifest),
-        "## Throughput\n",
-        "Per model and precision: rows are node num / device num; per framework the median "
-        "samples/s over repeats, speedup and efficiency against 1n1g at the same batch per "
-        "device, and the coefficient of variation over repeats.\n",
-        _tables_section(computed),
-        "## Beside published results\n",
-        _references_section(computed),
-        "## Telemetry\n",
-        _telemetry_section(computed),
-        "## Provenance\n",
-        _provenance_section(manifest),
-    ]
-    return "\n".join(parts)
+    return "\n".join(
+        [
+            head,
+            "## Changelog\n",
+            _changes_section(manifest),
+            "## Summary\n",
+            _machines_section(computed),
+            summary_tables(computed.summaries),
+            "## Throughput\n",
+            "Per model, precision, batch and data: one row per series (framework, with its "
+            "source, XLA and option variant) and topology, split by machine; the median "
+            "samples/s over repeats, speedup and efficiency against 1n1g at the same batch per "
+            "device on the same machine, and the coefficient of variation over repeats; then the "
+            "median and geometric mean across series.\n",
+            _tables_section(computed),
+            "## Beside published results\n",
+            _references_section(computed),
+            "## Telemetry\n",
+            _telemetry_per_case(computed),
+            "## Provenance\n",
+            _provenance_section(manifest),
+        ]
+    )

@@ -52,14 +52,7 @@ from driver.release.manifest import (
 )
 from driver.release.mfu import compute_model_costs
 from driver.release.readme import README_LAYOUT, readme_text
-from driver.release.results import (
-    MACHINE_LAYOUT,
-    Results,
-    ResultsError,
-    csv_text,
-    json_text,
-    results_data,
-)
+from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
 from driver.schema import ConfigError
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
@@ -359,7 +352,7 @@ def _build(
         if compute_flops
         else {}
     )
-    config = load_config(work, model_costs, by_machine=README_LAYOUT >= MACHINE_LAYOUT)
+    config = load_config(work, model_costs, by_machine=True)  # a new version: by machine
     computed = compute(dataset, config)
     mixed = _cases_on_several_devices(computed)
     if mixed:
