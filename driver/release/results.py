@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from driver.core.summary import CaseRow
 from driver.csvsafe import safe_cell
 from driver.model.measure import RepeatMeasurement
+from driver.model.results import RepeatRecord
 from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.schema import StrictModel, schema_version, strict_json
@@ -75,6 +76,13 @@ class ReleaseRepeatRow(StrictModel):
             measurement=measured if flat.get("throughput") is not None else None,
             telemetry={k: flat.get(k) for k in TELEMETRY_FIELDS},
         )
+
+
+# A repeat row's fields that are its record's (case_id, repeat, verdict, parser, runtime, logs,
+# started_at, finished_at), taken by name; the measurement is the logs', not the record's.
+RECORD_FIELDS = (set(ReleaseRepeatRow.model_fields) & set(RepeatRecord.model_fields)) - {
+    "measurement"
+}
 
 
 class ResultsError(ValueError):
@@ -135,19 +143,13 @@ class Results(StrictModel):
 
 
 def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepeatRow:
-    record = repeat.written
+    """A verified repeat's row: its record's fields of the same name as the row's, where it
+    was read from, the measurement its logs give and its telemetry summary."""
     return ReleaseRepeatRow(
-        case_id=repeat.case.id,
-        repeat=record.repeat,
+        **repeat.written.model_dump(include=RECORD_FIELDS),
         session=session_of(repeat),
         folder=repeat.folder,
-        batch_per_device=record.batch_size,
-        parser=record.parser,
-        runtime=record.runtime,
-        logs=list(record.logs),
-        started_at=record.started_at,
-        finished_at=record.finished_at,
-        verdict="ok" if repeat.measurement is not None else "parse-error",
+        batch_per_device=repeat.written.batch_size,
         error=None,  # the door lets no repeat through whose logs give no measurement
         measurement=repeat.measurement,
         telemetry=telemetry,
