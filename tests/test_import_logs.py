@@ -18,7 +18,7 @@ from driver.core.runner import evaluate
 from driver.core.summary import summarize
 from driver.frontend.cli import main
 from driver.frontend.import_cli import IMPORTED, WORKER0, ImportLogsError, load_facts
-from driver.model.results import Logs, Session
+from driver.model.results import RepeatLogs, Session
 from driver.release.compare import compare_sides, load_side
 from driver.release.factor import factor_report
 
@@ -83,7 +83,7 @@ def test_real_log_without_header_matches_the_figure_the_source_implies(
     kit_session.save_case(kit_case)
     folder = kit_session.fresh_repeat_dir(kit_case, 1)
     (folder / "node0.log").write_text((REAL / "resnet50.log").read_text())
-    measurement, header = evaluate(kit_case, "tf-timehistory", Logs.read(folder).texts, 2)
+    measurement, header = evaluate(kit_case, "tf-timehistory", RepeatLogs.read(folder).texts, 2)
     kit_record = record.model_copy(
         update={"case_id": kit_case.id, "extra": {}, "measurement": measurement,
                 "header": header, "runtime": "local"}

@@ -18,7 +18,7 @@ from driver.core.repeatplan import RepeatPlan
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
-from driver.model.results import Logs, RepeatRecord, Session, write_json
+from driver.model.results import RepeatLogs, RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
 from driver.runtimes.base import (
@@ -45,7 +45,7 @@ class RunSummary:
 CACHE_DROP_MARK = "dlperf-cache-drop: "
 
 
-def refine_verdict(outcome: RepeatOutcome, logs: Logs) -> Verdict:
+def refine_verdict(outcome: RepeatOutcome, logs: RepeatLogs) -> Verdict:
     """A launcher (torchrun) may turn a rank's out-of-memory exit 86 into a plain 1; the rank's
     ``{"dlperf": "oom"}`` record in the log still tells it, and the batch search relies on it."""
     if outcome.verdict == Verdict.FAILED and any(
@@ -55,7 +55,7 @@ def refine_verdict(outcome: RepeatOutcome, logs: Logs) -> Verdict:
     return outcome.verdict
 
 
-def cache_drop_status(logs: Logs) -> dict[str, str]:
+def cache_drop_status(logs: RepeatLogs) -> dict[str, str]:
     """What the page-cache drop did on each node (only cases with drop_caches print it)."""
     status = {}
     for name, text in logs.texts.items():
@@ -96,7 +96,7 @@ def launch(plan: RepeatPlan, runtime: Runtime) -> RepeatOutcome:
 def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict]:
     """``launch``, and the verdict its logs refine (what the batch search's probes need)."""
     outcome = launch(plan, runtime)
-    return outcome, refine_verdict(outcome, Logs.read(plan.repeat_dir))
+    return outcome, refine_verdict(outcome, RepeatLogs.read(plan.repeat_dir))
 
 
 def evaluate(
@@ -134,7 +134,7 @@ def run_repeat(
         interrupted = True
         now = time.time()
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
-    logs = Logs.read(directory)  # the one read: verdict, measurement, checksums, cache drop
+    logs = RepeatLogs.read(directory)  # read once: verdict, measurement, checksums, cache drop
     verdict = refine_verdict(outcome, logs)
     measurement, header, detail = None, {}, outcome.detail
     if verdict == Verdict.OK:

@@ -8,6 +8,10 @@
 A repeat folder is written once: ``record.json`` is the last file written, so a folder with a
 record is finished and a rerun of the session skips it (resume); a folder without one is a
 crash leftover and is moved aside before the repeat runs again. Nothing is overwritten.
+
+:class:`RepeatRecord` is the one on-disk record of a repeat; :meth:`Session.record` assembles it
+from what ran (the plan), how it ended (the runtime's outcome) and its logs, read once
+(:class:`RepeatLogs`).
 """
 
 from __future__ import annotations
@@ -138,14 +142,14 @@ def load_record(path: Path) -> RepeatRecord:
 
 
 @dataclass(frozen=True)
-class Logs:
+class RepeatLogs:
     """A repeat's node logs (``node*.log``), read from its folder once and passed on: the bytes
     its record checksums, the text its parser reads."""
 
     data: dict[str, bytes]
 
     @classmethod
-    def read(cls, folder: Path) -> Logs:
+    def read(cls, folder: Path) -> RepeatLogs:
         return cls({path.name: path.read_bytes() for path in sorted(folder.glob("node*.log"))})
 
     @cached_property
@@ -289,7 +293,7 @@ class Session:
         self,
         plan: Planned,
         outcome: Ran,
-        logs: Logs,
+        logs: RepeatLogs,
         *,
         verdict: str,
         runtime: str,
