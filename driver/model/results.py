@@ -165,43 +165,30 @@ class RepeatLogs:
 class NodeExit(Protocol):
     """How a repeat ended on one node, as a runtime reports it (``runtimes.base.NodeOutcome``)."""
 
-    @property
-    def node(self) -> str: ...
-    @property
-    def exit_code(self) -> int | None: ...
+    node: str
+    exit_code: int | None
 
 
 class Ran(Protocol):
     """What a runtime reports of a repeat it ran (``runtimes.base.RepeatOutcome``)."""
 
-    @property
-    def nodes(self) -> Sequence[NodeExit]: ...
-    @property
-    def started_at(self) -> float: ...
-    @property
-    def finished_at(self) -> float: ...
-    @property
-    def detail(self) -> str: ...
-    @property
-    def extra(self) -> dict[str, Any]: ...
+    nodes: Sequence[NodeExit]
+    started_at: float
+    finished_at: float
+    detail: str
+    extra: dict[str, Any]
 
 
 class Planned(Protocol):
-    """The plan a repeat ran (``RepeatPlan``): its ``commands`` are read by their ``node``,
+    """The plan a repeat ran (``RepeatPlan``); its ``commands`` are read by their ``node``,
     ``argv``, ``env`` and ``workdir``."""
 
-    @property
-    def case(self) -> Case: ...
-    @property
-    def repeat(self) -> int: ...
-    @property
-    def batch_size(self) -> int: ...
-    @property
-    def commands(self) -> Sequence[Any]: ...
-    @property
-    def repeat_dir(self) -> Path: ...
-    @property
-    def parser(self) -> str: ...
+    case: Case
+    repeat: int
+    batch_size: int
+    commands: Sequence[Any]
+    repeat_dir: Path
+    parser: str
 
 
 class Session:
