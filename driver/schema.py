@@ -1,10 +1,14 @@
-"""The one strict loading layer for every configuration file the kit reads.
+"""The one strict loading layer for every configuration file the kit reads, and the base of
+every file format it writes.
 
 Matrices, inventories, ``source.yaml`` files, ``images.lock`` and release manifests are read by
 :func:`load_document` and checked by pydantic models (:class:`StrictModel`) through
 :func:`validate`. Whatever is wrong becomes one :class:`ConfigError` naming the file, the field
 path (``suites[0].batch_size[2]``) and what is allowed; never a traceback, never a silent
-acceptance. The loader refuses what PyYAML / ``json`` would otherwise let through:
+acceptance. The kit's own files (repeat records, results files) are models of the same base,
+read with :func:`strict_json`, their ``schema`` checked by :func:`schema_version`.
+
+The loader refuses what PyYAML / ``json`` would otherwise let through:
 
 * a missing file or a directory, bytes that are not UTF-8, a file over :data:`MAX_BYTES`;
 * a key given twice in one mapping, at any depth (the last one would win silently);
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 MAX_BYTES = 8 * 1024 * 1024
@@ -48,9 +52,45 @@ class ConfigError(ValueError):
 
 
 class StrictModel(BaseModel):
-    """Base of every config schema: unknown keys refused, no type coercion, finite numbers."""
+    """Base of every model the kit reads or writes (config schemas, records, results files):
+    unknown keys refused, no type coercion, finite numbers, frozen."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+def schema_version(known: tuple[int, ...]) -> Any:
+    """The type of a kit file's ``schema`` field: one of the ``known`` versions, else an error
+    that says which this kit reads and what to do."""
+
+    def check(value: Any) -> Any:
+        if value not in known:
+            raise ValueError(
+                f"schema version {value!r} is not one this kit reads "
+                f"({', '.join(map(str, known))}): written by another kit; read it with that "
+                "kit, or upgrade this one"
+            )
+        return value
+
+    return Annotated[int, BeforeValidator(check)]
+
+
+def _finite_number(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} overflows to infinity")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a kit's file may hold")
+
+
+def strict_json(text: str | bytes, *, numbers_as_text: bool = False) -> Any:
+    """JSON without NaN or infinity anywhere (Python's json module accepts both).
+    ``numbers_as_text``: every non-integer number as the text it is written as (to compare
+    numbers as published)."""
+    parse_float = str if numbers_as_text else _finite_number
+    return json.loads(text, parse_float=parse_float, parse_constant=_no_constant)
 
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.core.case import Case
-from driver.core.results import Session
 from driver.core.selftest import calibration_cases
 from driver.launchers.base import NodeRank
+from driver.model.case import Case
+from driver.model.results import Session
 from driver.runtimes.base import RepeatOutcome
 from driver.runtimes.plan import NodeCommand, RepeatPlan
 from driver.testbed.simhosts import sshd_config_lines, wait_for_sshd

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.core.case import Case, Topology
-from driver.core.results import RepeatRecord, Session
 from driver.core.runner import run_cases
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
+from driver.model.case import Case, Topology
+from driver.model.results import RepeatRecord, Session
 from driver.plugins import load_all
 from driver.runtimes.local import LocalRuntime, process_environment
 from tests.conftest import require_real

@@ -24,10 +24,10 @@ from itertools import cycle, product
 from pathlib import Path
 from typing import Any
 
-from driver.core.case import Case
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
+from driver.model.case import Case
+from driver.model.results import Session
 from driver.runtimes.local import LocalRuntime
 from driver.telemetry.sampler import ENV_INTERVAL
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from driver.core.batchsearch import PROBE_STEPS, BatchSearchFailed, search_max_batch
-from driver.core.results import Session
 from driver.core.selftest import calibration_cases
+from driver.model.results import Session
 from driver.runtimes.base import RepeatOutcome, Runtime, Verdict
 from driver.runtimes.local import LocalRuntime
 from driver.runtimes.plan import RepeatPlan

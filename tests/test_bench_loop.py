@@ -20,8 +20,8 @@ from driver.bench.contract import parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
 from driver.bench.loop import Adapter, DeviceTimer, Run, is_oom, run_benchmark
 from driver.bench.protocol import EXIT_OOM, has_oom_record, oom_record
-from driver.core.hardware import hardware_of
-from driver.core.measure import Window, measure_repeat
+from driver.model.hardware import hardware_of
+from driver.model.measure import Window, measure_repeat
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

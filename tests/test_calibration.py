@@ -14,10 +14,10 @@ import pytest
 
 from driver.calibration.barrier import BarrierError, TcpBarrier
 from driver.core.command import free_port
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
 from driver.frameworks.base import REPO_ROOT
+from driver.model.results import Session
 from driver.runtimes.local import LocalRuntime
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.results import Session
 from driver.core.runner import run_cases
+from driver.model.results import Session
 from driver.runtimes.base import Verdict, session_label
 from driver.runtimes.ssh.docker import DockerRuntime
 from tests.cluster_fixtures import (
@@ -283,7 +283,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     import signal
     import sys
     from pathlib import Path
-    from driver.core.results import Session
+    from driver.model.results import Session
     from driver.core.runner import run_cases
     from driver.images.build import BuildOptions
     from driver.runtimes.ssh.docker import DockerRuntime

@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from driver.core.results import Session
 from driver.core.runner import run_cases
+from driver.model.results import Session
 from driver.runtimes.base import Verdict, session_label
 from driver.runtimes.ssh.process import ProcessRuntime
 from driver.verify.folder import verify_sessions

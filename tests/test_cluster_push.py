@@ -18,10 +18,10 @@ import pytest
 
 from driver.cluster.inventory import load_inventory
 from driver.cluster.preflight import failures
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.frontend.cli import main
 from driver.images.push import push_images
+from driver.model.results import Session
 from driver.runtimes.ssh.docker import DockerRuntime
 from tests.cluster_fixtures import calibration_case, quiet, require_real
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.summary import baseline_of
+from driver.core.summary import CaseRow, baseline_of
 from driver.release.archive import read_archive
-from driver.release.compute import CaseExtras, Config, compute
+from driver.release.compute import Config, compute
 from driver.release.dataset import load_dataset
 from driver.release.layout import load_config
 
@@ -29,11 +29,11 @@ def test_a_committed_version_recomputes_to_its_records() -> None:
     assert not dataset.problems
     computed = compute(dataset, load_config(version, {}))
     assert len(computed.repeats) == 86
-    for result in computed.repeats:  # re-measured from the logs = what the run recorded
-        assert result.measurement == result.raw.record.measurement, result.raw.folder
+    for repeat in computed.repeats:  # re-measured from the logs = what the run recorded
+        assert repeat.measurement == repeat.written.measurement, repeat.folder
     for summary in computed.summaries:
-        extras = computed.extras[summary.case_id]
-        assert isinstance(extras, CaseExtras) and extras.session == computed.sessions_of[
+        row = computed.rows[summary.case_id]
+        assert isinstance(row, CaseRow) and row.session == computed.sessions_of[
             summary.case_id
         ]
         base = baseline_of(summary, computed.summaries)
@@ -42,13 +42,16 @@ def test_a_committed_version_recomputes_to_its_records() -> None:
 
 
 def test_extras_are_validated() -> None:
-    extras = CaseExtras(session="s")
+    # a case row's release columns (MFU, bound, reference), on a summary of the committed v0.1
+    version = REPORTS / "v0.1-cpu"
+    summary = compute(load_dataset(members_of(version)), load_config(version, {})).summaries[0]
+    extras = summary.row(session="s")
     extras.mfu = 0.5
     with pytest.raises(ValueError):
         extras.mfu = float("nan")
     with pytest.raises(ValueError):
-        CaseExtras(reference_devices="eight")
-    assert CaseExtras(flops_per_sample=4089000000).model_dump()["flops_per_sample"] == 4089000000
+        summary.row(reference_devices="eight")
+    assert summary.row(flops_per_sample=4089000000).model_dump()["flops_per_sample"] == 4089000000
 
 
 def test_a_repeat_whose_logs_give_nothing_is_a_problem_of_its_folder() -> None:
@@ -61,4 +64,4 @@ def test_a_repeat_whose_logs_give_nothing_is_a_problem_of_its_folder() -> None:
     ((where, problem),) = dataset.problems
     assert where == folder and "give no measurement" in problem and "node0.log" in problem
     computed = compute(dataset, Config())
-    assert all(r.raw.folder != folder for r in computed.repeats)
+    assert all(r.folder != folder for r in computed.repeats)

@@ -7,10 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from driver.bench.host import physical_cores, resolve_loader_workers
-from driver.core.measure import Window, slice_cv
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
+from driver.model.measure import Window, slice_cv
+from driver.model.results import Session
 from driver.parsers.base import RankLog, StepPoint
 from driver.runtimes.local import LocalRuntime
 

@@ -1,4 +1,4 @@
-"""driver.core.hardware: the hardware a header says it ran on, old headers and declared ones."""
+"""driver.model.hardware: the hardware a header says it ran on, old headers and declared ones."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from driver.bench.fingerprint import label_of, parse_cpuinfo, parse_smi_query, parse_topology
-from driver.core.hardware import (
+from driver.model.hardware import (
     UNKNOWN,
     Hardware,
     HardwareError,

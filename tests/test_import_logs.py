@@ -17,10 +17,10 @@ import pytest
 from driver.analysis.compare import compare_sides, load_side
 from driver.analysis.factor import factor_report
 from driver.core.importlogs import IMPORTED, WORKER0
-from driver.core.results import Session
 from driver.core.runner import evaluate
 from driver.core.summary import summarize
 from driver.frontend.cli import main
+from driver.model.results import RepeatLogs, Session
 from driver.sources.logfacts import ImportLogsError, load_facts
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -84,7 +84,7 @@ def test_real_log_without_header_matches_the_figure_the_source_implies(
     kit_session.save_case(kit_case)
     folder = kit_session.fresh_repeat_dir(kit_case, 1)
     (folder / "node0.log").write_text((REAL / "resnet50.log").read_text())
-    measurement, header = evaluate(kit_case, "tf-timehistory", folder, 2)
+    measurement, header = evaluate(kit_case, "tf-timehistory", RepeatLogs.read(folder).texts, 2)
     kit_record = record.model_copy(
         update={"case_id": kit_case.id, "extra": {}, "measurement": measurement,
                 "header": header, "runtime": "local"}

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.case import Topology
 from driver.core.matrix import MatrixError, Overrides, apply_overrides, load_matrix
 from driver.frameworks.base import FRAMEWORKS
+from driver.model.case import Topology
 from driver.plugins import load_all
 
 load_all()

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from driver.bench.protocol import StepLogger
-from driver.core.case import Case, Topology
-from driver.core.measure import (
+from driver.model.case import Case, Topology
+from driver.model.measure import (
     STRAGGLER_FIELDS,
     RepeatMeasurement,
     Window,

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from driver.bench.protocol import StepLogger
-from driver.core.case import Case, Topology
-from driver.core.results import RepeatRecord, Session, sha256_of_logs
 from driver.core.runner import evaluate, run_cases
 from driver.frameworks.base import REPO_ROOT
+from driver.model.case import Case, Topology
+from driver.model.results import RepeatLogs, RepeatRecord, Session
 from driver.plugins import load_all
 from driver.release.audit import audit
 from driver.release.mfu import (
@@ -130,7 +130,7 @@ def handmade_session(root: Path, case: Case, step_s: float, devices: list[str]) 
             logger.step(step, batch, loss=1.0)
         logger.end()
         (folder / "node0.log").write_text(stream.getvalue())
-        measurement, header = evaluate(case, "dlperf-jsonl", folder, batch)
+        measurement, header = evaluate(case, "dlperf-jsonl", RepeatLogs.read(folder).texts, batch)
         session.write_record(
             folder,
             RepeatRecord(
@@ -143,7 +143,7 @@ def handmade_session(root: Path, case: Case, step_s: float, devices: list[str]) 
                 commands=[],
                 exit_codes={"local0": 0},
                 logs=["node0.log"],
-                log_sha256=sha256_of_logs(folder, ["node0.log"]),  # as the runner writes it
+                log_sha256=RepeatLogs.read(folder).sha256(),  # as the runner writes it
                 parser="dlperf-jsonl",
                 measurement=measurement,
                 header=header,

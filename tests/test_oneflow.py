@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.case import Case, Topology
 from driver.core.command import check_placement, node_commands
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.launchers.base import NodeRank
 from driver.launchers.oneflow import OneflowLaunch
+from driver.model.case import Case, Topology
 from driver.runtimes.envs import venv_environment
 from driver.runtimes.local import LocalRuntime, process_environment
 from tests.real_frameworks import framework_env, run_case

@@ -28,7 +28,7 @@ TEST_VAR = "DLPERF_ORPHAN_TEST"
 HEAD = """
 import sys
 from pathlib import Path
-from driver.core.results import Session
+from driver.model.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
 from driver.runtimes.local import LocalRuntime
@@ -147,9 +147,9 @@ def test_a_resumed_session_ends_what_an_earlier_run_left(tmp_path: Path) -> None
 
 
 def test_a_finished_run_leaves_no_pid_file(tmp_path: Path) -> None:
-    from driver.core.results import Session
     from driver.core.runner import run_cases
     from driver.core.selftest import calibration_cases
+    from driver.model.results import Session
     from driver.runtimes.local import LocalRuntime
 
     cases = calibration_cases(0.01, 4, ["1n2g"], repeats=1, measured_steps=5)

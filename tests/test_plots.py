@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from driver.core.case import Case, Topology
-from driver.core.measure import case_stats
 from driver.core.summary import CaseSummary, baseline_of
+from driver.model.case import Case, Topology
+from driver.model.measure import case_stats
 from driver.release import plots
-from driver.release.compute import CaseExtras, Computed
+from driver.release.compute import Computed
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TOPOLOGIES = (Topology(1, 1), Topology(1, 2), Topology(1, 4), Topology(2, 8))
@@ -43,7 +43,7 @@ def computed(summaries: list[CaseSummary], bound: float | None = 0.95) -> Comput
             s.speedup = s.stats.median / base.stats.median
             s.efficiency = s.speedup / s.case.topology.world_size
     extras = {
-        s.case_id: CaseExtras(scaling_bound=bound if s.case.topology.world_size > 1 else None)
+        s.case_id: s.row(scaling_bound=bound if s.case.topology.world_size > 1 else None)
         for s in summaries
     }
     return Computed(summaries, [], extras, {}, {})

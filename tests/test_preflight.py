@@ -23,11 +23,11 @@ from driver.cluster.preflight import (
     run_preflight,
 )
 from driver.cluster.remote import Remote, Result
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
 from driver.frameworks.base import FRAMEWORKS
 from driver.frameworks.calibration import CALIBRATION
+from driver.model.results import Session
 from driver.plugins import load_all
 from driver.runtimes.ssh.process import ProcessRuntime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory

@@ -6,9 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from driver.core.progress import Progress, ProgressTracker, duration_text
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
+from driver.model.results import Session
 from driver.runtimes.local import LocalRuntime
 
 

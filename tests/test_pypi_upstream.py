@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from driver.bench.host import cpu_model_name
-from driver.core.case import Case, Topology
-from driver.core.measure import Window, measure_repeat
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.launchers.base import NodeRank
+from driver.model.case import Case, Topology
+from driver.model.measure import Window, measure_repeat
+from driver.model.results import Session
 from driver.parsers.base import PARSERS
 from driver.plugins import load_all
 from driver.runtimes.local import LocalRuntime

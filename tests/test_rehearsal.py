@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from driver.core.results import Session
 from driver.core.selftest import ERROR_BOUND, SelftestResult, run_selftest
+from driver.model.results import Session
 from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.runtime import SlurmRuntime
 from driver.runtimes.ssh.docker import DockerRuntime

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.results import Session
 from driver.frontend.cli import main
+from driver.model.results import Session
 from driver.testbed import rehearse
 from driver.testbed.simhosts import (
     TAG,

@@ -225,7 +225,7 @@ def test_the_kit_is_dirty_for_code_changes_not_for_its_reports(tmp_path: Path) -
     dirty, while any other uncommitted file (code, a matrix) must."""
     import subprocess
 
-    from driver.core.results import kit_revision
+    from driver.model.results import kit_revision
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

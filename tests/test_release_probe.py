@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.case import Topology
 from driver.diagnose.probes import probe_topologies, run_allreduce_probe
+from driver.model.case import Topology
 from driver.release.audit import audit
 from driver.release.release import release
 from driver.release.scaling import ProbeError, bus_factor, parse_probe_log, scaling_bound

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.results import Session
 from driver.core.summary import baseline_of, summarize
+from driver.model.results import Session
 from driver.verify.folder import verify_sessions
 from tests.session_edits import drop_fingerprint, rewrite_session_headers
 from tests.synth import cached_session
@@ -90,8 +90,8 @@ def on_device(source: Path, target: Path, device: str) -> Path:
 def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(
     tmp_path: Path,
 ) -> None:
-    from driver.core.measure import measure_logs
     from driver.frontend.cli import main
+    from driver.model.measure import measure_logs
 
     slow = on_device(cached_session(), tmp_path / "v100", "Tesla V100-SXM2-16GB")
     fast = on_device(cached_session(), tmp_path / "h100", "NVIDIA H100 80GB HBM3")
@@ -151,8 +151,8 @@ def test_two_hardware_types_are_two_labelled_row_groups_never_one_median(
 
 
 def test_the_tables_name_a_slow_node_and_release_readmes_do_not() -> None:
-    from driver.core.case import Topology
     from driver.core.report import markdown_tables, to_json
+    from driver.model.case import Topology
     from tests.test_summary import case, two_node_record
 
     slow = case(Topology(2, 2))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.results import (
+from driver.model.results import (
     KNOWN_SCHEMAS,
     SCHEMA_VERSION,
     RecordError,

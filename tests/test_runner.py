@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.selftest import ERROR_BOUND, SelftestError, calibration_cases, run_selftest
 from driver.core.summary import summarize
+from driver.model.results import Session
 from driver.runtimes.local import LocalRuntime
 
 

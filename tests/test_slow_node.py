@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.measure import STRAGGLER_FIELDS
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.frontend.cli import main
+from driver.model.measure import STRAGGLER_FIELDS
+from driver.model.results import Session
 from driver.runtimes.base import make_runtime
 from tests.cluster_fixtures import calibration_case, quiet
 

@@ -286,8 +286,8 @@ def test_a_session_folder_pyxis_cannot_mount_is_refused_before_any_job(
 
 # -- describe (--dry-run) of a planned case ---------------------------------------------------
 def four_by_eight_plan(runtime: SlurmRuntime):  # noqa: ANN201 - RepeatPlan
-    from driver.core.case import Case, Topology
     from driver.core.plan import dry_run_plan
+    from driver.model.case import Case, Topology
 
     case = Case(  # 4 nodes x 8 GPUs
         model="resnet50", framework="pytorch", topology=Topology.parse("4n32g"), batch_size=128,

@@ -323,9 +323,9 @@ def test_pytorch_resnet50_two_nodes_two_processes(
 ) -> None:
     """Real training steps: torchrun on each node (gloo across the two node namespaces), the
     head at n1's NodeAddr, ranks 0-1 on n1 and 2-3 on n2, weights in sync at the end."""
-    from driver.core.case import Case, Topology
-    from driver.core.results import Session
     from driver.core.runner import run_cases
+    from driver.model.case import Case, Topology
+    from driver.model.results import Session
     from tests.real_frameworks import TINY_IMAGES, CaseRun, framework_env
 
     framework_env("pytorch")

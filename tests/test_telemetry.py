@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from driver.core.hardware import gpu_names
+from driver.model.hardware import gpu_names
 from driver.telemetry import TelemetrySampler, nvml_status, parse_samples, summarize_samples
 from driver.telemetry.sampler import CpuTracker, parse_stat, process_tree
 from driver.telemetry.summary import TELEMETRY_FIELDS

@@ -39,9 +39,9 @@ from zipfile import ZipFile
 import pytest
 import yaml
 
-from driver.core.case import Topology
 from driver.core.matrix import Overrides, apply_overrides, load_matrix
 from driver.launchers.base import NodeRank
+from driver.model.case import Topology
 from driver.plugins import load_all
 from driver.sources.upstream import COMMIT, SPECS, ReleaseSpec, SourceSpec, UpstreamSource
 

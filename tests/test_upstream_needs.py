@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.core.case import Topology
 from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
+from driver.model.case import Topology
 from driver.plugins import load_all
 from driver.sources.upstream import SPECS, UpstreamSource
 from tests.test_upstream_sources import case_for

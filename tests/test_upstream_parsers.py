@@ -8,7 +8,7 @@ their pinned code, until a real log of them can be produced.
 Every fixture run has a window of 4 warm-up + 8 measured steps (boundaries 4 and 12), set in the
 DLPERF-UPSTREAM header the node command prints (the real BERT log, printed every 10 steps: 10 +
 20). Expected throughputs follow from the times in
-the fixtures (see each test); measurement itself is ``driver.core.measure``.
+the fixtures (see each test); measurement itself is ``driver.model.measure``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.measure import Window, measure_repeat
+from driver.model.measure import Window, measure_repeat
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 from driver.plugins import load_all
 
@@ -373,7 +373,7 @@ def host(name: str, *devices: str) -> str:
 
 
 def test_each_rank_gets_its_own_nodes_host_and_the_figure_is_unchanged() -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     # tensorflow-models logs per node: node i's rank is i.
     hosts = [host("gpu-a", *["NVIDIA A100-SXM4-40GB"] * 4), host("gpu-b", "NVIDIA H100 80GB HBM3")]
@@ -388,7 +388,7 @@ def test_each_rank_gets_its_own_nodes_host_and_the_figure_is_unchanged() -> None
 
 
 def test_a_host_line_with_a_fingerprint_puts_it_in_its_ranks_headers() -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     facts = {"schema": 1, "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "power_limit_w": 400.0}]}
     line = "DLPERF-HOST " + json.dumps(
@@ -402,7 +402,7 @@ def test_a_host_line_with_a_fingerprint_puts_it_in_its_ranks_headers() -> None:
 
 
 def test_a_rate_only_log_keeps_node_0s_host() -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     texts = with_host_lines("ngc-mxnet", "ok", [host("n0", "NVIDIA V100"), host("n1", "X")])
     parsed = parse_logs("mxnet-speed", texts)
@@ -427,7 +427,7 @@ def test_a_rate_only_log_keeps_node_0s_host() -> None:
     ],
 )
 def test_a_bad_host_line_names_the_log_and_the_line(line: str, fragment: str) -> None:
-    from driver.core.measure import parse_logs
+    from driver.model.measure import parse_logs
 
     texts = with_host_lines("tensorflow-models", "ok", [host("a", "A100"), line])
     with pytest.raises(LogParseError) as caught:

@@ -20,9 +20,9 @@ import pytest
 from driver.analysis.compare import load_side, side_of_summaries
 from driver.analysis.factor import factor_pairs
 from driver.core.matrix import load_matrix
-from driver.core.measure import case_stats
 from driver.core.summary import CaseSummary
 from driver.frontend.cli import main
+from driver.model.measure import case_stats
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries, load_import
 from driver.sources.upstream import SPECS

@@ -25,7 +25,6 @@ import yaml
 
 from driver.bench import fingerprint
 from driver.bench.host import cpu_model_name
-from driver.core.case import Case, Topology
 from driver.core.command import node_commands, parser_for
 from driver.core.matrix import Overrides, apply_overrides, load_matrix
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
@@ -33,6 +32,7 @@ from driver.frontend.cli import main
 from driver.images.catalog import parse_dockerfile
 from driver.images.lock import DIGEST, UNRESOLVED, load_lock
 from driver.launchers.base import NodeRank
+from driver.model.case import Case, Topology
 from driver.parsers._upstream import HEADER_MARK
 from driver.parsers.base import PARSERS
 from driver.plugins import load_all
@@ -561,7 +561,7 @@ def test_rendered_command_log_parses(tmp_path: Path) -> None:
         check=True,
     )
     parsed = PARSERS.get("dllogger")().parse({"node0.log": run.stdout})
-    from driver.core.measure import Window, measure_repeat
+    from driver.model.measure import Window, measure_repeat
 
     measured = measure_repeat(parsed, Window(2, 4))
     assert measured.throughput == pytest.approx(4 * 64 * 2 / 2.0)

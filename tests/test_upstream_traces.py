@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.core.case import Topology
-from driver.core.measure import Window, measure_repeat
 from driver.core.plan import RepeatPlan
 from driver.core.runner import run_plan
 from driver.frameworks.base import REPO_ROOT
+from driver.model.case import Topology
+from driver.model.measure import Window, measure_repeat
 from driver.parsers._upstream import header_line
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 from driver.plugins import load_all

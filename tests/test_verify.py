@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.hardware import hardware_of
-from driver.core.measure import STRAGGLER_FIELDS
-from driver.core.results import Session
 from driver.core.summary import summarize
 from driver.files import TEMP_PREFIX
+from driver.model.hardware import hardware_of
+from driver.model.measure import STRAGGLER_FIELDS
+from driver.model.plausible import Implausible, check_throughput
+from driver.model.results import Session
 from driver.release.release import ReleaseError, release
 from driver.verify.folder import verify_sessions
-from driver.verify.plausible import Implausible, check_throughput
 from tests.session_edits import drop_fingerprint, rewrite_headers, rewrite_session_headers
 from tests.synth import cached_session
 

@@ -19,8 +19,8 @@ from typing import Any
 from scipy.stats import mannwhitneyu
 from tabulate import tabulate
 
-from driver.core.measure import CaseStats, case_stats
 from driver.core.summary import CaseRow, CaseSummary
+from driver.model.measure import CaseStats, case_stats
 
 ALPHA = 0.05
 MIN_CHANGE = 0.01
@@ -121,7 +121,7 @@ def load_side(text: str, reports_root: Path, results_root: Path) -> Side:
 
 
 def _version_side(folder: Path) -> Side:
-    from driver.release.render import Results, ResultsError
+    from driver.release.results import Results, ResultsError
 
     try:
         data = Results.load(folder / "results.json")

@@ -17,9 +17,9 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from driver.core.case import Case
 from driver.core.plan import plan_repeat
-from driver.core.results import Session, write_json
+from driver.model.case import Case
+from driver.model.results import Session, write_json
 from driver.runtimes.base import RepeatOutcome, Runtime, Verdict
 from driver.runtimes.plan import RepeatPlan
 

@@ -9,9 +9,9 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
-from driver.core.case import Case
 from driver.frameworks.base import FRAMEWORKS, Framework
 from driver.launchers.base import LAUNCHERS, NodeRank
+from driver.model.case import Case
 from driver.plugins import load_all
 from driver.runtimes.plan import NodeCommand
 from driver.sources.base import SOURCES

@@ -36,7 +36,7 @@ WORKER0 = "from worker 0's log"
 
 def session_log_hashes(session_root: Path) -> dict[str, str]:
     """SHA-256 of every log already imported into the session -> which repeat holds it."""
-    from driver.core.results import RecordError, Session
+    from driver.model.results import RecordError, Session
 
     if not (session_root / "cases").is_dir():
         return {}
@@ -84,10 +84,10 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
     """Store one run's logs as the next repeat of its case in the session; its record."""
     from dataclasses import replace
 
-    from driver.core.results import RECORD, RepeatRecord, Session
     from driver.files import write_bytes
+    from driver.model.plausible import Implausible
+    from driver.model.results import RECORD, RepeatRecord, Session
     from driver.runtimes.base import Verdict
-    from driver.verify.plausible import Implausible
     from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
 
     case, header, parser = case_and_header(source_name, facts)

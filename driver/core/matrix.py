@@ -31,8 +31,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
-from driver.core.case import Case, Topology
 from driver.frameworks.base import FRAMEWORKS, OptionError
+from driver.model.case import Case, Topology
 from driver.plugins import load_all
 from driver.schema import (
     ConfigError,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from driver.core.case import Case
 from driver.core.command import node_commands, parser_for
+from driver.model.case import Case
 from driver.runtimes.plan import RepeatPlan
 
 if TYPE_CHECKING:  # the runtime is only passed through: planning does not import runtimes

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.core.case import Case
+from driver.model.case import Case
 
 Printer = Callable[[str], None]
 

@@ -1,9 +1,10 @@
 """DLPerf-style tables, written as Markdown, CSV and JSON from case summaries.
 
-Per model and precision, and per batch size and dataset inside it: rows are node num / device
-num, and each series (framework, with its source, XLA and option variant) has throughput
-median, speedup and efficiency columns. Unstable cells (CV > 2%) carry a mark, and anything that
-is not the DLPerf protocol gets a footnote.
+Per model and precision, and per batch size and dataset inside it: one row per series
+(framework, with its source, XLA and option variant) and topology (node num / device num), with
+the throughput median, speedup, efficiency and CV, then the median and geometric mean across
+series. Unstable cells (CV > 2%) carry a mark, and anything that is not the DLPerf protocol gets
+a footnote.
 
 ``dlperf report`` prints only what the raw logs give: its records come through the door
 (``driver.verify``), which re-measures every repeat from its logs and refuses, by file, a
@@ -23,10 +24,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from driver.core.measure import UNSTABLE_CV
 from driver.core.summary import CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
+from driver.model.measure import UNSTABLE_CV
 
 MODEL_NAMES = {
     "resnet50": "ResNet-50 v1.5",
@@ -194,23 +195,16 @@ def markdown_tables(
     extra_columns: Sequence[ExtraColumn] = (),
     after_table: Callable[[str, list[CaseSummary]], str] | None = None,
     extra_notes: Sequence[str] = (),
-    long_format: bool = True,
     name_slow_nodes: bool = True,
 ) -> str:
-    """Every table. ``long_format``: one row per series and topology, split by device model,
-    with median and geometric-mean rows across series (what ``dlperf report`` and releases of
-    README layout 2 show); else the first releases' wide layout (one column group per series),
-    kept so that their READMEs render as published. ``name_slow_nodes``: a note per case that
-    one node held back (``driver.core.summary.SlowNode``); releases of README layout 4 on
-    carry it, those of layouts 1-3 (written before it) render without."""
+    """Every table: one row per series and topology, split by machine (else by device model),
+    with median and geometric-mean rows across series. ``name_slow_nodes``: a note per case
+    that one node held back (``driver.core.summary.SlowNode``)."""
     out: list[str] = []
     hashes = "#" * heading_level
     for title, group in tables(summaries):
         out.append(f"{hashes} {title}\n")
-        if long_format:
-            out.append(long_table(group, extra_columns))
-        else:
-            out.append(_series_table(group, extra_columns))
+        out.append(long_table(group, extra_columns))
         out.append("")
         if after_table is not None:
             out.append(after_table(title, group))
@@ -218,7 +212,7 @@ def markdown_tables(
     notes = footnotes(summaries) + list(extra_notes)
     if name_slow_nodes:
         notes += slow_node_notes(summaries)
-    if long_format and any(row_label == MEDIAN_LABEL for row_label in _median_labels(summaries)):
+    if any(row_label == MEDIAN_LABEL for row_label in _median_labels(summaries)):
         notes.append(
             f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one machine "
             "at that topology (speedup and efficiency; never across machines)."
@@ -236,40 +230,6 @@ def markdown_tables(
 def slow_node_notes(summaries: Sequence[CaseSummary]) -> list[str]:
     """One line per case that one node held back: which node, its ranks, by how much."""
     return [f"{s.case_id}: {s.slow_node.describe()}." for s in summaries if s.slow_node]
-
-
-def _series_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = ()) -> str:
-    series: dict[str, dict[tuple[int, int], CaseSummary]] = defaultdict(dict)
-    topologies: set[tuple[int, int]] = set()
-    for s in group:
-        key = (s.case.topology.nodes, s.case.topology.world_size)
-        series[series_name(s)][key] = s
-        topologies.add(key)
-    extras = [e for e in extra_columns if any(e.cell(s) != "-" for s in group)]
-    columns: list[tuple[str, Callable[[CaseSummary], str] | None]] = []
-    for base in BASE_COLUMNS:
-        columns.append((base, None))
-        columns += [(e.header, e.cell) for e in extras if e.after == base]
-    headers = ["node num", "device num"]
-    for name in series:
-        headers += [f"{name} {title}" if title == "samples/s" else title for title, _ in columns]
-    rows = []
-    for nodes, devices in sorted(topologies, key=lambda t: (t[1], t[0])):
-        row: list[Any] = [nodes, devices]
-        for cells in series.values():
-            s = cells.get((nodes, devices))
-            if s is None:
-                row += ["-"] * len(columns)
-                continue
-            base_cells = {
-                "samples/s": throughput_cell(s),
-                "speedup": _fmt(s.speedup),
-                "efficiency": "-" if s.efficiency is None else f"{s.efficiency:.2%}",
-                "CV": f"{s.stats.cv:.2%}",
-            }
-            row += [base_cells[title] if cell is None else cell(s) for title, cell in columns]
-        rows.append(row)
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 MEDIAN_LABEL = "median"
@@ -417,7 +377,7 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
 def report_row(summary: CaseSummary) -> dict[str, Any]:
     """A case's row in report.csv/json: its row, and what it ran on, or who published it."""
     return {
-        **summary.row().model_dump(),
+        **summary.row().dump(),
         "device_model": summary.device_model,
         "fingerprint": summary.fingerprint,
         "hardware": summary.hardware,

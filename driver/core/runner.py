@@ -7,18 +7,17 @@ matrix goes on; Ctrl-C records the repeat in flight as interrupted, cleans up an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
-from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement
 from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
-from driver.core.results import RepeatRecord, Session, sha256_of_logs, write_json
+from driver.model.case import Case
+from driver.model.measure import RepeatMeasurement
+from driver.model.plausible import Implausible, measure_checked
+from driver.model.results import RepeatLogs, RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
 from driver.plugins import load_all
 from driver.runtimes.base import (
@@ -28,8 +27,6 @@ from driver.runtimes.base import (
     Verdict,
 )
 from driver.runtimes.plan import RepeatPlan
-from driver.verify.plausible import Implausible
-from driver.verify.repeat import measure_checked
 
 Printer = Callable[[str], None]
 
@@ -45,29 +42,23 @@ class RunSummary:
         return not self.failed
 
 
-def logs_of(repeat_dir: Path) -> dict[str, str]:
-    return {
-        path.name: path.read_text(errors="replace") for path in sorted(repeat_dir.glob("node*.log"))
-    }
-
-
 CACHE_DROP_MARK = "dlperf-cache-drop: "
 
 
-def refine_verdict(outcome: RepeatOutcome, repeat_dir: Path) -> Verdict:
+def refine_verdict(outcome: RepeatOutcome, logs: RepeatLogs) -> Verdict:
     """A launcher (torchrun) may turn a rank's out-of-memory exit 86 into a plain 1; the rank's
     ``{"dlperf": "oom"}`` record in the log still tells it, and the batch search relies on it."""
     if outcome.verdict == Verdict.FAILED and any(
-        has_oom_record(text) for text in logs_of(repeat_dir).values()
+        has_oom_record(text) for text in logs.texts.values()
     ):
         return Verdict.OOM
     return outcome.verdict
 
 
-def cache_drop_status(logs: dict[str, str]) -> dict[str, str]:
+def cache_drop_status(logs: RepeatLogs) -> dict[str, str]:
     """What the page-cache drop did on each node (only cases with drop_caches print it)."""
     status = {}
-    for name, text in logs.items():
+    for name, text in logs.texts.items():
         for line in text.splitlines():
             if line.startswith(CACHE_DROP_MARK):
                 status[name] = line[len(CACHE_DROP_MARK) :]
@@ -78,7 +69,7 @@ def cache_drop_status(logs: dict[str, str]) -> dict[str, str]:
 RUNTIME_ERROR_LOG = "runtime-error.txt"
 
 
-def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict]:
+def launch(plan: RepeatPlan, runtime: Runtime) -> RepeatOutcome:
     """Run one plan; whatever goes wrong in the runtime ends as a verdict, never a traceback.
 
     A runtime reports failing commands as verdicts itself; an exception escaping it (a node
@@ -86,7 +77,7 @@ def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict
     traceback kept beside the logs for whoever debugs it. Ctrl-C still propagates.
     """
     try:
-        outcome = runtime.run(plan)
+        return runtime.run(plan)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as error:  # noqa: BLE001 - the verdict names it; the traceback is kept
@@ -99,17 +90,22 @@ def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict
             f"the {runtime.name} runtime failed: {type(error).__name__}: {error} "
             f"(traceback: {plan.repeat_dir / RUNTIME_ERROR_LOG})"
         )
-        outcome = RepeatOutcome(Verdict.FAILED, [], now, now, detail)
-    return outcome, refine_verdict(outcome, plan.repeat_dir)
+        return RepeatOutcome(Verdict.FAILED, [], now, now, detail)
+
+
+def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict]:
+    """``launch``, and the verdict its logs refine (what the batch search's probes need)."""
+    outcome = launch(plan, runtime)
+    return outcome, refine_verdict(outcome, RepeatLogs.read(plan.repeat_dir))
 
 
 def evaluate(
-    case: Case, parser_name: str, repeat_dir: Path, batch_size: int
+    case: Case, parser_name: str, texts: Mapping[str, str], batch_size: int
 ) -> tuple[RepeatMeasurement, dict]:
     """Parse a repeat's raw logs and measure its window with the door's plausibility checks, so
     a record never holds what every reader would refuse (raises LogParseError)."""
     try:
-        measurement, parsed = measure_checked(case, parser_name, logs_of(repeat_dir), batch_size)
+        measurement, parsed = measure_checked(case, parser_name, texts, batch_size)
     except Implausible as error:
         raise LogParseError(f"not a plausible measurement: {error}") from None
     return measurement, parsed.header
@@ -121,7 +117,6 @@ def run_repeat(
     session: Session,
     runtime: Runtime,
     batch_size: int,
-    extra: dict[str, Any] | None = None,
 ) -> RepeatRecord:
     directory = session.fresh_repeat_dir(case, repeat)
     plan = plan_repeat(
@@ -132,46 +127,32 @@ def run_repeat(
         session_root=session.root,
         repeat=repeat,
     )
-    parser_name = plan.parser
     interrupted = False
     try:
-        outcome, verdict = run_plan(plan, runtime)
+        outcome = launch(plan, runtime)
     except KeyboardInterrupt:
         interrupted = True
         now = time.time()
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
-        verdict = outcome.verdict
+    logs = RepeatLogs.read(directory)  # read once: verdict, measurement, checksums, cache drop
+    verdict = refine_verdict(outcome, logs)
     measurement, header, detail = None, {}, outcome.detail
     if verdict == Verdict.OK:
         try:
-            measurement, header = evaluate(case, parser_name, directory, batch_size)
+            measurement, header = evaluate(case, plan.parser, logs.texts, batch_size)
         except LogParseError as error:
             verdict, detail = Verdict.PARSE_ERROR, str(error)
-    logs = sorted(p.name for p in directory.glob("node*.log"))
-    record = RepeatRecord(
-        case_id=case.id,
-        repeat=repeat,
+    record = session.record(
+        plan,
+        outcome,
+        logs,
         verdict=verdict.value,
-        batch_size=batch_size,
-        started_at=outcome.started_at,
-        finished_at=outcome.finished_at,
-        commands=[
-            {"node": c.node, "argv": c.argv, "env": c.env, "workdir": c.workdir}
-            for c in plan.commands
-        ],
-        exit_codes={n.node: n.exit_code for n in outcome.nodes},
-        logs=logs,
-        log_sha256=sha256_of_logs(directory, logs),
-        parser=parser_name,
+        runtime=runtime.name,
         measurement=measurement,
         header=header,
         detail=detail,
-        runtime=runtime.name,
-        extra={**(extra or {}), **outcome.extra},
+        extra={"cache_drop": cache_drop_status(logs)} if case.drop_caches else None,
     )
-    if case.drop_caches:
-        record.extra["cache_drop"] = cache_drop_status(logs_of(directory))
-    session.write_record(directory, record)
     if interrupted:
         raise KeyboardInterrupt
     return record

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from driver.core.case import Case, Topology
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.core.summary import summarize
+from driver.model.case import Case, Topology
+from driver.model.results import Session
 from driver.runtimes.base import Runtime
 from driver.runtimes.local import LocalRuntime
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.core.case import Case, Topology
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
@@ -27,6 +26,7 @@ from driver.core.matrix import (
 )
 from driver.files import KitWriteError, write_text
 from driver.frameworks.base import FRAMEWORKS
+from driver.model.case import Case, Topology
 from driver.runtimes.base import Runtime
 from driver.schema import did_you_mean
 
@@ -38,7 +38,7 @@ def choose_profile(requested: str, runtime: str) -> tuple[str, str]:
     """``auto``: the DLPerf protocol where there are GPUs or a cluster, else the CPU smoke one."""
     if requested != AUTO:
         return requested, "as requested"
-    from driver.core.hardware import gpu_names
+    from driver.model.hardware import gpu_names
 
     if runtime == "local" and not gpu_names():
         return CPU_PROFILE, "no GPU and no cluster inventory: CPU smoke profile"
@@ -125,9 +125,9 @@ def run_session(
     from driver.core.command import check_placement
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables, write_report
-    from driver.core.results import Session
     from driver.core.runner import run_cases
     from driver.core.summary import summarize
+    from driver.model.results import Session
     from driver.runtimes.envs import ensure_env
     from driver.verify.folder import verify_sessions
 

@@ -11,13 +11,16 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from driver.core.case import Case
-from driver.core.measure import CaseStats, StrictModel, case_stats, speedup
-from driver.core.results import RepeatRecord
+from pydantic import ConfigDict
 
-# CaseRow fields a row has only for a published figure (the first versions' rows have none)
+from driver.model.case import Case
+from driver.model.measure import CaseStats, case_stats, speedup
+from driver.model.results import RepeatRecord
+from driver.schema import StrictModel
+
+# CaseRow fields a release row has only for a published figure (the first versions' have none)
 PUBLISHED_FIELDS = ("published_by", "published_url")
 
 # The slow-node rule. A node holds a case back when its ranks' median window is more than
@@ -96,9 +99,19 @@ def slow_node_of(records: Sequence[RepeatRecord]) -> SlowNode | None:
     )
 
 
+# Marks a release column of CaseRow: written in a release's results files, never in a report.
+RELEASE = "release column"
+Number = int | float  # as the config or the computation gave it (an int stays an int)
+
+
 class CaseRow(StrictModel):
-    """One case as a flat row, every field named: report.csv/json, and the release's case rows
-    (which add their own fields to these)."""
+    """One case as a flat row, every field named: report.csv/json, and a release's results.json
+    and results.csv, whose rows (``row`` = "case") fill the release columns too. A new column
+    is a field here and its value where the row is made (``CaseSummary.row``, or the release's
+    ``driver.release.compute``); every file that holds rows follows."""
+
+    # validated on assignment too: a release column set later is checked like the rest
+    model_config = ConfigDict(frozen=False, validate_assignment=True)
 
     case_id: str
     model: str
@@ -130,6 +143,53 @@ class CaseRow(StrictModel):
     device_names: list[str]
     published_by: str | None = None  # an imported published figure (written only then)
     published_url: str | None = None
+    # The release columns: the case's session, its MFU, its all-reduce scaling bound and the
+    # nearest published reference (driver.release.compute), its repeats and its table.
+    session: Annotated[str | None, RELEASE] = None
+    flops_per_sample: Annotated[Number | None, RELEASE] = None
+    peak_device: Annotated[str | None, RELEASE] = None
+    peak_precision: Annotated[str | None, RELEASE] = None
+    peak_tflops: Annotated[Number | None, RELEASE] = None
+    mfu: Annotated[float | None, RELEASE] = None
+    gradient_bytes: Annotated[int | None, RELEASE] = None
+    probe_topology: Annotated[str | None, RELEASE] = None
+    busbw_gbps: Annotated[Number | None, RELEASE] = None
+    scaling_bound: Annotated[float | None, RELEASE] = None
+    reference_id: Annotated[str | None, RELEASE] = None
+    reference_framework: Annotated[str | None, RELEASE] = None
+    reference_hardware: Annotated[str | None, RELEASE] = None
+    reference_devices: Annotated[int | None, RELEASE] = None
+    reference_batch_per_device: Annotated[int | None, RELEASE] = None
+    reference_precision: Annotated[str | None, RELEASE] = None
+    reference_throughput: Annotated[Number | None, RELEASE] = None
+    reference_per_device: Annotated[Number | None, RELEASE] = None
+    reference_link: Annotated[str | None, RELEASE] = None
+    per_device: Annotated[float | None, RELEASE] = None
+    ratio_per_device: Annotated[float | None, RELEASE] = None
+    reference_source: Annotated[str | None, RELEASE] = None  # written only where one matched
+    row: Annotated[Literal["case"] | None, RELEASE] = None  # a release's results rows say so
+    repeat_throughputs: Annotated[list[float] | None, RELEASE] = None
+    table: Annotated[str | None, RELEASE] = None
+    fingerprint: Annotated[str | None, RELEASE] = None  # the machine (README layout 3 on)
+
+    def dump(self) -> dict[str, Any]:
+        """The row as its file holds it. A report's row: every column but the release columns.
+        A release's row: ``row`` first, and, as the released versions hold them, the
+        reference's source only where one matched, the publisher's fields only for a published
+        figure and the machine only where the release splits cases by machine."""
+        if self.row is None:
+            return self.model_dump(exclude=set(RELEASE_FIELDS))
+        unmatched = {"reference_source"} if self.reference_source is None else set()
+        if self.published_by is None:
+            unmatched |= set(PUBLISHED_FIELDS)
+        if self.fingerprint is None:
+            unmatched.add("fingerprint")
+        return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
+
+
+RELEASE_FIELDS = tuple(
+    name for name, info in CaseRow.model_fields.items() if RELEASE in info.metadata
+)
 
 
 def device_model(devices: Iterable[str]) -> str:
@@ -165,9 +225,9 @@ class CaseSummary:
     machine: str = ""  # the host (rank 0's header) or, for a published figure, its system
     # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
     imported: str = ""
-    # The machine's hardware fingerprint label (driver/core/hardware.py) where the summaries are
+    # The machine's hardware fingerprint label (driver/model/hardware.py) where the summaries are
     # split by machine; "" where they are split by device model only (the releases before
-    # README layout 3, which the audit renders as they were published).
+    # README layout 3, whose results the audit recomputes as they were published).
     fingerprint: str = ""
     # The node that held the case back (``slow_node_of``), or None.
     slow_node: SlowNode | None = None
@@ -196,8 +256,8 @@ class CaseSummary:
         was published rather than measured. Repeats with different keys are never pooled."""
         return (self.case.id, self.identity, self.published_by or "")
 
-    def row(self) -> CaseRow:
-        """One flat row, every field named (CSV/JSON)."""
+    def row(self, **release: Any) -> CaseRow:
+        """One flat row, every field named (CSV/JSON); ``release``: its release columns."""
         c = self.case
         return CaseRow(
             case_id=c.id,
@@ -230,6 +290,7 @@ class CaseSummary:
             device_names=self.devices,
             published_by=self.published_by,
             published_url=self.published_url,
+            **release,
         )
 
 

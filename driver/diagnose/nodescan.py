@@ -37,10 +37,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from driver.cluster.inventory import Inventory
-from driver.core.case import Case
-from driver.core.results import Session
 from driver.core.runner import run_cases
 from driver.diagnose.probes import run_allreduce_probe
+from driver.model.case import Case
+from driver.model.results import Session
 from driver.runtimes.base import Runtime
 
 SLOW_BELOW = 0.05  # a node this far under the median of the nodes is slow

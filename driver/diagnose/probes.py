@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from driver.core.case import Topology
 from driver.core.command import free_port
-from driver.core.results import write_json
 from driver.launchers.base import NodeRank
+from driver.model.case import Topology
+from driver.model.results import write_json
 from driver.release.scaling import ProbeError, parse_probe_log
 from driver.runtimes.base import Runtime, Verdict
 from driver.runtimes.plan import NodeCommand, RepeatPlan
@@ -72,7 +72,7 @@ def probe_plan(
     timeout_s: float,
 ) -> RepeatPlan:
     """The probe as a repeat plan: PyTorch's environment (image, interpreter) on every node."""
-    from driver.core.case import Case
+    from driver.model.case import Case
 
     case = Case(
         model="allreduce-probe",

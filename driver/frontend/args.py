@@ -120,7 +120,7 @@ def count_list(low: int, high: int) -> Callable[[str], tuple[int, ...]]:
 
 def topology_list(text: str) -> tuple[str, ...]:
     """``1n1g,1n8g,2n16g``: each checked now, so a typo fails before any process starts."""
-    from driver.core.case import Topology
+    from driver.model.case import Topology
 
     labels = tuple(label.strip() for label in text.split(",") if label.strip())
     if not labels:

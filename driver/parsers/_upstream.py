@@ -402,7 +402,7 @@ def expected_ranks(header: RunHeader) -> list[int]:
 def rank_batch(header: RunHeader) -> tuple[int, int]:
     """(samples of one device per step, devices each logging rank stands for).
 
-    ``driver.core.measure`` multiplies a logging rank's samples by the second number and expects
+    ``driver.model.measure`` multiplies a logging rank's samples by the second number and expects
     world size / that number logging ranks.
     """
     if header.logging == "rank0":

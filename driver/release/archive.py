@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.core.results import RecordError, load_record
 from driver.files import TEMP_PREFIX, write_bytes
+from driver.model.results import RecordError, load_record
 from driver.verify.folder import symlink_refusal, walk_session
 
 RAW_DIR = "raw"

@@ -6,12 +6,14 @@ Checks, each failure naming the file, the cell and both values:
 2. the SHA-256 of every archive, raw file (logs, records, telemetry, probes), config copy and
    plot;
 3. every repeat re-measured from its raw logs with the parser its record names
-   (``driver.parsers.base.PARSERS`` + ``driver.core.measure``), against its record;
+   (``driver.parsers.base.PARSERS`` + ``driver.model.measure``), against its record;
 4. every case re-summarised (``driver.core.summary.summarize``: median, CV, speedup,
-   efficiency) with MFU, scaling bounds, references and telemetry, and README.md,
-   results.json and results.csv re-rendered and compared: the result data structurally (JSON
-   path, or CSV row and column, of each differing value), every file byte for byte (a
-   unified diff shows where);
+   efficiency) with MFU, scaling bounds, references and telemetry, and results.json and
+   results.csv re-rendered and compared: the result data structurally (JSON path, or CSV row
+   and column, of each differing value), every file byte for byte (a unified diff shows
+   where); README.md too, byte for byte, where it is of the layout this kit writes. A version
+   keeps the README it was released with: one of an older layout is re-rendered only by the
+   kit that released it (``dlperf audit --kit released``), and noted here;
 5. the manifest parts that follow from the raw data (sessions, nodes, probes, counts, image
    digests: the ``images.lock`` copy's pins, the digests the records ran, those no lock or build
    record lists, which are noted), and the repo's current ``images.lock`` (a note, or a
@@ -47,15 +49,9 @@ from driver.release.manifest import (
     read_images_lock,
     validate,
 )
-from driver.release.render import (
-    MACHINE_LAYOUT,
-    csv_text,
-    json_text,
-    readme_layout,
-    readme_text,
-    results_data,
-)
-from driver.schema import ConfigError
+from driver.release.readme import README_LAYOUT, readme_text
+from driver.release.results import by_machine, csv_text, json_text, readme_layout, results_data
+from driver.schema import ConfigError, strict_json
 
 VERSION_LEVEL = "(version)"
 PUBLISHED_TEXTS = ("README.md", "results.json", "results.csv")
@@ -238,16 +234,14 @@ def _run(
     dataset = load_dataset(members)
     model_costs = manifest["model_costs"]
     try:
-        config = load_config(
-            directory, model_costs, by_machine=readme_layout(manifest) >= MACHINE_LAYOUT
-        )
+        config = load_config(directory, model_costs, by_machine=by_machine(manifest))
     except ConfigError as error:  # an import file of published figures that does not load
         state.add(error.path, error.field_path, error.message, "a valid import file")
         return
     computed = compute(dataset, config)
     state.case_titles = dict(computed.titles)
     for repeat in computed.repeats:  # a case that failed to summarise still maps its repeats
-        state.case_titles.setdefault(repeat.raw.case.id, VERSION_LEVEL)
+        state.case_titles.setdefault(repeat.case.id, VERSION_LEVEL)
     # member hashes after titles are known, so that a changed log names its table
     for member in sorted(set(raw) & set(members)):
         actual = sha256_bytes(members[member])
@@ -277,7 +271,15 @@ def _run(
     data = results_data(computed, manifest["version"])
     _compare_json(state, "results.json", json_text(data))
     _compare_csv(state, "results.csv", csv_text(data))
-    _compare_text(state, "README.md", readme_text(computed, manifest))
+    layout = readme_layout(manifest)
+    if layout == README_LAYOUT:
+        _compare_text(state, "README.md", readme_text(computed, manifest))
+    elif _read(state, "README.md") is not None:
+        report.notes.append(
+            f"README.md is of README layout {layout} (this kit writes {README_LAYOUT}): not "
+            "re-rendered here; the kit that released it re-renders it byte for byte: "
+            "dlperf audit --kit released"
+        )
 
     # 6: the index.
     _check_index(state, manifest_bytes, manifest["version"], reports_root or directory.parent)
@@ -295,20 +297,19 @@ def _check_records(state: _Audit, computed: Computed, manifest: dict[str, Any]) 
     accepted = {
         e.get("folder"): e.get("recomputed") for e in manifest["remeasured"] if isinstance(e, dict)
     }
-    for result in computed.repeats:
-        if result.measurement is None or result.measurement == result.raw.record.measurement:
+    for repeat in computed.repeats:
+        if repeat.measurement is None or repeat.measurement == repeat.recorded:
             continue
-        recomputed = result.measurement.model_dump()
-        if accepted.get(result.raw.folder) == recomputed:
+        recomputed = repeat.measurement.model_dump()
+        if accepted.get(repeat.folder) == recomputed:
             continue  # published with --accept-remeasured: listed in the manifest
-        record = result.raw.record.measurement
         _compare_values(
             state,
-            f"{result.raw.folder}/record.json",
+            f"{repeat.folder}/record.json",
             "measurement",
-            record.model_dump() if record else None,
+            repeat.recorded.model_dump() if repeat.recorded else None,
             recomputed,
-            result.raw.case.id,
+            repeat.case.id,
         )
 
 
@@ -495,7 +496,7 @@ def _compare_json(state: _Audit, name: str, expected: str) -> None:
         return
     # Numbers are compared as written: an edited digit shows as the published text has it.
     try:
-        published = json.loads(text, parse_float=str, parse_constant=_no_constant)
+        published = strict_json(text, numbers_as_text=True)
     except ValueError:
         _compare_text(state, name, expected)  # not JSON any more: show where
         return
@@ -503,10 +504,6 @@ def _compare_json(state: _Audit, name: str, expected: str) -> None:
     _compare_values(state, name, "", published, json.loads(expected, parse_float=str))
     if len(state.report.findings) == before:  # same data, other bytes
         _compare_text(state, name, expected)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} in a results file")
 
 
 def _csv_rows(text: str) -> list[dict[str, str]] | None:

@@ -1,6 +1,7 @@
 """Every number of a release, derived from its raw data and its config copies.
 
-Per repeat: the window throughput recomputed from the raw logs, and the telemetry summary.
+Per repeat (each through the door, ``driver.verify``): the window throughput recomputed from the
+raw logs, and the telemetry summary.
 Per case (through ``driver.core.summary.summarize``, the one statistics path): median, spread,
 speedup, efficiency; then MFU (cached model FLOPs x device peaks), the all-reduce scaling bound
 (probe bandwidth x gradient size) and the nearest published reference.
@@ -12,14 +13,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ConfigDict
-
 from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
-from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.core.report import table_title
-from driver.core.summary import CaseSummary, baseline_of, summarize
-from driver.release.dataset import Dataset, RawRepeat, telemetry_summary
+from driver.core.summary import CaseRow, CaseSummary, baseline_of, summarize
+from driver.model.case import Case
+from driver.release.dataset import Dataset, session_of, telemetry_summary
 from driver.release.mfu import (
     GRADIENT_BYTES_PER_PARAMETER,
     cost_key,
@@ -30,6 +28,7 @@ from driver.release.mfu import (
 from driver.release.references import Ours, nearest
 from driver.release.scaling import scaling_bound
 from driver.verify.hardware import ATTESTATION as ATTESTED
+from driver.verify.repeat import VerifiedRepeat
 
 
 @dataclass
@@ -45,92 +44,51 @@ class Config:
 
 
 @dataclass
-class RepeatResult:
-    raw: RawRepeat
-    measurement: RepeatMeasurement | None
-    error: str | None
-    telemetry: dict[str, Any]
-    headers: list[dict[str, Any]] = field(default_factory=list)  # every rank's log header
-
-
-@dataclass
 class Computed:
     summaries: list[CaseSummary]
-    repeats: list[RepeatResult]
-    extras: dict[str, CaseExtras]  # case id -> MFU, bound, reference fields
+    repeats: list[VerifiedRepeat]  # by case id, repeat and session
+    rows: dict[str, CaseRow]  # case id -> its row in the results files, release columns filled
     sessions_of: dict[str, str]  # case id -> session
     titles: dict[str, str]  # case id -> table title
     attested: set[str] = field(default_factory=set)  # sessions' hardware.json members
-
-
-Number = int | float  # as the config or the computation gave it (an int stays an int)
-
-
-class CaseExtras(StrictModel):
-    """What a release adds to a case's row: MFU, the scaling bound, the nearest reference."""
-
-    model_config = ConfigDict(frozen=False, validate_assignment=True)
-
-    session: str | None = None
-    flops_per_sample: Number | None = None
-    peak_device: str | None = None
-    peak_precision: str | None = None
-    peak_tflops: Number | None = None
-    mfu: float | None = None
-    gradient_bytes: int | None = None
-    probe_topology: str | None = None
-    busbw_gbps: Number | None = None
-    scaling_bound: float | None = None
-    reference_id: str | None = None
-    reference_framework: str | None = None
-    reference_hardware: str | None = None
-    reference_devices: int | None = None
-    reference_batch_per_device: int | None = None
-    reference_precision: str | None = None
-    reference_throughput: Number | None = None
-    reference_per_device: Number | None = None
-    reference_link: str | None = None
-    per_device: float | None = None
-    ratio_per_device: float | None = None
-    # Written only where a reference matched (rows without one have no such key).
-    reference_source: str | None = None
+    telemetry: dict[str, dict[str, Any]] = field(default_factory=dict)  # folder -> summary
 
 
 def compute(dataset: Dataset, config: Config) -> Computed:
-    results: list[RepeatResult] = []
-    for raw in sorted(dataset.repeats, key=lambda r: (r.case.id, r.record.repeat, r.session)):
-        # every repeat of a dataset came through the door: its logs gave this measurement
-        parsed = raw.verified.parsed
-        measurement = raw.verified.record.measurement
-        telemetry = telemetry_summary(raw, parsed)
-        results.append(RepeatResult(raw, measurement, None, telemetry, parsed.rank_headers()))
+    # every repeat of a dataset came through the door: its record holds what its logs measure
+    repeats = sorted(dataset.repeats, key=lambda r: (r.case.id, r.record.repeat, session_of(r)))
     records = [
-        (
-            r.raw.case,
-            r.raw.record.model_copy(update={"measurement": r.measurement}),
-            *([r.raw.verified.fingerprint] if config.by_machine else []),
-        )
-        for r in results
+        (r.case, r.written.model_copy(update={"measurement": r.measurement}),
+         *([r.fingerprint] if config.by_machine else []))
+        for r in repeats
         if r.measurement is not None
-    ]
+    ]  # fmt: skip
     summaries = summarize(records, published=[copy.copy(s) for s in config.published])
-    sessions_of = {r.raw.case.id: r.raw.session for r in results}
+    sessions_of = {r.case.id: session_of(r) for r in repeats}
     headers = {}
-    for r in results:
-        headers.setdefault(r.raw.case.id, r.raw.record.header)
-    extras = {
-        s.case_id: CaseExtras()  # a published figure: no MFU, bound or reference of ours
-        if s.published_by
-        else _extras(s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)
+    for r in repeats:
+        headers.setdefault(r.case.id, r.written.header)
+    titles = {s.case_id: table_title(s) for s in summaries}
+    rows = {
+        s.case_id: s.row(
+            # a published figure: no MFU, bound or reference of ours
+            **({} if s.published_by else _release_columns(
+                s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)),
+            row="case",
+            repeat_throughputs=list(s.throughputs),
+            table=titles[s.case_id],
+            fingerprint=s.fingerprint or None,
+        )  # fmt: skip
         for s in summaries
     }
     return Computed(
         summaries=summaries,
-        repeats=results,
-        extras=extras,
+        repeats=repeats,
+        rows=rows,
         sessions_of=sessions_of,
-        titles={s.case_id: table_title(s) for s in summaries},
+        titles=titles,
         attested={m for m in dataset.members if m.count("/") == 1 and m.endswith(ATTESTED)},
+        telemetry={r.folder: telemetry_summary(r) for r in repeats},
     )
 
 
@@ -176,48 +134,53 @@ def same_device(
     return True
 
 
-def _extras(
+def _release_columns(
     summary: CaseSummary,
     summaries: list[CaseSummary],
     header: dict[str, Any],
     sessions_of: dict[str, str],
     dataset: Dataset,
     config: Config,
-) -> CaseExtras:
+) -> dict[str, Any]:
+    """A measured case's release columns (``CaseRow``): its session, MFU, scaling bound and
+    nearest published reference."""
     case = summary.case
     options = dict(header.get("options") or {})
     session = sessions_of.get(case.id)
-    out = CaseExtras(session=session)
+    out: dict[str, Any] = {"session": session}
     # MFU
     cost = config.model_costs.get(cost_key(case.model, case.options))
     device = summary.devices[0] if summary.devices else None
     peak = match_device(device, config.peaks)
     if cost:
-        out.flops_per_sample = cost.get("flops_per_sample")
+        out["flops_per_sample"] = cost.get("flops_per_sample")
     if peak:
         precision = peak_precision(case.precision, options)
-        out.peak_device = peak.get("name")
-        out.peak_precision = precision
-        out.peak_tflops = (peak.get("peaks") or {}).get(precision)
-    out.mfu = mfu(
-        summary.stats.median, out.flops_per_sample, case.topology.world_size, out.peak_tflops
+        out["peak_device"] = peak.get("name")
+        out["peak_precision"] = precision
+        out["peak_tflops"] = (peak.get("peaks") or {}).get(precision)
+    out["mfu"] = mfu(
+        summary.stats.median,
+        out.get("flops_per_sample"),
+        case.topology.world_size,
+        out.get("peak_tflops"),
     )
     # Scaling bound
     devices = case.topology.world_size
     if devices > 1:
-        out.gradient_bytes = _gradient_bytes(summary, options, config)
+        out["gradient_bytes"] = _gradient_bytes(summary, options, config)
         probes = [
             p for p in dataset.probes if p["session"] == session and p["world_size"] == devices
         ]
         probes.sort(key=lambda p: (p["topology"] != case.topology.label, p["topology"]))
         base = baseline_of(summary, summaries)
         if probes:
-            out.probe_topology = probes[0]["topology"]
-            out.busbw_gbps = probes[0]["busbw_gbps"]
-        if probes and base and out.gradient_bytes:
+            out["probe_topology"] = probes[0]["topology"]
+            out["busbw_gbps"] = probes[0]["busbw_gbps"]
+        if probes and base and out["gradient_bytes"]:
             step_time = summary.batch_size / base.stats.median
-            out.scaling_bound = scaling_bound(
-                step_time, out.gradient_bytes, devices, out.busbw_gbps
+            out["scaling_bound"] = scaling_bound(
+                step_time, out["gradient_bytes"], devices, out["busbw_gbps"]
             )
     # Nearest published result (only for the published models' shapes)
     if not published_shapes(case):
@@ -242,6 +205,4 @@ def _extras(
         if config.by_machine
         else config.references,
     )
-    if reference:
-        out = CaseExtras.model_validate({**out.model_dump(), **reference})
-    return out
+    return {**out, **(reference or {})}

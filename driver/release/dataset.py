@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from driver.core.case import Case
-from driver.core.measure import Window, parse_logs
-from driver.core.results import RECORD, RepeatRecord
-from driver.parsers.base import LogParseError, ParsedLog, RankLog
+from driver.model.measure import Window, parse_logs
+from driver.model.results import RECORD
+from driver.parsers.base import LogParseError, RankLog
 from driver.release.scaling import ProbeError, parse_probe_log
 from driver.telemetry.summary import node_of, summarize_samples
 from driver.verify.hardware import ATTESTATION
@@ -35,25 +34,21 @@ _NODE_LOG = re.compile(r"^node(\d+)\.log$")
 _PROBE_LOG = re.compile(r"^([^/]+)/probes/(allreduce-[^/]+)/node0\.log$")
 
 
-@dataclass
-class RawRepeat:
-    session: str
-    folder: str  # archive member folder: <session>/cases/<case id>/repeat-NN
-    case: Case
-    record: RepeatRecord  # as archived (its measurement is what the run computed)
-    logs: dict[str, str]  # node log name -> text
-    telemetry: dict[str, str]  # telemetry file name -> text
-    verified: VerifiedRepeat  # through the door: the measurement its logs give, parsed logs
+def session_of(repeat: VerifiedRepeat) -> str:
+    """The session a repeat of a release came from (its folder is ``<session>/cases/...``)."""
+    return repeat.folder.partition("/")[0]
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.case.id, self.record.repeat
+
+def telemetry_files(repeat: VerifiedRepeat) -> dict[str, str]:
+    """The repeat folder's telemetry files (name -> text)."""
+    files = repeat.source.files if repeat.source else {}
+    return {name: _text(data) for name, data in files.items() if node_of(name) is not None}
 
 
 @dataclass
 class Dataset:
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> session.json
-    repeats: list[RawRepeat] = field(default_factory=list)
+    repeats: list[VerifiedRepeat] = field(default_factory=list)  # finished, through the door
     probes: list[dict[str, Any]] = field(default_factory=list)  # re-parsed from their logs
     problems: list[tuple[str, str]] = field(default_factory=list)  # (member, message)
     members: dict[str, bytes] = field(default_factory=dict)
@@ -66,11 +61,6 @@ def _text(data: bytes) -> str:
 def load_dataset(members: Mapping[str, bytes]) -> Dataset:
     """Sessions, repeats and probes from archive members (``<session>/...`` paths)."""
     data = Dataset(members=dict(members))
-    telemetry: dict[str, dict[str, str]] = {}  # repeat folder -> telemetry file -> text
-    for name, content in members.items():
-        folder, _, base = name.rpartition("/")
-        if node_of(base) is not None:
-            telemetry.setdefault(folder, {})[base] = _text(content)
     for name, content in sorted(members.items()):
         parts = PurePosixPath(name).parts
         if len(parts) == 2 and parts[1] == "session.json":
@@ -80,7 +70,7 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
                 data.problems.append((name, f"not valid JSON ({error.msg})"))
         elif len(parts) >= 4 and parts[1] == "cases" and parts[-1] == RECORD:
             if _REPEAT.match(parts[-2]):
-                _load_repeat(data, name, telemetry)
+                _load_repeat(data, name)
         else:
             match = _PROBE_LOG.match(name)
             if match:
@@ -102,9 +92,7 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
     return data
 
 
-def _load_repeat(
-    data: Dataset, name: str, telemetry: dict[str, dict[str, str]]
-) -> None:
+def _load_repeat(data: Dataset, name: str) -> None:
     """The repeat whose record is member ``name``, through the door (logs win over the record:
     the release decides whether a re-measured repeat may be published, the audit checks it
     against the manifest); a refusal is a problem of the member it names."""
@@ -133,21 +121,11 @@ def _load_repeat(
     if isinstance(verified, Unfinished):
         data.problems.append((name, f"verdict {verified.record.verdict!r}: not a finished repeat"))
         return
-    data.repeats.append(
-        RawRepeat(
-            session=session,
-            folder=folder,
-            case=verified.case,
-            record=verified.written,
-            logs=verified.logs,
-            telemetry=dict(telemetry.get(folder, {})),
-            verified=verified,
-        )
-    )
+    data.repeats.append(verified)
 
 
-def window_of(repeat: RawRepeat) -> Window:
-    warmup, measured, _total = repeat.case.window_for(repeat.record.batch_size)
+def window_of(repeat: VerifiedRepeat) -> Window:
+    warmup, measured, _total = repeat.case.window_for(repeat.written.batch_size)
     return Window(warmup, measured)
 
 
@@ -161,9 +139,7 @@ def _cut(ranks: list[RankLog], window: Window) -> tuple[float, float] | None:
     return (min(starts), max(ends)) if starts else None
 
 
-def step_windows(
-    repeat: RawRepeat, parsed: ParsedLog | None = None
-) -> dict[int, tuple[float, float]]:
+def step_windows(repeat: VerifiedRepeat) -> dict[int, tuple[float, float]]:
     """node index -> (start, end) of the measured window on that node's clock (its ranks'
     step timestamps); nodes whose log cannot be cut are left out.
 
@@ -172,11 +148,11 @@ def step_windows(
     node's log is parsed on its own.
     """
     window = window_of(repeat)
+    parsed = repeat.parsed
     nodes = {int(m[1]): name for name in repeat.logs if (m := _NODE_LOG.match(name))}
     out: dict[int, tuple[float, float]] = {}
     if (
-        parsed is not None
-        and parsed.ranks
+        parsed.ranks
         and all(isinstance(r.header.get("node_rank"), int) for r in parsed.ranks.values())
     ):
         for index in nodes:
@@ -187,7 +163,7 @@ def step_windows(
         return out
     for index, name in nodes.items():
         try:
-            alone = parse_logs(repeat.record.parser, {name: repeat.logs[name]})
+            alone = parse_logs(repeat.written.parser, {name: repeat.logs[name]})
         except (LogParseError, KeyError, ValueError):
             continue
         cut = _cut(list(alone.ranks.values()), window)
@@ -196,7 +172,8 @@ def step_windows(
     return out
 
 
-def telemetry_summary(repeat: RawRepeat, parsed: ParsedLog | None = None) -> dict[str, Any]:
-    run = (repeat.record.started_at, repeat.record.finished_at)
-    windows = step_windows(repeat, parsed) if repeat.telemetry else {}
-    return summarize_samples(repeat.telemetry, windows, run)
+def telemetry_summary(repeat: VerifiedRepeat) -> dict[str, Any]:
+    run = (repeat.written.started_at, repeat.written.finished_at)
+    files = telemetry_files(repeat)
+    windows = step_windows(repeat) if files else {}
+    return summarize_samples(files, windows, run)

@@ -21,9 +21,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from driver.bench.contract import MODELS
-from driver.core.case import Case, Topology
-from driver.core.measure import case_stats
 from driver.core.summary import CaseSummary, baseline_of, summarize
+from driver.model.case import Case, Topology
+from driver.model.measure import case_stats
 from driver.schema import (
     ConfigError,
     FiniteFloat,

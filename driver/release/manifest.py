@@ -18,8 +18,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from driver.release.compute import Computed
-from driver.release.dataset import Dataset
-from driver.release.render import README_LAYOUTS
+from driver.release.dataset import Dataset, session_of
+from driver.release.readme import README_LAYOUTS
 from driver.schema import ConfigError, StrictModel, check_finite, describe_error, one_of, text
 
 MANIFEST = "manifest.json"
@@ -62,7 +62,7 @@ class Manifest(StrictModel):
     remeasured: list[Any]
     changes: dict[str, Any]
     counts: dict[str, Any]
-    # README layout (driver.release.render): absent in the first versions (layout 1)
+    # README layout (driver.release.readme): absent in the first versions (layout 1)
     readme_layout: Annotated[Any, one_of(*README_LAYOUTS)] = 1
 
 
@@ -124,7 +124,7 @@ def images_part(version_dir: Path, computed: Computed) -> dict[str, Any]:
     built_digests = (
         set(DIGEST.findall(built.read_text(errors="replace"))) if built.exists() else set()
     )
-    ran = sorted(set().union(set(), *(digests_in(r.raw.record.extra) for r in computed.repeats)))
+    ran = sorted(set().union(set(), *(digests_in(r.written.extra) for r in computed.repeats)))
     known = set(digests.values()) | built_digests
     part: dict[str, Any] = {
         "lock_file": f"{CONFIG_DIR}/{IMAGES_LOCK}" if lock.exists() else None,
@@ -214,9 +214,9 @@ def _sessions_part(dataset: Dataset) -> list[dict[str, Any]]:
 
 def _nodes_part(computed: Computed) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
-    for result in computed.repeats:
-        for header in result.headers:
-            host = str(header.get("hostname") or f"{result.raw.session}:node?")
+    for repeat in computed.repeats:
+        for header in repeat.parsed.rank_headers():
+            host = str(header.get("hostname") or f"{session_of(repeat)}:node?")
             node = nodes.setdefault(
                 host,
                 {"devices": [], "versions": {}, "frameworks": [], "node_ranks": [], "ranks": 0},

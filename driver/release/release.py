@@ -26,9 +26,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from driver.core.results import kit_revision
 from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, remove_tree, write_text
 from driver.frameworks.base import REPO_ROOT
+from driver.model.results import kit_revision
 from driver.release.archive import (
     RAW_DIR,
     collect_session,
@@ -38,7 +38,7 @@ from driver.release.archive import (
     write_archive,
 )
 from driver.release.compute import Computed, compute
-from driver.release.dataset import load_dataset
+from driver.release.dataset import load_dataset, session_of
 from driver.release.imported import load_import
 from driver.release.layout import INDEX, PUBLISHED_DIR, load_config
 from driver.release.manifest import (
@@ -51,16 +51,8 @@ from driver.release.manifest import (
     manifest_text,
 )
 from driver.release.mfu import compute_model_costs
-from driver.release.render import (
-    MACHINE_LAYOUT,
-    README_LAYOUT,
-    Results,
-    ResultsError,
-    csv_text,
-    json_text,
-    readme_text,
-    results_data,
-)
+from driver.release.readme import README_LAYOUT, readme_text
+from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
 from driver.schema import ConfigError
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
@@ -328,7 +320,7 @@ def _build(
         )
     owners: dict[str, set[str]] = {}
     for repeat in dataset.repeats:
-        owners.setdefault(repeat.case.id, set()).add(repeat.session)
+        owners.setdefault(repeat.case.id, set()).add(session_of(repeat))
     shared = {c: s for c, s in owners.items() if len(s) > 1}
     if shared:
         case_id, where = next(iter(sorted(shared.items())))
@@ -360,7 +352,7 @@ def _build(
         if compute_flops
         else {}
     )
-    config = load_config(work, model_costs, by_machine=README_LAYOUT >= MACHINE_LAYOUT)
+    config = load_config(work, model_costs, by_machine=True)  # a new version: by machine
     computed = compute(dataset, config)
     mixed = _cases_on_several_devices(computed)
     if mixed:
@@ -371,15 +363,15 @@ def _build(
             + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
         )
     remeasured = []
-    for result in computed.repeats:
-        header_differs = result.raw.verified.header_differs
-        if result.raw.verified.remeasured:
-            recorded = result.raw.record.measurement
+    for repeat in computed.repeats:
+        header_differs = repeat.header_differs
+        if repeat.remeasured:
+            recorded, measured = repeat.recorded, repeat.measurement
             remeasured.append(
                 {
-                    "folder": result.raw.folder,
+                    "folder": repeat.folder,
                     "record": recorded.model_dump() if recorded else None,
-                    "recomputed": result.measurement.model_dump() if result.measurement else None,
+                    "recomputed": measured.model_dump() if measured else None,
                     # the record's header is not rank 0's header in the logs (the logs win)
                     **({"header": "differs from the logs"} if header_differs else {}),
                 }

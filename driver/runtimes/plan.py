@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from driver.core.case import Case
+from driver.model.case import Case
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from driver.bench import fingerprint
-from driver.core.case import Case
 from driver.launchers.base import NodeRank
+from driver.model.case import Case
 from driver.parsers._upstream import RunHeader
 from driver.registry import Registry
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
 
-from driver.core.case import Case, Topology
+from driver.model.case import Case, Topology
 from driver.parsers._upstream import RunHeader
 from driver.registry import UnknownPlugin
 from driver.schema import ConfigError, Label, StrictModel, load_document, validate

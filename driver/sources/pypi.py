@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from driver.core.case import Case
 from driver.launchers.base import NodeRank
+from driver.model.case import Case
 from driver.parsers._upstream import RunHeader, header_line
 from driver.schema import ConfigError, StrictModel, load_document, validate
 from driver.sources.base import (

@@ -36,9 +36,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from driver.cluster.preflight import GPU_QUERY
-from driver.core.case import Case
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
+from driver.model.case import Case
 from driver.parsers._upstream import LOGGING_MODES, RunHeader, header_line
 from driver.schema import (
     ConfigError,

@@ -9,7 +9,7 @@ processes with the same environment and the same CPU threads (OMP_NUM_THREADS, w
 script and the bare loop both apply). The order alternates (bare first in even rounds, kit first
 in odd ones) so that a drift of the machine's load weighs on both sides alike.
 
-The kit's throughput is measured the one way the kit measures (``driver.core.measure``: the
+The kit's throughput is measured the one way the kit measures (``driver.model.measure``: the
 window from the end of the last warm-up step to the end of the last measured step); the bare
 loop's is its measured steps' samples over its timer. The ratio kit/bare is reported per round,
 with the median and the spread (min..max) over the rounds.
@@ -37,10 +37,10 @@ from tabulate import tabulate
 
 from driver.bench.host import cpu_count, cpu_model_name
 from driver.bench.supervisor import start, stop
-from driver.core.case import Case, Topology
 from driver.core.command import node_commands, option_text
-from driver.core.measure import LogParseError, Window, measure_repeat, parse_logs
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT, Framework, OptionError
+from driver.model.case import Case, Topology
+from driver.model.measure import LogParseError, Window, measure_repeat, parse_logs
 from driver.plugins import load_all
 from driver.runtimes.local import process_environment
 from driver.studies.bareloop import TAG as BARE_TAG

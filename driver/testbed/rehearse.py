@@ -195,7 +195,7 @@ def rehearse(
     case has nodes, through the process runtime, into the session folder ``root``; the hosts go
     at the end, however the run ends."""
     from driver.cluster.inventory import load_inventory
-    from driver.core.hardware import gpu_names
+    from driver.model.hardware import gpu_names
     from driver.runtimes.envs import ensure_env
     from driver.runtimes.ssh.process import ProcessRuntime
 

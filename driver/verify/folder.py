@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from driver.core.case import Case
-from driver.core.results import RepeatRecord
+from driver.model.case import Case
+from driver.model.results import RepeatRecord
 from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (
     CASE_FILE,

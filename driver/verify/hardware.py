@@ -9,7 +9,7 @@ Three sources, in this order:
    fingerprint: written after the run by ``dlperf attest-hardware`` from a source that says
    what the machine was (a session note, an inventory), recorded with that source, archived and
    hashed with the session like any raw file, and never used where the logs carry their own;
-3. else what an older header holds (``driver.core.hardware.hardware_of``: its device names,
+3. else what an older header holds (``driver.model.hardware.hardware_of``: its device names,
    else "unknown device").
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from driver.core.hardware import hardware_of
-from driver.core.measure import StrictModel
 from driver.files import write_json
+from driver.model.hardware import hardware_of
+from driver.schema import StrictModel
 
 ATTESTATION = "hardware.json"
 ATTESTATION_SCHEMA = 1
@@ -95,7 +95,7 @@ def write_attestation(session_root: Path, attestation: Attestation) -> Path:
 
 def fingerprint_label(header: dict[str, Any], attestation: Attestation | None) -> str:
     """The label of the machine a repeat ran on (see the module docstring); a malformed
-    fingerprint raises ``driver.core.hardware.HardwareError``."""
+    fingerprint raises ``driver.model.hardware.HardwareError``."""
     if "fingerprint" in header:  # the node's own, computed where it ran
         return hardware_of(header).label
     declared = header.get("hardware")

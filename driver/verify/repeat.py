@@ -10,7 +10,8 @@ the files come from a session folder (:mod:`driver.verify.folder`) or from a rel
 3. every log the record names, with the SHA-256 the record holds for it (schema 2), and no
    ``node*.log`` the record does not name;
 4. logs that give a measurement with the record's parser (``measure_logs``: parser, world
-   size, window) that passes every plausibility check (``driver.verify.plausible``);
+   size, window) that passes every plausibility check (``driver.model.plausible``:
+   ``measure_checked``, which the runner applies before it writes a record);
 5. a record that agrees with that measurement (the straggler facts included: who was slowest,
    re-derived from the logs; a record written before those fields has none to compare) and
    with rank 0's header, unless the caller accepts re-measured repeats: then the logs win
@@ -27,18 +28,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from driver.core.case import Case
-from driver.core.hardware import HardwareError
-from driver.core.measure import RepeatMeasurement, measure_logs
-from driver.core.results import RECORD, RecordError, RepeatRecord
+from driver.model.case import Case
+from driver.model.hardware import HardwareError
+from driver.model.measure import RepeatMeasurement
+from driver.model.plausible import Implausible, measure_checked
+from driver.model.results import RECORD, RecordError, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.verify.hardware import AttestationError, fingerprint_label, load_attestation
-from driver.verify.plausible import (
-    Implausible,
-    check_measurement,
-    check_one_machine,
-    check_parsed,
-)
 
 CASE_FILE = "case.json"
 NODE_LOG = re.compile(r"^node\d+\.log$")
@@ -76,6 +72,8 @@ class RepeatFiles:
 
 @dataclass(frozen=True)
 class VerifiedRepeat:
+    """A repeat the door let through: what every reader of a finished repeat gets."""
+
     case: Case
     record: RepeatRecord  # with the measurement and header its logs give
     # the record as its file holds it (the straggler facts a record written before them lacks
@@ -84,6 +82,17 @@ class VerifiedRepeat:
     parsed: ParsedLog
     logs: dict[str, str] = field(repr=False)
     fingerprint: str = ""  # the machine's label (driver/verify/hardware.py)
+    source: RepeatFiles | None = field(default=None, repr=False)  # the files it came from
+
+    @property
+    def folder(self) -> str:
+        """Where it was read from (a path, or an archive member folder)."""
+        return self.source.folder if self.source else ""
+
+    @property
+    def measurement(self) -> RepeatMeasurement | None:
+        """The measurement its logs give (the door lets no finished repeat through without)."""
+        return self.record.measurement
 
     @property
     def recorded(self) -> RepeatMeasurement | None:
@@ -177,24 +186,6 @@ def check_logs(files: RepeatFiles, record: RepeatRecord) -> dict[str, str]:
     return texts
 
 
-def measure_checked(
-    case: Case, parser: str, texts: Mapping[str, str], batch_size: int
-) -> tuple[RepeatMeasurement, ParsedLog]:
-    """``measure_logs`` plus every plausibility check; raises LogParseError or Implausible."""
-    measurement, parsed = measure_logs(
-        case,
-        parser,
-        texts,
-        batch_size,
-        check=lambda parsed, window: (
-            check_parsed(parsed, window, batch_size),
-            check_one_machine(parsed),
-        ),
-    )
-    check_measurement(measurement, case.topology.world_size, batch_size)
-    return measurement, parsed
-
-
 def verify_repeat(
     files: RepeatFiles, *, accept_remeasured: bool = False
 ) -> VerifiedRepeat | Unfinished:
@@ -242,6 +233,7 @@ def verify_repeat(
         parsed=parsed,
         logs=texts,
         fingerprint=fingerprint,
+        source=files,
     )
     if not accept_remeasured:
         if measurement != record.measurement:

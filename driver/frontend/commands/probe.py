@@ -11,8 +11,8 @@ from driver.frontend.args import bounded_float_list, bounded_int, reports_and_re
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from driver.core.results import Session
     from driver.diagnose.probes import run_allreduce_probe
+    from driver.model.results import Session
     from driver.release.scaling import ProbeError
     from driver.runtimes.base import make_runtime
 

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from driver.bench.contract import OptionPairs
-from driver.core.case import Case
 from driver.core.matrix import COMMAND_LINE, DLPERF_PROFILE, MatrixError, overrides_from
 from driver.core.session import AUTO, choose_profile, run_session, select_cases
 from driver.frameworks.base import FRAMEWORKS
 from driver.frontend.args import RESULTS, RUNTIME_HELP, check_session_name, csv_items, option_pair
+from driver.model.case import Case
 from driver.runtimes.base import make_runtime
 from driver.schema import did_you_mean
 

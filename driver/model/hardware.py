@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from driver.bench.fingerprint import KERNEL_ISA, LABEL_ISA, short_cpu_name, short_gpu_name
-from driver.core.measure import StrictModel
+from driver.schema import StrictModel
 
 UNKNOWN_LABEL = "unknown device"
 _MAX_DECLARED = 200

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.measure import STRAGGLER_FIELDS, RepeatMeasurement
-from driver.release.render import (
+from driver.model.measure import STRAGGLER_FIELDS, RepeatMeasurement
+from driver.release.results import (
     MEASUREMENT_FIELDS,
     Results,
     ResultsError,

@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
@@ -34,9 +32,10 @@ from pydantic import (
 )
 
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, Window
+from driver.schema import StrictModel
 
 if TYPE_CHECKING:
-    from driver.core.case import Case
+    from driver.model.case import Case
 
 __all__ = ["LogParseError", "Window"]  # Window lives beside the parsers (they check it too)
 
@@ -51,12 +50,6 @@ STRAGGLER_FIELDS = (
     "slowest_node_ranks",
     "slowest_node_excess",
 )
-
-
-class StrictModel(BaseModel):
-    """Every record the kit writes or reads: no unknown field, no NaN or infinity."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
 class RepeatMeasurement(StrictModel):

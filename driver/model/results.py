@@ -8,6 +8,10 @@
 A repeat folder is written once: ``record.json`` is the last file written, so a folder with a
 record is finished and a rerun of the session skips it (resume); a folder without one is a
 crash leftover and is moved aside before the repeat runs again. Nothing is overwritten.
+
+:class:`RepeatRecord` is the one on-disk record of a repeat; :meth:`Session.record` assembles it
+from what ran (the plan), how it ended (the runtime's outcome) and its logs, read once
+(:class:`RepeatLogs`).
 """
 
 from __future__ import annotations
@@ -18,44 +22,30 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError
 
-from driver.core.case import Case
-from driver.core.measure import RepeatMeasurement, StrictModel
 from driver.files import KitWriteError, ensure_dir, write_json
 from driver.frameworks.base import REPO_ROOT
+from driver.model.case import Case
+from driver.model.measure import RepeatMeasurement
+from driver.schema import StrictModel, schema_version, strict_json
 
 RECORD = "record.json"
 # 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from).
 SCHEMA_VERSION = 2
 KNOWN_SCHEMAS = (1, 2)
 SESSION_SCHEMA = 1  # session.json (unchanged by record schema 2)
+RecordSchema = schema_version(KNOWN_SCHEMAS)
 
 
 class RecordError(ValueError):
     """A record file the kit cannot trust: unreadable, wrong schema, a field out of range."""
-
-
-def _finite_number(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text} overflows to infinity")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a record may hold")
-
-
-def strict_json(text: str | bytes) -> Any:
-    """JSON without NaN or infinity anywhere (Python's json module accepts both)."""
-    return json.loads(text, parse_float=_finite_number, parse_constant=_no_constant)
-
-
 
 
 def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
@@ -90,7 +80,7 @@ class CommandRecord(StrictModel):
 class RepeatRecord(StrictModel):
     """What one repeat produced: everything needed to recompute it from its raw logs."""
 
-    schema_: int = Field(SCHEMA_VERSION, alias="schema")
+    schema_: RecordSchema = Field(SCHEMA_VERSION, alias="schema")
     case_id: str
     repeat: Annotated[int, Field(ge=0)]
     verdict: str
@@ -109,17 +99,6 @@ class RepeatRecord(StrictModel):
     log_sha256: dict[str, str] = Field(default_factory=dict)  # log name -> sha256 (schema 2)
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
-
-    @field_validator("schema_", mode="before")
-    @classmethod
-    def _known_schema(cls, value: Any) -> Any:
-        if value not in KNOWN_SCHEMAS:
-            raise ValueError(
-                f"schema version {value!r} is not one this kit reads "
-                f"({', '.join(map(str, KNOWN_SCHEMAS))}): written by another kit; read it with "
-                "that kit, or upgrade this one"
-            )
-        return value
 
     @property
     def ok(self) -> bool:
@@ -162,8 +141,54 @@ def load_record(path: Path) -> RepeatRecord:
     return RepeatRecord.parse(content, str(path))
 
 
-def sha256_of_logs(repeat_dir: Path, names: list[str]) -> dict[str, str]:
-    return {n: hashlib.sha256((repeat_dir / n).read_bytes()).hexdigest() for n in names}
+@dataclass(frozen=True)
+class RepeatLogs:
+    """A repeat's node logs (``node*.log``), read from its folder once and passed on: the bytes
+    its record checksums, the text its parser reads."""
+
+    data: dict[str, bytes]
+
+    @classmethod
+    def read(cls, folder: Path) -> RepeatLogs:
+        return cls({path.name: path.read_bytes() for path in sorted(folder.glob("node*.log"))})
+
+    @cached_property
+    def texts(self) -> dict[str, str]:
+        """Name -> text, as every reader decodes a log (the door too): UTF-8, a byte that is not
+        replaced, never an error."""
+        return {name: data.decode("utf-8", errors="replace") for name, data in self.data.items()}
+
+    def sha256(self) -> dict[str, str]:
+        return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(self.data.items())}
+
+
+class NodeExit(Protocol):
+    """How a repeat ended on one node, as a runtime reports it (``runtimes.base.NodeOutcome``)."""
+
+    node: str
+    exit_code: int | None
+
+
+class Ran(Protocol):
+    """What a runtime reports of a repeat it ran (``runtimes.base.RepeatOutcome``)."""
+
+    nodes: Sequence[NodeExit]
+    started_at: float
+    finished_at: float
+    detail: str
+    extra: dict[str, Any]
+
+
+class Planned(Protocol):
+    """The plan a repeat ran (``RepeatPlan``); its ``commands`` are read by their ``node``,
+    ``argv``, ``env`` and ``workdir``."""
+
+    case: Case
+    repeat: int
+    batch_size: int
+    commands: Sequence[Any]
+    repeat_dir: Path
+    parser: str
 
 
 class Session:
@@ -250,6 +275,43 @@ class Session:
 
     def write_record(self, directory: Path, record: RepeatRecord) -> None:
         write_json(directory / RECORD, record.to_dict())
+
+    def record(
+        self,
+        plan: Planned,
+        outcome: Ran,
+        logs: RepeatLogs,
+        *,
+        verdict: str,
+        runtime: str,
+        measurement: RepeatMeasurement | None = None,
+        header: dict[str, Any] | None = None,
+        detail: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> RepeatRecord:
+        """Write and return the record of a repeat that ran ``plan``: what ran where, how it
+        ended (``verdict`` and ``detail``, the outcome's unless given), its logs with their
+        SHA-256, and what they measured; ``extra`` adds facts to the runtime's."""
+        record = RepeatRecord(
+            case_id=plan.case.id,
+            repeat=plan.repeat,
+            verdict=verdict,
+            batch_size=plan.batch_size,
+            started_at=outcome.started_at,
+            finished_at=outcome.finished_at,
+            commands=[CommandRecord.model_validate(c, from_attributes=True) for c in plan.commands],
+            exit_codes={n.node: n.exit_code for n in outcome.nodes},
+            logs=sorted(logs.data),
+            log_sha256=logs.sha256(),
+            parser=plan.parser,
+            measurement=measurement,
+            header=header or {},
+            detail=outcome.detail if detail is None else detail,
+            runtime=runtime,
+            extra={**outcome.extra, **(extra or {})},
+        )
+        self.write_record(plan.repeat_dir, record)
+        return record
 
     def repeat_dirs(self, case: Case) -> list[Path]:
         """The case's repeat folders (failed attempts aside), with or without a record."""

@@ -1,14 +1,18 @@
-"""What a measurement must look like before any number of it is published.
+"""What a measurement must look like before any number of it is recorded or published.
 
 The parsers already refuse a log they cannot read; these checks refuse a log that reads well but
 cannot be true: timestamps no clock gives, steps out of order, a step that claims more samples
-than the batch, a throughput no machine reaches. They apply to every repeat the door lets
-through (``driver.verify.repeat``), whoever consumes it.
+than the batch, a throughput no machine reaches. :func:`measure_checked` applies them all: the
+runner before it writes a record (so a record never holds what every reader would refuse), and
+the door (``driver.verify.repeat``) on every repeat it lets through, whoever consumes it.
 """
 
 from __future__ import annotations
 
-from driver.core.measure import RepeatMeasurement
+from collections.abc import Mapping
+
+from driver.model.case import Case
+from driver.model.measure import RepeatMeasurement, measure_logs
 from driver.parsers.base import ParsedLog, Window
 
 # A step timestamp is seconds on a monotonic clock (since boot) or a Unix wall clock: both are
@@ -106,3 +110,21 @@ def check_one_machine(parsed: ParsedLog) -> None:
             "runs on one kind of machine, so its figure would average two; run it on nodes of "
             "one kind"
         )
+
+
+def measure_checked(
+    case: Case, parser: str, texts: Mapping[str, str], batch_size: int
+) -> tuple[RepeatMeasurement, ParsedLog]:
+    """``measure_logs`` plus every plausibility check; raises LogParseError or Implausible."""
+    measurement, parsed = measure_logs(
+        case,
+        parser,
+        texts,
+        batch_size,
+        check=lambda parsed, window: (
+            check_parsed(parsed, window, batch_size),
+            check_one_machine(parsed),
+        ),
+    )
+    check_measurement(measurement, case.topology.world_size, batch_size)
+    return measurement, parsed

@@ -1,0 +1,355 @@
+"""A release's README.md, rendered from its numbers (``driver.release.compute``) and manifest.
+
+Rendering is deterministic: the audit renders the README from its own recomputation and
+compares it byte for byte, so any edited digit shows up, named by its line with a diff.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from tabulate import tabulate
+
+from driver.core.report import ExtraColumn, markdown_tables, summary_tables
+from driver.core.summary import CaseSummary
+from driver.release.compute import Computed
+from driver.release.dataset import session_of
+from driver.release.references import comparable
+
+PLOTS_DIR = "plots"
+
+
+def slug(title: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]+", "-", title.lower())).strip("-")
+
+
+def plot_files(title: str) -> tuple[str, str]:
+    base = f"{PLOTS_DIR}/{slug(title)}"
+    return f"{base}-throughput.png", f"{base}-efficiency.png"
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _pair(row: dict[str, Any], name: str, digits: int = 1) -> str:
+    median, top = row.get(f"{name}_median"), row.get(f"{name}_max")
+    if median is None and top is None:
+        return "-"
+    return f"{_num(median, digits)} / {_num(top, digits)}"
+
+
+def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
+    return lambda s: _pct(getattr(computed.rows[s.case_id], key))
+
+
+# The layout of the README this kit writes, named in the manifest (``readme_layout``). A version
+# keeps the README it was released with: one of an older layout is re-rendered byte for byte by
+# the kit that released it (``dlperf audit --kit released``, driver/release/released_kit.py),
+# never by branches kept here; plain ``dlperf audit`` recomputes its numbers and results files.
+# 4: a summary first; per model, precision, batch and data one row per series and topology,
+# split by machine (the hardware fingerprint: a "machine" column wherever a table holds two),
+# with median and geometric-mean rows and ``dlperf report``'s slow-node notes; references only
+# like with like; telemetry per case. (1: one column group per series, every repeat's
+# telemetry, the nearest reference whatever its device; 2: the long tables by device model; 3:
+# split by machine, without the slow-node notes.)
+README_LAYOUT = 4
+README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
+
+
+def _machines_section(computed: Computed) -> str:
+    """Which machine each session's cases ran on, and how that is known."""
+    rows: dict[tuple[str, str], set[str]] = {}
+    for repeat in computed.repeats:
+        session = session_of(repeat)
+        source = (
+            "its logs' fingerprint"
+            if isinstance(repeat.record.header.get("hardware"), str)
+            else "the session's hardware.json (attested)"
+            if f"{session}/hardware.json" in computed.attested
+            else "its logs' header (no fingerprint recorded)"
+        )
+        rows.setdefault((session, repeat.fingerprint), set()).add(source)
+    table = tabulate(
+        [[f"`{s}`", m, ", ".join(sorted(how))] for (s, m), how in sorted(rows.items())],
+        headers=["session", "machine", "known from"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
+    return (
+        "Every row below ran on the machine its `machine` column names (a column shown where "
+        "a table holds more than one); repeats of two machines are never pooled, and a "
+        "speedup is always against the 1n1g of the same machine.\n\n" + table + "\n"
+    )
+
+
+def _tables_section(computed: Computed) -> str:
+    extras = [
+        ExtraColumn("bound", _extra_cell(computed, "scaling_bound"), after="efficiency"),
+        ExtraColumn("MFU", _extra_cell(computed, "mfu"), after="CV"),
+    ]
+    notes = []
+    values = computed.rows.values()
+    if any(e.mfu is not None for e in values):
+        notes.append(
+            "MFU: model-FLOPs utilization = samples/s x training FLOPs per sample (counted from "
+            "the model definition by PyTorch/benchmark/flops.py, cached in manifest.json) / "
+            "(devices x dense peak of the device at the run's precision, config/peaks.yaml)."
+        )
+    if any(e.peak_tflops and e.mfu is None for e in values):
+        notes.append("MFU '-': no FLOPs count for the model (torch was absent at release).")
+    if any(e.scaling_bound is not None for e in values):
+        notes.append(
+            "bound: efficiency ceiling of a ring all-reduce without overlap, "
+            "t / (t + 2(n-1)/n x gradient bytes / busbw), with t = batch / 1-device throughput "
+            "and busbw from the session's all-reduce probe at n devices (see Provenance)."
+        )
+
+    def plots(title: str, _group: list[CaseSummary]) -> str:
+        throughput, efficiency = plot_files(title)
+        return f"![throughput vs devices]({throughput}) ![efficiency vs devices]({efficiency})"
+
+    return markdown_tables(
+        computed.summaries,
+        heading_level=3,
+        extra_columns=extras,
+        after_table=plots,
+        extra_notes=notes,
+    )
+
+
+def _references_section(computed: Computed) -> str:
+    """The nearest published reference beside each case, like with like only (the release
+    attaches a reference on the same device model and precision only)."""
+    rows = []
+    not_comparable: dict[str, int] = {}
+    for s in computed.summaries:
+        e = computed.rows[s.case_id]
+        if not e.reference_id:
+            continue
+        if not comparable(s.devices, str(e.reference_hardware or "")):
+            not_comparable[s.device_model] = not_comparable.get(s.device_model, 0) + 1
+            continue
+        config = f"{e.reference_devices} dev, bsz {e.reference_batch_per_device or '?'}, "
+        config += str(e.reference_precision).upper()
+        rows.append(
+            [
+                s.case_id,
+                _num(s.stats.median, 2),
+                _num(e.per_device, 2),
+                f"{e.reference_framework} ({e.reference_id})",
+                e.reference_hardware,
+                config,
+                _num(e.reference_per_device, 2),
+                "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
+                f"[{e.reference_source}]({e.reference_link})",
+            ]
+        )
+    if not rows:
+        return (
+            "No published result on the same device model and precision as a measured case: "
+            "a reference is attached only like with like (layout 3), else nothing is stored.\n"
+        )
+    unmatched = "".join(
+        f"No comparable reference for the {count} case(s) on {model}: published results are "
+        "GPU figures, and a CPU is set beside none of them.\n"
+        for model, count in sorted(not_comparable.items())
+    )
+    headers = [
+        "case",
+        "samples/s",
+        "per device",
+        "nearest reference",
+        "hardware",
+        "reference config",
+        "reference per device",
+        "ours / reference (per device)",
+        "source",
+    ]
+    intro = (
+        "The nearest published result (config/references.yaml) beside each case that runs a "
+        "model at its published shapes: same model; "
+        "then same GPU family, precision, device count, framework, dataset, XLA and batch, in "
+        "that order; only a GPU beside a GPU (a CPU row says so, results.json keeps the nearest "
+        "figure). Compared per device, since topologies differ.\n\n"
+    )
+    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return intro + table + "\n" + (f"\n{unmatched}" if unmatched else "")
+
+
+def _telemetry_per_case(computed: Computed) -> str:
+    """One row per case (median of the repeats' medians / max of their maxima); every repeat's
+    figures are in results.csv and results.json."""
+    metrics = [("CPU % (1 core = 100)", "cpu_pct"), ("RSS MiB", "rss_mib")]
+    gpu = any(
+        t.get("telemetry_gpu_power_w_max") is not None for t in computed.telemetry.values()
+    )
+    if gpu:
+        metrics += [
+            ("GPU W", "gpu_power_w"),
+            ("SM %", "gpu_sm_pct"),
+            ("mem %", "gpu_mem_pct"),
+            ("GPU mem MiB", "gpu_mem_used_mib"),
+            ("SM MHz", "gpu_sm_clock_mhz"),
+            ("temp C", "gpu_temp_c"),
+        ]
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for r in computed.repeats:
+        by_case.setdefault(r.case.id, []).append(computed.telemetry[r.folder])
+    rows = []
+    for case_id, telemetry in sorted(by_case.items()):
+        windows = sorted({str(t.get("telemetry_window")) for t in telemetry})
+        row: list[Any] = [case_id, len(telemetry), ", ".join(windows)]
+        for _header, name in metrics:
+            medians = [t[f"telemetry_{name}_median"] for t in telemetry
+                       if t.get(f"telemetry_{name}_median") is not None]
+            maxima = [t[f"telemetry_{name}_max"] for t in telemetry
+                      if t.get(f"telemetry_{name}_max") is not None]
+            row.append(_pair({"m_median": statistics.median(medians) if medians else None,
+                              "m_max": max(maxima) if maxima else None}, "m"))
+        rows.append(row)
+    statuses = sorted({str(t.get("telemetry_status")) for t in computed.telemetry.values()})
+    intro = (
+        "Per case over its repeats: the median of the repeats' medians / the largest maximum, "
+        "over the measured window (`steps`: cut with the step timestamps on each node's "
+        "monotonic clock; `run`: the whole run). CPU and RSS are summed over each node's "
+        "process tree; GPU metrics pool every GPU. Every repeat's figures: `results.csv`, "
+        f"`results.json`. GPU status: {', '.join(statuses)}.\n\n"
+    )
+    headers = ["case", "repeats", "window", *(h for h, _ in metrics)]
+    return intro + tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) + "\n"
+
+
+def _provenance_section(manifest: dict[str, Any]) -> str:
+    release_kit = manifest["kit"]
+    out = [
+        f"Released with kit `{release_kit.get('commit')}` (dirty: {release_kit.get('dirty')}), "
+        + ", ".join(f"{k} {v}" for k, v in sorted(manifest["release_tool"].items()))
+        + ".\n",
+        "Sessions:\n",
+    ]
+    for s in manifest["sessions"]:
+        kit = s.get("kit") or {}
+        dirty = " (dirty)" if kit.get("dirty") else ""
+        out.append(
+            f"- `{s['name']}`: created {s.get('created')}, head node {s.get('head_node')}, "
+            f"profile {s.get('profile')}, runtime {s.get('runtime')}, kit "
+            f"`{kit.get('commit')}`{dirty}; archive `{s['archive']}` "
+            f"({s['files']} files)"
+        )
+    out.append("\nNodes (from every rank's log header):\n")
+    for host, node in sorted(manifest["nodes"].items()):
+        versions = ", ".join(f"{k} {v}" for k, v in sorted(node.get("versions", {}).items()))
+        out.append(
+            f"- `{host}`: devices {', '.join(node.get('devices', [])) or '-'}; "
+            f"frameworks {', '.join(node.get('frameworks', []))}; {versions or 'no versions'}"
+        )
+    images = manifest["images"]
+    out.append("\nImages pinned in images.lock:\n")
+    if images.get("digests"):
+        out += [f"- `{name}`: `{digest}`" for name, digest in sorted(images["digests"].items())]
+    else:
+        out.append(f"- {images.get('note', 'none')}")
+    if images.get("ran"):
+        out.append("\nImage digests the repeats ran (from their records):\n")
+        unlisted = set(images.get("unlisted", []))
+        for digest in images["ran"]:
+            where = (
+                "listed by neither the lock nor the build records"
+                if digest in unlisted
+                else "listed"
+            )
+            out.append(f"- `{digest}` ({where})")
+    out.append("\nConfig files (copies in `config/`):\n")
+    for path, entry in sorted(manifest["config_files"].items()):
+        out.append(f"- `{path}` (from `{entry['source']}`): sha256 `{entry['sha256']}`")
+    if manifest["model_costs"]:
+        out.append("\nModel cost (from the model definitions):\n")
+        for key, cost in sorted(manifest["model_costs"].items()):
+            out.append(
+                f"- `{key}`: {cost['flops_per_sample'] / 1e9:.3f} GFLOP per training sample, "
+                f"{cost['parameters']} parameters ({cost['source']}, torch {cost['torch']})"
+            )
+    probes = manifest.get("probes") or []
+    if probes:
+        out.append("\nAll-reduce probes:\n")
+        for p in probes:
+            out.append(
+                f"- `{p['session']}` {p['topology']}: {p['backend']}, busbw "
+                f"{p['busbw_gbps']:.3f} GB/s at {p['busbw_at_bytes']} bytes (`{p['log']}`)"
+            )
+    if manifest["excluded_repeats"]:
+        out.append("\nRepeats left out (not finished ok):\n")
+        for e in manifest["excluded_repeats"]:
+            out.append(f"- `{e['session']}/{e['folder']}`: {e['verdict']} {e['detail']}".rstrip())
+    return "\n".join(out) + "\n"
+
+
+def _changes_section(manifest: dict[str, Any]) -> str:
+    changes = manifest.get("changes") or {}
+    previous = manifest.get("previous")
+    out = [manifest.get("changelog") or "First version."]
+    if previous:
+        out.append(f"\nChanges against `{previous}` (computed):\n")
+        for case_id in changes.get("added", []):
+            out.append(f"- added `{case_id}`")
+        for case_id in changes.get("removed", []):
+            out.append(f"- removed `{case_id}`")
+        for c in changes.get("changed", []):
+            out.append(
+                f"- `{c['case_id']}`: median {c['previous_median']:.2f} -> {c['median']:.2f} "
+                f"samples/s (x{c['ratio']:.4f})"
+            )
+        if len(out) == 2:
+            out.append("- no case added, removed or changed")
+    return "\n".join(out) + "\n"
+
+
+def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
+    version = manifest["version"]
+    kit = manifest["kit"]
+    sessions = ", ".join(f"`{s['name']}`" for s in manifest["sessions"])
+    dirty = " (dirty tree)" if kit.get("dirty") else ""
+    repeats = sum(1 for r in computed.repeats if r.measurement is not None)
+    published = sum(1 for s in computed.summaries if s.published_by)
+    of_them = f" ({published} of them published figures, `config/published/`)" if published else ""
+    head = (
+        f"# {manifest['title']}\n\n"
+        f"Version `{version}`, released {manifest['released_at']} by `dlperf release` from "
+        f"{sessions}; kit `{str(kit.get('commit'))[:12]}`{dirty}. "
+        f"{len(computed.summaries)} cases{of_them}, {repeats} repeats.\n\n"
+        f"Every number here is recomputed from the raw logs in `raw/` by "
+        f"`dlperf audit reports/{version}`. `manifest.json` holds the SHA-256 of every raw file "
+        "and config file, the image digests and the provenance of every node; `results.json` "
+        "and `results.csv` hold every case and every repeat, every field named.\n"
+    )
+    return "\n".join(
+        [
+            head,
+            "## Changelog\n",
+            _changes_section(manifest),
+            "## Summary\n",
+            _machines_section(computed),
+            summary_tables(computed.summaries),
+            "## Throughput\n",
+            "Per model, precision, batch and data: one row per series (framework, with its "
+            "source, XLA and option variant) and topology, split by machine; the median "
+            "samples/s over repeats, speedup and efficiency against 1n1g at the same batch per "
+            "device on the same machine, and the coefficient of variation over repeats; then the "
+            "median and geometric mean across series.\n",
+            _tables_section(computed),
+            "## Beside published results\n",
+            _references_section(computed),
+            "## Telemetry\n",
+            _telemetry_per_case(computed),
+            "## Provenance\n",
+            _provenance_section(manifest),
+        ]
+    )
