@@ -208,13 +208,18 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
 
 
 def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
-    def case(model: str, median: float, mfu: float | None, clock: float | None) -> dict:
+    def case(model: str, variant: str, median: float, mfu: float | None, clock: float | None,
+             batch: str = "bs256") -> dict:
+        suffix = "" if variant == "default" else f"/{variant}"
         return {"model": model, "precision": "amp", "median": median, "mfu": mfu,
-                "kit_vs_device_clock": clock}  # fmt: skip
+                "kit_vs_device_clock": clock, "variant": variant,
+                "case": f"{model}/pytorch/1n1g/{batch}/amp/synthetic{suffix}"}  # fmt: skip
 
     summary = {
-        "cases": [case("resnet50", 2950.0, 0.30, 0.0007), case("resnet50", 3120.0, 0.31, 0.006),
-                  case("bert", 4100.0, 0.41, None)],
+        "cases": [case("resnet50", "default", 2950.0, 0.30, 0.0007),
+                  case("resnet50", "boundary-sync", 2980.0, 0.30, 0.0007),
+                  case("resnet50", "default", 3120.0, 0.31, 0.006, batch="bsmax"),
+                  case("bert", "default", 4100.0, 0.41, None, batch="bsmax")],
         "selftest": ["selftest 1n1g: truth 1600.00 samples/s, measured 1599.99, error 0.0010% "
                      "(ok, bound 0.05%)", "selftest on the local runtime: 3.1 s"],
         "parity": None,
@@ -225,3 +230,5 @@ def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
     assert verdicts["kit vs device clock, worst case"] == ("0.600%", "MISSED")
     assert verdicts["selftest error, worst topology"] == ("0.0010%", "met")
     assert verdicts["kit / bare loop (parity)"] == ("not measured", "-")
+    sync = next(v for k, v in verdicts.items() if k.startswith("per-step device sync"))
+    assert sync == ("1.02%", "MISSED")  # 2980 / 2950 - 1: the same batch, max left out
