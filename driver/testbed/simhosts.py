@@ -25,6 +25,10 @@ network); the containers still run on the engine's clock.
 Needs root, iproute2, util-linux and openssh-server (Slurm's packages and munge for the Slurm
 engine). ``stop()`` removes everything made (daemons, job steps, namespaces, links); names carry
 the creating process's pid, so ``sweep_stale()`` removes what a killed run left.
+
+One file of over 700 lines: a host's namespaces, its sshd and its slurmd are one life cycle
+(made together, checked together, swept together by the same pid-tagged names), and splitting
+the two engines apart would spread that cleanup over files that must then agree on the names.
 """
 
 from __future__ import annotations
