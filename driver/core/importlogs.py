@@ -173,4 +173,3 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         write_bytes(directory / name, data)
     session.write_record(directory, record)
     return record
-
