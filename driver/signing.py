@@ -188,12 +188,13 @@ def signer_of_key(key: Path, allowed_signers: Path, namespace: str) -> Signer:
     """Who ``allowed_signers`` says ``key`` is, found by signing a probe with it and verifying
     that; SigningError with the line to add where the file does not list it."""
     probe = b"dlperf: which principal holds this key\n"
+    signature = sign_bytes(probe, key, namespace)
     try:
-        return verify_bytes(probe, sign_bytes(probe, key, namespace), allowed_signers, namespace,
-                            f"--signing-key {key}")  # fmt: skip
-    except SigningError as error:
+        return verify_bytes(probe, signature, allowed_signers, namespace, str(key))
+    except SigningError:
         raise SigningError(
-            f"{error}; a version is signed only with a key its audit can check: add the line "
+            f"{key}: {allowed_signers} does not list this key ({key_description(key)}), and a "
+            "version is signed only with a key its audit can check: add the line "
             f"'<you@example.org> {public_line(key)}' to {allowed_signers}"
         ) from None
 

@@ -343,8 +343,8 @@ def drift(old: bytes, signature: bytes | None, files: Mapping[str, bytes]) -> li
         elif rel in files:
             if sha256(files[rel]) != entry.sha256:
                 problems.append(f"{rel}: changed since it was sealed")
-        elif not _set_aside(rel, entry.sha256, files):
-            problems.append(f"{rel}: sealed, now missing")
+        elif _repeat_of(rel) is not None or not _set_aside(rel, entry.sha256, files):
+            problems.append(f"{rel}: sealed, now missing")  # a finished repeat never moves
     return problems
 
 
@@ -408,10 +408,7 @@ def _required(sealed: SessionManifest) -> set[str]:
     that did not finish ok and of probe folders set aside."""
     out = set()
     for rel in sealed.files:
-        folder = rel.rpartition("/")[0]
-        in_repeat = next(
-            (f for f in _ancestors(folder) if _REPEAT_FOLDER.match(f)), None
-        )
+        in_repeat = _repeat_of(rel)
         if in_repeat is not None and (
             ".failed-" in in_repeat
             or in_repeat not in sealed.repeats
@@ -424,9 +421,11 @@ def _required(sealed: SessionManifest) -> set[str]:
     return out
 
 
-def _ancestors(folder: str) -> list[str]:
-    parts = PurePosixPath(folder).parts
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+def _repeat_of(rel: str) -> str | None:
+    """The repeat folder (``cases/.../repeat-NN[.failed-K]``) a sealed file is in, if any."""
+    parts = PurePosixPath(rel).parts[:-1]
+    folders = ("/".join(parts[: i + 1]) for i in range(len(parts)))
+    return next((f for f in folders if _REPEAT_FOLDER.match(f)), None)
 
 
 def _what_changed(sealed: SessionManifest, files: Mapping[str, bytes], rel: str, after: str) -> str:

@@ -508,7 +508,7 @@ def _vouching(
         try:
             signer = signer_of_key(key, allowed, RELEASE_NAMESPACE)
         except SigningError as error:
-            raise ReleaseError(f"--signing-key: {error}") from None
+            raise ReleaseError(f"--signing-key {error}") from None
     return Vouching(allowed, key, signer, dict(superlinear))
 
 
