@@ -337,11 +337,10 @@ def _build(
     signatures = session_signatures(members, vouching.allowed_signers)
     if signatures.problems:
         raise ReleaseError(
-            "sessions that differ from their seal, or whose signature does not verify "
-            f"(driver/model/seal.py; checked against {vouching.allowed_signers}): a file "
-            "changed after sealing is never published as sealed; re-run what changed, or "
-            "release the session as it is now unsigned by removing its session-manifest.json "
-            "and .sig:\n"
+            "sessions whose seal or signature does not hold (driver/model/seal.py; signatures "
+            f"checked against {vouching.allowed_signers}). A file changed after sealing is "
+            "never published as sealed: re-run what changed, or remove the session's "
+            "session-manifest.json and .sig to release it as it is now, unsigned:\n"
             + "\n".join(f"  {_on_disk(m, collected)}: {p}" for m, p in signatures.problems)
         )
     for name, status in signatures.sessions.items():

@@ -95,7 +95,7 @@ def session_signatures(members: Mapping[str, bytes], allowed: Path) -> Signature
             try:
                 signer = verify_bytes(seal_bytes, signature, allowed, SESSION_NAMESPACE, where)
             except SigningError as error:
-                out.problems.append((where, str(error).removeprefix(f"{where}: ")))
+                out.problems.append(_named(str(error), where))
             else:
                 out.signers[session] = signer
                 out.sessions[session] = {
@@ -104,6 +104,14 @@ def session_signatures(members: Mapping[str, bytes], allowed: Path) -> Signature
         for rel, what in changes(sealed, files, signed=signature is not None):
             out.problems.append((f"{session}/{rel}", what))
     return out
+
+
+def _named(message: str, where: str) -> tuple[str, str]:
+    """A signing error as (the file it names, the rest): the seal or its signature."""
+    for name in (where + SIGNATURE_SUFFIX, where):
+        if message.startswith(f"{name}: "):
+            return name, message.removeprefix(f"{name}: ")
+    return where, message
 
 
 def version_signature(
