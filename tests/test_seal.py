@@ -123,11 +123,14 @@ def test_a_session_edited_since_its_seal_is_not_sealed_again(
     log.write_text(log.read_text().replace('"samples": 8, "step": 12', '"samples": 9, "step": 12'))
     meta = json.loads((copy / "session.json").read_text())
     (copy / "session.json").write_text(json.dumps({**meta, "profile": "dlperf"}))
+    (copy / CASE_1N2G / "repeat-01" / "telemetry-node1.jsonl").write_text("{}\n")
     outcome = seal_session(copy, key)
     assert not outcome.written
     assert outcome.drift == [
         f"{CASE_1N2G}/repeat-02/node0.log: changed since it was sealed",
         "session.json: changed since it was sealed",
+        f"{CASE_1N2G}/repeat-01/telemetry-node1.jsonl: added to a finished repeat since it was "
+        "sealed",
     ]
     assert "remove the seal and its .sig" in outcome.describe()
     # the old seal and signature stay as they were: a release names the log

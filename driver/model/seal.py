@@ -345,6 +345,12 @@ def drift(old: bytes, signature: bytes | None, files: Mapping[str, bytes]) -> li
                 problems.append(f"{rel}: changed since it was sealed")
         elif _repeat_of(rel) is not None or not _set_aside(rel, entry.sha256, files):
             problems.append(f"{rel}: sealed, now missing")  # a finished repeat never moves
+    finished = {f for f, r in sealed.repeats.items() if r.verdict == "ok"}
+    problems += [
+        f"{rel}: added to a finished repeat since it was sealed"
+        for rel in sorted(files)
+        if rel not in sealed.files and _repeat_of(rel) in finished
+    ]
     return problems
 
 
