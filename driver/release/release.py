@@ -321,10 +321,9 @@ def _build(
     compute_flops: bool,
     repo_root: Path,
     printer: Printer,
-    imports: Sequence[Path] = (),
-    vouching: Vouching | None = None,
+    imports: Sequence[Path],
+    vouching: Vouching,
 ) -> None:
-    vouching = vouching or Vouching(default_allowed_signers(reports_root))
     archives: dict[str, dict[str, Any]] = {}
     raw_files: dict[str, dict[str, Any]] = {}
     members: dict[str, bytes] = {}
