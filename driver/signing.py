@@ -61,7 +61,7 @@ def configured_key(explicit: str | Path | None = None) -> Path | None:
         source = "--signing-key" if explicit is not None else KEY_VARIABLE
         raise SigningError(
             f"{source} {key}: no such key file; give a private SSH key (ssh-keygen -t ed25519 "
-            "-f FILE makes one), or leave it unset to release unsigned"
+            "-f FILE makes one), or leave it unset to stay unsigned"
         )
     return key
 
