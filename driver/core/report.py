@@ -24,7 +24,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from driver.core.summary import CaseSummary, grouped, rank_ranges
+from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
 from driver.model.measure import UNSTABLE_CV
@@ -36,6 +36,7 @@ MODEL_NAMES = {
     "calibration": "Calibration workload",
 }
 UNSTABLE_MARK = "~"
+SUPERLINEAR_MARK = "!"  # measured efficiency above 100% beyond its noise tolerance
 
 
 def series_name(summary: CaseSummary) -> str:
@@ -123,6 +124,14 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
     for s in summaries:
         if s.imported:
             notes.append(f"(i) {s.case.id}: {s.imported} (dlperf import-logs).")
+    if any(s.superlinear for s in summaries):
+        notes.append(
+            f"{SUPERLINEAR_MARK}: superlinear, a measured efficiency above 100% by more than its "
+            f"noise tolerance, max({SUPERLINEAR_FLOOR:.0%}, CV of the case + CV of its 1n1g): "
+            "faster than perfect scaling, which a real run rarely is (a working set that fits "
+            "the caches once split) and an edited log easily is; `dlperf release` publishes it "
+            "only with a reason (`--superlinear CASE REASON`)."
+        )
     if any(s.stats.unstable for s in summaries):
         notes.append(
             f"{UNSTABLE_MARK}: unstable, coefficient of variation over repeats > {UNSTABLE_CV:.0%}."
@@ -150,6 +159,17 @@ def throughput_cell(summary: CaseSummary) -> str:
     if summary.stats.unstable:
         text += f" {UNSTABLE_MARK}"
     return text
+
+
+def efficiency_cell(summary: CaseSummary) -> str:
+    if summary.efficiency is None:
+        return "-"
+    mark = f" {SUPERLINEAR_MARK}" if summary.superlinear else ""
+    return f"{summary.efficiency:.2%}{mark}"
+
+
+def speedup_cell(summary: CaseSummary) -> str:
+    return _fmt(summary.speedup) + (f" {SUPERLINEAR_MARK}" if summary.superlinear else "")
 
 
 @dataclass(frozen=True)
@@ -302,8 +322,8 @@ def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = 
     for s in ordered:
         base_cells = {
             "samples/s": throughput_cell(s),
-            "speedup": _fmt(s.speedup),
-            "efficiency": "-" if s.efficiency is None else f"{s.efficiency:.2%}",
+            "speedup": speedup_cell(s),
+            "efficiency": efficiency_cell(s),
             "CV": "-" if s.published_by else f"{s.stats.cv:.2%}",
         }
         row: list[Any] = [s.identity] if device_column else []
@@ -356,7 +376,7 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
                 if best is None:
                     row += ["-", "-"]
                     continue
-                row += [f"{throughput_cell(best)} @{best.case.topology.label}", _fmt(best.speedup)]
+                row += [f"{throughput_cell(best)} @{best.case.topology.label}", speedup_cell(best)]
             rows.append(row)
         out.append(f"{hashes} {MODEL_NAMES.get(model, model)}\n")
         out.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
@@ -385,6 +405,8 @@ def report_row(summary: CaseSummary) -> dict[str, Any]:
         "slow_node": summary.slow_node.name if summary.slow_node else None,
         "slow_node_ranks": rank_ranges(summary.slow_node.ranks) if summary.slow_node else None,
         "slow_node_excess": summary.slow_node.excess if summary.slow_node else None,
+        "superlinear": summary.superlinear,
+        "superlinear_tolerance": summary.superlinear_tolerance,
     }
 
 

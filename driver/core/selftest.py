@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver.core.runner import run_cases
+from driver.core.session import seal_finished
 from driver.core.summary import summarize
 from driver.model.case import Case, Topology
 from driver.model.results import Session
@@ -137,6 +138,8 @@ def run_selftest(
         started = time.monotonic()
         summary = run_cases(cases, session, runtime, printer=lambda _line: None)
         elapsed = time.monotonic() - started
+        if not seal_finished(session.root):
+            raise SelftestError(f"{session.root}: the session could not be sealed (above)")
         if not summary.ok:
             failed = "; ".join(
                 f"{case_id} repeat {repeat}: {verdict} {' '.join(detail.split())}"

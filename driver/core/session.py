@@ -29,6 +29,7 @@ from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Case, Topology
 from driver.runtimes.base import Runtime
 from driver.schema import did_you_mean
+from driver.signing import SigningError, usable_key
 
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
@@ -118,10 +119,13 @@ def run_session(
     progress: str = "auto",
     setting: SessionSetting | None = None,
     before_matrix: BeforeMatrix | None = None,
+    signing_key: str | Path | None = None,
 ) -> int:
     """Run (or, with ``dry_run``, print) the selected cases on ``runtime`` into the session
-    folder ``root`` (resumed when it exists): the session, the closing table and the report.
-    Returns the exit status: 0 when every repeat finished and the door took every one."""
+    folder ``root`` (resumed when it exists): the session, its seal (signed with
+    ``signing_key``, else ``$DLPERF_SIGNING_KEY``, where one is given), the closing table and
+    the report. Returns the exit status: 0 when every repeat finished, the door took every one
+    and the seal was written."""
     from driver.core.command import check_placement
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables, write_report
@@ -132,6 +136,11 @@ def run_session(
     from driver.verify.folder import verify_sessions
 
     cases, profile, why = selection.cases, selection.profile, selection.why
+    try:
+        key = usable_key(signing_key)  # a key that cannot sign is found now, not after the run
+    except SigningError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     # A case that needs more nodes than the inventory has, or that its launcher cannot run
     # where the runtime puts its nodes, is a clear error, up front.
     try:
@@ -186,12 +195,14 @@ def run_session(
     try:
         summary = run_cases(cases, session, runtime, progress=progress)
     except KeyboardInterrupt:
+        seal(session.root, key)  # what finished is sealed; a resumed run seals it again
         print(
             f"interrupted; finished repeats are kept in {session.root}; rerun with "
             f"--session {root.name} to resume",
             file=sys.stderr,
         )
         return 130
+    sealed = seal(session.root, key)
     verified = verify_sessions([session.root])  # the table shows what the logs give
     summaries = summarize(verified.records)
     print()
@@ -215,4 +226,33 @@ def run_session(
         print(f"refused: {problem}", file=sys.stderr)
     for case_id, repeat, verdict, detail in summary.failed:
         print(f"FAILED {case_id} repeat {repeat}: {verdict} {detail}", file=sys.stderr)
-    return 0 if summary.ok and not verified.refused else 1
+    return 0 if summary.ok and not verified.refused and sealed else 1
+
+
+def seal(root: Path, key: Path | None) -> bool:
+    """Seal the session folder ``root`` (``driver.model.seal``, signed with ``key`` where
+    given) and say how; False, said on stderr, where the seal could not be written or renewed
+    (the session changed since its last seal)."""
+    from driver.model.seal import seal_session
+
+    try:
+        sealed = seal_session(root, key)
+    except (SigningError, KitWriteError) as error:
+        print(f"error: sealing {root}: {error}", file=sys.stderr)
+        return False
+    if not sealed.written:
+        print(f"warning: {sealed.describe()}", file=sys.stderr)
+    else:
+        print(sealed.describe())
+    return sealed.written
+
+
+def seal_finished(root: Path) -> bool:
+    """:func:`seal` with the key ``$DLPERF_SIGNING_KEY`` names, if any: for the commands that
+    finish a session without ``--signing-key`` (selftest, import-logs, attest-hardware)."""
+    try:
+        key = usable_key()
+    except SigningError as error:
+        print(f"error: sealing {root}: {error}", file=sys.stderr)
+        return False
+    return seal(root, key)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict
 
 from driver.model.case import Case
-from driver.model.measure import CaseStats, case_stats, speedup
+from driver.model.measure import UNSTABLE_CV, CaseStats, case_stats, speedup
 from driver.model.results import RepeatRecord
 from driver.schema import StrictModel
 
@@ -99,6 +99,18 @@ def slow_node_of(records: Sequence[RepeatRecord]) -> SlowNode | None:
     )
 
 
+# Measured scaling above 100%. The efficiency is a ratio of two medians (the case's and its
+# 1n1g's), each off by about its repeats' coefficient of variation, so the ratio is off by about
+# their sum (first-order error propagation, one spread each: generous, since a median of several
+# repeats varies less than one repeat). Below the kit's own noise floor (UNSTABLE_CV, 2%: also
+# the tolerance `dlperf import` gives published figures) no efficiency is called superlinear.
+SUPERLINEAR_FLOOR = UNSTABLE_CV
+
+
+def superlinear_tolerance(cv: float, baseline_cv: float) -> float:
+    return max(SUPERLINEAR_FLOOR, cv + baseline_cv)
+
+
 # Marks a release column of CaseRow: written in a release's results files, never in a report.
 RELEASE = "release column"
 Number = int | float  # as the config or the computation gave it (an int stays an int)
@@ -171,6 +183,13 @@ class CaseRow(StrictModel):
     repeat_throughputs: Annotated[list[float] | None, RELEASE] = None
     table: Annotated[str | None, RELEASE] = None
     fingerprint: Annotated[str | None, RELEASE] = None  # the machine (README layout 3 on)
+    # README layout 5 on: a measured case above 100% efficiency beyond its noise tolerance, and
+    # the reason it was released with; who signed the case's session and the version.
+    superlinear: Annotated[bool | None, RELEASE] = None
+    superlinear_reason: Annotated[str | None, RELEASE] = None
+    session_signature: Annotated[str | None, RELEASE] = None  # "signed" or "unsigned"
+    session_signed_by: Annotated[str | None, RELEASE] = None  # the allowed-signers principal
+    version_signature: Annotated[str | None, RELEASE] = None  # "signed" or "unsigned"
 
     def dump(self) -> dict[str, Any]:
         """The row as its file holds it. A report's row: every column but the release columns.
@@ -182,11 +201,17 @@ class CaseRow(StrictModel):
         unmatched = {"reference_source"} if self.reference_source is None else set()
         if self.published_by is None:
             unmatched |= set(PUBLISHED_FIELDS)
+        unmatched |= {name for name in LAYOUT_5_FIELDS if getattr(self, name) is None}
         if self.fingerprint is None:
             unmatched.add("fingerprint")
         return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
+# Release columns that versions before README layout 5 do not have (written only where set).
+LAYOUT_5_FIELDS = (
+    "superlinear", "superlinear_reason", "session_signature", "session_signed_by",
+    "version_signature",
+)  # fmt: skip
 RELEASE_FIELDS = tuple(
     name for name, info in CaseRow.model_fields.items() if RELEASE in info.metadata
 )
@@ -231,6 +256,28 @@ class CaseSummary:
     fingerprint: str = ""
     # The node that held the case back (``slow_node_of``), or None.
     slow_node: SlowNode | None = None
+    # The CV of the measured 1n1g its speedup is against (None: no such baseline, or published).
+    baseline_cv: float | None = None
+
+    @property
+    def superlinear_tolerance(self) -> float | None:
+        """How far above 100% the efficiency of a measured case may be and still be noise:
+        :func:`superlinear_tolerance` of its CV and its baseline's; None where it has none."""
+        if self.baseline_cv is None:
+            return None
+        return superlinear_tolerance(self.stats.cv, self.baseline_cv)
+
+    @property
+    def superlinear(self) -> bool:
+        """A measured multi-device case faster than perfect scaling beyond the noise: flagged in
+        every table, and released only with a reason."""
+        tolerance = self.superlinear_tolerance
+        return (
+            tolerance is not None
+            and self.efficiency is not None
+            and self.case.topology.world_size > 1
+            and self.efficiency > 1 + tolerance
+        )
 
     @property
     def case_id(self) -> str:
@@ -388,6 +435,8 @@ def _fill_speedups(summaries: list[CaseSummary]) -> None:
         s.speedup, s.efficiency = speedup(
             s.stats.median, base.stats.median if base else None, devices
         )
+        if base is not None and not s.published_by:
+            s.baseline_cv = base.stats.cv
 
 
 def grouped(summaries: Iterable[CaseSummary]) -> dict[tuple[str, str], list[CaseSummary]]:

@@ -167,6 +167,27 @@ def reports_and_results(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default=str(RESULTS), help="the results folder")
 
 
+def signing_key_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--signing-key PATH``: the private SSH key that signs ``what`` (driver/signing.py)."""
+    parser.add_argument(
+        "--signing-key",
+        metavar="PATH",
+        help=f"private SSH key that signs {what} (default: $DLPERF_SIGNING_KEY; neither set: "
+        "unsigned, and released only as unsigned)",
+    )
+
+
+def allowed_signers_option(parser: argparse.ArgumentParser) -> None:
+    """``--allowed-signers FILE``: the keys whose signatures are trusted (git's format)."""
+    parser.add_argument(
+        "--allowed-signers",
+        metavar="FILE",
+        help="the keys trusted to sign sessions and versions, one '<principal> <key type> "
+        "<public key>' per line (git's format; default: allowed_signers in the reports folder "
+        "that holds the version)",
+    )
+
+
 def lock_or_inventory_errors() -> tuple[type[BaseException], ...]:
     """The errors of a bad images lock or cluster inventory: a command prints them in one line
     and exits 2 (imported when a command runs: loading the commands stays cheap)."""

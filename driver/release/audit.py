@@ -19,7 +19,12 @@ Checks, each failure naming the file, the cell and both values:
    record lists, which are noted), and the repo's current ``images.lock`` (a note, or a
    failure with ``--images-lock``),
    and the model FLOPs when torch is importable (cached values are used otherwise);
-6. the manifest's SHA-256 in ``reports/README.md``, when the version is listed there.
+6. the manifest's SHA-256 in ``reports/README.md``, when the version is listed there;
+7. who vouches for it (``driver.release.signatures``): every session's files against its seal
+   (a log, record or fingerprint changed after sealing is named) and its signature, the
+   version's signature (``manifest.json.sig``), each against the allowed-signers file, and
+   what the manifest records of both; a case measured above 100% efficiency beyond its noise
+   tolerance needs the reason the manifest records for it (README layout 5 on).
 
 Needs only the driver's own dependencies: no framework, no torch, no matplotlib.
 """
@@ -39,7 +44,7 @@ from typing import Any
 
 from driver.core.report import tables
 from driver.release.archive import read_archive, sha256_bytes, sha256_file
-from driver.release.compute import Computed, compute
+from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset
 from driver.release.layout import index_digest, load_config
 from driver.release.manifest import (
@@ -51,6 +56,15 @@ from driver.release.manifest import (
 )
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.results import by_machine, csv_text, json_text, readme_layout, results_data
+from driver.release.signatures import (
+    SIGNED,
+    VERSION_SIGNATURE,
+    Signatures,
+    default_allowed_signers,
+    describe,
+    session_signatures,
+    version_signature,
+)
 from driver.schema import ConfigError, strict_json
 
 VERSION_LEVEL = "(version)"
@@ -85,6 +99,7 @@ class AuditReport:
     tables: list[str] = field(default_factory=list)
     table_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # cases, repeats
     notes: list[str] = field(default_factory=list)
+    signatures: list[str] = field(default_factory=list)  # who signed the version, each session
     counts: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -119,6 +134,7 @@ class AuditReport:
                 out += [f"      {f}" for f in found]
             else:
                 out.append(f'  [ok]   table "{title}"{size}')
+        out += [f"  signature: {line}" for line in self.signatures]
         out += [f"  note: {n}" for n in self.notes]
         verdict = "PASS" if self.ok else f"FAIL ({len(self.findings)} difference(s))"
         out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s")
@@ -158,14 +174,18 @@ def audit(
     images_lock: Path | None = None,
     recompute_flops: bool = True,
     reports_root: Path | None = None,
+    allowed_signers: Path | None = None,
 ) -> AuditReport:
-    """Audit one version folder; never raises for a bad version (the findings say why)."""
+    """Audit one version folder; never raises for a bad version (the findings say why).
+    Signatures are checked against ``allowed_signers`` (default: ``allowed_signers`` in
+    ``reports_root``, else beside the version folder)."""
     started = time.perf_counter()
     version_dir = Path(version_dir)
     report = AuditReport(version_dir=version_dir)
     state = _Audit(version_dir, report)
+    allowed = allowed_signers or default_allowed_signers(reports_root or version_dir.parent)
     try:
-        _run(state, expected_version, images_lock, recompute_flops, reports_root)
+        _run(state, expected_version, images_lock, recompute_flops, reports_root, allowed)
     finally:
         report.elapsed_s = time.perf_counter() - started
     return report
@@ -177,6 +197,7 @@ def _run(
     images_lock: Path | None,
     recompute_flops: bool,
     reports_root: Path | None,
+    allowed: Path,
 ) -> None:
     directory, report = state.dir, state.report
     try:
@@ -202,7 +223,10 @@ def _run(
         )
 
     # 1-2: the files of the folder, and their checksums.
+    recorded = manifest.get("signatures")  # README layout 5 on
+    version_signed = (recorded or {}).get("version", {}).get("status") == SIGNED
     listed = {MANIFEST, *PUBLISHED_TEXTS, *manifest["files"], *manifest["archives"]}
+    listed |= {VERSION_SIGNATURE} if version_signed else set()
     listed |= set(manifest["config_files"])
     present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
     for extra in sorted(present - listed):
@@ -238,6 +262,13 @@ def _run(
     except ConfigError as error:  # an import file of published figures that does not load
         state.add(error.path, error.field_path, error.message, "a valid import file")
         return
+    signatures = session_signatures(members, allowed)
+    if recorded is not None:
+        config.marks = Marks(
+            sessions=recorded.get("sessions", {}),
+            version=recorded.get("version", {}),
+            superlinear=manifest.get("superlinear") or {},
+        )
     computed = compute(dataset, config)
     state.case_titles = dict(computed.titles)
     for repeat in computed.repeats:  # a case that failed to summarise still maps its repeats
@@ -260,6 +291,8 @@ def _run(
     }
     _check_records(state, computed, manifest)
     _check_flops(state, manifest, recompute_flops)
+    _check_signatures(state, manifest_bytes, manifest, signatures, allowed)
+    _check_superlinear(state, computed, manifest)
 
     # 5: manifest parts recomputed from the raw data and the config copies.
     derived = derived_parts(dataset, computed, directory)
@@ -283,6 +316,77 @@ def _run(
 
     # 6: the index.
     _check_index(state, manifest_bytes, manifest["version"], reports_root or directory.parent)
+
+
+def _check_signatures(
+    state: _Audit,
+    manifest_bytes: bytes,
+    manifest: dict[str, Any],
+    signatures: Signatures,
+    allowed: Path,
+) -> None:
+    """Every session's files against its seal and its signature, the version's signature, and
+    what the manifest records of them (a version before README layout 5 records nothing: it
+    predates signatures, and each of its sessions is checked all the same)."""
+    report = state.report
+    for member, problem in signatures.problems:
+        state.add(member, "seal", problem, "as sealed and signed", case_of_member(member))
+    recorded = manifest.get("signatures")
+    if recorded is None:
+        report.signatures.append(
+            f"version unsigned (released before signatures, README layout "
+            f"{readme_layout(manifest)})"
+        )
+        if (state.dir / VERSION_SIGNATURE).exists():
+            state.add(VERSION_SIGNATURE, "presence", "a signature", "absent (layout before 5)")
+    else:
+        path = state.dir / VERSION_SIGNATURE
+        signature = path.read_bytes() if path.is_file() else None
+        version = recorded.get("version", {})
+        signer, problems = version_signature(manifest_bytes, signature, version, allowed)
+        for problem in problems:
+            state.add(VERSION_SIGNATURE, "signature", problem, "a good signature")
+        shown = dict(version, principal=signer.principal) if signer else version
+        report.signatures.append(f"version {describe(shown)}")
+        if signer is not None and signer.principal != version.get("principal"):
+            report.notes.append(
+                f"{allowed} names the version's signer {signer.principal!r}; it was "
+                f"{version.get('principal')!r} at release"
+            )
+        _compare_values(state, MANIFEST, "signatures.sessions",
+                        _keys_only(recorded.get("sessions", {})),
+                        _keys_only(signatures.sessions))  # fmt: skip
+    for session, status in sorted(signatures.sessions.items()):
+        report.signatures.append(f"session {session} {describe(status)}")
+
+
+def _keys_only(statuses: dict[str, Any]) -> dict[str, Any]:
+    """Signature statuses without the principal (who the allowed-signers file says holds a key
+    may be renamed later; the key and the status may not change)."""
+    return {
+        name: {k: v for k, v in status.items() if k != "principal"}
+        if isinstance(status, dict)
+        else status
+        for name, status in statuses.items()
+    }
+
+
+def _check_superlinear(state: _Audit, computed: Computed, manifest: dict[str, Any]) -> None:
+    """A measured case above 100% efficiency beyond its noise tolerance needs the reason it was
+    released with, and a reason stands only beside such a case (README layout 5 on)."""
+    reasons = manifest.get("superlinear")
+    if reasons is None:
+        return
+    flagged = {s.case_id: s for s in computed.summaries if s.superlinear}
+    for case_id in sorted(set(flagged) | set(reasons)):
+        if case_id in flagged and case_id not in reasons:
+            s = flagged[case_id]
+            state.add(MANIFEST, f"superlinear[{case_id}]", "(no reason)",
+                      f"a reason: efficiency {s.efficiency:.2%} is above 100% beyond its noise "
+                      f"tolerance {s.superlinear_tolerance:.2%}", case_id)  # fmt: skip
+        elif case_id not in flagged:
+            state.add(MANIFEST, f"superlinear[{case_id}]", reasons[case_id],
+                      "no reason: not above 100% beyond its tolerance", case_id)  # fmt: skip
 
 
 def _read(state: _Audit, name: str) -> str | None:

@@ -32,6 +32,31 @@ from driver.verify.repeat import VerifiedRepeat
 
 
 @dataclass
+class Marks:
+    """What a version's rows say beside the numbers (README layout 5 on): who signed each
+    session and the version (the manifest's ``signatures``), and the reason each case measured
+    above 100% efficiency was released with (its ``superlinear``)."""
+
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    version: dict[str, Any] = field(default_factory=dict)
+    superlinear: dict[str, str] = field(default_factory=dict)
+
+    def columns(self, summary: CaseSummary, session: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"version_signature": self.version.get("status")}
+        if summary.published_by:
+            return out  # a published figure: in the version's files, no session of its own
+        status = self.sessions.get(session or "", {})
+        out.update(
+            session_signature=status.get("status"),
+            session_signed_by=status.get("principal"),
+            superlinear=summary.superlinear,
+            superlinear_reason=self.superlinear.get(summary.case_id) if summary.superlinear
+            else None,
+        )  # fmt: skip
+        return out
+
+
+@dataclass
 class Config:
     peaks: list[dict[str, Any]] = field(default_factory=list)
     references: list[dict[str, Any]] = field(default_factory=list)
@@ -41,6 +66,7 @@ class Config:
     # README layout 3 on: cases split by machine fingerprint (else by device model), and a
     # reference attached only on the same device model and precision
     by_machine: bool = False
+    marks: Marks | None = None  # README layout 5 on
 
 
 @dataclass
@@ -78,6 +104,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
             repeat_throughputs=list(s.throughputs),
             table=titles[s.case_id],
             fingerprint=s.fingerprint or None,
+            **(config.marks.columns(s, sessions_of.get(s.case_id)) if config.marks else {}),
         )  # fmt: skip
         for s in summaries
     }

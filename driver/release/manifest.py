@@ -37,6 +37,20 @@ class RawFile(BaseModel):
     sha256: text(r"[0-9a-f]{64}", "a SHA-256 (64 hex digits)")
 
 
+class SignatureStatus(StrictModel):
+    """Who signed a version or a session (driver.release.signatures), as the release found."""
+
+    status: Annotated[Any, one_of("signed", "unsigned")]
+    principal: str | None = None  # the allowed-signers name of the key, where signed
+    key: str | None = None  # ``ED25519 key SHA256:...``, where signed
+    reason: str | None = None  # why unsigned
+
+
+class Signatures(StrictModel):
+    version: SignatureStatus
+    sessions: dict[str, SignatureStatus]
+
+
 class Manifest(StrictModel):
     """The shape of ``manifest.json`` (what the release writes; the audit checks it first)."""
 
@@ -64,6 +78,10 @@ class Manifest(StrictModel):
     counts: dict[str, Any]
     # README layout (driver.release.readme): absent in the first versions (layout 1)
     readme_layout: Annotated[Any, one_of(*README_LAYOUTS)] = 1
+    # Layout 5 on (absent before): who signed the version and each session
+    # (driver.release.signatures), and the reason each superlinear case was released with.
+    signatures: Signatures | None = None
+    superlinear: dict[str, str] | None = None
 
 
 FIELDS = tuple(info.alias or name for name, info in Manifest.model_fields.items())

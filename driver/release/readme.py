@@ -18,6 +18,8 @@ from driver.core.summary import CaseSummary
 from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
+from driver.release.signatures import SIGNED, VERSION_SIGNATURE
+from driver.text import markdown_cell
 
 PLOTS_DIR = "plots"
 
@@ -57,10 +59,13 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
 # 4: a summary first; per model, precision, batch and data one row per series and topology,
 # split by machine (the hardware fingerprint: a "machine" column wherever a table holds two),
 # with median and geometric-mean rows and ``dlperf report``'s slow-node notes; references only
-# like with like; telemetry per case. (1: one column group per series, every repeat's
-# telemetry, the nearest reference whatever its device; 2: the long tables by device model; 3:
-# split by machine, without the slow-node notes.)
-README_LAYOUT = 4
+# like with like; telemetry per case. 5: who signed the version and each session (a
+# "Signatures" section; "unsigned" where nobody did), and a case measured above 100% efficiency
+# beyond its noise tolerance marked in every table with the reason it was released with.
+# (1: one column group per series, every repeat's telemetry, the nearest reference whatever its
+# device; 2: the long tables by device model; 3: split by machine, without the slow-node notes;
+# 4: 3 with them, before signatures and the superlinear mark.)
+README_LAYOUT = 5
 README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
 
 
@@ -90,7 +95,58 @@ def _machines_section(computed: Computed) -> str:
     )
 
 
-def _tables_section(computed: Computed) -> str:
+def _signatures_section(manifest: dict[str, Any]) -> str:
+    """Who vouches for this version and for each session: a signature proves these bytes, from
+    that key, unchanged since; it does not prove the key holder did not make them up."""
+    signatures = manifest["signatures"]
+    version = signatures["version"]
+    if version["status"] == SIGNED:
+        head = (
+            f"This version is signed by {markdown_cell(version['principal'])} "
+            f"({markdown_cell(version['key'])}): `{VERSION_SIGNATURE}`, namespace "
+            "`dlperf-release`, over `manifest.json`, which holds the SHA-256 of every other file."
+        )
+    else:
+        head = (
+            "This version is **unsigned** (released without a signing key): no key vouches "
+            "that its files are the ones released."
+        )
+    rows = []
+    for name, status in sorted(signatures["sessions"].items()):
+        if status["status"] == SIGNED:
+            rows.append([f"`{name}`", "signed", markdown_cell(status["principal"]),
+                         markdown_cell(status["key"])])  # fmt: skip
+        else:
+            rows.append([f"`{name}`", "**unsigned**", "-", markdown_cell(status["reason"])])
+    table = tabulate(
+        rows,
+        headers=["session", "signature", "signed by", "key"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
+    return (
+        f"{head} Each session's `session-manifest.json` (in its archive) holds the SHA-256 and "
+        "size of every log and record and every rank's hardware fingerprint, sealed by the "
+        "head node when the run ended and signed there where a key was configured. "
+        "`dlperf audit` checks every signature against the allowed-signers file of the reports "
+        "folder and names any file changed after signing. A signature proves these bytes, "
+        "from that key, unchanged since they were signed; it does not prove that the key's "
+        "holder did not make them up.\n\n" + table + "\n"
+    )
+
+
+def _superlinear_notes(computed: Computed, manifest: dict[str, Any]) -> list[str]:
+    reasons = manifest.get("superlinear") or {}
+    return [
+        f"{s.case_id}: efficiency {s.efficiency:.2%}, above 100% beyond its noise tolerance "
+        f"({s.superlinear_tolerance:.2%}); released with the reason: "
+        f"{markdown_cell(reasons.get(s.case_id, '(none)'))}"
+        for s in computed.summaries
+        if s.superlinear
+    ]
+
+
+def _tables_section(computed: Computed, manifest: dict[str, Any]) -> str:
     extras = [
         ExtraColumn("bound", _extra_cell(computed, "scaling_bound"), after="efficiency"),
         ExtraColumn("MFU", _extra_cell(computed, "mfu"), after="CV"),
@@ -121,7 +177,7 @@ def _tables_section(computed: Computed) -> str:
         heading_level=3,
         extra_columns=extras,
         after_table=plots,
-        extra_notes=notes,
+        extra_notes=notes + _superlinear_notes(computed, manifest),
     )
 
 
@@ -333,6 +389,8 @@ def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
     return "\n".join(
         [
             head,
+            "## Signatures\n",
+            _signatures_section(manifest),
             "## Changelog\n",
             _changes_section(manifest),
             "## Summary\n",
@@ -344,7 +402,7 @@ def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
             "samples/s over repeats, speedup and efficiency against 1n1g at the same batch per "
             "device on the same machine, and the coefficient of variation over repeats; then the "
             "median and geometric mean across series.\n",
-            _tables_section(computed),
+            _tables_section(computed, manifest),
             "## Beside published results\n",
             _references_section(computed),
             "## Telemetry\n",

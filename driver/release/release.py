@@ -21,11 +21,13 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from driver.core.summary import SUPERLINEAR_FLOOR
 from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, remove_tree, write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.model.results import kit_revision
@@ -37,7 +39,7 @@ from driver.release.archive import (
     sha256_file,
     write_archive,
 )
-from driver.release.compute import Computed, compute
+from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset, session_of
 from driver.release.imported import load_import
 from driver.release.layout import INDEX, PUBLISHED_DIR, load_config
@@ -53,7 +55,16 @@ from driver.release.manifest import (
 from driver.release.mfu import compute_model_costs
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
-from driver.schema import ConfigError
+from driver.release.signatures import (
+    SIGNED,
+    UNSIGNED,
+    default_allowed_signers,
+    describe,
+    session_signatures,
+)
+from driver.schema import ConfigError, did_you_mean
+from driver.signing import RELEASE_NAMESPACE, Signer, SigningError, sign, signer_of_key
+from driver.text import check_free_text
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
@@ -182,10 +193,16 @@ def release(
     repo_root: Path = REPO_ROOT,
     printer: Printer = print,
     imports: Sequence[Path] = (),
+    signing_key: Path | None = None,
+    allowed_signers: Path | None = None,
+    superlinear: Mapping[str, str] | None = None,
 ) -> Path:
     """Build, audit and publish ``reports_root/version``; returns its folder. ``imports``:
     files of published figures (``dlperf import``) shown beside the measured cases; each is
-    copied into ``config/published/`` and audited by its SHA-256."""
+    copied into ``config/published/`` and audited by its SHA-256. ``signing_key`` signs the
+    version's manifest; every signature is checked against ``allowed_signers`` (default
+    ``<reports_root>/allowed_signers``; driver/release/signatures.py). ``superlinear``: case id
+    -> the reason a case measured above 100% efficiency is published (else it is refused)."""
     from driver.release.audit import audit
 
     if not VERSION.fullmatch(version):
@@ -216,6 +233,7 @@ def release(
             load_import(path)
         except ConfigError as error:
             raise ReleaseError(f"import file refused: {error}") from None
+    vouching = _vouching(reports_root, signing_key, allowed_signers, superlinear or {})
     collected = [collect_session(Path(s)) for s in sessions]
     refused = [line for c in collected for line in c.refused]
     if refused:
@@ -247,8 +265,14 @@ def release(
             repo_root=repo_root,
             printer=printer,
             imports=[Path(p) for p in imports],
+            vouching=vouching,
         )
-        report = audit(work, expected_version=version, recompute_flops=False)
+        report = audit(
+            work,
+            expected_version=version,
+            recompute_flops=False,
+            allowed_signers=vouching.allowed_signers,
+        )
     except KitWriteError:
         remove_tree(work)
         raise
@@ -297,7 +321,8 @@ def _build(
     compute_flops: bool,
     repo_root: Path,
     printer: Printer,
-    imports: Sequence[Path] = (),
+    imports: Sequence[Path],
+    vouching: Vouching,
 ) -> None:
     archives: dict[str, dict[str, Any]] = {}
     raw_files: dict[str, dict[str, Any]] = {}
@@ -308,6 +333,17 @@ def _build(
         archives[archive] = {"sha256": sha256_file(work / archive), "members": len(digests)}
         raw_files.update({m: {**d, "archive": archive} for m, d in digests.items()})
         members.update(read_archive(work / archive))
+    signatures = session_signatures(members, vouching.allowed_signers)
+    if signatures.problems:
+        raise ReleaseError(
+            "sessions whose seal or signature does not hold (driver/model/seal.py; signatures "
+            f"checked against {vouching.allowed_signers}). A file changed after sealing is "
+            "never published as sealed: re-run what changed, or remove the session's "
+            "session-manifest.json and .sig to release it as it is now, unsigned:\n"
+            + "\n".join(f"  {_on_disk(m, collected)}: {p}" for m, p in signatures.problems)
+        )
+    for name, status in signatures.sessions.items():
+        printer(f"session {name}: {describe(status)}")
     dataset = load_dataset(members)
     if dataset.problems:
         raise ReleaseError(
@@ -353,7 +389,9 @@ def _build(
         else {}
     )
     config = load_config(work, model_costs, by_machine=True)  # a new version: by machine
+    config.marks = Marks(signatures.sessions, vouching.version_status(), dict(vouching.superlinear))
     computed = compute(dataset, config)
+    _check_superlinear(computed, vouching.superlinear)
     mixed = _cases_on_several_devices(computed)
     if mixed:
         raise ReleaseError(
@@ -415,6 +453,8 @@ def _build(
         "remeasured": remeasured,
         "changes": _changes(previous, reports_root, data),
         "readme_layout": README_LAYOUT,
+        "signatures": {"version": vouching.version_status(), "sessions": signatures.sessions},
+        "superlinear": dict(sorted(vouching.superlinear.items())),
     }
     from driver.release.plots import render_plots
 
@@ -424,6 +464,84 @@ def _build(
     write_text(work / "results.csv", csv_text(data))
     write_text(work / "README.md", readme_text(computed, manifest))
     write_text(work / MANIFEST, manifest_text(manifest))
+    if vouching.key is not None:
+        sign(work / MANIFEST, vouching.key, RELEASE_NAMESPACE)
+
+
+@dataclass(frozen=True)
+class Vouching:
+    """Who vouches for a version: the key that signs it and who the allowed-signers file says
+    holds it (none: unsigned), the file every signature is checked against, and the reason
+    given for each case measured above 100% efficiency."""
+
+    allowed_signers: Path
+    key: Path | None = None
+    signer: Signer | None = None
+    superlinear: Mapping[str, str] = field(default_factory=dict)
+
+    def version_status(self) -> dict[str, Any]:
+        if self.signer is None:
+            return {"status": UNSIGNED, "reason": "released without a signing key"}
+        return {"status": SIGNED, "principal": self.signer.principal, "key": self.signer.key}
+
+
+def _vouching(
+    reports_root: Path,
+    key: Path | None,
+    allowed_signers: Path | None,
+    superlinear: Mapping[str, str],
+) -> Vouching:
+    """The release's signing key checked against the allowed-signers file (a version is signed
+    only with a key its own audit can check) and the superlinear reasons checked as text."""
+    allowed = Path(allowed_signers) if allowed_signers else default_allowed_signers(reports_root)
+    for case_id, reason in superlinear.items():
+        try:
+            check_free_text(reason, "note")
+            if not reason.strip():
+                raise ValueError("is empty; say why the case scales above 100%")
+        except ValueError as error:
+            raise ReleaseError(f"--superlinear {case_id}: the reason {error}") from None
+    signer = None
+    if key is not None:
+        try:
+            signer = signer_of_key(key, allowed, RELEASE_NAMESPACE)
+        except SigningError as error:
+            raise ReleaseError(f"--signing-key {error}") from None
+    return Vouching(allowed, key, signer, dict(superlinear))
+
+
+def _check_superlinear(computed: Computed, reasons: Mapping[str, str]) -> None:
+    """A measured case above 100% efficiency beyond its noise tolerance is published only with
+    a reason (``--superlinear CASE REASON``); a reason for any other case is a mistake."""
+    flagged = {s.case_id: s for s in computed.summaries if s.superlinear}
+    unexplained = [s for case_id, s in sorted(flagged.items()) if case_id not in reasons]
+    if unexplained:
+        raise ReleaseError(
+            "measured faster than perfect scaling (a real run rarely is; a log edited to be "
+            "faster easily is): check these cases' logs and their 1n1g's, re-run them, or "
+            "publish each with --superlinear CASE REASON (the reason is recorded in the "
+            "version):\n"
+            + "\n".join(
+                f"  {s.case_id}: efficiency {s.efficiency:.2%} (speedup {s.speedup:.3f} on "
+                f"{s.case.topology.world_size} devices), above 100% by more than its noise "
+                f"tolerance {s.superlinear_tolerance:.2%} (max({SUPERLINEAR_FLOOR:.0%}, CV "
+                f"{s.stats.cv:.2%} + its 1n1g's CV {s.baseline_cv:.2%}))"
+                for s in unexplained
+            )
+        )
+    known = {s.case_id: s for s in computed.summaries}
+    for case_id in sorted(set(reasons) - set(flagged)):
+        if case_id not in known:
+            raise ReleaseError(
+                f"--superlinear {case_id}: no such case in the sessions"
+                f"{did_you_mean(case_id, known)}"
+            )
+        efficiency = known[case_id].efficiency
+        shown = "no efficiency" if efficiency is None else f"efficiency {efficiency:.2%}"
+        raise ReleaseError(
+            f"--superlinear {case_id}: the case is not above 100% beyond its noise tolerance "
+            f"({shown}): drop the reason"
+        )
 
 
 def _on_disk(member: str, collected: list) -> str:

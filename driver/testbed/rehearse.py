@@ -190,6 +190,7 @@ def rehearse(
     dry_run: bool = False,
     progress: str = "auto",
     before_matrix: BeforeMatrix | None = None,
+    signing_key: str | Path | None = None,
 ) -> int:
     """``dlperf run --simulated-hosts``: the selection on as many simulated hosts as its largest
     case has nodes, through the process runtime, into the session folder ``root``; the hosts go
@@ -221,6 +222,7 @@ def rehearse(
                 progress=progress,
                 setting=rehearsal.setting(root),
                 before_matrix=before_matrix,
+                signing_key=signing_key,
             )
     except SimulatedHostsError as error:  # a host that would not start: what it printed
         print(f"error: --simulated-hosts: {' '.join(str(error).split())[:2000]}", file=sys.stderr)

@@ -56,7 +56,9 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
         return 2
     path = write_attestation(root, attestation)
     print(f"{path}: {attestation.label} (source: {attestation.source})")
-    return 0
+    from driver.core.session import seal_finished  # the session holds a new file: sealed anew
+
+    return 0 if seal_finished(root) else 1
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:

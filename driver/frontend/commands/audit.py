@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from driver.frontend.args import reports_and_results
+from driver.frontend.args import allowed_signers_option, reports_and_results
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -44,6 +44,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             target,
             images_lock=Path(args.images_lock) if args.images_lock else None,
             recompute_flops=not args.cached_flops,
+            allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None,
         )
         print(report.text())
         failed += not report.ok
@@ -57,12 +58,25 @@ def _audit_with_released_kits(targets: list[Path], reports: Path, args: argparse
     extra += ["--cached-flops"] if args.cached_flops else []
     failed = 0
     for target in targets:
+        # only a kit that signs (README layout 5 on) knows --allowed-signers
+        signs = _layout(target) >= SIGNING_LAYOUT and args.allowed_signers
+        here = ["--allowed-signers", str(Path(args.allowed_signers).resolve())] if signs else []
         try:
-            failed += audit_with_released_kit(target, reports, extra) != 0
+            failed += audit_with_released_kit(target, reports, extra + here) != 0
         except ReleasedKitError as error:
             print(f"error: {error}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
+
+
+SIGNING_LAYOUT = 5  # the README layout from which a version records its signatures
+
+
+def _layout(version: Path) -> int:
+    from driver.release.release import load_manifest
+    from driver.release.results import readme_layout
+
+    return readme_layout(load_manifest(version) or {})
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
@@ -84,5 +98,6 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="trust the manifest's model FLOPs even where torch could recount them",
     )
+    allowed_signers_option(audit)
     reports_and_results(audit)
     audit.set_defaults(func=cmd_audit)

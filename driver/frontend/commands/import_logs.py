@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from driver.core.importlogs import check_new_logs, import_run
+from driver.core.session import seal_finished
 from driver.frontend.args import RESULTS, check_session_name
 from driver.parsers._upstream import LOGGING_MODES
 from driver.sources.logfacts import FACT_FLAGS, ImportLogsError, load_facts
@@ -52,11 +53,12 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
                 f"{record.case_id} repeat {record.repeat}: {measured.throughput:.2f} "
                 f"samples/s{kind}; {record.extra['imported']}"
             )
+        sealed = seal_finished(session)
     except ImportLogsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"session: {session}  (dlperf report {session})")
-    return 0
+    return 0 if sealed else 1
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:

@@ -6,12 +6,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from driver.frontend.args import reports_and_results
+from driver.frontend.args import allowed_signers_option, reports_and_results, signing_key_option
 
 
 def cmd_release(args: argparse.Namespace) -> int:
     from driver.release.release import ReleaseError, release, resolve_session
+    from driver.signing import SigningError, configured_key
 
+    try:
+        key = configured_key(args.signing_key)
+    except SigningError as error:
+        print(f"release refused: {error}", file=sys.stderr)
+        return 2
+    reasons: dict[str, str] = {}
+    for case_id, reason in args.superlinear:
+        if case_id in reasons:
+            print(f"release refused: --superlinear {case_id} is given twice", file=sys.stderr)
+            return 2
+        reasons[case_id] = reason
     try:
         sessions = [resolve_session(s, Path(args.results)) for s in args.sessions]
         target = release(
@@ -23,6 +35,9 @@ def cmd_release(args: argparse.Namespace) -> int:
             accept_remeasured=args.accept_remeasured,
             compute_flops=not args.no_flops,
             imports=[Path(p) for p in args.imports],
+            signing_key=key,
+            allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None,
+            superlinear=reasons,
         )
     except ReleaseError as error:
         print(f"release refused: {error}", file=sys.stderr)
@@ -57,5 +72,16 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="published figures (dlperf import file) beside the measured cases (repeatable)",
     )
+    release.add_argument(
+        "--superlinear",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("CASE", "REASON"),
+        help="publish CASE although it measured above 100%% efficiency beyond its noise "
+        "tolerance, for REASON (recorded in the version; repeatable)",
+    )
+    signing_key_option(release, "the version's manifest")
+    allowed_signers_option(release)
     reports_and_results(release)
     release.set_defaults(func=cmd_release)

@@ -12,7 +12,14 @@ from driver.bench.contract import OptionPairs
 from driver.core.matrix import COMMAND_LINE, DLPERF_PROFILE, MatrixError, overrides_from
 from driver.core.session import AUTO, choose_profile, run_session, select_cases
 from driver.frameworks.base import FRAMEWORKS
-from driver.frontend.args import RESULTS, RUNTIME_HELP, check_session_name, csv_items, option_pair
+from driver.frontend.args import (
+    RESULTS,
+    RUNTIME_HELP,
+    check_session_name,
+    csv_items,
+    option_pair,
+    signing_key_option,
+)
 from driver.model.case import Case
 from driver.runtimes.base import make_runtime
 from driver.schema import did_you_mean
@@ -101,7 +108,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         runtime_options["python_override"] = framework_python(
             args.python, args.runtime, selection.cases
         )
-    session = {"argv": sys.argv[1:], "dry_run": args.dry_run, "progress": args.progress}
+    session = {
+        "argv": sys.argv[1:],
+        "dry_run": args.dry_run,
+        "progress": args.progress,
+        "signing_key": args.signing_key,
+    }
     if args.simulated_hosts:
         from driver.testbed.rehearse import rehearse
 
@@ -175,4 +187,5 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         "--probe", action="store_true",
         help="time an all-reduce per multi-device topology first (scaling bounds in releases)",
     )  # fmt: skip
+    signing_key_option(run, "the session's manifest when the run ends")
     run.set_defaults(func=cmd_run)

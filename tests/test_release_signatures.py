@@ -1,0 +1,174 @@
+"""driver/release/signatures.py through `dlperf release` and `dlperf audit`: real calibration
+sessions sealed with real keys (ssh-keygen), versions signed or unsigned and marked so."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from driver.frontend.cli import main
+from driver.model.seal import SEAL_SIGNATURE, seal_session
+from driver.release.audit import audit
+from driver.release.release import ReleaseError, release
+from driver.release.signatures import VERSION_SIGNATURE
+from tests.synth import cached_session
+from tests.test_signing import allow, new_key
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Path:
+    """A reports folder whose allowed_signers lists the lab's key (``lab`` beside it)."""
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    allow(folder / "allowed_signers", "lab@example.org", new_key(tmp_path, "lab"))
+    return folder
+
+
+def session_copy(tmp_path: Path, name: str = "run", key: Path | None = None) -> Path:
+    root = Path(shutil.copytree(cached_session(), tmp_path / "results" / name))
+    if key is not None:
+        assert seal_session(root, key).written
+    return root
+
+
+def rows(version: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO((version / "results.csv").read_text())))
+
+
+def test_a_signed_session_and_version_say_who_signed(tmp_path: Path, reports: Path) -> None:
+    key = tmp_path / "lab"
+    session = session_copy(tmp_path, key=key)
+    version = release("v1.0", [session], reports_root=reports, compute_flops=False,
+                      printer=quiet, signing_key=key)  # fmt: skip
+    assert (version / VERSION_SIGNATURE).is_file()
+    manifest = json.loads((version / "manifest.json").read_text())
+    version_status = manifest["signatures"]["version"]
+    assert version_status["status"] == "signed" and version_status["principal"] == "lab@example.org"
+    assert manifest["signatures"]["sessions"]["run"]["key"] == version_status["key"]
+    readme = (version / "README.md").read_text()
+    assert f"This version is signed by lab@example.org ({version_status['key']})" in readme
+    assert "| `run`     | signed      | lab@example.org |" in readme
+    for row in rows(version)[:3]:
+        assert (row["session_signature"], row["session_signed_by"], row["version_signature"]) == (
+            "signed", "lab@example.org", "signed"
+        )  # fmt: skip
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["audit", str(version)]) == 0
+    said = out.getvalue()
+    assert f"signature: version signed by lab@example.org ({version_status['key']})" in said
+    assert "signature: session run signed by lab@example.org" in said
+
+
+def test_an_unsigned_session_or_version_is_released_only_as_unsigned(
+    tmp_path: Path, reports: Path
+) -> None:
+    session = session_copy(tmp_path)  # never sealed (a kit before seals), no key
+    version = release("v1.0", [session], reports_root=reports, compute_flops=False,
+                      printer=quiet)  # fmt: skip
+    assert not (version / VERSION_SIGNATURE).exists()
+    readme = (version / "README.md").read_text()
+    assert "This version is **unsigned** (released without a signing key)" in readme
+    unsigned = "| `run`     | **unsigned** | -           | not sealed: no session-manifest.json |"
+    assert unsigned in readme
+    assert {(r["session_signature"], r["version_signature"]) for r in rows(version)
+            if r["row"] == "case"} == {("unsigned", "unsigned")}  # fmt: skip
+    data = json.loads((version / "results.json").read_text())
+    assert {c["session_signature"] for c in data["cases"]} == {"unsigned"}
+    report = audit(version)
+    assert report.ok, report.text()
+    assert report.signatures == [
+        "version unsigned: released without a signing key",
+        "session run unsigned: not sealed: no session-manifest.json",
+    ]
+
+
+def test_the_forged_session_of_the_issue_is_named_by_release_and_audit(
+    tmp_path: Path, reports: Path
+) -> None:
+    """1n2g logs made 30% faster and re-hashed with the kit's own functions: before seals this
+    was reported, released at 130% efficiency and audited clean."""
+    from tests.forgery import speed_up_case
+
+    key = tmp_path / "lab"
+    session = session_copy(tmp_path, key=key)
+    case = "calibration/calibration/1n2g/bs8/fp32/synthetic"
+    genuine = release("v1.0", [session], reports_root=reports, compute_flops=False,
+                      printer=quiet, signing_key=key)  # fmt: skip
+    speed_up_case(session, case, 1.3)
+    with pytest.raises(ReleaseError) as refused:
+        release("v1.1", [session], reports_root=reports, compute_flops=False, printer=quiet,
+                changelog="faster", signing_key=key)  # fmt: skip
+    message = str(refused.value)
+    for repeat in ("repeat-01", "repeat-02", "repeat-03"):
+        folder = session / "cases" / case / repeat
+        assert f"{folder}/node0.log: log changed after signing (sha256 " in message
+        changed = re.search(rf"{re.escape(str(folder))}/record\.json: record changed after "
+                            r"signing \(throughput ([0-9.]+) sealed, ([0-9.]+) now\)", message)
+        assert changed and float(changed[2]) / float(changed[1]) == pytest.approx(1.3, rel=1e-3)
+
+    # The same forgery inside the released version, every checksum of its manifest re-hashed:
+    # the session's seal names the log, the version's signature the manifest.
+    from tests.forgery import faster_log
+    from tests.test_hostile_records import editable_copy, member_edit
+
+    copy = editable_copy(genuine, tmp_path / "copy" / "v1.0")
+    shutil.copyfile(reports / "allowed_signers", tmp_path / "copy" / "allowed_signers")
+    member_edit(rf"{case}/repeat-01/node0\.log$",
+                lambda data: faster_log(data.decode(), 1.3).encode())(copy)  # fmt: skip
+    report = audit(copy)
+    found = {(f.file, f.cell): f.published for f in report.findings}
+    assert found[(f"run/cases/{case}/repeat-01/node0.log", "seal")].startswith(
+        "log changed after signing"
+    )
+    assert "does not verify for these bytes" in found[(VERSION_SIGNATURE, "signature")]
+
+
+def test_a_key_the_release_cannot_check_signs_nothing(tmp_path: Path, reports: Path) -> None:
+    stranger = new_key(tmp_path, "stranger")
+    session = session_copy(tmp_path)
+    with pytest.raises(ReleaseError) as refused:
+        release("v1.0", [session], reports_root=reports, compute_flops=False, printer=quiet,
+                signing_key=stranger)  # fmt: skip
+    public = " ".join(stranger.with_suffix(".pub").read_text().split()[:2])
+    allowed = reports / "allowed_signers"
+    assert str(refused.value) == (
+        f"--signing-key {stranger}: {allowed} does not list this key (ED25519 key SHA256:"
+        + str(refused.value).split("SHA256:")[1].split(")")[0]
+        + "), and a version is signed only with a key its audit can check: add the line "
+        f"'<you@example.org> {public}' to {allowed}"
+    )
+    assert not (reports / "v1.0").exists()
+
+
+def test_without_allowed_signers_a_signature_cannot_be_trusted(
+    tmp_path: Path, reports: Path
+) -> None:
+    key = tmp_path / "lab"
+    session = session_copy(tmp_path, key=key)
+    version = release("v1.0", [session], reports_root=reports, compute_flops=False,
+                      printer=quiet, signing_key=key)  # fmt: skip
+    (reports / "allowed_signers").write_text("# nobody yet\n")
+    with pytest.raises(ReleaseError) as refused:
+        release("v1.1", [session], reports_root=reports, compute_flops=False, printer=quiet,
+                changelog="again")  # fmt: skip
+    untrusted = f"{session / SEAL_SIGNATURE}: signed, but {reports / 'allowed_signers'} lists no"
+    assert untrusted in str(refused.value)
+    report = audit(version)
+    named = {(f.file, f.cell) for f in report.findings}
+    assert (VERSION_SIGNATURE, "signature") in named and ("run/" + SEAL_SIGNATURE, "seal") in named
+    # unsigned sessions and versions need no key at all
+    plain = session_copy(tmp_path, "plain")
+    assert audit(release("v1.2", [plain], reports_root=reports, compute_flops=False,
+                         printer=quiet, changelog="unsigned")).ok  # fmt: skip

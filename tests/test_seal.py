@@ -1,0 +1,209 @@
+"""driver/model/seal.py and its call at the end of a run: real calibration sessions, real keys
+(ssh-keygen), a resumed session sealed again only over what it held."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from driver.core.runner import run_cases
+from driver.core.selftest import calibration_cases
+from driver.core.session import Selection, run_session
+from driver.model.results import Session
+from driver.model.seal import (
+    SEAL,
+    SEAL_SIGNATURE,
+    FolderFiles,
+    changes,
+    load_seal,
+    seal_session,
+)
+from driver.runtimes.local import LocalRuntime
+from driver.signing import SESSION_NAMESPACE, verify
+from tests.synth import cached_session
+from tests.test_signing import allow, new_key
+
+CASE_1N2G = "cases/calibration/calibration/1n2g/bs8/fp32/synthetic"
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(cached_session(), tmp_path / "s"))
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> tuple[Path, Path]:
+    """A key and an allowed-signers file that lists it."""
+    key = new_key(tmp_path, "lab")
+    allowed = tmp_path / "allowed_signers"
+    allow(allowed, "lab@example.org", key)
+    return key, allowed
+
+
+def sealed(root: Path):  # noqa: ANN201 - a SessionManifest
+    return load_seal((root / SEAL).read_bytes(), SEAL)
+
+
+def test_a_seal_holds_every_log_record_and_fingerprint(
+    copy: Path, lab: tuple[Path, Path]
+) -> None:
+    key, allowed = lab
+    (copy / "report").mkdir()
+    (copy / "report" / "report.md").write_text("derived from the rest: never sealed\n")
+    outcome = seal_session(copy, key)
+    assert outcome.written and outcome.key and outcome.key.startswith("ED25519 key SHA256:")
+    assert verify(copy / SEAL, allowed, SESSION_NAMESPACE).principal == "lab@example.org"
+    manifest = sealed(copy)
+    logs = sorted(copy.glob("cases/**/node*.log"))
+    assert len(logs) == 3 * 4  # 1n1g, 1n2g (one node log each) and 2n2g (two), 3 repeats
+    for log in logs:
+        entry = manifest.files[log.relative_to(copy).as_posix()]
+        assert entry.sha256 == hashlib.sha256(log.read_bytes()).hexdigest()
+        assert entry.bytes == log.stat().st_size
+    assert "session.json" in manifest.files
+    assert not any(f.startswith("report/") for f in manifest.files)
+    assert manifest.session_json == json.loads((copy / "session.json").read_text())
+    repeat = manifest.repeats[f"{CASE_1N2G}/repeat-01"]
+    record = json.loads((copy / CASE_1N2G / "repeat-01" / "record.json").read_text())
+    assert repeat.verdict == "ok" and repeat.throughput == record["measurement"]["throughput"]
+    # both ranks' headers carry the same facts: one group, ranks 0 and 1
+    (group,) = repeat.fingerprints
+    assert group.ranks == [0, 1] and group.facts == record["header"]["fingerprint"]
+    assert changes(manifest, FolderFiles(copy), signed=True) == []
+
+
+def test_unsigned_without_a_key_and_a_stale_signature_removed(
+    copy: Path, lab: tuple[Path, Path]
+) -> None:
+    key, _allowed = lab
+    seal_session(copy, key)
+    assert (copy / SEAL_SIGNATURE).is_file()
+    outcome = seal_session(copy, None)  # sealed again without a key: the old .sig would lie
+    assert outcome.written and outcome.key is None and "unsigned" in outcome.describe()
+    assert not (copy / SEAL_SIGNATURE).exists()
+    assert sealed(copy).previous["signed_by_key"].startswith("ED25519 key SHA256:")
+
+
+def test_a_resumed_session_is_sealed_again_over_its_new_repeats(
+    tmp_path: Path, lab: tuple[Path, Path]
+) -> None:
+    key, allowed = lab
+    (case,) = calibration_cases(0.01, 8, ["1n1g"], 2, 20)
+    session = Session.open(tmp_path / "resumed", {"kind": "test"})
+    assert run_cases([case], session, LocalRuntime(), printer=lambda _line: None).ok
+    session.note_run({"argv": ["first"]})
+    first = seal_session(session.root, key)
+    before = (session.root / SEAL).read_bytes()
+    # resumed with one repeat more: the runner skips the two finished ones
+    assert run_cases([replace(case, repeats=3)], session, LocalRuntime(),
+                     printer=lambda _line: None).ok  # fmt: skip
+    session.note_run({"argv": ["second"]})  # session.json's runs grow: the kit's own change
+    again = seal_session(session.root, key)
+    assert first.written and again.written, again.drift
+    manifest = sealed(session.root)
+    assert sorted(f.rsplit("/", 1)[1] for f in manifest.repeats) == [
+        "repeat-01", "repeat-02", "repeat-03"
+    ]  # fmt: skip
+    assert manifest.previous["sha256"] == hashlib.sha256(before).hexdigest()
+    assert verify(session.root / SEAL, allowed, SESSION_NAMESPACE).principal == "lab@example.org"
+
+
+def test_a_session_edited_since_its_seal_is_not_sealed_again(
+    copy: Path, lab: tuple[Path, Path]
+) -> None:
+    key, _allowed = lab
+    seal_session(copy, key)
+    before = (copy / SEAL).read_bytes(), (copy / SEAL_SIGNATURE).read_bytes()
+    log = copy / CASE_1N2G / "repeat-02" / "node0.log"
+    log.write_text(log.read_text().replace('"samples": 8, "step": 12', '"samples": 9, "step": 12'))
+    meta = json.loads((copy / "session.json").read_text())
+    (copy / "session.json").write_text(json.dumps({**meta, "profile": "dlperf"}))
+    (copy / CASE_1N2G / "repeat-01" / "telemetry-node1.jsonl").write_text("{}\n")
+    outcome = seal_session(copy, key)
+    assert not outcome.written
+    assert outcome.drift == [
+        f"{CASE_1N2G}/repeat-02/node0.log: changed since it was sealed",
+        "session.json: changed since it was sealed",
+        f"{CASE_1N2G}/repeat-01/telemetry-node1.jsonl: added to a finished repeat since it was "
+        "sealed",
+    ]
+    assert "remove the seal and its .sig" in outcome.describe()
+    # the old seal and signature stay as they were: a release names the log
+    assert ((copy / SEAL).read_bytes(), (copy / SEAL_SIGNATURE).read_bytes()) == before
+    named = dict(changes(sealed(copy), FolderFiles(copy), signed=True))
+    assert named[f"{CASE_1N2G}/repeat-02/node0.log"].startswith("log changed after signing")
+
+
+def test_a_seal_edited_after_signing_is_not_signed_over(
+    copy: Path, lab: tuple[Path, Path]
+) -> None:
+    key, _allowed = lab
+    seal_session(copy, key)
+    manifest = json.loads((copy / SEAL).read_text())
+    manifest["head_node"] = "elsewhere"
+    (copy / SEAL).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    outcome = seal_session(copy, key)
+    assert not outcome.written
+    assert outcome.drift == [
+        f"{SEAL}: changed after it was signed ({SEAL_SIGNATURE} no longer matches)"
+    ]
+
+
+def test_an_attempt_the_kit_set_aside_and_ran_again_is_not_drift(copy: Path) -> None:
+    """A repeat that did not finish ok is run again on resume: its folder moves aside as
+    ``repeat-NN.failed-1``, unchanged; a finished repeat moved aside is drift."""
+    folder = copy / CASE_1N2G / "repeat-03"
+    record = json.loads((folder / "record.json").read_text())
+    (folder / "record.json").write_text(json.dumps({**record, "verdict": "timeout"}))
+    seal_session(copy, None)
+    folder.rename(folder.with_name("repeat-03.failed-1"))
+    shutil.copytree(copy / CASE_1N2G / "repeat-02", folder)  # its new attempt
+    assert seal_session(copy, None).written
+    # a finished repeat set aside the same way is not what the kit does
+    finished = copy / CASE_1N2G / "repeat-01"
+    finished.rename(finished.with_name("repeat-01.failed-1"))
+    outcome = seal_session(copy, None)
+    assert not outcome.written
+    assert f"{CASE_1N2G}/repeat-01/record.json: sealed, now missing" in outcome.drift
+
+
+def test_changes_name_what_was_added_removed_or_changed(copy: Path) -> None:
+    seal_session(copy, None)
+    manifest = sealed(copy)
+    files = dict(FolderFiles(copy))
+    files[f"{CASE_1N2G}/repeat-04/node0.log"] = b"a repeat nobody ran\n"
+    del files[f"{CASE_1N2G}/repeat-01/record.json"]
+    files["cases/calibration/calibration/1n1g/bs8/fp32/synthetic/case.json"] += b" "
+    assert changes(manifest, files, signed=False) == [
+        ("cases/calibration/calibration/1n1g/bs8/fp32/synthetic/case.json",
+         changes(manifest, files, signed=False)[0][1]),
+        (f"{CASE_1N2G}/repeat-04/node0.log", f"not in {SEAL}: added after sealing"),
+        (f"{CASE_1N2G}/repeat-01/record.json", f"in {SEAL} but missing: removed after sealing"),
+    ]  # fmt: skip
+    assert changes(manifest, files, signed=False)[0][1].startswith("changed after sealing (sha256 ")
+
+
+def test_a_run_seals_its_session_when_it_ends(
+    tmp_path: Path, lab: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    key, allowed = lab
+    cases = calibration_cases(0.01, 8, ["1n1g"], 2, 20)
+    selection = Selection(cases, "selftest", "test", {})
+    root = tmp_path / "results" / "run"
+    code = run_session(selection, LocalRuntime(), root, argv=["run"], progress="plain",
+                       signing_key=key)  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"sealed: {root / SEAL} (signed with ED25519 key SHA256:" in out
+    assert verify(root / SEAL, allowed, SESSION_NAMESPACE).principal == "lab@example.org"
+    assert len(sealed(root).repeats) == 2
+    # a key named but missing is an error before anything runs
+    missing = run_session(selection, LocalRuntime(), tmp_path / "results" / "other",
+                          argv=["run"], signing_key=tmp_path / "no-key")  # fmt: skip
+    assert missing == 2 and not (tmp_path / "results" / "other").exists()
+    assert "--signing-key" in capsys.readouterr().err
