@@ -400,7 +400,9 @@ def commands(
             terminal=request.terminal,
             watch=True,
         ),
-        "bare": SideCommand(bare_argv, env, workdir),
+        # Watched like the kit's driver, so that this process's once-a-second look at /proc
+        # weighs on both sides alike.
+        "bare": SideCommand(bare_argv, env, workdir, watch=True),
     }
 
 
