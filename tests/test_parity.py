@@ -141,7 +141,7 @@ def test_an_existing_install_runs_both_sides(tmp_path: Path) -> None:
         "--results", str(tmp_path), "--dry-run",
     ])  # fmt: skip
     assert code == 0
-    with pytest.raises(ParityError, match="--python /no/such/python: no such file"):
+    with pytest.raises(ParityError, match="--python /no/such/python: no such executable"):
         prepare(ParityRequest("pytorch", python="/no/such/python"))
 
 

@@ -65,7 +65,8 @@ from driver.model.case import Case
 from driver.model.measure import LogParseError, Window, parse_logs
 from driver.model.results import RECORD, RecordError, load_record
 from driver.plugins import load_all
-from driver.runtimes.local import LocalRuntime, process_environment
+from driver.runtimes.base import RuntimeConfigError
+from driver.runtimes.local import LocalRuntime, check_framework_python, process_environment
 from driver.schema import ConfigError, StrictModel
 from driver.studies.bareloop import OPTIONS_TAG
 from driver.studies.bareloop import TAG as BARE_TAG
@@ -93,6 +94,7 @@ NOT_HANDED: dict[str, str] = {
     "weights_checksum": "after the measurement",
     "parameters": "compared as the count each side built",
     "num_threads_source": "where the count came from; the count is handed",
+    "step_sync": "how the kit times its steps (the bare loop syncs once, at the end)",
 }
 # Shape options of the other models (the header records every shape option).
 OTHER_MODEL_KEYS = {
@@ -281,8 +283,12 @@ def prepare(request: ParityRequest) -> ParityRequest:
         raise ParityError("--batch and --measured-steps must be positive, --warmup-steps >= 0")
     if request.threads < 0:
         raise ParityError(f"--threads must be >= 0 (0: the kit's default), got {request.threads}")
-    if request.python is not None and not Path(request.python).is_file():
-        raise ParityError(f"--python {request.python}: no such file")
+    python = request.python
+    if python is not None:
+        try:  # as dlperf run checks it: it starts and imports the framework
+            python = check_framework_python(python, [framework])
+        except RuntimeConfigError as error:
+            raise ParityError(str(error)) from None
     options = dict(request.options)
     for name, value in request.options.items():
         if type(value) is int and value in (0, 1):  # channels_last=1: a flag written as 0/1
@@ -290,7 +296,7 @@ def prepare(request: ParityRequest) -> ParityRequest:
                 framework.check_option(name, value)
             except ValueError:
                 options[name] = bool(value)
-    request = replace(request, framework=framework.name, options=options)
+    request = replace(request, framework=framework.name, options=options, python=python)
     plan_case(request)  # the selection and the options, checked now
     return request
 
