@@ -124,6 +124,9 @@ def test_both_sides_get_the_same_interpreter_environment_and_threads() -> None:
                         ("--nodes", "1"), ("--gpus", "1"), ("--dataset", "synthetic")):  # fmt: skip
         assert driver[driver.index(flag) + 1] == value, flag
     assert "channels_last=true" in driver and "--python" not in driver
+    # The driver runs in the repository root: a relative --results is made absolute first.
+    relative = prepare(ParityRequest("pytorch", results=Path("elsewhere")))
+    assert relative.results == Path.cwd() / "elsewhere"
     assert sides["driver"].env["OMP_NUM_THREADS"] == "1" and sides["driver"].terminal
 
 

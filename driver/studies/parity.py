@@ -296,7 +296,11 @@ def prepare(request: ParityRequest) -> ParityRequest:
                 framework.check_option(name, value)
             except ValueError:
                 options[name] = bool(value)
-    request = replace(request, framework=framework.name, options=options, python=python)
+    # The kit's driver runs in the repository root: its --results must not depend on our cwd.
+    results = Path(request.results).absolute()
+    request = replace(
+        request, framework=framework.name, options=options, python=python, results=results
+    )
     plan_case(request)  # the selection and the options, checked now
     return request
 
