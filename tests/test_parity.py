@@ -118,7 +118,7 @@ def test_both_sides_get_the_same_interpreter_environment_and_threads() -> None:
     assert bare.argv[bare.argv.index("--steps") + 1] == "12"
     # The kit side of a round is dlperf run of exactly that case, with the same threads.
     driver = sides["driver"].argv
-    assert driver[1:4] == ["-m", "driver.frontend.cli", "run"]
+    assert driver[1:4] == ["-m", "driver", "run"]
     for flag, value in (("--variant", "default"), ("--amp", "off"), ("--batch", "4"),
                         ("--repeats", "1"), ("--warmup-steps", "3"), ("--measured-steps", "12"),
                         ("--nodes", "1"), ("--gpus", "1"), ("--dataset", "synthetic")):  # fmt: skip
@@ -365,7 +365,7 @@ def fake_runner(
             return 0, kit_log(0, 0.5), ""
         if "--check-options" in argv:
             return 0, json.dumps({OPTIONS_TAG: "pytorch", "options": {"device": "cpu"}}), ""
-        if argv[1:4] == ["-m", "driver.frontend.cli", "run"]:
+        if argv[1:4] == ["-m", "driver", "run"]:
             order.append("kit")
             root = Path(argv[argv.index("--results") + 1]) / argv[argv.index("--session") + 1]
             kit_session(root, case, kit_log(3, kit_step_s(order.count("kit"))))

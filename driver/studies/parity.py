@@ -348,7 +348,7 @@ class SideCommand:
     workdir: str
     terminal: bool = False  # stdout and stderr on a pseudo-terminal (the kit's driver)
     stop_after: str | None = None  # stop the process once a line of its output holds this
-    watch: bool = False  # sample the process's own threads and children's CPU (kit's driver)
+    watch: bool = False  # sample its own threads' and its children's CPU once a second
 
 
 def kit_runtime(request: ParityRequest) -> LocalRuntime:
@@ -419,7 +419,7 @@ def commands(
 def driver_argv(request: ParityRequest, case: Case, results: Path, session: str) -> list[str]:
     """``dlperf run`` of exactly ``case``, one repeat (the driver of this interpreter)."""
     return [
-        sys.executable, "-m", "driver.frontend.cli", "run",
+        sys.executable, "-m", "driver", "run",
         "--framework", request.framework,
         "--profile", request.profile,
         "--model", case.model,
