@@ -164,8 +164,8 @@ def test_the_wait_for_a_node_command_does_not_wake_while_it_runs(tmp_path: Path)
     context switches count this process's wake-ups whatever else the host runs."""
     import resource
 
-    from driver.core.repeatplan import NodeCommand
     from driver.runtimes.local import run_process_group
+    from driver.runtimes.plan import NodeCommand
 
     command = NodeCommand(node="local0", argv=["sleep", "2"])
     before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw

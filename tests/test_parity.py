@@ -1,4 +1,4 @@
-"""``dlperf parity`` (driver.core.parity): ``dlperf run`` beside a bare loop.
+"""``dlperf parity`` (driver.studies.parity): ``dlperf run`` beside a bare loop.
 
 Correctness only, never timing: a real PyTorch pair at tiny shapes through the command line
 (the kit through the whole ``dlperf run``), the options each bare loop is handed and refuses,

@@ -2,7 +2,7 @@
 
 A bare loop (``<Framework>/bare_loop.py``) is the plain training loop anyone would write without
 the kit: build the model, one synthetic batch, forward/backward/step, a timer around whole steps,
-one host sync at the end. ``dlperf parity`` (``driver.core.parity``) runs it beside the kit's
+one host sync at the end. ``dlperf parity`` (``driver.studies.parity``) runs it beside the kit's
 ``dlperf run`` to show the harness's cost. Nothing of the harness (``driver.bench``) is used
 here or in the loops: they share with the kit only the model definitions.
 

@@ -41,8 +41,8 @@ def show(label: str, ms: float, switches: float, wall: float) -> None:
 
 
 def wait(seconds: float, telemetry: bool) -> None:
-    from driver.core.repeatplan import NodeCommand
     from driver.runtimes.local import run_process_group
+    from driver.runtimes.plan import NodeCommand
 
     folder = Path(tempfile.mkdtemp())
     command = NodeCommand(node="local0", argv=["sleep", str(seconds)])
@@ -54,8 +54,8 @@ def wait(seconds: float, telemetry: bool) -> None:
 
 
 def progress_child(seconds: float, out: str) -> None:
-    from driver.core.case import Case, Topology
     from driver.core.progress import Progress
+    from driver.model.case import Case, Topology
 
     case = Case("resnet50", "pytorch", Topology(1, 1), 8, "fp32", "synthetic", repeats=2)
     with Progress([case], print, "rich") as report:
