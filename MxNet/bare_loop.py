@@ -1,65 +1,90 @@
 """A bare MXNet loop of the benchmark's ResNet-50, for ``dlperf parity`` (no harness).
 
-Build the Gluon model (hybridized, as Gluon's own recipes train), one synthetic batch,
-forward/backward/``gluon.Trainer`` SGD as it comes (``mxnet.contrib.amp`` bf16 for the
-low-precision path where this CPU has bf16 kernels), a timer around whole steps, one host sync
-(``waitall``) at the end. Shares with the kit's benchmark only the model definition.
-OMP_NUM_THREADS is read when mxnet loads: the parity command sets it for both sides.
+Build the Gluon model (hybridized with static memory, as Gluon's own recipes train), one
+synthetic batch, forward/backward/``gluon.Trainer`` SGD with momentum (no weight decay on biases
+and norm weights, global-norm clipping), ``mxnet.contrib.amp`` for the low-precision path (bf16
+on CPUs with oneDNN's bf16 kernels, fp16 with loss scaling on GPUs), a timer around whole steps,
+one host sync (``waitall``) at the end. Shares with the kit's benchmark only the model
+definition; takes every option that changes the computation (:data:`OPTIONS`), each applied in
+plain MXNet. mxnet reads OMP_NUM_THREADS when it loads: the loop sets it first.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 
-import mxnet as mx  # noqa: E402
-import numpy as np  # noqa: E402
-from mxnet import autograd, gluon  # noqa: E402
-from mxnet.contrib import amp  # noqa: E402
+from driver.studies.bareloop import COMMON_OPTIONS, only, parse_args, print_result  # noqa: E402
 
-from driver.studies.bareloop import parse_args, print_result  # noqa: E402
-from MxNet.benchmark.models import ImageClassifierLoss, ResNet50V15, initialize  # noqa: E402
-
-
-def bf16_kernels(ctx: mx.Context) -> bool:
-    """Whether a bf16 convolution runs here (oneDNN's bf16 needs AVX-512 on x86)."""
-    bf16 = np.dtype([("bfloat16", np.uint16)])
-    try:
-        data = mx.nd.amp_cast(mx.nd.ones((1, 3, 8, 8), ctx=ctx), dtype=bf16)
-        kernel = mx.nd.amp_cast(mx.nd.ones((4, 3, 3, 3), ctx=ctx), dtype=bf16)
-        mx.nd.Convolution(data, kernel, no_bias=True, num_filter=4, kernel=(3, 3)).wait_to_read()
-    except mx.base.MXNetError:
-        return False
-    return True
+OPTIONS: dict[str, Any] = {
+    **COMMON_OPTIONS,
+    "device": "auto",  # auto: gpu(0) when one is visible, else cpu(0); or cpu(0), gpu(<n>)
+    "amp_dtype": None,  # amp only: None (bf16 on CPU, fp16 on GPU), bfloat16, float16
+    "amp_effective": False,  # a fact it reports: the low-precision kernels run here
+    "hybridize": True,
+}
+REFUSALS = {
+    "device": lambda value: (
+        None if re.fullmatch(r"auto|cpu\(0\)|gpu\(\d+\)", value) else "expected cpu(0) or gpu(N)"
+    ),
+    "amp_dtype": lambda value: (
+        None if value in (None, "bfloat16", "float16") else "expected bfloat16 or float16"
+    ),
+    "optimizer": only("sgd", "MXNet 1.9 has no AdamW of its own (the kit brings one)"),
+    "xla": only(False, "MXNet has no XLA"),
+}
 
 
 def main() -> int:
-    args = parse_args("mxnet")
-    ctx = mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
+    args = parse_args("mxnet", options=OPTIONS, refusals=REFUSALS)
+    options = args.options
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read once, when mxnet loads
+
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd, gluon
+    from mxnet.contrib import amp
+
+    from MxNet.benchmark.models import ImageClassifierLoss, ResNet50V15, initialize
+
+    device = options["device"]
+    if device == "auto":
+        device = "gpu(0)" if mx.context.num_gpus() > 0 else "cpu(0)"
+    ctx = mx.gpu(int(device[4:-1])) if device.startswith("gpu") else mx.cpu()
     amp_dtype = None
     if args.precision == "amp":
-        amp_dtype = "float16" if ctx.device_type == "gpu" else "bfloat16"
-        if amp_dtype == "bfloat16" and not bf16_kernels(ctx):
-            amp_dtype = None  # no bf16 kernels on this CPU: FP32, as the kit's run
-        if amp_dtype is not None:
-            amp.init(target_dtype=amp_dtype)
-    mx.random.seed(1234)
-    size, classes = args.options["image_size"], args.options["num_classes"]
-    net = ImageClassifierLoss(ResNet50V15(num_classes=classes))
+        amp_dtype = options["amp_dtype"] or ("float16" if ctx.device_type == "gpu" else "bfloat16")
+    effective = amp_dtype is not None and low_precision_kernels(mx, np, ctx, amp_dtype)
+    if effective:
+        amp.init(target_dtype=amp_dtype)  # before the model is built: it patches the operators
+    mx.random.seed(options["seed"])
+    size, classes = options["image_size"], options["num_classes"]
+    model = ResNet50V15(num_classes=classes, zero_init_residual=options["zero_init_residual"])
+    net = ImageClassifierLoss(model)
     initialize(net, ctx)
-    net.hybridize(static_alloc=True, static_shape=True)
+    for param in net.collect_params().values():
+        if len(param.shape) <= 1:  # biases and norm parameters: no weight decay
+            param.wd_mult = 0.0
+    if options["hybridize"]:
+        net.hybridize(static_alloc=True, static_shape=True)
     trainer = gluon.Trainer(
         net.collect_params(), "sgd",
-        {"learning_rate": 0.1 * args.batch_size / 256, "momentum": 0.9, "wd": 1e-4},
+        {"learning_rate": options["lr"], "momentum": options["momentum"],
+         "wd": options["weight_decay"]},
     )  # fmt: skip
-    loss_scaling = amp_dtype == "float16"
+    loss_scaling = effective and amp_dtype == "float16"
     if loss_scaling:
         amp.init_trainer(trainer)
     images = mx.nd.random.normal(shape=(args.batch_size, 3, size, size), ctx=ctx)
     labels = mx.nd.random.randint(0, classes, shape=(args.batch_size,), ctx=ctx).astype("float32")
+    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    clip = options["grad_clip"]
 
     def step() -> mx.nd.NDArray:
         with autograd.record():
@@ -69,25 +94,65 @@ def main() -> int:
                     autograd.backward(scaled)
             else:
                 loss.backward()
-        trainer.step(1)
+        if clip > 0:
+            trainer.allreduce_grads()
+            if loss_scaling:
+                amp.unscale(trainer)
+            grads = [g for p in params for g in p.list_grad()]
+            gluon.utils.clip_global_norm(grads, clip, check_isfinite=False)
+            trainer.update(1)
+        else:
+            trainer.step(1)
         return loss
 
     for _ in range(args.warmup_steps):
         step()
     mx.nd.waitall()
-    start = time.perf_counter()
+    cpu_start, start = time.process_time(), time.perf_counter()
     for _ in range(args.steps):
         loss = step()
     mx.nd.waitall()  # the one host sync
-    seconds = time.perf_counter() - start
-    parameters = sum(
-        int(np.prod(p.shape)) for p in net.collect_params().values() if p.grad_req != "null"
-    )
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+
+    optimizer = trainer._optimizer
+    applied = {
+        "device": str(ctx),
+        "amp_dtype": amp_dtype,
+        "amp_effective": effective,
+        "hybridize": bool(net._active),
+        "image_size": int(images.shape[-1]),
+        "num_classes": classes,
+        "zero_init_residual": options["zero_init_residual"],
+        "optimizer": type(optimizer).__name__.lower(),
+        "lr": float(trainer.learning_rate),
+        "momentum": float(optimizer.momentum),
+        "weight_decay": float(optimizer.wd),
+        "grad_clip": clip,
+        "num_threads": int(os.environ["OMP_NUM_THREADS"]),
+        "seed": options["seed"],
+        "xla": False,
+    }
     print_result(
-        "mxnet", args, seconds=seconds, device=str(ctx), loss=float(loss.asscalar()),
-        parameters=parameters, extra={"amp_effective": amp_dtype is not None},
+        "mxnet", args, seconds=seconds, cpu_seconds=cpu_seconds, device=str(ctx),
+        loss=float(loss.asscalar()), applied=applied,
+        parameters=sum(int(np.prod(p.shape)) for p in params),
     )  # fmt: skip
     return 0
+
+
+def low_precision_kernels(mx: Any, np: Any, ctx: Any, dtype: str) -> bool:
+    """Whether a convolution and a dense layer run in ``dtype`` here (oneDNN's bf16 needs
+    AVX-512 on x86); asked before ``amp.init`` patches the operators."""
+    target = np.dtype([("bfloat16", np.uint16)]) if dtype == "bfloat16" else np.float16
+    try:
+        data = mx.nd.amp_cast(mx.nd.ones((1, 3, 8, 8), ctx=ctx), dtype=target)
+        kernel = mx.nd.amp_cast(mx.nd.ones((4, 3, 3, 3), ctx=ctx), dtype=target)
+        conv = mx.nd.Convolution(data, kernel, no_bias=True, num_filter=4, kernel=(3, 3))
+        weight = mx.nd.amp_cast(mx.nd.ones((2, 144), ctx=ctx), dtype=target)
+        mx.nd.FullyConnected(conv, weight, no_bias=True, num_hidden=2).wait_to_read()
+    except mx.base.MXNetError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -70,3 +70,18 @@ def test_rich_progress_draws_a_bar_and_keeps_the_lines(tmp_path: Path, capsys) -
         report.line("a repeat line")
     out = capsys.readouterr().out
     assert "a repeat line" in out and "1/1 repeats" in out
+
+
+def test_the_rich_bar_is_drawn_when_a_repeat_ends_not_in_a_thread(capsys) -> None:  # noqa: ANN001
+    """No refresh thread wakes 10 times a second beside the benchmark (it took ~10 ms of CPU
+    per second); the lines keep their brackets (not read as markup)."""
+    import threading
+
+    cases = calibration_cases(0.002, 8, ["1n1g"], repeats=2, measured_steps=5)
+    before = set(threading.enumerate())
+    with Progress(cases, mode="rich") as report:
+        assert set(threading.enumerate()) == before
+        report.tracker.finished(cases[0], 1.0)
+        report.line("[case 1/1 resnet50] repeat 1/2: 9.50 samples/s")
+    out = capsys.readouterr().out
+    assert "[case 1/1 resnet50] repeat 1/2" in out and "1/2 repeats" in out

@@ -82,6 +82,41 @@ def read_process_table(proc_root: Path = Path("/proc")) -> dict[int, tuple[int, 
     return table
 
 
+def has_children_lists(proc_root: Path = Path("/proc")) -> bool:
+    """Whether the kernel lists each thread's children (``/proc/<pid>/task/<tid>/children``,
+    CONFIG_PROC_CHILDREN; every distribution kernel has it)."""
+    return (proc_root / "self" / "task" / str(threading.get_native_id()) / "children").exists()
+
+
+def read_tree_table(
+    roots: Iterable[int], proc_root: Path = Path("/proc")
+) -> dict[int, tuple[int, int, int]]:
+    """pid -> (ppid, cpu ticks, rss pages) of ``roots`` and their descendants only, found
+    through the kernel's children lists: a few files per process of the tree, however many
+    processes the host runs (reading all of them every sample cost the driver more CPU than
+    everything else it does while a benchmark runs)."""
+    table: dict[int, tuple[int, int, int]] = {}
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in table:
+            continue
+        folder = proc_root / str(pid)
+        try:
+            table[pid] = parse_stat((folder / "stat").read_text())
+            tasks = os.listdir(folder / "task")
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended
+        for tid in tasks:
+            try:
+                stack += [
+                    int(child) for child in (folder / "task" / tid / "children").read_text().split()
+                ]
+            except (OSError, ValueError):
+                continue  # the thread ended
+    return table
+
+
 def process_tree(roots: Iterable[int], table: dict[int, tuple[int, int, int]]) -> set[int]:
     """The roots that still run and all their descendants (through ppid links)."""
     children: dict[int, list[int]] = {}
@@ -247,6 +282,7 @@ class TelemetrySampler:
         self.interval_s = interval_s
         self.proc_root = proc_root
         self.trackers = {node: CpuTracker(pids) for node, pids in roots.items()}
+        self.children_lists = has_children_lists(proc_root)
         self.node_names = node_names or {}
         self.gpu_node = gpu_node if gpu_node in roots else None
         self._nvml_module = nvml_module
@@ -297,7 +333,11 @@ class TelemetrySampler:
 
     def sample_once(self) -> None:
         wall, mono = time.time(), time.monotonic()
-        table = read_process_table(self.proc_root)
+        if self.children_lists:
+            roots = [pid for tracker in self.trackers.values() for pid in tracker.roots]
+            table = read_tree_table(roots, self.proc_root)
+        else:
+            table = read_process_table(self.proc_root)
         for node, tracker in self.trackers.items():
             self._write(
                 node, {"kind": "cpu", "wall": wall, "mono": mono, **tracker.sample(table, mono)}
@@ -407,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stopping.is_set():
         if child is not None and child.poll() is not None:
             break
-        if child is None and not process_tree(pids, read_process_table()):
+        if child is None and not read_tree_table(pids):
             break
         stopping.wait(0.1)
     code = child.wait() if child is not None else 0

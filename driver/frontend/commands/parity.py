@@ -1,4 +1,4 @@
-"""``dlperf parity``: the kit's benchmark beside a bare loop of the same model (harness cost).
+"""``dlperf parity``: ``dlperf run`` beside a bare loop of the same model (harness cost).
 
 The study itself is ``driver.studies.parity``.
 """
@@ -41,12 +41,18 @@ def cmd_parity(args: argparse.Namespace) -> int:
         model=args.model,
         batch_size=args.batch,
         precision=args.precision,
+        variant=args.variant,
+        xla=args.xla == "on",
+        profile=args.profile,
         options=dict(args.option or []),
         rounds=args.rounds,
         warmup_steps=args.warmup_steps,
         measured_steps=args.measured_steps,
         threads=args.threads,
+        python=args.python,
+        results=Path(args.results),
         timeout_s=args.timeout,
+        terminal=args.kit_progress == "terminal",
     )
     try:
         result = run_parity(request, progress=lambda line: print(line, flush=True))
@@ -62,18 +68,44 @@ def cmd_parity(args: argparse.Namespace) -> int:
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     parity = sub.add_parser(
         "parity",
-        help="the kit's benchmark beside a bare loop of the same model, alternating (harness "
-        "cost; on a GPU: the per-step sync's cost)",
+        help="`dlperf run` of one case beside a bare loop of the same model with the same "
+        "options, alternating (harness cost; on a GPU: the per-step sync's cost)",
     )
     parity.add_argument("--framework", required=True)
     parity.add_argument("--model", default="resnet50")
     parity.add_argument("--batch", type=_count(1), default=8, help="per-process batch size")
     parity.add_argument("--precision", choices=("fp32", "amp"), default="fp32")
+    parity.add_argument(
+        "--variant", default="default", help="the option variant of the framework's matrix"
+    )
+    parity.add_argument("--xla", choices=("on", "off"), default="off")
+    parity.add_argument(
+        "--profile", default="auto", help="the matrix profile, as for dlperf run (auto: by host)"
+    )
+    parity.add_argument(
+        "--python",
+        help="an existing framework install's interpreter for both sides (instead of "
+        ".venvs/<framework>)",
+    )
+    parity.add_argument(
+        "--results", default="results", help="the kit's sessions go to RESULTS/parity-<stamp>-..."
+    )
+    parity.add_argument(
+        "--kit-progress",
+        choices=("terminal", "plain"),
+        default="terminal",
+        help="the kit's driver on a pseudo-terminal, with its progress bar (as at a terminal), "
+        "or with plain lines (as in CI logs)",
+    )
     parity.add_argument("--rounds", type=_count(1), default=5, help="alternating pairs")
     parity.add_argument("--warmup-steps", type=_count(0), default=3)
     parity.add_argument("--measured-steps", type=_count(1), default=12)
     parity.add_argument(
-        "--threads", type=_count(0), default=0, help="CPU threads of both sides (0: every core)"
+        "--threads",
+        type=_count(0),
+        default=0,
+        help="CPU threads of both sides (OMP_NUM_THREADS; 0: the kit's default, which the bare "
+        "loop is handed)",
     )
     parity.add_argument("--timeout", type=float, default=1800.0, help="seconds per process")
     parity.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
