@@ -649,12 +649,12 @@ def goal_rows(summary: dict[str, Any]) -> list[list[str]]:
     ]  # fmt: skip
     out = []
     for name, target, value, below, shape in rows:
+        bound = ("< " if below else ">= ") + shape.format(target)
         if value is None:
-            out.append([name, shape.format(target), "not measured", "-"])
+            out.append([name, bound, "not measured", "-"])
             continue
         met = value <= target if below else value >= target
-        out.append([name, ("< " if below else ">= ") + shape.format(target), shape.format(value),
-                    "met" if met else "MISSED"])  # fmt: skip
+        out.append([name, bound, shape.format(value), "met" if met else "MISSED"])
     return out
 
 
