@@ -81,12 +81,15 @@ def oci_guard(marker: str) -> str:
     )
 
 
-def gpu_flags(config: SlurmConfig) -> list[str]:
+def gpu_flags(config: SlurmConfig, count: int | None = None) -> list[str]:
+    """The GPUs per node a job (``slurm.gpus_per_node``) or a step (``count``: its case's, at
+    most the job's) asks for; none where the cluster file asks for none."""
     if not config.gpus_per_node:
         return []
+    count = count or config.gpus_per_node
     if config.gpu_request == "gres":
-        return [f"--gres=gpu:{config.gpus_per_node}"]
-    return [f"--gpus-per-node={config.gpus_per_node}"]
+        return [f"--gres=gpu:{count}"]
+    return [f"--gpus-per-node={count}"]
 
 
 def sbatch_argv(config: SlurmConfig, nodes: int, job_name: str, output: str) -> list[str]:
@@ -111,8 +114,11 @@ def srun_argv(
     tasks_per_node: int,
     cpus_per_task: int,
     container: Container | OciContainer | None,
+    gpus_per_node: int | None = None,
 ) -> list[str]:
-    """One job step on the first ``len(nodes)`` nodes of the job, output labelled per task."""
+    """One job step on the first ``len(nodes)`` nodes of the job, output labelled per task,
+    asking for ``gpus_per_node`` GPUs on each (the case's; None: the job's): Slurm then gives
+    the step exactly the GPUs the node command's CUDA_VISIBLE_DEVICES=0..P-1 names."""
     argv = [
         "srun", f"--jobid={job_id}", f"--job-name={step_name}",
         f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
@@ -121,7 +127,7 @@ def srun_argv(
     ]  # fmt: skip
     if cpus_per_task > 0:
         argv.append(f"--cpus-per-task={cpus_per_task}")
-    argv += gpu_flags(config)
+    argv += gpu_flags(config, gpus_per_node)
     argv.append(f"--mpi={config.mpi}" if config.tasks == "device" else "--mpi=none")
     if container is not None:
         argv += container.flags()
