@@ -39,7 +39,7 @@ from driver.cluster.preflight import GPU_QUERY
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
-from driver.parsers._upstream import LOGGING_MODES, RunHeader, header_line
+from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
 from driver.schema import (
     ConfigError,
     Line,
@@ -455,10 +455,12 @@ _TAGGED_RUN = (
     '{ rc=$( { { "$@"; echo $? >&3; } 2>&1 | sed -u "s/^/$tag/" >&4; } 3>&1 ); } 4>&1'
 )
 # Tasks other than the node's first wait (up to 60 s) until it has written the run header and
-# the host line, which must open the node's log (their stdout).
+# the host line (one printf), which must open the node's log, their stdout (a file: the step
+# script appends every task's output to the node's log).
 _WAIT_FOR_HEADER = (
-    'if [ "${SLURM_LOCALID:?}" != 0 ]; then n=0; '
-    'until [ -s /proc/self/fd/1 ] || [ "$n" -ge 600 ]; do n=$((n+1)); sleep 0.1; done; fi'
+    'if [ "${SLURM_LOCALID:?}" != 0 ] && [ -f /proc/self/fd/1 ]; then n=0; '
+    f'until grep -q "^{HEADER_MARK}" /proc/self/fd/1 || [ "$n" -ge 600 ]; '
+    "do n=$((n+1)); sleep 0.1; done; fi"
 )
 
 
