@@ -133,16 +133,15 @@ def test_pyxis_runs_each_sources_own_image_for_four_nodes(spec: SourceSpec) -> N
         lines = runtime.describe(plan)
         session = plan.session_root.absolute()
         mounts = f"--container-mounts={REPO_ROOT}:{REPO_ROOT}:ro,{session}:{session},/data:/data:ro"
-        container = [f"--container-image={squashfs}", f"--container-name=dlperf-{spec.name}",
-                     mounts, f"--container-workdir={REPO_ROOT}"]  # fmt: skip
-        # Once per image, the build's image as the squashfs pyxis reads; once per job, each
-        # node's named container from it; then the repeat's step in that container.
+        # A fresh container of the image per step (per repeat, as docker gives it), writable:
+        # the source's scripts write where they run, and none finds an earlier run's files.
+        container = [f"--container-image={squashfs}", "--container-writable", mounts,
+                     f"--container-workdir={REPO_ROOT}"]  # fmt: skip
+        # Once per image, the build's image as the squashfs pyxis reads; then the repeat's step.
         enroot = ["enroot", "import", "--output", str(squashfs), f"dockerd://{image.shown}"]
         at = lines.index(f"$ {shlex.join(enroot)}")
         assert f"slurm.image.{spec.name}" in lines[at - 1]
-        create = shlex.split(lines[at + 2].removeprefix("$ "))
-        assert create[:3] == ["srun", "--jobid=<job id>", "--job-name=dlperf-container"]
-        assert create[-5:] == [*container, "true"]
+        assert lines[at + 1] == step_line(lines) and "--container-name" not in lines[at + 1]
         srun, branches = split_step(step_line(lines))
         assert srun[srun.index("--nodes=4") + 1] == f"--nodelist={','.join(NODES)}"
         assert "--ntasks-per-node=1" in srun and "--mpi=none" in srun
@@ -188,6 +187,9 @@ def test_slurm_oci_runs_each_sources_own_image_for_four_nodes(
             f"# once per session: the OCI bundle {bundle} (root from the image {image.shown} "
             f"(the source's image {spec.image}); "
         ) in "\n".join(lines)
+        folders = sorted({launch.directory for launch in spec.launches.values()})
+        said = f"# every repeat: writable copies of {', '.join(folders)} from the image ("
+        assert any(line.startswith(said) for line in lines)
         srun, branches = split_step(step_line(lines))
         assert srun[-1] == f"--container={bundle}" and "--ntasks-per-node=1" in srun
         # No per-task variable reaches an OCI container in Slurm 22.05: nodes by hostname.
@@ -457,6 +459,7 @@ def test_pyxis_imports_a_source_image_once_with_enroot(
     # Named in the cluster file: nothing to import.
     named = SlurmRuntime(config=SlurmConfig(container="pyxis", image={"pytorch-examples": "x"}))
     assert named.platform.import_source_image(plan) == {}
-    allocation = Allocation("1", ["n1"], ["10.0.0.1"], "p", 1, owned=False,
-                            containers={"dlperf-pytorch-examples"})  # fmt: skip
+    # No container to make once per job: each step makes its own from the squashfs.
+    allocation = Allocation("1", ["n1"], ["10.0.0.1"], "p", 1, owned=False)
     assert platform.prepare(plan, allocation) == {"image": image.tag, "squashfs": str(target)}
+    assert allocation.containers == set()

@@ -174,14 +174,20 @@ class Pyxis(SlurmPlatform):
         return session, kit
 
     def container(self, plan: RepeatPlan, session_root: Path) -> Container:
+        """The kit's own scripts: one named container per node and job (the kit's code is
+        mounted, nothing of a run stays in it). An upstream source: a fresh, writable container
+        per step, as docker gives each repeat (its scripts write checkpoints into their folder,
+        and one restores what an earlier run left there: tensorflow-models BERT)."""
         session, kit = self.mounted_folders(session_root)
         mounts = [f"{kit}:{kit}:ro", f"{session}:{session}"]
         mounts += self.config.mounts
+        source = plan.source != "dlperf"
         return Container(
             image=self.image_for(plan.framework, plan.source),
-            name=f"dlperf-{image_key(plan)}",
+            name=None if source else f"dlperf-{image_key(plan)}",
             mounts=tuple(mounts),
             workdir=str(REPO_ROOT),
+            writable=source,
         )
 
     def squashfs(self, image: SourceImage) -> Path:
@@ -270,7 +276,7 @@ class Pyxis(SlurmPlatform):
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:
         made = self.import_source_image(plan)
         container = self.container(plan, plan.session_root)
-        if container.name in allocation.containers:
+        if container.name is None or container.name in allocation.containers:
             return made or None
         try:
             client.slurm(*self.create_argv(allocation, container, len(plan.commands)),
@@ -292,6 +298,8 @@ class Pyxis(SlurmPlatform):
                 f"reads (or set slurm.image.{plan.source})",
                 "$ " + shlex.join(argv),
             ]
+        if container.name is None:  # made by each step
+            return lines
         argv = self.create_argv(allocation, container, len(plan.commands))
         lines.append("# once per job: each node makes its named container")
         return [*lines, "$ " + shlex.join(argv)]
@@ -403,12 +411,29 @@ class SlurmOci(SlurmPlatform):
     def step_guard(self) -> str:
         return oci_guard(oci.MARKER)
 
+    @staticmethod
+    def writable_folders(plan: RepeatPlan) -> list[str]:
+        """Folders of the image a step writes in: an upstream source's model folders (its
+        scripts save checkpoints and logs where they run); none for the kit's own scripts."""
+        if plan.source == "dlperf":
+            return []
+        from driver.sources.base import SOURCES
+
+        spec = getattr(SOURCES.get(plan.source)(), "spec", None)
+        return sorted({launch.directory for launch in spec.launches.values()}) if spec else []
+
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any]:  # noqa: ARG002
-        """The session's bundle for the plan's framework, made once per session (the first
-        repeat that needs it; a resumed session makes it again); its facts for the record."""
+        """The session's bundle for the plan's framework (or source), made once per session
+        (the first repeat that needs it; a resumed session makes it again), and its writable
+        folders made afresh for every repeat; its facts for the record."""
         session_root = Path(plan.session_root)
         destination = self.session_bundle(image_key(plan), session_root)
+        folders = self.writable_folders(plan)
         if destination in self._made:
+            try:
+                oci.refresh_writable(destination, folders)
+            except (oci.OciBundleError, OSError, subprocess.SubprocessError) as error:
+                raise Failure(Verdict.FAILED, f"OCI bundle's folders not made: {error}") from None
             return self._made[destination]
         self.check(session_root)
         kind, value, field_name = self.source(plan.framework, plan.source)
@@ -418,6 +443,7 @@ class SlurmOci(SlurmPlatform):
         session, kit = str(session_root.absolute()), str(REPO_ROOT)
         mounts = [oci.Mount(kit, kit, read_only=True), oci.Mount(session, session)]
         mounts += [oci.parse_mount(mount) for mount in self.config.mounts]
+        mounts += oci.writable_mounts(destination, folders)
         what = f"{self.where}: {field_name}"
         try:
             source = Path(value)
@@ -427,6 +453,7 @@ class SlurmOci(SlurmPlatform):
                 source, destination, mounts, session_label(session_root), what,
                 "fix the path, or name an image (slurm.oci_image)",
             )  # fmt: skip
+            oci.refresh_writable(made, folders)
         except (oci.OciBundleError, OSError, subprocess.SubprocessError) as error:
             raise Failure(Verdict.FAILED, f"OCI bundle not made: {error}") from None
         facts = {
@@ -436,17 +463,26 @@ class SlurmOci(SlurmPlatform):
             "marker": f"/{oci.MARKER}",
             "made_s": round(time.time() - started, 3),
         }
+        if folders:
+            facts["writable"] = folders
         self._made[destination] = facts
         return facts
 
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
         bundle = self.session_bundle(image_key(plan), plan.session_root)
         kind, value, field_name = self.source(plan.framework, plan.source)
-        return [
+        lines = [
             f"# once per session: the OCI bundle {bundle} (root from the {kind} {value} "
             f"({field_name}); config.json with the checkout and the session folder mounted); "
             "oci.conf on the nodes runs it"
         ]
+        folders = self.writable_folders(plan)
+        if folders:
+            lines.append(
+                f"# every repeat: writable copies of {', '.join(folders)} from the image (the "
+                "source's scripts write there; the root stays read-only)"
+            )
+        return lines
 
     def close(self) -> None:
         for bundle in list(self._made):  # hard links of the source: cheap to make again

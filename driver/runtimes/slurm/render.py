@@ -44,15 +44,22 @@ def check_mount_path(path: str, what: str, fix: str) -> str:
 
 @dataclass(frozen=True)
 class Container:
-    """pyxis flags of a step: one named container per node, made once per job and reused."""
+    """pyxis flags of a step: one named container per node, made once per job and reused; or
+    (``name`` None) a container of the image made for the step and removed after it, writable
+    where ``writable`` (an upstream source's: a fresh one per repeat, as docker gives it)."""
 
     image: str
-    name: str
+    name: str | None
     mounts: tuple[str, ...]
     workdir: str
+    writable: bool = False
 
     def flags(self) -> list[str]:
-        flags = [f"--container-image={self.image}", f"--container-name={self.name}"]
+        flags = [f"--container-image={self.image}"]
+        if self.name:
+            flags.append(f"--container-name={self.name}")
+        if self.writable:
+            flags.append("--container-writable")
         if self.mounts:
             flags.append(f"--container-mounts={','.join(self.mounts)}")
         return [*flags, f"--container-workdir={self.workdir}"]
