@@ -187,7 +187,8 @@ def test_slurm_oci_runs_each_sources_own_image_for_four_nodes(
             f"# once per session: the OCI bundle {bundle} (root from the image {image.shown} "
             f"(the source's image {spec.image}); "
         ) in "\n".join(lines)
-        folders = sorted({launch.directory for launch in spec.launches.values()})
+        own = spec.launches[plan.case.model].directory  # the plan's model's folder first
+        folders = [own, *sorted({m.directory for m in spec.launches.values()} - {own}), "/root"]
         said = f"# every repeat: writable copies of {', '.join(folders)} from the image ("
         assert any(line.startswith(said) for line in lines)
         srun, branches = split_step(step_line(lines))

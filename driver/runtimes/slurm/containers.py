@@ -56,6 +56,7 @@ def image_key(plan: RepeatPlan) -> str:
 
 
 UNBUILT = "<unbuilt: base not resolved in images.lock>"
+IMAGE_HOME = "/root"  # the upstream images run as root (as docker starts them)
 
 
 @dataclass(frozen=True)
@@ -414,13 +415,31 @@ class SlurmOci(SlurmPlatform):
     @staticmethod
     def writable_folders(plan: RepeatPlan) -> list[str]:
         """Folders of the image a step writes in: an upstream source's model folders (its
-        scripts save checkpoints and logs where they run); none for the kit's own scripts."""
+        scripts save checkpoints and logs where they run), the plan's model's first, and the
+        home of the images' user, root (``import paddle`` makes ~/.cache; gluon-nlp keeps its
+        vocabulary in ~/.mxnet; the Horovod images' SSH keys are there); none for the kit's
+        own scripts."""
         if plan.source == "dlperf":
             return []
         from driver.sources.base import SOURCES
 
         spec = getattr(SOURCES.get(plan.source)(), "spec", None)
-        return sorted({launch.directory for launch in spec.launches.values()}) if spec else []
+        if spec is None:
+            return []
+        own = spec.launches[plan.case.model].directory
+        others = sorted({launch.directory for launch in spec.launches.values()} - {own})
+        return [own, *others, IMAGE_HOME]
+
+    def _writable(self, plan: RepeatPlan, root: Path, what: str) -> list[str]:
+        """The source's model folders the image's ``root`` holds (a bundle need not hold every
+        model's); the plan's own must be there."""
+        folders = self.writable_folders(plan)
+        if folders and not (root / folders[0].lstrip("/")).is_dir():
+            raise oci.OciBundleError(
+                f"{what}: the image has no folder {folders[0]} (where source {plan.source} "
+                f"runs {plan.case.model}); build the source's image, or fix the bundle"
+            )
+        return [folder for folder in folders if (root / folder.lstrip("/")).is_dir()]
 
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any]:  # noqa: ARG002
         """The session's bundle for the plan's framework (or source), made once per session
@@ -428,13 +447,21 @@ class SlurmOci(SlurmPlatform):
         folders made afresh for every repeat; its facts for the record."""
         session_root = Path(plan.session_root)
         destination = self.session_bundle(image_key(plan), session_root)
-        folders = self.writable_folders(plan)
         if destination in self._made:
+            facts = self._made[destination]
             try:
-                oci.refresh_writable(destination, folders)
+                what = f"{self.where}: {facts['bundle']}"
+                folders = self._writable(plan, destination / "rootfs", what)
+                oci.refresh_writable(destination, facts.get("writable", []))
             except (oci.OciBundleError, OSError, subprocess.SubprocessError) as error:
                 raise Failure(Verdict.FAILED, f"OCI bundle's folders not made: {error}") from None
-            return self._made[destination]
+            if folders and folders[0] not in facts.get("writable", []):
+                raise Failure(
+                    Verdict.FAILED,
+                    f"OCI bundle {destination} was made without {folders[0]} writable; "
+                    "run this case in a session of its own",
+                )
+            return facts
         self.check(session_root)
         kind, value, field_name = self.source(plan.framework, plan.source)
         if field_name.startswith("the source's image"):
@@ -443,16 +470,18 @@ class SlurmOci(SlurmPlatform):
         session, kit = str(session_root.absolute()), str(REPO_ROOT)
         mounts = [oci.Mount(kit, kit, read_only=True), oci.Mount(session, session)]
         mounts += [oci.parse_mount(mount) for mount in self.config.mounts]
-        mounts += oci.writable_mounts(destination, folders)
         what = f"{self.where}: {field_name}"
+        fix = "fix the path, or name an image (slurm.oci_image)"
         try:
             source = Path(value)
             if kind == "image":
                 source = oci.source_from_image(value, self.cache(), log=self.printer)
+            root = oci.bundle_root(source, oci.read_config(source, what, fix), what, fix)
+            folders = self._writable(plan, root, what)
+            mounts += oci.writable_mounts(destination, folders)
             made = oci.make_session_bundle(
-                source, destination, mounts, session_label(session_root), what,
-                "fix the path, or name an image (slurm.oci_image)",
-            )  # fmt: skip
+                source, destination, mounts, session_label(session_root), what, fix
+            )
             oci.refresh_writable(made, folders)
         except (oci.OciBundleError, OSError, subprocess.SubprocessError) as error:
             raise Failure(Verdict.FAILED, f"OCI bundle not made: {error}") from None
