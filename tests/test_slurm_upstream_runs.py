@@ -13,8 +13,11 @@ wrapper, unchanged) -> the slurm runtime -> the source's parser -> the record.
   describes (no ``--gpu``, gloo, ``--use_gpu False``); everything else is the kit's path.
 * ``tensorflow-models-pypi`` (its release from PyPI, BERT) with ``container: none``: its
   environment ``.venvs/tensorflow-models``, which the nodes see on the shared file system.
+* A Horovod source's ranks as Slurm tasks (``tasks: device``, the ``srun --mpi=pmix`` path with
+  ``mpi: none``: Debian's Slurm here has no libpmix), through the stand-in pyxis srun, with a
+  stand-in for the program mpirun would start.
 
-pyxis is not packaged in Debian: its path is rendered in ``test_slurm_upstream.py``.
+pyxis is not packaged in Debian: its lines are rendered in ``test_slurm_upstream.py``.
 """
 
 from __future__ import annotations
@@ -362,3 +365,64 @@ def test_tensorflow_models_pypi_on_a_node_without_a_container(
     assert record.parser == "tf-timehistory" and record.measurement.samples == batch * measured
     assert "Train Step: 30/30" in (folder / "node0.log").read_text()
     assert_ran_on_the_nodes(record, folder, ["n1"])
+
+
+# -- a Horovod source's ranks as Slurm tasks (the pmix path, but for PMIx) ------------------------
+def test_horovod_ranks_start_as_slurm_tasks_through_the_pyxis_path(
+    cluster_env: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ngc-mxnet with ``tasks: device``, 2 nodes x 2 tasks, everything real but PMIx and the
+    image: Debian's Slurm here has no libpmix (its mpi_pmix plug-in cannot start), so the step
+    runs with ``mpi: none``, and pyxis is the stand-in srun of test_slurm_runtime (it records
+    the container flags and runs the step on the node). The program mpirun would start is a
+    stand-in printing the source's rate lines; the task scripts, Slurm's task ids, the tags,
+    one log per node and the source's parser are the kit's."""
+    from tests.test_slurm_runtime import PYXIS_STAND_IN
+
+    stand_in = tmp_path / "bin" / "srun"
+    stand_in.parent.mkdir()
+    stand_in.write_text(PYXIS_STAND_IN)
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("REAL_SRUN", str(shutil.which("srun")))
+    monkeypatch.setenv("PYXIS_LOG", str(tmp_path / "pyxis.log"))
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    spec = SPECS["ngc-mxnet"]
+    folder = tmp_path / "src" / "model"  # the image's folders, on the node here
+    folder.mkdir(parents=True)
+    lines = (
+        'for a in 0 20 40 60 80 100; do printf "INFO:root:Epoch[0] Batch [%d-%d]\\t'
+        'Speed: %d.00 samples/sec\\tLR: 0.1\\n" $a $((a+19)) $((300+a)) >&2; done'
+    )
+    launch = dataclasses.replace(
+        spec.launches["resnet50"], directory=str(folder), flags=(),
+        argv=("mpirun", "--allow-run-as-root", "--tag-output", "-np", "{world}", "-H",
+              "{hosts_slots}", "-x", "NCCL_DEBUG=WARN", "sh", "-c", lines),
+    )  # fmt: skip
+    cpu = dataclasses.replace(spec, workdir=str(tmp_path / "src"), launches={"resnet50": launch})
+    monkeypatch.setitem(SOURCES._entries, "ngc-mxnet", functools.partial(UpstreamSource, cpu))
+    case = Case(
+        model="resnet50", framework="mxnet", topology=Topology(2, 2), batch_size=32,
+        precision="fp32", dataset="synthetic", source="ngc-mxnet", warmup_steps=20,
+        measured_steps=100, total_steps=120, repeats=1, timeout_s=120, profile="test",
+    )  # fmt: skip
+    image = "registry.example#src-ngc-mxnet@sha256:" + "0" * 64
+    config = SlurmConfig(time_limit="10", container="pyxis", tasks="device", mpi="none",
+                         image={"ngc-mxnet": image})  # fmt: skip
+    runtime = SlurmRuntime(config=config, printer=print)
+    try:
+        record, folder_of_repeat = run_one(case, runtime, tmp_path)
+    finally:
+        runtime.close()
+    srun = record.extra["slurm"]["srun"]
+    assert "--ntasks-per-node=2" in srun and "--mpi=none" in srun and "mpirun" not in srun
+    (call,) = (tmp_path / "pyxis.log").read_text().splitlines()  # no container made per job
+    assert call.startswith(f" --container-image={image} --container-writable --container-mounts=")
+    seconds = sum(20 / (300.0 + a) for a in range(20, 120, 20))  # the window's rate lines
+    assert record.parser == "mxnet-speed"
+    assert record.throughput == pytest.approx(100 / seconds)
+    assert_ran_on_the_nodes(record, folder_of_repeat, ["n1", "n2"])
+    for node in range(2):
+        text = (folder_of_repeat / f"node{node}.log").read_text()
+        tags = {line[: line.index("]") + 1] for line in text.splitlines() if line.startswith("[1,")}
+        assert tags == {f"[1,{2 * node}]", f"[1,{2 * node + 1}]"}  # Slurm's task ids
+        assert text.count("DLPERF-UPSTREAM ") == 1
