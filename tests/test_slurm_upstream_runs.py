@@ -112,7 +112,8 @@ def stand_in_image(name: str, base: str, dockerfile: str, inputs: list[str], con
          "--label", "dlperf.test=slurm-upstream", "-t", tag, str(context)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    if built.returncode != 0:  # e.g. no PyPI or Debian mirror reachable from the build
+        require_real(f"the stand-in image {tag} was not built: {built.stderr[-2000:]}")
     return tag
 
 
