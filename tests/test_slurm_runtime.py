@@ -472,12 +472,13 @@ def test_queue_wait_is_visible_and_bounded(cluster_env: SlurmCluster, tmp_path: 
     assert cluster_env.drained() == []
 
 
-def test_upstream_sources_are_refused_before_any_job(
+def test_upstream_sources_are_refused_before_any_job_without_a_container(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An upstream source's code is only in its own image; Slurm steps run the framework's base
-    image (or the nodes' Python), where its node command fails at once at ``cd``. Refused with
-    the fix, in --dry-run and at run time, before anything is submitted (no cluster needed)."""
+    """An upstream source's code is only in its own image; with ``container: none`` Slurm steps
+    run the nodes' own Python, where its node command would fail at once at ``cd``. Refused
+    with the fix (pyxis or oci run the source's image: tests/test_slurm_upstream.py), in
+    --dry-run and at run time, before anything is submitted (no cluster needed)."""
     from driver.core.plan import dry_run_plan
     from driver.frontend.cli import main
     from driver.runtimes.base import RuntimeConfigError
@@ -504,7 +505,8 @@ def test_upstream_sources_are_refused_before_any_job(
     assert "upstream source 'ngc-pytorch' runs in its own image" in outcome.detail
     assert runtime.allocation is None
     # The kit's own scripts are not refused.
-    assert runtime.refused_source(dataclasses.replace(plan, case=PLAN_CASE)) == ""
+    assert runtime.refused(dataclasses.replace(plan, case=PLAN_CASE)) == ""
+    assert "set slurm.container: pyxis or oci" in outcome.detail
     # The CLI's dry run says so and exits 2 (its runtime asks srun whether pyxis is there).
     monkeypatch.setattr(client, "slurm", real_slurm)
     code = main([

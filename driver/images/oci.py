@@ -9,13 +9,16 @@ nodes tells slurmstepd how to call an OCI runtime (runc, crun). slurmstepd reads
 * **A source**, made once per image: ``docker create`` + ``docker export`` of a local image
   into ``<cache>/image-<id>/rootfs``, and ``runc spec``'s ``config.json`` with the image's
   environment; or a bundle the cluster file names (``config.json`` + its root folder).
-* **A session bundle** per session and framework: ``config.json`` adjusted
-  (:func:`adjust_config`: the node's own network and hostname, read-only root, a private
-  ``/tmp``, the kit's checkout read-only and the session folder read-write at their own paths,
-  ``/etc/hosts`` of the node) and ``rootfs`` a hard-linked copy of the source's (a real folder:
-  runc refuses a root reached through a symlink), with :data:`MARKER` at its top. The step's
-  script checks the marker first, so a step that Slurm ran on the host (a node without
+* **A session bundle** per session and framework (or upstream source): ``config.json``
+  adjusted (:func:`adjust_config`: the node's own network and hostname, read-only root, a
+  private ``/tmp``, the kit's checkout read-only and the session folder read-write at their own
+  paths, ``/etc/hosts`` of the node) and ``rootfs`` a hard-linked copy of the source's (a real
+  folder: runc refuses a root reached through a symlink), with :data:`MARKER` at its top. The
+  step's script checks the marker first, so a step that Slurm ran on the host (a node without
   ``oci.conf`` treats ``--container`` as advisory) fails at once instead of measuring the host.
+  Folders a step writes in (an upstream script's own folder, where it saves checkpoints) are
+  mounted read-write from copies beside the root, made afresh for every repeat
+  (:func:`refresh_writable`).
 
 Every call is an argv list; nothing here goes through a shell.
 """
@@ -240,6 +243,30 @@ def make_session_bundle(
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return destination
+
+
+WRITABLE = "writable"  # beside rootfs in a session bundle: copies of folders a step writes in
+
+
+def writable_mounts(bundle: Path, folders: list[str]) -> list[Mount]:
+    """Read-write bind mounts, over the read-only root, of copies of ``folders`` (absolute
+    paths in the root) kept in ``bundle``/writable (made by :func:`refresh_writable`)."""
+    return [Mount(str(Path(bundle) / WRITABLE / str(index)), folder)
+            for index, folder in enumerate(folders)]  # fmt: skip
+
+
+def refresh_writable(bundle: Path, folders: list[str]) -> None:
+    """Make each copy of :func:`writable_mounts` afresh from the bundle's root: a real copy,
+    never hard links (the root's files are the cached source's, which a write through a link
+    would change), so that each repeat starts from the image's files."""
+    for mount in writable_mounts(bundle, folders):
+        copy, original = Path(mount.source), Path(bundle) / "rootfs" / mount.destination.lstrip("/")
+        if not original.is_dir():
+            raise OciBundleError(f"{original}: no folder {mount.destination} in the image's root")
+        shutil.rmtree(copy, ignore_errors=True)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", "--", str(original), str(copy)], check=True,
+                       capture_output=True)  # fmt: skip
 
 
 def slurm_oci_conf(runtime: str = "runc") -> str:

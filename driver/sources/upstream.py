@@ -39,7 +39,7 @@ from driver.cluster.preflight import GPU_QUERY
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
-from driver.parsers._upstream import LOGGING_MODES, RunHeader, header_line
+from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
 from driver.schema import (
     ConfigError,
     Line,
@@ -385,8 +385,9 @@ def device_script(procs: int) -> str:
     ids = ",".join(str(i) for i in range(procs))
     need = (
         f'printf "dlperf: pre-flight: the case needs GPU(s) {ids} (CUDA_VISIBLE_DEVICES={ids}); '
-        "this node lists: %s (%s): give the container those GPUs (inventory container.gpus) or "
-        'repair the node\\n" "$(printf "%s" "$listed" | tr "\\n" ";")" "$used" >&2; exit 2'
+        "this node lists: %s (%s): give the container those GPUs (inventory container.gpus; "
+        'under Slurm: slurm.gpus_per_node) or repair the node\\n" '
+        '"$(printf "%s" "$listed" | tr "\\n" ";")" "$used" >&2; exit 2'
     )
     return (
         f"export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={ids}; "
@@ -408,6 +409,82 @@ def wrapper_script(directory: str, collect: str | None, procs: int | None = None
     parts += ['"$@"', "rc=$?"]
     if collect:
         parts.append(f"if [ -f {quoted} ]; then cat {quoted}; fi")
+    parts.append("exit $rc")
+    return "; ".join(parts)
+
+
+# mpirun's options in the mpi-head templates, by how many values follow each: what a rank's own
+# argv leaves out when the scheduler starts every rank itself (``srun --mpi=pmix``).
+MPIRUN_OPTIONS = {
+    "--allow-run-as-root": 0, "--tag-output": 0, "-np": 1, "-n": 1, "-H": 1, "--host": 1,
+    "-bind-to": 1, "--bind-to": 1, "-map-by": 1, "--map-by": 1, "-x": 1, "-mca": 2, "--mca": 2,
+}  # fmt: skip
+
+
+def rank_program(argv: list[str], where: str) -> tuple[list[str], dict[str, str]]:
+    """An ``mpirun ... program`` argv split into the program every rank runs and the variables
+    ``-x NAME=VALUE`` sets for them (``-x NAME`` passes the launcher's own: a task has it
+    already). An option not in :data:`MPIRUN_OPTIONS` is a ValueError naming ``where``."""
+    if not argv or Path(argv[0]).name != "mpirun":
+        raise ValueError(f"{where}: the command does not start with mpirun: {shlex.join(argv)}")
+    env: dict[str, str] = {}
+    index = 1
+    while index < len(argv) and argv[index].startswith("-"):
+        option = argv[index]
+        if option not in MPIRUN_OPTIONS:
+            raise ValueError(
+                f"{where}: mpirun option {option!r} is not known to the kit (MPIRUN_OPTIONS in "
+                "driver/sources/upstream.py): add it with the number of values it takes"
+            )
+        values = argv[index + 1 : index + 1 + MPIRUN_OPTIONS[option]]
+        if option == "-x" and values and "=" in values[0]:
+            name, _, value = values[0].partition("=")
+            env[name] = value
+        index += 1 + MPIRUN_OPTIONS[option]
+    if index >= len(argv):
+        raise ValueError(f"{where}: mpirun starts no program: {shlex.join(argv)}")
+    return argv[index:], env
+
+
+# A task's lines carry its global rank as mpirun --tag-output would write them ("[1,R]<stdout>:"),
+# so the parsers read a scheduler-started run's logs as they read mpirun's.
+_TASK_TAG = 'tag="[1,${SLURM_PROCID:?}]<stdout>:"'
+# The run's output through the tag, one write per line (sed -u: the node's tasks append to one
+# log), keeping the program's exit code (POSIX sh has no pipefail).
+_TAGGED_RUN = (
+    '{ rc=$( { { "$@"; echo $? >&3; } 2>&1 | sed -u "s/^/$tag/" >&4; } 3>&1 ); } 4>&1'
+)
+# Tasks other than the node's first wait (up to 60 s) until it has written the run header and
+# the host line (one printf), which must open the node's log, their stdout (a file: the step
+# script appends every task's output to the node's log).
+_WAIT_FOR_HEADER = (
+    'if [ "${SLURM_LOCALID:?}" != 0 ] && [ -f /proc/self/fd/1 ]; then n=0; '
+    f'until grep -q "^{HEADER_MARK}" /proc/self/fd/1 || [ "$n" -ge 600 ]; '
+    "do n=$((n+1)); sleep 0.1; done; fi"
+)
+
+
+def task_script(directory: str, collect: str | None, procs: int) -> str:
+    """The shell program of one task when the scheduler starts every rank (``srun --mpi=pmix``,
+    one task per GPU): :func:`wrapper_script`'s steps for a node's tasks sharing one log. The
+    node's first task (``SLURM_LOCALID`` 0) prints the run header and the host line, the others
+    wait for them; every task narrows and checks the GPUs; each task's output is tagged with its
+    rank (``SLURM_PROCID``); global rank 0 prints the step-log file after its run."""
+    parts = [_WAIT_FOR_HEADER, device_script(procs), _TASK_TAG]
+    parts.append(
+        'if [ "$SLURM_LOCALID" = 0 ]; then host=$(' + HOST_PROBE + '); '
+        'if [ -n "$host" ]; then printf "%s\\n%s\\n" "$1" "$host"; '
+        'else printf "%s\\n" "$1"; fi; fi'
+    )
+    parts += ["shift", f"cd {shlex.quote(directory)} || exit 1"]
+    first = '[ "$SLURM_PROCID" = 0 ]'
+    if collect:
+        quoted = shlex.quote(collect)
+        folder = shlex.quote(str(Path(collect).parent))
+        parts.append(f"if {first}; then rm -f {quoted} && mkdir -p {folder}; fi")
+    parts.append(_TAGGED_RUN)
+    if collect:
+        parts.append(f'if {first} && [ -f {quoted} ]; then sed -u "" {quoted}; fi')
     parts.append("exit $rc")
     return "; ".join(parts)
 
@@ -522,6 +599,27 @@ class UpstreamSource:
             "sh", "-c", script, "dlperf-upstream", header,
             *self.launch_argv(case, rank, batch_size),
         ]  # fmt: skip
+
+
+    def task_command(self, case: Case, rank: NodeRank, batch_size: int) -> list[str]:
+        """What each task of node ``rank`` runs when the scheduler starts every rank itself
+        (``srun --mpi=pmix``, one task per GPU) instead of node 0's mpirun over SSH: the
+        program mpirun would start, with the variables its ``-x NAME=VALUE`` sets, in
+        :func:`task_script`. Only for ``launch: mpi-head`` models (a ValueError otherwise: a
+        per-node source starts its own launcher on every node)."""
+        launch = self.launch_for(case)
+        if launch.launch != "mpi-head":
+            raise ValueError(
+                f"{case.id}: source {self.name} {case.model} starts its own launcher on every "
+                "node (launch: per-node), not one process per GPU"
+            )
+        where = f"{self.spec.path}: models.{case.model}.argv"
+        program, env = rank_program(self.launch_argv(case, rank, batch_size), where)
+        if env:
+            program = ["env", *(f"{key}={value}" for key, value in env.items()), *program]
+        header = header_line(self.header(case, rank, batch_size))
+        script = task_script(launch.directory, launch.collect, rank.procs_per_node)
+        return ["sh", "-c", script, "dlperf-upstream", header, *program]
 
 
 def spec_files(root: Path = REPO_ROOT) -> list[Path]:

@@ -12,15 +12,27 @@ else none):
   calling runc or crun): a bundle per session made from ``slurm.oci_bundle`` or from the local
   image ``slurm.oci_image`` (exported once per image), the checkout and the session folder
   mounted at their own paths (``driver/images/oci.py``); the image's ``python3`` runs the step.
+
+An upstream source's code is only in its own image (``src-<source>``, built by ``dlperf images
+build``), so a source's step runs that image, never the framework's: under pyxis the entry
+``slurm.image.<source>`` (a registry image in enroot's form, or a squashfs file the nodes read),
+else a squashfs the kit imports once per image from the local build (``enroot import
+dockerd://``) into ``.dlperf/enroot`` of the checkout (the nodes see it: a shared file system);
+under Slurm's OCI containers ``slurm.oci_bundle.<source>`` or ``slurm.oci_image.<source>``,
+else the local build exported into a bundle like any image. Its node command (the source's
+``sh -c`` wrapper) runs unchanged. ``none`` runs no image: a source is refused there, except a
+PyPI source (``<source>-pypi``), whose environment is ``.venvs/<source>`` beside the kit's.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,6 +47,63 @@ from driver.runtimes.slurm.render import Container, OciContainer, check_mount_pa
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
+
+
+def image_key(plan: RepeatPlan) -> str:
+    """What picks a step's image: the framework (the kit's own scripts) or the upstream source
+    (its code is in its own image). Also the key of ``slurm.image``/``oci_*`` entries."""
+    return plan.framework if plan.source == "dlperf" else plan.source
+
+
+UNBUILT = "<unbuilt: base not resolved in images.lock>"
+IMAGE_HOME = "/root"  # the upstream images run as root (as docker starts them)
+
+
+@dataclass(frozen=True)
+class SourceImage:
+    """The image an upstream source's code is in, as ``dlperf images build <name>`` makes it
+    from today's inputs (its Dockerfile, its base's images.lock digest)."""
+
+    source: str
+    name: str  # src-<source>
+    tag: str | None  # dlperf/src-<source>:<inputs hash>; None: not plannable (``why``)
+    why: str = ""
+
+    @classmethod
+    def of(cls, source: str) -> SourceImage:
+        from driver.images.build import BuildOptions, plan_images
+        from driver.images.lock import LockError
+        from driver.sources.base import SOURCES
+
+        name = str(SOURCES.get(source)().image)
+        try:
+            tag = plan_images([name], BuildOptions(log=lambda _line: None))[name].tag
+        except LockError as error:  # e.g. an NGC base whose digest is not resolved yet
+            return cls(source, name, None, str(error))
+        return cls(source, name, tag)
+
+    @property
+    def shown(self) -> str:
+        """The tag, or what stands for it in a dry run."""
+        return self.tag or f"dlperf/{self.name}:{UNBUILT}"
+
+    def built(self) -> str:
+        """Its tag, built on this host; a ``job.Failure`` with the fix otherwise."""
+        from driver.images.build import BuildOptions, resolve_image
+        from driver.images.lock import LockError
+
+        try:
+            return resolve_image(self.name, BuildOptions(log=lambda _line: None)).tag
+        except (LockError, OSError) as error:
+            raise Failure(
+                Verdict.FAILED, f"source {self.source}: its image {self.name}: {error}"
+            ) from None
+        except Exception as error:  # noqa: BLE001 - the docker SDK's errors: no engine here
+            raise Failure(
+                Verdict.FAILED,
+                f"source {self.source}: its image {self.name} cannot be read from docker here "
+                f"({error}); build it where docker runs (`dlperf images build {self.name}`)",
+            ) from None
 
 
 class SlurmPlatform(ContainerPlatform):
@@ -52,7 +121,7 @@ class SlurmPlatform(ContainerPlatform):
         self.where = where  # the cluster file, for messages
         self.printer = printer
 
-    def container(self, framework: str, session_root: Path) -> Container | OciContainer | None:  # noqa: ARG002
+    def container(self, plan: RepeatPlan, session_root: Path) -> Container | OciContainer | None:  # noqa: ARG002
         """What a step's ``srun`` line adds (None: no flag)."""
         return None
 
@@ -69,7 +138,7 @@ class SlurmPlatform(ContainerPlatform):
         """A first line of the step's script that must pass ("" for none)."""
         return ""
 
-    def step_environment(self, framework: str) -> dict[str, str]:  # noqa: ARG002
+    def step_environment(self, plan: RepeatPlan) -> dict[str, str]:  # noqa: ARG002
         """Environment every node command gets unless it sets its own."""
         return {}
 
@@ -83,6 +152,7 @@ class Pyxis(SlurmPlatform):
 
     name = "pyxis"
     prepare_timing = "container_create_s"
+    runs_sources = True
 
     def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
         return "python3"  # the image's
@@ -104,20 +174,38 @@ class Pyxis(SlurmPlatform):
         )
         return session, kit
 
-    def container(self, framework: str, session_root: Path) -> Container:
+    def container(self, plan: RepeatPlan, session_root: Path) -> Container:
+        """The kit's own scripts: one named container per node and job (the kit's code is
+        mounted, nothing of a run stays in it). An upstream source: a fresh, writable container
+        per step, as docker gives each repeat (its scripts write checkpoints into their folder,
+        and one restores what an earlier run left there: tensorflow-models BERT)."""
         session, kit = self.mounted_folders(session_root)
         mounts = [f"{kit}:{kit}:ro", f"{session}:{session}"]
         mounts += self.config.mounts
+        source = plan.source != "dlperf"
         return Container(
-            image=self.image_for(framework),
-            name=f"dlperf-{framework}",
+            image=self.image_for(plan.framework, plan.source),
+            name=None if source else f"dlperf-{image_key(plan)}",
             mounts=tuple(mounts),
             workdir=str(REPO_ROOT),
+            writable=source,
         )
 
-    def image_for(self, framework: str) -> str:
-        """pyxis image: ``slurm.image``, else the framework's GPU base by its images.lock digest
-        in enroot's form (``registry#repository@sha256:...``)."""
+    def squashfs(self, image: SourceImage) -> Path:
+        """Where the kit keeps a source image's squashfs for pyxis (the checkout is on a file
+        system the nodes share; a path without ',' or ':', which pyxis would split)."""
+        tag = image.tag or f"{image.name}:<unbuilt>"
+        return REPO_ROOT / ".dlperf" / "enroot" / f"{tag.rsplit('/', 1)[-1].replace(':', '-')}.sqsh"
+
+    def image_for(self, framework: str, source: str = "dlperf") -> str:
+        """pyxis image: ``slurm.image`` (the source's entry for an upstream source, else the
+        framework's or ``default``), else the framework's GPU base by its images.lock digest
+        in enroot's form (``registry#repository@sha256:...``), or for a source the squashfs
+        of its built image (:meth:`squashfs`)."""
+        if source != "dlperf":
+            if source in self.config.image:
+                return self.config.image[source]
+            return str(self.squashfs(SourceImage.of(source)))
         if framework in self.config.image:
             return self.config.image[framework]
         if "default" in self.config.image:
@@ -149,10 +237,48 @@ class Pyxis(SlurmPlatform):
             *container.flags(), "true",
         ]  # fmt: skip
 
+    def import_source_image(self, plan: RepeatPlan) -> dict[str, Any]:
+        """The source's built image as the squashfs pyxis reads (:meth:`squashfs`), imported
+        from this host's docker once per image; {} when ``slurm.image`` names the source's."""
+        if plan.source == "dlperf" or plan.source in self.config.image:
+            return {}
+        image = SourceImage.of(plan.source)
+        tag = image.built()
+        target = self.squashfs(image)
+        facts = {"image": tag, "squashfs": str(target)}
+        if target.is_file():
+            return facts
+        enroot = shutil.which("enroot")
+        if not enroot:
+            raise Failure(
+                Verdict.FAILED,
+                f"source {plan.source}: pyxis reads its image {tag} from a squashfs the kit "
+                "makes with enroot, which is not on this host: run `enroot import --output "
+                f"{target} dockerd://{tag}` where enroot and the image are, or set "
+                f"slurm.image.{plan.source} (a registry copy of the image, or a squashfs path)",
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.unlink(missing_ok=True)
+        started = time.time()
+        self.printer(f"pyxis: importing {tag} into {target} (once per image)")
+        argv = [enroot, "import", "--output", str(partial), f"dockerd://{tag}"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+            if done.returncode != 0:
+                said = (done.stderr or done.stdout).strip().splitlines()
+                raise OSError(f"exit {done.returncode}: {said[-1] if said else 'no message'}")
+            os.replace(partial, target)
+        except (OSError, subprocess.SubprocessError) as error:
+            partial.unlink(missing_ok=True)
+            raise Failure(Verdict.FAILED, f"enroot could not import {tag}: {error}") from None
+        return {**facts, "import_s": round(time.time() - started, 3)}
+
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:
-        container = self.container(plan.framework, plan.session_root)
-        if container.name in allocation.containers:
-            return None
+        made = self.import_source_image(plan)
+        container = self.container(plan, plan.session_root)
+        if container.name is None or container.name in allocation.containers:
+            return made or None
         try:
             client.slurm(*self.create_argv(allocation, container, len(plan.commands)),
                          timeout=3600)  # fmt: skip
@@ -160,12 +286,24 @@ class Pyxis(SlurmPlatform):
             detail = f"pyxis could not make {container.name}: {error}"
             raise Failure(Verdict.FAILED, detail) from None
         allocation.containers.add(container.name)
-        return {}
+        return made
 
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:
-        container = self.container(plan.framework, plan.session_root)
+        container = self.container(plan, plan.session_root)
+        lines = []
+        if plan.source != "dlperf" and plan.source not in self.config.image:
+            image = SourceImage.of(plan.source)
+            argv = ["enroot", "import", "--output", container.image, f"dockerd://{image.shown}"]
+            lines += [
+                f"# once per image: the source's image {image.name} as the squashfs pyxis "
+                f"reads (or set slurm.image.{plan.source})",
+                "$ " + shlex.join(argv),
+            ]
+        if container.name is None:  # made by each step
+            return lines
         argv = self.create_argv(allocation, container, len(plan.commands))
-        return ["# once per job: each node makes its named container", "$ " + shlex.join(argv)]
+        lines.append("# once per job: each node makes its named container")
+        return [*lines, "$ " + shlex.join(argv)]
 
 
 class SlurmOci(SlurmPlatform):
@@ -174,6 +312,7 @@ class SlurmOci(SlurmPlatform):
 
     name = "oci"
     prepare_timing = "bundle_s"
+    runs_sources = True
     # Slurm 22.05 writes an OCI container's environment before it sets the per-task variables:
     # none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches the step's script.
     by_hostname = True
@@ -192,17 +331,27 @@ class SlurmOci(SlurmPlatform):
             return Path(self.config.oci_cache)
         return REPO_ROOT / ".dlperf" / "oci"
 
-    def session_bundle(self, framework: str, session_root: Path) -> Path:
-        """The session's bundle of ``framework`` (made by the first repeat that needs it)."""
-        return self.cache() / f"session-{session_label(session_root)}" / framework
+    def session_bundle(self, key: str, session_root: Path) -> Path:
+        """The session's bundle of ``key`` (a framework, or an upstream source: ``image_key``),
+        made by the first repeat that needs it."""
+        return self.cache() / f"session-{session_label(session_root)}" / key
 
-    def container(self, framework: str, session_root: Path) -> OciContainer:
-        return OciContainer(str(self.session_bundle(framework, session_root)))
+    def container(self, plan: RepeatPlan, session_root: Path) -> OciContainer:
+        return OciContainer(str(self.session_bundle(image_key(plan), session_root)))
 
-    def source(self, framework: str) -> tuple[str, str, str]:
-        """Where ``framework``'s bundle comes from: (``bundle`` or ``image``, the value, the
-        field that set it); a framework's own entry before ``default``, a bundle before an
-        image. A one-line RuntimeConfigError naming the fields when neither is set."""
+    def source(self, framework: str, source: str = "dlperf") -> tuple[str, str, str]:
+        """Where a bundle comes from: (``bundle`` or ``image``, the value, the field that set
+        it); a framework's own entry before ``default``, a bundle before an image. An upstream
+        source: its own entry, else its image as built here (never ``default``: the source's
+        code is only in its image). A one-line RuntimeConfigError naming the fields when
+        neither is set."""
+        if source != "dlperf":
+            if source in self.config.oci_bundle:
+                return "bundle", self.config.oci_bundle[source], f"slurm.oci_bundle.{source}"
+            if source in self.config.oci_image:
+                return "image", self.config.oci_image[source], f"slurm.oci_image.{source}"
+            image = SourceImage.of(source)
+            return "image", image.shown, f"the source's image {image.name}"
         for key in (framework, "default"):
             if key in self.config.oci_bundle:
                 return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
@@ -235,11 +384,18 @@ class SlurmOci(SlurmPlatform):
                 raise RuntimeConfigError(str(error)) from None
         self._checked = True
 
-    def step_environment(self, framework: str) -> dict[str, str]:
+    def step_environment(self, plan: RepeatPlan) -> dict[str, str]:
         """The PATH the bundle's config.json sets (the image's environment): Slurm appends the
         submitting shell's environment to the bundle's, and its PATH would hide the image's
-        (python3 of the image, e.g. /opt/venv/bin)."""
-        kind, value, field_name = self.source(framework)
+        (python3 of the image, e.g. /opt/venv/bin). A source's own image not built here yet
+        adds none (the repeat fails when it makes the bundle, with the fix)."""
+        kind, value, field_name = self.source(plan.framework, plan.source)
+        if field_name.startswith("the source's image") and value not in self._paths:
+            try:
+                env = oci.image_facts(value)[1]
+            except oci.OciBundleError:
+                return {}
+            self._paths[value] = oci.config_path_variable({"process": {"env": env}})
         if value not in self._paths:
             try:
                 if kind == "bundle":
@@ -256,28 +412,77 @@ class SlurmOci(SlurmPlatform):
     def step_guard(self) -> str:
         return oci_guard(oci.MARKER)
 
+    @staticmethod
+    def writable_folders(plan: RepeatPlan) -> list[str]:
+        """Folders of the image a step writes in: an upstream source's model folders (its
+        scripts save checkpoints and logs where they run), the plan's model's first, and the
+        home of the images' user, root (``import paddle`` makes ~/.cache; gluon-nlp keeps its
+        vocabulary in ~/.mxnet; the Horovod images' SSH keys are there); none for the kit's
+        own scripts."""
+        if plan.source == "dlperf":
+            return []
+        from driver.sources.base import SOURCES
+
+        spec = getattr(SOURCES.get(plan.source)(), "spec", None)
+        if spec is None:
+            return []
+        own = spec.launches[plan.case.model].directory
+        others = sorted({launch.directory for launch in spec.launches.values()} - {own})
+        return [own, *others, IMAGE_HOME]
+
+    def _writable(self, plan: RepeatPlan, root: Path, what: str) -> list[str]:
+        """The source's model folders the image's ``root`` holds (a bundle need not hold every
+        model's); the plan's own must be there."""
+        folders = self.writable_folders(plan)
+        if folders and not (root / folders[0].lstrip("/")).is_dir():
+            raise oci.OciBundleError(
+                f"{what}: the image has no folder {folders[0]} (where source {plan.source} "
+                f"runs {plan.case.model}); build the source's image, or fix the bundle"
+            )
+        return [folder for folder in folders if (root / folder.lstrip("/")).is_dir()]
+
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any]:  # noqa: ARG002
-        """The session's bundle for the plan's framework, made once per session (the first
-        repeat that needs it; a resumed session makes it again); its facts for the record."""
+        """The session's bundle for the plan's framework (or source), made once per session
+        (the first repeat that needs it; a resumed session makes it again), and its writable
+        folders made afresh for every repeat; its facts for the record."""
         session_root = Path(plan.session_root)
-        destination = self.session_bundle(plan.framework, session_root)
+        destination = self.session_bundle(image_key(plan), session_root)
         if destination in self._made:
-            return self._made[destination]
+            facts = self._made[destination]
+            try:
+                what = f"{self.where}: {facts['bundle']}"
+                folders = self._writable(plan, destination / "rootfs", what)
+                oci.refresh_writable(destination, facts.get("writable", []))
+            except (oci.OciBundleError, OSError, subprocess.SubprocessError) as error:
+                raise Failure(Verdict.FAILED, f"OCI bundle's folders not made: {error}") from None
+            if folders and folders[0] not in facts.get("writable", []):
+                raise Failure(
+                    Verdict.FAILED,
+                    f"OCI bundle {destination} was made without {folders[0]} writable; "
+                    "run this case in a session of its own",
+                )
+            return facts
         self.check(session_root)
-        kind, value, field_name = self.source(plan.framework)
+        kind, value, field_name = self.source(plan.framework, plan.source)
+        if field_name.startswith("the source's image"):
+            value = SourceImage.of(plan.source).built()
         started = time.time()
         session, kit = str(session_root.absolute()), str(REPO_ROOT)
         mounts = [oci.Mount(kit, kit, read_only=True), oci.Mount(session, session)]
         mounts += [oci.parse_mount(mount) for mount in self.config.mounts]
         what = f"{self.where}: {field_name}"
+        fix = "fix the path, or name an image (slurm.oci_image)"
         try:
             source = Path(value)
             if kind == "image":
                 source = oci.source_from_image(value, self.cache(), log=self.printer)
+            root = oci.bundle_root(source, oci.read_config(source, what, fix), what, fix)
+            folders = self._writable(plan, root, what)
+            mounts += oci.writable_mounts(destination, folders)
             made = oci.make_session_bundle(
-                source, destination, mounts, session_label(session_root), what,
-                "fix the path, or name an image (slurm.oci_image)",
-            )  # fmt: skip
+                source, destination, mounts, session_label(session_root), what, fix
+            )
+            oci.refresh_writable(made, folders)
         except (oci.OciBundleError, OSError, subprocess.SubprocessError) as error:
             raise Failure(Verdict.FAILED, f"OCI bundle not made: {error}") from None
         facts = {
@@ -287,17 +492,26 @@ class SlurmOci(SlurmPlatform):
             "marker": f"/{oci.MARKER}",
             "made_s": round(time.time() - started, 3),
         }
+        if folders:
+            facts["writable"] = folders
         self._made[destination] = facts
         return facts
 
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
-        bundle = self.session_bundle(plan.framework, plan.session_root)
-        kind, value, field_name = self.source(plan.framework)
-        return [
+        bundle = self.session_bundle(image_key(plan), plan.session_root)
+        kind, value, field_name = self.source(plan.framework, plan.source)
+        lines = [
             f"# once per session: the OCI bundle {bundle} (root from the {kind} {value} "
             f"({field_name}); config.json with the checkout and the session folder mounted); "
             "oci.conf on the nodes runs it"
         ]
+        folders = self.writable_folders(plan)
+        if folders:
+            lines.append(
+                f"# every repeat: writable copies of {', '.join(folders)} from the image (the "
+                "source's scripts write there; the root stays read-only)"
+            )
+        return lines
 
     def close(self) -> None:
         for bundle in list(self._made):  # hard links of the source: cheap to make again

@@ -44,15 +44,22 @@ def check_mount_path(path: str, what: str, fix: str) -> str:
 
 @dataclass(frozen=True)
 class Container:
-    """pyxis flags of a step: one named container per node, made once per job and reused."""
+    """pyxis flags of a step: one named container per node, made once per job and reused; or
+    (``name`` None) a container of the image made for the step and removed after it, writable
+    where ``writable`` (an upstream source's: a fresh one per repeat, as docker gives it)."""
 
     image: str
-    name: str
+    name: str | None
     mounts: tuple[str, ...]
     workdir: str
+    writable: bool = False
 
     def flags(self) -> list[str]:
-        flags = [f"--container-image={self.image}", f"--container-name={self.name}"]
+        flags = [f"--container-image={self.image}"]
+        if self.name:
+            flags.append(f"--container-name={self.name}")
+        if self.writable:
+            flags.append("--container-writable")
         if self.mounts:
             flags.append(f"--container-mounts={','.join(self.mounts)}")
         return [*flags, f"--container-workdir={self.workdir}"]
@@ -81,12 +88,15 @@ def oci_guard(marker: str) -> str:
     )
 
 
-def gpu_flags(config: SlurmConfig) -> list[str]:
+def gpu_flags(config: SlurmConfig, count: int | None = None) -> list[str]:
+    """The GPUs per node a job (``slurm.gpus_per_node``) or a step (``count``: its case's, at
+    most the job's) asks for; none where the cluster file asks for none."""
     if not config.gpus_per_node:
         return []
+    count = count or config.gpus_per_node
     if config.gpu_request == "gres":
-        return [f"--gres=gpu:{config.gpus_per_node}"]
-    return [f"--gpus-per-node={config.gpus_per_node}"]
+        return [f"--gres=gpu:{count}"]
+    return [f"--gpus-per-node={count}"]
 
 
 def sbatch_argv(config: SlurmConfig, nodes: int, job_name: str, output: str) -> list[str]:
@@ -111,8 +121,11 @@ def srun_argv(
     tasks_per_node: int,
     cpus_per_task: int,
     container: Container | OciContainer | None,
+    gpus_per_node: int | None = None,
 ) -> list[str]:
-    """One job step on the first ``len(nodes)`` nodes of the job, output labelled per task."""
+    """One job step on the first ``len(nodes)`` nodes of the job, output labelled per task,
+    asking for ``gpus_per_node`` GPUs on each (the case's; None: the job's): Slurm then gives
+    the step exactly the GPUs the node command's CUDA_VISIBLE_DEVICES=0..P-1 names."""
     argv = [
         "srun", f"--jobid={job_id}", f"--job-name={step_name}",
         f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
@@ -121,7 +134,7 @@ def srun_argv(
     ]  # fmt: skip
     if cpus_per_task > 0:
         argv.append(f"--cpus-per-task={cpus_per_task}")
-    argv += gpu_flags(config)
+    argv += gpu_flags(config, gpus_per_node)
     argv.append(f"--mpi={config.mpi}" if config.tasks == "device" else "--mpi=none")
     if container is not None:
         argv += container.flags()

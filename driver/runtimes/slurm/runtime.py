@@ -17,6 +17,14 @@ node's command by ``SLURM_NODEID``; the head is the first host of ``scontrol sho
 of the job, at its ``NodeAddr``. ``tasks: device`` runs one task per device with
 ``--mpi=<mpi>`` (pmix) and the script without its launcher (RANK from ``SLURM_PROCID``).
 
+**Upstream sources** run in their own image (pyxis or Slurm's OCI containers; ``containers.py``
+says which image), their node command unchanged. A Horovod source (``launch: mpi-head``) starts
+as it does under docker with ``tasks: node`` (node 0's mpirun over SSH into an sshd in each
+other node's container), or with ``tasks: device`` every rank as a task of its own
+(``srun --mpi=pmix``, the program mpirun would start, ``UpstreamSource.task_command``). Each
+step asks for the case's GPUs per node (``--gpus-per-node``/``--gres``), the same GPUs the node
+command names in CUDA_VISIBLE_DEVICES=0..P-1.
+
 The session folder must be on a file system the nodes share (each node's command appends to
 its log there). A Slurm command that fails (slurmctld unreachable, sbatch refused) is a failed
 repeat with its message; Ctrl-C or SIGTERM on the head ends the step and cancels the job.
@@ -35,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
+from driver.launchers.base import NodeRank
 from driver.plugins import load_all
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
@@ -63,6 +72,8 @@ from driver.runtimes.slurm.render import (
     step_script,
 )
 from driver.runtimes.slurm.step import Step
+from driver.sources.base import SOURCES
+from driver.sources.upstream import UpstreamSource
 
 if TYPE_CHECKING:
     from driver.frameworks.base import Framework
@@ -198,15 +209,13 @@ class SlurmRuntime:
         commands = []
         for command in plan.commands:
             argv = [fill(arg, addresses) for arg in command.argv]
-            if self.config.tasks == "device":
-                load_all()
-                framework = FRAMEWORKS.get(plan.framework)
-                argv = device_argv(argv, self.python(framework), framework.script)
             env = {key: fill(value, addresses) for key, value in command.env.items()}
+            if self.config.tasks == "device":
+                argv = self._task_argv(plan, argv, env)
             workdir = command.workdir or self.workdir()
-            env.setdefault("PYTHONPATH", workdir)
+            env.setdefault("PYTHONPATH", self.workdir())  # the kit's code, as under docker
             env["PYTHONUNBUFFERED"] = "1"
-            for key, value in self.platform.step_environment(plan.framework).items():
+            for key, value in self.platform.step_environment(plan).items():
                 env.setdefault(key, value)
             commands.append(
                 replace(command, node=fill(command.node, names), argv=argv, env=env,
@@ -214,10 +223,31 @@ class SlurmRuntime:
             )  # fmt: skip
         return commands
 
+    def _task_argv(self, plan: RepeatPlan, argv: list[str], env: dict[str, str]) -> list[str]:
+        """A node's command as each of its tasks runs it (``tasks: device``): the kit's script
+        without its launcher, or a Horovod source's rank program (``task_command``) for the
+        node whose rank environment ``env`` is."""
+        if plan.source == "dlperf":
+            load_all()
+            framework = FRAMEWORKS.get(plan.framework)
+            return device_argv(argv, self.python(framework), framework.script)
+        source = SOURCES.get(plan.source)()
+        if not isinstance(source, UpstreamSource):
+            return argv  # one process (a PyPI source): the task is the node
+        rank = NodeRank(
+            node_rank=int(env["DLPERF_NODE_RANK"]),
+            nodes=int(env["DLPERF_NNODES"]),
+            procs_per_node=int(env["DLPERF_NPROC_PER_NODE"]),
+            master_addr=env["MASTER_ADDR"],
+            master_port=int(env["MASTER_PORT"]),
+            node_addrs=tuple(filter(None, env.get("DLPERF_NODE_ADDRS", "").split(","))),
+        )
+        return source.task_command(plan.case, rank, plan.batch_size)
+
     def _container(
         self, plan: RepeatPlan, session_root: Path
     ) -> Container | OciContainer | None:
-        return self.platform.container(plan.framework, session_root)
+        return self.platform.container(plan, session_root)
 
     def _tasks_per_node(self, plan: RepeatPlan) -> int:
         return plan.devices_per_node if self.config.tasks == "device" else 1
@@ -234,6 +264,7 @@ class SlurmRuntime:
             tasks,
             cpus,
             self._container(plan, plan.session_root),
+            gpus_per_node=plan.devices_per_node,
         )
 
     @staticmethod
@@ -249,24 +280,52 @@ class SlurmRuntime:
             guard=self.platform.step_guard(), by_hostname=self.platform.by_hostname,
         )  # fmt: skip
 
-    @staticmethod
-    def refused_source(plan: RepeatPlan) -> str:
-        """Why this runtime does not run the plan's upstream source ("" for the kit's own
-        scripts): an upstream source's code is only in its own image (src-<source>), while
-        steps here run the framework's base image or the nodes' own Python, where the node
-        command's ``cd`` into the source's folder fails at once."""
+    def refused(self, plan: RepeatPlan) -> str:
+        """Why this runtime does not run the plan ("" when it does), before any job: a case
+        that needs more GPUs per node than the session's job asks for, an upstream source
+        where its code is not (``slurm.container: none`` runs no image; a PyPI source has no
+        image, only its environment ``.venvs/<source>`` on the nodes), and a source that
+        starts its own launcher on every node given one task per GPU."""
+        gpus = self.config.gpus_per_node
+        if gpus and plan.devices_per_node > gpus:
+            return (
+                f"{plan.case_id} needs {plan.devices_per_node} GPUs per node; the session's job "
+                f"asks each node for {gpus} (slurm.gpus_per_node): raise slurm.gpus_per_node "
+                f"or run at most {gpus} GPUs per node"
+            )
         if plan.source == "dlperf":
             return ""
-        return (
-            f"upstream source {plan.source!r} runs in its own image, which the slurm runtime "
-            "does not use (it runs the framework's base image or the nodes' Python): run it "
-            "with --runtime docker and an inventory of the nodes"
-        )
+        source = SOURCES.get(plan.source)()
+        platform = self.platform.name
+        if not source.image:  # a PyPI source: its environment, no image
+            if self.platform.runs_sources:
+                return (
+                    f"source {plan.source!r} runs from its environment .venvs/ beside the kit's "
+                    f"(no image), which a {platform} container does not hold: set "
+                    "slurm.container: none (the nodes' own Python, on the shared file system)"
+                )
+            return ""
+        if not self.platform.runs_sources:
+            return (
+                f"upstream source {plan.source!r} runs in its own image ({source.image}), and "
+                "slurm.container: none runs no image: set slurm.container: pyxis or oci "
+                "(docs/upstream.md), or run it with --runtime docker and an inventory of the nodes"
+            )
+        if (
+            self.config.tasks == "device"
+            and isinstance(source, UpstreamSource)
+            and source.launch_for(plan.case).launch != "mpi-head"
+        ):
+            return (
+                f"upstream source {plan.source!r} starts its own launcher on every node, not one "
+                "process per GPU (slurm.tasks: device): set slurm.tasks: node"
+            )
+        return ""
 
     def describe(self, plan: RepeatPlan) -> list[str]:
         """The batch job (outside an allocation) and the repeat's srun line, exactly as run;
         nodes the job has not given yet appear as their placeholders."""
-        refused = self.refused_source(plan)
+        refused = self.refused(plan)
         if refused:
             raise RuntimeConfigError(refused)
         lines: list[str] = []
@@ -314,7 +373,7 @@ class SlurmRuntime:
     # -- one repeat ------------------------------------------------------------------------
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
         started, started_cpu = time.time(), driver_cpu_seconds()
-        refused = self.refused_source(plan)
+        refused = self.refused(plan)
         if refused:  # before any job is submitted
             return RepeatOutcome(Verdict.FAILED, [], started, time.time(), refused)
         repeat_dir = Path(plan.repeat_dir)
