@@ -46,7 +46,7 @@ from driver.core.report import tables
 from driver.release.archive import read_archive, sha256_bytes, sha256_file
 from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset
-from driver.release.layout import index_digest, load_config
+from driver.release.layout import load_config
 from driver.release.manifest import (
     IMAGES_LOCK,
     MANIFEST,
@@ -65,6 +65,7 @@ from driver.release.signatures import (
     session_signatures,
     version_signature,
 )
+from driver.release.versions import index_digest
 from driver.schema import ConfigError, strict_json
 
 VERSION_LEVEL = "(version)"
