@@ -16,7 +16,8 @@ import pytest
 
 from driver.frontend.cli import main
 from driver.release.archive import read_archive, sha256_bytes, sha256_file, write_archive
-from driver.release.audit import Finding, audit
+from driver.release.audit import audit
+from driver.release.findings import Finding
 from driver.release.release import release
 from tests.synth import cached_session, multiply
 
