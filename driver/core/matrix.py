@@ -48,6 +48,7 @@ from driver.schema import (
     validate,
 )
 from driver.sources.base import SOURCES
+from driver.text import FreeText
 
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
@@ -170,7 +171,7 @@ class Suite(Settings):
 
 
 class Profile(StrictModel):
-    description: str = ""
+    description: FreeText("note") = ""  # printed by `dlperf run`, kept in session.json
     defaults: Settings | None = None
     suites: Annotated[list[Suite], Field(min_length=1)] | None = None
 

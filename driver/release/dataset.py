@@ -27,6 +27,7 @@ from driver.verify.repeat import (
     Unfinished,
     VerifiedRepeat,
     verify_repeat,
+    with_machine_labels,
 )
 
 _REPEAT = re.compile(r"^repeat-\d+$")
@@ -89,6 +90,7 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
     for name in sorted({PurePosixPath(m).parts[0] for m in members}):
         if name not in data.sessions:
             data.problems.append((f"{name}/session.json", "missing"))
+    data.repeats = with_machine_labels(data.repeats)
     return data
 
 

@@ -54,6 +54,7 @@ from driver.release.mfu import compute_model_costs
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
 from driver.schema import ConfigError
+from driver.text import markdown_cell
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
@@ -469,7 +470,7 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
 
 
 def _cell(text: Any) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return markdown_cell(" ".join(str(text).split()))
 
 
 def index_text(reports_root: Path) -> str:

@@ -23,6 +23,7 @@ from driver.verify.repeat import (
     Unfinished,
     VerifiedRepeat,
     verify_repeat,
+    with_machine_labels,
 )
 
 CASES = "cases"
@@ -154,4 +155,5 @@ def verify_sessions(roots: Sequence[Path], *, accept_remeasured: bool = False) -
     out = Verified()
     for root in roots:
         verify_session(Path(root), out, accept_remeasured=accept_remeasured)
+    out.repeats = with_machine_labels(out.repeats)
     return out
