@@ -135,9 +135,21 @@ def topology_list(text: str) -> tuple[str, ...]:
     return labels
 
 
-def csv_items(text: str | None) -> tuple[str, ...]:
-    """``a, b,,c`` -> ("a", "b", "c"): the items of a comma-separated option, blanks dropped."""
-    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+def csv_items(text: str | None, flag: str, example: str) -> tuple[str, ...]:
+    """``a,b,c`` -> ("a", "b", "c"): the items of a comma-separated option (None: not given).
+    An empty value, an empty item or white space is a MatrixError naming ``flag``: ``--batch ''``
+    or ``--batch ' 8 , max'`` is a typo or an empty make variable, never "every batch"."""
+    if text is None:
+        return ()
+    items = text.split(",")
+    if not text or not all(items) or any(char.isspace() for char in text):
+        raise MatrixError(
+            COMMAND_LINE,
+            flag,
+            f"{text!r}: give one value or several joined by single commas, without spaces or "
+            f"empty items (e.g. {example}); leave the option out for the matrix's own values",
+        )
+    return tuple(items)
 
 
 def option_pair(text: str) -> tuple[str, object]:
