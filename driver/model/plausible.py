@@ -100,6 +100,20 @@ def _count(samples: int) -> str:
     return str(samples) if abs(samples) < 10**15 else f"{float(samples):.6g}"
 
 
+def check_finished(parsed: ParsedLog) -> None:
+    """Every rank's log says it ended (the protocol's ``"dlperf": "end"`` record, written after
+    its last step; upstream parsers mark their ranks ended where the source's log does): a
+    rank without one stopped, or its log was cut, before the run was over, whatever steps it
+    logged."""
+    unfinished = sorted(rank for rank, log in parsed.ranks.items() if not log.finished)
+    if unfinished:
+        listed = ", ".join(map(str, unfinished[:8])) + (", ..." if len(unfinished) > 8 else "")
+        raise Implausible(
+            f"rank(s) {listed} logged no end record (\"dlperf\": \"end\" after the last step): "
+            "the run stopped or its log was cut before it was over; re-run the repeat"
+        )
+
+
 def check_one_machine(parsed: ParsedLog) -> None:
     """Every rank on one machine, told by its fingerprint's facts (never by the label a header
     carries): a case runs on one kind of machine, so a figure over two would average them, and
@@ -136,6 +150,7 @@ def measure_checked(
         batch_size,
         check=lambda parsed, window: (
             check_parsed(parsed, window, batch_size),
+            check_finished(parsed),
             check_one_machine(parsed),
         ),
     )
