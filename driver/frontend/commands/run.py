@@ -124,8 +124,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     session = {"argv": sys.argv[1:], "dry_run": args.dry_run, "progress": args.progress}
     if args.simulated_hosts:
+        from driver.testbed.costcurve import MAX_SIMULATED_NODES
         from driver.testbed.rehearse import rehearse
 
+        nodes = max(case.topology.nodes for case in selection.cases)
+        if nodes > MAX_SIMULATED_NODES:  # a dry run too: it writes the inventory of them all
+            raise MatrixError(
+                COMMAND_LINE,
+                "--simulated-hosts",
+                f"the selection's largest case has {nodes} nodes; this machine simulates at "
+                f"most {MAX_SIMULATED_NODES} hosts (one /24 of addresses): narrow --nodes",
+            )
         return rehearse(selection, root, before_matrix=before_matrix, **session)
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
     if args.runtime == "docker":  # the scripts read the data inside each node's container
