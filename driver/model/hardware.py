@@ -226,6 +226,7 @@ def check_fingerprint(facts: Any) -> FingerprintFacts:
         shown = repr(first.get("input"))
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         plain = first.get("type") in ("missing", "model_type") or not first.get("loc")
+        plain = plain or shown in message  # the message quotes the value already
         got = "" if plain else f" (got {shown})"
         raise HardwareError(f"header field '{where}': {message}{got}: {_FIX}") from None
 

@@ -72,7 +72,7 @@ def _machines_section(computed: Computed) -> str:
         session = session_of(repeat)
         source = (
             "its logs' fingerprint"
-            if isinstance(repeat.record.header.get("hardware"), str)
+            if repeat.hardware.origin == "fingerprint"
             else "the session's hardware.json (attested)"
             if f"{session}/hardware.json" in computed.attested
             else "its logs' header (no fingerprint recorded)"
