@@ -110,7 +110,7 @@ def _cache_folder(value: Any) -> Any:
         return value
     if ".." in value.split("/"):
         raise ValueError(f"{value!r}: a '..' in the path; give the folder itself")
-    folder = posixpath.normpath(value)
+    folder = posixpath.normpath("/" + value.lstrip("/"))  # normpath keeps a leading "//"
     inside = [t for t in SYSTEM_TREES if folder == t or folder.startswith(t + "/")]
     if inside or folder in SHARED_TOPS:
         raise ValueError(
