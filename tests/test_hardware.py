@@ -210,6 +210,12 @@ def test_the_label_is_the_kits_own_never_the_headers() -> None:
     assert calibration.label == on_cpu.label
     mig = hardware_of({**header, "devices": ["Tesla V100-SXM2-16GB MIG 1g.5gb"]})
     assert mig.label == "8x V100-SXM2-16GB 300W NVLink"
+    for handle in ("/physical_device:GPU:0", "cuda:3"):  # a framework that read no GPU name
+        assert hardware_of({**header, "devices": [handle]}).label == mig.label
+    cpu_only = {"fingerprint": {**header["fingerprint"], "gpus": [], "devices_per_node": 0,
+                                "gpu_link": None, "interconnect": None}, "devices": ["cuda:0"]}
+    with pytest.raises(HardwareError, match="names 'cuda:0', which is neither"):
+        hardware_of(cpu_only)  # a GPU handle on a node without GPUs
 
 
 @pytest.mark.parametrize(

@@ -234,6 +234,9 @@ def check_fingerprint(facts: Any) -> FingerprintFacts:
 # Devices a rank names that are no device of the node's fingerprint: the calibration workload
 # runs on no device at all.
 NO_DEVICE = ("none",)
+# A GPU named by its handle where a framework could not read its name (TensorFlow's
+# "/physical_device:GPU:0", OneFlow's "cuda:0" without nvidia-smi): one of the node's GPUs.
+GPU_HANDLE = re.compile(r"(/physical_device:)?(gpu|cuda):\d+", re.IGNORECASE)
 
 
 def _same_name(name: str) -> str:
@@ -260,7 +263,7 @@ def run_devices(facts: Mapping[str, Any], devices: Any) -> str:
         if name in NO_DEVICE or name == cpu:
             kinds.add("cpu")
         elif any(name == gpu or name.startswith(gpu + " ") for gpu in gpus) or (
-            gpus and "unknown gpu" in gpus
+            gpus and ("unknown gpu" in gpus or GPU_HANDLE.fullmatch(device.strip()))
         ):
             kinds.add("gpu")
         else:
