@@ -64,7 +64,7 @@ from driver.release.signatures import (
 )
 from driver.schema import ConfigError, did_you_mean
 from driver.signing import RELEASE_NAMESPACE, Signer, SigningError, sign, signer_of_key
-from driver.text import check_free_text
+from driver.text import check_free_text, markdown_cell
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
@@ -587,7 +587,7 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
 
 
 def _cell(text: Any) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return markdown_cell(" ".join(str(text).split()))
 
 
 def index_text(reports_root: Path) -> str:
