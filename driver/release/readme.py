@@ -143,7 +143,7 @@ def _superlinear_notes(computed: Computed, manifest: dict[str, Any]) -> list[str
     return [
         f"{s.case_id}: efficiency {s.efficiency:.2%}, above 100% beyond its noise tolerance "
         f"({s.superlinear_tolerance:.2%}); released with the reason: "
-        f"{markdown_cell(reasons.get(s.case_id, '(none)'))}"
+        f"{reasons.get(s.case_id, '(none)')}"  # escaped with every note by core.report
         for s in computed.summaries
         if s.superlinear
     ]
