@@ -20,18 +20,26 @@ from typing import Any
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 
 
+# Written as their escapes: control characters (a row is one line; Python's writer leaves a lone
+# CR unquoted), format characters (U+202E would show the rest of the cell right to left, a
+# zero-width space makes two names look alike) and the line and paragraph separators.
+ESCAPED_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
+
+
 def safe_cell(value: Any) -> Any:
     """``value`` as a CSV cell: lists and mappings as sorted JSON, formula-like text quoted,
-    control characters (a row is one line; Python's writer leaves a lone CR unquoted) written
-    as their escapes (``\\r``, ``\\n``, ``\\x1b``)."""
+    control and format characters and line separators written as their escapes (``\\r``,
+    ``\\n``, ``\\x1b``, ``\\u202e``)."""
     if isinstance(value, (dict, list)):
         value = json.dumps(value, sort_keys=True)
     if not isinstance(value, str):
         return value
     quoted = "'" + value if value.startswith(FORMULA_TRIGGERS) else value
-    if any(unicodedata.category(c) == "Cc" for c in quoted):
+    if any(unicodedata.category(c) in ESCAPED_CATEGORIES for c in quoted):
         quoted = "".join(
-            c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" else c
+            c.encode("unicode_escape").decode()
+            if unicodedata.category(c) in ESCAPED_CATEGORIES
+            else c
             for c in quoted
         )
     return quoted

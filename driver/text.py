@@ -4,10 +4,10 @@ A label, a publisher, a machine name, a note or a URL comes from a file a person
 import file, an attestation, a changelog) or from a log header. Two rules keep such text from
 rewriting what the reader sees:
 
-- at input (:func:`check_free_text`, :data:`FreeText`): no control or format character
-  (Unicode categories Cc and Cf: a newline ends a table row, U+202E turns the rest of a line
-  right to left, a zero-width character makes two labels look alike) and a length bound per
-  kind of field (:data:`LIMITS`);
+- at input (:func:`check_free_text`, :data:`FreeText`): no control or format character and no
+  line or paragraph separator (Unicode categories Cc, Cf, Zl and Zp: a newline or U+2028 ends a
+  table row, U+202E turns the rest of a line right to left, a zero-width character makes two
+  labels look alike) and a length bound per kind of field (:data:`LIMITS`);
 - at output (:func:`markdown_cell`): a Markdown table cell escapes ``|`` (a column break) and
   the HTML characters ``& < >`` (a ``<script>`` or a tag that hides the rest of the page).
   CSV cells go through ``driver.csvsafe.safe_cell`` (formula prefixes, control characters).
@@ -27,7 +27,20 @@ LIMITS = {
     "url": 2048,
     "note": 2000,  # a note, a changelog entry, a reason
 }
-REFUSED_CATEGORIES = {"Cc": "control character", "Cf": "format character"}
+REFUSED_CATEGORIES = {
+    "Cc": "control character",
+    "Cf": "format character",
+    "Zl": "line separator",
+    "Zp": "paragraph separator",
+}
+
+
+# Control characters have no name in the Unicode database; these are the ones people type.
+_CONTROL_NAMES = {
+    "\x00": "NULL", "\t": "TAB", "\n": "LINE FEED", "\x0b": "LINE TABULATION",
+    "\x0c": "FORM FEED", "\r": "CARRIAGE RETURN", "\x1b": "ESCAPE", "\x7f": "DELETE",
+    "\x85": "NEXT LINE",
+}  # fmt: skip
 
 
 def unsafe_character(value: str) -> str | None:
@@ -36,8 +49,9 @@ def unsafe_character(value: str) -> str | None:
     for char in value:
         category = unicodedata.category(char)
         if category in REFUSED_CATEGORIES:
-            name = unicodedata.name(char, "unnamed")
-            return f"U+{ord(char):04X} {name}, a {REFUSED_CATEGORIES[category]}"
+            name = unicodedata.name(char, None) or _CONTROL_NAMES.get(char)
+            named = f" {name}" if name else ""
+            return f"U+{ord(char):04X}{named}, a {REFUSED_CATEGORIES[category]}"
     return None
 
 
@@ -53,15 +67,14 @@ def check_free_text(value: Any, kind: str) -> str:
     if found:
         raise ValueError(
             f"holds {found} at position {_position(value)}: control and format characters "
-            "(line breaks, bidi overrides, zero-width characters) are not allowed; remove it"
+            "(line breaks, tabs, bidi overrides, zero-width characters) are not allowed; "
+            "remove it"
         )
     return value
 
 
 def _position(value: str) -> int:
-    return next(
-        i for i, c in enumerate(value, 1) if unicodedata.category(c) in REFUSED_CATEGORIES
-    )
+    return next(i for i, c in enumerate(value, 1) if unicodedata.category(c) in REFUSED_CATEGORIES)
 
 
 def FreeText(kind: str) -> Any:  # noqa: N802 - a type, used as one in pydantic models
@@ -75,7 +88,8 @@ _MARKDOWN = str.maketrans({"|": "\\|", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 def markdown_cell(value: Any) -> str:
     """``value`` as the text of one Markdown table cell: ``|`` and HTML escaped, and any
-    control or format character that reached here (older data) shown as its code point."""
+    character :func:`check_free_text` refuses that reached here (older data) shown as its code
+    point."""
     text = str(value).translate(_MARKDOWN)
     if unsafe_character(text) is None:
         return text

@@ -195,7 +195,8 @@ def test_the_loop_writes_the_protocol_the_parser_reads(monkeypatch: pytest.Monke
     assert {"fingerprint": header["fingerprint"], "hardware": header["hardware"]} == (
         fingerprint.take()
     )
-    assert hardware_of(header).label == fingerprint.label_of(header["fingerprint"])
+    on_cpu = {**header, "devices": [header["fingerprint"]["cpu_model"]]}  # the toy's "abacus"
+    assert hardware_of(on_cpu).label == fingerprint.label_of({**header["fingerprint"], "gpus": []})
     options = header["options"]
     shared = {"batch_size": 2, "global_batch_size": 2, "precision": "fp32", "warmup_steps": 2,
               "total_steps": 5, "device": "cpu", "seed": 1234, "xla": False, "parameters": 1,

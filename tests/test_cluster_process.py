@@ -177,7 +177,7 @@ def test_two_hosts_of_two_machines_are_refused_as_one_case_never_averaged(
             (Session(tmp_path / "mixed").repeat_dir(case, 1) / "record.json").read_text()
         )
         assert mixed_record["verdict"] == Verdict.PARSE_ERROR.value
-        assert "its ranks ran on 2 kinds of machine" in mixed_record["detail"]
+        assert "its ranks ran on 2 machines by their hardware facts" in mixed_record["detail"]
         assert "avx2" in mixed_record["detail"] and "avx512_bf16" in mixed_record["detail"]
         (same_repeat,) = verify_sessions([tmp_path / "same"]).repeats
         assert same_repeat.fingerprint.endswith("avx512_bf16")  # the simulated host's, not ours

@@ -30,3 +30,11 @@ def test_control_characters_cannot_split_a_row() -> None:
     text = csv_text(["name", "n"], [{"name": "a\rb\nc\x1b", "n": 1}])
     assert text == "name,n\na\\rb\\nc\\x1b,1\n"
     assert len(list(csv.reader(io.StringIO(text)))) == 2
+
+
+def test_format_characters_and_line_separators_are_written_as_escapes() -> None:
+    """U+202E would show the rest of a cell right to left, U+200B makes two names look alike,
+    U+2028 ends a line in some readers: written as their escapes, never as themselves."""
+    text = csv_text(["name"], [{"name": "a\u202eb\u200bc\u2028d"}])
+    assert text == "name\na\\u202eb\\u200bc\\u2028d\n"
+    assert safe_cell("Ünïcødé 东京 — 8× H100") == "Ünïcødé 东京 — 8× H100"  # text stays text

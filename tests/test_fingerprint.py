@@ -30,6 +30,7 @@ from driver.bench.fingerprint import (
     parse_smi_query,
     parse_topology,
 )
+from driver.model.hardware import check_fingerprint, machine_label
 from driver.sources.base import HOST_PROGRAM
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -202,6 +203,7 @@ def test_this_node_gives_the_same_fingerprint_twice_and_agrees_with_host() -> No
     flags = set(Path("/proc/cpuinfo").read_text().split())
     assert set(facts["isa"]) == flags & set(fingerprint.KERNEL_ISA)
     json.dumps(facts, allow_nan=False)  # JSON-ready, nothing a header could not hold
+    check_fingerprint(facts)  # within the schema the door checks every header's against
 
 
 def test_the_module_runs_on_an_old_python_from_its_source_alone() -> None:
@@ -297,6 +299,9 @@ def test_nvml_and_nvidia_smi_read_the_same_machine_alike(driver_stand_ins: dict)
     )  # this node's network, where it has a physical link with a speed
     assert {g["sm_count"] for g in facts["gpus"]} == {80}  # from the CUDA driver
     assert {g["memory_mib"] for g in facts["gpus"]} == {16160}
+    checked = check_fingerprint(facts).model_dump(by_alias=True)  # the door's schema
+    assert machine_label(checked, "gpu") == through_nvml["hardware"]  # the kit's own label
+    assert machine_label(checked, "cpu") == label_of({**facts, "gpus": []})  # a CPU run there
 
 
 def test_a_rank_given_no_gpu_still_counts_every_sm(driver_stand_ins: dict) -> None:

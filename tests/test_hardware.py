@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from driver.model.hardware import (
     UNKNOWN,
     Hardware,
     HardwareError,
+    check_fingerprint,
     display_labels,
     distinct_hardware,
     hardware_of,
@@ -24,9 +26,18 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "tests" / "fixtures" / "fingerprint"
 
 
+def cpu_facts(cpuinfo: str, **more: Any) -> dict[str, Any]:
+    """Every fact ``driver.bench.fingerprint.fingerprint`` takes on a CPU node of ``cpuinfo``."""
+    return {
+        "schema": 1, "arch": "x86_64", **parse_cpuinfo((SAMPLES / cpuinfo).read_text()),
+        "memory_gib": 24, "gpus": [], "gpu_driver": None, "cuda_driver": None, "gpu_link": None,
+        "devices_per_node": 0, "network": None, "interconnect": None, **more,
+    }  # fmt: skip
+
+
 def node(cpuinfo: str, **more: Any) -> dict[str, Any]:
     """A header as a rank of the kit writes it on the node of ``cpuinfo`` (a sample)."""
-    facts = {"schema": 1, **parse_cpuinfo((SAMPLES / cpuinfo).read_text()), "gpus": [], **more}
+    facts = cpu_facts(cpuinfo, **more)
     return {"devices": [facts["cpu_model"]], "fingerprint": facts, "hardware": label_of(facts)}
 
 
@@ -97,15 +108,141 @@ def test_a_header_that_names_nothing_is_unknown() -> None:
     ("header", "fragment"),
     [
         ({"fingerprint": [1], "hardware": "x"}, "'fingerprint' must be a JSON object"),
-        ({"fingerprint": {"schema": 1}}, "'hardware' must be the fingerprint's label"),
-        ({"fingerprint": {"schema": 1}, "hardware": " "}, "'hardware' must be"),
-        ({"hardware": "AMD EPYC 2c avx2"}, "'fingerprint' must be a JSON object"),
+        ({"fingerprint": {"schema": 1}}, "'fingerprint.cpu_model': missing"),
+        ({"hardware": ["AMD EPYC"]}, "'hardware' must be text"),
+        ({"hardware": "8x 300W NVLink"}, "no device model"),
+        ({"hardware": "H100\u202e"}, "U\\+202E RIGHT-TO-LEFT"),
         ({"devices": "AMD EPYC"}, "'devices' must be a list of device names"),
     ],
 )
 def test_a_malformed_header_names_the_field(header: dict, fragment: str) -> None:
     with pytest.raises(HardwareError, match=fragment):
         hardware_of(header)
+
+
+# --- the fingerprint's schema and the label the kit computes --------------------------------------
+
+
+def dgx1_facts(**more: Any) -> dict[str, Any]:
+    """Every fact of a DGX-1 node (the recorded nvidia-smi samples) as the fingerprint takes it."""
+    gpus, driver = parse_smi_query((SAMPLES / "smi-query-dgx1.csv").read_text())
+    for gpu in gpus:
+        gpu["sm_count"] = 80
+    link = parse_topology((SAMPLES / "topo-dgx1.txt").read_text())
+    return cpu_facts(
+        "cpuinfo-xeon-2s-ht.txt", gpus=gpus, gpu_driver=driver, cuda_driver="11.0",
+        gpu_link=link, devices_per_node=len(gpus), interconnect=link, **more,
+    )  # fmt: skip
+
+
+def with_fact(facts: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(facts))
+    target = out
+    *parents, last = dotted.split(".")
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else target[part]
+    target[last] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("dotted", "value", "named", "why"),
+    [
+        ("schema", 99, "fingerprint.schema", "schema version 99 is not one this kit reads"),
+        ("schema", "1", "fingerprint.schema", "not one this kit reads"),
+        ("physical_cores", "2", "fingerprint.physical_cores", "valid integer"),
+        ("physical_cores", True, "fingerprint.physical_cores", "valid integer"),
+        ("physical_cores", 0, "fingerprint.physical_cores", "greater than or equal to 1"),
+        ("memory_gib", 1e308, "fingerprint.memory_gib", "valid integer"),
+        ("memory_gib", 10**308, "fingerprint.memory_gib", "less than or equal to"),
+        ("gpus.0.power_limit_w", 1e308, "fingerprint.gpus[0].power_limit_w", "less than"),
+        ("gpus.0.power_limit_w", float("nan"), "fingerprint.gpus[0].power_limit_w", "finite"),
+        ("gpus.0.power_limit_w", -300.0, "fingerprint.gpus[0].power_limit_w", "greater than"),
+        ("gpus.0.name", "Tesla\u202eV100", "fingerprint.gpus[0].name", "U+202E RIGHT-TO-LEFT"),
+        ("gpus.0.name", "V100\n| x |", "fingerprint.gpus[0].name", "U+000A"),
+        ("gpus.0.name", "V" * 10_000, "fingerprint.gpus[0].name", "10000 characters long"),
+        ("gpus.0.name", "", "fingerprint.gpus[0].name", "at least 1"),
+        ("cpu_model", "<script>\u200b", "fingerprint.cpu_model", "U+200B ZERO WIDTH SPACE"),
+        ("gpus.0.color", "red", "fingerprint.gpus[0].color", "not a fact of the fingerprint"),
+        ("extra", 1, "fingerprint.extra", "not a fact of the fingerprint"),
+        ("isa", ["avx2", "rdrand"], "fingerprint.isa", "'rdrand' is not an ISA feature"),
+        ("isa", ["avx2", "avx"], "fingerprint.isa", "sorted, each once"),
+        ("gpu_link", "warp drive", "fingerprint.gpu_link", "not a GPU link"),
+        ("devices_per_node", 16, "'fingerprint'", "devices_per_node is 16 but 8 GPU(s)"),
+        ("interconnect", "NVLink", "'fingerprint'", "interconnect is 'NVLink' but"),
+        ("logical_cpus", 1, "'fingerprint'", "physical_cores (4) exceed logical_cpus (1)"),
+        ("gpus", "8x V100", "fingerprint.gpus", "valid list"),
+    ],
+)
+def test_facts_outside_the_fingerprint_schema_are_refused_by_field(
+    dotted: str, value: Any, named: str, why: str
+) -> None:
+    assert hardware_of({"fingerprint": dgx1_facts(), "devices": []}).label == (
+        "8x V100-SXM2-16GB 300W NVLink"
+    )
+    header = {"fingerprint": with_fact(dgx1_facts(), dotted, value), "devices": []}
+    with pytest.raises(HardwareError) as caught:
+        hardware_of(header)
+    message = str(caught.value)
+    assert f"header field {named if named.startswith(chr(39)) else repr(named)}" in message
+    assert why in message and message.endswith("re-run the case")
+
+
+def test_a_missing_fact_is_named() -> None:
+    facts = dgx1_facts()
+    del facts["cpu_model"]
+    with pytest.raises(HardwareError, match="'fingerprint.cpu_model': missing"):
+        check_fingerprint(facts)
+
+
+def test_the_label_is_the_kits_own_never_the_headers() -> None:
+    """The header's ``hardware`` label is not read: an edited label changes nothing; the facts
+    give the label, of the devices the ranks ran on."""
+    header = {"fingerprint": dgx1_facts(), "devices": ["Tesla V100-SXM2-16GB"]}
+    for label in ("8x H100 80GB HBM3 700W NVLink", "a | b", "<script>", "x" * 10_000, None):
+        assert hardware_of({**header, "hardware": label}) == hardware_of(header)
+    assert hardware_of(header).label == "8x V100-SXM2-16GB 300W NVLink"
+    # a CPU run on the same node: its CPU, not the GPUs it left idle (one node, one key)
+    on_cpu = hardware_of({**header, "devices": [header["fingerprint"]["cpu_model"]]})
+    assert on_cpu.label == "Intel Xeon Platinum 8480+ 4c amx_bf16"
+    assert on_cpu.key == hardware_of(header).key
+    calibration = hardware_of({**header, "devices": ["none"]})  # the workload uses no device
+    assert calibration.label == on_cpu.label
+    mig = hardware_of({**header, "devices": ["Tesla V100-SXM2-16GB MIG 1g.5gb"]})
+    assert mig.label == "8x V100-SXM2-16GB 300W NVLink"
+    for handle in ("/physical_device:GPU:0", "cuda:3"):  # a framework that read no GPU name
+        assert hardware_of({**header, "devices": [handle]}).label == mig.label
+    cpu_only = {"fingerprint": {**header["fingerprint"], "gpus": [], "devices_per_node": 0,
+                                "gpu_link": None, "interconnect": None}, "devices": ["cuda:0"]}
+    with pytest.raises(HardwareError, match="names 'cuda:0', which is neither"):
+        hardware_of(cpu_only)  # a GPU handle on a node without GPUs
+
+
+@pytest.mark.parametrize(
+    ("devices", "why"),
+    [
+        (["NVIDIA H100 80GB HBM3"], "names 'NVIDIA H100 80GB HBM3', which is neither"),
+        (["AMD EPYC"], "neither its node's CPU ('Intel(R) Xeon(R) Platinum 8480+')"),
+        (["none", "Tesla V100-SXM2-16GB"], "CPU and GPU devices at once"),
+        ("Tesla V100-SXM2-16GB", "'devices' must be a list"),
+    ],
+)
+def test_devices_the_fingerprint_does_not_list_are_refused(devices: Any, why: str) -> None:
+    with pytest.raises(HardwareError, match=re.escape(why)):
+        hardware_of({"fingerprint": dgx1_facts(), "devices": devices})
+
+
+def test_gpus_claimed_in_the_facts_of_a_cpu_run_never_reach_its_label() -> None:
+    """Facts edited to claim eight H100s on a 2-core CPU run whose ranks name their CPU: the
+    label says what the ranks ran on. Naming the GPUs in the devices too is a forgery the log
+    alone cannot tell (a signature can: docs/reports.md)."""
+    cpu = cpu_facts("cpuinfo-epyc-avx2.txt")
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700.0}
+    claimed = {**cpu, "gpus": [h100] * 8, "devices_per_node": 8, "gpu_link": "NVLink",
+               "interconnect": "NVLink"}  # fmt: skip
+    shown = hardware_of({"fingerprint": claimed, "devices": ["AMD EPYC"]})
+    assert shown.label == "AMD EPYC 2c avx2"
+    assert shown.key != hardware_of({"fingerprint": cpu, "devices": ["AMD EPYC"]}).key
 
 
 def released_headers(version: str) -> dict[str, list[dict[str, Any]]]:

@@ -226,6 +226,14 @@ def matrix_cases(files: Files) -> Iterator[HostileCase]:
         (("profiles", "smoke", "suites"), [], "profiles.smoke.suites"),
         (("profiles", "bad name"), {}, "profiles"),
         (("defaults",), [1], "defaults"),
+        # a profile's description is free text (printed, kept in session.json)
+        (("profiles", "smoke", "description"), "tiny\u202e", "profiles.smoke.description"),
+        (("profiles", "smoke", "description"), "tiny\n# x", "profiles.smoke.description"),
+        (("profiles", "smoke", "description"), "x" * 2001, "profiles.smoke.description"),
+        (("profiles", "smoke", "description"), 7, "profiles.smoke.description"),
+        # more cases than a matrix may hold: 300 variants x 400 batch sizes
+        (("suites", 0), {"model": "resnet50", "batch_size": list(range(1, 401)),
+                         "variants": {f"v{i}": {} for i in range(300)}}, "120000 cases"),
     ]):  # fmt: skip
         yield case(f"top/{i}", set_path(MATRIX, where, value), expect)
     good = yaml.safe_dump(MATRIX, sort_keys=False)
@@ -254,7 +262,8 @@ CLI_VALUES: dict[str, list[str]] = {
     "--gpus": ["0", "65", "-3", "x"],
     "--measured-steps": ["0", "-5", "nan", "20000000"],
     "--warmup-steps": ["-1", "x", "1.5"],
-    "--batch": ["0", "-1", "abc", "1.5", "max,0", "8;id", "１"],
+    "--batch": ["0", "-1", "abc", "1.5", "max,0", "8;id", "１", "", " 8 , max", "8,,max", ",8",
+                "8,", "8 ", "8,\tmax"],
     "--option": [
         "chanels_last=true", "lr=NaN", "lr=Infinity", "lr=-1", "image_size=0",
         "image_size=true", "image_size=1e999", "compile_mode=fast", "x", "=1",
@@ -264,11 +273,12 @@ CLI_VALUES: dict[str, list[str]] = {
     "--session": ["../x", "/abs/path", ".", "..", "a/b", "$(touch /tmp/x)", "a\nb", "x" * 101,
                   "-x", ".hidden"],
     "--data-dir": ["$(touch /tmp/x)", "/d\n", "; rm -rf /", "a b", "data", "~/data"],
-    "--amp": ["maybe", "2"],
-    "--dataset": ["imagenet", "real"],  # real: the matrix has no data_dir
-    "--model": ["resnt50", "vgg"],
-    "--variant": ["nope"],
-    "--framework": ["pytorc", "caffe"],
+    "--amp": ["maybe", "2", "", " on"],
+    "--dataset": ["imagenet", "real", "", "synthetic,"],  # real: the matrix has no data_dir
+    "--model": ["resnt50", "vgg", "", "resnet50,", " resnet50"],
+    "--variant": ["nope", "", ","],
+    "--framework": ["pytorc", "caffe", "", ",", "pytorch, tensorflow"],
+    "--max-cases": ["0", "-1", "x", "1e3", "100001"],
     "--profile": ["nope", "../x"],
     "--xla": ["maybe", "on"],  # PyTorch has no XLA
 }  # fmt: skip
@@ -298,8 +308,19 @@ SUBCOMMAND_VALUES: dict[tuple[str, ...], list[str]] = {
     ("probe", "--iters"): ["0", "-1", "nan", "1e9"],
     ("probe", "--sizes-mb"): ["nan", "0", "1,,2", "-1", "1e9", "inf", ""],
     ("probe", "--session"): ["../x", "/abs/path", "a/b", ".", ".hidden", "a\nb"],
+    ("parity", "--timeout"): ["nan", "inf", "-inf", "0", "-1", "1e308", "x", ""],
+    ("parity", "--threads"): ["100000", "-1", "x", "1.5"],
+    ("parity", "--batch"): ["0", "-8", "nan"],
+    ("report", "--title"): ["a\u202eb", "a\nb", "x" * 201, "<script>x</script>", "\u200b"],
+    ("import", "--title"): ["a\u202eb", "<img src=x onerror=y>", "x" * 201],
+    ("release", "--title"): ["a\u202eb", "<b>x</b>", "x" * 201, "a\rb"],
+    ("release", "--changelog"): ["a\u202eb", "<details>x", "y" * 2001, "a\x1b[2Jb"],
 }  # fmt: skip
 SUBCOMMAND_REST = {
+    "parity": ["--framework", "pytorch"],
+    "report": ["missing-session"],
+    "import": ["missing.yaml"],
+    "release": ["v0.9", "missing-session", "--reports", "missing-reports"],
     "selftest": [],
     "compare": ["a", "b"],
     "preflight": ["--inventory", "missing-inventory.yaml"],
@@ -344,6 +365,22 @@ def cli_cases(files: Files) -> Iterator[HostileCase]:
         yield HostileCase(
             f"cli/--results-pyxis-mount/{i}", lambda a=argv: run_cli(a), (str(results), "--results")
         )  # fmt: skip
+    # A selection larger than --max-cases (default MAX_CASES) needs the flag to say so.
+    argv = [*base, "--max-cases", "1"]
+    yield HostileCase("cli/--max-cases/exceeded", lambda a=argv: run_cli(a), ("--max-cases",))
+    # More simulated hosts than one machine makes: refused on a dry run too.
+    argv = ["run", "--dry-run", "--simulated-hosts", "--profile", "cpu-smoke", "--framework",
+            "pytorch", "--model", "resnet50", "--nodes", "201"]  # fmt: skip
+    yield HostileCase("cli/--simulated-hosts/201-nodes-dry-run", lambda a=argv: run_cli(a),
+                      ("--simulated-hosts", "at most 200"))  # fmt: skip
+    # A data_dir no node's container mounts (docker): refused, never silently absent.
+    inventory = files.write("inventory.yaml", yaml.safe_dump(
+        {"nodes": [{"name": "n0", "address": "127.0.0.1", "data_dir": "/data/a"}]}))
+    for i, data_dir in enumerate(["/data/b", "/data", "/elsewhere"]):
+        argv = [*base, "--runtime", "docker", "--inventory", str(inventory), "--data-dir",
+                data_dir]  # fmt: skip
+        yield HostileCase(f"cli/docker --data-dir/{i}", lambda a=argv: run_cli(a),
+                          (str(inventory), "nodes[0].data_dir", data_dir))  # fmt: skip
     for name, content in (("dir", None), ("non-utf8", b"framework: pytorch\n\xff\n"),
                           ("bomb", BOMB)):  # fmt: skip
         path = files.write("matrix.yaml", content)
@@ -375,7 +412,27 @@ SBATCH_COLLISIONS: list[tuple[list[str], str]] = [
     (["-G2"], "sets --gpus (-G)"), (["--exclusive"], "slurm.exclusive"),
     (["--"], "ends sbatch's options"), (["--comment", "x"], "write each as --name=value"),
     (["comment=x"], "write each as --name=value"),
+    # options that move the job's output or its environment
+    (["--chdir=/tmp"], "sets --chdir (-D)"), (["-D", "/tmp"], "sets --chdir (-D)"),
+    (["-D/tmp"], "sets --chdir (-D)"), (["--error=/tmp/e"], "sets --error (-e)"),
+    (["-e", "/tmp/e"], "sets --error (-e)"), (["-e/tmp/e"], "sets --error (-e)"),
+    (["--export=ALL"], "sets --export,"), (["--export=NONE"], "sets --export,"),
+    (["--export-file=/tmp/env"], "sets --export-file,"), (["--get-user-env"], "get-user-env"),
 ]  # fmt: skip
+# Typos Slurm would read as another limit: minutes or seconds of 60 and more, an hour count of
+# 24 and more after a day count, more than a year.
+BAD_TIME_LIMITS = ["99:99:99", "4:60:00", "4:00:60", "10:75", "1-24", "1-24:00:00", "1-12:60",
+                   "400-00:00:00", "9000:00:00", "99999999999", "1-", "-1-00", "04:00:00\n"]
+# Keys of framework mappings: a framework the kit knows (or "default" where one is read).
+FRAMEWORK_KEYS: list[tuple[str, Any]] = [
+    ("image", {"pytorhc": "nvcr.io#nvidia/pytorch:24.01-py3"}), ("image", {"PyTorch": "x"}),
+    ("oci_image", {"tensorflw": "dlperf/tf"}), ("oci_bundle", {"bundle": "/shared/b"}),
+    ("python", {"default": "/usr/bin/python3"}), ("python", {"pytorch\n": "/x"}),
+]
+MOUNTS = [["/a:/b:ro,rw"], ["/a:/b:ro+rw"], ["/a:/b:rx"], ["/a:/b:ro+ro"], ["/a:/b:"],
+          ["/a:/b:ro+"], ["/a:/b:RO"], ["/a:/b:ro+nosuid+x"]]
+OCI_CACHES = ["/", "/etc", "/etc/dlperf", "/usr/lib/oci", "/proc/self", "/tmp", "/home",
+              "/var", "/var/lib/oci", "/shared/../etc", "//", "/run/oci"]
 # No time limit (0 in any form, UNLIMITED): the session's job would hold its nodes forever.
 TIME_LIMITS = ["0", "00:00", "0-0", "0:0:0", "0-00:00:00", "UNLIMITED", "infinite", 0, "-1"]
 
@@ -390,8 +447,16 @@ def slurm_cases(files: Files) -> Iterator[HostileCase]:
     for i, (arguments, expect) in enumerate(SBATCH_COLLISIONS):
         yield case(f"extra_sbatch_args/{i}", "extra_sbatch_args", arguments, expect)
     for i, value in enumerate(TIME_LIMITS):
-        expect = "time limit" if value in (0, "-1") else "means no time limit"
+        expect = "time limit" if value == 0 else "means no time limit"
         yield case(f"time_limit/{i}", "time_limit", value, expect)
+    for i, value in enumerate(BAD_TIME_LIMITS):
+        yield case(f"time_limit/bounds/{i}", "time_limit", value, "time_limit")
+    for i, (key, value) in enumerate(FRAMEWORK_KEYS):
+        yield case(f"framework-key/{key}/{i}", key, value, next(iter(value)).strip())
+    for i, value in enumerate(MOUNTS):
+        yield case(f"mounts/flags/{i}", "mounts", value, "mounts[0]")
+    for i, value in enumerate(OCI_CACHES):
+        yield case(f"oci_cache/{i}", "oci_cache", value, "oci_cache")
 
 
 # --------------------------------------------------------------------------------------------

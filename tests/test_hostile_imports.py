@@ -374,6 +374,13 @@ def plausibility_cases(root: Path) -> list[HostileCase]:
         "step-going-back": (stamps, steps[:5] + [-5] + steps[6:]),  # -5 between 5 and 7
         "last-step-twice": (stamps + [later], steps + [12]),
         "last-step-twice-same-time": (stamps + [stamps[-1]], steps + [12]),
+        # an iteration no source counts: a negative one first, or one repeated inside
+        "negative-iteration-first": ([f"{1_700_000_000:.6f}", *stamps], [-1, *steps]),
+        "negative-iteration-before-the-window": (
+            [*stamps[:2], stamps[2], *stamps[2:]], [*steps[:2], -3, *steps[2:]]),
+        "iteration-repeated-inside": (
+            [*stamps[:6], f"{1_700_000_000 + 0.25 * 6 + 0.1:.6f}", *stamps[6:]],
+            [*steps[:6], 6, *steps[6:]]),
     }
     cases = []
     for source, write in (("ngc-pytorch", dllogger_json), ("oneflow-benchmark", oneflow_cnn)):

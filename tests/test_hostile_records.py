@@ -351,6 +351,12 @@ log_case(
 )
 log_case("logs swapped between repeats", swap_logs_between_repeats)
 log_case("log deleted", delete("node0.log"))
+END = '"dlperf": "end"'
+log_case("end records missing", edit_log(lambda lines: [ln for ln in lines if END not in ln]))
+log_case(
+    "end record of rank 1 missing",
+    edit_log(lambda lines: [ln for ln in lines if f'{END}, "rank": 1,' not in ln]),
+)
 
 # The same session faults through `dlperf release`, with and without --accept-remeasured
 # (the logs win over a record, never over a failed check): the door refuses what report does.

@@ -513,7 +513,7 @@ def test_a_note_with_a_control_character_is_refused(tmp_path: Path) -> None:
     facts.write_text(
         'model: resnet50\nbatch: 2\nwarmup_steps: 10\nmeasured_steps: 20\nnote: "a\\nb"\n'
     )
-    with pytest.raises(ImportLogsError, match=r"facts.yaml: note: must be one line of text"):
+    with pytest.raises(ImportLogsError, match=r"facts.yaml: note: holds U\+000A LINE FEED"):
         load_facts(facts, {})
 
 

@@ -314,7 +314,8 @@ def test_a_duplicated_csv_column_is_refused_naming_it(tmp_path: Path) -> None:
     assert "header, column 12: has no name" in refusal(unnamed)
 
 
-CONTROL_CHARACTERS = {"newline": "\n", "tab": "\t", "CR": "\r", "VT": "\x0b", "NEL": "\x85"}
+CONTROL_CHARACTERS = {"newline": "\n", "tab": "\t", "CR": "\r", "VT": "\x0b", "NEL": "\x85",
+                      "RLO": "\u202e", "ZWSP": "\u200b", "LS": "\u2028"}  # fmt: skip
 
 
 @pytest.mark.parametrize("char", CONTROL_CHARACTERS.values(), ids=CONTROL_CHARACTERS.keys())
@@ -345,7 +346,24 @@ def test_a_control_character_in_a_yaml_name_is_refused(
     else:  # a file-level default: the first figure's own value overrides it
         path = table_with(tmp_path, "speedup: 31.21}", f'speedup: 31.21, {field}: "{value}"}}')
     message = refusal(path)
-    assert message.startswith(f"{path}: figures[0].{field}: must be ")
+    if field == "url" and char.isspace():  # a URL has no white space at all
+        assert message.startswith(f"{path}: figures[0].url: must be an http(s) URL")
+    else:
+        assert message.startswith(f"{path}: figures[0].{field}: holds U+")
+        assert message.endswith("; remove it")
+
+
+@pytest.mark.parametrize(
+    ("field", "limit"), [("hardware", 200), ("publisher", 200), ("note", 2000), ("url", 2048)]
+)
+def test_text_longer_than_its_bound_is_refused(tmp_path: Path, field: str, limit: int) -> None:
+    value = "https://example.org/" + "a" * 10_000 if field == "url" else "x" * 10_000
+    if field == "hardware":
+        path = table_with(tmp_path, "hardware: NVIDIA V100-SXM2-16GB", f"hardware: {value}")
+    else:
+        path = table_with(tmp_path, "speedup: 31.21}", f"speedup: 31.21, {field}: {value}}}")
+    message = refusal(path)
+    assert f"figures[0].{field}: is {len(value)} characters long; at most {limit}" in message
 
 
 def test_a_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_reads(tmp_path: Path) -> None:

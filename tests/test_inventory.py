@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from driver.cluster.inventory import InventoryError, load_inventory, parse_inventory
+from driver.cluster.inventory import (
+    InventoryError,
+    check_container_data_dir,
+    load_inventory,
+    parse_inventory,
+)
 from driver.cluster.remote import env_prefix, shell
 from driver.frameworks.base import REPO_ROOT
 from driver.schema import ConfigError
@@ -213,3 +218,24 @@ def test_host_key_policy_is_checked_and_accept_new_defaults_to_the_users_known_h
     node = parse(nodes({"address": "h", "ssh": {"host_key_policy": "accept-new"}})).nodes[0]
     assert node.ssh.known_hosts == str(Path("~/.ssh/known_hosts").expanduser())
     assert parse(nodes({"address": "h"})).nodes[0].ssh.host_key_policy == "reject"
+
+
+def test_a_data_dir_no_container_mounts_is_refused(tmp_path: Path) -> None:
+    """Under docker the scripts read a case's data_dir inside the node's container: the node's
+    data_dir (mounted at the same path) or a mount's target must hold it."""
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        "nodes:\n"
+        "  - {name: a, address: 10.0.0.1, data_dir: /data}\n"
+        "  - {name: b, address: 10.0.0.2, container: {mounts: ['/nfs/imagenet:/data']}}\n"
+        "  - {name: c, address: 10.0.0.3, data_dir: /data/imagenet}\n"
+    )
+    inventory = load_inventory(path, check_files=False)
+    for held in ("/data/imagenet", "/data/imagenet/train", "/data/imagenet/"):
+        check_container_data_dir(inventory, held)
+    for missing, node in (("/data", "c"), ("/datasets/x", "a"), ("/dat", "a")):
+        with pytest.raises(InventoryError) as caught:
+            check_container_data_dir(inventory, missing)
+        message = str(caught.value)
+        assert message.startswith(f"{path}: nodes[") and f"node {node} mounts no folder" in message
+        assert f"set data_dir: {missing} for the node" in message

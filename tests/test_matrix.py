@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.matrix import MatrixError, Overrides, apply_overrides, load_matrix
+from driver.core.matrix import (
+    MAX_CASES,
+    MatrixError,
+    Overrides,
+    apply_overrides,
+    check_case_count,
+    load_matrix,
+)
 from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Topology
 from driver.plugins import load_all
@@ -241,3 +248,32 @@ def test_every_suite_is_checked_whatever_the_profile_and_duplicate_keys_are_refu
     twice = GOOD + "profiles:\n  a: {description: x}\nprofiles:\n  b: {description: y}\n"
     with pytest.raises(MatrixError, match="'profiles' is given twice"):
         load_matrix(write(tmp_path, twice))
+
+
+def test_a_selection_past_the_bound_needs_max_cases(capsys: pytest.CaptureFixture) -> None:
+    from driver.frontend.cli import main
+
+    check_case_count(MAX_CASES, MAX_CASES)  # at the bound: runs
+    with pytest.raises(MatrixError, match=f"holds {MAX_CASES + 1} cases, more than {MAX_CASES}"):
+        check_case_count(MAX_CASES + 1, MAX_CASES)
+    argv = ["run", "--dry-run", "--profile", "cpu-smoke", "--framework", "pytorch"]
+    assert main([*argv, "--max-cases", "1"]) == 2
+    assert "--max-cases: the selection holds" in capsys.readouterr().err
+    assert main([*argv, "--max-cases", "100"]) == 0  # said so: the selection runs
+
+
+def test_a_suite_that_expands_past_what_a_matrix_holds_is_refused(tmp_path: Path) -> None:
+    batches = ", ".join(str(b) for b in range(1, 401))
+    variants = ", ".join(f"v{i}: {{}}" for i in range(300))
+    path = write(tmp_path, f"framework: pytorch\nsuites:\n  - model: resnet50\n"
+                           f"    batch_size: [{batches}]\n    variants: {{{variants}}}\n")
+    with pytest.raises(MatrixError, match=r"suites\[0\]: expands to 120000 cases"):
+        load_matrix(path)
+
+
+def test_a_profile_description_is_free_text(tmp_path: Path) -> None:
+    body = "framework: pytorch\nsuites: [{model: resnet50}]\nprofiles:\n  p: {description: %s}\n"
+    assert load_matrix(write(tmp_path, body % '"8x H100, <b>bold</b>"'), "p").description
+    for bad in ('"a\\u202eb"', '"a\\nb"', "x" * 2001):
+        with pytest.raises(MatrixError, match="profiles.p.description"):
+            load_matrix(write(tmp_path, body % bad))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -409,8 +410,17 @@ def test_the_drivers_cpu_over_the_kits_window_is_read_from_its_samples() -> None
     assert (cost.main_thread_s, cost.other_threads_s) == pytest.approx((0.04, 0.04))
     assert cost.ms_per_s == pytest.approx(40.0) and children == pytest.approx(4.0)
     assert driver_cost(samples, (0.5, 4.5)) == (None, None)  # not covered: not guessed
-    # A live process: its own threads' and its children's CPU time from /proc.
-    now, main, others, descendants = cpu_sample(os.getpid())
+    # A live process of our own (this test process may hold other tests' children): its own
+    # threads' and its children's CPU time from /proc.
+    busy = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", busy + "print(flush=True)\ntime.sleep(30)"],
+                             stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline()  # done spinning
+        now, main, others, descendants = cpu_sample(child.pid)
+    finally:
+        child.kill()
+        child.wait()
     assert now > 0 and main > 0 and others >= 0 and descendants == 0
     assert Finished(*(0, "out", "err")).cpu == ()
 

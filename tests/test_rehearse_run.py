@@ -203,3 +203,31 @@ def test_oneflow_2n2g_runs_on_two_simulated_hosts(
     assert (session.root / "simulated-hosts.yaml").is_file()
     assert "oneflow" in record.extra["provenance"]["n2"]["packages"]
     assert our_hosts_left() == []
+
+
+def test_a_killed_rehearsals_scratch_folder_is_swept_by_the_next(tmp_path: Path) -> None:
+    """A rehearsal killed with SIGKILL runs no cleanup: its scratch folder (keys, inventory)
+    stays. The next one removes it, by its creator's pid being gone; a live one's is kept."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid is free now (reused only after a wrap-around)
+    dead = tmp_path / f"{rehearse.SCRATCH_PREFIX}{gone.pid}-abc123"
+    (dead / "client").mkdir(parents=True)
+    (dead / "client" / "id_ed25519").write_text("key\n")
+    live = tmp_path / f"{rehearse.SCRATCH_PREFIX}{os.getppid()}-def456"
+    live.mkdir()
+    other = tmp_path / f"{rehearse.SCRATCH_PREFIX}older-kit"  # no pid: never ours to remove
+    other.mkdir()
+    assert rehearse.sweep_stale_scratch(tmp_path) == [str(dead)]
+    assert not dead.exists() and live.exists() and other.exists()
+    assert rehearse.sweep_stale_scratch(tmp_path) == []
+
+
+def test_more_hosts_than_one_machine_makes_are_refused_on_a_dry_run_too(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    argv = ["run", "--framework", "oneflow", "--model", "resnet50", "--profile", "cpu-smoke",
+            "--nodes", "201", "--simulated-hosts", "--dry-run"]  # fmt: skip
+    assert main(argv) == 2
+    assert "--simulated-hosts: the selection's largest case has 201 nodes" in (
+        capsys.readouterr().err
+    )

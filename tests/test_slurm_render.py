@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from driver.runtimes.plan import NodeCommand
-from driver.runtimes.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.runtimes.slurm.config import (
+    SlurmConfig,
+    SlurmConfigError,
+    load_slurm_config,
+    time_limit_seconds,
+)
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     Container,
@@ -223,14 +228,61 @@ def test_bad_section_names_file_field_and_fix(tmp_path: Path, body: str, message
 def test_time_limit_formats() -> None:
     for good in ("90", "30:00", "04:00:00", "1-00:00:00", "2-12", "0:30", "0-0:1"):
         assert SlurmConfig(time_limit=good).time_limit == good
-    for bad in ("1h", "04:00:00:00", "-1", ""):
+    for bad in ("1h", "04:00:00:00", ""):
         with pytest.raises(ValueError, match="must be a Slurm time limit"):
             SlurmConfig(time_limit=bad)
-    # Slurm reads 0 (in any form) and UNLIMITED as no limit: the session's job, which only
+    # Slurm reads 0 (in any form), -1 and UNLIMITED as no limit: the session's job, which only
     # holds its nodes, would hold them forever if the kit could not cancel it.
-    for unlimited in ("0", "00:00", "0:0:0", "0-0", "0-00:00:00", "UNLIMITED", "infinite"):
+    for unlimited in ("0", "00:00", "0:0:0", "0-0", "0-00:00:00", "UNLIMITED", "infinite", "-1"):
         with pytest.raises(ValueError, match=r"means no time limit.*finite.*\"04:00:00\""):
             SlurmConfig(time_limit=unlimited)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 5400), ("30:15", 1815), ("04:00:00", 14400), ("48:00:00", 172800),
+     ("1-00:00:00", 86400), ("2-12", 216000), ("1-12:30", 131400), ("0-0:1", 60),
+     ("0:30", 30), ("525600", 365 * 86400)],
+)  # fmt: skip
+def test_time_limit_reads_as_slurm_reads_it(text: str, seconds: int) -> None:
+    assert time_limit_seconds(text) == seconds
+    assert SlurmConfig(time_limit=text).time_limit == text
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("99:99:99", "minutes above 59"), ("4:00:60", "seconds above 59"),
+     ("10:75", "seconds above 59"), ("1-24", "24 hours after a day count"),
+     ("1-12:60", "minutes above 59"), ("366-00", "over 365 days"),
+     ("9000:00:00", "over 365 days"), ("525601", "over 365 days")],
+)  # fmt: skip
+def test_a_time_limit_slurm_would_carry_over_is_refused(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        SlurmConfig(time_limit=text)
+
+
+def test_framework_keys_mount_flags_and_the_oci_cache_are_checked() -> None:
+    config = SlurmConfig(
+        image={"pytorch": "nvcr.io#nvidia/pytorch:24.01-py3", "default": "x"},
+        oci_image={"calibration": "dlperf/cpu"}, oci_bundle={"default": "/shared/b"},
+        python={"pytorch": "/shared/venv/bin/python"}, oci_cache="/shared/dlperf-oci",
+        mounts=["/data:/data:ro+nosuid", "/scratch:/scratch"],
+    )  # fmt: skip
+    assert config.mounts == ["/data:/data:ro+nosuid", "/scratch:/scratch"]
+    for field, value, why in (
+        ("image", {"pytorhc": "x"}, "'pytorhc' is not allowed \\(did you mean 'pytorch'\\?\\)"),
+        ("oci_bundle", {"bundle": "/b"}, "'bundle' is not allowed"),
+        ("python", {"default": "/x"}, "'default' is not allowed"),  # python is per framework
+        ("mounts", ["/a:/b:ro,nosuid"], "flags joined by '\\+'"),
+        ("mounts", ["/a:/b:ro+rw"], "ro or rw, not both"),
+        ("mounts", ["/a:/b:rx"], "mount flag 'rx' is not one pyxis passes on"),
+        ("oci_cache", "/", "a system folder"),
+        ("oci_cache", "/etc/oci", "inside /etc"),
+        ("oci_cache", "//usr", "inside /usr"),
+        ("oci_cache", "/shared/../etc", "a '..' in the path"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            SlurmConfig(**{field: value})
 
 
 def test_extra_sbatch_args_cannot_override_an_option_the_kit_sets() -> None:
@@ -254,6 +306,12 @@ def test_extra_sbatch_args_cannot_override_an_option_the_kit_sets() -> None:
         for extra in ([f"{short}2"], [short, "2"], [f"-v{short[1]}2"]):
             with pytest.raises(ValueError, match=f"sets {option} \\({short}\\)"):
                 SlurmConfig(extra_sbatch_args=extra)
+    # Nor where the job runs, where its errors go, or the environment its steps get.
+    for moved, option in ((["--chdir=/tmp"], "--chdir \\(-D\\)"), (["-D", "/x"], "--chdir"),
+                          (["-e/tmp/e"], "--error \\(-e\\)"), (["--export=NONE"], "--export,"),
+                          (["--get-user-env"], "--get-user-env")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"sets {option}"):
+            SlurmConfig(extra_sbatch_args=moved)
     for other in (["--wrap=sleep"], ["--array=1-2"], ["--"]):
         with pytest.raises(ValueError, match="slurm.extra_sbatch_args|sets|ends sbatch"):
             SlurmConfig(extra_sbatch_args=other)

@@ -17,6 +17,11 @@ from driver.text import LIMITS, FreeText, check_free_text, markdown_cell
         ("bell\x07", "U+0007"),
         ("tab\there", "U+0009"),
         ("\u2066isolate", "U+2066 LEFT-TO-RIGHT ISOLATE"),
+        ("a\u2028b", "U+2028 LINE SEPARATOR, a line separator"),
+        ("a\u2029b", "U+2029 PARAGRAPH SEPARATOR, a paragraph separator"),
+        ("nl\nx", "U+000A LINE FEED, a control character at position 3"),
+        ("esc\x1b[2J", "U+001B ESCAPE"),
+        ("bell\x07", "U+0007, a control character"),  # no name in Unicode, none given
     ],
 )
 def test_control_and_format_characters_are_refused_with_where(value: str, found: str) -> None:

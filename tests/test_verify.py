@@ -260,42 +260,87 @@ def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
 # Which machine: fingerprints in the logs, attestations of older sessions
 
 
-def set_header_hardware(folder: Path, label_of_rank: Callable[[int], str]) -> None:
-    """Every rank's header of the repeat carries a machine label, as fingerprinted nodes write
-    it (the record's header is rank 0's)."""
-
-    def edit(header: dict) -> None:
-        header["hardware"] = label_of_rank(header.get("rank", 0))
-
-    rewrite_headers(folder, edit)
+def edit_rank_headers(folder: Path, edit: Callable[[int, dict], None]) -> None:
+    """Every rank's header of the repeat edited by ``edit(rank, header)`` (the record's header
+    is rank 0's), logs re-hashed as a forger would."""
+    rewrite_headers(folder, lambda header: edit(header.get("rank", 0), header))
 
 
-def test_a_repeat_whose_nodes_report_two_machines_is_refused_never_averaged(
-    tmp_path: Path,
-) -> None:
+def test_ranks_whose_facts_differ_are_refused_never_averaged(tmp_path: Path) -> None:
     root = session_copy(tmp_path)
     two_nodes = root / "cases" / "calibration/calibration/2n2g/bs8/fp32/synthetic" / "repeat-01"
-    set_header_hardware(
-        two_nodes, lambda rank: "EPYC 2c avx2" if rank == 0 else "EPYC 2c avx512_bf16"
-    )
-    refused_everywhere(root, tmp_path, "its ranks ran on 2 kinds of machine")
-    # the same label on every node: one machine; the case's other repeats, whose logs carry
-    # this machine's own fingerprint, are another machine's: never pooled with it
-    root = session_copy(tmp_path, "same")
+
+    def other_memory(rank: int, header: dict) -> None:
+        if rank == 1:  # node 1's facts name another machine; its label would read the same
+            header["fingerprint"]["memory_gib"] += 64
+
+    edit_rank_headers(two_nodes, other_memory)
+    refused_everywhere(root, tmp_path, "its ranks ran on 2 machines by their hardware facts")
+    assert "facts that differ: memory_gib" in "\n".join(verify_sessions([root]).refused)
+
+
+def test_an_edited_label_changes_nothing_shown(tmp_path: Path) -> None:
+    root = session_copy(tmp_path)
+    before = summarize(verify_sessions([root]).records)
     case_dir = root / "cases" / "calibration/calibration/2n2g/bs8/fp32/synthetic"
-    set_header_hardware(case_dir / "repeat-01", lambda _rank: "EPYC 2c avx2")
+    edit_rank_headers(case_dir / "repeat-01", lambda _rank, h: h.update(hardware="8x H100 | x"))
+    verified = verify_sessions([root])
+    assert verified.refused == []
+    after = summarize(verified.records)
+    assert [(s.identity, s.stats.repeats) for s in after] == [
+        (s.identity, s.stats.repeats) for s in before
+    ]
+    assert not any("H100" in s.identity for s in after)
+
+
+def test_facts_edited_on_every_rank_are_another_machine_never_pooled(tmp_path: Path) -> None:
+    """Every rank of one repeat claims other facts (memory, which the label does not show):
+    one machine within the repeat, but not the machine of the case's other repeats: its own
+    row, labelled apart by its facts' digest, with no speedup (no 1n1g of the same facts)."""
+    root = session_copy(tmp_path)
+    case_dir = root / "cases" / "calibration/calibration/2n2g/bs8/fp32/synthetic"
+    edit_rank_headers(
+        case_dir / "repeat-01", lambda _rank, h: h["fingerprint"].update(memory_gib=999)
+    )
     verified = verify_sessions([root])
     assert verified.refused == []
     two = [s for s in summarize(verified.records) if s.case.topology.label == "2n2g"]
-    legacy = hardware_of(
+    assert sorted(s.stats.repeats for s in two) == [1, 2]
+    edited = next(s for s in two if s.stats.repeats == 1)
+    own = next(s for s in two if s.stats.repeats == 2)
+    label = hardware_of(
         json.loads((case_dir / "repeat-02" / "record.json").read_text())["header"]
     ).label
-    assert sorted((s.identity, s.stats.repeats) for s in two) == sorted(
-        [("EPYC 2c avx2", 1), (legacy, 2)]
-    )
-    speedups = {s.identity: s.speedup for s in two}
-    assert speedups["EPYC 2c avx2"] is None  # no 1n1g on that machine: no speedup across
-    assert speedups[legacy] == pytest.approx(2.0, rel=0.01)
+    assert edited.identity.startswith(f"{label} [") and own.identity.startswith(f"{label} [")
+    assert edited.identity != own.identity
+    assert edited.speedup is None  # no 1n1g on that machine: no speedup across machines
+    assert own.speedup == pytest.approx(2.0, rel=0.05)
+
+
+def test_gpus_claimed_in_the_facts_of_a_cpu_run_are_not_its_label(tmp_path: Path) -> None:
+    """The facts of every rank claim eight H100s; the ranks' devices still say they ran on no
+    GPU: the label names what they ran on (this node's CPU), never the GPUs. Claiming the GPUs
+    in the devices too is refused: the facts list no such device, or (with them listed) every
+    rank must name them alike."""
+    root = session_copy(tmp_path)
+    case_dir = root / "cases" / "calibration/calibration/1n2g/bs8/fp32/synthetic"
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "max_sm_clock_mhz": 1980,
+           "max_memory_clock_mhz": 2619, "power_limit_w": 700.0, "default_power_limit_w": 700.0,
+           "pcie_gen_max": 5, "pcie_width_max": 16, "sm_count": 132}  # fmt: skip
+
+    def eight_h100(_rank: int, header: dict) -> None:
+        header["fingerprint"].update(gpus=[gpu] * 8, devices_per_node=8, gpu_link="NVLink",
+                                     interconnect="NVLink")  # fmt: skip
+        header["hardware"] = "8x H100 80GB HBM3 700W NVLink"
+
+    edit_rank_headers(case_dir / "repeat-01", eight_h100)
+    verified = verify_sessions([root])
+    assert verified.refused == []
+    labels = {r.fingerprint for r in verified.repeats}
+    assert not any("H100" in label for label in labels), labels
+    edit_rank_headers(case_dir / "repeat-02", lambda _r, h: h.update(devices=["NVIDIA A100"]))
+    refused = verify_sessions([root]).refused
+    assert any("header field 'devices' names 'NVIDIA A100'" in line for line in refused), refused
 
 
 def without_fingerprint(root: Path) -> Path:

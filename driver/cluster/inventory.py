@@ -401,3 +401,29 @@ def load_inventory(path: Path | str, *, check_files: bool = True) -> Inventory:
     except ConfigError as error:
         raise InventoryError(error.path, error.field_path, error.message) from None
     return parse_inventory(data, path, check_files=check_files)
+
+
+def _inside(folder: str, parent: str) -> bool:
+    folder, parent = folder.rstrip("/") or "/", parent.rstrip("/") or "/"
+    return folder == parent or folder.startswith(parent if parent == "/" else parent + "/")
+
+
+def check_container_data_dir(inventory: Inventory, data_dir: str) -> None:
+    """A case's ``data_dir`` is read inside every node's container at its own path: the node's
+    ``data_dir`` (mounted at the same path) or a ``container.mounts`` target must hold it,
+    else the script would find no data in the container. An :class:`InventoryError` naming
+    the first node that lacks it and the fix."""
+    for node in inventory.nodes:
+        targets = [m.split(":")[1] for m in node.container.mounts]
+        if node.data_dir and _inside(data_dir, node.data_dir):
+            continue
+        if any(_inside(data_dir, target) for target in targets):
+            continue
+        raise InventoryError(
+            inventory.path,
+            f"nodes[{node.index}].data_dir",
+            f"node {node.name} mounts no folder that holds the cases' data_dir {data_dir!r} "
+            f"into its containers (its data_dir: {node.data_dir or 'none'}; mounts: "
+            f"{', '.join(node.container.mounts) or 'none'}); set data_dir: {data_dir} for the "
+            "node (mounted read-only at the same path), or add a container mount for it",
+        )

@@ -25,6 +25,7 @@ nothing runs.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -48,6 +49,7 @@ from driver.schema import (
     validate,
 )
 from driver.sources.base import SOURCES
+from driver.text import FreeText
 
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
@@ -58,6 +60,11 @@ MAX_DEVICES_PER_NODE = 64
 MAX_STEPS = 10_000_000
 MAX_REPEATS = 1000
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
+# One dlperf run selects at most MAX_CASES cases unless it says it means more (--max-cases): a
+# list too many in a suite multiplies into days of runs. A matrix file expands to at most
+# MAX_EXPANDED_CASES cases whatever is asked (each case is built in memory before selection).
+MAX_CASES = 1000
+MAX_EXPANDED_CASES = 100_000
 COMMAND_LINE = "command line"
 
 
@@ -170,7 +177,7 @@ class Suite(Settings):
 
 
 class Profile(StrictModel):
-    description: str = ""
+    description: FreeText("note") = ""  # printed by `dlperf run`, kept in session.json
     defaults: Settings | None = None
     suites: Annotated[list[Suite], Field(min_length=1)] | None = None
 
@@ -316,6 +323,16 @@ def _expand_suite(
         )
     topologies = [parse_topology(label) for label in suite.topology]
     xlas = list(dict.fromkeys(ONOFF[x] for x in suite.xla))
+    count = len(topologies) * len(suite.batch_size) * len(suite.precision) * len(xlas)
+    count *= len(suite.dataset) * len(suite.variants)
+    if count > MAX_EXPANDED_CASES:
+        raise MatrixError(
+            path,
+            where,
+            f"expands to {count} cases (topologies x batch sizes x precisions x xla x datasets "
+            f"x variants), more than a matrix may hold ({MAX_EXPANDED_CASES}); split it into "
+            "suites of the cases you mean to run",
+        )
     cases = []
     for topo, batch, precision, xla, dataset, (variant, options) in itertools.product(
         topologies, suite.batch_size, suite.precision, xlas, suite.dataset, suite.variants.items()
@@ -355,8 +372,15 @@ def _profile_cases(
     for i, suite in enumerate(suites):
         framework = FRAMEWORKS.canonical(data.framework)
         cases.extend(_expand_suite(path, f"{where}[{i}]", suite, framework, base, profile))
-    ids = [case.id for case in cases]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if len(cases) > MAX_EXPANDED_CASES:
+            raise MatrixError(
+                path,
+                where,
+                f"expands to more than {MAX_EXPANDED_CASES} cases; split the matrix into files "
+                "of the cases you mean to run",
+            )
+    counts = Counter(case.id for case in cases)
+    duplicates = sorted(case_id for case_id, count in counts.items() if count > 1)
     if duplicates:
         raise MatrixError(path, where, f"cases defined twice: {', '.join(duplicates)}")
     return cases
@@ -400,6 +424,19 @@ def load_matrix(path: Path | str, profile: str = DLPERF_PROFILE) -> Matrix:
         description=description,
         cases=chosen,
     )
+
+
+def check_case_count(count: int, max_cases: int) -> None:
+    """A selection of more than ``max_cases`` cases (:data:`MAX_CASES` unless the command line
+    raised it) is refused: it was meant, or it was a list too many."""
+    if count > max_cases:
+        raise MatrixError(
+            COMMAND_LINE,
+            "--max-cases",
+            f"the selection holds {count} cases, more than {max_cases}: narrow it (--model, "
+            f"--batch, --nodes/--gpus, --variant, --profile), or pass --max-cases {count} to "
+            "run them all",
+        )
 
 
 def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:

@@ -135,9 +135,21 @@ def topology_list(text: str) -> tuple[str, ...]:
     return labels
 
 
-def csv_items(text: str | None) -> tuple[str, ...]:
-    """``a, b,,c`` -> ("a", "b", "c"): the items of a comma-separated option, blanks dropped."""
-    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+def csv_items(text: str | None, flag: str, example: str) -> tuple[str, ...]:
+    """``a,b,c`` -> ("a", "b", "c"): the items of a comma-separated option (None: not given).
+    An empty value, an empty item or white space is a MatrixError naming ``flag``: ``--batch ''``
+    or ``--batch ' 8 , max'`` is a typo or an empty make variable, never "every batch"."""
+    if text is None:
+        return ()
+    items = text.split(",")
+    if not text or not all(items) or any(char.isspace() for char in text):
+        raise MatrixError(
+            COMMAND_LINE,
+            flag,
+            f"{text!r}: give one value or several joined by single commas, without spaces or "
+            f"empty items (e.g. {example}); leave the option out for the matrix's own values",
+        )
+    return tuple(items)
 
 
 def option_pair(text: str) -> tuple[str, object]:
@@ -148,6 +160,32 @@ def option_pair(text: str) -> tuple[str, object]:
             f"expects KEY=VALUE with KEY an option name (letters, digits, _), got {text!r}"
         )
     return key, parse_option_value(value)
+
+
+# An HTML tag's start: a README renders a title or a changelog as Markdown, where a tag is
+# live HTML (a ``<script>``, an ``<img onerror=...>``, a ``<details>`` hiding what follows).
+_TAG = re.compile(r"<[A-Za-z!/?]")
+
+
+def free_text(kind: str) -> Callable[[str], str]:
+    """Free text given on the command line (a title, a changelog, a note, a label) as an
+    argparse type: checked as every free text at input (``driver.text``: no control or format
+    character, at most ``LIMITS[kind]`` characters) and without HTML tags."""
+    from driver.text import check_free_text
+
+    def parse(text: str) -> str:
+        try:
+            check_free_text(text, kind)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        if _TAG.search(text):
+            raise argparse.ArgumentTypeError(
+                f"holds an HTML tag ({_TAG.search(text)[0]}...): plain text only, a README "
+                "renders it as Markdown; write it without '<'"
+            )
+        return text
+
+    return parse
 
 
 def fraction(text: str) -> float:

@@ -10,8 +10,10 @@ the door (``driver.verify.repeat``) on every repeat it lets through, whoever con
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from driver.model.case import Case
+from driver.model.hardware import Hardware, HardwareError, hardware_of
 from driver.model.measure import RepeatMeasurement, measure_logs
 from driver.parsers.base import ParsedLog, Window
 
@@ -98,17 +100,42 @@ def _count(samples: int) -> str:
     return str(samples) if abs(samples) < 10**15 else f"{float(samples):.6g}"
 
 
-def check_one_machine(parsed: ParsedLog) -> None:
-    """Every rank on one kind of machine (the ``hardware`` label its header carries): a case
-    runs on one, and a figure over two would average them."""
-    machines = sorted(
-        {h["hardware"] for h in parsed.rank_headers() if isinstance(h.get("hardware"), str)}
-    )
-    if len(machines) > 1:
+def check_finished(parsed: ParsedLog) -> None:
+    """Every rank's log says it ended (the protocol's ``"dlperf": "end"`` record, written after
+    its last step; upstream parsers mark their ranks ended where the source's log does): a
+    rank without one stopped, or its log was cut, before the run was over, whatever steps it
+    logged."""
+    unfinished = sorted(rank for rank, log in parsed.ranks.items() if not log.finished)
+    if unfinished:
+        listed = ", ".join(map(str, unfinished[:8])) + (", ..." if len(unfinished) > 8 else "")
         raise Implausible(
-            f"its ranks ran on {len(machines)} kinds of machine ({'; '.join(machines)}): a case "
-            "runs on one kind of machine, so its figure would average two; run it on nodes of "
-            "one kind"
+            f"rank(s) {listed} logged no end record (\"dlperf\": \"end\" after the last step): "
+            "the run stopped or its log was cut before it was over; re-run the repeat"
+        )
+
+
+def check_one_machine(parsed: ParsedLog) -> None:
+    """Every rank on one machine, told by its fingerprint's facts (never by the label a header
+    carries): a case runs on one kind of machine, so a figure over two would average them, and
+    a rank whose facts differ from the others' was run elsewhere or edited. A rank's facts that
+    fail their schema are refused here too (``driver.model.hardware``)."""
+    machines: dict[str, tuple[Any, Hardware]] = {}
+    for index, header in enumerate(parsed.rank_headers()):
+        rank = header.get("rank", index)
+        try:
+            hardware = hardware_of(header)
+        except HardwareError as error:
+            raise Implausible(f"rank {rank}'s header: {error}") from None
+        if hardware.known:
+            machines.setdefault(hardware.key, (rank, hardware))
+    if len(machines) > 1:
+        (rank_a, a), (rank_b, b) = list(machines.values())[:2]
+        differ = sorted(key for key in {*a.facts, *b.facts} if a.facts.get(key) != b.facts.get(key))
+        raise Implausible(
+            f"its ranks ran on {len(machines)} machines by their hardware facts: rank {rank_a} "
+            f"on {a.label}, rank {rank_b} on {b.label} (facts that differ: "
+            f"{', '.join(differ) or a.origin + ' and ' + b.origin}); a case runs on one kind of "
+            "machine, so its figure would average two: run it on nodes of one kind"
         )
 
 
@@ -123,6 +150,7 @@ def measure_checked(
         batch_size,
         check=lambda parsed, window: (
             check_parsed(parsed, window, batch_size),
+            check_finished(parsed),
             check_one_machine(parsed),
         ),
     )

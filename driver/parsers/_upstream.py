@@ -425,6 +425,13 @@ class Timeline:
     points: list[tuple[int, float, str, int]] = field(default_factory=list)  # +source, line
 
     def add(self, step: int, t: float, source: str, line: int) -> None:
+        if step < 0:  # an iteration index below the source's first, or one edited
+            raise LogParseError(
+                f"rank {self.rank}: a negative iteration ({step} steps finished): no source "
+                "counts below its first step; the log was edited or mixed with another",
+                source=source,
+                line=line,
+            )
         if self.points:
             last_step, last_t, _, _ = self.points[-1]
             if step <= last_step:

@@ -7,7 +7,6 @@ release publishes and what an audit recomputes come from the same code reading t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from driver.model.results import RECORD
 from driver.parsers.base import LogParseError, RankLog
 from driver.release.scaling import ProbeError, parse_probe_log
 from driver.telemetry.summary import node_of, summarize_samples
+from driver.verify.folder import session_meta
 from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (
     CASE_FILE,
@@ -27,6 +27,7 @@ from driver.verify.repeat import (
     Unfinished,
     VerifiedRepeat,
     verify_repeat,
+    with_machine_labels,
 )
 
 _REPEAT = re.compile(r"^repeat-\d+$")
@@ -65,9 +66,9 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
         parts = PurePosixPath(name).parts
         if len(parts) == 2 and parts[1] == "session.json":
             try:
-                data.sessions[parts[0]] = json.loads(content)
-            except json.JSONDecodeError as error:
-                data.problems.append((name, f"not valid JSON ({error.msg})"))
+                data.sessions[parts[0]] = session_meta(content)
+            except ValueError as error:
+                data.problems.append((name, str(error)))
         elif len(parts) >= 4 and parts[1] == "cases" and parts[-1] == RECORD:
             if _REPEAT.match(parts[-2]):
                 _load_repeat(data, name)
@@ -87,8 +88,9 @@ def load_dataset(members: Mapping[str, bytes]) -> Dataset:
             if f"{folder}/record.json" not in members:
                 data.problems.append((f"{folder}/record.json", "missing (the repeat has logs)"))
     for name in sorted({PurePosixPath(m).parts[0] for m in members}):
-        if name not in data.sessions:
+        if name not in data.sessions and f"{name}/session.json" not in members:
             data.problems.append((f"{name}/session.json", "missing"))
+    data.repeats = with_machine_labels(data.repeats)
     return data
 
 

@@ -27,7 +27,6 @@ from driver.model.measure import case_stats
 from driver.schema import (
     ConfigError,
     FiniteFloat,
-    Label,
     Name,
     StrictModel,
     did_you_mean,
@@ -38,14 +37,18 @@ from driver.schema import (
     text,
     validate,
 )
+from driver.text import FreeText, check_free_text, unsafe_character
 
 IMPORT_SCHEMA = 1
 SUFFIXES = (".csv", ".yaml", ".yml")
 CSV_SCHEMA_LINE = re.compile(r"#\s*schema:\s*(\S+)\s*")
-# C0 and C1 control characters and the Unicode line/paragraph separators: a newline or tab in a
-# name splits a Markdown table row or a CSV record of every report the figure reaches.
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-Url = text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL")
+# Every text field is free text of a bounded length without control or format characters
+# (driver.text): a newline or tab splits a Markdown table row or a CSV record of every report the
+# figure reaches, U+202E turns the rest of a row right to left.
+Url = Annotated[
+    text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL"),
+    AfterValidator(lambda value: check_free_text(value, "url")),
+]
 Count = number(1, 1_000_000, "a whole number from 1")
 VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # as a matrix suite's variant names
 
@@ -85,9 +88,9 @@ class Figure(StrictModel):
     """One published figure: a case's median throughput as its publisher printed it."""
 
     framework: Name  # a framework the kit knows (name, folder or display spelling)
-    source: Label = "published"  # the code that ran: OneFlow-Benchmark, DeepLearningExamples...
+    source: FreeText("name") = "published"  # the code that ran: OneFlow-Benchmark, ...
     model: Annotated[Any, AfterValidator(_known_model)]  # the kit's key: resnet50, bert, ...
-    hardware: Annotated[Label, Field(min_length=1, max_length=120)]  # NVIDIA V100-SXM2-16GB
+    hardware: Annotated[FreeText("label"), Field(min_length=1)]  # NVIDIA V100-SXM2-16GB
     nodes: Count
     devices: Count  # in total, over all nodes (DLPerf's "device num")
     batch: Count  # per device
@@ -99,12 +102,12 @@ class Figure(StrictModel):
     variant: Annotated[Any, AfterValidator(_variant)] = "default"
     throughput: Annotated[FiniteFloat, Field(gt=0)]  # samples/s over all devices
     speedup: Annotated[FiniteFloat, Field(gt=0)] | None = None  # as published, vs their 1n1g
-    machine: Label = ""  # the system, e.g. DGX-1 (a factor of `dlperf factor`)
-    publisher: Annotated[Label, Field(min_length=1)]  # who published the figure: "DLPerf v1.0"
+    machine: FreeText("name") = ""  # the system, e.g. DGX-1 (a factor of `dlperf factor`)
+    publisher: Annotated[FreeText("name"), Field(min_length=1)]  # who: "DLPerf v1.0"
     url: Url
     # The publisher's own figures scale above 100% efficiency (said in ``note``), not a typo.
     superlinear: bool = False
-    note: Label = ""  # anything to say about the figure; where superlinear scaling is published
+    note: FreeText("note") = ""  # anything to say of the figure; where superlinear is published
 
     @field_validator("throughput")
     @classmethod
@@ -150,13 +153,9 @@ def _csv_value(cell: str) -> Any:
 
 
 def _control_character(cell: str) -> str | None:
-    """How a cell's first control character is named in an error (None: it has none)."""
-    found = CONTROL.search(cell)
-    if found is None:
-        return None
-    names = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
-    char = found[0]
-    return names.get(char, f"the control character U+{ord(char):04X}")
+    """How a cell's first control or format character is named in an error (None: it has
+    none); a cell of any field, so that a number column cannot hide one either."""
+    return unsafe_character(cell)
 
 
 def _from_csv(content: str, path: Path) -> dict[str, Any]:

@@ -76,14 +76,17 @@ def _machines_section(computed: Computed) -> str:
         session = session_of(repeat)
         source = (
             "its logs' fingerprint"
-            if isinstance(repeat.record.header.get("hardware"), str)
+            if repeat.hardware.origin == "fingerprint"
             else "the session's hardware.json (attested)"
             if f"{session}/hardware.json" in computed.attested
             else "its logs' header (no fingerprint recorded)"
         )
         rows.setdefault((session, repeat.fingerprint), set()).add(source)
     table = tabulate(
-        [[f"`{s}`", m, ", ".join(sorted(how))] for (s, m), how in sorted(rows.items())],
+        [
+            [f"`{markdown_cell(s)}`", markdown_cell(m), ", ".join(sorted(how))]
+            for (s, m), how in sorted(rows.items())
+        ],
         headers=["session", "machine", "known from"],
         tablefmt="github",
         disable_numparse=True,
@@ -140,7 +143,7 @@ def _superlinear_notes(computed: Computed, manifest: dict[str, Any]) -> list[str
     return [
         f"{s.case_id}: efficiency {s.efficiency:.2%}, above 100% beyond its noise tolerance "
         f"({s.superlinear_tolerance:.2%}); released with the reason: "
-        f"{markdown_cell(reasons.get(s.case_id, '(none)'))}"
+        f"{reasons.get(s.case_id, '(none)')}"  # escaped with every note by core.report
         for s in computed.summaries
         if s.superlinear
     ]
@@ -200,12 +203,12 @@ def _references_section(computed: Computed) -> str:
                 s.case_id,
                 _num(s.stats.median, 2),
                 _num(e.per_device, 2),
-                f"{e.reference_framework} ({e.reference_id})",
-                e.reference_hardware,
-                config,
+                markdown_cell(f"{e.reference_framework} ({e.reference_id})"),
+                markdown_cell(e.reference_hardware),
+                markdown_cell(config),
                 _num(e.reference_per_device, 2),
                 "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
-                f"[{e.reference_source}]({e.reference_link})",
+                f"[{markdown_cell(e.reference_source)}]({markdown_cell(e.reference_link)})",
             ]
         )
     if not rows:

@@ -15,6 +15,7 @@ from typing import Any
 from driver.files import write_text
 from driver.release.archive import sha256_bytes
 from driver.release.manifest import MANIFEST
+from driver.text import markdown_cell
 
 INDEX = "README.md"
 # fullmatch: ``$`` would also match before a final newline ("v9.9\n" as a folder name)
@@ -45,7 +46,7 @@ def released_versions(reports_root: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _cell(text: Any) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return markdown_cell(" ".join(str(text).split()))
 
 
 def index_text(reports_root: Path) -> str:

@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from driver.model.case import Case, Topology
+from driver.model.hardware import HardwareError, parse_hardware
 from driver.parsers._upstream import RunHeader
 from driver.registry import UnknownPlugin
-from driver.schema import ConfigError, Label, StrictModel, load_document, validate
+from driver.schema import ConfigError, StrictModel, load_document, validate
 from driver.sources.base import SOURCES
+from driver.text import FreeText
 
 VARIANT = "imported"
 
@@ -49,12 +51,24 @@ class Facts(StrictModel):
     worker0_only: bool = False
     logging: Literal["rank0", "per-node", "per-process"] | None = None  # default: the source's
     step_offset: int | None = Field(default=None, ge=0)  # default: the source's
-    note: Label = ""  # where the logs come from (kept in the record)
+    note: FreeText("note") = ""  # where the logs come from (kept in the record)
     # What the logs ran on (``NVIDIA V100-SXM2-16GB``): their machine and device model. Without
     # it they stay "unknown device" and are set beside no measured case.
-    hardware: Label | None = None
+    hardware: FreeText("label") | None = None
     # where each fact came from ("--batch on the command line", "facts.yaml: batch"), for errors
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("hardware")
+    @classmethod
+    def _readable_hardware(cls, value: str | None) -> str | None:
+        """A device model the door reads (``driver.model.hardware.parse_hardware``): a
+        hardware no table could set beside anything is refused here, not at every report."""
+        if value is not None:
+            try:
+                parse_hardware(value)
+            except HardwareError as error:
+                raise ValueError(str(error)) from None
+        return value
 
     def origin(self, fact: str) -> str:
         return self._origins.get(fact, "the facts")

@@ -14,8 +14,10 @@ memory and GPUs. The inventory's cluster name (in every record) and ``session.js
 
 from __future__ import annotations
 
+import os
 import platform
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -38,6 +40,26 @@ from driver.testbed.simhosts import (
 
 REHEARSAL_RUNTIME = "process"
 INVENTORY_COPY = "simulated-hosts.yaml"  # in the session folder: the hosts a rehearsal made
+# A rehearsal's scratch folder: its creator's pid in the name, so that the next rehearsal can
+# tell the folder of a process killed outright (SIGKILL: no cleanup ran) from a live one's.
+SCRATCH_PREFIX = "dlperf-rehearse-"
+_SCRATCH = re.compile(rf"{SCRATCH_PREFIX}(\d+)-")
+
+
+def sweep_stale_scratch(folder: Path | None = None) -> list[str]:
+    """Remove the scratch folders of rehearsals whose process is gone (killed with SIGKILL,
+    a crashed CI job): their hosts' keys, inventory and files; a live rehearsal's are kept."""
+    removed = []
+    root = Path(folder or tempfile.gettempdir())
+    for entry in sorted(root.glob(f"{SCRATCH_PREFIX}*")):
+        match = _SCRATCH.match(entry.name)
+        if not match or not entry.is_dir() or entry.is_symlink():
+            continue
+        if int(match[1]) == os.getpid() or Path(f"/proc/{match[1]}").exists():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(str(entry))
+    return removed
 
 
 def refusal(*, runtime: str, inventory: str | None, dry_run: bool = False) -> str | None:
@@ -150,7 +172,9 @@ def simulated_hosts(
     a temporary folder; removed on leaving, however that happens. ``start=False`` (a dry run)
     writes the inventory of hosts that are never made."""
     frameworks = list(frameworks)
-    with tempfile.TemporaryDirectory(prefix="dlperf-rehearse-") as scratch:
+    for leftover in sweep_stale_scratch():
+        printer(f"removed the scratch folder of an earlier rehearsal that was killed: {leftover}")
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         root = Path(scratch)
         # Our client key at a fixed path, so the inventory can name it before the hosts start.
         (root / "client").mkdir()

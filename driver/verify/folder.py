@@ -8,13 +8,16 @@ link points at on the head node.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from driver.model.case import Case
-from driver.model.results import RepeatRecord
+from driver.model.results import SESSION_SCHEMA, RepeatRecord
+from driver.text import check_free_text
 from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (
     CASE_FILE,
@@ -23,9 +26,39 @@ from driver.verify.repeat import (
     Unfinished,
     VerifiedRepeat,
     verify_repeat,
+    with_machine_labels,
 )
 
 CASES = "cases"
+SESSION_FILE = "session.json"
+# session.json's text fields, shown in a release's provenance: one line each.
+SESSION_TEXT = ("name", "created", "head_node", "profile", "runtime", "profile_reason", "kind")
+
+
+def session_meta(data: bytes) -> dict[str, Any]:
+    """A session's ``session.json`` as every reader takes it (``report`` and ``release``
+    alike): a JSON object, of a schema this kit reads (the first sessions have none), ``kit``
+    an object, its text fields one line of text. ValueError says what is wrong."""
+    try:
+        meta = json.loads(data)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"not valid JSON ({getattr(error, 'msg', error)})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"a JSON object is expected, got {type(meta).__name__}")
+    if meta.get("schema", SESSION_SCHEMA) != SESSION_SCHEMA:
+        raise ValueError(
+            f"schema {meta.get('schema')!r} is not one this kit reads ({SESSION_SCHEMA}): "
+            "written by another kit"
+        )
+    if not isinstance(meta.get("kit", {}), dict):
+        raise ValueError("field kit: a JSON object of the kit's commit is expected")
+    for name in SESSION_TEXT:
+        if name in meta:
+            try:
+                check_free_text(meta[name], "name")
+            except ValueError as error:
+                raise ValueError(f"field {name}: {error}") from None
+    return meta
 
 
 @dataclass
@@ -132,6 +165,17 @@ class Verified:
 
 
 def verify_session(root: Path, out: Verified, *, accept_remeasured: bool = False) -> None:
+    """The session's repeats through the door; a session.json the kit cannot read refuses the
+    whole session (named), as ``release`` does."""
+    meta_path = Path(root) / SESSION_FILE
+    try:
+        session_meta(meta_path.read_bytes())
+    except OSError as error:
+        out.refused.append(f"{meta_path}: cannot be read ({error.strerror}): not a session")
+        return
+    except ValueError as error:
+        out.refused.append(f"{meta_path}: {error}; the session is left out")
+        return
     walk = walk_session(root)
     inside_cases = [p for p in walk.symlinks if CASES in p.relative_to(root).parts[:1]]
     for path in inside_cases:
@@ -154,4 +198,5 @@ def verify_sessions(roots: Sequence[Path], *, accept_remeasured: bool = False) -
     out = Verified()
     for root in roots:
         verify_session(Path(root), out, accept_remeasured=accept_remeasured)
+    out.repeats = with_machine_labels(out.repeats)
     return out

@@ -25,16 +25,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from driver.model.case import Case
-from driver.model.hardware import HardwareError
+from driver.model.hardware import UNKNOWN, Hardware, HardwareError, display_labels
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
 from driver.model.results import RECORD, RecordError, RepeatRecord
 from driver.parsers.base import LogParseError, ParsedLog
-from driver.verify.hardware import AttestationError, fingerprint_label, load_attestation
+from driver.verify.hardware import AttestationError, load_attestation, machine_of
 
 CASE_FILE = "case.json"
 NODE_LOG = re.compile(r"^node\d+\.log$")
@@ -81,7 +81,11 @@ class VerifiedRepeat:
     written: RepeatRecord
     parsed: ParsedLog
     logs: dict[str, str] = field(repr=False)
-    fingerprint: str = ""  # the machine's label (driver/verify/hardware.py)
+    # The machine it ran on (driver/verify/hardware.py) and the label tables show for it: the
+    # label computed from its facts, set apart by its key's digest where two machines of the
+    # same readers' set share one (``with_machine_labels``).
+    fingerprint: str = ""
+    hardware: Hardware = UNKNOWN
     source: RepeatFiles | None = field(default=None, repr=False)  # the files it came from
 
     @property
@@ -217,7 +221,7 @@ def verify_repeat(
         except AttestationError as error:
             raise RepeatRefused(files.attestation_path, str(error).split(": ", 1)[1]) from None
     try:
-        fingerprint = fingerprint_label(parsed.header, attestation)
+        machine = machine_of(parsed.header, attestation)
     except HardwareError as error:
         raise RepeatRefused(files.folder, f"rank 0's header: {error}") from None
     if record.measurement is not None:
@@ -232,7 +236,8 @@ def verify_repeat(
         written=record,
         parsed=parsed,
         logs=texts,
-        fingerprint=fingerprint,
+        fingerprint=machine.label,
+        hardware=machine,
         source=files,
     )
     if not accept_remeasured:
@@ -253,3 +258,11 @@ def verify_repeat(
         if verified.header_differs:
             raise RepeatRefused(path, "header differs from rank 0's header in the logs")
     return verified
+
+
+def with_machine_labels(repeats: Sequence[VerifiedRepeat]) -> list[VerifiedRepeat]:
+    """``repeats`` with the labels their tables show: each machine's label, with its key's
+    digest added where two different machines among them share one (two nodes whose facts
+    differ only in what the label does not say), so that no table pools them."""
+    shown = display_labels(r.hardware for r in repeats)
+    return [replace(r, fingerprint=shown.get(r.hardware.key, r.fingerprint)) for r in repeats]

@@ -13,7 +13,12 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
     """State the machine a session ran on, for logs that carry no fingerprint of their own."""
     from driver.release.release import ReleaseError, resolve_session
     from driver.verify.folder import verify_sessions
-    from driver.verify.hardware import ATTESTATION, Attestation, write_attestation
+    from driver.verify.hardware import (
+        ATTESTATION,
+        AttestationError,
+        make_attestation,
+        write_attestation,
+    )
 
     try:
         root = resolve_session(args.session, Path(args.results))
@@ -42,11 +47,15 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
             return 2
         facts[key] = value
     try:
-        attestation = Attestation(label=args.label, facts=facts, source=args.source)
-    except ValueError as error:
+        attestation = make_attestation(args.label, facts, args.source)
+    except AttestationError as error:
         print(f"error: attest-hardware: {error}", file=sys.stderr)
         return 2
-    own = {r.record.header.get("hardware") for r in verify_sessions([root]).repeats} - {None}
+    own = {
+        r.fingerprint
+        for r in verify_sessions([root]).repeats
+        if r.hardware.origin in ("fingerprint", "declared")
+    }
     if own:
         print(
             f"error: {root}: its logs carry their own fingerprint ({', '.join(sorted(own))}); "

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from driver.frontend.args import RESULTS
+from driver.frontend.args import RESULTS, free_text
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -49,6 +49,6 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     imported.add_argument(
         "--out", help="report folder (default: results/imports/<file name>-report in the kit)"
     )
-    imported.add_argument("--title")
+    imported.add_argument("--title", type=free_text("name"))
     imported.add_argument("--json", action="store_true", help="the derived rows as JSON")
     imported.set_defaults(func=cmd_import)

@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 
 from driver.bench.contract import parse_option_value
+from driver.frontend.args import bounded_float, bounded_int
+
+MAX_THREADS = 4096  # more than any node's cores: a typo, not a setting
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -19,17 +23,8 @@ def _option(text: str) -> tuple[str, object]:
     return key.replace("-", "_"), parse_option_value(value)
 
 
-def _count(minimum: int):  # noqa: ANN202
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expects an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
+def _count(minimum: int, maximum: int = 10_000_000):  # noqa: ANN202
+    return bounded_int(minimum, maximum)
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
@@ -101,13 +96,14 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     parity.add_argument("--warmup-steps", type=_count(0), default=3)
     parity.add_argument("--measured-steps", type=_count(1), default=12)
     parity.add_argument(
-        "--threads",
-        type=_count(0),
-        default=0,
+        "--threads", type=_count(0, MAX_THREADS), default=0,
         help="CPU threads of both sides (OMP_NUM_THREADS; 0: the kit's default, which the bare "
         "loop is handed)",
-    )
-    parity.add_argument("--timeout", type=float, default=1800.0, help="seconds per process")
+    )  # fmt: skip
+    parity.add_argument(
+        "--timeout", type=bounded_float(0, MAX_TIMEOUT_S, low_open=True, unit="seconds"),
+        default=1800.0, help="seconds per process",
+    )  # fmt: skip
     parity.add_argument("--option", type=_option, action="append", metavar="KEY=VALUE")
     parity.add_argument("--json", help="also write the pairs as JSON to this file")
     parity.set_defaults(func=cmd_parity)

@@ -6,7 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from driver.frontend.args import allowed_signers_option, reports_and_results, signing_key_option
+from driver.frontend.args import (
+    allowed_signers_option,
+    free_text,
+    reports_and_results,
+    signing_key_option,
+)
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -53,9 +58,13 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     release.add_argument("version", help="vX.Y[.Z][-label], e.g. v0.1-cpu")
     release.add_argument("sessions", nargs="+", help="session folders or names under results/")
     release.add_argument(
-        "--changelog", help="what changed and why (required once a version exists)"
+        "--changelog",
+        type=free_text("note"),
+        help="what changed and why, one paragraph (required once a version exists)",
     )
-    release.add_argument("--title", help="README title (default: dlperf report <version>)")
+    release.add_argument(
+        "--title", type=free_text("name"), help="README title (default: dlperf report <version>)"
+    )
     release.add_argument(
         "--accept-remeasured",
         action="store_true",

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from driver.frontend.args import free_text
+
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Tables from the sessions' raw logs; a repeat whose record disagrees with its logs, or
@@ -54,5 +56,5 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="tables (Markdown, CSV, JSON) from sessions")
     report.add_argument("sessions", nargs="+", help="session folders, and import files")
     report.add_argument("--out")
-    report.add_argument("--title")
+    report.add_argument("--title", type=free_text("name"))
     report.set_defaults(func=cmd_report)

@@ -9,12 +9,21 @@ import time
 from pathlib import Path
 
 from driver.bench.contract import OptionPairs
-from driver.core.matrix import COMMAND_LINE, DLPERF_PROFILE, MatrixError, overrides_from
+from driver.core.matrix import (
+    COMMAND_LINE,
+    DLPERF_PROFILE,
+    MAX_CASES,
+    MAX_EXPANDED_CASES,
+    MatrixError,
+    check_case_count,
+    overrides_from,
+)
 from driver.core.session import AUTO, choose_profile, run_session, select_cases
 from driver.frameworks.base import FRAMEWORKS
 from driver.frontend.args import (
     RESULTS,
     RUNTIME_HELP,
+    bounded_int,
     check_session_name,
     csv_items,
     option_pair,
@@ -27,12 +36,16 @@ from driver.schema import did_you_mean
 
 def _batches(text: str | None) -> tuple[int | str, ...]:
     """``64,max`` -> (64, "max"); anything else is passed on for the matrix's batch check."""
-    return tuple(int(i) if i.isascii() and i.isdigit() else i for i in csv_items(text))
+    return tuple(
+        int(i) if i.isascii() and i.isdigit() else i for i in csv_items(text, "--batch", "64,max")
+    )
 
 
 def _precisions(amp: str | None) -> tuple[str, ...]:
-    choices = {"on": ("amp",), "off": ("fp32",), "both": ("fp32", "amp"), "": ()}
-    key = (amp or "").lower()
+    if amp is None:
+        return ()
+    choices = {"on": ("amp",), "off": ("fp32",), "both": ("fp32", "amp")}
+    key = amp.lower()
     words = {"1": "on", "true": "on", "yes": "on", "0": "off", "false": "off", "no": "off"}
     key = words.get(key, key)
     if key not in choices:
@@ -62,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if refused:
             print(f"error: {refused}", file=sys.stderr)
             return 2
-    for name in csv_items(args.framework):
+    for name in csv_items(args.framework, "--framework", "pytorch,oneflow"):
         if name not in FRAMEWORKS:
             raise MatrixError(
                 COMMAND_LINE,
@@ -71,7 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"allowed values: {', '.join(FRAMEWORKS.names())}",
             )
     matrix_files = [Path(m) for m in args.matrix] or [
-        FRAMEWORKS.get(name).matrix_file for name in (csv_items(args.framework) or ("pytorch",))
+        FRAMEWORKS.get(name).matrix_file
+        for name in (csv_items(args.framework, "--framework", "pytorch,oneflow") or ("pytorch",))
     ]
     if args.session is not None:
         check_session_name(args.session)
@@ -79,13 +93,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile, why = choose_profile(args.profile, "local" if args.simulated_hosts else args.runtime)
     overrides = overrides_from(
         {
-            "models": csv_items(args.model),
+            "models": csv_items(args.model, "--model", "resnet50,bert"),
             "topologies": _topologies(args.nodes, args.gpus),
             "batch_sizes": _batches(args.batch),
             "precisions": _precisions(args.amp),
             "xla": None if args.xla in (None, "") else args.xla == "on",
-            "datasets": csv_items(args.dataset),
-            "variants": csv_items(args.variant),
+            "datasets": csv_items(args.dataset, "--dataset", "synthetic,real"),
+            "variants": csv_items(args.variant, "--variant", "default,dali"),
             "repeats": args.repeats,
             "warmup_steps": args.warmup_steps,
             "measured_steps": args.measured_steps,
@@ -94,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
     )
     selection = select_cases(matrix_files, profile, why, overrides)
+    check_case_count(len(selection.cases), args.max_cases)
     if not selection.cases:
         print("no case matches the selection", file=sys.stderr)
         return 2
@@ -115,10 +130,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         "signing_key": args.signing_key,
     }
     if args.simulated_hosts:
+        from driver.testbed.costcurve import MAX_SIMULATED_NODES
         from driver.testbed.rehearse import rehearse
 
+        nodes = max(case.topology.nodes for case in selection.cases)
+        if nodes > MAX_SIMULATED_NODES:  # a dry run too: it writes the inventory of them all
+            raise MatrixError(
+                COMMAND_LINE,
+                "--simulated-hosts",
+                f"the selection's largest case has {nodes} nodes; this machine simulates at "
+                f"most {MAX_SIMULATED_NODES} hosts (one /24 of addresses): narrow --nodes",
+            )
         return rehearse(selection, root, before_matrix=before_matrix, **session)
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
+    if args.runtime == "docker":  # the scripts read the data inside each node's container
+        from driver.cluster.inventory import check_container_data_dir
+
+        for data_dir in sorted({case.data_dir for case in selection.cases if case.data_dir}):
+            check_container_data_dir(runtime.inventory, data_dir)
     return run_session(selection, runtime, root, before_matrix=before_matrix, **session)
 
 
@@ -183,6 +212,11 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--results", default=str(RESULTS))
     run.add_argument("--session", help="session name; an existing one is resumed")
     run.add_argument("--dry-run", action="store_true", help="print cases and commands only")
+    run.add_argument(
+        "--max-cases", type=bounded_int(1, MAX_EXPANDED_CASES), default=MAX_CASES, metavar="N",
+        help=f"run a selection of more than {MAX_CASES} cases (default: refused as a likely "
+        "typo)",
+    )  # fmt: skip
     run.add_argument(
         "--probe", action="store_true",
         help="time an all-reduce per multi-device topology first (scaling bounds in releases)",

@@ -5,7 +5,7 @@
       account: perf
       qos: normal
       time_limit: "04:00:00"        # the session's job; Slurm's formats (MM, HH:MM:SS, D-HH, ...),
-                                    # finite: never 0 or UNLIMITED
+                                    # finite: never 0 or UNLIMITED, at most 365 days
       constraint: h100
       reservation: bench
       gpus_per_node: 8
@@ -19,6 +19,7 @@
       oci_cache: /shared/dlperf-oci # oci: where bundles are made (nodes must see it);
                                     # default: .dlperf/oci in the kit's checkout
       mounts: ["/data:/data:ro", "/scratch/me:/scratch"]    # pyxis --container-mounts
+                                    # (flags joined by "+": ro+nosuid)
       tasks: node                   # node: one task per node running the framework's launcher;
                                     # device: one task per device, --mpi=<mpi>
       mpi: pmix
@@ -27,16 +28,19 @@
       python: {pytorch: /shared/venvs/pytorch/bin/python}  # container none; default: the kit's
 
 Only the ``slurm:`` key is read here; the rest of the file is the inventory's. Every value
-reaches ``sbatch``/``srun`` as one element of an argv list, never through a shell.
+reaches ``sbatch``/``srun`` as one element of an argv list, never through a shell. The keys of
+``image``, ``oci_image``, ``oci_bundle`` and ``python`` are frameworks the kit knows (and
+``default``, where a default is read): a misspelt key would otherwise be silently unused.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import field_validator, model_validator
+from pydantic import AfterValidator, field_validator, model_validator
 
 from driver.schema import (
     ConfigError,
@@ -53,6 +57,7 @@ from driver.schema import (
 # the session's job holds its nodes until the kit cancels it, and its time limit is what frees
 # them when the kit cannot (killed with SIGKILL, its host lost).
 TIME_LIMIT = r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}"
+MAX_TIME_LIMIT_S = 365 * 24 * 3600
 # One word of an option value: no whitespace or control characters (a value is one argv item,
 # but a newline would still split an #SBATCH line or a log line that quotes it).
 Word = text(r"[^\s\x00-\x1f\x7f]+", "one word (no spaces or control characters)")
@@ -60,11 +65,75 @@ TimeLimit = text(
     TIME_LIMIT,
     "a Slurm time limit: minutes (90), HH:MM:SS (04:00:00) or D-HH:MM:SS (1-00:00:00)",
 )
-Mount = text(
-    r"/[^\s:,]*:/[^\s:,]*(:[a-z,]+)?",
-    "SRC:DST[:FLAGS] with absolute paths (e.g. /data:/data:ro)",
-)
+# pyxis joins a mount's flags with "+" (a comma starts the next mount) and hands them to
+# enroot's mount, which takes mount(8)'s bind options: these, each once, ro or rw not both.
+MOUNT_FLAGS = (
+    "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "bind", "rbind",
+    "private", "rprivate", "slave", "rslave", "shared", "rshared", "unbindable", "runbindable",
+)  # fmt: skip
+
+
+def _mount_flags(value: Any) -> Any:
+    if not isinstance(value, str) or value.count(":") != 2:
+        return value  # no flags: the pattern has checked it
+    flags = value.rsplit(":", 1)[1].split("+")
+    unknown = [flag for flag in flags if flag not in MOUNT_FLAGS]
+    if unknown:
+        raise ValueError(
+            f"{value!r}: mount flag {unknown[0]!r} is not one pyxis passes on "
+            f"({', '.join(MOUNT_FLAGS)}); join flags with '+' (e.g. /data:/data:ro+nosuid)"
+        )
+    if len(set(flags)) != len(flags) or {"ro", "rw"} <= set(flags):
+        raise ValueError(f"{value!r}: each flag once, and ro or rw, not both")
+    return value
+
+
+Mount = Annotated[
+    text(
+        r"/[^\s:,]*:/[^\s:,]*(:[a-z+]+)?",
+        "SRC:DST[:FLAGS] with absolute paths, flags joined by '+' (e.g. /data:/data:ro)",
+    ),
+    AfterValidator(_mount_flags),
+]
 AbsolutePath = text(r"/[^\x00-\x1f\x7f]*", "an absolute path (/shared/...)")
+# Folders the kit must never make its bundle cache in or under (it writes and removes bundles
+# there): the root and the system's own trees, and the top folders that hold everyone's files.
+SYSTEM_TREES = (
+    "/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+    "/lib64", "/libx32", "/run", "/var/run", "/var/lib", "/var/log", "/var/spool", "/var/cache",
+)  # fmt: skip
+SHARED_TOPS = ("/", "/home", "/tmp", "/var", "/var/tmp", "/opt", "/srv", "/mnt", "/media", "/root")
+
+
+def _cache_folder(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r}: a '..' in the path; give the folder itself")
+    folder = posixpath.normpath("/" + value.lstrip("/"))  # normpath keeps a leading "//"
+    inside = [t for t in SYSTEM_TREES if folder == t or folder.startswith(t + "/")]
+    if inside or folder in SHARED_TOPS:
+        raise ValueError(
+            f"{value!r} is {'inside ' + inside[0] if inside else 'a system folder'}: the kit "
+            "writes and removes OCI bundles there; give a folder of its own on a file system "
+            "the nodes share (e.g. /shared/dlperf-oci)"
+        )
+    return value
+
+
+def _framework_key(*extra: str) -> Any:
+    """A key naming a framework the kit knows (or one of ``extra``)."""
+
+    def check(key: Any) -> Any:
+        from driver.frameworks.base import FRAMEWORKS
+        from driver.plugins import load_all
+
+        load_all()
+        return one_of(*extra, *FRAMEWORKS.names()).func(key)
+
+    return Annotated[Word, AfterValidator(check)]
+
+
 SbatchOption = text(r"-[^\s\x00-\x1f\x7f]+", "an option: write each as --name=value")
 
 # The sbatch options the kit sets itself (render.py sbatch_argv), or that would
@@ -90,6 +159,11 @@ KIT_SBATCH_OPTIONS: dict[str, tuple[str | None, str]] = {
     "gres": (None, "set slurm.gpus_per_node and slurm.gpu_request: gres instead"),
     "gpus": ("G", "set slurm.gpus_per_node instead"),
     "exclusive": (None, "set slurm.exclusive instead"),
+    "error": ("e", "the kit keeps the job's errors with its output in the session folder; drop it"),
+    "chdir": ("D", "the kit runs the job in its checkout (its paths are relative to it); drop it"),
+    "export": (None, "the job's steps need the environment the kit submits it with; drop it"),
+    "export-file": (None, "the job's steps run with the environment the kit submits; drop it"),
+    "get-user-env": (None, "the job's steps run with the environment the kit submits; drop it"),
 }  # fmt: skip
 # sbatch's short options that take no value: in "-vN2" the N is an option of its own.
 SBATCH_SHORT_FLAGS = "hHOQsvVW"
@@ -122,22 +196,22 @@ class SlurmConfig(StrictModel):
     partition: Word | None = None
     account: Word | None = None
     qos: Word | None = None
-    time_limit: TimeLimit = "04:00:00"
+    time_limit: TimeLimit = "04:00:00"  # checked as Slurm reads it: time_limit_seconds
     constraint: Word | None = None
     reservation: Word | None = None
     gpus_per_node: number(0, 1024, "a GPU count 0-1024") | None = None
     gpu_request: Annotated[Any, one_of("gpus-per-node", "gres")] = "gpus-per-node"
     container: Annotated[Any, one_of("auto", "pyxis", "oci", "none")] = "auto"
-    image: dict[Word, Word] = {}
-    oci_image: dict[Word, Word] = {}
-    oci_bundle: dict[Word, AbsolutePath] = {}
-    oci_cache: AbsolutePath | None = None
+    image: dict[_framework_key("default"), Word] = {}
+    oci_image: dict[_framework_key("default"), Word] = {}
+    oci_bundle: dict[_framework_key("default"), AbsolutePath] = {}
+    oci_cache: Annotated[AbsolutePath, AfterValidator(_cache_folder)] | None = None
     mounts: list[Mount] = []
     tasks: Annotated[Any, one_of("node", "device")] = "node"
     mpi: Word = "pmix"
     exclusive: bool = True
     extra_sbatch_args: list[SbatchOption] = []
-    python: dict[Word, Word] = {}
+    python: dict[_framework_key(), Word] = {}
     queue_timeout_s: number(1, 30 * 24 * 3600, "seconds, 1 to 30 days", integer=False) = (
         24 * 3600.0
     )
@@ -147,12 +221,15 @@ class SlurmConfig(StrictModel):
     def _finite_time_limit(cls, value: Any) -> Any:
         if not isinstance(value, str):
             return value  # the type's own check refuses it
-        zero = re.fullmatch(TIME_LIMIT, value) and not any(map(int, re.findall(r"\d+", value)))
-        if zero or value.strip().upper() in ("UNLIMITED", "INFINITE"):
+        if value.strip().upper() in ("UNLIMITED", "INFINITE", "-1") or (
+            re.fullmatch(TIME_LIMIT, value) and time_limit_seconds(value) == 0
+        ):
             raise ValueError(
                 f"{value!r} means no time limit to Slurm; the session's job needs a finite one "
                 "(its time limit frees the nodes if the kit cannot cancel it), e.g. \"04:00:00\""
             )
+        if re.fullmatch(TIME_LIMIT, value):
+            time_limit_seconds(value)  # each field within its range, the whole within bounds
         return value
 
     @model_validator(mode="after")
@@ -183,6 +260,33 @@ class SlurmConfig(StrictModel):
                     f"would override it): {fix}"
                 )
         return value
+
+
+def time_limit_seconds(text: str) -> int:
+    """Seconds of a time limit in one of Slurm's formats (``TIME_LIMIT``), read as Slurm's
+    ``time_str2secs`` reads it (days, hours, minutes and seconds summed), and bounded as Slurm
+    does not: minutes and seconds below 60, hours below 24 after a day count, at most
+    :data:`MAX_TIME_LIMIT_S`; ``99:99:99`` would be 100 hours and 40 minutes to Slurm, a typo
+    to anyone reading it. ValueError says which field and what to write."""
+    example = 'e.g. "04:00:00" (4 hours) or "1-12:00:00" (1 day 12 hours)'
+    days, _, clock = text.rpartition("-") if "-" in text else ("", "", text)
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        if hours > 23:
+            raise ValueError(f"{text!r}: {hours} hours after a day count; at most 23 ({example})")
+    elif len(parts) == 3:  # H:M:S
+        hours, minutes, seconds = parts
+    else:  # M, M:S
+        hours, minutes, seconds = 0, parts[0], parts[1] if len(parts) == 2 else 0
+    bounded_minutes = days or len(parts) == 3
+    if (bounded_minutes and minutes > 59) or seconds > 59:
+        field = "minutes" if bounded_minutes and minutes > 59 else "seconds"
+        raise ValueError(f"{text!r}: {field} above 59; Slurm would carry them over ({example})")
+    total = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+    if total > MAX_TIME_LIMIT_S:
+        raise ValueError(f"{text!r} is over 365 days; give a limit the session can end in")
+    return total
 
 
 class SlurmClusterFile(StrictModel):
