@@ -16,7 +16,8 @@ import pytest
 
 from driver.frontend.cli import main
 from driver.release.archive import read_archive, sha256_bytes, sha256_file, write_archive
-from driver.release.audit import Finding, audit
+from driver.release.audit import audit
+from driver.release.findings import Finding
 from driver.release.release import release
 from tests.synth import cached_session, multiply
 
@@ -342,8 +343,9 @@ def test_a_version_released_by_an_unknown_commit_is_a_clear_error(
 def test_every_committed_version_passes_with_the_kit_that_released_it() -> None:
     """The versions under reports/ as committed: recomputed from their raw logs by their own
     kit, so a later change to the renderer never breaks them."""
-    from driver.release.release import DEFAULT_REPORTS, released_versions
+    from driver.release.release import DEFAULT_REPORTS
     from driver.release.released_kit import released_commit
+    from driver.release.versions import released_versions
 
     versions = released_versions(DEFAULT_REPORTS)
     assert versions, "no released version under reports/"

@@ -28,7 +28,7 @@ from driver.images.lock import load_lock
 from driver.release.manifest import validate as validate_manifest
 from driver.runtimes.slurm.config import load_slurm_config
 from driver.schema import ConfigError
-from driver.sources.upstream import load_spec
+from driver.sources.spec import load_spec
 from tests.config_samples import minimal_source
 from tests.hostile import (
     ACCEPTED,

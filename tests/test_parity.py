@@ -26,30 +26,19 @@ from driver.model.case import Case
 from driver.model.results import RECORD, RepeatRecord
 from driver.parsers.base import LogParseError
 from driver.studies.bareloop import OPTIONS_TAG
-from driver.studies.parity import (
+from driver.studies.parity import ParityError, ParityRequest, format_result, run_parity
+from driver.studies.parity.commands import commands
+from driver.studies.parity.cpu import cpu_sample, driver_cost
+from driver.studies.parity.handing import (
     NOT_HANDED,
-    DriverCost,
-    Finished,
-    ParityError,
-    ParityPair,
-    ParityRequest,
-    SideCommand,
-    SideRun,
     check_bare_options,
-    check_same_work,
-    commands,
-    cpu_sample,
-    driver_cost,
-    format_result,
     handed_options,
-    plan_case,
-    prepare,
     probe_header,
-    read_bare,
-    read_kit,
-    run_parity,
-    run_process,
 )
+from driver.studies.parity.plan import plan_case, prepare
+from driver.studies.parity.process import Finished, SideCommand, run_process
+from driver.studies.parity.reading import check_same_work, read_bare, read_kit
+from driver.studies.parity.records import DriverCost, ParityPair, SideRun
 from tests.real_frameworks import framework_env
 
 TINY = {"image_size": 32, "num_classes": 10}

@@ -30,7 +30,8 @@ from driver.plugins import load_all
 from driver.runtimes.local import LocalRuntime
 from driver.sources.base import SOURCES
 from driver.sources.pypi import SECTIONS, PypiSection, PypiSource, ensure_source_env, load_section
-from driver.sources.upstream import SPECS, SourceError
+from driver.sources.spec import SourceError
+from driver.sources.upstream import SPECS
 from tests.conftest import require_real
 
 REAL = Path(__file__).parent / "fixtures" / "upstream" / "real" / "tensorflow-models-pypi"

@@ -14,9 +14,9 @@ import pytest
 from driver.frontend.cli import main
 from driver.release.archive import sha256_bytes, sha256_file
 from driver.release.audit import audit
-from driver.release.layout import index_digest
 from driver.release.manifest import FIELDS, validate
-from driver.release.release import ReleaseError, release, released_versions
+from driver.release.release import ReleaseError, release
+from driver.release.versions import index_digest, released_versions
 from tests.session_edits import rewrite_headers
 from tests.synth import cached_session
 

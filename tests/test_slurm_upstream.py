@@ -39,7 +39,8 @@ from driver.runtimes.slurm.containers import SourceImage
 from driver.runtimes.slurm.job import Allocation, Failure
 from driver.runtimes.slurm.render import DEVICE_RANK_ENV
 from driver.runtimes.slurm.runtime import SlurmRuntime
-from driver.sources.upstream import SPECS, SourceSpec, UpstreamSource, rank_program
+from driver.sources.spec import SourceSpec
+from driver.sources.upstream import SPECS, UpstreamSource, rank_program
 from tests.test_upstream_sources import _fake_nvidia_smi, four_node_cases, gpu_uuid
 
 load_all()

@@ -44,7 +44,8 @@ from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.containers import SourceImage
 from driver.runtimes.slurm.runtime import SlurmRuntime
 from driver.sources.base import SOURCES
-from driver.sources.upstream import SPECS, FlagBlock, UpstreamSource
+from driver.sources.spec import FlagBlock
+from driver.sources.upstream import SPECS, UpstreamSource
 from tests.conftest import require_real
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts

@@ -43,7 +43,8 @@ from driver.core.matrix import Overrides, apply_overrides, load_matrix
 from driver.launchers.base import NodeRank
 from driver.model.case import Topology
 from driver.plugins import load_all
-from driver.sources.upstream import COMMIT, SPECS, ReleaseSpec, SourceSpec, UpstreamSource
+from driver.sources.spec import COMMIT, ReleaseSpec, SourceSpec
+from driver.sources.upstream import SPECS, UpstreamSource
 
 load_all()
 

@@ -39,15 +39,8 @@ from driver.plugins import load_all
 from driver.runtimes.base import RUNTIMES
 from driver.runtimes.local import LocalRuntime
 from driver.sources.base import SOURCES
-from driver.sources.upstream import (
-    COMMIT,
-    SPECS,
-    SourceError,
-    SourceSpec,
-    UpstreamSource,
-    load_spec,
-    wrapper_script,
-)
+from driver.sources.spec import COMMIT, SourceError, SourceSpec, load_spec
+from driver.sources.upstream import SPECS, UpstreamSource, wrapper_script
 from tests.config_samples import minimal_source
 
 load_all()

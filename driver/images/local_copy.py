@@ -37,7 +37,7 @@ from driver.images.lock import LockError
 from driver.schema import did_you_mean
 
 if TYPE_CHECKING:
-    from driver.sources.upstream import SourceSpec
+    from driver.sources.spec import SourceSpec
 
 OPTION = "--source-checkout"
 READY_TIMEOUT_S = 10.0

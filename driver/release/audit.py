@@ -26,19 +26,16 @@ Checks, each failure naming the file, the cell and both values:
    what the manifest records of both; a case measured above 100% efficiency beyond its noise
    tolerance needs the reason the manifest records for it (README layout 5 on).
 
-Needs only the driver's own dependencies: no framework, no torch, no matplotlib.
+How a difference becomes a finding, and how the published files are compared with the
+recomputed ones, is ``findings.py``'s. Needs only the driver's own dependencies: no framework,
+no torch, no matplotlib.
 """
 
 from __future__ import annotations
 
-import csv
-import difflib
-import io
 import json
 import re
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +43,17 @@ from driver.core.report import tables
 from driver.release.archive import read_archive, sha256_bytes, sha256_file
 from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset
-from driver.release.layout import index_digest, load_config
+from driver.release.findings import (
+    VERSION_LEVEL,
+    AuditReport,
+    AuditState,
+    compare_csv,
+    compare_json,
+    compare_text,
+    compare_values,
+    read_published,
+)
+from driver.release.layout import load_config
 from driver.release.manifest import (
     IMAGES_LOCK,
     MANIFEST,
@@ -65,101 +72,11 @@ from driver.release.signatures import (
     session_signatures,
     version_signature,
 )
-from driver.schema import ConfigError, strict_json
+from driver.release.versions import index_digest
+from driver.schema import ConfigError
 
-VERSION_LEVEL = "(version)"
 PUBLISHED_TEXTS = ("README.md", "results.json", "results.csv")
 _CASE_IN_MEMBER = re.compile(r"^[^/]+/cases/(.+?)/(?:repeat-\d+(?:\.failed-\d+)?/|[^/]+$)")
-_CASE_IN_LABEL = re.compile(r"case_id=([^,\]]+)")
-DIFF_LINES = 12  # of a unified diff shown under a finding
-
-
-@dataclass
-class Finding:
-    file: str
-    cell: str
-    published: str
-    recomputed: str
-    table: str = VERSION_LEVEL
-    diff: str = ""  # a unified diff (published -> recomputed) where bytes differ
-
-    def __str__(self) -> str:
-        text = (
-            f"{self.file}: {self.cell}: published {self.published!r}, "
-            f"recomputed {self.recomputed!r}"
-        )
-        return text + ("\n" + self.diff if self.diff else "")
-
-
-@dataclass
-class AuditReport:
-    version_dir: Path
-    version: str = ""
-    findings: list[Finding] = field(default_factory=list)
-    tables: list[str] = field(default_factory=list)
-    table_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # cases, repeats
-    notes: list[str] = field(default_factory=list)
-    signatures: list[str] = field(default_factory=list)  # who signed the version, each session
-    counts: dict[str, int] = field(default_factory=dict)
-    elapsed_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def summary_line(self) -> str:
-        c = self.counts
-        return (
-            f"{c.get('cases', 0)} cases, {c.get('repeats', 0)} repeats, "
-            f"{c.get('raw_files', 0)} raw files"
-        )
-
-    def text(self) -> str:
-        by_table: dict[str, list[Finding]] = defaultdict(list)
-        for finding in self.findings:
-            by_table[finding.table].append(finding)
-        out = [f"audit {self.version_dir} (version {self.version or '?'}): {self.summary_line()}"]
-        version_findings = by_table.pop(VERSION_LEVEL, [])
-        out.append(
-            f"  [{'ok' if not version_findings else 'FAIL'}] manifest, checksums, images, "
-            f"provenance" + (f": {len(version_findings)} difference(s)" if version_findings else "")
-        )
-        out += [f"      {f}" for f in version_findings]
-        for title in self.tables + sorted(set(by_table) - set(self.tables)):
-            found = by_table.get(title, [])
-            cases, repeats = self.table_sizes.get(title, (0, 0))
-            size = f" ({cases} cases, {repeats} repeats)"
-            if found:
-                out.append(f'  [FAIL] table "{title}"{size}: {len(found)} difference(s)')
-                out += [f"      {f}" for f in found]
-            else:
-                out.append(f'  [ok]   table "{title}"{size}')
-        out += [f"  signature: {line}" for line in self.signatures]
-        out += [f"  note: {n}" for n in self.notes]
-        verdict = "PASS" if self.ok else f"FAIL ({len(self.findings)} difference(s))"
-        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s")
-        return "\n".join(out)
-
-
-class _Audit:
-    def __init__(self, version_dir: Path, report: AuditReport) -> None:
-        self.dir = version_dir
-        self.report = report
-        self.case_titles: dict[str, str] = {}
-
-    def add(
-        self, file: str, cell: str, published: Any, recomputed: Any, case_id: str | None = None
-    ) -> None:
-        title = self.case_titles.get(case_id or "", VERSION_LEVEL)
-        self.report.findings.append(
-            Finding(file, cell, _show(published), _show(recomputed), table=title)
-        )
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 def case_of_member(member: str) -> str | None:
@@ -182,7 +99,7 @@ def audit(
     started = time.perf_counter()
     version_dir = Path(version_dir)
     report = AuditReport(version_dir=version_dir)
-    state = _Audit(version_dir, report)
+    state = AuditState(version_dir, report)
     allowed = allowed_signers or default_allowed_signers(reports_root or version_dir.parent)
     try:
         _run(state, expected_version, images_lock, recompute_flops, reports_root, allowed)
@@ -192,7 +109,7 @@ def audit(
 
 
 def _run(
-    state: _Audit,
+    state: AuditState,
     expected_version: str | None,
     images_lock: Path | None,
     recompute_flops: bool,
@@ -297,17 +214,17 @@ def _run(
     # 5: manifest parts recomputed from the raw data and the config copies.
     derived = derived_parts(dataset, computed, directory)
     for name, value in derived.items():
-        _compare_values(state, f"{MANIFEST}", name, manifest.get(name), value)
+        compare_values(state, f"{MANIFEST}", name, manifest.get(name), value)
     _check_images(state, derived["images"], images_lock)
 
     # 4: the published texts.
     data = results_data(computed, manifest["version"])
-    _compare_json(state, "results.json", json_text(data))
-    _compare_csv(state, "results.csv", csv_text(data))
+    compare_json(state, "results.json", json_text(data))
+    compare_csv(state, "results.csv", csv_text(data))
     layout = readme_layout(manifest)
     if layout == README_LAYOUT:
-        _compare_text(state, "README.md", readme_text(computed, manifest))
-    elif _read(state, "README.md") is not None:
+        compare_text(state, "README.md", readme_text(computed, manifest))
+    elif read_published(state, "README.md") is not None:
         report.notes.append(
             f"README.md is of README layout {layout} (this kit writes {README_LAYOUT}): not "
             "re-rendered here; the kit that released it re-renders it byte for byte: "
@@ -319,7 +236,7 @@ def _run(
 
 
 def _check_signatures(
-    state: _Audit,
+    state: AuditState,
     manifest_bytes: bytes,
     manifest: dict[str, Any],
     signatures: Signatures,
@@ -353,7 +270,7 @@ def _check_signatures(
                 f"{allowed} names the version's signer {signer.principal!r}; it was "
                 f"{version.get('principal')!r} at release"
             )
-        _compare_values(state, MANIFEST, "signatures.sessions",
+        compare_values(state, MANIFEST, "signatures.sessions",
                         _keys_only(recorded.get("sessions", {})),
                         _keys_only(signatures.sessions))  # fmt: skip
     for session, status in sorted(signatures.sessions.items()):
@@ -371,7 +288,7 @@ def _keys_only(statuses: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_superlinear(state: _Audit, computed: Computed, manifest: dict[str, Any]) -> None:
+def _check_superlinear(state: AuditState, computed: Computed, manifest: dict[str, Any]) -> None:
     """A measured case above 100% efficiency beyond its noise tolerance needs the reason it was
     released with, and a reason stands only beside such a case (README layout 5 on)."""
     reasons = manifest.get("superlinear")
@@ -389,15 +306,7 @@ def _check_superlinear(state: _Audit, computed: Computed, manifest: dict[str, An
                       "no reason: not above 100% beyond its tolerance", case_id)  # fmt: skip
 
 
-def _read(state: _Audit, name: str) -> str | None:
-    try:
-        return (state.dir / name).read_bytes().decode("utf-8", errors="replace")
-    except OSError:
-        state.add(name, "presence", "missing", "present")
-        return None
-
-
-def _check_records(state: _Audit, computed: Computed, manifest: dict[str, Any]) -> None:
+def _check_records(state: AuditState, computed: Computed, manifest: dict[str, Any]) -> None:
     accepted = {
         e.get("folder"): e.get("recomputed") for e in manifest["remeasured"] if isinstance(e, dict)
     }
@@ -407,7 +316,7 @@ def _check_records(state: _Audit, computed: Computed, manifest: dict[str, Any]) 
         recomputed = repeat.measurement.model_dump()
         if accepted.get(repeat.folder) == recomputed:
             continue  # published with --accept-remeasured: listed in the manifest
-        _compare_values(
+        compare_values(
             state,
             f"{repeat.folder}/record.json",
             "measurement",
@@ -417,7 +326,7 @@ def _check_records(state: _Audit, computed: Computed, manifest: dict[str, Any]) 
         )
 
 
-def _check_flops(state: _Audit, manifest: dict[str, Any], recompute: bool) -> None:
+def _check_flops(state: AuditState, manifest: dict[str, Any], recompute: bool) -> None:
     costs = manifest["model_costs"]
     if not costs:
         return
@@ -443,49 +352,7 @@ def _check_flops(state: _Audit, manifest: dict[str, Any], recompute: bool) -> No
                 )
 
 
-def _item_label(value: Any, index: int) -> str:
-    if isinstance(value, dict) and "case_id" in value:
-        label = f"case_id={value['case_id']}"
-        if value.get("row") == "repeat":
-            label += f", repeat={value.get('repeat')}"
-        return label
-    return str(index)
-
-
-def _compare_values(
-    state: _Audit, file: str, path: str, published: Any, expected: Any, case_id: str | None = None
-) -> None:
-    """Structural comparison: one finding per differing value, named by its path."""
-    if published == expected:
-        return
-    if isinstance(published, dict) and isinstance(expected, dict):
-        for key in sorted(set(published) | set(expected), key=str):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in published or key not in expected:
-                state.add(
-                    file,
-                    sub,
-                    published.get(key, "(absent)"),
-                    expected.get(key, "(absent)"),
-                    case_id,
-                )
-            else:
-                _compare_values(state, file, sub, published[key], expected[key], case_id)
-        return
-    if isinstance(published, list) and isinstance(expected, list):
-        for index in range(max(len(published), len(expected))):
-            a = published[index] if index < len(published) else "(no item)"
-            b = expected[index] if index < len(expected) else "(no item)"
-            label = _item_label(b if index < len(expected) else a, index)
-            match = _CASE_IN_LABEL.search(label)
-            _compare_values(
-                state, file, f"{path}[{label}]", a, b, match[1] if match else case_id
-            )
-        return
-    state.add(file, path, published, expected, case_id)
-
-
-def _check_images(state: _Audit, images: dict[str, Any], explicit_lock: Path | None) -> None:
+def _check_images(state: AuditState, images: dict[str, Any], explicit_lock: Path | None) -> None:
     for digest in images.get("unlisted", []):
         state.report.notes.append(
             f"image {digest} ran (records) but neither images.lock nor the build records list it"
@@ -508,7 +375,9 @@ def _check_images(state: _Audit, images: dict[str, Any], explicit_lock: Path | N
                 )
 
 
-def _check_index(state: _Audit, manifest_bytes: bytes, version: str, reports_root: Path) -> None:
+def _check_index(
+    state: AuditState, manifest_bytes: bytes, version: str, reports_root: Path
+) -> None:
     listed = index_digest(reports_root, version)
     if listed is None:
         state.report.notes.append(f"{reports_root / 'README.md'} does not list {version}")
@@ -519,136 +388,3 @@ def _check_index(state: _Audit, manifest_bytes: bytes, version: str, reports_roo
             listed,
             sha256_bytes(manifest_bytes),
         )
-
-
-# --------------------------------------------------------------------------------------------
-# The published files: result data structurally, every file byte for byte
-
-
-def _compare_text(state: _Audit, name: str, expected: str) -> bool:
-    """Byte comparison; a difference is one finding at its first differing line (the heading
-    above it names the table), with the unified diff. True when the bytes are equal."""
-    text = _read(state, name)
-    if text is None:
-        return True
-    if text == expected:
-        return True
-    published_lines, expected_lines = text.split("\n"), expected.split("\n")
-    matcher = difflib.SequenceMatcher(None, published_lines, expected_lines, autojunk=False)
-    tag, a0, a1, b0, b1 = next(op for op in matcher.get_opcodes() if op[0] != "equal")
-    heading = next(
-        (
-            line.lstrip("#").strip()
-            for line in reversed(expected_lines[: b0 + 1])
-            if line.startswith("#")
-        ),
-        "(top)",
-    )
-    diff = difflib.unified_diff(
-        published_lines,
-        expected_lines,
-        f"{name} (published)",
-        f"{name} (recomputed)",
-        n=1,
-        lineterm="",
-    )
-    shown = list(diff)
-    published = "\n".join(published_lines[a0:a1]) or "(no line)"
-    recomputed = "\n".join(expected_lines[b0:b1]) or "(no line)"
-    if a1 - a0 == b1 - b0 == 1:
-        published, recomputed = _differing_cell(published, recomputed)
-    if len(shown) > DIFF_LINES:
-        shown = [*shown[:DIFF_LINES], f"... ({len(shown) - DIFF_LINES} more diff lines)"]
-    state.report.findings.append(
-        Finding(
-            name,
-            f'line {a0 + 1} under "{heading}"',
-            published,
-            recomputed,
-            table=heading if heading in state.case_titles.values() else VERSION_LEVEL,
-            diff="\n".join(f"        {line}" for line in shown),
-        )
-    )
-    return False
-
-
-def _differing_cell(published: str, recomputed: str) -> tuple[str, str]:
-    """The part of two lines that differs, widened to its table cell (between '|') when both
-    lines are table rows: the finding then shows the cell, the diff the whole line."""
-    start = next(
-        (i for i, (a, b) in enumerate(zip(published, recomputed, strict=False)) if a != b),
-        min(len(published), len(recomputed)),
-    )
-    end = 0
-    while end < min(len(published), len(recomputed)) - start and (
-        published[len(published) - 1 - end] == recomputed[len(recomputed) - 1 - end]
-    ):
-        end += 1
-    if not (published.startswith("|") and recomputed.startswith("|")):
-        return published, recomputed
-    left = published.rfind("|", 0, start) + 1
-    out = []
-    for line in (published, recomputed):
-        right = line.find("|", len(line) - end if end else len(line) - 1)
-        out.append(line[left : right if right >= 0 else len(line)].strip())
-    return (out[0], out[1]) if out[0] != out[1] else (published, recomputed)
-
-
-def _compare_json(state: _Audit, name: str, expected: str) -> None:
-    text = _read(state, name)
-    if text is None or text == expected:
-        return
-    # Numbers are compared as written: an edited digit shows as the published text has it.
-    try:
-        published = strict_json(text, numbers_as_text=True)
-    except ValueError:
-        _compare_text(state, name, expected)  # not JSON any more: show where
-        return
-    before = len(state.report.findings)
-    _compare_values(state, name, "", published, json.loads(expected, parse_float=str))
-    if len(state.report.findings) == before:  # same data, other bytes
-        _compare_text(state, name, expected)
-
-
-def _csv_rows(text: str) -> list[dict[str, str]] | None:
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows:
-        return []
-    header = rows[0]
-    if any(len(row) != len(header) for row in rows[1:]):
-        return None
-    return [dict(zip(header, row, strict=True)) for row in rows[1:]]
-
-
-def _compare_csv(state: _Audit, name: str, expected: str) -> None:
-    text = _read(state, name)
-    if text is None or text == expected:
-        return
-    published_header = next(csv.reader(io.StringIO(text)), [])
-    expected_header = next(csv.reader(io.StringIO(expected)), [])
-    published = _csv_rows(text)
-    before = len(state.report.findings)
-    if published_header != expected_header:
-        _compare_values(state, name, "header", published_header, expected_header)
-    elif published is None:
-        _compare_text(state, name, expected)  # a row with more or fewer cells: show where
-        return
-    else:
-        recomputed = _csv_rows(expected) or []
-        for index in range(max(len(published), len(recomputed))):
-            a = published[index] if index < len(published) else {}
-            b = recomputed[index] if index < len(recomputed) else {}
-            key = b or a
-            where = f"row {key.get('row', '?')} {key.get('case_id', '?')}"
-            if key.get("row") == "repeat":
-                where += f" repeat {key.get('repeat', '?')}"
-            if not a or not b:
-                state.add(name, where, "(no row)" if not a else "an extra row",
-                          "a row" if not a else "(no row)", key.get("case_id"))  # fmt: skip
-                continue
-            for column in expected_header:
-                if a[column] != b[column]:
-                    state.add(name, f"{where}, column {column}", a[column], b[column],
-                              b.get("case_id"))  # fmt: skip
-    if len(state.report.findings) == before:  # same cells, other bytes (quoting, line ends)
-        _compare_text(state, name, expected)

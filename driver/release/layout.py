@@ -1,5 +1,5 @@
 """A released version's folder as both the release and the audit read it: its config copies
-(peaks, references, published figures) and the versions' index, ``reports/README.md``.
+(peaks, references, published figures).
 
 Kept apart from ``release.py`` so that the audit, which the release runs on every new version,
 reads these without importing the release (no import circle).
@@ -7,7 +7,6 @@ reads these without importing the release (no import circle).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from driver.release.mfu import load_peaks
 from driver.release.references import load_references
 
 PUBLISHED_DIR = "config/published"  # import files of published figures, as released
-INDEX = "README.md"
 
 
 def load_config(
@@ -35,15 +33,3 @@ def load_config(
         published=published,
         by_machine=by_machine,
     )
-
-
-def index_digest(reports_root: Path, version: str) -> str | None:
-    """The manifest SHA-256 the index lists for ``version`` (None when not listed)."""
-    path = reports_root / INDEX
-    if not path.exists():
-        return None
-    for line in path.read_text().splitlines():
-        if line.startswith(f"| [{version}]("):
-            match = re.search(r"`([0-9a-f]{64})` \|$", line)
-            return match[1] if match else ""
-    return None

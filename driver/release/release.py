@@ -10,24 +10,23 @@
 
 The version is built in a hidden folder, audited there, and only then renamed into place, so
 a version folder is always complete and always passes the audit at release. Releasing onto an
-existing version is refused; a correction is a new version with ``--changelog``.
+existing version is refused; a correction is a new version with ``--changelog``. The versions
+already released and the index are ``versions.py``'s; the signing key and the reasons for
+superlinear cases are checked by ``vouching.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from driver.core.summary import SUPERLINEAR_FLOOR
 from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, remove_tree, write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.model.results import kit_revision
@@ -35,14 +34,13 @@ from driver.release.archive import (
     RAW_DIR,
     collect_session,
     read_archive,
-    sha256_bytes,
     sha256_file,
     write_archive,
 )
 from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset, session_of
 from driver.release.imported import load_import
-from driver.release.layout import INDEX, PUBLISHED_DIR, load_config
+from driver.release.layout import PUBLISHED_DIR, load_config
 from driver.release.manifest import (
     KIND,
     MANIFEST,
@@ -55,21 +53,14 @@ from driver.release.manifest import (
 from driver.release.mfu import compute_model_costs
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
-from driver.release.signatures import (
-    SIGNED,
-    UNSIGNED,
-    default_allowed_signers,
-    describe,
-    session_signatures,
-)
-from driver.schema import ConfigError, did_you_mean
-from driver.signing import RELEASE_NAMESPACE, Signer, SigningError, sign, signer_of_key
-from driver.text import check_free_text, markdown_cell
+from driver.release.signatures import describe, session_signatures
+from driver.release.versions import VERSION, released_versions, write_index
+from driver.release.vouching import Vouching, VouchingError, check_superlinear, vouching_for
+from driver.schema import ConfigError
+from driver.signing import RELEASE_NAMESPACE, sign
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
-# fullmatch: ``$`` would also match before a final newline ("v9.9\n" as a folder name)
-VERSION = re.compile(r"v\d+\.\d+(\.\d+)?(-[A-Za-z0-9][A-Za-z0-9.-]*)?")
 Printer = Callable[[str], None]
 
 
@@ -102,29 +93,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def load_manifest(version_dir: Path) -> dict[str, Any] | None:
-
-    path = version_dir / MANIFEST
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def released_versions(reports_root: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(name, manifest) of every released version under ``reports_root``, newest first."""
-    found = []
-    if reports_root.is_dir():
-        for child in reports_root.iterdir():
-            if child.is_dir() and VERSION.fullmatch(child.name):
-                manifest = load_manifest(child)
-                if manifest is not None:
-                    found.append((child.name, manifest))
-    found.sort(key=lambda item: (str(item[1].get("released_at", "")), item[0]), reverse=True)
-    return found
 
 
 def resolve_session(text: str, results_root: Path = DEFAULT_RESULTS) -> Path:
@@ -233,7 +201,10 @@ def release(
             load_import(path)
         except ConfigError as error:
             raise ReleaseError(f"import file refused: {error}") from None
-    vouching = _vouching(reports_root, signing_key, allowed_signers, superlinear or {})
+    try:
+        vouching = vouching_for(reports_root, signing_key, allowed_signers, superlinear or {})
+    except VouchingError as error:
+        raise ReleaseError(str(error)) from None
     collected = [collect_session(Path(s)) for s in sessions]
     refused = [line for c in collected for line in c.refused]
     if refused:
@@ -391,7 +362,10 @@ def _build(
     config = load_config(work, model_costs, by_machine=True)  # a new version: by machine
     config.marks = Marks(signatures.sessions, vouching.version_status(), dict(vouching.superlinear))
     computed = compute(dataset, config)
-    _check_superlinear(computed, vouching.superlinear)
+    try:
+        check_superlinear(computed, vouching.superlinear)
+    except VouchingError as error:
+        raise ReleaseError(str(error)) from None
     mixed = _cases_on_several_devices(computed)
     if mixed:
         raise ReleaseError(
@@ -468,82 +442,6 @@ def _build(
         sign(work / MANIFEST, vouching.key, RELEASE_NAMESPACE)
 
 
-@dataclass(frozen=True)
-class Vouching:
-    """Who vouches for a version: the key that signs it and who the allowed-signers file says
-    holds it (none: unsigned), the file every signature is checked against, and the reason
-    given for each case measured above 100% efficiency."""
-
-    allowed_signers: Path
-    key: Path | None = None
-    signer: Signer | None = None
-    superlinear: Mapping[str, str] = field(default_factory=dict)
-
-    def version_status(self) -> dict[str, Any]:
-        if self.signer is None:
-            return {"status": UNSIGNED, "reason": "released without a signing key"}
-        return {"status": SIGNED, "principal": self.signer.principal, "key": self.signer.key}
-
-
-def _vouching(
-    reports_root: Path,
-    key: Path | None,
-    allowed_signers: Path | None,
-    superlinear: Mapping[str, str],
-) -> Vouching:
-    """The release's signing key checked against the allowed-signers file (a version is signed
-    only with a key its own audit can check) and the superlinear reasons checked as text."""
-    allowed = Path(allowed_signers) if allowed_signers else default_allowed_signers(reports_root)
-    for case_id, reason in superlinear.items():
-        try:
-            check_free_text(reason, "note")
-            if not reason.strip():
-                raise ValueError("is empty; say why the case scales above 100%")
-        except ValueError as error:
-            raise ReleaseError(f"--superlinear {case_id}: the reason {error}") from None
-    signer = None
-    if key is not None:
-        try:
-            signer = signer_of_key(key, allowed, RELEASE_NAMESPACE)
-        except SigningError as error:
-            raise ReleaseError(f"--signing-key {error}") from None
-    return Vouching(allowed, key, signer, dict(superlinear))
-
-
-def _check_superlinear(computed: Computed, reasons: Mapping[str, str]) -> None:
-    """A measured case above 100% efficiency beyond its noise tolerance is published only with
-    a reason (``--superlinear CASE REASON``); a reason for any other case is a mistake."""
-    flagged = {s.case_id: s for s in computed.summaries if s.superlinear}
-    unexplained = [s for case_id, s in sorted(flagged.items()) if case_id not in reasons]
-    if unexplained:
-        raise ReleaseError(
-            "measured faster than perfect scaling (a real run rarely is; a log edited to be "
-            "faster easily is): check these cases' logs and their 1n1g's, re-run them, or "
-            "publish each with --superlinear CASE REASON (the reason is recorded in the "
-            "version):\n"
-            + "\n".join(
-                f"  {s.case_id}: efficiency {s.efficiency:.2%} (speedup {s.speedup:.3f} on "
-                f"{s.case.topology.world_size} devices), above 100% by more than its noise "
-                f"tolerance {s.superlinear_tolerance:.2%} (max({SUPERLINEAR_FLOOR:.0%}, CV "
-                f"{s.stats.cv:.2%} + its 1n1g's CV {s.baseline_cv:.2%}))"
-                for s in unexplained
-            )
-        )
-    known = {s.case_id: s for s in computed.summaries}
-    for case_id in sorted(set(reasons) - set(flagged)):
-        if case_id not in known:
-            raise ReleaseError(
-                f"--superlinear {case_id}: no such case in the sessions"
-                f"{did_you_mean(case_id, known)}"
-            )
-        efficiency = known[case_id].efficiency
-        shown = "no efficiency" if efficiency is None else f"efficiency {efficiency:.2%}"
-        raise ReleaseError(
-            f"--superlinear {case_id}: the case is not above 100% beyond its noise tolerance "
-            f"({shown}): drop the reason"
-        )
-
-
 def _on_disk(member: str, collected: list) -> str:
     """An archive member (``<session>/...``) as the path of the session file it came from."""
     session, _, rest = member.partition("/")
@@ -580,44 +478,6 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
     if done.returncode != 0:  # 1: nothing ignored; 128: not a git work tree
         return []
     return sorted(Path(line).relative_to(target).as_posix() for line in done.stdout.splitlines())
-
-
-# --------------------------------------------------------------------------------------------
-# reports/README.md
-
-
-def _cell(text: Any) -> str:
-    return markdown_cell(" ".join(str(text).split()))
-
-
-def index_text(reports_root: Path) -> str:
-    lines = [
-        "# Released report versions",
-        "",
-        "Generated by `dlperf release`, newest first. A version folder is never rewritten: a "
-        "correction is a new version whose changelog says what changed and why. Check any "
-        "version with `dlperf audit reports/<version>` (or `make audit`); the manifest SHA-256 "
-        "below pins each version's manifest.",
-        "",
-        "| version | released | cases | repeats | sessions | kit | changelog | manifest sha256 |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, manifest in released_versions(reports_root):
-        counts = manifest.get("counts", {})
-        sessions = ", ".join(f"`{s.get('name')}`" for s in manifest.get("sessions", []))
-        kit = manifest.get("kit") or {}
-        commit = str(kit.get("commit"))[:12] + (" (dirty)" if kit.get("dirty") else "")
-        digest = sha256_bytes((reports_root / name / MANIFEST).read_bytes())
-        lines.append(
-            f"| [{name}]({name}/README.md) | {manifest.get('released_at')} | "
-            f"{counts.get('cases')} | {counts.get('repeats')} | {sessions} | `{commit}` | "
-            f"{_cell(manifest.get('changelog') or 'First version.')} | `{digest}` |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def write_index(reports_root: Path) -> Path:
-    return write_text(reports_root / INDEX, index_text(reports_root))
 
 
 def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]:

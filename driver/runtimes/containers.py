@@ -4,7 +4,7 @@ A runtime is a transport (how node commands reach the nodes: this host, SSH, Slu
 with a container platform (what each command runs inside), the way ReFrame keeps its
 schedulers apart from its container platforms. The pairs the kit runs:
 
-    platform  over SSH (ssh/)                          under Slurm (slurm/containers.py)
+    platform  over SSH (ssh/)                          under Slurm (slurm/)
     none      process: a process group the kit starts, the nodes' own Python; srun holds the
               stops and times itself (ssh/process.py)  tasks
     docker    docker: ``docker create`` + ``start -a`` -

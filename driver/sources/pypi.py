@@ -38,7 +38,8 @@ from driver.sources.base import (
     refuse_unsupported,
     run_header,
 )
-from driver.sources.upstream import SPECS, SourceError, SourceSpec
+from driver.sources.spec import SourceError, SourceSpec
+from driver.sources.upstream import SPECS
 
 SUFFIX = "-pypi"
 PLACEHOLDERS = {

@@ -6,13 +6,10 @@ clones it at its pinned commit and the case matrix of its suites:
 * ``NVIDIADeepLearningExamples/<Framework>/source.yaml`` (NGC PyTorch, TF1, MXNet)
 * ``<Framework>/upstream/source.yaml`` (each framework's official benchmark repository)
 
-The file names the repository and the full commit (or, where the repository cannot be read at a
-commit, the PyPI release of it that the image installs, pinned by its wheel's sha256: ``release``),
-the images.lock keys of the image that holds the code and of its base, the log parser, and per
-model the upstream launcher and flags as an argv template (``{batch}``, ``{node_rank}``,
-``{hosts_slots}``, ...; see :data:`PLACEHOLDERS`) plus flag blocks chosen by precision, XLA,
-dataset and the source's options (``dali``, ...).
-Ranks and hosts come from the driver's :class:`NodeRank`, so nobody edits a per-node flag.
+The file (read and checked by ``driver/sources/spec.py``) pins the code, names its image and
+log parser, and gives per model the upstream launcher and flags as an argv template plus flag
+blocks chosen by the case; :class:`UpstreamSource` fills them in for each node of a case. Ranks
+and hosts come from the driver's :class:`NodeRank`, so nobody edits a per-node flag.
 
 Every node command is ``sh -c <wrapper> dlperf-upstream <header> <upstream argv...>``: the
 wrapper prints the run header (``driver.parsers._upstream``), enters the model's folder, runs the
@@ -25,33 +22,15 @@ wait for the job's ``orted`` to come and go.
 from __future__ import annotations
 
 import functools
-import re
 import shlex
-import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import AfterValidator, Field
+from typing import Any
 
 from driver.cluster.preflight import GPU_QUERY
-from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
-from driver.parsers._upstream import HEADER_MARK, LOGGING_MODES, RunHeader, header_line
-from driver.schema import (
-    ConfigError,
-    Line,
-    Name,
-    OptionName,
-    StrictModel,
-    load_document,
-    number,
-    one_of,
-    text,
-    validate,
-)
+from driver.parsers._upstream import HEADER_MARK, RunHeader, header_line
 from driver.sources.base import (
     HOST_PROBE,
     SOURCES,
@@ -60,36 +39,8 @@ from driver.sources.base import (
     refuse_unsupported,
     run_header,
 )
+from driver.sources.spec import FlagBlock, ModelLaunch, SourceSpec, load_specs
 
-SOURCE_GLOBS = ("NVIDIADeepLearningExamples/*/source.yaml", "*/upstream/source.yaml")
-COMMIT = re.compile(r"\A[0-9a-f]{40}\Z")  # Python's \Z: the very end ("$" allows a newline)
-SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
-LAUNCH_MODES = ("per-node", "mpi-head")
-PLACEHOLDERS = {
-    "batch": "per-device batch",
-    "node_batch": "batch of one node (batch x processes per node)",
-    "global_batch": "batch x world size",
-    "steps": "steps the source runs (case steps + the model's extra_steps)",
-    "run_samples": "global samples of those steps (steps x global batch), for epoch-sized runs",
-    "warmup": "warm-up steps of the window",
-    "measured": "measured steps of the window",
-    "log_every": "the model's log interval in steps",
-    "nodes": "node count",
-    "node_rank": "this node's rank",
-    "procs": "processes (GPUs) per node",
-    "world": "world size",
-    "master_addr": "address of node 0",
-    "master_port": "the case's rendezvous port",
-    "node_addr": "this node's address",
-    "hosts": "node addresses, comma-separated",
-    "hosts_slots": "addr:procs per node, comma-separated (mpirun -H)",
-    "worker_hosts": "addr:master_port per node, comma-separated (tf.distribute workers)",
-    "gpus": "0,1,...,procs-1",
-    "data_dir": "the case's data folder",
-    "ssh_port": "the containers' sshd port (mpi-head sources)",
-    "options": "the source's options, e.g. {options[dali]}",
-}
-CONDITION_KEYS = ("precision", "dataset", "xla", "distributed", "multinode")
 WORKER_SCRIPT = (
     'printf "%s\\n" "$1"; ' + HOST_PROBE + '; /usr/sbin/sshd -p {port} || exit 1; n=0; '
     "until pgrep -x orted >/dev/null || pgrep -x prted >/dev/null; do n=$((n+1)); "
@@ -97,261 +48,6 @@ WORKER_SCRIPT = (
     "sleep 1; done; while pgrep -x orted >/dev/null || pgrep -x prted >/dev/null; do sleep 1; "
     "done"
 )
-
-
-class SourceError(ConfigError):
-    """A bad ``source.yaml``: ``<file>: <field>: <what is allowed>``."""
-
-
-def _word(value: Any) -> str:
-    """An argv item: text, or a number written as text (``--epochs 1``); one line."""
-    if type(value) in (int, float):
-        return str(value)
-    if not isinstance(value, str) or re.fullmatch(r"[^\x00-\x1f\x7f]*", value) is None:
-        raise ValueError(f"must be a string (one line), got {value!r}")
-    return value
-
-
-Word = Annotated[Any, AfterValidator(_word)]
-Commit = text(COMMIT.pattern, "a full 40-hex commit")
-
-
-class ReleaseSpec(StrictModel):
-    """A source pinned to a PyPI release of its repository instead of a commit (``release:``).
-
-    The image installs exactly this wheel (pip ``--require-hashes``); ``branch`` is the
-    repository's branch or tag the release was made from, as its project publishes it.
-    """
-
-    package: Name
-    version: text(r"[0-9][0-9A-Za-z.+!-]*", "a release version, e.g. 2.3.0")
-    file: text(r"[A-Za-z0-9_.+!-]+\.whl", "the wheel's file name (*.whl)")
-    sha256: text(SHA256.pattern, "the wheel's sha256 (64 lowercase hex)")
-    branch: Line
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
-
-
-class FlagBlockSpec(StrictModel):
-    when: dict[str, Any] = {}
-    args: list[Word] = []
-
-
-class RefusalSpec(StrictModel):
-    """A variant the pinned code cannot run in the pinned image (``models.<model>.refused``):
-    cases matching ``when`` are refused before they start, with ``because`` (the record of what
-    the script calls and the image lacks is ``needs.yaml`` beside the file)."""
-
-    when: Annotated[dict[str, Any], Field(min_length=1)]
-    because: Line
-
-
-class LaunchSpec(StrictModel):
-    """One model of a source (``models.<model>``)."""
-
-    commit: Commit | None = None
-    dir: Line
-    launch: Annotated[Any, one_of(*LAUNCH_MODES)] = "per-node"
-    logging: Annotated[Any, one_of(*LOGGING_MODES)] = "rank0"
-    # -1: a label one ahead of the steps finished (TF1 BERT prints global_step + 1 of a counter
-    # already advanced by the step: "Step = N" after N - 1 steps).
-    step_offset: number(-1, 10**6, "an integer >= -1") = 0
-    extra_steps: number(0, 10**6, "an integer >= 0") = 0
-    log_every: number(1, 10**6, "an integer >= 1") = 1
-    datasets: list[Annotated[Any, one_of("synthetic", "real")]] = ["synthetic"]
-    precisions: list[Annotated[Any, one_of("fp32", "amp")]] = ["fp32", "amp"]
-    xla: bool = False
-    options: dict[OptionName, Any] = {}
-    collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
-    argv: Annotated[list[Word], Field(min_length=1)]
-    flags: list[FlagBlockSpec] = []
-    refused: list[RefusalSpec] = []
-    notes: str = ""
-
-
-class SourceFile(StrictModel):
-    name: Name
-    framework: Name
-    title: Line
-    repository: Line
-    commit: Commit | None = None  # exactly one of commit and release
-    release: ReleaseSpec | None = None
-    found: str
-    image: Line
-    base_image: Line
-    parser: Name
-    workdir: Line
-    ssh_port: number(1, 65535, "a TCP port 1-65535") = 2222
-    notes: str = ""
-    models: Annotated[dict[Name, LaunchSpec], Field(min_length=1)]
-    pypi: Any = None  # the CPU run from PyPI: checked by driver/sources/pypi.py
-
-
-@dataclass(frozen=True)
-class FlagBlock:
-    when: dict[str, tuple[Any, ...]]  # condition -> allowed values
-    args: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ModelLaunch:
-    model: str
-    commit: str | None  # None: the source is pinned to a release (SourceSpec.release)
-    directory: str  # the model's folder in the image (the wrapper cds into it)
-    launch: str
-    logging: str
-    step_offset: int
-    extra_steps: int
-    log_every: int
-    datasets: tuple[str, ...]
-    precisions: tuple[str, ...]
-    xla: bool
-    options: dict[str, Any]
-    collect: str | None
-    argv: tuple[str, ...]
-    flags: tuple[FlagBlock, ...]
-    notes: str = ""
-    refused: tuple[tuple[FlagBlock, str], ...] = ()  # (conditions, the reason)
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    name: str
-    framework: str
-    title: str
-    repository: str
-    commit: str | None  # None where the source is pinned to a release instead
-    found: str  # where the commit was found (provenance)
-    image: str  # images.lock key of the built image
-    base_image: str  # images.lock key of its FROM image
-    parser: str
-    workdir: str
-    ssh_port: int
-    path: Path
-    launches: dict[str, ModelLaunch] = field(default_factory=dict)
-    notes: str = ""
-    release: ReleaseSpec | None = None
-
-    @property
-    def folder(self) -> Path:
-        return self.path.parent
-
-    @property
-    def dockerfile(self) -> Path:
-        return self.folder / "Dockerfile"
-
-    @property
-    def matrix_file(self) -> Path:
-        return self.folder / "matrix.yaml"
-
-    @property
-    def commits(self) -> set[str]:
-        pinned = {self.commit} | {launch.commit for launch in self.launches.values()}
-        return {commit for commit in pinned if commit}
-
-
-def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any]) -> None:
-    try:
-        fields = list(string.Formatter().parse(text))
-    except ValueError as error:
-        raise SourceError(
-            path, where, f"is not a valid template ({error}); write {{{{ for {{"
-        ) from None
-    for _literal, name, _spec, _conversion in fields:
-        if name is None:
-            continue
-        root = name.split("[", 1)[0].split(".", 1)[0]
-        if root not in PLACEHOLDERS:
-            raise SourceError(
-                path, where, f"unknown placeholder {{{name}}}; known: {', '.join(PLACEHOLDERS)}"
-            )
-        if root == "options":
-            key = name[len("options[") : -1] if name.startswith("options[") else ""
-            if key not in options:
-                raise SourceError(path, where, f"{{{name}}} names no option of the model")
-
-
-def _conditions(path: Path, at: str, when: Mapping[str, Any], options: Mapping[str, Any]) -> dict:
-    conditions = {}
-    for key, value in when.items():
-        if key not in CONDITION_KEYS and key not in options:
-            raise SourceError(
-                path, f"{at}.when.{key}", f"not one of {CONDITION_KEYS} or the model's options"
-            )
-        conditions[key] = tuple(value) if isinstance(value, list) else (value,)
-    return conditions
-
-
-def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None) -> ModelLaunch:
-    where = f"models.{model}."
-    for i, item in enumerate(spec.argv):
-        _check_template(path, f"{where}argv[{i}]", item, spec.options)
-    blocks = []
-    for i, block in enumerate(spec.flags):
-        at = f"{where}flags[{i}]"
-        conditions = _conditions(path, at, block.when, spec.options)
-        for j, item in enumerate(block.args):
-            _check_template(path, f"{at}.args[{j}]", item, spec.options)
-        blocks.append(FlagBlock(when=conditions, args=tuple(block.args)))
-    refused = tuple(
-        (FlagBlock(_conditions(path, f"{where}refused[{i}]", r.when, spec.options), ()), r.because)
-        for i, r in enumerate(spec.refused)
-    )
-    return ModelLaunch(
-        model=model,
-        commit=spec.commit or default_commit,
-        directory=spec.dir,
-        launch=spec.launch,
-        logging=spec.logging,
-        step_offset=spec.step_offset,
-        extra_steps=spec.extra_steps,
-        log_every=spec.log_every,
-        datasets=tuple(spec.datasets),
-        precisions=tuple(spec.precisions),
-        xla=spec.xla,
-        options=dict(spec.options),
-        collect=spec.collect,
-        argv=tuple(spec.argv),
-        flags=tuple(blocks),
-        notes=spec.notes,
-        refused=refused,
-    )
-
-
-def load_spec(path: Path) -> SourceSpec:
-    try:
-        data = validate(SourceFile, load_document(path), path)
-    except ConfigError as error:
-        raise SourceError(error.path, error.field_path, error.message) from None
-    if (data.commit is None) == (data.release is None):
-        raise SourceError(
-            path, "commit", "give exactly one pin: commit (40 hex) or release (a PyPI wheel)"
-        )
-    if data.release is not None:
-        for model, launch in data.models.items():
-            if launch.commit is not None:
-                raise SourceError(
-                    path, f"models.{model}.commit", "not allowed: the source is pinned to a release"
-                )
-    return SourceSpec(
-        name=data.name,
-        framework=data.framework,
-        title=data.title,
-        repository=data.repository,
-        commit=data.commit,
-        found=data.found,
-        image=data.image,
-        base_image=data.base_image,
-        parser=data.parser,
-        workdir=data.workdir,
-        ssh_port=data.ssh_port,
-        path=path,
-        launches={m: _launch(path, m, spec, data.commit) for m, spec in data.models.items()},
-        notes=data.notes,
-        release=data.release,
-    )
 
 
 def _matches(block: FlagBlock, facts: Mapping[str, Any]) -> bool:
@@ -620,19 +316,6 @@ class UpstreamSource:
         header = header_line(self.header(case, rank, batch_size))
         script = task_script(launch.directory, launch.collect, rank.procs_per_node)
         return ["sh", "-c", script, "dlperf-upstream", header, *program]
-
-
-def spec_files(root: Path = REPO_ROOT) -> list[Path]:
-    return sorted({path for pattern in SOURCE_GLOBS for path in root.glob(pattern)})
-
-
-def load_specs(root: Path = REPO_ROOT) -> list[SourceSpec]:
-    specs = [load_spec(path) for path in spec_files(root)]
-    names = [spec.name for spec in specs]
-    for name in names:
-        if names.count(name) > 1:
-            raise SourceError(root, "name", f"source {name!r} is defined twice")
-    return specs
 
 
 SPECS: dict[str, SourceSpec] = {}

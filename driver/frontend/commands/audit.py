@@ -11,7 +11,8 @@ from driver.frontend.args import allowed_signers_option, reports_and_results
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from driver.release.audit import audit
-    from driver.release.release import ReleaseError, released_versions, resolve_version
+    from driver.release.release import ReleaseError, resolve_version
+    from driver.release.versions import released_versions
 
     if args.images_lock:  # a lock named but missing or unreadable is an error, never skipped
         from driver.images.lock import LockFileError, load_lock
@@ -73,8 +74,8 @@ SIGNING_LAYOUT = 5  # the README layout from which a version records its signatu
 
 
 def _layout(version: Path) -> int:
-    from driver.release.release import load_manifest
     from driver.release.results import readme_layout
+    from driver.release.versions import load_manifest
 
     return readme_layout(load_manifest(version) or {})
 

@@ -6,10 +6,10 @@
 The runtime is the Slurm transport with one container platform; its parts, one idea each:
 the session's job (``job.py``: submitted once per session, or the enclosing allocation), one
 repeat's step (``step.py``: started, watched, stopped, its verdict read from srun's messages),
-the container platforms (``containers.py``: none, pyxis, Slurm's own OCI containers), the exact
-``sbatch``/``srun`` lines and the step's script (``render.py``), Slurm's commands
-(``client.py``) and the cluster file's ``slurm:`` section (``config.py``). This module plans a
-repeat's step from those parts and runs it.
+the container platforms (``containers.py``: their interface and none; ``pyxis.py``; Slurm's
+own OCI containers, ``oci.py``), the exact ``sbatch``/``srun`` lines and the step's script
+(``render.py``), Slurm's commands (``client.py``) and the cluster file's ``slurm:`` section
+(``config.py``). This module plans a repeat's step from those parts and runs it.
 
 **Tasks:** one task per node (``tasks: node``, the default) runs the framework's own launcher
 (torchrun, paddle, ...) with the node's rank environment: the step's ``sh`` program picks the
@@ -60,8 +60,10 @@ from driver.runtimes.envs import venv_environment, venv_python
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm import client
 from driver.runtimes.slurm.config import SlurmConfig, load_slurm_config
-from driver.runtimes.slurm.containers import PLATFORMS, SlurmPlatform
+from driver.runtimes.slurm.containers import NoContainer, SlurmPlatform
 from driver.runtimes.slurm.job import Allocation, Failure, SessionJob, job_name
+from driver.runtimes.slurm.oci import SlurmOci
+from driver.runtimes.slurm.pyxis import Pyxis
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     Container,
@@ -79,6 +81,9 @@ if TYPE_CHECKING:
     from driver.frameworks.base import Framework
     from driver.runtimes.plan import RepeatPlan
 
+PLATFORMS: dict[str, type[SlurmPlatform]] = {
+    platform.name: platform for platform in (NoContainer, Pyxis, SlurmOci)
+}
 PLACEHOLDER = "@slurm-node{index}@"  # a node not known until the session's job runs
 _PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
 

@@ -1,0 +1,100 @@
+"""Who vouches for a new version, and for what: the key that signs it, checked against the
+allowed-signers file, and the reason given for each case measured above 100% efficiency, checked
+against the cases (``driver.release.signatures`` checks the signatures themselves).
+
+Each refusal is a :class:`VouchingError`, which the release reports as a ``ReleaseError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver.core.summary import SUPERLINEAR_FLOOR
+from driver.release.compute import Computed
+from driver.release.signatures import SIGNED, UNSIGNED, default_allowed_signers
+from driver.schema import did_you_mean
+from driver.signing import RELEASE_NAMESPACE, Signer, SigningError, signer_of_key
+from driver.text import check_free_text
+
+
+class VouchingError(Exception):
+    """A signing key or a superlinear reason the release cannot take."""
+
+
+@dataclass(frozen=True)
+class Vouching:
+    """Who vouches for a version: the key that signs it and who the allowed-signers file says
+    holds it (none: unsigned), the file every signature is checked against, and the reason
+    given for each case measured above 100% efficiency."""
+
+    allowed_signers: Path
+    key: Path | None = None
+    signer: Signer | None = None
+    superlinear: Mapping[str, str] = field(default_factory=dict)
+
+    def version_status(self) -> dict[str, Any]:
+        if self.signer is None:
+            return {"status": UNSIGNED, "reason": "released without a signing key"}
+        return {"status": SIGNED, "principal": self.signer.principal, "key": self.signer.key}
+
+
+def vouching_for(
+    reports_root: Path,
+    key: Path | None,
+    allowed_signers: Path | None,
+    superlinear: Mapping[str, str],
+) -> Vouching:
+    """The release's signing key checked against the allowed-signers file (a version is signed
+    only with a key its own audit can check) and the superlinear reasons checked as text."""
+    allowed = Path(allowed_signers) if allowed_signers else default_allowed_signers(reports_root)
+    for case_id, reason in superlinear.items():
+        try:
+            check_free_text(reason, "note")
+            if not reason.strip():
+                raise ValueError("is empty; say why the case scales above 100%")
+        except ValueError as error:
+            raise VouchingError(f"--superlinear {case_id}: the reason {error}") from None
+    signer = None
+    if key is not None:
+        try:
+            signer = signer_of_key(key, allowed, RELEASE_NAMESPACE)
+        except SigningError as error:
+            raise VouchingError(f"--signing-key {error}") from None
+    return Vouching(allowed, key, signer, dict(superlinear))
+
+
+def check_superlinear(computed: Computed, reasons: Mapping[str, str]) -> None:
+    """A measured case above 100% efficiency beyond its noise tolerance is published only with
+    a reason (``--superlinear CASE REASON``); a reason for any other case is a mistake."""
+    flagged = {s.case_id: s for s in computed.summaries if s.superlinear}
+    unexplained = [s for case_id, s in sorted(flagged.items()) if case_id not in reasons]
+    if unexplained:
+        raise VouchingError(
+            "measured faster than perfect scaling (a real run rarely is; a log edited to be "
+            "faster easily is): check these cases' logs and their 1n1g's, re-run them, or "
+            "publish each with --superlinear CASE REASON (the reason is recorded in the "
+            "version):\n"
+            + "\n".join(
+                f"  {s.case_id}: efficiency {s.efficiency:.2%} (speedup {s.speedup:.3f} on "
+                f"{s.case.topology.world_size} devices), above 100% by more than its noise "
+                f"tolerance {s.superlinear_tolerance:.2%} (max({SUPERLINEAR_FLOOR:.0%}, CV "
+                f"{s.stats.cv:.2%} + its 1n1g's CV {s.baseline_cv:.2%}))"
+                for s in unexplained
+            )
+        )
+    known = {s.case_id: s for s in computed.summaries}
+    for case_id in sorted(set(reasons) - set(flagged)):
+        if case_id not in known:
+            raise VouchingError(
+                f"--superlinear {case_id}: no such case in the sessions"
+                f"{did_you_mean(case_id, known)}"
+            )
+        efficiency = known[case_id].efficiency
+        shown = "no efficiency" if efficiency is None else f"efficiency {efficiency:.2%}"
+        raise VouchingError(
+            f"--superlinear {case_id}: the case is not above 100% beyond its noise tolerance "
+            f"({shown}): drop the reason"
+        )

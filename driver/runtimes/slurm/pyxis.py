@@ -1,0 +1,187 @@
+"""pyxis under Slurm: the step in a container NVIDIA's pyxis plug-in makes from an image.
+
+The kit's own scripts run in the framework's GPU base image (by its ``images.lock`` digest, or
+``slurm.image``), one named container per node made by a first step and reused by every repeat
+of the job, the kit's checkout and the session folder mounted at their own paths, plus
+``slurm.mounts``. An upstream source runs its own image (``slurm.image.<source>``, else a
+squashfs the kit imports once per image from the local build), a fresh container per step.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from driver.frameworks.base import REPO_ROOT
+from driver.runtimes.base import Verdict
+from driver.runtimes.slurm import client
+from driver.runtimes.slurm.containers import SlurmPlatform, SourceImage, image_key
+from driver.runtimes.slurm.job import Allocation, Failure
+from driver.runtimes.slurm.render import Container, check_mount_path
+
+if TYPE_CHECKING:
+    from driver.runtimes.plan import RepeatPlan
+
+
+class Pyxis(SlurmPlatform):
+    """NVIDIA's pyxis plug-in: one named container per node, made once per job."""
+
+    name = "pyxis"
+    prepare_timing = "container_create_s"
+    runs_sources = True
+
+    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
+        return "python3"  # the image's
+
+    def check(self, session_root: Path) -> None:
+        self.mounted_folders(session_root)
+
+    @staticmethod
+    def mounted_folders(session_root: Path) -> tuple[str, str]:
+        """The session folder and the kit's checkout, each mounted at its own path (absolute:
+        mounts want absolute paths), refused if pyxis cannot mount it."""
+        session = check_mount_path(
+            str(Path(session_root).absolute()),
+            "the session folder",
+            "choose a --results folder whose path has neither",
+        )
+        kit = check_mount_path(
+            str(REPO_ROOT), "the kit's checkout", "move the checkout to a path without them"
+        )
+        return session, kit
+
+    def container(self, plan: RepeatPlan, session_root: Path) -> Container:
+        """The kit's own scripts: one named container per node and job (the kit's code is
+        mounted, nothing of a run stays in it). An upstream source: a fresh, writable container
+        per step, as docker gives each repeat (its scripts write checkpoints into their folder,
+        and one restores what an earlier run left there: tensorflow-models BERT)."""
+        session, kit = self.mounted_folders(session_root)
+        mounts = [f"{kit}:{kit}:ro", f"{session}:{session}"]
+        mounts += self.config.mounts
+        source = plan.source != "dlperf"
+        return Container(
+            image=self.image_for(plan.framework, plan.source),
+            name=None if source else f"dlperf-{image_key(plan)}",
+            mounts=tuple(mounts),
+            workdir=str(REPO_ROOT),
+            writable=source,
+        )
+
+    def squashfs(self, image: SourceImage) -> Path:
+        """Where the kit keeps a source image's squashfs for pyxis (the checkout is on a file
+        system the nodes share; a path without ',' or ':', which pyxis would split)."""
+        tag = image.tag or f"{image.name}:<unbuilt>"
+        return REPO_ROOT / ".dlperf" / "enroot" / f"{tag.rsplit('/', 1)[-1].replace(':', '-')}.sqsh"
+
+    def image_for(self, framework: str, source: str = "dlperf") -> str:
+        """pyxis image: ``slurm.image`` (the source's entry for an upstream source, else the
+        framework's or ``default``), else the framework's GPU base by its images.lock digest
+        in enroot's form (``registry#repository@sha256:...``), or for a source the squashfs
+        of its built image (:meth:`squashfs`)."""
+        if source != "dlperf":
+            if source in self.config.image:
+                return self.config.image[source]
+            return str(self.squashfs(SourceImage.of(source)))
+        if framework in self.config.image:
+            return self.config.image[framework]
+        if "default" in self.config.image:
+            return self.config.image["default"]
+        from driver.images.catalog import discover, image_for
+        from driver.images.lock import LockError, load_lock
+
+        spec = discover()[image_for(framework, "gpu", discover())]
+        refs = spec.registry_refs
+        if not refs:
+            raise LockError(f"{spec.dockerfile}: no registry base for pyxis; set slurm.image")
+        pin = load_lock().get(refs[0])
+        if pin is None or not pin.resolved:
+            raise LockError(
+                f"images.lock: {refs[0]} has no resolved digest (`dlperf images lock`), or set "
+                f"slurm.image.{framework}"
+            )
+        repository = refs[0].rsplit(":", 1)[0] if ":" in refs[0].split("/")[-1] else refs[0]
+        registry, _, path = repository.partition("/")
+        if "." in registry or ":" in registry:
+            repository = f"{registry}#{path}"
+        return f"{repository}@{pin.digest}"
+
+    def create_argv(self, allocation: Allocation, container: Container, count: int) -> list[str]:
+        nodes = allocation.nodes[:count]
+        return [
+            "srun", f"--jobid={allocation.job_id}", "--job-name=dlperf-container",
+            f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
+            *container.flags(), "true",
+        ]  # fmt: skip
+
+    def import_source_image(self, plan: RepeatPlan) -> dict[str, Any]:
+        """The source's built image as the squashfs pyxis reads (:meth:`squashfs`), imported
+        from this host's docker once per image; {} when ``slurm.image`` names the source's."""
+        if plan.source == "dlperf" or plan.source in self.config.image:
+            return {}
+        image = SourceImage.of(plan.source)
+        tag = image.built()
+        target = self.squashfs(image)
+        facts = {"image": tag, "squashfs": str(target)}
+        if target.is_file():
+            return facts
+        enroot = shutil.which("enroot")
+        if not enroot:
+            raise Failure(
+                Verdict.FAILED,
+                f"source {plan.source}: pyxis reads its image {tag} from a squashfs the kit "
+                "makes with enroot, which is not on this host: run `enroot import --output "
+                f"{target} dockerd://{tag}` where enroot and the image are, or set "
+                f"slurm.image.{plan.source} (a registry copy of the image, or a squashfs path)",
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.unlink(missing_ok=True)
+        started = time.time()
+        self.printer(f"pyxis: importing {tag} into {target} (once per image)")
+        argv = [enroot, "import", "--output", str(partial), f"dockerd://{tag}"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+            if done.returncode != 0:
+                said = (done.stderr or done.stdout).strip().splitlines()
+                raise OSError(f"exit {done.returncode}: {said[-1] if said else 'no message'}")
+            os.replace(partial, target)
+        except (OSError, subprocess.SubprocessError) as error:
+            partial.unlink(missing_ok=True)
+            raise Failure(Verdict.FAILED, f"enroot could not import {tag}: {error}") from None
+        return {**facts, "import_s": round(time.time() - started, 3)}
+
+    def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:
+        made = self.import_source_image(plan)
+        container = self.container(plan, plan.session_root)
+        if container.name is None or container.name in allocation.containers:
+            return made or None
+        try:
+            client.slurm(*self.create_argv(allocation, container, len(plan.commands)),
+                         timeout=3600)  # fmt: skip
+        except client.SlurmError as error:
+            detail = f"pyxis could not make {container.name}: {error}"
+            raise Failure(Verdict.FAILED, detail) from None
+        allocation.containers.add(container.name)
+        return made
+
+    def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:
+        container = self.container(plan, plan.session_root)
+        lines = []
+        if plan.source != "dlperf" and plan.source not in self.config.image:
+            image = SourceImage.of(plan.source)
+            argv = ["enroot", "import", "--output", container.image, f"dockerd://{image.shown}"]
+            lines += [
+                f"# once per image: the source's image {image.name} as the squashfs pyxis "
+                f"reads (or set slurm.image.{plan.source})",
+                "$ " + shlex.join(argv),
+            ]
+        if container.name is None:  # made by each step
+            return lines
+        argv = self.create_argv(allocation, container, len(plan.commands))
+        lines.append("# once per job: each node makes its named container")
+        return [*lines, "$ " + shlex.join(argv)]
