@@ -103,7 +103,9 @@ def test_each_runtime_is_a_transport_with_a_container_platform(tmp_path: Path) -
     assert docker.workdir() == "/dlperf"
     assert process.workdir().startswith("/scratch/k/")
     assert {runtime.workdir() for runtime in slurm.values()} == {str(REPO_ROOT)}
-    # Only docker runs an upstream source's own image.
-    assert [where for where, platform in found.items() if platform.runs_sources] == ["docker"]
+    # The container platforms run an upstream source's own image (docker, pyxis, Slurm OCI);
+    # without a container there is no image to run a source in.
+    runs_sources = [where for where, platform in found.items() if platform.runs_sources]
+    assert runs_sources == ["docker", "slurm pyxis", "slurm oci"]
     for runtime in slurm.values():
         runtime.close()

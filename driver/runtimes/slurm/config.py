@@ -121,15 +121,18 @@ def _cache_folder(value: Any) -> Any:
     return value
 
 
-def _framework_key(*extra: str) -> Any:
-    """A key naming a framework the kit knows (or one of ``extra``)."""
+def _framework_key(*extra: str, sources: bool = False) -> Any:
+    """A key naming a framework the kit knows (or one of ``extra``); with ``sources``, also an
+    upstream source (``slurm.image.pytorch-examples``: a source runs in its own image)."""
 
     def check(key: Any) -> Any:
         from driver.frameworks.base import FRAMEWORKS
         from driver.plugins import load_all
+        from driver.sources.base import SOURCES
 
         load_all()
-        return one_of(*extra, *FRAMEWORKS.names()).func(key)
+        names = [*FRAMEWORKS.names(), *(SOURCES.names() if sources else ())]
+        return one_of(*extra, *names).func(key)
 
     return Annotated[Word, AfterValidator(check)]
 
@@ -202,9 +205,9 @@ class SlurmConfig(StrictModel):
     gpus_per_node: number(0, 1024, "a GPU count 0-1024") | None = None
     gpu_request: Annotated[Any, one_of("gpus-per-node", "gres")] = "gpus-per-node"
     container: Annotated[Any, one_of("auto", "pyxis", "oci", "none")] = "auto"
-    image: dict[_framework_key("default"), Word] = {}
-    oci_image: dict[_framework_key("default"), Word] = {}
-    oci_bundle: dict[_framework_key("default"), AbsolutePath] = {}
+    image: dict[_framework_key("default", sources=True), Word] = {}
+    oci_image: dict[_framework_key("default", sources=True), Word] = {}
+    oci_bundle: dict[_framework_key("default", sources=True), AbsolutePath] = {}
     oci_cache: Annotated[AbsolutePath, AfterValidator(_cache_folder)] | None = None
     mounts: list[Mount] = []
     tasks: Annotated[Any, one_of("node", "device")] = "node"
