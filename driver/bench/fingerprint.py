@@ -17,6 +17,10 @@ annotations as strings): upstream images run it from source (``driver.sources.ba
 their own, sometimes old, Python. GPU facts come from NVML through ctypes where libnvidia-ml is
 present, else from ``nvidia-smi --query-gpu``; the SM count from the CUDA driver (libcuda) in a
 child process, so that the calling process never initialises CUDA itself.
+
+One file of over 500 lines because it must be: upstream images run this module alone from
+source, so every reader it needs (cpuinfo, meminfo, NVML through ctypes, nvidia-smi, the
+topology, the network links) travels in it, with no import of the kit.
 """
 
 import ctypes
