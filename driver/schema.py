@@ -36,6 +36,8 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
+from driver.text import check_free_text, unsafe_character
+
 MAX_BYTES = 8 * 1024 * 1024
 MAX_EXPANDED_NODES = 200_000  # YAML nodes after alias expansion (a real matrix has < 2,000)
 MAX_DEPTH = 100
@@ -163,14 +165,32 @@ def field_path(loc: Iterable[Any]) -> str:
 # Shared field types: patterns are whole-text matches (re.fullmatch), never "^...$".
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 Name = text(NAME_PATTERN, "a name: letters, digits, _ . - (starting with a letter or digit)")
-Line = text(r"[^\x00-\x1f\x7f]*", "one line of text (no newline or control character)")
-# A label that reaches tables and records (published figures, imported logs' facts): no C0 or C1
-# control character and no Unicode line or paragraph separator, which would split a Markdown row
-# or a CSV record.
-Label = text(
-    r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]*",
-    "one line of text (no newline, tab or other control character; remove it)",
-)
+
+
+def one_line(what: str) -> Any:
+    """A string without control or format characters (Unicode Cc, Cf, Zl, Zp: a newline splits
+    a table row or a YAML line a command is rendered from, U+202E reverses what follows, a
+    zero-width character makes two names look alike): ``driver.text.unsafe_character``."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"must be {what}, got {_shown(value)}")
+        found = unsafe_character(value)
+        if found:
+            raise ValueError(f"must be {what}; it holds {found}: remove it")
+        return value
+
+    return Annotated[Any, AfterValidator(check)]
+
+
+Line = one_line("one line of text (no newline, control or format character)")
+# A label that reaches tables and records (published figures, imported logs' facts).
+Label = one_line("one line of text (no newline, tab, control or format character)")
+# A link a table shows: http(s) only (no javascript: or data: link in a README), one line.
+Url = Annotated[
+    text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL"),
+    AfterValidator(lambda value: check_free_text(value, "url")),
+]
 OptionName = text(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "an option name: letters, digits, _")
 
 
@@ -328,9 +348,7 @@ def parse_json(text: str, path: Path | str) -> Any:
     try:
         data = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
     except json.JSONDecodeError as error:
-        raise ConfigError(
-            path, f"line {error.lineno}", f"is not valid JSON: {error.msg}"
-        ) from None
+        raise ConfigError(path, f"line {error.lineno}", f"is not valid JSON: {error.msg}") from None
     except RecursionError:
         raise ConfigError(path, "(file)", "nested too deeply") from None
     check_finite(path, data)

@@ -15,6 +15,7 @@ rewriting what the reader sees:
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Annotated, Any
 
@@ -69,6 +70,22 @@ def check_free_text(value: Any, kind: str) -> str:
             f"holds {found} at position {_position(value)}: control and format characters "
             "(line breaks, tabs, bidi overrides, zero-width characters) are not allowed; "
             "remove it"
+        )
+    return value
+
+
+_TAG = re.compile(r"<[A-Za-z!/?]")
+
+
+def check_plain_text(value: Any, kind: str) -> str:
+    """:func:`check_free_text`, and no HTML tag: text a person writes into a README (a
+    release's title and changelog), which renders as Markdown and would let a tag through."""
+    check_free_text(value, kind)
+    tag = _TAG.search(value)
+    if tag:
+        raise ValueError(
+            f"holds an HTML tag ({tag[0]}...): plain text only, a README renders it as "
+            "Markdown; write it without '<'"
         )
     return value
 

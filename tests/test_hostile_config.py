@@ -26,6 +26,8 @@ from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import load_lock
 from driver.release.manifest import validate as validate_manifest
+from driver.release.mfu import load_peaks
+from driver.release.references import load_references
 from driver.runtimes.slurm.config import load_slurm_config
 from driver.schema import ConfigError
 from driver.sources.spec import load_spec
@@ -593,8 +595,11 @@ SOURCE_VALUES: dict[tuple, list[Any]] = {
     ("models", "resnet50", "flags"): [[{"when": {"fp": 1}}], [{"args": "x"}], [{"if": {}}], "x"],
     ("models", "resnet50", "options"): [[1], {"bad key": 1}],
     ("models", "resnet50", "commit"): ["main"],
-    ("models", "resnet50", "dir"): [..., "/x\n", 1],
+    ("models", "resnet50", "dir"): [..., "/x\n", 1, "/x\u2028y"],
     ("branch",): ["master"],
+    # a source's one-line fields reach rendered commands and README tables: no format character
+    ("title",): ["demo\u202ex", "de\u200bmo", "demo\x85"],
+    ("models", "resnet50", "refused"): [[{"when": {"precision": "amp"}, "because": "no\u2066x"}]],
 }  # fmt: skip
 
 
@@ -651,6 +656,57 @@ def lock_cases(files: Files) -> Iterator[HostileCase]:
 
 
 # --------------------------------------------------------------------------------------------
+# reports/references.yaml and reports/peaks.yaml (a release's config: their text reaches the
+# README beside the kit's numbers, their numbers every MFU and reference column)
+
+REFERENCES: dict[str, Any] = {"schema": 1, "results": [
+    yaml.safe_load((REPO_ROOT / "reports" / "references.yaml").read_text())["results"][0]]}
+REFERENCE_VALUES: dict[tuple, list[Any]] = {
+    ("schema",): [99, "1"],
+    ("results", 0, "hardware"): ["\u202eH100", "x" * 201, "", "V100\n| 1 |"],
+    ("results", 0, "source"): ["DLPerf\u200b", 7],
+    ("results", 0, "link"): ["javascript:alert(1)", "https://x.org/a b", "ftp://x.org"],
+    ("results", 0, "note"): ["a\nb", "y" * 2001],
+    ("results", 0, "throughput"): [0, -1, 1e308, "12411"],
+    ("results", 0, "per_device"): [[1.0], [1.0, 2.0, 3.0], 0],
+    ("results", 0, "batch_setting"): ["min", 0],
+    ("results", 0, "precision"): ["fp16"],
+    ("results", 0, "dataset"): ["imagenet"],
+    ("results", 0, "devices"): [0, 1.5],
+    ("results", 0, "id"): ["a b", ...],
+    ("results", 0, "unknown"): [1],
+}  # fmt: skip
+PEAKS: dict[str, Any] = yaml.safe_load((REPO_ROOT / "reports" / "peaks.yaml").read_text())
+PEAK_VALUES: dict[tuple, list[Any]] = {
+    ("schema",): [2],
+    ("unit",): ["GFLOP/s"],
+    ("devices", 0, "peaks"): [{"bf16": 0}, {"int8": 5.0}, {"bf16": 1e12}, {"bf16": "989"}],
+    ("devices", 0, "match"): [[], [""], ["H100\u202e"]],
+    ("devices", 0, "name"): ["H100 <b>\u2028"],
+    ("devices", 0, "link"): ["data:text/html,x"],
+}
+
+
+def release_config_cases(files: Files) -> Iterator[HostileCase]:
+    for kind, filename, base, values, loader in (
+        ("references", "references.yaml", REFERENCES, REFERENCE_VALUES, load_references),
+        ("peaks", "peaks.yaml", PEAKS, PEAK_VALUES, load_peaks),
+    ):
+        loader(files.write(filename, yaml.safe_dump(base, sort_keys=False)))  # the base loads
+        for where, values_of in values.items():
+            for i, value in enumerate(values_of):
+                text = yaml.safe_dump(set_path(base, where, value), sort_keys=False)
+                path = files.write(filename, text)
+                yield HostileCase(
+                    f"{kind}/{dotted(where)}/{i}", lambda p=path, f=loader: f(p), (str(path),)
+                )
+        good = yaml.safe_dump(base, sort_keys=False)
+        for hostile in file_level_cases(kind, files, filename, good, loader):
+            if not hostile.name.endswith("/file/missing"):  # absent: no references, no peaks
+                yield hostile
+
+
+# --------------------------------------------------------------------------------------------
 # Release manifests (the audit's schema check: validate() returns the problems)
 
 
@@ -697,6 +753,7 @@ def all_cases(root: Path) -> list[HostileCase]:
         *inventory_cases(files),
         *source_cases(files),
         *lock_cases(files),
+        *release_config_cases(files),
         *manifest_cases(),
     ]
 

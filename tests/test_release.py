@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -136,7 +137,7 @@ def test_a_correction_is_a_new_version_in_the_changelog(session: Path, tmp_path:
         "v0.2",
         [other],
         reports_root=reports,
-        changelog="v0.1 counted a 1n2g case run during a\nhost update | reran",
+        changelog="v0.1 counted a 1n2g case run during a host update | reran",
         printer=quiet,
     )
     manifest = json.loads((second / "manifest.json").read_text())
@@ -150,6 +151,25 @@ def test_a_correction_is_a_new_version_in_the_changelog(session: Path, tmp_path:
     assert [name for name, _ in released_versions(reports)] == ["v0.2", "v0.1"]
     assert index_digest(reports, "v0.1") == sha256_bytes((first / "manifest.json").read_bytes())
     assert audit(first).ok and audit(second).ok
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "found"),
+    [
+        ("changelog", "reran\nafter a host update", "U+000A"),
+        ("changelog", "reran \u202eetadpu", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("title", "<script>alert(1)</script>", "HTML tag"),
+        ("title", "x" * 201, "201 characters long"),
+    ],
+)
+def test_a_title_or_changelog_that_could_rewrite_the_readme_is_refused(
+    session: Path, tmp_path: Path, option: str, text: str, found: str
+) -> None:
+    # The command line checks these too; release() itself refuses them for every caller.
+    reports = tmp_path / "reports"
+    with pytest.raises(ReleaseError, match=f"--{option} .*{re.escape(found)}"):
+        release("v0.1", [session], reports_root=reports, printer=quiet, **{option: text})
+    assert not reports.exists() or not list(reports.iterdir())
 
 
 def test_failed_attempts_are_listed_not_archived(session: Path, tmp_path: Path) -> None:

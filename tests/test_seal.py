@@ -25,6 +25,7 @@ from driver.model.seal import (
 )
 from driver.runtimes.local import LocalRuntime
 from driver.signing import SESSION_NAMESPACE, verify
+from tests.forgery import speed_up
 from tests.synth import cached_session
 from tests.test_signing import allow, new_key
 
@@ -207,3 +208,40 @@ def test_a_run_seals_its_session_when_it_ends(
                           argv=["run"], signing_key=tmp_path / "no-key")  # fmt: skip
     assert missing == 2 and not (tmp_path / "results" / "other").exists()
     assert "--signing-key" in capsys.readouterr().err
+
+
+def test_a_report_says_who_vouches_for_each_session_and_names_what_changed(
+    copy: Path, tmp_path: Path, lab: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    """``dlperf report`` reads each session against its seal: unsealed, sealed and unsigned,
+    signed by a listed key, signed by a key nobody lists, and a log edited after signing."""
+    from driver.frontend.cli import main
+
+    key, allowed = lab
+    nobody = tmp_path / "nobody"
+    nobody.write_text("# no key listed\n")
+
+    def report(extra: list[str]) -> tuple[int, str, str]:
+        code = main(["report", str(copy), "--out", str(tmp_path / "r"), *extra])
+        out, err = capsys.readouterr()
+        return code, (tmp_path / "r" / "report.md").read_text(), err
+
+    (copy / SEAL).unlink(missing_ok=True)
+    code, markdown, _ = report(["--allowed-signers", str(allowed)])
+    assert code == 0 and "not sealed (no session-manifest.json)" in markdown
+    seal_session(copy, None)
+    code, markdown, _ = report(["--allowed-signers", str(allowed)])
+    assert code == 0 and "sealed, not signed" in markdown
+    seal_session(copy, key)
+    code, markdown, _ = report(["--allowed-signers", str(allowed)])
+    assert code == 0 and "signed by lab@example.org (ED25519 key SHA256:" in markdown
+    code, markdown, _ = report(["--allowed-signers", str(nobody)])
+    assert code == 0 and f"a key {nobody} does not list" in markdown
+    # a log made 30% faster and re-hashed into its record passes the door: only the seal tells
+    repeat = f"{CASE_1N2G}/repeat-01"
+    speed_up(copy / repeat, 1.3)
+    code, markdown, err = report(["--allowed-signers", str(allowed)])
+    assert code == 1 and "Refused" not in markdown  # the door finds nothing wrong
+    assert f"**Changed since sealed:** {repeat}/node0.log: log changed after signing" in markdown
+    assert f"seal: {copy}/{repeat}/node0.log: log changed after signing" in err
+    assert f"{repeat}/record.json: " in err

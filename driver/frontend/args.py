@@ -164,26 +164,19 @@ def option_pair(text: str) -> tuple[str, object]:
 
 # An HTML tag's start: a README renders a title or a changelog as Markdown, where a tag is
 # live HTML (a ``<script>``, an ``<img onerror=...>``, a ``<details>`` hiding what follows).
-_TAG = re.compile(r"<[A-Za-z!/?]")
 
 
 def free_text(kind: str) -> Callable[[str], str]:
     """Free text given on the command line (a title, a changelog, a note, a label) as an
     argparse type: checked as every free text at input (``driver.text``: no control or format
     character, at most ``LIMITS[kind]`` characters) and without HTML tags."""
-    from driver.text import check_free_text
+    from driver.text import check_plain_text
 
     def parse(text: str) -> str:
         try:
-            check_free_text(text, kind)
+            return check_plain_text(text, kind)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
-        if _TAG.search(text):
-            raise argparse.ArgumentTypeError(
-                f"holds an HTML tag ({_TAG.search(text)[0]}...): plain text only, a README "
-                "renders it as Markdown; write it without '<'"
-            )
-        return text
 
     return parse
 

@@ -470,3 +470,50 @@ def _facts_difference(sealed: list[RankFacts], now: list[RankFacts]) -> str:
         key = next(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
         return f"rank {rank}: {key} {old.get(key)!r} sealed, {new.get(key)!r} now"
     return ""
+
+
+# --------------------------------------------------------------------------------------------
+# A session folder as a reader finds it (``dlperf report``): who vouches for it, what changed
+
+
+@dataclass(frozen=True)
+class SealState:
+    """``how``: who vouches for the session's files, in a line (signed by whom, sealed but not
+    signed, not sealed); ``problems``: what no longer matches the seal or its signature."""
+
+    how: str
+    problems: list[str] = field(default_factory=list)
+
+
+def seal_state(root: Path, allowed_signers: Path) -> SealState:
+    """The session folder ``root`` against its seal, and the seal's signature against
+    ``allowed_signers`` (git's format; a signature by a key it does not list is named as such,
+    not trusted)."""
+    from driver.signing import SigningError, listed_keys, verify_bytes
+
+    seal_file = Path(root) / SEAL
+    if not seal_file.is_file():
+        return SealState(f"not sealed (no {SEAL}): nothing vouches that its files are as run")
+    data = seal_file.read_bytes()
+    try:
+        sealed = load_seal(data, str(seal_file))
+    except SealError as error:
+        return SealState(f"{SEAL} unreadable", [str(error)])
+    signature_file = Path(root) / SEAL_SIGNATURE
+    signature = signature_file.read_bytes() if signature_file.is_file() else None
+    problems = [
+        f"{rel}: {what}"
+        for rel, what in changes(sealed, FolderFiles(root), signed=signature is not None)
+    ]
+    if signature is None:
+        return SealState(f"sealed, not signed (no {SEAL_SIGNATURE})", problems)
+    if listed_keys(allowed_signers) == 0:
+        key = intact_key(data, signature, SESSION_NAMESPACE)
+        if key is None:
+            return SealState("signature unchecked", [f"{SEAL}: changed after it was signed"])
+        return SealState(f"signed by {key}, a key {allowed_signers} does not list", problems)
+    try:
+        signer = verify_bytes(data, signature, allowed_signers, SESSION_NAMESPACE, SEAL)
+    except SigningError as error:
+        return SealState("signature not good", [str(error), *problems])
+    return SealState(f"signed by {signer.principal} ({signer.key})", problems)

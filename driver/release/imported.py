@@ -29,15 +29,15 @@ from driver.schema import (
     FiniteFloat,
     Name,
     StrictModel,
+    Url,
     did_you_mean,
     number,
     one_of,
     parse_yaml,
     read_text,
-    text,
     validate,
 )
-from driver.text import FreeText, check_free_text, unsafe_character
+from driver.text import FreeText, unsafe_character
 
 IMPORT_SCHEMA = 1
 SUFFIXES = (".csv", ".yaml", ".yml")
@@ -45,10 +45,6 @@ CSV_SCHEMA_LINE = re.compile(r"#\s*schema:\s*(\S+)\s*")
 # Every text field is free text of a bounded length without control or format characters
 # (driver.text): a newline or tab splits a Markdown table row or a CSV record of every report the
 # figure reaches, U+202E turns the rest of a row right to left.
-Url = Annotated[
-    text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL"),
-    AfterValidator(lambda value: check_free_text(value, "url")),
-]
 Count = number(1, 1_000_000, "a whole number from 1")
 VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # as a matrix suite's variant names
 

@@ -18,23 +18,54 @@ import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import Field
 
 from driver.bench.contract import SHAPE_OPTIONS
 from driver.frameworks.base import REPO_ROOT
+from driver.schema import (
+    FiniteFloat,
+    StrictModel,
+    Url,
+    load_document,
+    one_of,
+    schema_version,
+    validate,
+)
+from driver.text import FreeText
 
 COUNTED_MODELS = ("resnet50", "inception3", "bert")  # models with a PyTorch definition here
 FLOPS_SOURCE = "PyTorch/benchmark/flops.py training_flops_per_sample (FlopCounterMode)"
 GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients (also under AMP: fp32 master weights)
 
 
+# Dense TFLOP/s of one device: above zero and below what any accelerator is near (an H100's
+# bf16 is ~990); a typo of a few orders of magnitude would make every MFU of that device ~0.
+Peak = Annotated[FiniteFloat, Field(gt=0, le=100_000)]
+
+
+class DevicePeaks(StrictModel):
+    name: Annotated[FreeText("label"), Field(min_length=1)]
+    match: Annotated[list[Annotated[FreeText("label"), Field(min_length=1)]], Field(min_length=1)]
+    peaks: dict[Annotated[Any, one_of("bf16", "fp16", "tf32", "fp32")], Peak]
+    source: FreeText("name")
+    link: Url
+
+
+class PeaksFile(StrictModel):
+    schema_: schema_version((1,)) = Field(alias="schema")
+    unit: Annotated[Any, one_of("TFLOP/s")]
+    devices: list[DevicePeaks]
+
+
 def load_peaks(path: Path) -> list[dict[str, Any]]:
+    """The device peaks of ``path`` (none when it is absent), checked: a peak that is no finite
+    positive TFLOP/s, an unknown precision key or free text with control characters is a
+    ConfigError naming the file and the field."""
     if not path.exists():
         return []
-    data = yaml.safe_load(path.read_text()) or {}
-    return list(data.get("devices", []))
+    return [d.model_dump() for d in validate(PeaksFile, load_document(path), path).devices]
 
 
 def match_device(name: str | None, peaks: list[dict[str, Any]]) -> dict[str, Any] | None:

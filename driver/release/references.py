@@ -14,19 +14,92 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AfterValidator, Field
+
+from driver.schema import (
+    FiniteFloat,
+    Name,
+    StrictModel,
+    Url,
+    load_document,
+    number,
+    one_of,
+    schema_version,
+    validate,
+)
+from driver.text import FreeText
 
 _FAMILY = re.compile(r"\b([A-Z]\d{2,3}[A-Z]?)\b")  # V100, A100, H100, H200, L40S, ...
 
 
+Count = number(1, 1_000_000, "a whole number from 1")
+# Published samples/s (total or per device): above zero, below a figure no device reaches.
+MAX_RATE = 1e9
+Rate = Annotated[FiniteFloat, Field(gt=0, le=MAX_RATE)]
+
+
+def _batch_setting(value: Any) -> Any:
+    if value is None or value == "max" or (type(value) is int and value >= 1):
+        return value
+    raise ValueError(f"must be a batch per device from 1, max or null, got {value!r}")
+
+
+def _per_device(value: Any) -> Any:
+    """A published samples/s per device: one value, or the [low, high] of a published range."""
+    if value is None:
+        return value
+    values = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and len(value) != 2:
+        raise ValueError(f"a range is [low, high], two values; got {len(value)}")
+    if not all(type(v) in (int, float) and 0 < v <= MAX_RATE for v in values):
+        raise ValueError(
+            f"must be samples/s per device above 0 and at most {MAX_RATE:g} (one value, or "
+            f"[low, high] of a published range), got {value!r}"
+        )
+    return value
+
+
+class Reference(StrictModel):
+    """One published result (``reports/references.yaml``): every text field is free text checked
+    at input (``driver.text``), since the release README shows it beside the kit's numbers."""
+
+    id: Name
+    source: Annotated[FreeText("name"), Field(min_length=1)]
+    link: Url
+    framework: FreeText("name")
+    framework_key: Name
+    code: FreeText("name")
+    model: Name
+    variant: Name | None = None
+    hardware: Annotated[FreeText("label"), Field(min_length=1)]
+    nodes: Count
+    devices: Count
+    batch_per_device: Count | None
+    batch_setting: Annotated[Any, AfterValidator(_batch_setting)] = None
+    precision: Annotated[Any, one_of("fp32", "amp")]
+    xla: bool
+    dali: bool
+    dataset: Annotated[Any, one_of("synthetic", "real")]
+    throughput: Rate | None = None
+    per_device: Annotated[Any, AfterValidator(_per_device)] = None
+    speedup: Rate | None = None
+    note: FreeText("note") = ""
+
+
+class ReferencesFile(StrictModel):
+    schema_: schema_version((1,)) = Field(alias="schema")
+    results: list[Reference]
+
+
 def load_references(path: Path) -> list[dict[str, Any]]:
+    """The published results of ``path`` (none when it is absent), checked field by field: a
+    bad one is a ConfigError naming the file, the entry and the fix."""
     if not path.exists():
         return []
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    data = yaml.load(path.read_text(), Loader=loader) or {}
-    return list(data.get("results", []))
+    checked = validate(ReferencesFile, load_document(path), path)
+    return [r.model_dump(exclude_none=False) for r in checked.results]
 
 
 def per_device(reference: dict[str, Any]) -> float | None:

@@ -50,14 +50,16 @@ from driver.release.manifest import (
     derived_parts,
     manifest_text,
 )
-from driver.release.mfu import compute_model_costs
+from driver.release.mfu import compute_model_costs, load_peaks
 from driver.release.readme import README_LAYOUT, readme_text
+from driver.release.references import load_references
 from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
 from driver.release.signatures import describe, session_signatures
 from driver.release.versions import VERSION, released_versions, write_index
 from driver.release.vouching import Vouching, VouchingError, check_superlinear, vouching_for
 from driver.schema import ConfigError
 from driver.signing import RELEASE_NAMESPACE, sign
+from driver.text import check_plain_text
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
@@ -175,6 +177,12 @@ def release(
 
     if not VERSION.fullmatch(version):
         raise ReleaseError(f"version {version!r} is not of the form vX.Y[.Z][-label] (v0.1-cpu)")
+    for option, text, kind in (("--title", title, "name"), ("--changelog", changelog, "note")):
+        try:
+            if text is not None:
+                check_plain_text(text, kind)
+        except ValueError as error:
+            raise ReleaseError(f"{option} {error}") from None
     reports_root = Path(reports_root)
     target = reports_root / version
     if target.exists():
@@ -201,6 +209,11 @@ def release(
             load_import(path)
         except ConfigError as error:
             raise ReleaseError(f"import file refused: {error}") from None
+    try:  # the published results and device peaks every table of the version is computed with
+        load_references(repo_root / "reports" / "references.yaml")
+        load_peaks(repo_root / "reports" / "peaks.yaml")
+    except ConfigError as error:
+        raise ReleaseError(f"config file refused: {error}") from None
     try:
         vouching = vouching_for(reports_root, signing_key, allowed_signers, superlinear or {})
     except VouchingError as error:

@@ -6,7 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from driver.frameworks.base import REPO_ROOT
 from driver.frontend.args import free_text
+
+DEFAULT_ALLOWED_SIGNERS = REPO_ROOT / "reports" / "allowed_signers"
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -34,6 +37,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             )
     verified = verify_sessions(sessions)
     summaries = summarize(verified.records, published=published)
+    seals, seal_problems = _seals(sessions, Path(args.allowed_signers))
     first = Path(args.sessions[0])
     out = (
         Path(args.out)
@@ -44,12 +48,39 @@ def cmd_report(args: argparse.Namespace) -> int:
             else first.with_name(f"{first.stem}-report")
         )
     )
-    paths = write_report(summaries, out, args.title or "dlperf report", refused=verified.refused)
+    paths = write_report(
+        summaries, out, args.title or "dlperf report", preamble=seals, refused=verified.refused
+    )
     print(paths["markdown"].read_text())
     print(f"written: {', '.join(str(p) for p in paths.values())}")
     for problem in verified.refused:
         print(f"refused: {problem}", file=sys.stderr)
-    return 1 if verified.refused else 0
+    for problem in seal_problems:
+        print(f"seal: {problem}", file=sys.stderr)
+    return 1 if verified.refused or seal_problems else 0
+
+
+def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]:
+    """The report's provenance lines (who vouches for each session, what changed since it was
+    sealed, Markdown) and the problems (one line each, naming the file)."""
+    from driver.model.seal import seal_state
+    from driver.text import markdown_cell
+
+    lines, problems = [], []
+    for root in sessions:
+        state = seal_state(root, allowed_signers)
+        line = f"- `{markdown_cell(root.name)}`: {markdown_cell(state.how)}"
+        if state.problems:
+            shown = "; ".join(markdown_cell(p) for p in state.problems[:5])
+            more = f" (and {len(state.problems) - 5} more)" if len(state.problems) > 5 else ""
+            line += f". **Changed since sealed:** {shown}{more}"
+        lines.append(line)
+        problems += [f"{root}/{problem}" for problem in state.problems]
+    if not lines:
+        return "", problems
+    return "Who vouches for each session (its seal, `session-manifest.json`):\n\n" + "\n".join(
+        lines
+    ), problems
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
@@ -57,4 +88,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     report.add_argument("sessions", nargs="+", help="session folders, and import files")
     report.add_argument("--out")
     report.add_argument("--title", type=free_text("name"))
+    report.add_argument(
+        "--allowed-signers",
+        metavar="FILE",
+        default=str(DEFAULT_ALLOWED_SIGNERS),
+        help="the keys trusted to sign sessions, git's format (default: %(default)s)",
+    )
     report.set_defaults(func=cmd_report)
