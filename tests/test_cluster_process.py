@@ -234,10 +234,11 @@ def test_one_connection_per_node_and_few_commands_per_repeat(
             # its processes used (the calibration sleeps: far less than its run time).
             assert steps_s <= facts["process_seconds"] < steps_s + 30, (node, facts)
             assert 0 < facts["process_cpu_seconds"] < facts["process_seconds"], (node, facts)
-        # The driver's own CPU over the repeat: some (its SSH threads, the parse), far less
-        # than the repeat's wall time, since the driver sleeps while the nodes run.
+        # The driver's own CPU over the repeat (its SSH threads, the parse): far less than the
+        # repeat's wall time, since the driver sleeps while the nodes run. It may read 0:
+        # os.times() counts in clock ticks (10 ms) and a repeat may cost less than one.
         wall = record.finished_at - record.started_at
-        assert 0 < record.extra["timings"]["driver_cpu_s"] < wall / 2, record.extra["timings"]
+        assert 0 <= record.extra["timings"]["driver_cpu_s"] < wall / 2, record.extra["timings"]
         for log in record.logs:
             assert "dlperf-collected" not in (path / log).read_text()
     for node in runtime.inventory.nodes:  # every run folder removed by its own launch

@@ -202,6 +202,11 @@ def run_session(
             file=sys.stderr,
         )
         return 130
+    finally:
+        # The nodes are not needed to seal, verify or report: no connection idles meanwhile.
+        disconnect = getattr(runtime, "disconnect", None)  # runtimes that hold connections
+        if disconnect is not None:
+            disconnect()
     sealed = seal(session.root, key)
     verified = verify_sessions([session.root])  # the table shows what the logs give
     summaries = summarize(verified.records)

@@ -113,6 +113,12 @@ class SshRuntime:
             self._bundle = make_bundle()
         return self._bundle
 
+    def disconnect(self) -> None:
+        """Close every node's SSH connection (a later command connects again): each open
+        connection keeps a paramiko thread polling its socket every 0.1 s on the head node."""
+        for remote in self.remotes:
+            remote.close()
+
     # -- Runtime protocol ------------------------------------------------------------------
     def node_addresses(self, count: int) -> list[tuple[str, str]]:
         nodes = self.inventory.nodes
