@@ -49,10 +49,13 @@ from driver.schema import StrictModel, one_of, strict_json, text
 from driver.signing import (
     SESSION_NAMESPACE,
     SIGNATURE_SUFFIX,
+    SigningError,
     intact_key,
     key_description,
+    listed_keys,
     sign_bytes,
     signature_path,
+    verify_bytes,
 )
 
 SEAL = "session-manifest.json"
@@ -489,8 +492,6 @@ def seal_state(root: Path, allowed_signers: Path) -> SealState:
     """The session folder ``root`` against its seal, and the seal's signature against
     ``allowed_signers`` (git's format; a signature by a key it does not list is named as such,
     not trusted)."""
-    from driver.signing import SigningError, listed_keys, verify_bytes
-
     seal_file = Path(root) / SEAL
     if not seal_file.is_file():
         return SealState(f"not sealed (no {SEAL}): nothing vouches that its files are as run")

@@ -99,7 +99,7 @@ def load_references(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     checked = validate(ReferencesFile, load_document(path), path)
-    return [r.model_dump(exclude_none=False) for r in checked.results]
+    return [r.model_dump() for r in checked.results]
 
 
 def per_device(reference: dict[str, Any]) -> float | None:
