@@ -191,6 +191,7 @@ Url = Annotated[
     text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL"),
     AfterValidator(lambda value: check_free_text(value, "url")),
 ]
+Count = number(1, 1_000_000, "a whole number from 1")  # nodes, devices, a batch per device
 OptionName = text(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "an option name: letters, digits, _")
 
 

@@ -74,6 +74,8 @@ def check_free_text(value: Any, kind: str) -> str:
     return value
 
 
+# An HTML tag's start: a README renders a title or a changelog as Markdown, where a tag is
+# live HTML (a ``<script>``, an ``<img onerror=...>``, a ``<details>`` hiding what follows).
 _TAG = re.compile(r"<[A-Za-z!/?]")
 
 

@@ -162,10 +162,6 @@ def option_pair(text: str) -> tuple[str, object]:
     return key, parse_option_value(value)
 
 
-# An HTML tag's start: a README renders a title or a changelog as Markdown, where a tag is
-# live HTML (a ``<script>``, an ``<img onerror=...>``, a ``<details>`` hiding what follows).
-
-
 def free_text(kind: str) -> Callable[[str], str]:
     """Free text given on the command line (a title, a changelog, a note, a label) as an
     argparse type: checked as every free text at input (``driver.text``: no control or format

@@ -26,12 +26,12 @@ from driver.model.case import Case, Topology
 from driver.model.measure import case_stats
 from driver.schema import (
     ConfigError,
+    Count,
     FiniteFloat,
     Name,
     StrictModel,
     Url,
     did_you_mean,
-    number,
     one_of,
     parse_yaml,
     read_text,
@@ -45,7 +45,6 @@ CSV_SCHEMA_LINE = re.compile(r"#\s*schema:\s*(\S+)\s*")
 # Every text field is free text of a bounded length without control or format characters
 # (driver.text): a newline or tab splits a Markdown table row or a CSV record of every report the
 # figure reaches, U+202E turns the rest of a row right to left.
-Count = number(1, 1_000_000, "a whole number from 1")
 VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # as a matrix suite's variant names
 
 # Plausible samples/s per device for a published training figure. Below 1e-3 (one sample in

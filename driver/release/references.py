@@ -19,12 +19,12 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from driver.schema import (
+    Count,
     FiniteFloat,
     Name,
     StrictModel,
     Url,
     load_document,
-    number,
     one_of,
     schema_version,
     validate,
@@ -34,7 +34,6 @@ from driver.text import FreeText
 _FAMILY = re.compile(r"\b([A-Z]\d{2,3}[A-Z]?)\b")  # V100, A100, H100, H200, L40S, ...
 
 
-Count = number(1, 1_000_000, "a whole number from 1")
 # Published samples/s (total or per device): above zero, below a figure no device reaches.
 MAX_RATE = 1e9
 Rate = Annotated[FiniteFloat, Field(gt=0, le=MAX_RATE)]

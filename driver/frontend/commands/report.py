@@ -6,10 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from driver.frameworks.base import REPO_ROOT
 from driver.frontend.args import free_text
-
-DEFAULT_ALLOWED_SIGNERS = REPO_ROOT / "reports" / "allowed_signers"
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -37,7 +34,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             )
     verified = verify_sessions(sessions)
     summaries = summarize(verified.records, published=published)
-    seals, seal_problems = _seals(sessions, Path(args.allowed_signers))
+    seals, seal_problems = _seals(sessions, _allowed_signers(args.allowed_signers))
     first = Path(args.sessions[0])
     out = (
         Path(args.out)
@@ -58,6 +55,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     for problem in seal_problems:
         print(f"seal: {problem}", file=sys.stderr)
     return 1 if verified.refused or seal_problems else 0
+
+
+def _allowed_signers(given: str | None) -> Path:
+    """``--allowed-signers``, else the one a release checks against: the kit's reports folder's."""
+    from driver.release.release import DEFAULT_REPORTS
+    from driver.release.signatures import default_allowed_signers
+
+    return Path(given) if given else default_allowed_signers(DEFAULT_REPORTS)
 
 
 def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]:
@@ -91,7 +96,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--allowed-signers",
         metavar="FILE",
-        default=str(DEFAULT_ALLOWED_SIGNERS),
-        help="the keys trusted to sign sessions, git's format (default: %(default)s)",
+        help="the keys trusted to sign sessions, git's format (default: allowed_signers in the "
+        "kit's reports folder, as for a release)",
     )
     report.set_defaults(func=cmd_report)
