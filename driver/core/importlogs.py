@@ -34,6 +34,46 @@ IMPORTED = "imported logs, not run by dlperf"
 WORKER0 = "from worker 0's log"
 
 
+def is_import_session(root: Path) -> bool:
+    """Whether the session folder ``root`` is one ``import-logs`` made (its ``session.json``
+    says so)."""
+    import json
+
+    try:
+        meta = json.loads((Path(root) / "session.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("imported") == IMPORTED
+
+
+def check_target(session_root: Path) -> None:
+    """``import-logs`` adds to a session of its own, and signs only what it adds: a session
+    ``dlperf run`` made, or one holding files its seal does not (added or changed since), is
+    refused before anything is imported."""
+    from driver.model.seal import unvouched
+
+    root = Path(session_root)
+    if not root.exists():
+        return
+    if not root.is_dir() or root.is_symlink():
+        raise ImportLogsError(f"{root}: not a session folder (a file or a symlink)")
+    if any(root.iterdir()) and not is_import_session(root):
+        raise ImportLogsError(
+            f"{root}: not a session of `dlperf import-logs` (its session.json does not say "
+            f"{IMPORTED!r}); import-logs adds only to its own sessions: import into another "
+            "--session"
+        )
+    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None)]
+    if foreign:
+        raise ImportLogsError(
+            f"{root}: holds files its seal does not vouch for, which sealing it again would "
+            "sign: "
+            + "; ".join(foreign[:10])
+            + (f"; and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+            + "; import into another --session"
+        )
+
+
 def session_log_hashes(session_root: Path) -> dict[str, str]:
     """SHA-256 of every log already imported into the session -> which repeat holds it."""
     from driver.model.results import RecordError, Session

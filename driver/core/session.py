@@ -120,12 +120,14 @@ def run_session(
     setting: SessionSetting | None = None,
     before_matrix: BeforeMatrix | None = None,
     signing_key: str | Path | None = None,
+    adopt: list[str] | None = None,
 ) -> int:
     """Run (or, with ``dry_run``, print) the selected cases on ``runtime`` into the session
-    folder ``root`` (resumed when it exists): the session, its seal (signed with
-    ``signing_key``, else ``$DLPERF_SIGNING_KEY``, where one is given), the closing table and
-    the report. Returns the exit status: 0 when every repeat finished, the door took every one
-    and the seal was written."""
+    folder ``root`` (resumed when it exists, only over what its seal holds or ``adopt`` names:
+    :func:`check_resume`): the session, its seal (signed with ``signing_key``, else
+    ``$DLPERF_SIGNING_KEY``, where one is given), the closing table and the report. Returns the
+    exit status: 0 when every repeat finished, the door took every one and the seal was
+    written."""
     from driver.core.command import check_placement
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables, write_report
@@ -148,6 +150,9 @@ def run_session(
             check_placement(case, runtime.node_addresses(case.topology.nodes))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    adopted = check_resume(root, {case.id for case in cases}, adopt or [])
+    if adopted is None:
         return 2
     print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
     if dry_run:
@@ -195,7 +200,7 @@ def run_session(
     try:
         summary = run_cases(cases, session, runtime, progress=progress)
     except KeyboardInterrupt:
-        seal(session.root, key)  # what finished is sealed; a resumed run seals it again
+        seal(session.root, key, adopted)  # what finished is sealed; a resume seals it again
         print(
             f"interrupted; finished repeats are kept in {session.root}; rerun with "
             f"--session {root.name} to resume",
@@ -207,7 +212,7 @@ def run_session(
         disconnect = getattr(runtime, "disconnect", None)  # runtimes that hold connections
         if disconnect is not None:
             disconnect()
-    sealed = seal(session.root, key)
+    sealed = seal(session.root, key, adopted)
     verified = verify_sessions([session.root])  # the table shows what the logs give
     summaries = summarize(verified.records)
     print()
@@ -234,14 +239,15 @@ def run_session(
     return 0 if summary.ok and not verified.refused and sealed else 1
 
 
-def seal(root: Path, key: Path | None) -> bool:
+def seal(root: Path, key: Path | None, adopted: dict[str, str] | None = None) -> bool:
     """Seal the session folder ``root`` (``driver.model.seal``, signed with ``key`` where
-    given) and say how; False, said on stderr, where the seal could not be written or renewed
-    (the session changed since its last seal)."""
+    given; ``adopted``: what :func:`check_resume` let a person vouch for) and say how; False,
+    said on stderr, where the seal could not be written or renewed (the session changed since
+    its last seal)."""
     from driver.model.seal import seal_session
 
     try:
-        sealed = seal_session(root, key)
+        sealed = seal_session(root, key, adopted)
     except (SigningError, KitWriteError) as error:
         print(f"error: sealing {root}: {error}", file=sys.stderr)
         return False
@@ -261,3 +267,70 @@ def seal_finished(root: Path) -> bool:
         print(f"error: sealing {root}: {error}", file=sys.stderr)
         return False
     return seal(root, key)
+
+
+SHOWN = 20  # paths named one by one in a refusal; the rest counted
+
+
+def check_resume(root: Path, selected: set[str], adopt: list[str]) -> dict[str, str] | None:
+    """Before ``dlperf run`` resumes the session folder ``root``: the run signs only what it
+    runs or verifies. Every file outside the selected cases' folders, every file its seal does
+    not hold as it is (added, changed, a sealed repeat's verdict changed) and, without a seal,
+    every file is refused, named, with the fix; unless ``adopt`` (session-relative or absolute
+    paths) covers it: then it is shown and returned (path -> what it is), for the seal to record
+    as adopted, not measured. None, said on stderr, where the run must not start."""
+    from driver.core.importlogs import is_import_session
+    from driver.model.seal import unvouched
+
+    if not root.is_dir() or root.is_symlink():
+        if adopt:
+            print(f"error: --adopt: {root} is a new session; there is nothing to adopt",
+                  file=sys.stderr)  # fmt: skip
+            return None
+        return {}  # a new session (Session.open refuses a symlink)
+    if is_import_session(root):
+        print(
+            f"error: {root}: a session of `dlperf import-logs`; `dlperf run` resumes only "
+            "sessions it ran: run into another --session",
+            file=sys.stderr,
+        )
+        return None
+    adopt_prefixes = []
+    for text in adopt:
+        path = Path(text) if Path(text).is_absolute() else root / text
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            print(f"error: --adopt {text}: not inside the session {root}", file=sys.stderr)
+            return None
+        if not path.exists():
+            print(f"error: --adopt {text}: no such file or folder in {root}", file=sys.stderr)
+            return None
+        adopt_prefixes.append("" if rel == "." else rel)
+    refused, adopted = [], {}
+    for rel, what in unvouched(root, selected):
+        covered = any(not p or rel == p or rel.startswith(p + "/") for p in adopt_prefixes)
+        if covered and not rel.startswith("session-manifest.json"):
+            adopted[rel] = what
+        else:
+            refused.append(f"{rel}: {what}")
+    if refused:
+        print(
+            f"error: {root}: resuming it would sign what this run neither ran nor verified "
+            "against the session's seal:\n  "
+            + "\n  ".join(refused[:SHOWN])
+            + (f"\n  and {len(refused) - SHOWN} more" if len(refused) > SHOWN else "")
+            + "\nNothing ran. Run into a new session (--session NEW), or, if you vouch for "
+            "these files, --adopt PATH (a file or folder of the session; the seal records "
+            "them as adopted, not measured)",
+            file=sys.stderr,
+        )
+        return None
+    if adopted:
+        print(
+            f"adopting {len(adopted)} file(s) of {root} that this kit did not measure or "
+            "verify: you vouch for them, and the seal records them as adopted, not measured:"
+        )
+        for rel, what in adopted.items():
+            print(f"  {rel}: {what}")
+    return adopted

@@ -258,7 +258,14 @@ class Session:
             # this folder aside as a failed attempt.
             print(f"warning: {error}; the repeat runs again", file=sys.stderr)
             return None
-        return record if record.ok else None
+        if not record.ok:
+            return None
+        # A repeat its seal holds as not finished (interrupted, failed) runs again, whatever
+        # its record says now: an ``ok`` written into it since is not a repeat this kit ran.
+        from driver.model.seal import sealed_verdicts
+
+        folder = path.parent.relative_to(self.root).as_posix()
+        return None if sealed_verdicts(self.root).get(folder, "ok") != "ok" else record
 
     def fresh_repeat_dir(self, case: Case, repeat: int) -> Path:
         """An empty folder for a new attempt; an earlier failed or crashed attempt is kept aside."""

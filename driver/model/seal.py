@@ -34,7 +34,7 @@ import os
 import platform
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
@@ -111,6 +111,8 @@ class SessionManifest(StrictModel):
     session_json: dict[str, Any]  # session.json as sealed: a resumed one may only add runs
     files: dict[str, SealedFile]  # session-relative path -> SHA-256 and size
     repeats: dict[str, SealedRepeat]  # repeat folder (session-relative) -> its facts
+    # files a person vouched for on resume (``--adopt``): adopted, not measured by this kit
+    adopted: dict[str, str] = Field(default_factory=dict)  # path -> what they were
 
 
 def load_seal(data: bytes, name: str) -> SessionManifest:
@@ -234,9 +236,14 @@ def _session_json(files: Mapping[str, bytes]) -> dict[str, Any]:
 
 
 def manifest_of(
-    name: str, files: Mapping[str, bytes], previous: dict[str, Any] | None = None
+    name: str,
+    files: Mapping[str, bytes],
+    previous: dict[str, Any] | None = None,
+    adopted: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The seal of a session named ``name`` holding ``files``."""
+    """The seal of a session named ``name`` holding ``files`` (``adopted``: those a person
+    vouched for, see :func:`unvouched`)."""
+    kept = {rel: what for rel, what in (adopted or {}).items() if rel in files}
     return {
         "schema": SEAL_SCHEMA,
         "kind": SEAL_KIND,
@@ -252,6 +259,7 @@ def manifest_of(
             for data in (files[rel],)
         },
         "repeats": {f: r.model_dump() for f, r in sealed_repeats(files).items()},
+        **({"adopted": dict(sorted(kept.items()))} if kept else {}),
     }
 
 
@@ -283,26 +291,31 @@ class Sealed:
         return f"sealed: {self.path} ({how})"
 
 
-def seal_session(root: Path, key: Path | None) -> Sealed:
+def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None = None) -> Sealed:
     """Seal the session folder ``root`` (see the module docstring); signed with ``key`` where
-    given. Raises SigningError where the key does not sign, KitWriteError where the seal cannot
-    be written; returns without writing where the session drifted from its last seal."""
+    given; ``adopted``: files a person vouched for before the run (:func:`unvouched`), recorded
+    as such, with those the old seal recorded. Raises SigningError where the key does not sign,
+    KitWriteError where the seal cannot be written; returns without writing where the session
+    drifted from its last seal."""
     root = Path(root)
     path = root / SEAL
     files = FolderFiles(root)
     previous = None
+    adopted = dict(adopted or {})
     if path.is_file():
         old = path.read_bytes()
         old_signature = signature_path(path)
         signature = old_signature.read_bytes() if old_signature.is_file() else None
-        problems = drift(old, signature, files)
+        problems = [f"{rel}: {what}" for rel, what in _drift(old, signature, files)
+                    if rel not in adopted]  # fmt: skip
         if problems:
             return Sealed(path, written=False, drift=problems)
         previous = {
             "sha256": sha256(old),
             "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
         }
-    data = seal_text(manifest_of(root.name, files, previous))
+        adopted = {**load_seal(old, SEAL).adopted, **adopted}
+    data = seal_text(manifest_of(root.name, files, previous, adopted))
     signature = sign_bytes(data, key, SESSION_NAMESPACE) if key is not None else None
     write_bytes(path, data)
     if signature is not None:
@@ -319,20 +332,31 @@ def seal_session(root: Path, key: Path | None) -> Sealed:
 def drift(old: bytes, signature: bytes | None, files: Mapping[str, bytes]) -> list[str]:
     """What changed in a session since the seal ``old`` (with its signature, if any) other than
     what the kit itself changes when it resumes a session; [] when it may be sealed again."""
+    return [f"{rel}: {what}" for rel, what in _drift(old, signature, files)]
+
+
+def _drift(
+    old: bytes, signature: bytes | None, files: Mapping[str, bytes]
+) -> list[tuple[str, str]]:
+    """:func:`drift` as (session-relative path, what happened)."""
     try:
         sealed = load_seal(old, SEAL)
     except SealError as error:
-        return [f"{error} (remove it to seal the session anew)"]
+        return [(SEAL, f"{str(error).removeprefix(SEAL + ': ')} (remove it to seal anew)")]
     if signature is not None and intact_key(old, signature, SESSION_NAMESPACE) is None:
-        return [f"{SEAL}: changed after it was signed ({SEAL_SIGNATURE} no longer matches)"]
-    unfinished = [
+        return [(SEAL, f"changed after it was signed ({SEAL_SIGNATURE} no longer matches)")]
+    # A sealed repeat that did not finish ok, or a probe without its verdict, is run again: its
+    # folder is set aside unchanged (``.failed-K``, ``.old-K``) and a new one written in its
+    # place. Until then its files stay as sealed, like every other: a record that turned ``ok``
+    # since the seal is an edit, never a repeat done.
+    rerun = [
         folder
         for folder in _sealed_folders(sealed)
         if _REPEAT_FOLDER.match(folder)
         and ".failed-" not in folder
         and (folder not in sealed.repeats or sealed.repeats[folder].verdict != "ok")
     ]
-    unfinished += [
+    rerun += [
         folder
         for folder in _sealed_folders(sealed)
         if _UNFINISHED_PROBE.match(folder) and f"{folder}/verdict.json" not in sealed.files
@@ -340,21 +364,83 @@ def drift(old: bytes, signature: bytes | None, files: Mapping[str, bytes]) -> li
     problems = []
     for rel, entry in sorted(sealed.files.items()):
         if rel == SESSION_JSON:
-            problems += _session_json_drift(sealed.session_json, files)
-        elif any(rel.startswith(folder + "/") for folder in unfinished):
-            continue  # the kit runs it again
+            problems += [(rel, what) for what in _session_json_drift(sealed.session_json, files)]
+        elif rel in files and sha256(files[rel]) == entry.sha256:
+            continue
+        elif any(rel.startswith(f + "/") for f in rerun) and _set_aside(rel, entry.sha256, files):
+            continue  # the kit ran it again: the sealed attempt is kept aside, unchanged
         elif rel in files:
-            if sha256(files[rel]) != entry.sha256:
-                problems.append(f"{rel}: changed since it was sealed")
+            problems.append((rel, _changed_since_sealed(sealed, files, rel)))
         elif _repeat_of(rel) is not None or not _set_aside(rel, entry.sha256, files):
-            problems.append(f"{rel}: sealed, now missing")  # a finished repeat never moves
+            problems.append((rel, "sealed, now missing"))  # a finished repeat never moves
     finished = {f for f, r in sealed.repeats.items() if r.verdict == "ok"}
     problems += [
-        f"{rel}: added to a finished repeat since it was sealed"
+        (rel, "added to a finished repeat since it was sealed")
         for rel in sorted(files)
         if rel not in sealed.files and _repeat_of(rel) in finished
     ]
     return problems
+
+
+def _changed_since_sealed(sealed: SessionManifest, files: Mapping[str, bytes], rel: str) -> str:
+    """What changed in a sealed file: its verdict too where it is a repeat's record now stating
+    another verdict than the seal."""
+    folder, _, name = rel.rpartition("/")
+    repeat = sealed.repeats.get(folder)
+    if name == RECORD and repeat is not None:
+        record = _read_record(files, rel)
+        now = record.verdict if record is not None else "unreadable"
+        if now != repeat.verdict:
+            return f"changed since it was sealed (verdict {repeat.verdict} sealed, {now} now)"
+    return "changed since it was sealed"
+
+
+def sealed_verdicts(root: Path) -> dict[str, str]:
+    """Repeat folder (session-relative) -> the verdict the session's seal holds for it; {}
+    where the session has no readable seal."""
+    path = Path(root) / SEAL
+    try:
+        sealed = load_seal(path.read_bytes(), SEAL) if path.is_file() else None
+    except (OSError, SealError):
+        return {}
+    return {} if sealed is None else {f: r.verdict for f, r in sealed.repeats.items()}
+
+
+def unvouched(root: Path, selected: Collection[str] | None) -> list[tuple[str, str]]:
+    """What a command that resumes the session folder ``root`` would sign without having run or
+    verified it: (session-relative path, why), before anything runs. Every file of a case folder
+    outside ``selected`` (case ids; None: any case); every file the session's seal does not hold
+    as it is (added or changed since, a sealed repeat's verdict among them: see :func:`drift`),
+    or, without a seal, every file but ``session.json``. [] where the session may be resumed and
+    signed again."""
+    files = FolderFiles(root)
+    out: dict[str, str] = {}
+    if selected is not None:
+        prefixes = tuple(f"cases/{case_id}/" for case_id in selected)
+        for rel in files:
+            if rel.startswith("cases/") and not rel.startswith(prefixes):
+                out[rel] = "in a case folder outside this run's selection"
+    path = Path(root) / SEAL
+    if not path.is_file():
+        if signature_path(path).is_file():
+            out[SEAL_SIGNATURE] = f"a signature whose {SEAL} was removed"
+        for rel in files:
+            if rel != SESSION_JSON:
+                out.setdefault(rel, f"no seal covers it (the session has no {SEAL})")
+        return sorted(out.items())
+    old = path.read_bytes()
+    old_signature = signature_path(path)
+    signature = old_signature.read_bytes() if old_signature.is_file() else None
+    for rel, what in _drift(old, signature, files):
+        out.setdefault(rel, what)
+    try:
+        sealed = load_seal(old, SEAL)
+    except SealError:
+        return sorted(out.items())  # named by _drift
+    for rel in files:
+        if rel not in sealed.files:
+            out.setdefault(rel, "added since the session was sealed, not by a run of the kit")
+    return sorted(out.items())
 
 
 def _sealed_folders(sealed: SessionManifest) -> set[str]:
@@ -368,7 +454,7 @@ def _session_json_drift(sealed: dict[str, Any], files: Mapping[str, bytes]) -> l
     same = {k: v for k, v in now.items() if k != "runs"} == {
         k: v for k, v in sealed.items() if k != "runs"
     }
-    return [] if grown and same else [f"{SESSION_JSON}: changed since it was sealed"]
+    return [] if grown and same else ["changed since it was sealed"]
 
 
 def _set_aside(rel: str, digest: str, files: Mapping[str, bytes]) -> bool:

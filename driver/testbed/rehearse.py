@@ -215,6 +215,7 @@ def rehearse(
     progress: str = "auto",
     before_matrix: BeforeMatrix | None = None,
     signing_key: str | Path | None = None,
+    adopt: list[str] | None = None,
 ) -> int:
     """``dlperf run --simulated-hosts``: the selection on as many simulated hosts as its largest
     case has nodes, through the process runtime, into the session folder ``root``; the hosts go
@@ -247,6 +248,7 @@ def rehearse(
                 setting=rehearsal.setting(root),
                 before_matrix=before_matrix,
                 signing_key=signing_key,
+                adopt=adopt,
             )
     except SimulatedHostsError as error:  # a host that would not start: what it printed
         print(f"error: --simulated-hosts: {' '.join(str(error).split())[:2000]}", file=sys.stderr)

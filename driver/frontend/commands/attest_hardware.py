@@ -39,6 +39,20 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from driver.model.seal import unvouched
+
+    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None)]
+    if foreign:  # sealing again signs what the session holds: only what this command adds
+        print(
+            f"error: {root}: holds files its seal does not vouch for, which sealing it with "
+            "the attestation would sign: "
+            + "; ".join(foreign[:10])
+            + (f"; and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+            + "; attest a session as it was sealed (restore it, or re-import its logs into a "
+            "new session)",
+            file=sys.stderr,
+        )
+        return 2
     facts: dict[str, str] = {}
     for text in args.fact or []:
         key, sep, value = text.partition("=")

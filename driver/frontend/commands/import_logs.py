@@ -7,7 +7,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-from driver.core.importlogs import check_new_logs, import_run
+from driver.core.importlogs import check_new_logs, check_target, import_run
 from driver.core.session import seal_finished
 from driver.frontend.args import RESULTS, check_session_name
 from driver.parsers._upstream import LOGGING_MODES
@@ -45,6 +45,7 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
         runs = [expand(group) for group in args.logs]
         every = [path for logs in runs for path in logs]
         check_new_logs(every, [_sha256(path) for path in every], {})  # nothing half-imported
+        check_target(session)  # its own kind of session, holding only what its seal does
         for logs in runs:
             record = import_run(session, args.source, facts, logs)
             measured = record.measurement

@@ -128,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "dry_run": args.dry_run,
         "progress": args.progress,
         "signing_key": args.signing_key,
+        "adopt": args.adopt or [],
     }
     if args.simulated_hosts:
         from driver.testbed.costcurve import MAX_SIMULATED_NODES
@@ -211,6 +212,14 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     run.add_argument("--results", default=str(RESULTS))
     run.add_argument("--session", help="session name; an existing one is resumed")
+    run.add_argument(
+        "--adopt",
+        action="append",
+        metavar="PATH",
+        help="resuming: vouch for this file or folder of the session although its seal does "
+        "not cover it as it is (shown, and recorded in the seal as adopted, not measured); "
+        "repeatable",
+    )
     run.add_argument("--dry-run", action="store_true", help="print cases and commands only")
     run.add_argument(
         "--max-cases", type=bounded_int(1, MAX_EXPANDED_CASES), default=MAX_CASES, metavar="N",

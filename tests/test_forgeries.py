@@ -1,0 +1,247 @@
+"""The forgeries of a results folder an attacker can write into between two runs, each made
+with the kit's own functions (``tests.forgery``: logs made faster and re-measured into their
+records), and each refused before the lab's key signs it: foreign cases on a plain resume, an
+interrupted repeat replaced, ``import-logs`` into a run's session."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from driver.core.session import Selection, run_session
+from driver.frontend.cli import main
+from driver.model.results import Session
+from driver.model.seal import SEAL, SEAL_SIGNATURE, load_seal, seal_session
+from driver.runtimes.local import LocalRuntime
+from tests.forgery import speed_up, speed_up_case
+from tests.synth import cached_session, multiply
+from tests.test_signing import allow, new_key
+
+CASES = "cases/calibration/calibration"
+CASE_1N2G = f"{CASES}/1n2g/bs8/fp32/synthetic"
+CASE_2N2G = f"{CASES}/2n2g/bs8/fp32/synthetic"
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Path:
+    key = new_key(tmp_path, "lab")
+    allow(tmp_path / "allowed_signers", "lab@example.org", key)
+    return key
+
+
+@pytest.fixture
+def signed(tmp_path: Path, lab: Path) -> Path:
+    """A copy of a real calibration session (1n1g, 1n2g, 2n2g; 3 repeats each) signed by the
+    lab."""
+    root = Path(shutil.copytree(cached_session(), tmp_path / "results" / "s"))
+    assert seal_session(root, lab).written
+    return root
+
+
+def selection_of(root: Path) -> Selection:
+    """The cases the session holds, as the lab's plain resume selects them again."""
+    return Selection(list(Session(root).cases()), "selftest", "test", {})
+
+
+def resume(root: Path, key: Path, selection: Selection | None = None, **kwargs) -> int:
+    return run_session(selection or selection_of(root), LocalRuntime(), root, argv=["run"],
+                       progress="plain", signing_key=key, **kwargs)  # fmt: skip
+
+
+def seal_bytes(root: Path) -> tuple[bytes, bytes]:
+    return (root / SEAL).read_bytes(), (root / SEAL_SIGNATURE).read_bytes()
+
+
+def test_foreign_cases_are_not_signed_on_a_plain_resume(
+    signed: Path, tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Forgery 1: two case folders from the attacker's own run, every step 1.5x faster and
+    re-measured, copied into a signed session; the lab resumes it as usual."""
+    selection = selection_of(signed)
+    foreign = multiply(cached_session(), tmp_path / "attacker", 6, ("amp",), ("synthetic",))
+    added = sorted(p.parent.relative_to(foreign).as_posix() for p in foreign.rglob("case.json"))
+    added = [a for a in added if "/1n1g/" in a or "/1n2g/" in a]
+    for case in added:
+        shutil.copytree(foreign / case, signed / case)
+        speed_up_case(signed, case.removeprefix("cases/"), 1.5)
+    before = seal_bytes(signed)
+    capsys.readouterr()
+    assert resume(signed, lab, selection) == 2
+    out, err = capsys.readouterr()
+    assert "already finished" not in out and "sealed:" not in out  # nothing ran, nothing signed
+    for case in added:
+        assert f"{case}/repeat-01/record.json: in a case folder outside this run's selection" in err
+    assert "Nothing ran. Run into a new session (--session NEW), or, if you vouch" in err
+    assert seal_bytes(signed) == before
+    # selecting the foreign cases too does not make them the lab's: no seal covers them
+    widened = replace(selection, cases=[*selection.cases, *Session(signed).cases()])
+    assert resume(signed, lab, widened) == 2
+    err = capsys.readouterr().err
+    assert f"{added[0]}/case.json: added since the session was sealed, not by a run" in err
+    assert seal_bytes(signed) == before
+
+    # --adopt: the user sees what they vouch for; the seal records it as adopted, not measured
+    assert resume(signed, lab, selection, adopt=added) == 0
+    out = capsys.readouterr().out
+    count = sum(1 for case in added for p in (signed / case).rglob("*") if p.is_file())
+    assert f"adopting {count} file(s) of {signed}" in out, out
+    assert f"  {added[0]}/repeat-02/node0.log: in a case folder outside" in out
+    manifest = load_seal((signed / SEAL).read_bytes(), SEAL)
+    assert sorted({rel.rsplit("/repeat-", 1)[0].removesuffix("/case.json")
+                   for rel in manifest.adopted}) == added  # fmt: skip
+    # a later resume keeps the mark (the adopted files are sealed as they are now)
+    assert resume(signed, lab, widened) == 0
+    assert load_seal((signed / SEAL).read_bytes(), SEAL).adopted == manifest.adopted
+
+
+def interrupt(folder: Path) -> None:
+    """The record of a repeat the run's Ctrl-C stopped."""
+    record = json.loads((folder / "record.json").read_text())
+    record.update(verdict="interrupted", measurement=None, detail="interrupted by the user")
+    (folder / "record.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.fixture
+def interrupted(tmp_path: Path, lab: Path) -> Path:
+    """A signed session whose run stopped in 1n2g's repeat 3, before the 2n2g case."""
+    root = Path(shutil.copytree(cached_session(), tmp_path / "results" / "i"))
+    interrupt(root / CASE_1N2G / "repeat-03")
+    shutil.rmtree(root / CASE_2N2G)
+    assert seal_session(root, lab).written
+    assert (
+        load_seal((root / SEAL).read_bytes(), SEAL).repeats[f"{CASE_1N2G}/repeat-03"].verdict
+        == "interrupted"
+    )
+    return root
+
+
+def test_an_interrupted_repeat_replaced_is_not_taken_as_done(
+    interrupted: Path, tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Forgery 2: the attacker replaces the interrupted repeat's sealed files with their own
+    repeat (1.3x) and adds the case the run had not reached (1.15x)."""
+    root = interrupted
+    repeat = root / CASE_1N2G / "repeat-03"
+    shutil.rmtree(repeat)
+    shutil.copytree(root / CASE_1N2G / "repeat-02", repeat)
+    record = json.loads((repeat / "record.json").read_text())
+    (repeat / "record.json").write_text(json.dumps({**record, "repeat": 3}))
+    assert speed_up(repeat, 1.3).ok
+    shutil.copytree(cached_session() / CASE_2N2G, root / CASE_2N2G)
+    speed_up_case(root, CASE_2N2G.removeprefix("cases/"), 1.15)
+    before = seal_bytes(root)
+    selection = Selection(list(Session(cached_session()).cases()), "selftest", "test", {})
+    # the seal says repeat 3 did not finish: never taken as done, whatever its record says now
+    case = next(c for c in selection.cases if c.topology.label == "1n2g")
+    assert Session(root).finished(case, 3) is None and Session(root).finished(case, 2)
+    capsys.readouterr()
+    assert resume(root, lab, selection) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{CASE_1N2G}/repeat-03/record.json: changed since it was sealed (verdict interrupted "
+        "sealed, ok now)" in err
+    )
+    assert f"{CASE_1N2G}/repeat-03/node0.log: changed since it was sealed" in err
+    assert f"{CASE_2N2G}/repeat-01/node1.log: added since the session was sealed" in err
+    assert seal_bytes(root) == before
+    # sealing directly (what the run does when it ends) does not sign over the replaced repeat
+    drifted = seal_session(root, lab)
+    assert not drifted.written
+    assert f"{CASE_1N2G}/repeat-03/node0.log: changed since it was sealed" in drifted.drift
+    assert seal_bytes(root) == before
+
+
+def test_an_interrupted_repeat_is_run_again_and_sealed(
+    interrupted: Path, lab: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """What the kit itself does on resume: the interrupted repeat set aside unchanged, run
+    again, the case it had not reached run, all signed."""
+    every = Selection(list(Session(cached_session()).cases()), "selftest", "test", {})
+    code = resume(interrupted, lab, every)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    at = "[case 2/3 calibration/calibration/1n2g/bs8/fp32/synthetic]"
+    assert f"{at} repeat 2/3: already finished" in out
+    assert f"{at} repeat 3/3: already finished" not in out and f"{at} repeat 3/3: " in out
+    assert (interrupted / CASE_1N2G / "repeat-03.failed-1" / "record.json").is_file()
+    manifest = load_seal((interrupted / SEAL).read_bytes(), SEAL)
+    assert manifest.repeats[f"{CASE_1N2G}/repeat-03"].verdict == "ok"
+    assert manifest.repeats[f"{CASE_2N2G}/repeat-03"].verdict == "ok"
+    assert not manifest.adopted
+
+
+def _dllogger_log(path: Path) -> Path:
+    """A plain-text DLLogger log of 30 steps at 0.25 s, batch 64 (an NGC PyTorch run)."""
+    from tests.test_import_logs import _dllogger_plain
+
+    return _dllogger_plain(path, 0.25, 30, batch=64)
+
+
+IMPORT = ["import-logs", "--source", "ngc-pytorch", "--model", "resnet50", "--batch", "64",
+          "--warmup-steps", "10", "--measured-steps", "20"]  # fmt: skip
+
+
+def test_import_logs_does_not_re_sign_a_run_session(
+    signed: Path, tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Forgery 3: forged cases in a run's session, then ``import-logs`` into it with the lab's
+    key in the environment; and foreign files added to an import session."""
+    monkeypatch.setenv("DLPERF_SIGNING_KEY", str(lab))
+    speed_up_case(signed, CASE_1N2G.removeprefix("cases/"), 1.4)
+    before = seal_bytes(signed)
+    log = _dllogger_log(tmp_path / "a.log")
+    at = ["--results", str(signed.parent), "--session", signed.name]
+    assert main([*IMPORT, *at, "--logs", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {signed}: not a session of `dlperf import-logs`" in err
+    assert seal_bytes(signed) == before and not list(signed.glob("cases/**/imported"))
+
+    # an import session of its own, then a forged case added to it: not re-signed either
+    at = ["--results", str(tmp_path / "results"), "--session", "imp"]
+    assert main([*IMPORT, *at, "--logs", str(log)]) == 0
+    imported = tmp_path / "results" / "imp"
+    before = seal_bytes(imported)
+    shutil.copytree(signed / CASE_1N2G, imported / CASE_1N2G)
+    again = _dllogger_log(tmp_path / "b.log")
+    again.write_text(again.read_text() + "\n")  # another run: other bytes
+    assert main([*IMPORT, *at, "--logs", str(again)]) == 2
+    err = capsys.readouterr().err
+    assert f"{CASE_1N2G}/case.json: added since the session was sealed" in err
+    assert "import into another --session" in err
+    assert seal_bytes(imported) == before
+    # and `dlperf run` does not resume an import session
+    imported_cases = list(Session(imported).cases())
+    assert resume(imported, lab, Selection(imported_cases, "selftest", "test", {})) == 2
+    assert "a session of `dlperf import-logs`; `dlperf run` resumes only" in (
+        capsys.readouterr().err
+    )
+
+
+def test_attest_hardware_re_signs_only_what_it_adds(
+    tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DLPERF_SIGNING_KEY", str(lab))
+    at = ["--results", str(tmp_path / "results"), "--session", "imp"]
+    assert main([*IMPORT, *at, "--logs", str(_dllogger_log(tmp_path / "a.log"))]) == 0
+    imported = tmp_path / "results" / "imp"
+    before = seal_bytes(imported)
+    (imported / "notes.txt").write_text("added by someone else\n")
+    attest = [
+        "attest-hardware",
+        str(imported),
+        "--label",
+        "AMD EPYC 2c avx2",
+        "--source",
+        "the lab inventory",
+    ]
+    assert main(attest) == 2
+    assert "notes.txt: added since the session was sealed" in capsys.readouterr().err
+    assert seal_bytes(imported) == before and not (imported / "hardware.json").exists()
+    (imported / "notes.txt").unlink()
+    assert main(attest) == 0
+    assert "hardware.json" in load_seal((imported / SEAL).read_bytes(), SEAL).files
