@@ -245,3 +245,36 @@ def test_attest_hardware_re_signs_only_what_it_adds(
     (imported / "notes.txt").unlink()
     assert main(attest) == 0
     assert "hardware.json" in load_seal((imported / SEAL).read_bytes(), SEAL).files
+
+
+def test_an_edited_table_of_an_older_readme_fails_the_default_audit(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Forgery 5: one digit of v0.4-cpu's README table changed (README layout 3, which this
+    kit does not render): the default audit holds it to what the kit that released it
+    re-renders; where that kit cannot run, the verdict is not a PASS."""
+    from driver.release.release import DEFAULT_REPORTS
+
+    reports = Path(shutil.copytree(DEFAULT_REPORTS, tmp_path / "reports"))
+    readme = reports / "v0.4-cpu" / "README.md"
+    assert readme.read_text().count("| 1.71 @1n1g") == 1
+    readme.write_text(readme.read_text().replace("| 1.71 @1n1g", "| 2.71 @1n1g"))
+    audit = ["audit", "v0.4-cpu", "--reports", str(reports), "--cached-flops"]
+    assert main(audit) == 1
+    out = capsys.readouterr().out
+    assert (
+        'README.md: line 34 under "BERT-base pre-training", as the kit that released it '
+        "re-renders it: published '2.71 @1n1g', recomputed '1.71 @1n1g'" in out
+    )
+    assert "verdict: FAIL (1 difference(s))" in out
+    # a kit commit this repository does not hold: the README is held to nothing, and says so
+    alone = Path(shutil.copytree(reports / "v0.4-cpu", tmp_path / "alone" / "v0.4-cpu"))
+    (alone / "README.md").write_bytes((DEFAULT_REPORTS / "v0.4-cpu" / "README.md").read_bytes())
+    data = json.loads((alone / "manifest.json").read_text())
+    data["kit"]["commit"] = "0" * 40  # not listed in an index: nothing else holds the manifest
+    (alone / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    assert main(["audit", str(alone), "--reports", str(alone.parent), "--cached-flops"]) == 1
+    out = capsys.readouterr().out
+    assert "skipped: README.md is of README layout 3 (this kit writes 5): not re-rendered" in out
+    assert "verdict: INCOMPLETE (1 check(s) that could fail skipped, above)" in out
+    assert "verdict: PASS" not in out

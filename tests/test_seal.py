@@ -245,3 +245,26 @@ def test_a_report_says_who_vouches_for_each_session_and_names_what_changed(
     assert f"**Changed since sealed:** {repeat}/node0.log: log changed after signing" in markdown
     assert f"seal: {copy}/{repeat}/node0.log: log changed after signing" in err
     assert f"{repeat}/record.json: " in err
+
+
+def test_a_report_names_what_a_release_refuses(
+    copy: Path, tmp_path: Path, lab: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    """A symlink at the session's root and a signature whose seal was removed: ``release``
+    refuses both, so ``dlperf report`` names them and exits 1."""
+    from driver.frontend.cli import main
+
+    key, allowed = lab
+    seal_session(copy, key)
+    (copy / "etc").symlink_to("/etc")
+    argv = ["report", str(copy), "--out", str(tmp_path / "r"), "--allowed-signers", str(allowed)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{copy}/etc: a symlink (to /etc): a release refuses it, never follows it" in err
+    (copy / "etc").unlink()
+    assert main(argv) == 0
+    capsys.readouterr()
+    (copy / SEAL).unlink()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{copy}/{SEAL_SIGNATURE}: a signature of no {SEAL} (the seal was removed)" in err

@@ -151,7 +151,7 @@ def run_session(
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    adopted = check_resume(root, {case.id for case in cases}, adopt or [])
+    adopted = check_resume(root, {case.id for case in cases}, adopt or [], key is not None)
     if adopted is None:
         return 2
     print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
@@ -272,13 +272,16 @@ def seal_finished(root: Path) -> bool:
 SHOWN = 20  # paths named one by one in a refusal; the rest counted
 
 
-def check_resume(root: Path, selected: set[str], adopt: list[str]) -> dict[str, str] | None:
+def check_resume(
+    root: Path, selected: set[str], adopt: list[str], signing: bool = True
+) -> dict[str, str] | None:
     """Before ``dlperf run`` resumes the session folder ``root``: the run signs only what it
     runs or verifies. Every file outside the selected cases' folders, every file its seal does
     not hold as it is (added, changed, a sealed repeat's verdict changed) and, without a seal,
-    every file is refused, named, with the fix; unless ``adopt`` (session-relative or absolute
-    paths) covers it: then it is shown and returned (path -> what it is), for the seal to record
-    as adopted, not measured. None, said on stderr, where the run must not start."""
+    every file where the run signs (``signing``) is refused, named, with the fix; unless
+    ``adopt`` (session-relative or absolute paths) covers it: then it is shown and returned
+    (path -> what it is), for the seal to record as adopted, not measured. None, said on
+    stderr, where the run must not start."""
     from driver.core.importlogs import is_import_session
     from driver.model.seal import unvouched
 
@@ -308,7 +311,7 @@ def check_resume(root: Path, selected: set[str], adopt: list[str]) -> dict[str, 
             return None
         adopt_prefixes.append("" if rel == "." else rel)
     refused, adopted = [], {}
-    for rel, what in unvouched(root, selected):
+    for rel, what in unvouched(root, selected, signing):
         covered = any(not p or rel == p or rel.startswith(p + "/") for p in adopt_prefixes)
         if covered and not rel.startswith("session-manifest.json"):
             adopted[rel] = what

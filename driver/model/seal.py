@@ -141,19 +141,37 @@ class FolderFiles(Mapping[str, bytes]):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.paths: dict[str, Path] = {}
+        self.refused: list[str] = []  # symlinks and special files: never sealed, never released
         for folder, dirs, names in os.walk(self.root, followlinks=False):
             here = Path(folder)
-            dirs[:] = sorted(
-                d for d in dirs
-                if not (here / d).is_symlink() and not (here == self.root and d == DERIVED)
-            )  # fmt: skip
+            if here == self.root and DERIVED in dirs:
+                dirs.remove(DERIVED)  # derived: a release leaves it out, link or not
+            self.refused += [self._refusal(here / d) for d in dirs if (here / d).is_symlink()]
+            dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
             for name in sorted(names):
                 path = here / name
-                if path.is_symlink() or not path.is_file() or _temporary(name):
+                if path.is_symlink() or not path.is_file():
+                    if not (here == self.root and name == DERIVED):
+                        self.refused.append(self._refusal(path))
+                    continue
+                if _temporary(name):
                     continue
                 rel = path.relative_to(self.root).as_posix()
                 if rel not in (SEAL, SEAL_SIGNATURE):
                     self.paths[rel] = path
+
+    def _refusal(self, path: Path) -> str:
+        rel = path.relative_to(self.root).as_posix()
+        if not path.is_symlink():
+            return f"{rel}: not a regular file (a socket, fifo or device): a release refuses it"
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return (
+            f"{rel}: a symlink (to {target}): a release refuses it, never follows it; replace "
+            "it with the file or folder itself"
+        )
 
     def __getitem__(self, rel: str) -> bytes:
         return self.paths[rel].read_bytes()
@@ -406,13 +424,16 @@ def sealed_verdicts(root: Path) -> dict[str, str]:
     return {} if sealed is None else {f: r.verdict for f, r in sealed.repeats.items()}
 
 
-def unvouched(root: Path, selected: Collection[str] | None) -> list[tuple[str, str]]:
+def unvouched(
+    root: Path, selected: Collection[str] | None, signing: bool = True
+) -> list[tuple[str, str]]:
     """What a command that resumes the session folder ``root`` would sign without having run or
     verified it: (session-relative path, why), before anything runs. Every file of a case folder
     outside ``selected`` (case ids; None: any case); every file the session's seal does not hold
     as it is (added or changed since, a sealed repeat's verdict among them: see :func:`drift`),
-    or, without a seal, every file but ``session.json``. [] where the session may be resumed and
-    signed again."""
+    or, without a seal, every file but ``session.json`` where the command signs (``signing``;
+    unsigned, the seal it writes vouches for nobody). [] where the session may be resumed and
+    sealed again."""
     files = FolderFiles(root)
     out: dict[str, str] = {}
     if selected is not None:
@@ -424,7 +445,7 @@ def unvouched(root: Path, selected: Collection[str] | None) -> list[tuple[str, s
     if not path.is_file():
         if signature_path(path).is_file():
             out[SEAL_SIGNATURE] = f"a signature whose {SEAL} was removed"
-        for rel in files:
+        for rel in files if signing else ():
             if rel != SESSION_JSON:
                 out.setdefault(rel, f"no seal covers it (the session has no {SEAL})")
         return sorted(out.items())
@@ -579,25 +600,34 @@ def seal_state(root: Path, allowed_signers: Path) -> SealState:
     ``allowed_signers`` (git's format; a signature by a key it does not list is named as such,
     not trusted)."""
     seal_file = Path(root) / SEAL
+    signature_file = Path(root) / SEAL_SIGNATURE
+    files = FolderFiles(root)
     if not seal_file.is_file():
-        return SealState(f"not sealed (no {SEAL}): nothing vouches that its files are as run")
+        orphan = [
+            f"{SEAL_SIGNATURE}: a signature of no {SEAL} (the seal was removed): a release "
+            f"refuses it; restore the seal, or remove the .sig to release the session unsigned"
+        ]
+        return SealState(
+            f"not sealed (no {SEAL}): nothing vouches that its files are as run",
+            files.refused + (orphan if signature_file.exists() else []),
+        )
     data = seal_file.read_bytes()
     try:
         sealed = load_seal(data, str(seal_file))
     except SealError as error:
-        return SealState(f"{SEAL} unreadable", [str(error)])
-    signature_file = Path(root) / SEAL_SIGNATURE
+        return SealState(f"{SEAL} unreadable", [str(error), *files.refused])
     signature = signature_file.read_bytes() if signature_file.is_file() else None
-    problems = [
-        f"{rel}: {what}"
-        for rel, what in changes(sealed, FolderFiles(root), signed=signature is not None)
+    problems = files.refused + [
+        f"{rel}: {what}" for rel, what in changes(sealed, files, signed=signature is not None)
     ]
     if signature is None:
         return SealState(f"sealed, not signed (no {SEAL_SIGNATURE})", problems)
     if listed_keys(allowed_signers) == 0:
         key = intact_key(data, signature, SESSION_NAMESPACE)
         if key is None:
-            return SealState("signature unchecked", [f"{SEAL}: changed after it was signed"])
+            return SealState(
+                "signature unchecked", [f"{SEAL}: changed after it was signed", *problems]
+            )
         return SealState(f"signed by {key}, a key {allowed_signers} does not list", problems)
     try:
         signer = verify_bytes(data, signature, allowed_signers, SESSION_NAMESPACE, SEAL)

@@ -225,14 +225,41 @@ def _run(
     if layout == README_LAYOUT:
         compare_text(state, "README.md", readme_text(computed, manifest))
     elif read_published(state, "README.md") is not None:
-        report.notes.append(
-            f"README.md is of README layout {layout} (this kit writes {README_LAYOUT}): not "
-            "re-rendered here; the kit that released it re-renders it byte for byte: "
-            "dlperf audit --kit released"
-        )
+        _check_older_readme(state, layout, reports_root or directory.parent)
 
     # 6: the index.
     _check_index(state, manifest_bytes, manifest["version"], reports_root or directory.parent)
+
+
+_FINDING = re.compile(r"^README\.md: (.+): published '(.*)', recomputed '(.*)'$")
+
+
+def _check_older_readme(state: AuditState, layout: int, reports_root: Path) -> None:
+    """A README of an older layout than this kit writes, held byte for byte to what the kit
+    that released it re-renders (its own audit, in a temporary worktree of its commit); where
+    that kit cannot run here, the verdict says the check was skipped, never PASS."""
+    from driver.release.released_kit import ReleasedKitError, released_kit_output
+
+    what = f"README.md is of README layout {layout} (this kit writes {README_LAYOUT})"
+    try:
+        code, output = released_kit_output(state.dir, reports_root, ["--cached-flops"])
+    except (ReleasedKitError, OSError) as error:
+        state.report.skipped.append(
+            f"{what}: not re-rendered: the kit that released it cannot run here ({error}); "
+            "its tables are held to nothing"
+        )
+        return
+    by = "the kit that released it"
+    if code == 0:
+        state.report.notes.append(f"{what}: re-rendered byte for byte by {by}: identical")
+        return
+    lines = [line.strip() for line in output.splitlines()]
+    found = [m for m in map(_FINDING.match, lines) if m]
+    for match in found:
+        state.add("README.md", f"{match[1]}, as {by} re-renders it", match[2], match[3])
+    if not found:  # that kit fails the version for another reason: its verdict stands
+        verdict = next((line for line in reversed(lines) if line.startswith("verdict:")), "")
+        state.add("README.md", f"{what}: {by}", verdict or f"exit {code}", "verdict: PASS")
 
 
 def _check_signatures(

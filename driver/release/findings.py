@@ -50,13 +50,16 @@ class AuditReport:
     tables: list[str] = field(default_factory=list)
     table_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # cases, repeats
     notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # checks that could fail, not run: why
     signatures: list[str] = field(default_factory=list)  # who signed the version, each session
     counts: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return not self.findings
+        """No difference, and no check that could find one skipped: never a PASS over a file
+        the audit did not hold to anything."""
+        return not self.findings and not self.skipped
 
     def summary_line(self) -> str:
         c = self.counts
@@ -87,7 +90,13 @@ class AuditReport:
                 out.append(f'  [ok]   table "{title}"{size}')
         out += [f"  signature: {line}" for line in self.signatures]
         out += [f"  note: {n}" for n in self.notes]
-        verdict = "PASS" if self.ok else f"FAIL ({len(self.findings)} difference(s))"
+        out += [f"  skipped: {s}" for s in self.skipped]
+        if self.findings:
+            verdict = f"FAIL ({len(self.findings)} difference(s))"
+        elif self.skipped:
+            verdict = f"INCOMPLETE ({len(self.skipped)} check(s) that could fail skipped, above)"
+        else:
+            verdict = "PASS"
         out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s")
         return "\n".join(out)
 

@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from driver.frameworks.base import REPO_ROOT
@@ -42,13 +44,42 @@ def _git(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
 
 def audit_with_released_kit(version: Path, reports: Path, extra_args: list[str]) -> int:
     """Run ``dlperf audit`` of the releasing kit on ``version``; returns its exit code."""
+    with released_tree(version) as (tree, commit):
+        print(f"auditing {version.name} with the kit at {commit[:12]} (its release)", flush=True)
+        return subprocess.run(_audit_argv(version, reports, extra_args), cwd=tree,
+                              env=_env(tree)).returncode  # fmt: skip
+
+
+def released_kit_output(version: Path, reports: Path, extra_args: list[str]) -> tuple[int, str]:
+    """:func:`audit_with_released_kit`, quietly: its exit code and its output."""
+    with released_tree(version, quiet=True) as (tree, _commit):
+        done = subprocess.run(_audit_argv(version, reports, extra_args), cwd=tree,
+                              env=_env(tree), capture_output=True, text=True)  # fmt: skip
+        return done.returncode, done.stdout + done.stderr
+
+
+def _audit_argv(version: Path, reports: Path, extra_args: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "driver.frontend.cli", "audit", str(version.resolve()),
+        "--reports", str(reports.resolve()), *extra_args,
+    ]  # fmt: skip
+
+
+def _env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
+@contextmanager
+def released_tree(version: Path, quiet: bool = False) -> Iterator[tuple[Path, str]]:
+    """A temporary ``git worktree`` of the kit commit that released ``version``, and the
+    commit; removed on leaving."""
     commit, dirty = released_commit(version)
     if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         raise ReleasedKitError(
             f"{version}: released by kit commit {commit[:12]}, which this repository does not "
             "hold (fetch it, or audit with the current kit: drop --kit released)"
         )
-    if dirty:
+    if dirty and not quiet:
         print(
             f"note: {version.name} was released from a tree with uncommitted changes; auditing "
             f"with its commit {commit[:12]} as the nearest kit"
@@ -59,13 +90,7 @@ def audit_with_released_kit(version: Path, reports: Path, extra_args: list[str])
         added = _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
         if added.returncode != 0:
             raise ReleasedKitError(f"git worktree add {commit[:12]}: {added.stderr.strip()}")
-        print(f"auditing {version.name} with the kit at {commit[:12]} (its release)", flush=True)
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        argv = [
-            sys.executable, "-m", "driver.frontend.cli", "audit", str(version.resolve()),
-            "--reports", str(reports.resolve()), *extra_args,
-        ]  # fmt: skip
-        return subprocess.run(argv, cwd=tree, env=env).returncode
+        yield tree, commit
     finally:
         _git("worktree", "remove", "--force", str(tree))
         shutil.rmtree(scratch, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -39,20 +40,6 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from driver.model.seal import unvouched
-
-    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None)]
-    if foreign:  # sealing again signs what the session holds: only what this command adds
-        print(
-            f"error: {root}: holds files its seal does not vouch for, which sealing it with "
-            "the attestation would sign: "
-            + "; ".join(foreign[:10])
-            + (f"; and {len(foreign) - 10} more" if len(foreign) > 10 else "")
-            + "; attest a session as it was sealed (restore it, or re-import its logs into a "
-            "new session)",
-            file=sys.stderr,
-        )
-        return 2
     facts: dict[str, str] = {}
     for text in args.fact or []:
         key, sep, value = text.partition("=")
@@ -74,6 +61,22 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
         print(
             f"error: {root}: its logs carry their own fingerprint ({', '.join(sorted(own))}); "
             "an attestation is only for logs without one",
+            file=sys.stderr,
+        )
+        return 2
+    from driver.model.seal import unvouched
+    from driver.signing import KEY_VARIABLE
+
+    signing = bool(os.environ.get(KEY_VARIABLE))
+    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None, signing)]
+    if foreign:  # sealing again signs what the session holds: only what this command adds
+        print(
+            f"error: {root}: holds files its seal does not vouch for, which sealing it with "
+            "the attestation would sign: "
+            + "; ".join(foreign[:10])
+            + (f"; and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+            + "; attest a session as it was sealed (restore it, or re-import its logs into a "
+            "new session)",
             file=sys.stderr,
         )
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from driver.core.importlogs import check_new_logs, check_target, import_run
 from driver.core.session import seal_finished
 from driver.frontend.args import RESULTS, check_session_name
 from driver.parsers._upstream import LOGGING_MODES
+from driver.signing import KEY_VARIABLE
 from driver.sources.logfacts import FACT_FLAGS, ImportLogsError, load_facts
 
 
@@ -45,7 +47,7 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
         runs = [expand(group) for group in args.logs]
         every = [path for logs in runs for path in logs]
         check_new_logs(every, [_sha256(path) for path in every], {})  # nothing half-imported
-        check_target(session)  # its own kind of session, holding only what its seal does
+        check_target(session, signing=bool(os.environ.get(KEY_VARIABLE)))  # see check_target
         for logs in runs:
             record = import_run(session, args.source, facts, logs)
             measured = record.measurement
