@@ -16,14 +16,18 @@ A release and an audit compare a session's files with its seal (:func:`changes`)
 record or a fingerprint changed, a file added or a finished repeat removed after sealing is
 named.
 
-A resumed session (more repeats, an interrupted run started again) is sealed again when that
-run ends, replacing the old seal, and only if everything the old seal covered is as it was
-(:func:`drift`): every sealed file unchanged, except where the kit itself changes a session
-(``session.json``'s list of runs grows; an unfinished repeat folder is run again, its attempt
-kept aside as ``repeat-NN.failed-K``; an interrupted batch-search probe runs again; a probe
-folder is kept aside as ``.old-K``), and an old signature still good for the old manifest's
-bytes (``ssh-keygen -Y check-novalidate``, whoever signed it). Otherwise the old seal stays
-untouched and the run says why: the kit never signs over an edit, so a release names the file.
+A command that adds to a session (a resumed ``dlperf run``, ``import-logs``,
+``attest-hardware``) first checks that it would sign only what it runs or verifies
+(:func:`unvouched`: no file the old seal does not hold as it is, none outside the run's
+cases); what a person vouches for instead (``--adopt``) is recorded as ``adopted``. A resumed
+session is sealed again when that run ends, replacing the old seal, and only if everything the
+old seal covered is as it was (:func:`drift`): every sealed file unchanged, except where the kit
+itself changes a session (``session.json``'s list of runs grows; a repeat folder the seal holds
+as unfinished is run again, its sealed attempt kept aside unchanged as ``repeat-NN.failed-K``;
+an interrupted batch-search probe runs again; a probe folder is kept aside as ``.old-K``), and
+an old signature still good for the old manifest's bytes (``ssh-keygen -Y check-novalidate``,
+whoever signed it). Otherwise the old seal stays untouched and the run says why: the kit never
+signs over an edit, so a release names the file.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ Checks, each failure naming the file, the cell and both values:
    results.csv re-rendered and compared: the result data structurally (JSON path, or CSV row
    and column, of each differing value), every file byte for byte (a unified diff shows
    where); README.md too, byte for byte, where it is of the layout this kit writes. A version
-   keeps the README it was released with: one of an older layout is re-rendered only by the
-   kit that released it (``dlperf audit --kit released``), and noted here;
+   keeps the README it was released with: one of an older layout is held byte for byte to what
+   the kit that released it re-renders (its audit, as ``dlperf audit --kit released`` runs
+   it); where that kit cannot run, the verdict is INCOMPLETE, never PASS;
 5. the manifest parts that follow from the raw data (sessions, nodes, probes, counts, image
    digests: the ``images.lock`` copy's pins, the digests the records ran, those no lock or build
    record lists, which are noted), and the repo's current ``images.lock`` (a note, or a
