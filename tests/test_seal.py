@@ -268,3 +268,18 @@ def test_a_report_names_what_a_release_refuses(
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert f"{copy}/{SEAL_SIGNATURE}: a signature of no {SEAL} (the seal was removed)" in err
+
+
+def test_an_interrupted_probe_may_change_in_place_only_in_the_run(copy: Path) -> None:
+    """A batch-search probe with no verdict is run again in its own folder: its files change
+    in place during the resumed run (sealed again), never before it (refused up front)."""
+    from driver.model.seal import unvouched
+
+    probe = copy / CASE_1N2G / "batch-search" / "bs16"
+    probe.mkdir(parents=True)
+    (probe / "node0.log").write_text("an interrupted probe\n")
+    assert seal_session(copy, None).written
+    (probe / "node0.log").write_text("the probe run again\n")
+    rel = f"{CASE_1N2G}/batch-search/bs16/node0.log"
+    assert unvouched(copy, None) == [(rel, "changed since it was sealed")]
+    assert seal_session(copy, None).written

@@ -358,9 +358,10 @@ def drift(old: bytes, signature: bytes | None, files: Mapping[str, bytes]) -> li
 
 
 def _drift(
-    old: bytes, signature: bytes | None, files: Mapping[str, bytes]
+    old: bytes, signature: bytes | None, files: Mapping[str, bytes], after_run: bool = True
 ) -> list[tuple[str, str]]:
-    """:func:`drift` as (session-relative path, what happened)."""
+    """:func:`drift` as (session-relative path, what happened); ``after_run``: False before a
+    run (:func:`unvouched`), when nothing may have changed in place yet."""
     try:
         sealed = load_seal(old, SEAL)
     except SealError as error:
@@ -378,17 +379,20 @@ def _drift(
         and ".failed-" not in folder
         and (folder not in sealed.repeats or sealed.repeats[folder].verdict != "ok")
     ]
-    rerun += [
+    probes = [  # an interrupted batch-search probe is run again in its own folder
         folder
         for folder in _sealed_folders(sealed)
         if _UNFINISHED_PROBE.match(folder) and f"{folder}/verdict.json" not in sealed.files
     ]
+    rerun += probes
     problems = []
     for rel, entry in sorted(sealed.files.items()):
         if rel == SESSION_JSON:
             problems += [(rel, what) for what in _session_json_drift(sealed.session_json, files)]
         elif rel in files and sha256(files[rel]) == entry.sha256:
             continue
+        elif after_run and any(rel.startswith(f + "/") for f in probes):
+            continue  # rewritten by the run that ran the probe again (checked unchanged before)
         elif any(rel.startswith(f + "/") for f in rerun) and _set_aside(rel, entry.sha256, files):
             continue  # the kit ran it again: the sealed attempt is kept aside, unchanged
         elif rel in files:
@@ -456,7 +460,7 @@ def unvouched(
     old = path.read_bytes()
     old_signature = signature_path(path)
     signature = old_signature.read_bytes() if old_signature.is_file() else None
-    for rel, what in _drift(old, signature, files):
+    for rel, what in _drift(old, signature, files, after_run=False):
         out.setdefault(rel, what)
     try:
         sealed = load_seal(old, SEAL)
