@@ -96,6 +96,10 @@ def test_foreign_cases_are_not_signed_on_a_plain_resume(
     # a later resume keeps the mark (the adopted files are sealed as they are now)
     assert resume(signed, lab, widened) == 0
     assert load_seal((signed / SEAL).read_bytes(), SEAL).adopted == manifest.adopted
+    main(["report", str(signed), "--out", str(tmp_path / "r")])  # and the report says so
+    assert f"**{count} file(s) adopted, not measured:** {added[0]}/" in (
+        (tmp_path / "r" / "report.md").read_text()
+    )
 
 
 def interrupt(folder: Path) -> None:

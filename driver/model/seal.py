@@ -432,6 +432,16 @@ def sealed_verdicts(root: Path) -> dict[str, str]:
     return {} if sealed is None else {f: r.verdict for f, r in sealed.repeats.items()}
 
 
+def adopted_files(root: Path) -> dict[str, str]:
+    """What the session's seal records as adopted (``--adopt``: vouched for by a person, not
+    measured by this kit); {} where it has no readable seal."""
+    path = Path(root) / SEAL
+    try:
+        return dict(load_seal(path.read_bytes(), SEAL).adopted) if path.is_file() else {}
+    except (OSError, SealError):
+        return {}
+
+
 def unvouched(
     root: Path, selected: Collection[str] | None, signing: bool = True
 ) -> list[tuple[str, str]]:

@@ -68,13 +68,18 @@ def _allowed_signers(given: str | None) -> Path:
 def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]:
     """The report's provenance lines (who vouches for each session, what changed since it was
     sealed, Markdown) and the problems (one line each, naming the file)."""
-    from driver.model.seal import seal_state
+    from driver.model.seal import adopted_files, seal_state
     from driver.text import markdown_cell
 
     lines, problems = [], []
     for root in sessions:
         state = seal_state(root, allowed_signers)
         line = f"- `{markdown_cell(root.name)}`: {markdown_cell(state.how)}"
+        adopted = adopted_files(root)  # vouched for on resume (--adopt), not measured
+        if adopted:
+            line += f"; **{len(adopted)} file(s) adopted, not measured:** " + markdown_cell(
+                ", ".join(sorted(adopted)[:5]) + (" ..." if len(adopted) > 5 else "")
+            )
         if state.problems:
             shown = "; ".join(markdown_cell(p) for p in state.problems[:5])
             more = f" (and {len(state.problems) - 5} more)" if len(state.problems) > 5 else ""
