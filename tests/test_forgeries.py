@@ -102,6 +102,25 @@ def test_foreign_cases_are_not_signed_on_a_plain_resume(
     )
 
 
+@pytest.mark.parametrize("forger_signs", [True, False])
+def test_a_session_re_sealed_by_a_forger_is_not_signed_on_resume(
+    signed: Path, tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture, forger_signs: bool
+) -> None:
+    """The forgery of forgery 1 made consistent with its seal: 1n2g made 1.5x faster, the
+    session sealed anew by the forger (with their own key, or unsigned); the lab resumes."""
+    speed_up_case(signed, CASE_1N2G.removeprefix("cases/"), 1.5)
+    (signed / SEAL).unlink()
+    (signed / SEAL_SIGNATURE).unlink()
+    forger = new_key(tmp_path, "forger") if forger_signs else None
+    assert seal_session(signed, forger).written
+    capsys.readouterr()
+    assert resume(signed, lab) == 2
+    err = capsys.readouterr().err
+    seal_of = "its seal is signed by ED25519 key SHA256:" if forger_signs else "its seal is not"
+    assert f"{CASE_1N2G}/repeat-01/record.json: {seal_of}" in err
+    assert ", not by the key signing now (ED25519 key SHA256:" in err
+
+
 def interrupt(folder: Path) -> None:
     """The record of a repeat the run's Ctrl-C stopped."""
     record = json.loads((folder / "record.json").read_text())

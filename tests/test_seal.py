@@ -281,5 +281,5 @@ def test_an_interrupted_probe_may_change_in_place_only_in_the_run(copy: Path) ->
     assert seal_session(copy, None).written
     (probe / "node0.log").write_text("the probe run again\n")
     rel = f"{CASE_1N2G}/batch-search/bs16/node0.log"
-    assert unvouched(copy, None) == [(rel, "changed since it was sealed")]
+    assert unvouched(copy, None, None) == [(rel, "changed since it was sealed")]
     assert seal_session(copy, None).written

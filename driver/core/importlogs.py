@@ -46,11 +46,11 @@ def is_import_session(root: Path) -> bool:
     return isinstance(meta, dict) and meta.get("imported") == IMPORTED
 
 
-def check_target(session_root: Path, signing: bool) -> None:
-    """``import-logs`` adds to a session of its own, and seals (signs, where ``signing``) only
-    what it adds: a session ``dlperf run`` made, or one holding files its seal does not (added
-    or changed since; without a seal, any file where it signs), is refused before anything is
-    imported."""
+def check_target(session_root: Path, signer: str | None) -> None:
+    """``import-logs`` adds to a session of its own, and seals (signs, with ``signer``'s key)
+    only what it adds: a session ``dlperf run`` made, or one holding files its seal does not
+    (added or changed since; where it signs, any file no seal of the same key holds), is refused
+    before anything is imported."""
     from driver.model.seal import unvouched
 
     root = Path(session_root)
@@ -64,7 +64,7 @@ def check_target(session_root: Path, signing: bool) -> None:
             f"{IMPORTED!r}); import-logs adds only to its own sessions: import into another "
             "--session"
         )
-    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None, signing)]
+    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None, signer)]
     if foreign:
         raise ImportLogsError(
             f"{root}: holds files its seal does not vouch for, which sealing it again would "

@@ -29,7 +29,7 @@ from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Case, Topology
 from driver.runtimes.base import Runtime
 from driver.schema import did_you_mean
-from driver.signing import SigningError, usable_key
+from driver.signing import SigningError, key_description, usable_key
 
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
@@ -151,7 +151,8 @@ def run_session(
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    adopted = check_resume(root, {case.id for case in cases}, adopt or [], key is not None)
+    signer = key_description(key) if key is not None else None
+    adopted = check_resume(root, {case.id for case in cases}, adopt or [], signer)
     if adopted is None:
         return 2
     print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
@@ -273,12 +274,13 @@ SHOWN = 20  # paths named one by one in a refusal; the rest counted
 
 
 def check_resume(
-    root: Path, selected: set[str], adopt: list[str], signing: bool = True
+    root: Path, selected: set[str], adopt: list[str], signer: str | None
 ) -> dict[str, str] | None:
     """Before ``dlperf run`` resumes the session folder ``root``: the run signs only what it
     runs or verifies. Every file outside the selected cases' folders, every file its seal does
-    not hold as it is (added, changed, a sealed repeat's verdict changed) and, without a seal,
-    every file where the run signs (``signing``) is refused, named, with the fix; unless
+    not hold as it is (added, changed, a sealed repeat's verdict changed) and, where the run
+    signs (``signer``), every file no seal of that key holds is refused, named, with the fix;
+    unless
     ``adopt`` (session-relative or absolute paths) covers it: then it is shown and returned
     (path -> what it is), for the seal to record as adopted, not measured. None, said on
     stderr, where the run must not start."""
@@ -311,7 +313,7 @@ def check_resume(
             return None
         adopt_prefixes.append("" if rel == "." else rel)
     refused, adopted = [], {}
-    for rel, what in unvouched(root, selected, signing):
+    for rel, what in unvouched(root, selected, signer):
         covered = any(not p or rel == p or rel.startswith(p + "/") for p in adopt_prefixes)
         if covered and not rel.startswith("session-manifest.json"):
             adopted[rel] = what

@@ -54,6 +54,7 @@ from driver.signing import (
     SESSION_NAMESPACE,
     SIGNATURE_SUFFIX,
     SigningError,
+    configured_key,
     intact_key,
     key_description,
     listed_keys,
@@ -443,15 +444,16 @@ def adopted_files(root: Path) -> dict[str, str]:
 
 
 def unvouched(
-    root: Path, selected: Collection[str] | None, signing: bool = True
+    root: Path, selected: Collection[str] | None, signer: str | None
 ) -> list[tuple[str, str]]:
     """What a command that resumes the session folder ``root`` would sign without having run or
     verified it: (session-relative path, why), before anything runs. Every file of a case folder
     outside ``selected`` (case ids; None: any case); every file the session's seal does not hold
     as it is (added or changed since, a sealed repeat's verdict among them: see :func:`drift`),
-    or, without a seal, every file but ``session.json`` where the command signs (``signing``;
-    unsigned, the seal it writes vouches for nobody). [] where the session may be resumed and
-    sealed again."""
+    or, where the command signs (``signer``: its key, as :func:`key_description` names it; None:
+    unsigned, the seal it writes vouches for nobody), every file but ``session.json`` that no
+    seal signed by that same key holds (an unsigned seal, or one of another key, is anyone's to
+    write). [] where the session may be resumed and sealed again."""
     files = FolderFiles(root)
     out: dict[str, str] = {}
     if selected is not None:
@@ -463,7 +465,7 @@ def unvouched(
     if not path.is_file():
         if signature_path(path).is_file():
             out[SEAL_SIGNATURE] = f"a signature whose {SEAL} was removed"
-        for rel in files if signing else ():
+        for rel in files if signer is not None else ():
             if rel != SESSION_JSON:
                 out.setdefault(rel, f"no seal covers it (the session has no {SEAL})")
         return sorted(out.items())
@@ -479,7 +481,21 @@ def unvouched(
     for rel in files:
         if rel not in sealed.files:
             out.setdefault(rel, "added since the session was sealed, not by a run of the kit")
+    by = intact_key(old, signature, SESSION_NAMESPACE) if signature is not None else None
+    if signer is not None and by != signer:
+        seal_of = f"its seal is signed by {by}" if by else "its seal is not signed"
+        for rel in files:
+            if rel != SESSION_JSON:
+                out.setdefault(rel, f"{seal_of}, not by the key signing now ({signer})")
     return sorted(out.items())
+
+
+def configured_signer(explicit: str | Path | None = None) -> str | None:
+    """The key a command signs with (``--signing-key``, ``$DLPERF_SIGNING_KEY``) as
+    ``ssh-keygen`` names it; None where it signs nothing. Raises SigningError for a key named
+    but missing or not a key."""
+    key = configured_key(explicit)
+    return key_description(key) if key is not None else None
 
 
 def _sealed_folders(sealed: SessionManifest) -> set[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -64,11 +63,15 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from driver.model.seal import unvouched
-    from driver.signing import KEY_VARIABLE
+    from driver.model.seal import configured_signer, unvouched
+    from driver.signing import SigningError
 
-    signing = bool(os.environ.get(KEY_VARIABLE))
-    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None, signing)]
+    try:
+        signer = configured_signer()
+    except SigningError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None, signer)]
     if foreign:  # sealing again signs what the session holds: only what this command adds
         print(
             f"error: {root}: holds files its seal does not vouch for, which sealing it with "

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 from pathlib import Path
 
 from driver.core.importlogs import check_new_logs, check_target, import_run
 from driver.core.session import seal_finished
 from driver.frontend.args import RESULTS, check_session_name
+from driver.model.seal import configured_signer
 from driver.parsers._upstream import LOGGING_MODES
-from driver.signing import KEY_VARIABLE
+from driver.signing import SigningError
 from driver.sources.logfacts import FACT_FLAGS, ImportLogsError, load_facts
 
 
@@ -47,7 +47,7 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
         runs = [expand(group) for group in args.logs]
         every = [path for logs in runs for path in logs]
         check_new_logs(every, [_sha256(path) for path in every], {})  # nothing half-imported
-        check_target(session, signing=bool(os.environ.get(KEY_VARIABLE)))  # see check_target
+        check_target(session, configured_signer())  # its own kind, only what its seal holds
         for logs in runs:
             record = import_run(session, args.source, facts, logs)
             measured = record.measurement
@@ -57,7 +57,7 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
                 f"samples/s{kind}; {record.extra['imported']}"
             )
         sealed = seal_finished(session)
-    except ImportLogsError as error:
+    except (ImportLogsError, SigningError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"session: {session}  (dlperf report {session})")
