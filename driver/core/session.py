@@ -280,12 +280,11 @@ def check_resume(
     runs or verifies. Every file outside the selected cases' folders, every file its seal does
     not hold as it is (added, changed, a sealed repeat's verdict changed) and, where the run
     signs (``signer``), every file no seal of that key holds is refused, named, with the fix;
-    unless
-    ``adopt`` (session-relative or absolute paths) covers it: then it is shown and returned
-    (path -> what it is), for the seal to record as adopted, not measured. None, said on
-    stderr, where the run must not start."""
+    unless ``adopt`` (session-relative or absolute paths) covers it: then it is shown and
+    returned (path -> what it is), for the seal to record as adopted, not measured. None, said
+    on stderr, where the run must not start."""
     from driver.core.importlogs import is_import_session
-    from driver.model.seal import unvouched
+    from driver.model.seal import SEAL, unvouched
 
     if not root.is_dir() or root.is_symlink():
         if adopt:
@@ -315,7 +314,7 @@ def check_resume(
     refused, adopted = [], {}
     for rel, what in unvouched(root, selected, signer):
         covered = any(not p or rel == p or rel.startswith(p + "/") for p in adopt_prefixes)
-        if covered and not rel.startswith("session-manifest.json"):
+        if covered and not rel.startswith(SEAL):  # a seal or .sig that does not hold: never
             adopted[rel] = what
         else:
             refused.append(f"{rel}: {what}")
