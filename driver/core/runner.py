@@ -19,7 +19,7 @@ from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
 from driver.model.results import RepeatLogs, RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
-from driver.plugins import load_all
+from driver.plugins import load
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RepeatOutcome,
@@ -169,7 +169,7 @@ def run_cases(
 ) -> RunSummary:
     """Run every repeat of every case into ``session``; ``progress``: auto (a rich bar on a
     terminal, plain lines elsewhere), plain, rich or off (lines without the summary)."""
-    load_all()
+    load("parsers", "launchers", "frameworks", "sources")
     summary = RunSummary()
     for message in runtime.clean_leftovers(session.root):
         printer(f"resume: {message}")

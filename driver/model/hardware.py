@@ -48,6 +48,9 @@ from driver.schema import StrictModel, field_path, schema_version
 from driver.text import LIMITS, FreeText, check_free_text
 
 UNKNOWN_LABEL = "unknown device"
+# A node's GPUs, one "index, UUID" line each (nvidia-smi's index is the PCI bus order, which
+# CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA too): pre-flight and an upstream source's guard read it.
+GPU_QUERY = "nvidia-smi --query-gpu=index,uuid --format=csv,noheader"
 _MAX_DECLARED = LIMITS["label"]
 # parse_hardware's words: "8x" (or "8 x"), "300W", "2c", the GPU link, ISA features.
 _COUNT = re.compile(r"(\d+)x", re.IGNORECASE)

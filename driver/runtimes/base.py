@@ -124,9 +124,9 @@ def make_runtime(name: str, *, inventory: Path | str | None = None, **options: A
     every default inside an allocation) or ``"none"`` (local: a file given is refused rather
     than silently ignored).
     """
-    from driver.plugins import load_all  # imports every runtime module, which import this one
+    from driver.plugins import load  # imports every runtime module, which import this one
 
-    load_all()
+    load("runtimes")
     runtime_class = RUNTIMES.get(name)
     use = getattr(runtime_class, "cluster_file", "none")
     if use == "required" and not inventory:

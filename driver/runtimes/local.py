@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
 from driver.frameworks.base import REPO_ROOT, Framework
+from driver.frameworks.envs import venv_environment, venv_python
 from driver.runtimes.base import (
     RUNTIMES,
     NodeOutcome,
@@ -33,7 +34,6 @@ from driver.runtimes.base import (
     RuntimeConfigError,
     Verdict,
 )
-from driver.runtimes.envs import venv_environment, venv_python
 from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:

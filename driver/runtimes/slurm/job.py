@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver.cluster.slurm import SlurmConfig
 from driver.runtimes.base import Verdict, session_label
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.render import HOLDER_SCRIPT, sbatch_argv
 
 
