@@ -14,6 +14,7 @@ from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
+from driver.files import write_text
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
@@ -84,8 +85,7 @@ def launch(plan: RepeatPlan, runtime: Runtime) -> RepeatOutcome:
         import traceback
 
         now = time.time()
-        plan.repeat_dir.mkdir(parents=True, exist_ok=True)
-        (plan.repeat_dir / RUNTIME_ERROR_LOG).write_text(traceback.format_exc())
+        write_text(plan.repeat_dir / RUNTIME_ERROR_LOG, traceback.format_exc())
         detail = (
             f"the {runtime.name} runtime failed: {type(error).__name__}: {error} "
             f"(traceback: {plan.repeat_dir / RUNTIME_ERROR_LOG})"

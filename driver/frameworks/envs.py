@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from driver.files import write_text
 from driver.frameworks.base import REPO_ROOT, Framework
 
 VENVS = Path(os.environ.get("DLPERF_VENVS", REPO_ROOT / ".venvs"))
@@ -93,5 +94,5 @@ def ensure_env(framework: Framework, log=print) -> Path:  # noqa: ANN001
         [str(python), "-m", "pip", "install", "-q", "-r", str(framework.cpu_requirements)],
         check=True,
     )
-    stamp.write_text(wanted + "\n")
+    write_text(stamp, wanted + "\n")
     return python

@@ -306,7 +306,7 @@ def _context_dir(plan: _Plan, ca_bundle: Path | None) -> Path:
         shutil.copyfile(path, root / relative)
     for folder in ("wheelhouse", "certs"):
         (root / folder).mkdir()
-        (root / folder / ".keep").write_text("")  # COPY of a folder needs it to exist
+        write_text(root / folder / ".keep", "")  # COPY of a folder needs it to exist
     for wheel in plan.wheels:
         try:
             os.link(wheel, root / "wheelhouse" / wheel.name)  # same file system: no copy

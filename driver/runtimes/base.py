@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import hashlib
-import json
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from driver.files import write_json
 from driver.registry import Registry
 
 if TYPE_CHECKING:
@@ -174,7 +174,5 @@ def raise_interrupted(repeat_dir: Path, detail: str, extra: dict[str, Any]) -> N
     """After an interrupted repeat's cleanup: what it found (exit codes, unreachable nodes) is
     kept beside the logs, and the interrupt goes on (the runner records the repeat as
     interrupted from the exception alone)."""
-    (repeat_dir / "interrupted.json").write_text(
-        json.dumps({"detail": detail, "extra": extra}, indent=2, default=str) + "\n"
-    )
+    write_json(repeat_dir / "interrupted.json", {"detail": detail, "extra": extra})
     raise KeyboardInterrupt

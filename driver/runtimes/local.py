@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
+from driver.files import write_text
 from driver.frameworks.base import REPO_ROOT, Framework
 from driver.frameworks.envs import venv_environment, venv_python
 from driver.runtimes.base import (
@@ -177,7 +178,7 @@ def _write_pid_file(session_root: Path, process: subprocess.Popen, command: Node
         "node": command.node,
         "command": command_line(command)[:300],
     }
-    pid_file.write_text(json.dumps(facts))
+    write_text(pid_file, json.dumps(facts))
     return pid_file
 
 
