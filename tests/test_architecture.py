@@ -24,7 +24,8 @@ The graph is read from the source with ``ast``, nothing is imported:
   never run and are skipped for the run-time graph (the block's ``else:`` branch does run and is
   counted); the floor test and a second circle test count them too;
 - only edges between modules of ``driver/`` are kept; ``importlib.import_module`` with a
-  computed name (``driver.plugins.load_all``) is not an import statement and is not seen.
+  computed name is not an import statement and is not seen, but every ``load("<kind>")`` call
+  (``driver.plugins``) is read as an import of ``driver/<kind>/`` for the floors.
 
 The strongly connected components come from scipy (``scipy.sparse.csgraph``).
 """
@@ -536,6 +537,52 @@ def test_no_import_goes_against_the_order_inside_a_floor() -> None:
             for source, target in found
         )
     )
+
+
+def plugin_loads(package_dir: Path) -> dict[str, set[str]]:
+    """Module -> the plug-in packages it loads by name (``load("parsers")``: ``driver.parsers``),
+    the imports ``driver.plugins`` makes for it that no import statement shows."""
+    found: dict[str, set[str]] = {}
+    for name, path in module_names(package_dir).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            callee = getattr(node, "func", None)
+            if getattr(callee, "id", getattr(callee, "attr", None)) != "load":
+                continue
+            kinds = [a.value for a in node.args if isinstance(a, ast.Constant)]  # type: ignore[attr-defined]
+            found.setdefault(name, set()).update(f"{package_dir.name}.{kind}" for kind in kinds)
+    return found
+
+
+def test_a_plugin_load_is_read_as_an_import(tmp_path: Path) -> None:
+    package = (
+        write_package(
+            tmp_path,
+            {
+                "driver/__init__.py": "",
+                "driver/files.py": "from driver import plugins\nplugins.load('kinds')\n",
+                "driver/kinds/__init__.py": "",
+                "driver/top/__init__.py": "def f():\n    load('top', 'kinds')\n",
+            },
+        ).parent
+        / "driver"
+    )
+    loads = plugin_loads(package)
+    assert loads == {"driver.files": {"driver.kinds"}, "driver.top": {"driver.top", "driver.kinds"}}
+    floor = module_floors(package, floor_table(TINY_DOC))
+    assert climbs(loads, floor) == [("driver.files", "driver.kinds")]
+
+
+def test_no_plugin_load_climbs_or_goes_against_a_floors_order() -> None:
+    """``plugins.load(kind)`` imports ``driver/<kind>/`` by computed name: each call counts as an
+    import of that package for the floors and their order."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    floors = floor_table(text)
+    loads = plugin_loads(REPO_ROOT / "driver")
+    assert loads["driver.model.measure"] == {"driver.parsers"}, "load calls not read"
+    paths = module_paths(REPO_ROOT / "driver", floors)
+    floor = module_floors(REPO_ROOT / "driver", floors)
+    found = climbs(loads, floor) + against_row_order(loads, paths, floors, row_order(text))
+    assert not found, describe_climbs(found, floor)
 
 
 def test_measuring_a_log_loads_no_runtime() -> None:
