@@ -27,7 +27,6 @@ Also the GPU names NVML sees on the driver's own host (``dlperf selftest``, tele
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -44,6 +43,7 @@ from driver.bench.fingerprint import (
     short_cpu_name,
     short_gpu_name,
 )
+from driver.files import sha256_bytes
 from driver.schema import StrictModel, field_path, schema_version
 from driver.text import LIMITS, FreeText, check_free_text
 
@@ -79,7 +79,7 @@ class Hardware(StrictModel):
         if self.origin == "unknown":
             return "unknown"
         canonical = json.dumps(self.facts, sort_keys=True, separators=(",", ":"))
-        return f"{self.origin}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+        return f"{self.origin}:{sha256_bytes(canonical.encode())[:16]}"
 
     @property
     def known(self) -> bool:
