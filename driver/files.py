@@ -1,4 +1,5 @@
-"""Every file the kit writes goes through here: atomically, and with a clear error.
+"""Every file the kit writes goes through here: atomically, and with a clear error; and the
+one SHA-256 of bytes or of a file (seals, records, archives, manifests, image inputs).
 
 A write lands in a temporary file in the target's own folder and is renamed over the target
 (``os.replace``: atomic on POSIX within one file system), so a reader, a crash or a full disk
@@ -14,6 +15,7 @@ folders with :func:`remove_tree`).
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +24,20 @@ from pathlib import Path
 from typing import Any
 
 TEMP_PREFIX = ".dlperf-tmp-"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """The file's SHA-256, read in 1 MiB chunks (an archive need not fit in memory)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
 
 _FIXES = {
     errno.EROFS: "the file system is read-only: write to another folder (e.g. --out, --results)",

@@ -4,8 +4,8 @@ upstream sources.
 Each kind's registry stands beside the interface its plug-ins implement (``FRAMEWORKS`` in
 ``driver/frameworks/base.py``, ``LAUNCHERS``, ``PARSERS``, ``RUNTIMES`` and ``SOURCES`` in their
 packages' ``base.py``), so this module imports nothing of the kit. Plug-ins register themselves
-by name with a decorator (``@LAUNCHERS.register("torchrun")``); ``driver.plugins.load_all``
-imports every plug-in module once so the registries are complete.
+by name with a decorator (``@LAUNCHERS.register("torchrun")``); ``driver.plugins.load``
+imports the plug-in modules of a kind once so its registry is complete.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def framework_env(name: str) -> str:
     no network to the package index.
     """
     load_all()
-    from driver.runtimes.envs import ensure_env
+    from driver.frameworks.envs import ensure_env
 
     try:
         return str(ensure_env(FRAMEWORKS.get(name), log=lambda _line: None))

@@ -1,10 +1,11 @@
 """The floors of ``docs/ARCHITECTURE.md`` hold in ``driver/``, and no import circle does.
 
 Floors: the document's floor table (a row whose first cell is ``F<n> ...``) names, in its second
-cell, the folders (``driver/core/``) and files (``driver/files.py``) of each floor. The test reads
-that table, so the document and the test cannot drift: every module of ``driver/`` must stand on
-exactly one floor (a file by its own row, else the deepest folder named that holds it), every
-path named must exist, and no module imports one on a higher floor. Imports under
+cell, the folders (``driver/core/``) and files (``driver/files.py``) of each floor, lowest first.
+The test reads that table, so the document and the test cannot drift: every module of ``driver/``
+must stand on exactly one floor (a file by its own row, else the deepest folder named that holds
+it), every path named must exist, no module imports one on a higher floor, and none imports a
+path of its own floor listed after its own (the order inside a floor). Imports under
 ``if TYPE_CHECKING:`` count here: a module that names a higher floor in its annotations depends
 on it too.
 
@@ -23,7 +24,8 @@ The graph is read from the source with ``ast``, nothing is imported:
   never run and are skipped for the run-time graph (the block's ``else:`` branch does run and is
   counted); the floor test and a second circle test count them too;
 - only edges between modules of ``driver/`` are kept; ``importlib.import_module`` with a
-  computed name (``driver.plugins.load_all``) is not an import statement and is not seen.
+  computed name is not an import statement and is not seen, but every ``load("<kind>")`` call
+  (``driver.plugins``) is read as an import of ``driver/<kind>/`` for the floors.
 
 The strongly connected components come from scipy (``scipy.sparse.csgraph``).
 """
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +55,8 @@ KNOWN_CIRCLES: list[frozenset[str]] = []
 # test), so an exception cannot outlive its climb.
 KNOWN_CLIMBS: dict[str, str] = {}
 # Paths the floor table names before they exist; each must still be absent (see the test).
-PLANNED: dict[str, str] = {
-}
-SATELLITES = 7  # the floor of the satellites: nothing on the mission's path (below it) imports them
+PLANNED: dict[str, str] = {}
+SATELLITES = 8  # the floor of the satellites: nothing on the mission's path (below it) imports them
 
 
 def module_names(package_dir: Path) -> dict[str, Path]:
@@ -189,21 +192,58 @@ def floor_table(text: str) -> dict[str, int]:
     return floors
 
 
-def module_floors(package_dir: Path, floors: dict[str, int]) -> dict[str, int | None]:
-    """Module -> its floor: its file's own row, else the deepest folder named that holds it
-    (None: on no floor)."""
+def row_order(text: str) -> dict[str, int]:
+    """Path -> its place in its floor's row (0: listed first, the lowest of the floor)."""
+    order: dict[str, int] = {}
+    listed: dict[int, int] = {}  # floor -> paths of its row read so far
+    for path, floor in floor_table(text).items():  # in the table's order
+        order[path] = listed.get(floor, 0)
+        listed[floor] = order[path] + 1
+    return order
+
+
+def module_paths(package_dir: Path, floors: dict[str, int]) -> dict[str, str | None]:
+    """Module -> the table's path it stands on: its file's own row, else the deepest folder
+    named that holds it (None: on no floor)."""
     root = package_dir.parent
-    found: dict[str, int | None] = {}
+    found: dict[str, str | None] = {}
     for name, path in module_names(package_dir).items():
         relative = path.relative_to(root).as_posix()
         holders = [p for p in floors if p.endswith("/") and relative.startswith(p)]
         if relative in floors:
-            found[name] = floors[relative]
+            found[name] = relative
         elif holders:
-            found[name] = floors[max(holders, key=len)]
+            found[name] = max(holders, key=len)
         else:
             found[name] = None
     return found
+
+
+def module_floors(package_dir: Path, floors: dict[str, int]) -> dict[str, int | None]:
+    """Module -> its floor (None: on no floor)."""
+    return {
+        name: None if path is None else floors[path]
+        for name, path in module_paths(package_dir, floors).items()
+    }
+
+
+def against_row_order(
+    graph: dict[str, set[str]],
+    paths: dict[str, str | None],
+    floors: dict[str, int],
+    order: dict[str, int],
+) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a module of the importer's floor whose path
+    the floor's row lists after the importer's own."""
+    found = []
+    for source, targets in graph.items():
+        for target in targets:
+            here, there = paths[source], paths[target]
+            if here is None or there is None or here == there or floors[here] != floors[there]:
+                continue
+            if order[there] > order[here]:
+                found.append((source, target))
+    return sorted(found)
 
 
 def climbs(graph: dict[str, set[str]], floor: dict[str, int | None]) -> list[tuple[str, str]]:
@@ -412,6 +452,43 @@ def test_a_climb_through_a_function_or_an_annotation_is_found(tmp_path: Path) ->
     assert climbs(import_graph(package), floor) == [("driver.files", "driver.kinds.base")]
 
 
+def test_an_import_against_the_order_of_its_floor_is_found(tmp_path: Path) -> None:
+    floors = floor_table(TINY_DOC)
+    assert row_order(TINY_DOC) == {
+        "driver/__init__.py": 0,
+        "driver/files.py": 1,
+        "driver/kinds/": 0,
+        "driver/top/": 0,
+        "driver/kinds/special.py": 1,
+    }
+    package = (
+        write_package(
+            tmp_path,
+            {
+                "driver/__init__.py": "def f():\n    from driver import files\n",  # F0 0 -> 1
+                "driver/files.py": "import driver\n",  # F0 1 -> 0: in order
+                "driver/kinds/__init__.py": "",
+                "driver/kinds/special.py": "from driver.top import a\n",  # F2 1 -> 0: in order
+                "driver/top/__init__.py": "",
+                "driver/top/a.py": "from driver.top import b\n",  # one path: free
+                "driver/top/b.py": (
+                    "from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from driver.kinds import special\n"  # F2 0 -> 1
+                ),
+            },
+        ).parent
+        / "driver"
+    )
+    paths = module_paths(package, floors)
+    assert paths["driver.top.a"] == "driver/top/" and paths["driver.kinds.special"] == (
+        "driver/kinds/special.py"
+    )
+    found = against_row_order(
+        import_graph(package, annotations=True), paths, floors, row_order(TINY_DOC)
+    )
+    assert found == [("driver", "driver.files"), ("driver.top.b", "driver.kinds.special")]
+
+
 # --- the floors of the real package ------------------------------------------------------
 
 
@@ -420,9 +497,9 @@ def real_floors() -> tuple[dict[str, int], dict[str, int | None]]:
     return floors, module_floors(REPO_ROOT / "driver", floors)
 
 
-def test_the_document_names_floors_f0_to_f8_and_only_paths_that_exist() -> None:
+def test_the_document_names_floors_f0_to_f9_and_only_paths_that_exist() -> None:
     floors, _ = real_floors()
-    assert sorted(set(floors.values())) == list(range(9)), "the floor table has F0 to F8"
+    assert sorted(set(floors.values())) == list(range(10)), "the floor table has F0 to F9"
     missing = [p for p in floors if p not in PLANNED and not (REPO_ROOT / p).exists()]
     assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {missing}"
     unlisted = [p for p in PLANNED if p not in floors]
@@ -445,6 +522,88 @@ def test_no_import_climbs_a_floor() -> None:
     assert not unexpected, describe_climbs(unexpected, floor)
     gone = sorted(set(KNOWN_CLIMBS) - {target for _source, target in found})
     assert not gone, f"no longer imported from below, delete them from KNOWN_CLIMBS: {gone}"
+
+
+def test_no_import_goes_against_the_order_inside_a_floor() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    floors = floor_table(text)
+    paths = module_paths(REPO_ROOT / "driver", floors)
+    found = against_row_order(
+        import_graph(REPO_ROOT / "driver", annotations=True), paths, floors, row_order(text)
+    )
+    assert not found, "imports against the order of their floor's row (docs/ARCHITECTURE.md):\n" + (
+        "\n".join(
+            f"  {source} ({paths[source]}) -> {target} ({paths[target]})"
+            for source, target in found
+        )
+    )
+
+
+def plugin_loads(package_dir: Path) -> dict[str, set[str]]:
+    """Module -> the plug-in packages it loads by name (``load("parsers")``: ``driver.parsers``),
+    the imports ``driver.plugins`` makes for it that no import statement shows."""
+    found: dict[str, set[str]] = {}
+    for name, path in module_names(package_dir).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            callee = getattr(node, "func", None)
+            if getattr(callee, "id", getattr(callee, "attr", None)) != "load":
+                continue
+            kinds = [a.value for a in node.args if isinstance(a, ast.Constant)]  # type: ignore[attr-defined]
+            found.setdefault(name, set()).update(f"{package_dir.name}.{kind}" for kind in kinds)
+    return found
+
+
+def test_a_plugin_load_is_read_as_an_import(tmp_path: Path) -> None:
+    package = (
+        write_package(
+            tmp_path,
+            {
+                "driver/__init__.py": "",
+                "driver/files.py": "from driver import plugins\nplugins.load('kinds')\n",
+                "driver/kinds/__init__.py": "",
+                "driver/top/__init__.py": "def f():\n    load('top', 'kinds')\n",
+            },
+        ).parent
+        / "driver"
+    )
+    loads = plugin_loads(package)
+    assert loads == {"driver.files": {"driver.kinds"}, "driver.top": {"driver.top", "driver.kinds"}}
+    floor = module_floors(package, floor_table(TINY_DOC))
+    assert climbs(loads, floor) == [("driver.files", "driver.kinds")]
+
+
+def test_no_plugin_load_climbs_or_goes_against_a_floors_order() -> None:
+    """``plugins.load(kind)`` imports ``driver/<kind>/`` by computed name: each call counts as an
+    import of that package for the floors and their order."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    floors = floor_table(text)
+    loads = plugin_loads(REPO_ROOT / "driver")
+    assert loads["driver.model.measure"] == {"driver.parsers"}, "load calls not read"
+    paths = module_paths(REPO_ROOT / "driver", floors)
+    floor = module_floors(REPO_ROOT / "driver", floors)
+    found = climbs(loads, floor) + against_row_order(loads, paths, floors, row_order(text))
+    assert not found, describe_climbs(found, floor)
+
+
+def test_measuring_a_log_loads_no_runtime() -> None:
+    """``plugins.load`` imports by computed name, which the graph above cannot see: measuring a
+    log (F2) must load the parsers only, no runtime, launcher or source."""
+    script = (
+        "import sys\n"
+        "from driver.model.measure import parse_logs\n"
+        "from driver.model.measure import LogParseError\n"
+        "try:\n    parse_logs('dlperf-jsonl', {'node0.log': ''})\n"
+        "except LogParseError:\n    pass\n"
+        "assert 'driver.parsers.dlperf_jsonl' in sys.modules, 'parsers not loaded'\n"
+        "above = sorted(m for m in sys.modules if m.split('.')[1:2] in "
+        "(['runtimes'], ['sources'], ['launchers'], ['cluster'], ['images']))\n"
+        "print(above)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]", f"measuring a log imported {ran.stdout.strip()}"
 
 
 def test_the_missions_path_imports_no_satellite() -> None:

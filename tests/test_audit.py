@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from driver.files import sha256_bytes, sha256_file
 from driver.frontend.cli import main
-from driver.release.archive import read_archive, sha256_bytes, sha256_file, write_archive
+from driver.release.archive import read_archive, write_archive
 from driver.release.audit import audit
 from driver.release.findings import Finding
 from driver.release.release import release

@@ -266,8 +266,8 @@ def test_python_points_the_local_runtime_at_an_existing_framework_install(
     """`--python`: a machine's own interpreter with the framework (a GPU machine's python3)
     runs the scripts instead of .venvs/<framework>; one that lacks it is refused with the fix."""
     from driver.frameworks.base import FRAMEWORKS
+    from driver.frameworks.envs import ensure_env
     from driver.plugins import load_all
-    from driver.runtimes.envs import ensure_env
 
     load_all()
     link = ensure_env(FRAMEWORKS.get("pytorch"), log=lambda _line: None)  # "the machine's"

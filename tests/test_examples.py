@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from driver.cluster.inventory import load_inventory
+from driver.cluster.slurm import load_slurm_config
 from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.frontend.cli import main
-from driver.runtimes.slurm.config import load_slurm_config
 from driver.schema import load_document
 
 EXAMPLES = REPO_ROOT / "examples"

@@ -32,8 +32,8 @@ _spec.loader.exec_module(gpu_check)
 
 
 def framework_python() -> str:
+    from driver.frameworks.envs import ensure_env
     from driver.plugins import load_all
-    from driver.runtimes.envs import ensure_env
 
     load_all()
     return str(ensure_env(FRAMEWORKS.get("pytorch"), log=lambda _line: None))

@@ -22,13 +22,13 @@ import yaml
 
 from driver.cluster.inventory import load_inventory, parse_inventory
 from driver.cluster.remote import env_prefix, shell
+from driver.cluster.slurm import load_slurm_config
 from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import load_lock
 from driver.release.manifest import validate as validate_manifest
 from driver.release.mfu import load_peaks
 from driver.release.references import load_references
-from driver.runtimes.slurm.config import load_slurm_config
 from driver.schema import ConfigError
 from driver.sources.spec import load_spec
 from tests.config_samples import minimal_source

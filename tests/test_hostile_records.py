@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from driver.files import sha256_bytes, sha256_file
 from driver.frontend.cli import main
-from driver.release.archive import read_archive, sha256_bytes, sha256_file, write_archive
+from driver.release.archive import read_archive, write_archive
 from driver.release.audit import audit
 from driver.release.release import release
 from tests.hostile import SILENT, TRACEBACK, HostileCase, run_corpus

@@ -17,10 +17,10 @@ import pytest
 
 from driver.core.command import check_placement, node_commands
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
+from driver.frameworks.envs import venv_environment
 from driver.launchers.base import NodeRank
 from driver.launchers.oneflow import OneflowLaunch
 from driver.model.case import Case, Topology
-from driver.runtimes.envs import venv_environment
 from driver.runtimes.local import LocalRuntime, process_environment
 from tests.real_frameworks import framework_env, run_case
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from driver.cluster.slurm import SlurmConfig
 from driver.core.selftest import ERROR_BOUND, SelftestResult, run_selftest
 from driver.model.results import Session
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.runtime import SlurmRuntime
 from driver.runtimes.ssh.docker import DockerRuntime
 from driver.runtimes.ssh.process import ProcessRuntime

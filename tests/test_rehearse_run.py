@@ -136,7 +136,9 @@ def test_hosts_that_do_not_start_are_one_line(
 
     monkeypatch.setattr(rehearse, "missing_requirements", lambda **_: None)
     monkeypatch.setattr(SimulatedHosts, "start", fails)
-    monkeypatch.setattr("driver.runtimes.envs.ensure_env", lambda *_a, **_k: None)  # not the point
+    monkeypatch.setattr(  # not the point
+        "driver.frameworks.envs.ensure_env", lambda *_a, **_k: None
+    )
     code = main([*ONEFLOW_2N2G, "--simulated-hosts", "--results", str(tmp_path), "--dry-run"])
     assert code == 0  # a dry run makes no host
     capsys.readouterr()
@@ -164,7 +166,7 @@ def test_the_hosts_are_removed_on_ctrl_c_and_on_failure(
         raise ending("stopped inside the run")
 
     monkeypatch.setattr("driver.core.runner.run_cases", run_cases)
-    monkeypatch.setattr("driver.runtimes.envs.ensure_env", lambda *_a, **_k: None)  # nothing runs
+    monkeypatch.setattr("driver.frameworks.envs.ensure_env", lambda *_a, **_k: None)  # nothing runs
     argv = ["run", "--framework", "pytorch", "--model", "resnet50", "--profile", "cpu-smoke",
             "--nodes", "2", "--gpus", "1", "--simulated-hosts", "--results", str(tmp_path),
             "--session", "s"]  # fmt: skip

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from driver.files import sha256_bytes, sha256_file
 from driver.frontend.cli import main
-from driver.release.archive import sha256_bytes, sha256_file
 from driver.release.audit import audit
 from driver.release.manifest import FIELDS, validate
 from driver.release.release import ReleaseError, release

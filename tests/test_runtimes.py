@@ -66,9 +66,9 @@ def test_each_runtime_is_a_transport_with_a_container_platform(tmp_path: Path) -
     is, whether an upstream source's own image can run."""
     import sys
 
+    from driver.cluster.slurm import SlurmConfig
     from driver.frameworks.base import REPO_ROOT
     from driver.runtimes.containers import ContainerPlatform
-    from driver.runtimes.slurm.config import SlurmConfig
     from driver.runtimes.slurm.runtime import SlurmRuntime
 
     inventory = tmp_path / "cluster.yaml"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from driver.cluster.slurm import SlurmConfig, SlurmConfigError, load_slurm_config
 from driver.core.selftest import calibration_cases
 from driver.images.oci import (
     MARKER,
@@ -34,7 +35,6 @@ from driver.images.oci import (
 )
 from driver.runtimes.base import RuntimeConfigError, Verdict
 from driver.runtimes.plan import NodeCommand, RepeatPlan
-from driver.runtimes.slurm.config import SlurmConfig, SlurmConfigError, load_slurm_config
 from driver.runtimes.slurm.runtime import PLACEHOLDER, SlurmRuntime
 from tests.conftest import require_real
 

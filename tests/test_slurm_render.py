@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from driver.runtimes.plan import NodeCommand
-from driver.runtimes.slurm.config import (
+from driver.cluster.slurm import (
     SlurmConfig,
     SlurmConfigError,
     load_slurm_config,
     time_limit_seconds,
 )
+from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     Container,

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from driver.cluster.slurm import SlurmConfig
 from driver.core.selftest import calibration_cases
 from driver.runtimes.base import Verdict
 from driver.runtimes.plan import NodeCommand, RepeatPlan
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.runtime import PLACEHOLDER, SlurmRuntime, job_name
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
@@ -203,7 +203,7 @@ CTRL_C_SCRIPT = """
 import sys, time
 from pathlib import Path
 from driver.runtimes.slurm.runtime import SlurmRuntime
-from driver.runtimes.slurm.config import SlurmConfig
+from driver.cluster.slurm import SlurmConfig
 from tests.test_slurm_runtime import plan_for, python
 
 runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from driver.cluster.slurm import SlurmConfig
 from driver.core.plan import dry_run_plan
 from driver.frameworks.base import REPO_ROOT
+from driver.frameworks.envs import VENVS
 from driver.images.build import BuildOptions, plan_images
 from driver.images.lock import load_lock
 from driver.model.case import Case, Topology
@@ -31,10 +33,8 @@ from driver.parsers._upstream import HEADER_MARK
 from driver.parsers.base import PARSERS
 from driver.plugins import load_all
 from driver.runtimes.base import RuntimeConfigError, Verdict, session_label
-from driver.runtimes.envs import VENVS
 from driver.runtimes.plan import RepeatPlan
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.containers import SourceImage
 from driver.runtimes.slurm.job import Allocation, Failure
 from driver.runtimes.slurm.render import DEVICE_RANK_ENV

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from driver.cluster.slurm import SlurmConfig
 from driver.core.runner import run_cases
 from driver.images.oci import slurm_oci_conf
 from driver.model.case import Case, Topology
 from driver.model.results import Session
 from driver.plugins import load_all
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.containers import SourceImage
 from driver.runtimes.slurm.runtime import SlurmRuntime
 from driver.sources.base import SOURCES

@@ -51,9 +51,9 @@ class CodeBundle:
 
 def code_folders() -> list[str]:
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks")
     folders = {"driver"}
     for name in FRAMEWORKS.names():
         folder = FRAMEWORKS.get(name).folder.split("/")[0]

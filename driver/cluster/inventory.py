@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from driver.runtimes.slurm.config import SlurmConfig
+from driver.cluster.slurm import SlurmConfig
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
 
 
@@ -120,9 +120,9 @@ def _env_value(value: Any) -> str:
 
 def _framework_key(key: Any) -> str:
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks")
     return one_of("default", *FRAMEWORKS.names()).func(key)
 
 

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
+from driver.model.hardware import GPU_QUERY
 
 # The module that proves a framework is installed in a node's Python (process runtime).
 FRAMEWORK_MODULES = {
@@ -44,16 +45,14 @@ def occupies_devices(framework: str | None) -> bool:
     if not framework:
         return True
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks")
     return FRAMEWORKS.get(framework).occupies_device if framework in FRAMEWORKS else True
 
 
-# The node's GPUs, one "index, UUID" line each (nvidia-smi's index is the PCI bus order, which
-# CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA too). A GPU that nvidia-smi cannot read prints a line
-# of another shape ("Unable to determine the device handle for GPU ...") instead of its row.
-GPU_QUERY = "nvidia-smi --query-gpu=index,uuid --format=csv,noheader"
+# A GPU that nvidia-smi cannot read prints a line of another shape than GPU_QUERY's rows
+# ("Unable to determine the device handle for GPU ...").
 GPU_ROW = re.compile(r"^(?P<index>\d+), (?P<uuid>GPU-[0-9A-Za-z-]+)$")
 
 

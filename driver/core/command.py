@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from driver.frameworks.base import FRAMEWORKS, Framework
 from driver.launchers.base import LAUNCHERS, NodeRank
 from driver.model.case import Case
-from driver.plugins import load_all
+from driver.plugins import load
 from driver.runtimes.plan import NodeCommand
 from driver.sources.base import SOURCES
 
@@ -83,7 +83,7 @@ def check_placement(case: Case, nodes: list[tuple[str, str]]) -> None:
     runtime places it: OneFlow's launcher on several loopback "nodes" hangs, it never fails."""
     if case.source != "dlperf" or case.topology.nodes < 2:
         return  # an upstream source brings its own launcher
-    load_all()
+    load("frameworks", "launchers")
     framework = FRAMEWORKS.get(case.framework)
     if not getattr(LAUNCHERS.get(framework.launcher), "nodes_told_apart_by_address", False):
         return
@@ -111,7 +111,7 @@ def node_commands(
     case: Case, runtime: Runtime, batch_size: int, *, master_port: int | None = None
 ) -> list[NodeCommand]:
     """The command each node runs for one repeat of ``case``, with its rank environment."""
-    load_all()
+    load("frameworks", "launchers")
     framework = FRAMEWORKS.get(case.framework)
     launcher = LAUNCHERS.get(framework.launcher)()
     nodes = runtime.node_addresses(case.topology.nodes)
@@ -146,7 +146,7 @@ def node_commands(
 
 def parser_for(case: Case) -> str:
     """The log parser of a case: its upstream source's format, or our JSON lines."""
-    load_all()
+    load("frameworks", "sources")
     if case.source != "dlperf":
         return SOURCES.get(case.source)().parser
     return FRAMEWORKS.get(case.framework).parser

@@ -20,12 +20,12 @@ repeat.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from driver.files import sha256_bytes
 from driver.parsers._upstream import HEADER_MARK, header_line
 from driver.parsers.base import LogParseError
 from driver.sources.logfacts import Facts, ImportLogsError, case_and_header, check_printed
@@ -148,7 +148,7 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
                 "copy its repeat folder into a session instead of importing it"
             )
         texts.append(data)
-    hashes = [hashlib.sha256(data).hexdigest() for data in texts]
+    hashes = [sha256_bytes(data) for data in texts]
     check_new_logs(logs, hashes, session_log_hashes(session_root))
     check_printed(facts, case.topology.world_size, logs, texts)
     stored = {}  # node log name -> (its bytes: the header made from the facts, then the original)
@@ -181,7 +181,7 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         commands=[],
         exit_codes={},
         logs=sorted(stored),
-        log_sha256={n: hashlib.sha256(d).hexdigest() for n, d in sorted(stored.items())},
+        log_sha256={n: sha256_bytes(d) for n, d in sorted(stored.items())},
         parser=parser,
         measurement=measurement,
         header=parsed.header,

@@ -34,7 +34,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from driver.frameworks.base import FRAMEWORKS, OptionError
 from driver.model.case import Case, Topology
-from driver.plugins import load_all
+from driver.plugins import load
 from driver.schema import (
     ConfigError,
     FiniteFloat,
@@ -388,7 +388,7 @@ def _profile_cases(
 
 def load_matrix(path: Path | str, profile: str = DLPERF_PROFILE) -> Matrix:
     """The cases of ``profile``; every suite of every profile is checked whatever is chosen."""
-    load_all()
+    load("frameworks")
     path = Path(path)
     try:
         data = validate(MatrixFile, load_document(path), path)

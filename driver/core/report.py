@@ -42,9 +42,9 @@ SUPERLINEAR_MARK = "!"  # measured efficiency above 100% beyond its noise tolera
 
 def series_name(summary: CaseSummary) -> str:
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks", "sources")
     c = summary.case
     name = FRAMEWORKS.get(c.framework).display if c.framework in FRAMEWORKS else c.framework
     if c.source != "dlperf":

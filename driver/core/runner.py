@@ -14,12 +14,13 @@ from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
+from driver.files import write_text
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
 from driver.model.results import RepeatLogs, RepeatRecord, Session, write_json
 from driver.parsers.base import LogParseError
-from driver.plugins import load_all
+from driver.plugins import load
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RepeatOutcome,
@@ -84,8 +85,7 @@ def launch(plan: RepeatPlan, runtime: Runtime) -> RepeatOutcome:
         import traceback
 
         now = time.time()
-        plan.repeat_dir.mkdir(parents=True, exist_ok=True)
-        (plan.repeat_dir / RUNTIME_ERROR_LOG).write_text(traceback.format_exc())
+        write_text(plan.repeat_dir / RUNTIME_ERROR_LOG, traceback.format_exc())
         detail = (
             f"the {runtime.name} runtime failed: {type(error).__name__}: {error} "
             f"(traceback: {plan.repeat_dir / RUNTIME_ERROR_LOG})"
@@ -169,7 +169,7 @@ def run_cases(
 ) -> RunSummary:
     """Run every repeat of every case into ``session``; ``progress``: auto (a rich bar on a
     terminal, plain lines elsewhere), plain, rich or off (lines without the summary)."""
-    load_all()
+    load("parsers", "launchers", "frameworks", "sources")
     summary = RunSummary()
     for message in runtime.clean_leftovers(session.root):
         printer(f"resume: {message}")

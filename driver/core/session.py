@@ -133,8 +133,8 @@ def run_session(
     from driver.core.report import markdown_tables, write_report
     from driver.core.runner import run_cases
     from driver.core.summary import summarize
+    from driver.frameworks.envs import ensure_env
     from driver.model.results import Session
-    from driver.runtimes.envs import ensure_env
     from driver.verify.folder import verify_sessions
 
     cases, profile, why = selection.cases, selection.profile, selection.why

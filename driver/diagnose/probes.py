@@ -99,9 +99,9 @@ def probe_plan(
 def default_python(runtime: Runtime) -> str:
     """The PyTorch framework's interpreter in ``runtime``; locally, this one if that is absent."""
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks")
     python = runtime.python(FRAMEWORKS.get("pytorch"))
     if runtime.name == "local" and not Path(python).exists():
         return sys.executable

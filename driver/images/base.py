@@ -11,7 +11,6 @@ with Debian point releases, so a base is pinned, not reproduced.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from driver.files import sha256_bytes
 from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import Lock, LockError, Pin
 
@@ -74,7 +74,7 @@ class BaseRecipe:
             },
             sort_keys=True,
         )
-        return hashlib.sha256(text.encode()).hexdigest()
+        return sha256_bytes(text.encode())
 
     @property
     def tag(self) -> str:

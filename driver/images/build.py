@@ -15,7 +15,6 @@ An upstream source's image can take its code from a local git copy instead of it
 from __future__ import annotations
 
 import configparser
-import hashlib
 import json
 import os
 import re
@@ -27,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.files import write_text
+from driver.files import sha256_bytes, sha256_file, write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.images.base import docker_client, ensure_base, image_id, recipe_for
 from driver.images.catalog import ImageSpec, build_order, discover
@@ -190,17 +189,9 @@ class HashCache:
         entry = self.data.get(key)
         if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
             return entry["sha256"]
-        digest = file_sha256(file)
+        digest = sha256_file(file)
         self.data[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
         return digest
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def state_dir(lock: Lock) -> Path:
@@ -262,12 +253,12 @@ def _plan(
     digest_input = {
         "schema": HASH_SCHEMA,
         "name": name,
-        "dockerfile": file_sha256(spec.dockerfile),
+        "dockerfile": sha256_file(spec.dockerfile),
         "from": hashed,
-        "context": {key: file_sha256(path) for key, path in sorted(context.items())},
+        "context": {key: sha256_file(path) for key, path in sorted(context.items())},
         "wheels": {wheel.name: cache.sha256(wheel) for wheel in wheels},
     }
-    inputs = hashlib.sha256(json.dumps(digest_input, sort_keys=True).encode()).hexdigest()
+    inputs = sha256_bytes(json.dumps(digest_input, sort_keys=True).encode())
     plan = _Plan(spec, hashed, args, context, wheels, inputs, f"{REPOSITORY}/{name}:{inputs[:16]}")
     plans[name] = plan
     return plan
@@ -306,7 +297,7 @@ def _context_dir(plan: _Plan, ca_bundle: Path | None) -> Path:
         shutil.copyfile(path, root / relative)
     for folder in ("wheelhouse", "certs"):
         (root / folder).mkdir()
-        (root / folder / ".keep").write_text("")  # COPY of a folder needs it to exist
+        write_text(root / folder / ".keep", "")  # COPY of a folder needs it to exist
     for wheel in plan.wheels:
         try:
             os.link(wheel, root / "wheelhouse" / wheel.name)  # same file system: no copy

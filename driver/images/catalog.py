@@ -174,9 +174,9 @@ def _variants(spec: ImageSpec) -> list[ImageSpec]:
 def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
     """Every image the repository (or a tree shaped like it) defines, by name."""
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks", "sources")
     bases = set(base_recipes(root))
     specs: dict[str, ImageSpec] = {}
     for path in sorted((root / SHARED_DIR).glob("Dockerfile.*")):

@@ -9,7 +9,6 @@ never guessed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -19,6 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from driver.files import sha256_bytes
 from driver.images.lock import DIGEST, UNRESOLVED, Lock, Pin
 
 ACCEPT = ", ".join(
@@ -90,7 +90,7 @@ def resolve_digest(ref: str, timeout: float = 20.0) -> str:
                 body = response.read()
                 digest = response.headers.get("Docker-Content-Digest")
                 if not digest:  # the digest of a manifest is the sha256 of its bytes
-                    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+                    digest = "sha256:" + sha256_bytes(body)
                 if not DIGEST.match(digest):
                     raise ResolveError(f"{ref}: the registry sent digest {digest!r}")
                 return digest

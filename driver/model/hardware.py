@@ -27,7 +27,6 @@ Also the GPU names NVML sees on the driver's own host (``dlperf selftest``, tele
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -44,10 +43,14 @@ from driver.bench.fingerprint import (
     short_cpu_name,
     short_gpu_name,
 )
+from driver.files import sha256_bytes
 from driver.schema import StrictModel, field_path, schema_version
 from driver.text import LIMITS, FreeText, check_free_text
 
 UNKNOWN_LABEL = "unknown device"
+# A node's GPUs, one "index, UUID" line each (nvidia-smi's index is the PCI bus order, which
+# CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA too): pre-flight and an upstream source's guard read it.
+GPU_QUERY = "nvidia-smi --query-gpu=index,uuid --format=csv,noheader"
 _MAX_DECLARED = LIMITS["label"]
 # parse_hardware's words: "8x" (or "8 x"), "300W", "2c", the GPU link, ISA features.
 _COUNT = re.compile(r"(\d+)x", re.IGNORECASE)
@@ -76,7 +79,7 @@ class Hardware(StrictModel):
         if self.origin == "unknown":
             return "unknown"
         canonical = json.dumps(self.facts, sort_keys=True, separators=(",", ":"))
-        return f"{self.origin}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+        return f"{self.origin}:{sha256_bytes(canonical.encode())[:16]}"
 
     @property
     def known(self) -> bool:

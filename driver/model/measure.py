@@ -244,9 +244,9 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
 def parse_logs(parser_name: str, texts: Mapping[str, str]) -> ParsedLog:
     """Run a registered parser; any failure on bad input is a LogParseError naming the logs."""
     from driver.parsers.base import PARSERS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("parsers")
     if parser_name not in PARSERS:
         raise LogParseError(f"unknown log parser {parser_name!r}")
     if not texts:

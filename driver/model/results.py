@@ -16,7 +16,6 @@ from what ran (the plan), how it ended (the runtime's outcome) and its logs, rea
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import subprocess
@@ -30,7 +29,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from driver.files import KitWriteError, ensure_dir, write_json
+from driver.files import KitWriteError, ensure_dir, sha256_bytes, write_json
 from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
@@ -159,7 +158,7 @@ class RepeatLogs:
         return {name: data.decode("utf-8", errors="replace") for name, data in self.data.items()}
 
     def sha256(self) -> dict[str, str]:
-        return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(self.data.items())}
+        return {name: sha256_bytes(data) for name, data in sorted(self.data.items())}
 
 
 class NodeExit(Protocol):

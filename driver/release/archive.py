@@ -15,7 +15,6 @@ a timestamp), so their SHA-256 depends on the content only.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import re
 import tarfile
@@ -23,25 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.files import TEMP_PREFIX, write_bytes
+from driver.files import TEMP_PREFIX, sha256_bytes, write_bytes
 from driver.model.results import RecordError, load_record
 from driver.verify.folder import symlink_refusal, walk_session
 
 RAW_DIR = "raw"
 _REPEAT = re.compile(r"^repeat-\d+$")
 _SUPERSEDED_PROBE = re.compile(r"\.old-\d+$")
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from driver.core.report import tables
-from driver.release.archive import read_archive, sha256_bytes, sha256_file
+from driver.files import sha256_bytes, sha256_file
+from driver.release.archive import read_archive
 from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset
 from driver.release.findings import (

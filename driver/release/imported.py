@@ -244,9 +244,9 @@ def _csv_where(field_path: str) -> str:
 
 def _check_frameworks(loaded: ImportFile, path: Path) -> None:
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks")
     for index, figure in enumerate(loaded.figures):
         if figure.framework not in FRAMEWORKS:
             raise ConfigError(

@@ -166,9 +166,9 @@ def config_sources(
     """The config files a release copies: references, peaks, images.lock, the driver's pins,
     the case matrices the sessions name, the frameworks' CPU requirements."""
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks")
     wanted = [
         repo_root / "reports" / "references.yaml",
         repo_root / "reports" / "peaks.yaml",

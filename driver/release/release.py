@@ -27,16 +27,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from driver.files import TEMP_PREFIX, KitWriteError, ensure_dir, remove_tree, write_text
+from driver.files import (
+    TEMP_PREFIX,
+    KitWriteError,
+    ensure_dir,
+    remove_tree,
+    sha256_file,
+    write_text,
+)
 from driver.frameworks.base import REPO_ROOT
 from driver.model.results import kit_revision
-from driver.release.archive import (
-    RAW_DIR,
-    collect_session,
-    read_archive,
-    sha256_file,
-    write_archive,
-)
+from driver.release.archive import RAW_DIR, collect_session, read_archive, write_archive
 from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset, session_of
 from driver.release.imported import load_import

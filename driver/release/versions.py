@@ -12,8 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from driver.files import write_text
-from driver.release.archive import sha256_bytes
+from driver.files import sha256_bytes, write_text
 from driver.release.manifest import MANIFEST
 from driver.text import markdown_cell
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import hashlib
-import json
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from driver.files import write_json
 from driver.registry import Registry
 
 if TYPE_CHECKING:
@@ -124,9 +124,9 @@ def make_runtime(name: str, *, inventory: Path | str | None = None, **options: A
     every default inside an allocation) or ``"none"`` (local: a file given is refused rather
     than silently ignored).
     """
-    from driver.plugins import load_all  # imports every runtime module, which import this one
+    from driver.plugins import load  # imports every runtime module, which import this one
 
-    load_all()
+    load("runtimes")
     runtime_class = RUNTIMES.get(name)
     use = getattr(runtime_class, "cluster_file", "none")
     if use == "required" and not inventory:
@@ -174,7 +174,5 @@ def raise_interrupted(repeat_dir: Path, detail: str, extra: dict[str, Any]) -> N
     """After an interrupted repeat's cleanup: what it found (exit codes, unreachable nodes) is
     kept beside the logs, and the interrupt goes on (the runner records the repeat as
     interrupted from the exception alone)."""
-    (repeat_dir / "interrupted.json").write_text(
-        json.dumps({"detail": detail, "extra": extra}, indent=2, default=str) + "\n"
-    )
+    write_json(repeat_dir / "interrupted.json", {"detail": detail, "extra": extra})
     raise KeyboardInterrupt

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
+from driver.files import write_text
 from driver.frameworks.base import REPO_ROOT, Framework
+from driver.frameworks.envs import venv_environment, venv_python
 from driver.runtimes.base import (
     RUNTIMES,
     NodeOutcome,
@@ -33,7 +35,6 @@ from driver.runtimes.base import (
     RuntimeConfigError,
     Verdict,
 )
-from driver.runtimes.envs import venv_environment, venv_python
 from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ def _write_pid_file(session_root: Path, process: subprocess.Popen, command: Node
         "node": command.node,
         "command": command_line(command)[:300],
     }
-    pid_file.write_text(json.dumps(facts))
+    write_text(pid_file, json.dumps(facts))
     return pid_file
 
 

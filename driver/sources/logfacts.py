@@ -166,9 +166,9 @@ def source_launch(source: Any, model: str, origin: str = "the facts") -> Any:
 
 def case_and_header(source_name: str, facts: Facts) -> tuple[Case, RunHeader, str]:
     """The imported run's case, its run header (node 0's) and its parser."""
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("parsers", "launchers", "frameworks", "sources")
     try:
         source = SOURCES.get(source_name)()
     except UnknownPlugin as error:

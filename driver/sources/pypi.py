@@ -2,11 +2,11 @@
 
 A source whose official code is published on PyPI (``tf-models-official``) has a ``pypi:``
 section in its ``source.yaml``: the package and the requirements file that pins its environment
-(``.venvs/<source>``, created like a framework's, :func:`driver.runtimes.envs.ensure_env`), how the
-release differs from the commit pinned for the GPU images and which one ran, and per model the
-argv of the released entry point with tiny shapes chosen through the upstream's own flags and
-config files of ours. A source whose release cannot train a model says why (``runs: false``,
-``why_not``) and registers nothing.
+(``.venvs/<source>``, created like a framework's, :func:`driver.frameworks.envs.ensure_env`),
+how the release differs from the commit pinned for the GPU images and which one ran, and per
+model the argv of the released entry point with tiny shapes chosen through the upstream's own
+flags and config files of ours. A source whose release cannot train a model says why
+(``runs: false``, ``why_not``) and registers nothing.
 
 Each runnable section registers the source plug-in ``<source>-pypi`` (a case's ``source:``),
 whose node command prints the run header, runs the optional ``prepare`` argv (input files the
@@ -121,7 +121,7 @@ def load_section(spec: SourceSpec) -> PypiSection | None:
 
 @dataclass(frozen=True)
 class SourceEnv:
-    """What :func:`driver.runtimes.envs.ensure_env` reads of a framework, for a source's venv."""
+    """What :func:`driver.frameworks.envs.ensure_env` reads of a framework, for a source's venv."""
 
     name: str
     display: str
@@ -164,7 +164,7 @@ class PypiSource:
         return launch
 
     def python(self) -> str:
-        from driver.runtimes.envs import VENVS
+        from driver.frameworks.envs import VENVS
 
         return str(VENVS / self.env.name / "bin" / "python")
 
@@ -213,7 +213,7 @@ class PypiSource:
 
 def ensure_source_env(source: PypiSource, log=print) -> Path:  # noqa: ANN001
     """Create ``.venvs/<source>`` from its pinned requirements once (like a framework's)."""
-    from driver.runtimes.envs import ensure_env
+    from driver.frameworks.envs import ensure_env
 
     return ensure_env(source.env, log=log)  # type: ignore[arg-type]
 

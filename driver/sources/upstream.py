@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from driver.cluster.preflight import GPU_QUERY
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
+from driver.model.hardware import GPU_QUERY
 from driver.parsers._upstream import HEADER_MARK, RunHeader, header_line
 from driver.sources.base import (
     HOST_PROBE,

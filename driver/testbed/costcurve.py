@@ -88,7 +88,7 @@ def _one_point(
     nodes: int, runtime_name: str, devices: int, scratch: Path, printer: Callable[[str], None],
     **selftest: float,
 ) -> tuple[SelftestResult, float, float]:  # fmt: skip
-    from driver.runtimes.slurm.config import SlurmConfig
+    from driver.cluster.slurm import SlurmConfig
     from driver.runtimes.slurm.runtime import SlurmRuntime
     from driver.runtimes.ssh.process import ProcessRuntime
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from driver.core.session import BeforeMatrix, Selection, SessionSetting, run_session
 from driver.frameworks.base import FRAMEWORKS, Framework
-from driver.runtimes.envs import venv_environment, venv_python
+from driver.frameworks.envs import venv_environment, venv_python
 from driver.testbed.simhosts import (
     SimulatedHosts,
     SimulatedHostsError,
@@ -221,8 +221,8 @@ def rehearse(
     case has nodes, through the process runtime, into the session folder ``root``; the hosts go
     at the end, however the run ends."""
     from driver.cluster.inventory import load_inventory
+    from driver.frameworks.envs import ensure_env
     from driver.model.hardware import gpu_names
-    from driver.runtimes.envs import ensure_env
     from driver.runtimes.ssh.process import ProcessRuntime
 
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]

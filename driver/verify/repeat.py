@@ -22,12 +22,12 @@ A refusal is a :class:`RepeatRefused` naming the file at fault and, where there 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from driver.files import sha256_bytes
 from driver.model.case import Case
 from driver.model.hardware import UNKNOWN, Hardware, HardwareError, display_labels
 from driver.model.measure import RepeatMeasurement
@@ -182,7 +182,7 @@ def check_logs(files: RepeatFiles, record: RepeatRecord) -> dict[str, str]:
             raise RepeatRefused(files.path(name), f"missing (named in {path})")
         data = files.files[name]
         expected = record.log_sha256.get(name)
-        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        if expected is not None and sha256_bytes(data) != expected:
             raise RepeatRefused(
                 files.path(name), f"changed since {path} was written (sha256 differs)"
             )

@@ -7,7 +7,7 @@ import time
 
 from driver.core.matrix import COMMAND_LINE, MatrixError
 from driver.frameworks.base import FRAMEWORKS
-from driver.plugins import load_all
+from driver.plugins import load
 from driver.schema import did_you_mean
 from driver.sources.base import SOURCES
 
@@ -18,7 +18,7 @@ def local_environments() -> dict[str, object]:
     (``.venvs/<source>``)."""
     from driver.sources.pypi import PypiSource
 
-    load_all()
+    load("frameworks", "sources")
     found: dict[str, object] = {}
     for name in FRAMEWORKS.names():
         framework = FRAMEWORKS.get(name)
@@ -34,7 +34,7 @@ def local_environments() -> dict[str, object]:
 def cmd_envs(args: argparse.Namespace) -> int:
     """Create (once) the environments the local runtime needs, so that a run or the test suite
     later finds them made: installation, timed apart from the runs (CI calls it first)."""
-    from driver.runtimes.envs import ensure_env
+    from driver.frameworks.envs import ensure_env
 
     known = local_environments()
     if args.names is None:

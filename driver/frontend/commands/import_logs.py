@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 
 from driver.core.importlogs import check_new_logs, check_target, import_run
 from driver.core.session import seal_finished
+from driver.files import sha256_bytes
 from driver.frontend.args import RESULTS, check_session_name
 from driver.model.seal import configured_signer
 from driver.parsers._upstream import LOGGING_MODES
@@ -34,7 +34,7 @@ def expand(paths: list[str]) -> list[Path]:
 
 def _sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_bytes(path.read_bytes())
     except OSError as error:
         raise ImportLogsError(f"{path}: cannot read it ({error.strerror})") from None
 

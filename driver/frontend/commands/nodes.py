@@ -35,9 +35,9 @@ def scan_case(args: argparse.Namespace, runtime_name: str) -> Any:
     from driver.core.selftest import calibration_cases
     from driver.core.session import choose_profile
     from driver.frameworks.base import FRAMEWORKS
-    from driver.plugins import load_all
+    from driver.plugins import load
 
-    load_all()
+    load("frameworks")
     framework = FRAMEWORKS.canonical(args.framework)
     selection = {"topologies": ("1n1g",), "repeats": args.repeats,
                  "options": dict(args.option or [])}  # fmt: skip

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from driver.cluster.slurm import SlurmConfig
 from driver.runtimes.base import Verdict
 from driver.runtimes.containers import ContainerPlatform
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.job import Allocation, Failure
 from driver.runtimes.slurm.render import Container, OciContainer
 

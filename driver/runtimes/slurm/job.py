@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver.cluster.slurm import SlurmConfig
+from driver.files import write_text
 from driver.runtimes.base import Verdict, session_label
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.render import HOLDER_SCRIPT, sbatch_argv
 
 
@@ -108,7 +109,7 @@ class SessionJob:
         out_dir = Path(session_root).absolute() / "slurm"
         out_dir.mkdir(parents=True, exist_ok=True)
         argv = sbatch_argv(config, count, name, str(out_dir / "job-%j.out"))
-        (out_dir / "sbatch.txt").write_text(shlex.join(argv) + "\n" + HOLDER_SCRIPT)
+        write_text(out_dir / "sbatch.txt", shlex.join(argv) + "\n" + HOLDER_SCRIPT)
         submitted = time.time()
         try:
             job_id = client.slurm(*argv, stdin=HOLDER_SCRIPT).strip().split(";")[0]

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from driver.cluster.slurm import SlurmConfig
 from driver.frameworks.base import REPO_ROOT
 from driver.images import oci
 from driver.runtimes.base import RuntimeConfigError, Verdict, session_label
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.config import SlurmConfig
 from driver.runtimes.slurm.containers import SlurmPlatform, SourceImage, image_key
 from driver.runtimes.slurm.job import Allocation, Failure
 from driver.runtimes.slurm.render import OciContainer, oci_guard

@@ -13,9 +13,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from driver.cluster.slurm import SlurmConfig
 from driver.runtimes.base import RuntimeConfigError
 from driver.runtimes.plan import NodeCommand
-from driver.runtimes.slurm.config import SlurmConfig
 
 # The batch script of the session's job: it holds the allocation while the kit runs one srun
 # step per repeat into it from the submitting host (srun --jobid), and it ends when the kit

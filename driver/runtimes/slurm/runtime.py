@@ -42,9 +42,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from driver.cluster.slurm import SlurmConfig, load_slurm_config
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
+from driver.frameworks.envs import venv_environment, venv_python
 from driver.launchers.base import NodeRank
-from driver.plugins import load_all
+from driver.plugins import load
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RUNTIMES,
@@ -56,10 +58,8 @@ from driver.runtimes.base import (
     driver_cpu_seconds,
     raise_interrupted,
 )
-from driver.runtimes.envs import venv_environment, venv_python
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.config import SlurmConfig, load_slurm_config
 from driver.runtimes.slurm.containers import NoContainer, SlurmPlatform
 from driver.runtimes.slurm.job import Allocation, Failure, SessionJob, job_name
 from driver.runtimes.slurm.oci import SlurmOci
@@ -233,7 +233,7 @@ class SlurmRuntime:
         without its launcher, or a Horovod source's rank program (``task_command``) for the
         node whose rank environment ``env`` is."""
         if plan.source == "dlperf":
-            load_all()
+            load("frameworks", "sources")
             framework = FRAMEWORKS.get(plan.framework)
             return device_argv(argv, self.python(framework), framework.script)
         source = SOURCES.get(plan.source)()

@@ -46,6 +46,7 @@ from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle
 from driver.cluster.inventory import Inventory, Node, load_inventory
 from driver.cluster.preflight import Check, devices_check, failures, run_preflight
 from driver.cluster.remote import NodeUnreachable, Remote, parallel
+from driver.files import write_text
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
@@ -519,9 +520,8 @@ class SshRuntime:
                 self._dirty.add(launch.remote.node.name)
                 local = repeat_dir / f"node{launch.index}.log"
                 if not local.exists():
-                    local.write_text(
-                        f"[dlperf] node {launch.remote.node.name}: log not fetched: {error}\n"
-                    )
+                    why = f"[dlperf] node {launch.remote.node.name}: log not fetched: {error}\n"
+                    write_text(local, why)
                 notes.append(f"node {launch.remote.node.name}: cleanup incomplete: {error}")
         oom = [x for x in launches if x.facts.get("oom_killed")]
         if oom and verdict in (Verdict.FAILED, Verdict.OK):

@@ -20,7 +20,7 @@ from driver.core.matrix import (
 from driver.core.session import choose_profile
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.model.case import Case
-from driver.plugins import load_all
+from driver.plugins import load
 from driver.runtimes.base import RuntimeConfigError
 from driver.runtimes.local import check_framework_python
 from driver.schema import ConfigError
@@ -32,7 +32,7 @@ BARE_MODELS = ("resnet50",)
 def prepare(request: ParityRequest) -> ParityRequest:
     """The request with the framework's own name, checked (options: by the matrix's rules, in
     :func:`plan_case`)."""
-    load_all()
+    load("frameworks")
     if request.framework not in FRAMEWORKS:
         raise ParityError(
             f"--framework {request.framework}: not a framework of the kit "

@@ -27,8 +27,9 @@
       extra_sbatch_args: ["--comment=dlperf"]  # never an option the kit sets (KIT_SBATCH_OPTIONS)
       python: {pytorch: /shared/venvs/pytorch/bin/python}  # container none; default: the kit's
 
-Only the ``slurm:`` key is read here; the rest of the file is the inventory's. Every value
-reaches ``sbatch``/``srun`` as one element of an argv list, never through a shell. The keys of
+Only the ``slurm:`` key is read here; the rest of the file is the inventory's, which embeds this
+section (one cluster file serves the SSH runtimes and Slurm): the schema stands beside it. Every
+value reaches ``sbatch``/``srun`` as one element of an argv list, never through a shell. The keys of
 ``image``, ``oci_image``, ``oci_bundle`` and ``python`` are frameworks the kit knows (and
 ``default``, where a default is read): a misspelt key would otherwise be silently unused.
 """
@@ -127,10 +128,10 @@ def _framework_key(*extra: str, sources: bool = False) -> Any:
 
     def check(key: Any) -> Any:
         from driver.frameworks.base import FRAMEWORKS
-        from driver.plugins import load_all
+        from driver.plugins import load
         from driver.sources.base import SOURCES
 
-        load_all()
+        load("frameworks", "sources")
         names = [*FRAMEWORKS.names(), *(SOURCES.names() if sources else ())]
         return one_of(*extra, *names).func(key)
 

@@ -7,13 +7,13 @@ pyenv when the system one differs) and reinstalls only when the requirements fil
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from driver.files import sha256_bytes, write_text
 from driver.frameworks.base import REPO_ROOT, Framework
 
 VENVS = Path(os.environ.get("DLPERF_VENVS", REPO_ROOT / ".venvs"))
@@ -75,7 +75,7 @@ def venv_environment(framework: Framework) -> dict[str, str]:
 
 
 def requirements_hash(framework: Framework) -> str:
-    return hashlib.sha256(framework.cpu_requirements.read_bytes()).hexdigest()
+    return sha256_bytes(framework.cpu_requirements.read_bytes())
 
 
 def ensure_env(framework: Framework, log=print) -> Path:  # noqa: ANN001
@@ -93,5 +93,5 @@ def ensure_env(framework: Framework, log=print) -> Path:  # noqa: ANN001
         [str(python), "-m", "pip", "install", "-q", "-r", str(framework.cpu_requirements)],
         check=True,
     )
-    stamp.write_text(wanted + "\n")
+    write_text(stamp, wanted + "\n")
     return python
