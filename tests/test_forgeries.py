@@ -15,7 +15,7 @@ import pytest
 from driver.core.session import Selection, run_session
 from driver.frontend.cli import main
 from driver.model.results import Session
-from driver.model.seal import SEAL, SEAL_SIGNATURE, load_seal, seal_session
+from driver.model.seal import SEAL, SEAL_SIGNATURE, load_seal, seal_session, sealed_verdicts
 from driver.runtimes.local import LocalRuntime
 from tests.forgery import speed_up, speed_up_case
 from tests.synth import cached_session, multiply
@@ -160,7 +160,8 @@ def test_an_interrupted_repeat_replaced_is_not_taken_as_done(
     selection = Selection(list(Session(cached_session()).cases()), "selftest", "test", {})
     # the seal says repeat 3 did not finish: never taken as done, whatever its record says now
     case = next(c for c in selection.cases if c.topology.label == "1n2g")
-    assert Session(root).finished(case, 3) is None and Session(root).finished(case, 2)
+    resumed = Session(root, sealed_verdicts(root))
+    assert resumed.finished(case, 3) is None and resumed.finished(case, 2)
     capsys.readouterr()
     assert resume(root, lab, selection) == 2
     err = capsys.readouterr().err

@@ -27,6 +27,7 @@ from driver.core.matrix import (
 from driver.files import KitWriteError, write_text
 from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Case, Topology
+from driver.model.seal import sealed_verdicts
 from driver.runtimes.base import Runtime
 from driver.schema import did_you_mean
 from driver.signing import SigningError, key_description, usable_key
@@ -189,6 +190,7 @@ def run_session(
             **where,
             **({"framework_python": framework_python} if framework_python else {}),
         },
+        sealed_verdicts(root),
     )
     session.note_run({"argv": argv, "profile": profile, "runtime": runtime.name, **where})
     if setting is not None:

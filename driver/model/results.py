@@ -21,7 +21,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -191,12 +191,20 @@ class Planned(Protocol):
 
 
 class Session:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, sealed_verdicts: Mapping[str, str] | None = None) -> None:
         self.root = Path(root)
+        # Repeat folder -> the verdict the session's seal holds (model/seal.py's
+        # ``sealed_verdicts``, read by the caller: the seal is built from this store, not below it).
+        self.sealed_verdicts: Mapping[str, str] = sealed_verdicts or {}
 
     @classmethod
-    def open(cls, root: Path, meta: dict[str, Any] | None = None) -> Session:
-        session = cls(root)
+    def open(
+        cls,
+        root: Path,
+        meta: dict[str, Any] | None = None,
+        sealed_verdicts: Mapping[str, str] | None = None,
+    ) -> Session:
+        session = cls(root, sealed_verdicts)
         if session.root.is_symlink():
             raise KitWriteError(
                 session.root,
@@ -261,10 +269,8 @@ class Session:
             return None
         # A repeat its seal holds as not finished (interrupted, failed) runs again, whatever
         # its record says now: an ``ok`` written into it since is not a repeat this kit ran.
-        from driver.model.seal import sealed_verdicts
-
         folder = path.parent.relative_to(self.root).as_posix()
-        return None if sealed_verdicts(self.root).get(folder, "ok") != "ok" else record
+        return None if self.sealed_verdicts.get(folder, "ok") != "ok" else record
 
     def fresh_repeat_dir(self, case: Case, repeat: int) -> Path:
         """An empty folder for a new attempt; an earlier failed or crashed attempt is kept aside."""
