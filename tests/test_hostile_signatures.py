@@ -167,8 +167,8 @@ def allowed_signers(text: str | None) -> Callable:
         path = scratch / "allowed_signers"
         if text is None:
             path.unlink()
-        else:
-            path.write_text(text)
+            return (str(path), "no such allowed-signers file")  # never "lists nobody"
+        path.write_text(text)
         return (SEAL_SIGNATURE, str(path))
 
     return apply

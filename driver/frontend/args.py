@@ -11,6 +11,7 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from driver.bench.contract import parse_option_value
 from driver.core.matrix import COMMAND_LINE, MatrixError
@@ -210,9 +211,28 @@ def allowed_signers_option(parser: argparse.ArgumentParser) -> None:
         "--allowed-signers",
         metavar="FILE",
         help="the keys trusted to sign sessions and versions, one '<principal> <key type> "
-        "<public key>' per line (git's format; default: allowed_signers in the reports folder "
-        "that holds the version)",
+        "<public key>' per line (git's format; default: $DLPERF_ALLOWED_SIGNERS, else "
+        "~/.config/dlperf/allowed_signers, else the reports folder's own allowed_signers, "
+        "which the verdict then names)",
     )
+    parser.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="refuse (fail) any session or version that no trusted key signed",
+    )
+
+
+def check_trust_anchor(args: argparse.Namespace, reports: Path) -> str | None:
+    """The error of an allowed-signers file named by --allowed-signers or
+    $DLPERF_ALLOWED_SIGNERS that cannot be read (missing, a folder, a FIFO), else None."""
+    from driver.release.signatures import trust_anchor
+    from driver.signing import SigningError
+
+    try:
+        trust_anchor(args.allowed_signers, reports)
+    except SigningError as error:
+        return str(error)
+    return None
 
 
 def lock_or_inventory_errors() -> tuple[type[BaseException], ...]:

@@ -51,6 +51,9 @@ class AuditReport:
     table_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # cases, repeats
     notes: list[str] = field(default_factory=list)
     signatures: list[str] = field(default_factory=list)  # who signed the version, each session
+    unsigned: list[str] = field(default_factory=list)  # the version and sessions no key signed
+    trust: str = ""  # which allowed-signers file the signatures were checked against
+    trust_own: bool = False  # the version's own: said in the verdict
     counts: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -85,10 +88,12 @@ class AuditReport:
                 out += [f"      {f}" for f in found]
             else:
                 out.append(f'  [ok]   table "{title}"{size}')
+        out += [f"  signatures {self.trust}"] if self.trust else []
         out += [f"  signature: {line}" for line in self.signatures]
         out += [f"  note: {n}" for n in self.notes]
         verdict = "PASS" if self.ok else f"FAIL ({len(self.findings)} difference(s))"
-        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s")
+        own = " (signatures trusted by the version's own allowed_signers)" if self.trust_own else ""
+        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s{own}")
         return "\n".join(out)
 
 
