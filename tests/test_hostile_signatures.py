@@ -15,6 +15,7 @@ corpus: N cases, T tracebacks, S silent``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class Hostile:
     base: str  # "signed" | "sealed" (no key) | "version" (released from "signed", signed)
     apply: Callable[[Path, Path, Keys], tuple[str, ...]]  # (copy, scratch, keys) -> expected
     superlinear: bool = False  # release with a reason for the forged case's scaling
+    extra: tuple[str, ...] = ()  # more options of the release ("LAB": the lab's key)
 
 
 def repeat(root: Path, number: int = 1) -> Path:
@@ -174,6 +176,52 @@ def allowed_signers(text: str | None) -> Callable:
     return apply
 
 
+def allowed_signers_odd(kind: str) -> Callable:
+    """The allowed-signers file replaced by something that is not one to read."""
+
+    def apply(_copy: Path, scratch: Path, _keys: Keys) -> tuple[str, ...]:
+        path = scratch / "allowed_signers"
+        path.unlink()
+        if kind == "folder":
+            path.mkdir()
+            return (str(path), "a folder where the allowed-signers file should be")
+        os.mkfifo(path)  # a blocking read would hang the release: never opened
+        return (str(path), "a FIFO (named pipe) where the allowed-signers file should be")
+
+    return apply
+
+
+def allowed_line(options: str, principal: str = "lab@example.org") -> Callable:
+    """The lab's key listed with ``options`` (a validity window, cert-authority)."""
+
+    def apply(_copy: Path, scratch: Path, keys: Keys) -> tuple[str, ...]:
+        kind, blob = keys.lab.with_suffix(".pub").read_text().split()[:2]
+        path = scratch / "allowed_signers"
+        path.write_text(f"{principal} {options} {kind} {blob}\n".replace("  ", " "))
+        if len(principal) > 256:
+            return (f"{path} line 1: a principal of {len(principal)} characters",)
+        return (str(SEAL_SIGNATURE), f"{path} line 1", options.split("=")[0])
+
+    return apply
+
+
+def signature_bytes(data: bytes, expected: str) -> Callable:
+    def apply(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
+        (copy / SEAL_SIGNATURE).write_bytes(data)
+        return (str(copy / SEAL_SIGNATURE), expected, "ssh-keygen -Y sign")
+
+    return apply
+
+
+def downgraded(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
+    """Edited, its signature dropped, sealed again by the kit without a key."""
+    speed_up_case(copy, CASE, 1.01)
+    (copy / SEAL_SIGNATURE).unlink()
+    (copy / SEAL).unlink()
+    seal_session(copy, None)
+    return ("--require-signed", f"{copy.name}: sealed, not signed")
+
+
 def signature_without_seal(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
     (copy / SEAL).unlink()
     return (str(copy / SEAL_SIGNATURE), f"a signature of no {SEAL}")
@@ -217,6 +265,22 @@ SESSION_CASES = [
     Hostile("signed: allowed_signers missing", "signed", allowed_signers(None)),
     Hostile("signed: allowed_signers lists no key", "signed", allowed_signers("# nobody\n")),
     Hostile("signed: a signature without its seal", "signed", signature_without_seal),
+    Hostile("signed: allowed_signers a folder", "signed", allowed_signers_odd("folder")),
+    Hostile("signed: allowed_signers a FIFO", "signed", allowed_signers_odd("fifo")),
+    Hostile("signed: key listed with an expired valid-before", "signed",
+            allowed_line('valid-before="20200101"')),
+    Hostile("signed: key listed valid only from 2999", "signed",
+            allowed_line('valid-after="29990101"')),
+    Hostile("signed: key listed as cert-authority", "signed", allowed_line("cert-authority")),
+    Hostile("signed: a 5,000-character principal", "signed",
+            allowed_line("", "p" * 5000)),
+    Hostile("signed: a malformed .sig", "signed",
+            signature_bytes(b"-----BEGIN SSH SIGNATURE-----\nbm9wZQ==\n"
+                            b"-----END SSH SIGNATURE-----\n", "not an SSH signature")),
+    Hostile("signed: a 50 MB .sig", "signed",
+            signature_bytes(b"A" * 50_000_000, "50000000 bytes, not an SSH signature")),
+    Hostile("signed: edited, .sig dropped, re-sealed, --require-signed", "signed", downgraded,
+            extra=("--require-signed", "--signing-key", "LAB")),
     Hostile("signed: seal schema 9", "signed", seal_text_edit('"schema": 1', '"schema": 9')),
     Hostile("signed: seal not JSON", "signed", seal_text_edit("{", "{{")),
     Hostile("sealed: log edited within the noise, re-hashed", "sealed", unsigned_log_edit),
@@ -338,6 +402,7 @@ def hostile_case(case: Hostile, bases: dict[str, Path], keys: Keys, scratch: Pat
     reports = scratch / "reports"
     argv = ["release", "v0.9", str(copy), "--reports", str(reports), "--no-flops",
             "--allowed-signers", str(scratch / "allowed_signers")]  # fmt: skip
+    argv += [str(keys.lab) if arg == "LAB" else arg for arg in case.extra]
     if case.superlinear:
         argv += ["--superlinear", CASE, "a forger's reason"]
         return HostileCase(case.name, refusing(lambda: run_cli(argv)), expect, (Refused,),
