@@ -704,6 +704,45 @@ def release_config_cases(files: Files) -> Iterator[HostileCase]:
         for hostile in file_level_cases(kind, files, filename, good, loader):
             if not hostile.name.endswith("/file/missing"):  # absent: no references, no peaks
                 yield hostile
+    yield from reference_rule_cases(files)
+
+
+def reference_rule_cases(files: Files) -> Iterator[HostileCase]:
+    """references.yaml held to the rules of ``dlperf import``: efficiency, devices vs nodes, a
+    range's order, one entry per id; a symlink refused without showing its target's text."""
+    first = REFERENCES["results"][0]
+    rules: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+        ("efficiency-969%", {"speedup": 310.08, "devices": 32, "nodes": 4},
+         ("results[0]", "efficiency of 969.00%", "above 100%")),
+        ("3-devices-on-4-nodes", {"devices": 3, "nodes": 4, "speedup": None},
+         ("results[0]", "devices (3, the total) must be a multiple of nodes (4)")),
+        ("reversed-range", {"per_device": [2000.0, 1000.0], "throughput": None},
+         ("per_device", "reversed: write [1000.0, 2000.0]")),
+    ]  # fmt: skip
+    for name, change, expect in rules:
+        document = {"schema": 1, "results": [{**first, **change}]}
+        path = files.write("references.yaml", yaml.safe_dump(document, sort_keys=False))
+        yield HostileCase(f"references/rule/{name}", lambda p=path: load_references(p),
+                          (str(path), *expect))  # fmt: skip
+    twice = {"schema": 1, "results": [first, {**first, "note": "again"}]}
+    path = files.write("references.yaml", yaml.safe_dump(twice, sort_keys=False))
+    duplicate = f"results[1] has the id {first['id']!r} of results[0]"
+    yield HostileCase("references/rule/duplicate-id", lambda: load_references(path),
+                      (str(path), duplicate))  # fmt: skip
+    link = files.root / "link" / "references.yaml"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to("/etc/passwd")
+
+    def symlinked() -> object:
+        try:
+            return load_references(link)
+        except ConfigError as error:
+            assert "root:" not in str(error), str(error)  # the target's text is never shown
+            raise
+
+    yield HostileCase("references/file/symlink-to-etc-passwd", symlinked,
+                      (str(link), "is a symlink (to /etc/passwd)"))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
