@@ -60,6 +60,7 @@ class Hostile:
     apply: Callable[[Path, Path, Keys], tuple[str, ...]]  # (copy, scratch, keys) -> expected
     superlinear: bool = False  # release with a reason for the forged case's scaling
     extra: tuple[str, ...] = ()  # more options of the release ("LAB": the lab's key)
+    reason: str = "a forger's reason"  # the superlinear reason, where one is given
 
 
 def repeat(root: Path, number: int = 1) -> Path:
@@ -243,6 +244,11 @@ def unsigned_log_edit(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...
     return (f"{repeat(copy)}/node0.log: log changed after sealing",)
 
 
+LIVE_REASON = "[click](https://evil.example) **trust me** ![x](https://e.example/x.png)"
+ESCAPED_REASON = (
+    "\\[click\\](https://evil.example) \\*\\*trust me\\*\\* !\\[x\\](https://e.example/x.png)"
+)
+
 SESSION_CASES = [
     Hostile("signed: 1n2g logs 30% faster, re-hashed (the issue's forgery)", "signed", forged),
     Hostile("signed: the forgery with the seal re-written by the kit", "signed",
@@ -287,6 +293,8 @@ SESSION_CASES = [
     Hostile("sealed: 1n2g logs 30% faster, sealed anew by the kit", "sealed", forged_unsigned),
     Hostile("sealed: the forgery with a reason: released only as unsigned", "sealed",
             forged_unsigned, superlinear=True),
+    Hostile("sealed: a reason holding a link and bold text: escaped in the README", "sealed",
+            forged_unsigned, superlinear=True, reason=LIVE_REASON),
 ]  # fmt: skip
 
 
@@ -374,13 +382,16 @@ def bases(keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
     return {"signed": signed, "sealed": sealed, "version": version}
 
 
-def unsigned_readme(version: Path) -> Callable[[object], bool]:
-    """Released with a reason: legitimate when the version says it is unsigned."""
+def unsigned_readme(version: Path, reason: str) -> Callable[[object], bool]:
+    """Released with a reason: legitimate when the version says it is unsigned, and the reason
+    is shown as text (no link, image or bold of its own)."""
 
     def check(_output: object) -> bool:
         readme = version / "README.md"
-        return readme.exists() and "This version is **unsigned**" in readme.read_text() and (
-            "| **unsigned** |" in readme.read_text()
+        text = readme.read_text() if readme.exists() else ""
+        shown = ESCAPED_REASON if reason == LIVE_REASON else reason
+        return "This version is **unsigned**" in text and "| **unsigned** |" in text and (
+            f"released with the reason: {shown}" in text and "click](" not in text
         )
 
     return check
@@ -404,9 +415,9 @@ def hostile_case(case: Hostile, bases: dict[str, Path], keys: Keys, scratch: Pat
             "--allowed-signers", str(scratch / "allowed_signers")]  # fmt: skip
     argv += [str(keys.lab) if arg == "LAB" else arg for arg in case.extra]
     if case.superlinear:
-        argv += ["--superlinear", CASE, "a forger's reason"]
+        argv += ["--superlinear", CASE, case.reason]
         return HostileCase(case.name, refusing(lambda: run_cli(argv)), expect, (Refused,),
-                           accepted=unsigned_readme(reports / "v0.9"))  # fmt: skip
+                           accepted=unsigned_readme(reports / "v0.9", case.reason))  # fmt: skip
     return HostileCase(case.name, refusing(lambda: run_cli(argv)), expect, (Refused,))
 
 
@@ -423,7 +434,10 @@ def test_the_corpus_is_refused_clearly_by_name(
     assert not failures, failures  # names each traceback, silent or vague case, with its detail
     assert counts.by_kind[TRACEBACK] == 0 and counts.by_kind[SILENT] == 0
     accepted = [v.case.name for v in counts.verdicts if v.kind == "accepted"]
-    assert accepted == ["sealed: the forgery with a reason: released only as unsigned"]
+    assert accepted == [
+        "sealed: the forgery with a reason: released only as unsigned",
+        "sealed: a reason holding a link and bold text: escaped in the README",
+    ]
 
 
 def test_the_untouched_bases_release_and_audit(

@@ -19,7 +19,7 @@ from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.release.signatures import SIGNED, VERSION_SIGNATURE
-from driver.text import markdown_cell
+from driver.text import markdown_cell, markdown_link
 
 PLOTS_DIR = "plots"
 
@@ -232,7 +232,7 @@ def _references_section(computed: Computed) -> str:
                 markdown_cell(config),
                 _num(e.reference_per_device, 2),
                 "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
-                f"[{markdown_cell(e.reference_source)}]({markdown_cell(e.reference_link)})",
+                markdown_link(e.reference_source, e.reference_link),
             ]
         )
     if not rows:
