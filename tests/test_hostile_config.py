@@ -459,6 +459,23 @@ def slurm_cases(files: Files) -> Iterator[HostileCase]:
         yield case(f"mounts/flags/{i}", "mounts", value, "mounts[0]")
     for i, value in enumerate(OCI_CACHES):
         yield case(f"oci_cache/{i}", "oci_cache", value, "oci_cache")
+    # options that change who the job runs as, its container or the files it reads
+    for option in ("--uid=0", "--gid=0", "--container=/x", "--container-image=evil",
+                   "--input=/etc/shadow", "-i/etc/shadow", "--container-mounts=/:/host"):
+        yield case(f"extra_sbatch_args/identity/{option}", "extra_sbatch_args", [option],
+                   "which the kit controls")  # fmt: skip
+    from driver.frameworks.base import REPO_ROOT
+
+    for name, folder in (("checkout", str(REPO_ROOT)), ("above-checkout", str(REPO_ROOT.parent))):
+        yield case(f"oci_cache/{name}", "oci_cache", folder, "own checkout")
+    for value in ("../../etc", "/etc/passwd", "Upper/Case", "x:tag:tag", "a b"):
+        yield case(f"oci_image/{value}", "oci_image", {"calibration": value},
+                   "a docker image reference")  # fmt: skip
+    for mode in ("pyxis", "none"):
+        given = {"container": mode, "oci_image": {"calibration": "dlperf/cpu:1"}}
+        path = files.write("cluster.yaml", yaml.safe_dump({"slurm": given}))
+        yield HostileCase(f"slurm/oci_image-with-{mode}", lambda p=path: load_slurm_config(p),
+                          (str(path), f"oci_image given with container: {mode}"))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
