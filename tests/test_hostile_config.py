@@ -309,6 +309,8 @@ SUBCOMMAND_VALUES: dict[tuple[str, ...], list[str]] = {
     ("preflight", "--devices"): ["0", "-1", "1e3", "nan", "5000"],
     ("probe", "--iters"): ["0", "-1", "nan", "1e9"],
     ("probe", "--sizes-mb"): ["nan", "0", "1,,2", "-1", "1e9", "inf", ""],
+    ("nodes", "--probe-sizes-mb"): ["1,1,1", "1,2,1.0"],
+    ("selftest", "--topologies"): ["1n1g,,1n2g", ",1n1g", "1n1g,"],
     ("probe", "--session"): ["../x", "/abs/path", "a/b", ".", ".hidden", "a\nb"],
     ("parity", "--timeout"): ["nan", "inf", "-inf", "0", "-1", "1e308", "x", ""],
     ("parity", "--threads"): ["100000", "-1", "x", "1.5"],
@@ -327,6 +329,7 @@ SUBCOMMAND_REST = {
     "compare": ["a", "b"],
     "preflight": ["--inventory", "missing-inventory.yaml"],
     "probe": ["--session", "s", "--topology", "1n2g"],
+    "nodes": ["--inventory", "missing-inventory.yaml"],
 }
 
 
@@ -345,6 +348,22 @@ def cli_cases(files: Files) -> Iterator[HostileCase]:
         argv = [*base, "--option", first, "--option", second]
         expect = ("--option", first.split("=")[0], "twice")
         yield HostileCase(f"cli/--option-twice/{i}", lambda a=argv: run_cli(a), expect)
+    # A one-value option given twice, or a list naming a value twice: never silently one.
+    for name, extra, expect in (
+        ("--batch-twice", ["--batch", "8", "--batch", "16"], ("--batch", "twice")),
+        ("--batch-8,8", ["--batch", "8,8"], ("--batch", "8 more than once")),
+        ("--model-twice", ["--model", "resnet50", "--model", "bert"], ("--model", "twice")),
+    ):
+        yield HostileCase(f"cli/{name}", lambda a=[*base, *extra]: run_cli(a), expect)
+    # dlperf nodes --results naming a file: the path is named, not the nodes.
+    a_file = files.write("results-file", "not a folder\n")
+    argv = ["nodes", "--inventory", "missing-inventory.yaml", "--results", str(a_file)]
+    yield HostileCase("cli/nodes --results a file", lambda a=argv: run_cli(a),
+                      ("--results", str(a_file), "a file, not a folder"))  # fmt: skip
+    # selftest --nodes on the local runtime: explained in terms of the local runtime.
+    local = ("--nodes", "not local: the local runtime runs every process on this one machine")
+    yield HostileCase("cli/selftest --nodes on local",
+                      lambda: run_cli(["selftest", "--nodes", "2"]), local)  # fmt: skip
     # An empty environment name is not "every environment" (gigabytes of installs).
     for i, names in enumerate(["", ",", " ", "pytorch,", ",pytorch"]):
         yield HostileCase(f"cli/envs/{i}", lambda n=names: run_cli(["envs", n]), ("envs",))
