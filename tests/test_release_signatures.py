@@ -302,3 +302,27 @@ def test_require_signed_refuses_a_signed_session_downgraded_to_unsigned(
     assert code == 1 and "run/session-manifest.json: signature: published 'unsigned'" in text
     code, text = cli(["audit", "v1.0", "--reports", str(reports)])
     assert code == 0, text
+
+
+def test_require_signed_refuses_an_attested_machine_on_an_unsigned_session(
+    tmp_path: Path, reports: Path
+) -> None:
+    """A CPU run imported without a key, then attested as 8x H100: an attestation is no
+    signature, and --require-signed refuses the session as unsigned."""
+    from driver.core.importlogs import import_run
+    from driver.sources.logfacts import Facts
+    from tests.test_hostile_imports import dllogger_plain
+
+    log = tmp_path / "cpu.log"
+    log.write_text(dllogger_plain(list(range(1, 121))))
+    session = tmp_path / "results" / "imported"
+    facts = Facts(model="resnet50", batch=64, warmup_steps=20, measured_steps=100)
+    import_run(session, "ngc-pytorch", facts, [log])
+    code, text = cli(["attest-hardware", str(session), "--label", "8x H100 80GB HBM3",
+                      "--source", "the forger says so"])  # fmt: skip
+    assert code == 0, text
+    argv = ["release", "v1.0", str(session), "--reports", str(reports), "--no-flops",
+            "--signing-key", str(tmp_path / "lab"), "--require-signed"]  # fmt: skip
+    code, text = cli(argv)
+    assert code == 2 and "--require-signed: these sessions are not signed" in text, text
+    assert "  imported: " in text and not (reports / "v1.0").exists()
