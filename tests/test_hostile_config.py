@@ -319,6 +319,7 @@ SUBCOMMAND_VALUES: dict[tuple[str, ...], list[str]] = {
     ("import", "--title"): ["a\u202eb", "<img src=x onerror=y>", "x" * 201],
     ("release", "--title"): ["a\u202eb", "<b>x</b>", "x" * 201, "a\rb"],
     ("release", "--changelog"): ["a\u202eb", "<details>x", "y" * 2001, "a\x1b[2Jb"],
+    ("release", "--signing-key"): ["", " "],  # never shown as "."
 }  # fmt: skip
 SUBCOMMAND_REST = {
     "parity": ["--framework", "pytorch"],
