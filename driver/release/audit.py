@@ -114,11 +114,17 @@ def audit(
         state.add("allowed_signers", "the file", str(error), "a readable allowed-signers file")
         report.elapsed_s = time.perf_counter() - started
         return report
-    report.trust, report.trust_own = trust.verdict(), trust.own
+    report.trust = trust.verdict()
     try:
         _run(state, expected_version, images_lock, recompute_flops, reports_root, trust.path)
         for unsigned in report.unsigned if require_signed else []:
             state.add(unsigned, "signature", "unsigned", "signed (--require-signed)")
+        # the verdict names the version's own file where it decided something: a signature
+        # verified, or one that did not verify against it
+        checked = len(report.signatures) > len(report.unsigned) or any(
+            f.cell in ("seal", "signature") and f.published != "unsigned" for f in report.findings
+        )
+        report.trust_own = trust.own and checked
     finally:
         report.elapsed_s = time.perf_counter() - started
     return report
