@@ -13,11 +13,18 @@ so a log edited afterwards, even re-hashed with the kit's own functions, no long
 
 from __future__ import annotations
 
+import base64
+import binascii
+import calendar
+import hashlib
 import os
 import re
+import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +37,16 @@ KEY_VARIABLE = "DLPERF_SIGNING_KEY"  # path of the private key that signs, when 
 _PRINCIPAL = re.compile(r'Good "[^"]+" signature for (?P<principal>.+?) with (?P<key>.+)$')
 _KEY = re.compile(r'Good "[^"]+" signature with (?P<key>.+?)\s*$', re.MULTILINE)
 TIMEOUT_S = 60
+# An SSH signature is a few hundred bytes (an RSA-16384 one under 5 KiB): a bigger ".sig" is
+# refused before ssh-keygen reads it. An allowed-signers file is a list of keys people keep.
+MAX_SIGNATURE_BYTES = 16 * 1024
+MAX_ALLOWED_SIGNERS_BYTES = 1024 * 1024
+MAX_PRINCIPAL = 256  # an e-mail address is at most 254 characters
+_ARMOUR = re.compile(
+    rb"\A\s*-----BEGIN SSH SIGNATURE-----\s*(?P<body>[A-Za-z0-9+/=\s]+?)\s*"
+    rb"-----END SSH SIGNATURE-----\s*\Z"
+)
+_TIME = re.compile(r"(?P<digits>\d{8}(?:\d{4}(?:\d{2})?)?)(?P<utc>Z?)")
 
 
 class SigningError(RuntimeError):
@@ -53,6 +70,11 @@ def ssh_keygen() -> str:
 def configured_key(explicit: str | Path | None = None) -> Path | None:
     """The signing key: ``explicit`` (a command-line option), else ``$DLPERF_SIGNING_KEY``,
     else none (unsigned). A key named but missing is an error, never a silent "unsigned"."""
+    if explicit is not None and str(explicit).strip() == "":
+        raise SigningError(
+            "--signing-key is empty: give the path of a private SSH key (ssh-keygen -t ed25519 "
+            "-f FILE makes one), or leave the option out to stay unsigned"
+        )
     named = explicit if explicit is not None else os.environ.get(KEY_VARIABLE) or None
     if named is None:
         return None
@@ -96,22 +118,194 @@ def signature_path(path: Path) -> Path:
     return path.with_name(path.name + SIGNATURE_SUFFIX)
 
 
-def listed_keys(allowed_signers: Path) -> int:
-    """How many keys ``allowed_signers`` lists (0 when it is missing: nothing is trusted)."""
+def regular_file(path: Path, what: str, fix: str) -> int:
+    """The size of ``path`` when it is a regular file (following symlinks); else SigningError
+    naming what it is instead and ``fix``. Checked with ``os.stat`` before any open, so a FIFO
+    or a device is never read (a read of a FIFO blocks until someone writes to it)."""
     try:
-        lines = allowed_signers.read_text(errors="replace").splitlines()
-    except OSError:
-        return 0
-    return sum(1 for line in lines if line.strip() and not line.lstrip().startswith("#"))
+        found = os.stat(path)
+    except FileNotFoundError:
+        raise SigningError(f"{path}: no such {what}; {fix}") from None
+    except OSError as error:
+        raise SigningError(f"{path}: cannot read this {what} ({error.strerror}); {fix}") from None
+    if stat.S_ISDIR(found.st_mode):
+        raise SigningError(f"{path}: a folder where the {what} should be; {fix}")
+    if not stat.S_ISREG(found.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(found.st_mode) else "not a regular file"
+        raise SigningError(
+            f"{path}: {kind} where the {what} should be (not read: it could block); {fix}"
+        )
+    return found.st_size
+
+
+_ALLOWED_FIX = (
+    "give a file listing each trusted key as '<principal> <key type> <public key>' "
+    "(git's format), with --allowed-signers FILE or $DLPERF_ALLOWED_SIGNERS"
+)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One key an allowed-signers file lists: its line, principals, options and fingerprint."""
+
+    line: int
+    principals: tuple[str, ...]
+    options: tuple[str, ...]
+    fingerprint: str  # SHA256:..., as ssh-keygen prints it
+
+    def option(self, name: str) -> str | None:
+        for option in self.options:
+            key, _, value = option.partition("=")
+            if key.lower() == name:
+                return value.strip('"') if value else ""
+        return None
+
+
+def allowed_signers_lines(allowed_signers: Path) -> list[Listed]:
+    """Every key ``allowed_signers`` lists; SigningError naming the file, the line and the fix
+    for a file that is missing, a folder, a FIFO, too big, or a line the kit cannot read (an
+    over-long principal, a key that is not base64)."""
+    size = regular_file(allowed_signers, "allowed-signers file", _ALLOWED_FIX)
+    if size > MAX_ALLOWED_SIGNERS_BYTES:
+        raise SigningError(
+            f"{allowed_signers}: {size} bytes, more than an allowed-signers file holds (at most "
+            f"{MAX_ALLOWED_SIGNERS_BYTES}); {_ALLOWED_FIX}"
+        )
+    listed = []
+    text = allowed_signers.read_bytes().decode(errors="replace")
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{allowed_signers} line {number}"
+        try:
+            fields = shlex.split(line, comments=False, posix=True)
+        except ValueError as error:
+            raise SigningError(f"{where}: unreadable ({error}); {_ALLOWED_FIX}") from None
+        types = [i for i, f in enumerate(fields) if _KEY_TYPE.fullmatch(f)]
+        if not types or types[0] == 0 or types[0] + 1 >= len(fields):
+            raise SigningError(
+                f"{where}: no '<principal> [options] <key type> <public key>'; {_ALLOWED_FIX}"
+            )
+        kind = types[0]
+        principals = tuple(fields[0].split(","))
+        for principal in principals:
+            if len(principal) > MAX_PRINCIPAL:
+                raise SigningError(
+                    f"{where}: a principal of {len(principal)} characters (at most "
+                    f"{MAX_PRINCIPAL}); name the signer by an e-mail address or a short name"
+                )
+        try:
+            blob = base64.b64decode(fields[kind + 1], validate=True)
+        except (binascii.Error, ValueError):
+            raise SigningError(
+                f"{where}: the public key is not base64; copy the line from the signer's "
+                "'.pub' file"
+            ) from None
+        fingerprint = "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode()
+        options = tuple(o for f in fields[1:kind] for o in f.split(",") if o)
+        listed.append(Listed(number, principals, options, fingerprint.rstrip("=")))
+    return listed
+
+
+_KEY_TYPE = re.compile(r"(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+@openssh\.com)"
+                       r"(-cert-v01@openssh\.com)?")  # fmt: skip
+
+
+def listed_keys(allowed_signers: Path) -> int:
+    """How many keys ``allowed_signers`` lists; SigningError (with the fix) when it is missing,
+    a folder, a FIFO or unreadable: a file named but absent is never "lists nobody"."""
+    return len(allowed_signers_lines(allowed_signers))
+
+
+def _window(listed: Listed, now: float) -> str | None:
+    """Why ``listed``'s valid-after/valid-before window excludes ``now`` (None: it does not)."""
+    for name, outside in (("valid-after", lambda t: now < t), ("valid-before", lambda t: now >= t)):
+        value = listed.option(name)
+        if value is None:
+            continue
+        match = _TIME.fullmatch(value)
+        if match is None:
+            return f"its {name}={value!r} is not a time ssh-keygen reads (YYYYMMDD[HHMM[SS]][Z])"
+        digits = match["digits"].ljust(14, "0")
+        parsed = time.strptime(digits, "%Y%m%d%H%M%S")
+        stamp = calendar.timegm(parsed) if match["utc"] else time.mktime(parsed)
+        if outside(stamp):
+            return f"it is listed with {name}={value}, and now is outside that window"
+    return None
+
+
+def _unlisted(name: str, allowed_signers: Path, key: str | None, reason: str) -> SigningError:
+    """Why ``allowed_signers`` does not vouch for the signature's ``key``: not listed at all,
+    listed outside its validity window, or listed as a certificate authority only."""
+    fingerprint = key.split()[-1] if key else None
+    try:
+        lines = allowed_signers_lines(allowed_signers)
+    except SigningError as error:
+        return error
+    for listed in lines:
+        if fingerprint is None or listed.fingerprint != fingerprint:
+            continue
+        where = f"{allowed_signers} line {listed.line}"
+        if listed.option("cert-authority") is not None:
+            return SigningError(
+                f"{name}{SIGNATURE_SUFFIX}: signed by {key}, which {where} lists as "
+                "cert-authority: that trusts certificates the key signed, not the key's own "
+                "signatures; drop 'cert-authority' from the line to trust the key itself"
+            )
+        window = _window(listed, time.time())
+        if window:
+            return SigningError(
+                f"{name}{SIGNATURE_SUFFIX}: signed by {key}, which {where} names as "
+                f"{', '.join(listed.principals)}, but {window}; renew the line's window if the "
+                "key is still trusted"
+            )
+    return SigningError(
+        f"{name}{SIGNATURE_SUFFIX}: signed by a key that {allowed_signers} does not list "
+        f"({key or reason or 'no principal matches'})"
+    )
+
+
+def _oversized(where: str, size: int) -> SigningError:
+    return SigningError(
+        f"{where}: {size} bytes, not an SSH signature (those are under {MAX_SIGNATURE_BYTES} "
+        "bytes); remove it and sign again (ssh-keygen -Y sign)"
+    )
+
+
+def check_signature(signature: bytes, name: str) -> None:
+    """SigningError unless ``signature`` is an armoured SSH signature of a signature's size
+    (checked before ssh-keygen reads it: a huge or malformed file is named, not waited on)."""
+    where = f"{name}{SIGNATURE_SUFFIX}"
+    if len(signature) > MAX_SIGNATURE_BYTES:
+        raise _oversized(where, len(signature))
+    match = _ARMOUR.match(signature)
+    body = b"".join(match["body"].split()) if match else b""
+    try:
+        decoded = base64.b64decode(body, validate=True) if body else b""
+    except (binascii.Error, ValueError):
+        decoded = b""
+    if not decoded.startswith(b"SSHSIG"):
+        raise SigningError(
+            f"{where}: not an SSH signature (no '-----BEGIN SSH SIGNATURE-----' block holding "
+            "an SSHSIG); remove it and sign again (ssh-keygen -Y sign)"
+        )
+
+
+def read_signature(path: Path) -> bytes:
+    """The bytes of the signature file ``path``, its type and size checked before reading."""
+    size = regular_file(path, "signature file", "remove it and sign again (ssh-keygen -Y sign)")
+    if size > MAX_SIGNATURE_BYTES:
+        raise _oversized(str(path), size)
+    return path.read_bytes()
 
 
 def verify(path: Path, allowed_signers: Path, namespace: str) -> Signer:
     """The signer of ``path`` (its ``<path>.sig``), if that signature is good for these bytes,
     this namespace and a key listed in ``allowed_signers``; else SigningError saying which."""
     signature = signature_path(path)
-    if not signature.is_file():
+    if not signature.exists() and not signature.is_symlink():
         raise SigningError(f"{path}: no signature ({signature.name} is missing): unsigned")
-    return verify_bytes(path.read_bytes(), signature.read_bytes(), allowed_signers, namespace,
+    return verify_bytes(path.read_bytes(), read_signature(signature), allowed_signers, namespace,
                         str(path))  # fmt: skip
 
 
@@ -120,11 +314,8 @@ def verify_bytes(
 ) -> Signer:
     """The signer of ``data`` (``name`` in messages) by ``signature``, if it is good for these
     bytes, this namespace and a key listed in ``allowed_signers``; else SigningError."""
-    if not allowed_signers.is_file():
-        raise SigningError(
-            f"{allowed_signers}: no such allowed-signers file; list each trusted key there as "
-            "'<principal> <key type> <public key>' (git's format)"
-        )
+    allowed_signers_lines(allowed_signers)  # a missing, odd or unreadable file named first
+    check_signature(signature, name)
     with tempfile.TemporaryDirectory(prefix="dlperf-verify-") as scratch:
         signature_file = Path(scratch) / "signature"
         signature_file.write_bytes(signature)
@@ -133,10 +324,7 @@ def verify_bytes(
         principals = [line.strip() for line in found.stdout.splitlines() if line.strip()]
         if found.returncode != 0 or not principals:
             key = intact_key(data, signature, namespace)
-            raise SigningError(
-                f"{name}{SIGNATURE_SUFFIX}: signed by a key that {allowed_signers} does not list "
-                f"({key or _last(found.stderr) or 'no principal matches'})"
-            )
+            raise _unlisted(name, allowed_signers, key, _last(found.stderr))
         for principal in principals:
             done = _run([ssh_keygen(), "-Y", "verify", "-f", str(allowed_signers), "-I",
                          principal, "-n", namespace, "-s", str(signature_file)],
@@ -153,7 +341,11 @@ def verify_bytes(
 def intact_key(data: bytes, signature: bytes, namespace: str) -> str | None:
     """The key (``ED25519 key SHA256:...``) whose signature ``signature`` is for exactly these
     bytes in ``namespace``, whoever holds it (no allowed-signers file: ``check-novalidate``);
-    None when the signature does not match the bytes or the namespace."""
+    None when the signature does not match the bytes or the namespace (or is no signature)."""
+    try:
+        check_signature(signature, "signature")
+    except SigningError:
+        return None
     with tempfile.TemporaryDirectory(prefix="dlperf-verify-") as scratch:
         signature_file = Path(scratch) / "signature"
         signature_file.write_bytes(signature)

@@ -9,7 +9,10 @@ rewriting what the reader sees:
   table row, U+202E turns the rest of a line right to left, a zero-width character makes two
   labels look alike) and a length bound per kind of field (:data:`LIMITS`);
 - at output (:func:`markdown_cell`): a Markdown table cell escapes ``|`` (a column break) and
-  the HTML characters ``& < >`` (a ``<script>`` or a tag that hides the rest of the page).
+  the HTML characters ``& < >`` (a ``<script>`` or a tag that hides the rest of the page);
+  free text in prose or a note (:func:`markdown_inline`) also escapes what would make it a
+  link, an image or emphasis (``[ ] * _ ~ \\``), and a link (:func:`markdown_link`) gets its
+  text escaped so and its target percent-encoded, so a URL holding ``)](`` stays one link.
   CSV cells go through ``driver.csvsafe.safe_cell`` (formula prefixes, control characters).
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from pydantic import AfterValidator
 
@@ -115,3 +119,29 @@ def markdown_cell(value: Any) -> str:
     return "".join(
         f"U+{ord(c):04X}" if unicodedata.category(c) in REFUSED_CATEGORIES else c for c in text
     )
+
+
+# Inline Markdown a person's text must not open: links and images (``[``, ``]``), emphasis and
+# strike-through (``*``, ``_``, ``~``); the backslash first, so a typed ``\\[`` stays text.
+_INLINE = str.maketrans({c: "\\" + c for c in "\\[]*_~"})
+
+
+def markdown_inline(value: Any) -> str:
+    """``value`` as literal text in a Markdown line or cell: :func:`markdown_cell`'s escapes,
+    and no link, image, bold, italic or strike-through it could open."""
+    return markdown_cell(str(value).translate(_INLINE))
+
+
+# What stays as it is in a link's target: the characters a URL needs; every other one (``( ) [
+# ] < > | " '`` and spaces among them) percent-encoded, so it cannot end the link or the cell.
+_URL_SAFE = ":/?#@!$&*+,;=%~-._"
+
+
+def markdown_link(text: Any, url: Any) -> str:
+    """``[text](url)`` that nothing breaks out of: the text as :func:`markdown_inline`, the
+    target percent-encoded; a target that is not an http(s) URL is shown as text, not linked."""
+    shown = markdown_inline(text)
+    target = str(url)
+    if not re.match(r"https?://", target, re.IGNORECASE):
+        return f"{shown} ({markdown_inline(target)})"
+    return f"[{shown}]({quote(target, safe=_URL_SAFE).replace('&', '&amp;')})"

@@ -309,6 +309,8 @@ SUBCOMMAND_VALUES: dict[tuple[str, ...], list[str]] = {
     ("preflight", "--devices"): ["0", "-1", "1e3", "nan", "5000"],
     ("probe", "--iters"): ["0", "-1", "nan", "1e9"],
     ("probe", "--sizes-mb"): ["nan", "0", "1,,2", "-1", "1e9", "inf", ""],
+    ("nodes", "--probe-sizes-mb"): ["1,1,1", "1,2,1.0"],
+    ("selftest", "--topologies"): ["1n1g,,1n2g", ",1n1g", "1n1g,"],
     ("probe", "--session"): ["../x", "/abs/path", "a/b", ".", ".hidden", "a\nb"],
     ("parity", "--timeout"): ["nan", "inf", "-inf", "0", "-1", "1e308", "x", ""],
     ("parity", "--threads"): ["100000", "-1", "x", "1.5"],
@@ -317,6 +319,7 @@ SUBCOMMAND_VALUES: dict[tuple[str, ...], list[str]] = {
     ("import", "--title"): ["a\u202eb", "<img src=x onerror=y>", "x" * 201],
     ("release", "--title"): ["a\u202eb", "<b>x</b>", "x" * 201, "a\rb"],
     ("release", "--changelog"): ["a\u202eb", "<details>x", "y" * 2001, "a\x1b[2Jb"],
+    ("release", "--signing-key"): ["", " "],  # never shown as "."
 }  # fmt: skip
 SUBCOMMAND_REST = {
     "parity": ["--framework", "pytorch"],
@@ -327,6 +330,7 @@ SUBCOMMAND_REST = {
     "compare": ["a", "b"],
     "preflight": ["--inventory", "missing-inventory.yaml"],
     "probe": ["--session", "s", "--topology", "1n2g"],
+    "nodes": ["--inventory", "missing-inventory.yaml"],
 }
 
 
@@ -345,6 +349,22 @@ def cli_cases(files: Files) -> Iterator[HostileCase]:
         argv = [*base, "--option", first, "--option", second]
         expect = ("--option", first.split("=")[0], "twice")
         yield HostileCase(f"cli/--option-twice/{i}", lambda a=argv: run_cli(a), expect)
+    # A one-value option given twice, or a list naming a value twice: never silently one.
+    for name, extra, expect in (
+        ("--batch-twice", ["--batch", "8", "--batch", "16"], ("--batch", "twice")),
+        ("--batch-8,8", ["--batch", "8,8"], ("--batch", "8 more than once")),
+        ("--model-twice", ["--model", "resnet50", "--model", "bert"], ("--model", "twice")),
+    ):
+        yield HostileCase(f"cli/{name}", lambda a=[*base, *extra]: run_cli(a), expect)
+    # dlperf nodes --results naming a file: the path is named, not the nodes.
+    a_file = files.write("results-file", "not a folder\n")
+    argv = ["nodes", "--inventory", "missing-inventory.yaml", "--results", str(a_file)]
+    yield HostileCase("cli/nodes --results a file", lambda a=argv: run_cli(a),
+                      ("--results", str(a_file), "a file, not a folder"))  # fmt: skip
+    # selftest --nodes on the local runtime: explained in terms of the local runtime.
+    local = ("--nodes", "not local: the local runtime runs every process on this one machine")
+    yield HostileCase("cli/selftest --nodes on local",
+                      lambda: run_cli(["selftest", "--nodes", "2"]), local)  # fmt: skip
     # An empty environment name is not "every environment" (gigabytes of installs).
     for i, names in enumerate(["", ",", " ", "pytorch,", ",pytorch"]):
         yield HostileCase(f"cli/envs/{i}", lambda n=names: run_cli(["envs", n]), ("envs",))
@@ -459,6 +479,23 @@ def slurm_cases(files: Files) -> Iterator[HostileCase]:
         yield case(f"mounts/flags/{i}", "mounts", value, "mounts[0]")
     for i, value in enumerate(OCI_CACHES):
         yield case(f"oci_cache/{i}", "oci_cache", value, "oci_cache")
+    # options that change who the job runs as, its container or the files it reads
+    for option in ("--uid=0", "--gid=0", "--container=/x", "--container-image=evil",
+                   "--input=/etc/shadow", "-i/etc/shadow", "--container-mounts=/:/host"):
+        yield case(f"extra_sbatch_args/identity/{option}", "extra_sbatch_args", [option],
+                   "which the kit controls")  # fmt: skip
+    from driver.frameworks.base import REPO_ROOT
+
+    for name, folder in (("checkout", str(REPO_ROOT)), ("above-checkout", str(REPO_ROOT.parent))):
+        yield case(f"oci_cache/{name}", "oci_cache", folder, "own checkout")
+    for value in ("../../etc", "/etc/passwd", "Upper/Case", "x:tag:tag", "a b"):
+        yield case(f"oci_image/{value}", "oci_image", {"calibration": value},
+                   "a docker image reference")  # fmt: skip
+    for mode in ("pyxis", "none"):
+        given = {"container": mode, "oci_image": {"calibration": "dlperf/cpu:1"}}
+        path = files.write("cluster.yaml", yaml.safe_dump({"slurm": given}))
+        yield HostileCase(f"slurm/oci_image-with-{mode}", lambda p=path: load_slurm_config(p),
+                          (str(path), f"oci_image given with container: {mode}"))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -704,6 +741,45 @@ def release_config_cases(files: Files) -> Iterator[HostileCase]:
         for hostile in file_level_cases(kind, files, filename, good, loader):
             if not hostile.name.endswith("/file/missing"):  # absent: no references, no peaks
                 yield hostile
+    yield from reference_rule_cases(files)
+
+
+def reference_rule_cases(files: Files) -> Iterator[HostileCase]:
+    """references.yaml held to the rules of ``dlperf import``: efficiency, devices vs nodes, a
+    range's order, one entry per id; a symlink refused without showing its target's text."""
+    first = REFERENCES["results"][0]
+    rules: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+        ("efficiency-969%", {"speedup": 310.08, "devices": 32, "nodes": 4},
+         ("results[0]", "efficiency of 969.00%", "above 100%")),
+        ("3-devices-on-4-nodes", {"devices": 3, "nodes": 4, "speedup": None},
+         ("results[0]", "devices (3, the total) must be a multiple of nodes (4)")),
+        ("reversed-range", {"per_device": [2000.0, 1000.0], "throughput": None},
+         ("per_device", "reversed: write [1000.0, 2000.0]")),
+    ]  # fmt: skip
+    for name, change, expect in rules:
+        document = {"schema": 1, "results": [{**first, **change}]}
+        path = files.write("references.yaml", yaml.safe_dump(document, sort_keys=False))
+        yield HostileCase(f"references/rule/{name}", lambda p=path: load_references(p),
+                          (str(path), *expect))  # fmt: skip
+    twice = {"schema": 1, "results": [first, {**first, "note": "again"}]}
+    path = files.write("references.yaml", yaml.safe_dump(twice, sort_keys=False))
+    duplicate = f"results[1] has the id {first['id']!r} of results[0]"
+    yield HostileCase("references/rule/duplicate-id", lambda: load_references(path),
+                      (str(path), duplicate))  # fmt: skip
+    link = files.root / "link" / "references.yaml"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to("/etc/passwd")
+
+    def symlinked() -> object:
+        try:
+            return load_references(link)
+        except ConfigError as error:
+            assert "root:" not in str(error), str(error)  # the target's text is never shown
+            raise
+
+    yield HostileCase("references/file/symlink-to-etc-passwd", symlinked,
+                      (str(link), "is a symlink (to /etc/passwd)"))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -362,6 +362,38 @@ def oneflow_cnn(stamps: list[str], steps: list[int]) -> str:
     )
 
 
+def dllogger_plain(steps: list[int]) -> str:
+    """DLLogger's StdOutBackend lines, one step each 0.25 s."""
+    return "".join(
+        f"DLL 2020-09-15 14:{29 + i // 240:02d}:{(i % 240) * 0.25:09.6f} - Epoch: 0 "
+        f"Iteration: {step}  train.loss : 6.80420\n"
+        for i, step in enumerate(steps)
+    )
+
+
+def plain_iteration_cases(root: Path) -> list[HostileCase]:
+    """A StdOutBackend log of 20 warm-up and 100 measured steps with one line edited: each is
+    refused naming the log and the line (node0.log: the log under a header line), never
+    measured."""
+    steps = list(range(1, 121))
+    broken = {
+        "iteration-60-again-after-20": (steps[:20] + [60] + steps[20:], "node0.log:23"),
+        "iteration--5-between-4-and-6": (steps[:4] + [-5] + steps[5:], "node0.log:6"),
+    }
+    cases = []
+    for name, (numbers, line) in broken.items():
+        log = root / "plain" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(dllogger_plain(numbers))
+        facts = Facts(model="resnet50", batch=64, warmup_steps=20, measured_steps=100)
+        session = root / "plain-results" / name
+        cases.append(HostileCase(
+            f"import-logs/plausibility/ngc-pytorch-plain/{name}",
+            lambda s=session, f=facts, p=log: import_run(s, "ngc-pytorch", f, [p]),
+            (str(log), line), (ImportLogsError,)))  # fmt: skip
+    return cases
+
+
 def plausibility_cases(root: Path) -> list[HostileCase]:
     """One run of 4 warm-up and 8 measured steps of batch 64, every step logged, each log
     broken in one way; ``import_run`` must refuse it with an ImportLogsError naming the log."""
@@ -411,7 +443,52 @@ def test_log_plausibility_cases(tmp_path: Path) -> None:
         log.write_text(write(stamps, steps))
         record = import_run(tmp_path / f"good-{source}", source, facts, [log])
         assert record.throughput == pytest.approx(8 * 64 / (8 * 0.25), rel=1e-9)
-    cases = plausibility_cases(tmp_path)
+    good = tmp_path / "good-plain.log"
+    good.write_text(dllogger_plain(list(range(1, 121))))
+    facts = Facts(model="resnet50", batch=64, warmup_steps=20, measured_steps=100)
+    assert import_run(tmp_path / "good-plain", "ngc-pytorch", facts, [good]).throughput == (
+        pytest.approx(100 * 64 / (100 * 0.25), rel=1e-9)
+    )
+    cases = plausibility_cases(tmp_path) + plain_iteration_cases(tmp_path)
     counts = run_corpus(cases)
     kinds = counts.print_summary("import-logs plausibility")
     assert kinds[CLEAR] == len(cases), [v.case.name for v in counts.failures()]
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown that a legal value could open in report.md: accepted, and shown as text
+
+
+def report_markdown(root: Path, name: str, old: str, new: str) -> tuple[Path, Path]:
+    path = root / name / "f.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(replaced(TABLE, old, new))
+    return path, root / name / "out"
+
+
+def test_markdown_breakouts_in_report_md_are_escaped(tmp_path: Path) -> None:
+    """A URL holding ``)](`` is an http(s) URL, and a publisher's name may hold brackets and
+    stars: each is legal input, and each reaches report.md as text, opening no link of its own."""
+    rows = {
+        "url-breakout": ("url: https://github.com/Oneflow-Inc/DLPerf/tree/master/reports",
+                         "url: https://x.org/a)](javascript:alert(1))",
+                         "https://x.org/a)\\](javascript:alert(1))"),
+        "publisher-link-and-bold": ("publisher: DLPerf v1.0",
+                                    "publisher: '[DLPerf](https://evil.example) **v1.0**'",
+                                    "\\[DLPerf\\](https://evil.example) \\*\\*v1.0\\*\\*"),
+    }  # fmt: skip
+    cases = []
+    for name, (old, new, shown) in rows.items():
+        path, out = report_markdown(tmp_path, name, old, new)
+
+        def escaped(_result: object, out: Path = out, shown: str = shown) -> bool:
+            text = (out / "report.md").read_text()
+            unescaped = text.replace("\\](", "")
+            return shown in text and "](javascript" not in unescaped and "[DLPerf](" not in text
+
+        cases.append(HostileCase(f"report/markdown/{name}",
+                                 cli(["report", str(path), "--out", str(out)]), (str(path),),
+                                 IMPORT_ERRORS, accepted=escaped))  # fmt: skip
+    counts = run_corpus(cases)
+    kinds = counts.print_summary("report markdown")
+    assert kinds[ACCEPTED] == len(cases), [(v.case.name, v.detail) for v in counts.failures()]

@@ -200,6 +200,9 @@ REFUSED_FACTS: list[tuple[str, Callable[[dict], None], str]] = [
      "ran on 2 machines by their hardware facts"),
     ("rank-1-no-fingerprint", on_rank(1, lambda h: h.pop("fingerprint")),
      "ran on 2 machines by their hardware facts"),
+    ("gpus-1000-on-one-node", with_gpus([H100] * 1000), "fingerprint.gpus"),
+    ("rank-1-on-another-host", on_rank(1, lambda h: h.update(hostname="dgx-h100-07")),
+     "one node's log names 2 hosts (rank 0 on"),
 ]  # fmt: skip
 
 # Also refused by release, with and without --accept-remeasured (every door refuses alike).

@@ -15,6 +15,7 @@ corpus: N cases, T tracebacks, S silent``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ class Hostile:
     base: str  # "signed" | "sealed" (no key) | "version" (released from "signed", signed)
     apply: Callable[[Path, Path, Keys], tuple[str, ...]]  # (copy, scratch, keys) -> expected
     superlinear: bool = False  # release with a reason for the forged case's scaling
+    extra: tuple[str, ...] = ()  # more options of the release ("LAB": the lab's key)
+    reason: str = "a forger's reason"  # the superlinear reason, where one is given
 
 
 def repeat(root: Path, number: int = 1) -> Path:
@@ -167,11 +170,57 @@ def allowed_signers(text: str | None) -> Callable:
         path = scratch / "allowed_signers"
         if text is None:
             path.unlink()
-        else:
-            path.write_text(text)
+            return (str(path), "no such allowed-signers file")  # never "lists nobody"
+        path.write_text(text)
         return (SEAL_SIGNATURE, str(path))
 
     return apply
+
+
+def allowed_signers_odd(kind: str) -> Callable:
+    """The allowed-signers file replaced by something that is not one to read."""
+
+    def apply(_copy: Path, scratch: Path, _keys: Keys) -> tuple[str, ...]:
+        path = scratch / "allowed_signers"
+        path.unlink()
+        if kind == "folder":
+            path.mkdir()
+            return (str(path), "a folder where the allowed-signers file should be")
+        os.mkfifo(path)  # a blocking read would hang the release: never opened
+        return (str(path), "a FIFO (named pipe) where the allowed-signers file should be")
+
+    return apply
+
+
+def allowed_line(options: str, principal: str = "lab@example.org") -> Callable:
+    """The lab's key listed with ``options`` (a validity window, cert-authority)."""
+
+    def apply(_copy: Path, scratch: Path, keys: Keys) -> tuple[str, ...]:
+        kind, blob = keys.lab.with_suffix(".pub").read_text().split()[:2]
+        path = scratch / "allowed_signers"
+        path.write_text(f"{principal} {options} {kind} {blob}\n".replace("  ", " "))
+        if len(principal) > 256:
+            return (f"{path} line 1: a principal of {len(principal)} characters",)
+        return (str(SEAL_SIGNATURE), f"{path} line 1", options.split("=")[0])
+
+    return apply
+
+
+def signature_bytes(data: bytes, expected: str) -> Callable:
+    def apply(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
+        (copy / SEAL_SIGNATURE).write_bytes(data)
+        return (str(copy / SEAL_SIGNATURE), expected, "ssh-keygen -Y sign")
+
+    return apply
+
+
+def downgraded(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
+    """Edited, its signature dropped, sealed again by the kit without a key."""
+    speed_up_case(copy, CASE, 1.01)
+    (copy / SEAL_SIGNATURE).unlink()
+    (copy / SEAL).unlink()
+    seal_session(copy, None)
+    return ("--require-signed", f"{copy.name}: sealed, not signed")
 
 
 def signature_without_seal(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
@@ -195,6 +244,11 @@ def unsigned_log_edit(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...
     return (f"{repeat(copy)}/node0.log: log changed after sealing",)
 
 
+LIVE_REASON = "[click](https://evil.example) **trust me** ![x](https://e.example/x.png)"
+ESCAPED_REASON = (
+    "\\[click\\](https://evil.example) \\*\\*trust me\\*\\* !\\[x\\](https://e.example/x.png)"
+)
+
 SESSION_CASES = [
     Hostile("signed: 1n2g logs 30% faster, re-hashed (the issue's forgery)", "signed", forged),
     Hostile("signed: the forgery with the seal re-written by the kit", "signed",
@@ -217,12 +271,30 @@ SESSION_CASES = [
     Hostile("signed: allowed_signers missing", "signed", allowed_signers(None)),
     Hostile("signed: allowed_signers lists no key", "signed", allowed_signers("# nobody\n")),
     Hostile("signed: a signature without its seal", "signed", signature_without_seal),
+    Hostile("signed: allowed_signers a folder", "signed", allowed_signers_odd("folder")),
+    Hostile("signed: allowed_signers a FIFO", "signed", allowed_signers_odd("fifo")),
+    Hostile("signed: key listed with an expired valid-before", "signed",
+            allowed_line('valid-before="20200101"')),
+    Hostile("signed: key listed valid only from 2999", "signed",
+            allowed_line('valid-after="29990101"')),
+    Hostile("signed: key listed as cert-authority", "signed", allowed_line("cert-authority")),
+    Hostile("signed: a 5,000-character principal", "signed",
+            allowed_line("", "p" * 5000)),
+    Hostile("signed: a malformed .sig", "signed",
+            signature_bytes(b"-----BEGIN SSH SIGNATURE-----\nbm9wZQ==\n"
+                            b"-----END SSH SIGNATURE-----\n", "not an SSH signature")),
+    Hostile("signed: a 50 MB .sig", "signed",
+            signature_bytes(b"A" * 50_000_000, "50000000 bytes, not an SSH signature")),
+    Hostile("signed: edited, .sig dropped, re-sealed, --require-signed", "signed", downgraded,
+            extra=("--require-signed", "--signing-key", "LAB")),
     Hostile("signed: seal schema 9", "signed", seal_text_edit('"schema": 1', '"schema": 9')),
     Hostile("signed: seal not JSON", "signed", seal_text_edit("{", "{{")),
     Hostile("sealed: log edited within the noise, re-hashed", "sealed", unsigned_log_edit),
     Hostile("sealed: 1n2g logs 30% faster, sealed anew by the kit", "sealed", forged_unsigned),
     Hostile("sealed: the forgery with a reason: released only as unsigned", "sealed",
             forged_unsigned, superlinear=True),
+    Hostile("sealed: a reason holding a link and bold text: escaped in the README", "sealed",
+            forged_unsigned, superlinear=True, reason=LIVE_REASON),
 ]  # fmt: skip
 
 
@@ -310,13 +382,16 @@ def bases(keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
     return {"signed": signed, "sealed": sealed, "version": version}
 
 
-def unsigned_readme(version: Path) -> Callable[[object], bool]:
-    """Released with a reason: legitimate when the version says it is unsigned."""
+def unsigned_readme(version: Path, reason: str) -> Callable[[object], bool]:
+    """Released with a reason: legitimate when the version says it is unsigned, and the reason
+    is shown as text (no link, image or bold of its own)."""
 
     def check(_output: object) -> bool:
         readme = version / "README.md"
-        return readme.exists() and "This version is **unsigned**" in readme.read_text() and (
-            "| **unsigned** |" in readme.read_text()
+        text = readme.read_text() if readme.exists() else ""
+        shown = ESCAPED_REASON if reason == LIVE_REASON else reason
+        return "This version is **unsigned**" in text and "| **unsigned** |" in text and (
+            f"released with the reason: {shown}" in text and "click](" not in text
         )
 
     return check
@@ -338,10 +413,11 @@ def hostile_case(case: Hostile, bases: dict[str, Path], keys: Keys, scratch: Pat
     reports = scratch / "reports"
     argv = ["release", "v0.9", str(copy), "--reports", str(reports), "--no-flops",
             "--allowed-signers", str(scratch / "allowed_signers")]  # fmt: skip
+    argv += [str(keys.lab) if arg == "LAB" else arg for arg in case.extra]
     if case.superlinear:
-        argv += ["--superlinear", CASE, "a forger's reason"]
+        argv += ["--superlinear", CASE, case.reason]
         return HostileCase(case.name, refusing(lambda: run_cli(argv)), expect, (Refused,),
-                           accepted=unsigned_readme(reports / "v0.9"))  # fmt: skip
+                           accepted=unsigned_readme(reports / "v0.9", case.reason))  # fmt: skip
     return HostileCase(case.name, refusing(lambda: run_cli(argv)), expect, (Refused,))
 
 
@@ -358,7 +434,10 @@ def test_the_corpus_is_refused_clearly_by_name(
     assert not failures, failures  # names each traceback, silent or vague case, with its detail
     assert counts.by_kind[TRACEBACK] == 0 and counts.by_kind[SILENT] == 0
     accepted = [v.case.name for v in counts.verdicts if v.kind == "accepted"]
-    assert accepted == ["sealed: the forgery with a reason: released only as unsigned"]
+    assert accepted == [
+        "sealed: the forgery with a reason: released only as unsigned",
+        "sealed: a reason holding a link and bold text: escaped in the README",
+    ]
 
 
 def test_the_untouched_bases_release_and_audit(

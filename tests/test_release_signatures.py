@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 from contextlib import redirect_stdout
@@ -24,6 +25,13 @@ from tests.test_signing import allow, new_key
 
 def quiet(_line: str) -> None:
     pass
+
+
+@pytest.fixture(autouse=True)
+def no_trust_anchor_of_the_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests name their own allowed-signers files: none from the user's environment."""
+    monkeypatch.delenv("DLPERF_ALLOWED_SIGNERS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.fixture
@@ -172,3 +180,149 @@ def test_without_allowed_signers_a_signature_cannot_be_trusted(
     plain = session_copy(tmp_path, "plain")
     assert audit(release("v1.2", [plain], reports_root=reports, compute_flops=False,
                          printer=quiet, changelog="unsigned")).ok  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# The trust anchor comes from outside the data
+
+
+def cli(argv: list[str]) -> tuple[int, str]:
+    from tests.test_hostile_records import run_cli
+
+    return run_cli(argv)
+
+
+def test_a_forger_who_lists_their_own_key_in_the_reports_folder_is_caught_by_your_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's forgery 4: a session made 30% faster with the kit's own functions, sealed and
+    signed by the forger's key, released into a reports folder whose allowed_signers names that
+    key "lab@example.org". Checked against that file it reads as the lab's; checked against the
+    auditor's own file (option, environment or per-user file) it fails, naming the key."""
+    from tests.forgery import speed_up_case
+
+    lab, forger = new_key(tmp_path, "lab"), new_key(tmp_path, "forger")
+    mine = tmp_path / "my_signers"  # the auditor's own file, outside any reports folder
+    allow(mine, "lab@example.org", lab)
+    session = session_copy(tmp_path, key=lab)
+    speed_up_case(session, "calibration/calibration/1n2g/bs8/fp32/synthetic", 1.3)
+    (session / "session-manifest.json").unlink()
+    (session / SEAL_SIGNATURE).unlink()
+    assert seal_session(session, forger).written
+    forged_reports = tmp_path / "forged"
+    forged_reports.mkdir()
+    allow(forged_reports / "allowed_signers", "lab@example.org", forger)
+    lines: list[str] = []
+    reason = {"calibration/calibration/1n2g/bs8/fp32/synthetic": "forged"}
+    version = release("v1.0", [session], reports_root=forged_reports, compute_flops=False,
+                      printer=lines.append, signing_key=forger, superlinear=reason)  # fmt: skip
+    assert any("trusted by the version's own allowed_signers" in line for line in lines), lines
+    readme = (version / "README.md").read_text()
+    assert "checked these signatures against the reports folder's own `allowed_signers`" in readme
+    forger_print = json.loads((version / "manifest.json").read_text())["signatures"]["version"]
+    assert forger_print["key"].startswith("ED25519 key SHA256:")
+    assert f"signed by lab@example.org ({forger_print['key']})" in readme  # the print beside it
+
+    own = audit(version)
+    assert own.ok
+    assert own.text().splitlines()[-1].endswith(
+        "(signatures trusted by the version's own allowed_signers)"
+    )
+
+    def refused_by(report: object) -> None:
+        assert not report.ok
+        found = {(f.file, f.cell): f.published for f in report.findings}
+        assert f"signed by a key that {mine} does not list ({forger_print['key']})" in found[
+            (VERSION_SIGNATURE, "signature")
+        ]
+        assert f"{mine} does not list" in found[("run/" + SEAL_SIGNATURE, "seal")]
+
+    refused_by(audit(version, allowed_signers=mine))
+    monkeypatch.setenv("DLPERF_ALLOWED_SIGNERS", str(mine))
+    refused_by(audit(version))
+    code, text = cli(["audit", str(version), "--reports", str(forged_reports)])
+    assert code == 1 and f"signatures trusted by {mine} ($DLPERF_ALLOWED_SIGNERS)" in text, text
+    monkeypatch.delenv("DLPERF_ALLOWED_SIGNERS")
+    (tmp_path / "config" / "dlperf").mkdir(parents=True)
+    shutil.copyfile(mine, tmp_path / "config" / "dlperf" / "allowed_signers")
+    refused_by_user = audit(version)
+    assert "trusted by" in refused_by_user.trust and "per-user file" in refused_by_user.trust
+    assert not refused_by_user.ok
+    # and the forger cannot release into a reports folder of a publisher who keeps their own
+    with pytest.raises(ReleaseError, match="does not list this key"):
+        release("v1.1", [session], reports_root=forged_reports, compute_flops=False,
+                printer=quiet, signing_key=forger, changelog="again")  # fmt: skip
+
+
+def test_an_allowed_signers_file_named_but_unreadable_is_refused_by_each_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = session_copy(tmp_path, key=new_key(tmp_path, "lab"))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for named, expected in ((tmp_path / "gone", "no such allowed-signers file"),
+                            (tmp_path, "a folder where the allowed-signers file should be"),
+                            (fifo, "a FIFO (named pipe) where")):  # fmt: skip
+        for argv in (["report", str(session), "--out", str(tmp_path / "out")],
+                     ["release", "v1.0", str(session), "--reports", str(tmp_path / "r"),
+                      "--no-flops"],
+                     ["audit", "v1.0", "--reports", str(tmp_path / "r")]):  # fmt: skip
+            code, text = cli([*argv, "--allowed-signers", str(named)])
+            assert code == 2 and f"{named}: " in text and expected in text, (argv, text)
+    monkeypatch.setenv("DLPERF_ALLOWED_SIGNERS", "")
+    code, text = cli(["audit", "v1.0", "--reports", str(tmp_path / "r")])
+    assert code == 2 and "$DLPERF_ALLOWED_SIGNERS is empty" in text, text
+
+
+def test_require_signed_refuses_a_signed_session_downgraded_to_unsigned(
+    tmp_path: Path, reports: Path
+) -> None:
+    """Edit a signed session, drop its .sig and seal it again with the kit's own function: it
+    releases as "unsigned" unless the publisher or the auditor requires signatures."""
+    from tests.forgery import speed_up_case
+
+    key = tmp_path / "lab"
+    session = session_copy(tmp_path, key=key)
+    speed_up_case(session, "calibration/calibration/1n1g/bs8/fp32/synthetic", 1.3)
+    (session / SEAL_SIGNATURE).unlink()
+    (session / "session-manifest.json").unlink()
+    assert seal_session(session, None).written
+    allowed = str(reports / "allowed_signers")
+    argv = ["release", "v1.0", str(session), "--reports", str(reports), "--no-flops",
+            "--allowed-signers", allowed, "--signing-key", str(key)]  # fmt: skip
+    code, text = cli([*argv, "--require-signed"])
+    assert code == 2 and "--require-signed: these sessions are not signed" in text, text
+    assert "  run: sealed, not signed: no session-manifest.json.sig" in text
+    assert not (reports / "v1.0").exists()
+    code, text = cli([*argv[:-2], "--require-signed"])  # no key: the version would be unsigned
+    assert code == 2 and "--require-signed: the version would be unsigned" in text, text
+    code, text = cli(argv)  # without it: released, marked unsigned
+    assert code == 0, text
+    code, text = cli(["audit", "v1.0", "--reports", str(reports), "--require-signed"])
+    assert code == 1 and "run/session-manifest.json: signature: published 'unsigned'" in text
+    code, text = cli(["audit", "v1.0", "--reports", str(reports)])
+    assert code == 0, text
+
+
+def test_require_signed_refuses_an_attested_machine_on_an_unsigned_session(
+    tmp_path: Path, reports: Path
+) -> None:
+    """A CPU run imported without a key, then attested as 8x H100: an attestation is no
+    signature, and --require-signed refuses the session as unsigned."""
+    from driver.core.importlogs import import_run
+    from driver.sources.logfacts import Facts
+    from tests.test_hostile_imports import dllogger_plain
+
+    log = tmp_path / "cpu.log"
+    log.write_text(dllogger_plain(list(range(1, 121))))
+    session = tmp_path / "results" / "imported"
+    facts = Facts(model="resnet50", batch=64, warmup_steps=20, measured_steps=100)
+    import_run(session, "ngc-pytorch", facts, [log])
+    code, text = cli(["attest-hardware", str(session), "--label", "8x H100 80GB HBM3",
+                      "--source", "the forger says so"])  # fmt: skip
+    assert code == 0, text
+    argv = ["release", "v1.0", str(session), "--reports", str(reports), "--no-flops",
+            "--signing-key", str(tmp_path / "lab"), "--require-signed"]  # fmt: skip
+    code, text = cli(argv)
+    assert code == 2 and "--require-signed: these sessions are not signed" in text, text
+    assert "  imported: " in text and not (reports / "v1.0").exists()

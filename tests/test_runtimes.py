@@ -77,8 +77,9 @@ def test_each_runtime_is_a_transport_with_a_container_platform(tmp_path: Path) -
         "nodes:\n  - {name: n0, address: 127.0.0.2, ssh: {port: 2222}}\n"
     )
     docker, process = make_runtime("docker", inventory=inventory), ProcessRuntime(inventory)
+    oci = {"oci": {"default": "x"}}  # an OCI image only where the OCI platform reads it
     slurm = {
-        mode: SlurmRuntime(config=SlurmConfig(container=mode, oci_image={"default": "x"}))
+        mode: SlurmRuntime(config=SlurmConfig(container=mode, oci_image=oci.get(mode, {})))
         for mode in ("none", "pyxis", "oci")
     }
     found = {

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from driver.signing import (
     SESSION_NAMESPACE,
     SigningError,
     configured_key,
+    listed_keys,
     sign,
     verify,
 )
@@ -45,8 +49,10 @@ def test_a_signed_manifest_names_who_signed_it(signed: tuple[Path, Path, Path]) 
     manifest, _key, allowed = signed
     signer = verify(manifest, allowed, SESSION_NAMESPACE)
     assert signer.principal == "lab@example.org" and signer.key.startswith("ED25519 key SHA256:")
-    assert manifest.with_name("manifest.json.sig").read_text().startswith(
-        "-----BEGIN SSH SIGNATURE-----"
+    assert (
+        manifest.with_name("manifest.json.sig")
+        .read_text()
+        .startswith("-----BEGIN SSH SIGNATURE-----")
     )
 
 
@@ -100,3 +106,109 @@ def test_the_key_comes_from_the_option_or_the_environment(
     monkeypatch.setenv("DLPERF_SIGNING_KEY", str(tmp_path / "gone"))
     with pytest.raises(SigningError, match="DLPERF_SIGNING_KEY .*gone: no such key file"):
         configured_key()
+
+
+# --------------------------------------------------------------------------------------------
+# Each allowed-signers and signature case its own message, naming the file and the fix
+
+
+def key_line(key: Path) -> str:
+    kind, blob = key.with_suffix(".pub").read_text().split()[:2]
+    return f"{kind} {blob}"
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda path: None, "no such allowed-signers file; give a file listing"),
+        (lambda path: path.mkdir(), "a folder where the allowed-signers file should be"),
+        (
+            lambda path: os.mkfifo(path),
+            "a FIFO (named pipe) where the allowed-signers file "
+            "should be (not read: it could block)",
+        ),
+    ],
+    ids=["missing", "folder", "fifo"],
+)
+def test_an_allowed_signers_file_that_is_not_a_file_is_named_never_read(
+    signed: tuple[Path, Path, Path], tmp_path: Path, make: Callable[[Path], None], expected: str
+) -> None:
+    manifest, _key, _allowed = signed
+    odd = tmp_path / "odd_signers"
+    make(odd)
+    started = time.monotonic()
+    with pytest.raises(SigningError) as raised:
+        verify(manifest, odd, SESSION_NAMESPACE)
+    assert str(raised.value).startswith(f"{odd}: ") and expected in str(raised.value)
+    assert "lists" not in str(raised.value).split(";")[0]  # never "lists nobody"
+    assert time.monotonic() - started < 5  # a FIFO is never opened
+    with pytest.raises(SigningError, match="no such allowed-signers file|where the allowed"):
+        listed_keys(odd)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ('valid-before="20200101"', "listed with valid-before=20200101, and now is outside"),
+        ('valid-after="29990101Z"', "listed with valid-after=29990101Z, and now is outside"),
+        ("cert-authority", "lists as cert-authority: that trusts certificates"),
+    ],
+    ids=["expired", "not-yet-valid", "cert-authority"],
+)
+def test_a_listed_key_it_does_not_trust_now_says_why(
+    signed: tuple[Path, Path, Path], tmp_path: Path, options: str, expected: str
+) -> None:
+    manifest, key, _allowed = signed
+    limited = tmp_path / "limited_signers"
+    limited.write_text(f"# the lab\nlab@example.org {options} {key_line(key)}\n")
+    with pytest.raises(SigningError) as raised:
+        verify(manifest, limited, SESSION_NAMESPACE)
+    message = str(raised.value)
+    assert message.startswith(f"{manifest}.sig: signed by ED25519 key SHA256:"), message
+    assert f"{limited} line 2" in message and expected in message, message
+
+
+def test_an_over_long_principal_is_named_with_its_line(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    manifest, key, _allowed = signed
+    long = tmp_path / "long_signers"
+    long.write_text(f"{'a' * 5000}@example.org {key_line(key)}\n")
+    with pytest.raises(SigningError, match=f"{long} line 1: a principal of 5012 characters "
+                                           r"\(at most 256\); name the signer"):  # fmt: skip
+        verify(manifest, long, SESSION_NAMESPACE)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"not a signature\n", "not an SSH signature (no '-----BEGIN SSH SIGNATURE-----'"),
+        (
+            b"-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n",
+            "not an SSH signature",
+        ),
+        (
+            b"-----BEGIN SSH SIGNATURE-----\n" + b"U1NIU0lH" * 6_250_000,
+            "50000030 bytes, not an SSH signature (those are under 16384 bytes)",
+        ),
+    ],
+    ids=["text", "armour-without-sshsig", "50MB"],
+)
+def test_a_malformed_or_oversized_signature_is_named_before_ssh_keygen(
+    signed: tuple[Path, Path, Path], content: bytes, expected: str
+) -> None:
+    manifest, _key, allowed = signed
+    manifest.with_name("manifest.json.sig").write_bytes(content)
+    started = time.monotonic()
+    with pytest.raises(SigningError) as raised:
+        verify(manifest, allowed, SESSION_NAMESPACE)
+    assert str(raised.value).startswith(f"{manifest}.sig: ") and expected in str(raised.value)
+    assert "ssh-keygen -Y sign" in str(raised.value)  # the fix
+    assert time.monotonic() - started < 5  # never a 60 s wait on ssh-keygen
+
+
+def test_an_empty_signing_key_is_refused_not_shown_as_dot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DLPERF_SIGNING_KEY", raising=False)
+    with pytest.raises(SigningError, match="--signing-key is empty: give the path") as raised:
+        configured_key("")
+    assert " . " not in str(raised.value) and ".:" not in str(raised.value)

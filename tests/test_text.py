@@ -65,3 +65,36 @@ def test_free_text_as_a_model_field() -> None:
 )
 def test_a_markdown_cell_cannot_break_its_table(value: object, cell: str) -> None:
     assert markdown_cell(value) == cell
+
+
+def test_free_text_in_a_note_opens_no_link_image_or_emphasis() -> None:
+    from driver.text import markdown_inline
+
+    reason = "see [the run](https://evil.example) **now** ![x](https://e/x.png) ~~no~~ a_b \\["
+    shown = markdown_inline(reason)
+    assert shown == (
+        "see \\[the run\\](https://evil.example) \\*\\*now\\*\\* !\\[x\\](https://e/x.png) "
+        "\\~\\~no\\~\\~ a\\_b \\\\\\["
+    )
+    assert markdown_inline("a | <b>") == "a \\| &lt;b&gt;"  # and a cell's escapes
+
+
+@pytest.mark.parametrize(
+    ("url", "target"),
+    [
+        ("https://x.org/a)](javascript:alert(1))",
+         "https://x.org/a%29%5D%28javascript:alert%281%29%29"),
+        ("https://x.org/a b|c<d>\"'", "https://x.org/a%20b%7Cc%3Cd%3E%22%27"),
+        ("https://x.org/?q=1&r=2#f", "https://x.org/?q=1&amp;r=2#f"),
+    ],
+)  # fmt: skip
+def test_a_link_target_cannot_end_its_link_or_cell(url: str, target: str) -> None:
+    from driver.text import markdown_link
+
+    assert markdown_link("DLPerf [v1]", url) == f"[DLPerf \\[v1\\]]({target})"
+
+
+def test_a_link_that_is_not_http_is_shown_as_text() -> None:
+    from driver.text import markdown_link
+
+    assert markdown_link("x", "javascript:alert(1)") == "x (javascript:alert(1))"

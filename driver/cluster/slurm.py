@@ -119,6 +119,15 @@ def _cache_folder(value: Any) -> Any:
             "writes and removes OCI bundles there; give a folder of its own on a file system "
             "the nodes share (e.g. /shared/dlperf-oci)"
         )
+    from driver.frameworks.base import REPO_ROOT
+
+    checkout = str(REPO_ROOT.resolve())
+    if folder == checkout or checkout.startswith(folder.rstrip("/") + "/"):
+        raise ValueError(
+            f"{value!r} is {'the kit' if folder == checkout else 'a folder holding the kit'}'s "
+            "own checkout: the kit writes and removes OCI bundles there; give a folder of its "
+            "own on a file system the nodes share (e.g. /shared/dlperf-oci)"
+        )
     return value
 
 
@@ -139,6 +148,14 @@ def _framework_key(*extra: str, sources: bool = False) -> Any:
 
 
 SbatchOption = text(r"-[^\s\x00-\x1f\x7f]+", "an option: write each as --name=value")
+# A docker image reference (``[registry[:port]/]name[:tag][@sha256:digest]``, docker's grammar,
+# lower-case path components): ``../../etc`` or ``/x`` is no image, whatever docker would say.
+_IMAGE_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+OciImage = text(
+    rf"(?:[A-Za-z0-9][A-Za-z0-9.-]*(?::\d+)?/)?{_IMAGE_PART}(?:/{_IMAGE_PART})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?",
+    "a docker image reference: name[:tag][@sha256:digest], e.g. dlperf/cpu-python:3f2a",
+)
 
 # The sbatch options the kit sets itself (render.py sbatch_argv), or that would
 # break the session's job, with their short forms: an extra argument naming one would override
@@ -168,6 +185,21 @@ KIT_SBATCH_OPTIONS: dict[str, tuple[str | None, str]] = {
     "export": (None, "the job's steps need the environment the kit submits it with; drop it"),
     "export-file": (None, "the job's steps run with the environment the kit submits; drop it"),
     "get-user-env": (None, "the job's steps run with the environment the kit submits; drop it"),
+    # who the job runs as, what container it runs in, what files it reads: never from a file
+    "uid": (None, "the job runs as the user who submits it; drop it"),
+    "gid": (None, "the job runs with the group of the user who submits it; drop it"),
+    "container": (None, "set slurm.container and slurm.oci_bundle instead"),
+    "container-image": (None, "set slurm.container: pyxis and slurm.image instead"),
+    "container-mounts": (None, "set slurm.mounts instead"),
+    "container-name": (None, "the kit runs each case in its own container; drop it"),
+    "container-workdir": (None, "the kit runs the job in its checkout; drop it"),
+    "container-env": (None, "the job's steps run with the environment the kit submits; drop it"),
+    "container-remap-root": (None, "the job runs as the user who submits it; drop it"),
+    "container-writable": (None, "the kit runs the image as it is pinned; drop it"),
+    "input": ("i", "the kit's job reads no standard input; drop it"),
+    "open-mode": (None, "the kit keeps the job's output in the session folder; drop it"),
+    "bb": (None, "a burst buffer stages files the kit does not track; drop it"),
+    "bbf": (None, "a burst buffer file stages files the kit does not track; drop it"),
 }  # fmt: skip
 # sbatch's short options that take no value: in "-vN2" the N is an option of its own.
 SBATCH_SHORT_FLAGS = "hHOQsvVW"
@@ -207,7 +239,7 @@ class SlurmConfig(StrictModel):
     gpu_request: Annotated[Any, one_of("gpus-per-node", "gres")] = "gpus-per-node"
     container: Annotated[Any, one_of("auto", "pyxis", "oci", "none")] = "auto"
     image: dict[_framework_key("default", sources=True), Word] = {}
-    oci_image: dict[_framework_key("default", sources=True), Word] = {}
+    oci_image: dict[_framework_key("default", sources=True), OciImage] = {}
     oci_bundle: dict[_framework_key("default", sources=True), AbsolutePath] = {}
     oci_cache: Annotated[AbsolutePath, AfterValidator(_cache_folder)] | None = None
     mounts: list[Mount] = []
@@ -244,6 +276,19 @@ class SlurmConfig(StrictModel):
                 "OCI container (slurmstepd refuses more); use tasks: node (the framework's "
                 "launcher starts the node's processes inside the container)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _oci_only_with_oci(self) -> SlurmConfig:
+        if self.container in ("pyxis", "none"):
+            given = [name for name in ("oci_image", "oci_bundle") if getattr(self, name)]
+            if given or self.oci_cache:
+                named = ", ".join(given + (["oci_cache"] if self.oci_cache else []))
+                raise ValueError(
+                    f"{named} given with container: {self.container}, which never reads "
+                    f"{'them' if len(named.split(', ')) > 1 else 'it'} (pyxis runs slurm.image; "
+                    "none runs no container): set container: oci, or drop them"
+                )
         return self
 
     @field_validator("extra_sbatch_args", mode="before")

@@ -28,7 +28,7 @@ from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ra
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
 from driver.model.measure import UNSTABLE_CV
-from driver.text import markdown_cell
+from driver.text import markdown_cell, markdown_inline
 
 MODEL_NAMES = {
     "resnet50": "ResNet-50 v1.5",
@@ -243,7 +243,7 @@ def markdown_tables(
         )
     if notes:
         out.append("Notes:\n")
-        out.extend(f"- {markdown_cell(note)}" for note in notes)  # they quote free text
+        out.extend(f"- {markdown_inline(note)}" for note in notes)  # they quote free text
         out.append("")
     return "\n".join(out)
 
@@ -327,13 +327,13 @@ def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = 
             "efficiency": efficiency_cell(s),
             "CV": "-" if s.published_by else f"{s.stats.cv:.2%}",
         }
-        row: list[Any] = [markdown_cell(s.identity)] if device_column else []
-        row += [markdown_cell(series_name(s)), s.case.topology.nodes, s.case.topology.world_size]
+        row: list[Any] = [markdown_inline(s.identity)] if device_column else []
+        row += [markdown_inline(series_name(s)), s.case.topology.nodes, s.case.topology.world_size]
         row += [base_cells[title] if cell is None else cell(s) for title, cell in columns]
         rows.append(row)
     for device, (nodes, devices), count, speedups, efficiencies in across_series(group):
         for label, reduce in ((MEDIAN_LABEL, statistics.median), (GEOMEAN_LABEL, _geomean)):
-            row = [markdown_cell(device)] if device_column else []
+            row = [markdown_inline(device)] if device_column else []
             row += [f"{label} ({count} series)", nodes, devices]
             cells = {"speedup": _fmt(reduce(speedups)), "efficiency": f"{reduce(efficiencies):.2%}"}
             row += [cells.get(title, "") for title, _ in columns]
@@ -370,8 +370,8 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
         headers += ["FP32 samples/s", "FP32 speedup", "AMP samples/s", "AMP speedup"]
         rows = []
         for (device, name), by_precision in sorted(series.items()):
-            row: list[Any] = [markdown_cell(device)] if device_column else []
-            row.append(markdown_cell(name))
+            row: list[Any] = [markdown_inline(device)] if device_column else []
+            row.append(markdown_inline(name))
             for precision in ("fp32", "amp"):
                 best = _headline(by_precision.get(precision, []))
                 if best is None:

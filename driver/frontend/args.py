@@ -11,6 +11,8 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from driver.bench.contract import parse_option_value
 from driver.core.matrix import COMMAND_LINE, MatrixError
@@ -76,7 +78,13 @@ def bounded_float_list(low: float, high: float, *, unit: str = "") -> Callable[[
             raise argparse.ArgumentTypeError(
                 f"expects comma-separated numbers (e.g. 1,16,64), got {text!r}"
             )
-        return ",".join(f"{one(item):g}" for item in items)
+        values = [f"{one(item):g}" for item in items]
+        twice = sorted({v for v in values if values.count(v) > 1}, key=values.index)
+        if twice:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} names {', '.join(twice)} {unit} more than once; give each value once"
+            )
+        return ",".join(values)
 
     return parse
 
@@ -122,9 +130,14 @@ def topology_list(text: str) -> tuple[str, ...]:
     """``1n1g,1n8g,2n16g``: each checked now, so a typo fails before any process starts."""
     from driver.model.case import Topology
 
-    labels = tuple(label.strip() for label in text.split(",") if label.strip())
-    if not labels:
+    labels = tuple(label.strip() for label in text.split(","))
+    if not any(labels):
         raise argparse.ArgumentTypeError("give at least one topology, e.g. 1n1g,1n8g,2n16g")
+    if not all(labels):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} holds an empty item: give topologies joined by single commas, e.g. "
+            "1n1g,1n8g,2n16g"
+        )
     for label in labels:
         try:
             Topology.parse(label)
@@ -149,7 +162,32 @@ def csv_items(text: str | None, flag: str, example: str) -> tuple[str, ...]:
             f"{text!r}: give one value or several joined by single commas, without spaces or "
             f"empty items (e.g. {example}); leave the option out for the matrix's own values",
         )
+    twice = sorted({item for item in items if items.count(item) > 1}, key=items.index)
+    if twice:
+        raise MatrixError(
+            COMMAND_LINE, flag, f"{text!r} names {', '.join(twice)} more than once; give each once"
+        )
     return tuple(items)
+
+
+class Once(argparse.Action):
+    """An option that takes one value: given twice (``--batch 8 --batch 16``) is an error, not
+    the last one silently kept."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, f"_given_{self.dest}", False):
+            parser.error(
+                f"{option_string} is given twice ({getattr(namespace, self.dest)!r} and "
+                f"{values!r}): give it once (a list joined by commas where it takes several)"
+            )
+        setattr(namespace, f"_given_{self.dest}", True)
+        setattr(namespace, self.dest, values)
 
 
 def option_pair(text: str) -> tuple[str, object]:
@@ -210,9 +248,28 @@ def allowed_signers_option(parser: argparse.ArgumentParser) -> None:
         "--allowed-signers",
         metavar="FILE",
         help="the keys trusted to sign sessions and versions, one '<principal> <key type> "
-        "<public key>' per line (git's format; default: allowed_signers in the reports folder "
-        "that holds the version)",
+        "<public key>' per line (git's format; default: $DLPERF_ALLOWED_SIGNERS, else "
+        "~/.config/dlperf/allowed_signers, else the reports folder's own allowed_signers, "
+        "which the verdict then names)",
     )
+    parser.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="refuse (fail) any session or version that no trusted key signed",
+    )
+
+
+def check_trust_anchor(args: argparse.Namespace, reports: Path) -> str | None:
+    """The error of an allowed-signers file named by --allowed-signers or
+    $DLPERF_ALLOWED_SIGNERS that cannot be read (missing, a folder, a FIFO), else None."""
+    from driver.release.signatures import trust_anchor
+    from driver.signing import SigningError
+
+    try:
+        trust_anchor(args.allowed_signers, reports)
+    except SigningError as error:
+        return str(error)
+    return None
 
 
 def lock_or_inventory_errors() -> tuple[type[BaseException], ...]:

@@ -118,6 +118,7 @@ def short_device_name(name: str) -> str:
 # --- the fingerprint's schema ---------------------------------------------------------------------
 
 _FIX = "the log was edited or written by another tool; re-run the case"
+MAX_GPUS_PER_NODE = 64
 Count = Annotated[int, Field(ge=1, le=1_000_000)]
 Megahertz = Annotated[int, Field(ge=1, le=100_000)]
 Watts = Annotated[float, Field(ge=0, le=100_000)]
@@ -156,11 +157,13 @@ class FingerprintFacts(StrictModel):
     physical_cores: Count | None = None
     logical_cpus: Count | None = None
     memory_gib: Annotated[int, Field(ge=0, le=2**20)] | None = None  # whole GiB, up to 1 PiB
-    gpus: Annotated[list[GpuFacts], Field(max_length=1024)]
+    # the most GPUs one node holds: 8 on a DGX/HGX board, 16 on the largest PCIe servers;
+    # 64 leaves room, and 1,000 on one node is a forged fingerprint
+    gpus: Annotated[list[GpuFacts], Field(max_length=MAX_GPUS_PER_NODE)]
     gpu_driver: FreeText("name") | None = None
     cuda_driver: FreeText("name") | None = None
     gpu_link: FreeText("name") | None = None
-    devices_per_node: Annotated[int, Field(ge=0, le=1024)]
+    devices_per_node: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)]
     network: FreeText("label") | None = None
     interconnect: FreeText("label") | None = None
 

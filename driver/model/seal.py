@@ -656,7 +656,11 @@ def seal_state(root: Path, allowed_signers: Path) -> SealState:
     ]
     if signature is None:
         return SealState(f"sealed, not signed (no {SEAL_SIGNATURE})", problems)
-    if listed_keys(allowed_signers) == 0:
+    try:
+        listed = listed_keys(allowed_signers)
+    except SigningError as error:  # missing, a folder, a FIFO, a line it cannot read
+        return SealState("signature unchecked", [str(error), *problems])
+    if listed == 0:
         key = intact_key(data, signature, SESSION_NAMESPACE)
         if key is None:
             return SealState(

@@ -52,7 +52,8 @@ from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 MARK = "DLLL "
 PLAIN = re.compile(
     r"^DLL (?P<stamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) - "
-    r"(?:Epoch: (?P<epoch>\d+)\s+)?(?:Training )?Iteration: (?P<index>\d+)\b(?P<rest>.*)$"
+    # a negative index is read (and refused by the timeline, with its line), never skipped
+    r"(?:Epoch: (?P<epoch>\d+)\s+)?(?:Training )?Iteration: (?P<index>-?\d+)\b(?P<rest>.*)$"
 )
 RATE = re.compile(
     r"(?:Rank\s*=\s*(?P<rank>\d+)\s*::\s*)?Step\s*=\s*(?P<step>\d+)\s+"

@@ -43,6 +43,7 @@ class DlperfJsonlParser:
             raise LogParseError("no dlperf step records found", source=",".join(texts))
         if len(world_sizes) > 1:
             raise LogParseError(f"ranks disagree on the world size: {sorted(world_sizes)}")
+        _one_host_per_log(ranks, owner)
         world_size = world_sizes.pop() if world_sizes else len(ranks)
         return ParsedLog(ranks=ranks, world_size=world_size)
 
@@ -91,3 +92,21 @@ def _apply(log: RankLog, record: dict, source: str, number: int, world_sizes: se
         )
     elif kind == "end":
         log.finished = True
+
+
+def _one_host_per_log(ranks: Mapping[int, RankLog], owner: Mapping[int, str]) -> None:
+    """A node's log holds the ranks of one node: ranks naming two hostnames in one log are
+    a log edited or pasted together from two machines."""
+    hosts: dict[str, dict[str, int]] = {}
+    for rank, log in sorted(ranks.items()):
+        hostname = (log.header or {}).get("hostname")
+        if isinstance(hostname, str):
+            hosts.setdefault(owner[rank], {}).setdefault(hostname, rank)
+    for source, named in hosts.items():
+        if len(named) > 1:
+            shown = ", ".join(f"rank {rank} on {host!r}" for host, rank in named.items())
+            raise LogParseError(
+                f"one node's log names {len(named)} hosts ({shown}): a node's ranks run on one "
+                "host; the log was edited or joined from two machines",
+                source=source,
+            )

@@ -42,6 +42,7 @@ from typing import Any
 
 from driver.core.report import tables
 from driver.files import sha256_bytes, sha256_file
+from driver.model.seal import SEAL
 from driver.release.archive import read_archive
 from driver.release.compute import Computed, Marks, compute
 from driver.release.dataset import load_dataset
@@ -69,13 +70,15 @@ from driver.release.signatures import (
     SIGNED,
     VERSION_SIGNATURE,
     Signatures,
-    default_allowed_signers,
+    TrustAnchor,
     describe,
     session_signatures,
+    trust_anchor,
     version_signature,
 )
 from driver.release.versions import index_digest
 from driver.schema import ConfigError
+from driver.signing import SigningError
 
 PUBLISHED_TEXTS = ("README.md", "results.json", "results.csv")
 _CASE_IN_MEMBER = re.compile(r"^[^/]+/cases/(.+?)/(?:repeat-\d+(?:\.failed-\d+)?/|[^/]+$)")
@@ -93,18 +96,37 @@ def audit(
     images_lock: Path | None = None,
     recompute_flops: bool = True,
     reports_root: Path | None = None,
-    allowed_signers: Path | None = None,
+    allowed_signers: Path | TrustAnchor | None = None,
+    require_signed: bool = False,
 ) -> AuditReport:
     """Audit one version folder; never raises for a bad version (the findings say why).
-    Signatures are checked against ``allowed_signers`` (default: ``allowed_signers`` in
-    ``reports_root``, else beside the version folder)."""
+    Signatures are checked against ``allowed_signers``, else the file from outside the reports
+    folder (``driver.release.signatures.trust_anchor``), else ``allowed_signers`` in
+    ``reports_root`` or beside the version folder, which the verdict then names.
+    ``require_signed``: an unsigned version or session is a finding."""
     started = time.perf_counter()
     version_dir = Path(version_dir)
     report = AuditReport(version_dir=version_dir)
     state = AuditState(version_dir, report)
-    allowed = allowed_signers or default_allowed_signers(reports_root or version_dir.parent)
     try:
-        _run(state, expected_version, images_lock, recompute_flops, reports_root, allowed)
+        trust = allowed_signers
+        if not isinstance(trust, TrustAnchor):
+            trust = trust_anchor(allowed_signers, reports_root or version_dir.parent)
+    except SigningError as error:
+        state.add("allowed_signers", "the file", str(error), "a readable allowed-signers file")
+        report.elapsed_s = time.perf_counter() - started
+        return report
+    report.trust = trust.verdict()
+    try:
+        _run(state, expected_version, images_lock, recompute_flops, reports_root, trust.path)
+        for unsigned in report.unsigned if require_signed else []:
+            state.add(unsigned, "signature", "unsigned", "signed (--require-signed)")
+        # the verdict names the version's own file where it decided something: a signature
+        # verified, or one that did not verify against it
+        checked = len(report.signatures) > len(report.unsigned) or any(
+            f.cell in ("seal", "signature") and f.published != "unsigned" for f in report.findings
+        )
+        report.trust_own = trust.own and checked
     finally:
         report.elapsed_s = time.perf_counter() - started
     return report
@@ -279,6 +301,7 @@ def _check_signatures(
         state.add(member, "seal", problem, "as sealed and signed", case_of_member(member))
     recorded = manifest.get("signatures")
     if recorded is None:
+        report.unsigned.append(MANIFEST)
         report.signatures.append(
             f"version unsigned (released before signatures, README layout "
             f"{readme_layout(manifest)})"
@@ -294,16 +317,20 @@ def _check_signatures(
             state.add(VERSION_SIGNATURE, "signature", problem, "a good signature")
         shown = dict(version, principal=signer.principal) if signer else version
         report.signatures.append(f"version {describe(shown)}")
+        if version.get("status") != SIGNED:
+            report.unsigned.append(MANIFEST)
         if signer is not None and signer.principal != version.get("principal"):
             report.notes.append(
-                f"{allowed} names the version's signer {signer.principal!r}; it was "
-                f"{version.get('principal')!r} at release"
+                f"{allowed} names the version's signer ({signer.key}) {signer.principal!r}; it "
+                f"was {version.get('principal')!r} at release"
             )
         compare_values(state, MANIFEST, "signatures.sessions",
                         _keys_only(recorded.get("sessions", {})),
                         _keys_only(signatures.sessions))  # fmt: skip
     for session, status in sorted(signatures.sessions.items()):
         report.signatures.append(f"session {session} {describe(status)}")
+        if status.get("status") != SIGNED:
+            report.unsigned.append(f"{session}/{SEAL}")
 
 
 def _keys_only(statuses: dict[str, Any]) -> dict[str, Any]:

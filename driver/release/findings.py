@@ -52,6 +52,9 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # checks that could fail, not run: why
     signatures: list[str] = field(default_factory=list)  # who signed the version, each session
+    unsigned: list[str] = field(default_factory=list)  # the version and sessions no key signed
+    trust: str = ""  # which allowed-signers file the signatures were checked against
+    trust_own: bool = False  # the version's own: said in the verdict
     counts: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -88,6 +91,7 @@ class AuditReport:
                 out += [f"      {f}" for f in found]
             else:
                 out.append(f'  [ok]   table "{title}"{size}')
+        out += [f"  signatures {self.trust}"] if self.trust else []
         out += [f"  signature: {line}" for line in self.signatures]
         out += [f"  note: {n}" for n in self.notes]
         out += [f"  skipped: {s}" for s in self.skipped]
@@ -97,7 +101,8 @@ class AuditReport:
             verdict = f"INCOMPLETE ({len(self.skipped)} check(s) that could fail skipped, above)"
         else:
             verdict = "PASS"
-        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s")
+        own = " (signatures trusted by the version's own allowed_signers)" if self.trust_own else ""
+        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s{own}")
         return "\n".join(out)
 
 

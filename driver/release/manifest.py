@@ -31,6 +31,7 @@ BUILT_RECORDS = ".dlperf/images-built.json"  # driver.images.build's records, be
 BUILT_COPY = "images-built.json"  # its copy in config/ (".dlperf/" is git-ignored)
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
+
 class RawFile(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -49,6 +50,9 @@ class SignatureStatus(StrictModel):
 class Signatures(StrictModel):
     version: SignatureStatus
     sessions: dict[str, SignatureStatus]
+    # which allowed-signers file the release trusted: the reports folder's own ("own") or one
+    # from outside it ("outside"); absent in versions released before the kit said so
+    trust: Annotated[Any, one_of("own", "outside")] | None = None
 
 
 class Manifest(StrictModel):

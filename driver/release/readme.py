@@ -19,7 +19,7 @@ from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.release.signatures import SIGNED, VERSION_SIGNATURE
-from driver.text import markdown_cell
+from driver.text import markdown_cell, markdown_link
 
 PLOTS_DIR = "plots"
 
@@ -131,10 +131,34 @@ def _signatures_section(manifest: dict[str, Any]) -> str:
         f"{head} Each session's `session-manifest.json` (in its archive) holds the SHA-256 and "
         "size of every log and record and every rank's hardware fingerprint, sealed by the "
         "head node when the run ended and signed there where a key was configured. "
-        "`dlperf audit` checks every signature against the allowed-signers file of the reports "
-        "folder and names any file changed after signing. A signature proves these bytes, "
+        + _trust_sentence(signatures.get("trust"))
+        + " A signature proves these bytes, "
         "from that key, unchanged since they were signed; it does not prove that the key's "
         "holder did not make them up.\n\n" + table + "\n"
+    )
+
+
+def _trust_sentence(trust: str | None) -> str:
+    """Which allowed-signers file the release trusted (versions before the kit recorded it:
+    the sentence they were released with)."""
+    if trust == "own":
+        return (
+            "The release checked these signatures against the reports folder's own "
+            "`allowed_signers`, which comes with the data it vouches for (whoever can change "
+            "the versions can change it): trust them only after `dlperf audit "
+            "--allowed-signers FILE` with a file of keys you hold yourself. `dlperf audit` "
+            "names any file changed after signing."
+        )
+    if trust == "outside":
+        return (
+            "The release checked these signatures against an allowed-signers file kept outside "
+            "the reports folder; `dlperf audit` checks them against yours (`--allowed-signers "
+            "FILE`, `$DLPERF_ALLOWED_SIGNERS` or `~/.config/dlperf/allowed_signers`) and names "
+            "any file changed after signing."
+        )
+    return (
+        "`dlperf audit` checks every signature against the allowed-signers file of the reports "
+        "folder and names any file changed after signing."
     )
 
 
@@ -208,7 +232,7 @@ def _references_section(computed: Computed) -> str:
                 markdown_cell(config),
                 _num(e.reference_per_device, 2),
                 "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
-                f"[{markdown_cell(e.reference_source)}]({markdown_cell(e.reference_link)})",
+                markdown_link(e.reference_source, e.reference_link),
             ]
         )
     if not rows:

@@ -10,15 +10,19 @@ comparison is per device, because a reference often has another topology than ou
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
+from driver.release.imported import EFFICIENCY_TOLERANCE
 from driver.schema import (
+    ConfigError,
     Count,
     FiniteFloat,
     Name,
@@ -57,6 +61,9 @@ def _per_device(value: Any) -> Any:
             f"must be samples/s per device above 0 and at most {MAX_RATE:g} (one value, or "
             f"[low, high] of a published range), got {value!r}"
         )
+    if isinstance(value, list) and value[0] > value[1]:
+        raise ValueError(f"a range is [low, high]; {value!r} is reversed: write [{value[1]}, "
+                         f"{value[0]}]")  # fmt: skip
     return value
 
 
@@ -86,18 +93,65 @@ class Reference(StrictModel):
     speedup: Rate | None = None
     note: FreeText("note") = ""
 
+    @model_validator(mode="after")
+    def _as_import_rules(self) -> Reference:
+        """The rules of ``dlperf import`` (driver.release.imported): devices a multiple of
+        nodes, and no scaling efficiency above 100% beyond rounding (2%)."""
+        if self.devices % self.nodes:
+            raise ValueError(
+                f"devices ({self.devices}, the total) must be a multiple of nodes ({self.nodes}): "
+                "give the total over all nodes"
+            )
+        if self.speedup is not None and self.devices > 1:
+            efficiency = self.speedup / self.devices
+            if efficiency > 1 + EFFICIENCY_TOLERANCE:
+                raise ValueError(
+                    f"speedup {self.speedup:g} on {self.devices} devices is an efficiency of "
+                    f"{efficiency:.2%}, above 100% beyond rounding "
+                    f"({EFFICIENCY_TOLERANCE:.0%}): check the source (a typo, or a total "
+                    "given as a speedup)"
+                )
+        return self
+
 
 class ReferencesFile(StrictModel):
     schema_: schema_version((1,)) = Field(alias="schema")
     results: list[Reference]
 
+    @model_validator(mode="after")
+    def _unique_ids(self) -> ReferencesFile:
+        seen: dict[str, int] = {}
+        for index, reference in enumerate(self.results):
+            if reference.id in seen:
+                raise ValueError(
+                    f"results[{index}] has the id {reference.id!r} of "
+                    f"results[{seen[reference.id]}]: "
+                    "each reference needs its own id"
+                )
+            seen[reference.id] = index
+        return self
+
 
 def load_references(path: Path) -> list[dict[str, Any]]:
     """The published results of ``path`` (none when it is absent), checked field by field: a
     bad one is a ConfigError naming the file, the entry and the fix."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
-    checked = validate(ReferencesFile, load_document(path), path)
+    if path.is_symlink():  # never followed: its target's text would reach the error message
+        raise ConfigError(
+            path, "(file)", f"is a symlink (to {os.readlink(path)}); the references file must be "
+            "a regular file of the checkout: replace the link with the file itself"
+        )  # fmt: skip
+    if not stat.S_ISREG(os.stat(path).st_mode) and not path.is_dir():
+        raise ConfigError(path, "(file)", "is not a regular file (a FIFO or a device): give a "
+                          "YAML file")  # fmt: skip
+    document = load_document(path)
+    if not isinstance(document, dict):
+        raise ConfigError(
+            path, "(file)", f"must be a mapping with 'schema' and 'results', got a "
+            f"{type(document).__name__} (its text is not shown)"
+        )  # fmt: skip
+    checked = validate(ReferencesFile, document, path)
     return [r.model_dump() for r in checked.results]
 
 

@@ -57,7 +57,13 @@ from driver.release.references import load_references
 from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
 from driver.release.signatures import describe, session_signatures
 from driver.release.versions import VERSION, released_versions, write_index
-from driver.release.vouching import Vouching, VouchingError, check_superlinear, vouching_for
+from driver.release.vouching import (
+    Vouching,
+    VouchingError,
+    check_required_signatures,
+    check_superlinear,
+    vouching_for,
+)
 from driver.schema import ConfigError
 from driver.signing import RELEASE_NAMESPACE, sign
 from driver.text import check_plain_text
@@ -167,13 +173,15 @@ def release(
     signing_key: Path | None = None,
     allowed_signers: Path | None = None,
     superlinear: Mapping[str, str] | None = None,
+    require_signed: bool = False,
 ) -> Path:
     """Build, audit and publish ``reports_root/version``; returns its folder. ``imports``:
     files of published figures (``dlperf import``) shown beside the measured cases; each is
     copied into ``config/published/`` and audited by its SHA-256. ``signing_key`` signs the
     version's manifest; every signature is checked against ``allowed_signers`` (default
     ``<reports_root>/allowed_signers``; driver/release/signatures.py). ``superlinear``: case id
-    -> the reason a case measured above 100% efficiency is published (else it is refused)."""
+    -> the reason a case measured above 100% efficiency is published (else it is refused).
+    ``require_signed``: refuse an unsigned session, and a version without a signing key."""
     from driver.release.audit import audit
 
     if not VERSION.fullmatch(version):
@@ -216,7 +224,9 @@ def release(
     except ConfigError as error:
         raise ReleaseError(f"config file refused: {error}") from None
     try:
-        vouching = vouching_for(reports_root, signing_key, allowed_signers, superlinear or {})
+        vouching = vouching_for(
+            reports_root, signing_key, allowed_signers, superlinear or {}, require_signed
+        )
     except VouchingError as error:
         raise ReleaseError(str(error)) from None
     collected = [collect_session(Path(s)) for s in sessions]
@@ -256,7 +266,7 @@ def release(
             work,
             expected_version=version,
             recompute_flops=False,
-            allowed_signers=vouching.allowed_signers,
+            allowed_signers=vouching.trust,
         )
     except KitWriteError:
         remove_tree(work)
@@ -327,6 +337,11 @@ def _build(
             "session-manifest.json and .sig to release it as it is now, unsigned:\n"
             + "\n".join(f"  {_on_disk(m, collected)}: {p}" for m, p in signatures.problems)
         )
+    try:
+        check_required_signatures(vouching, signatures.sessions)
+    except VouchingError as error:
+        raise ReleaseError(str(error)) from None
+    printer(f"signatures {vouching.trust.verdict()}")
     for name, status in signatures.sessions.items():
         printer(f"session {name}: {describe(status)}")
     dataset = load_dataset(members)
@@ -441,7 +456,11 @@ def _build(
         "remeasured": remeasured,
         "changes": _changes(previous, reports_root, data),
         "readme_layout": README_LAYOUT,
-        "signatures": {"version": vouching.version_status(), "sessions": signatures.sessions},
+        "signatures": {
+            "version": vouching.version_status(),
+            "sessions": signatures.sessions,
+            "trust": vouching.trust_status(),
+        },
         "superlinear": dict(sorted(vouching.superlinear.items())),
     }
     from driver.release.plots import render_plots

@@ -1,9 +1,16 @@
 """Who vouches for a version: its sessions' seals and signatures, and the version's own.
 
 A session (``driver.model.seal``) is *signed* when its archive holds ``session-manifest.json``
-with a ``.sig`` that verifies against the allowed-signers file (git's format: ``--allowed-signers``,
-default ``<reports>/allowed_signers``) in the ``dlperf-session`` namespace; every other session
-is *unsigned*. Either way a session whose files differ from its seal (a log, a record or a
+with a ``.sig`` that verifies against the allowed-signers file in the ``dlperf-session``
+namespace; every other session is *unsigned*.
+
+Who is trusted comes from outside the data (:func:`trust_anchor`, like git's
+``gpg.ssh.allowedSignersFile``): ``--allowed-signers FILE``, else ``$DLPERF_ALLOWED_SIGNERS``,
+else ``~/.config/dlperf/allowed_signers`` (``$XDG_CONFIG_HOME``), and only when none of them is
+set the reports folder's own ``allowed_signers``, which ships with the versions it vouches for
+(a forger who can write the versions can write it): the verdict and the README then say so.
+
+Either way a session whose files differ from its seal (a log, a record or a
 fingerprint changed, a file added, a finished repeat removed) is refused by the release and
 failed by the audit, naming the file. A signature that does not verify (another key, another
 namespace, changed bytes) is refused too, never taken as "unsigned": only a session with no
@@ -21,6 +28,7 @@ refuses and the audit fails, each naming the file and the fix (list the signer's
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +50,70 @@ SIGNED, UNSIGNED = "signed", "unsigned"
 VERSION_SIGNATURE = "manifest.json" + SIGNATURE_SUFFIX
 
 
+ALLOWED_SIGNERS_VARIABLE = "DLPERF_ALLOWED_SIGNERS"
+OWN, OUTSIDE = "own", "outside"  # the manifest's signatures.trust: which file the release used
+
+
 def default_allowed_signers(reports_root: Path) -> Path:
     return Path(reports_root) / ALLOWED_SIGNERS
+
+
+def user_allowed_signers() -> Path:
+    """The per-user file (git's ``gpg.ssh.allowedSignersFile``, in the XDG config folder)."""
+    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(config) / "dlperf" / ALLOWED_SIGNERS
+
+
+@dataclass(frozen=True)
+class TrustAnchor:
+    """The allowed-signers file signatures are checked against, where it was named, and whether
+    it lies inside the reports folder it vouches for (``own``: whoever writes the versions
+    writes it too)."""
+
+    path: Path
+    source: str
+    own: bool
+
+    def verdict(self) -> str:
+        if self.own:
+            return (
+                f"trusted by the version's own allowed_signers ({self.path}), which comes with "
+                "the data it vouches for: audit with a file of keys you hold yourself "
+                f"(--allowed-signers FILE, ${ALLOWED_SIGNERS_VARIABLE} or {user_allowed_signers()})"
+            )
+        return f"trusted by {self.path} ({self.source})"
+
+
+def trust_anchor(explicit: str | Path | None, reports_root: Path) -> TrustAnchor:
+    """The allowed-signers file a release or an audit of ``reports_root`` trusts:
+    ``explicit`` (``--allowed-signers``), else ``$DLPERF_ALLOWED_SIGNERS``, else the per-user
+    file where it exists, else the reports folder's own. A file named but missing, a folder or
+    a FIFO is a SigningError with the fix, never "lists nobody"."""
+    variable = os.environ.get(ALLOWED_SIGNERS_VARIABLE)
+    for source, named in (
+        ("--allowed-signers", explicit),
+        (f"${ALLOWED_SIGNERS_VARIABLE}", variable),
+    ):
+        if named is None:
+            continue
+        if str(named).strip() == "":
+            raise SigningError(
+                f"{source} is empty: give the allowed-signers file of the keys you trust "
+                "('<principal> <key type> <public key>' per line, git's format)"
+            )
+        path = Path(named).expanduser()
+        listed_keys(path)
+        return TrustAnchor(path, source, _inside(path, reports_root))
+    user = user_allowed_signers()
+    if os.path.lexists(user):
+        listed_keys(user)
+        return TrustAnchor(user, "the per-user file", _inside(user, reports_root))
+    own = default_allowed_signers(reports_root)
+    return TrustAnchor(own, "the reports folder's own", True)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())
 
 
 @dataclass
@@ -72,7 +142,10 @@ def session_signatures(members: Mapping[str, bytes], allowed: Path) -> Signature
     for member, data in members.items():
         session, _, rel = member.partition("/")
         by_session.setdefault(session, {})[rel] = data
-    trusted = listed_keys(allowed) > 0
+    try:
+        trusted, unreadable = listed_keys(allowed) > 0, None
+    except SigningError as error:
+        trusted, unreadable = False, str(error)
     for session, files in sorted(by_session.items()):
         seal_bytes, signature = files.pop(SEAL, None), files.pop(SEAL_SIGNATURE, None)
         where = f"{session}/{SEAL}"
@@ -90,7 +163,7 @@ def session_signatures(members: Mapping[str, bytes], allowed: Path) -> Signature
             reason = f"sealed, not signed: no {SEAL_SIGNATURE}"
             out.sessions[session] = {"status": UNSIGNED, "reason": reason}
         elif not trusted:
-            out.problems.append((f"{session}/{SEAL_SIGNATURE}", _untrusted(allowed)))
+            out.problems.append((f"{session}/{SEAL_SIGNATURE}", unreadable or _untrusted(allowed)))
         else:
             try:
                 signer = verify_bytes(seal_bytes, signature, allowed, SESSION_NAMESPACE, where)
@@ -125,8 +198,11 @@ def version_signature(
         return None, ["missing: the manifest says the version is signed"] if signed else []
     if not signed:
         return None, ["a signature of a version whose manifest says it is unsigned"]
-    if listed_keys(allowed) == 0:
-        return None, [_untrusted(allowed)]
+    try:
+        if listed_keys(allowed) == 0:
+            return None, [_untrusted(allowed)]
+    except SigningError as error:
+        return None, [str(error)]
     try:
         signer = verify_bytes(manifest_bytes, signature, allowed, RELEASE_NAMESPACE,
                               "manifest.json")  # fmt: skip
@@ -142,4 +218,3 @@ def describe(status: dict[str, Any]) -> str:
     if status.get("status") != SIGNED:
         return f"unsigned: {status.get('reason', 'no signature')}"
     return f"signed by {status.get('principal')} ({status.get('key')})"
-

@@ -14,7 +14,7 @@ from typing import Any
 
 from driver.core.summary import SUPERLINEAR_FLOOR
 from driver.release.compute import Computed
-from driver.release.signatures import SIGNED, UNSIGNED, default_allowed_signers
+from driver.release.signatures import OUTSIDE, OWN, SIGNED, UNSIGNED, TrustAnchor, trust_anchor
 from driver.schema import did_you_mean
 from driver.signing import RELEASE_NAMESPACE, Signer, SigningError, signer_of_key
 from driver.text import check_free_text
@@ -30,10 +30,20 @@ class Vouching:
     holds it (none: unsigned), the file every signature is checked against, and the reason
     given for each case measured above 100% efficiency."""
 
-    allowed_signers: Path
+    trust: TrustAnchor
     key: Path | None = None
     signer: Signer | None = None
     superlinear: Mapping[str, str] = field(default_factory=dict)
+    require_signed: bool = False  # refuse any unsigned session (and a version without a key)
+
+    @property
+    def allowed_signers(self) -> Path:
+        return self.trust.path
+
+    def trust_status(self) -> str:
+        """The manifest's ``signatures.trust``: whether the release trusted the reports
+        folder's own allowed_signers (``own``) or a file from outside it."""
+        return OWN if self.trust.own else OUTSIDE
 
     def version_status(self) -> dict[str, Any]:
         if self.signer is None:
@@ -46,10 +56,20 @@ def vouching_for(
     key: Path | None,
     allowed_signers: Path | None,
     superlinear: Mapping[str, str],
+    require_signed: bool = False,
 ) -> Vouching:
     """The release's signing key checked against the allowed-signers file (a version is signed
-    only with a key its own audit can check) and the superlinear reasons checked as text."""
-    allowed = Path(allowed_signers) if allowed_signers else default_allowed_signers(reports_root)
+    only with a key its own audit can check; the file from outside the reports folder where one
+    is named, :func:`trust_anchor`) and the superlinear reasons checked as text."""
+    try:
+        trust = trust_anchor(allowed_signers, reports_root)
+    except SigningError as error:
+        raise VouchingError(str(error)) from None
+    if require_signed and key is None:
+        raise VouchingError(
+            "--require-signed: the version would be unsigned; give --signing-key (or "
+            "$DLPERF_SIGNING_KEY), or release without --require-signed"
+        )
     for case_id, reason in superlinear.items():
         try:
             check_free_text(reason, "note")
@@ -60,10 +80,30 @@ def vouching_for(
     signer = None
     if key is not None:
         try:
-            signer = signer_of_key(key, allowed, RELEASE_NAMESPACE)
+            signer = signer_of_key(key, trust.path, RELEASE_NAMESPACE)
         except SigningError as error:
             raise VouchingError(f"--signing-key {error}") from None
-    return Vouching(allowed, key, signer, dict(superlinear))
+    return Vouching(trust, key, signer, dict(superlinear), require_signed)
+
+
+def check_required_signatures(
+    vouching: Vouching, sessions: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """With ``--require-signed``, every session must be signed by a trusted key: one sealed
+    without a signature (or re-sealed after its signature was dropped) is refused by name."""
+    if not vouching.require_signed:
+        return
+    unsigned = {n: s for n, s in sorted(sessions.items()) if s.get("status") != SIGNED}
+    if unsigned:
+        raise VouchingError(
+            "--require-signed: these sessions are not signed by a key "
+            f"{vouching.allowed_signers} lists (a session whose signature was removed and that "
+            "was sealed again is unsigned); re-run them with --signing-key, or release without "
+            "--require-signed:\n"
+            + "\n".join(
+                f"  {name}: {status.get('reason', 'unsigned')}" for name, status in unsigned.items()
+            )
+        )
 
 
 def check_superlinear(computed: Computed, reasons: Mapping[str, str]) -> None:

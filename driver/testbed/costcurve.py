@@ -62,10 +62,15 @@ class CurvePoint:
 def refusal(runtime: str) -> str | None:
     """None when the curve can run here on ``runtime``, else one line saying why and the fix."""
     if runtime not in CURVE_RUNTIMES:
+        why = {
+            "local": "the local runtime runs every process on this one machine, with no "
+            "hosts to reach over SSH or Slurm, so it would not rehearse separate hosts",
+            "docker": "docker's containers share this machine's one engine (its network and "
+            "clock), so they would not rehearse separate hosts",
+        }.get(runtime, "it would not run each node as a separate host")
         return (
             f"--nodes runs on simulated hosts through --runtime {' or '.join(CURVE_RUNTIMES)}, "
-            f"not {runtime}: docker's containers share this machine's one engine (its network "
-            "and clock), so they would not rehearse separate hosts"
+            f"not {runtime}: {why}"
         )
     return missing_requirements(slurm=runtime == "slurm", sshd=runtime == "process")
 

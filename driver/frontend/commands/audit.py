@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from driver.frontend.args import allowed_signers_option, reports_and_results
+from driver.frontend.args import allowed_signers_option, check_trust_anchor, reports_and_results
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -23,6 +23,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
             print(f"error: --images-lock {error}", file=sys.stderr)
             return 2
     reports = Path(args.reports)
+    untrustable = check_trust_anchor(args, reports)
+    if untrustable:
+        print(f"error: {untrustable}", file=sys.stderr)
+        return 2
     if args.all:
         targets = [reports / name for name, _ in reversed(released_versions(reports))]
         if not targets:
@@ -45,7 +49,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             target,
             images_lock=Path(args.images_lock) if args.images_lock else None,
             recompute_flops=not args.cached_flops,
-            allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None,
+            allowed_signers=args.allowed_signers,
+            require_signed=args.require_signed,
         )
         print(report.text())
         failed += not report.ok

@@ -74,6 +74,14 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     from driver.registry import UnknownPlugin
     from driver.runtimes.base import make_runtime
 
+    results = Path(args.results)
+    if results.exists() and not results.is_dir():
+        print(
+            f"error: --results {results}: a file, not a folder; give the folder the scan's "
+            "session is written under (default: results)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)
         case = None if args.pairs_only else scan_case(args, args.runtime)

@@ -41,8 +41,9 @@ def cmd_release(args: argparse.Namespace) -> int:
             compute_flops=not args.no_flops,
             imports=[Path(p) for p in args.imports],
             signing_key=key,
-            allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None,
+            allowed_signers=args.allowed_signers,
             superlinear=reasons,
+            require_signed=args.require_signed,
         )
     except ReleaseError as error:
         print(f"release refused: {error}", file=sys.stderr)

@@ -16,8 +16,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from driver.core.summary import summarize
     from driver.release.imported import figure_summaries, is_import_file
     from driver.schema import ConfigError
+    from driver.signing import SigningError
     from driver.verify.folder import verify_sessions
 
+    try:
+        allowed_signers = _allowed_signers(args.allowed_signers)
+    except SigningError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     sessions, published = [], []
     for root in args.sessions:
         if is_import_file(Path(root)):
@@ -34,7 +40,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             )
     verified = verify_sessions(sessions)
     summaries = summarize(verified.records, published=published)
-    seals, seal_problems = _seals(sessions, _allowed_signers(args.allowed_signers))
+    seals, seal_problems = _seals(sessions, allowed_signers)
     first = Path(args.sessions[0])
     out = (
         Path(args.out)
@@ -58,11 +64,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _allowed_signers(given: str | None) -> Path:
-    """``--allowed-signers``, else the one a release checks against: the kit's reports folder's."""
+    """The file a release of the kit's reports folder would trust: ``--allowed-signers``, else
+    ``$DLPERF_ALLOWED_SIGNERS``, else the per-user file, else the reports folder's own; one
+    named but missing, a folder or a FIFO is a SigningError."""
     from driver.release.release import DEFAULT_REPORTS
-    from driver.release.signatures import default_allowed_signers
+    from driver.release.signatures import trust_anchor
 
-    return Path(given) if given else default_allowed_signers(DEFAULT_REPORTS)
+    return trust_anchor(given, DEFAULT_REPORTS).path
 
 
 def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]:
@@ -101,7 +109,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--allowed-signers",
         metavar="FILE",
-        help="the keys trusted to sign sessions, git's format (default: allowed_signers in the "
-        "kit's reports folder, as for a release)",
+        help="the keys trusted to sign sessions, git's format (default: as for a release: "
+        "$DLPERF_ALLOWED_SIGNERS, ~/.config/dlperf/allowed_signers, the kit's reports folder's)",
     )
     report.set_defaults(func=cmd_report)

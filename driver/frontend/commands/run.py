@@ -23,6 +23,7 @@ from driver.frameworks.base import FRAMEWORKS
 from driver.frontend.args import (
     RESULTS,
     RUNTIME_HELP,
+    Once,
     bounded_int,
     check_session_name,
     csv_items,
@@ -169,20 +170,22 @@ def framework_python(python: str, runtime: str, cases: list[Case]) -> str:
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run cases of one or more case matrices")
-    run.add_argument("--framework", help="comma-separated frameworks (default pytorch)")
+    run.add_argument(
+        "--framework", help="comma-separated frameworks (default pytorch)", action=Once
+    )
     run.add_argument("--matrix", action="append", default=[], help="a matrix file (repeatable)")
     run.add_argument(
         "--profile", default=AUTO, help=f"'{DLPERF_PROFILE}', a profile of the matrix, or '{AUTO}'"
     )
-    run.add_argument("--model", help="comma-separated models")
-    run.add_argument("--nodes", type=int)
-    run.add_argument("--gpus", type=int, help="devices (processes on CPU) per node")
-    run.add_argument("--batch", help="per-device batch sizes, comma-separated, or max")
-    run.add_argument("--amp", help="on, off or both")
+    run.add_argument("--model", help="comma-separated models", action=Once)
+    run.add_argument("--nodes", type=int, action=Once)
+    run.add_argument("--gpus", type=int, help="devices (processes on CPU) per node", action=Once)
+    run.add_argument("--batch", help="per-device batch sizes, comma-separated, or max", action=Once)
+    run.add_argument("--amp", help="on, off or both", action=Once)
     run.add_argument("--xla", choices=("on", "off"))
-    run.add_argument("--dataset", help="synthetic and/or real")
+    run.add_argument("--dataset", help="synthetic and/or real", action=Once)
     run.add_argument("--data-dir")
-    run.add_argument("--variant", help="comma-separated option variants of the matrix")
+    run.add_argument("--variant", help="comma-separated option variants of the matrix", action=Once)
     run.add_argument("--repeats", type=int)
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--measured-steps", type=int)
