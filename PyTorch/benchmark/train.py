@@ -139,12 +139,23 @@ def check_options(
 def configure_gpu_math(options: Mapping[str, Any]) -> None:
     tf32 = bool(options["tf32"])
     torch.backends.cudnn.benchmark = bool(options["cudnn_benchmark"])
+    set_tf32(tf32)
+
+
+def set_tf32(on: bool) -> None:
+    """FP32 matmuls and convolutions in TF32 (on) or IEEE fp32, one API only: torch >= 2.9's
+    ``fp32_precision`` flags (setting the legacy ``allow_tf32`` beside them makes every legacy
+    getter raise "mix of the legacy and new APIs"), with the float32 matmul precision set to
+    agree so that code reading ``torch.get_float32_matmul_precision()`` sees the same."""
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
-        torch.backends.cudnn.conv.fp32_precision = "tf32" if tf32 else "ieee"
+        precision = "tf32" if on else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = precision
+        torch.backends.cudnn.conv.fp32_precision = precision
+        torch.backends.cudnn.rnn.fp32_precision = precision
     else:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+    torch.set_float32_matmul_precision("high" if on else "highest")
 
 
 def library_versions(device: torch.device) -> dict[str, Any]:
@@ -175,7 +186,8 @@ def device_names(device: torch.device) -> list[str]:
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """CUDA OOM, the CPU allocator's refusal ("can't allocate memory"), or MemoryError."""
+    """CUDA OOM, a cuBLAS/cuDNN allocation failure or missing workspace (loop.OOM_MESSAGES),
+    the CPU allocator's refusal ("can't allocate memory"), or MemoryError."""
     return is_oom(error, (torch.cuda.OutOfMemoryError,))
 
 

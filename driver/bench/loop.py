@@ -34,8 +34,19 @@ from driver.bench.contract import MODELS, OptionError, parse_benchmark_args, res
 from driver.bench.host import threads_per_process
 from driver.bench.protocol import StepLogger, oom_exit, print_weights_checksum, rank_environment
 
-# Allocator failures whose type says nothing: the framework's message does.
-OOM_MESSAGES = ("out of memory", "can't allocate memory", "resourceexhausted", "oom when")
+# Allocator failures whose type says nothing: the framework's message does. Near a GPU's limit
+# the failure may come from cuBLAS (the backward's own handle), cuDNN, or cuDNN's search for an
+# algorithm with no workspace left: for a batch search all of them mean "does not fit".
+OOM_MESSAGES = (
+    "out of memory",
+    "can't allocate memory",
+    "resourceexhausted",
+    "oom when",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "unable to find an engine",
+    "unable to find a valid cudnn algorithm",
+)
 
 
 def is_oom(
