@@ -9,6 +9,7 @@ and an archive whose session passes the kit's own door (`dlperf report`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -359,6 +360,25 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     rows = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [row["case_id"] for row in rows] == [case["case"]]
     assert rows[0]["throughput_median"] == pytest.approx(case["median"])
+    # a second command resumes the same session from the archive: the finished repeats stay
+    again = subprocess.run(
+        [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(tmp_path / "out2"),
+         "--python", python, "--stages", "resnet50-amp", "--resume", str(out / gpu_check.ARCHIVE)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    resumed = json.loads((tmp_path / "out2" / "summary.json").read_text())
+    assert [(s["name"], s["call"]) for s in resumed["stages"]] == [
+        ("facts", 1),
+        ("resnet50-amp", 1),
+        ("facts", 2),
+        ("resnet50-amp", 2),
+    ]
+    (same,) = resumed["cases"]
+    assert same["throughputs"] == case["throughputs"]  # not measured again
+    second = gpu_check.unpack(tmp_path / "out2" / gpu_check.ARCHIVE, tmp_path / "results2")
+    assert (second / "facts" / "torch.json").is_file()  # call 1's facts carried on
+    assert "already finished" in (second / "logs" / "resnet50-amp.log").read_text()
 
 
 def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
@@ -392,3 +412,115 @@ def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
     assert verdicts["kit / bare loop (parity)"] == ("not measured", "-")
     sync = next(v for k, v in verdicts.items() if k.startswith("per-step device sync"))
     assert sync == ("1.02%", "MISSED")  # 2980 / 2950 - 1: the same batch, max left out
+
+
+# --------------------------------------------------------------------------------------------
+# The shell command: refuses at once when the kit cannot start; nothing outlives it
+
+
+def no_site_python(tmp_path: Path) -> Path:
+    """An interpreter that sees none of the kit's packages (as a node's python3 without the
+    wheels): this Python without its site-packages."""
+    wrapper = tmp_path / "python-bare"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_the_command_refuses_in_seconds_when_the_kit_cannot_import(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "GPU_CHECK_PYTHON": str(no_site_python(tmp_path)),
+           "TMPDIR": str(tmp_path)}  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(["bash", "tools/gpu-check.sh"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 3 and time.monotonic() - started < 5
+    assert "the kit cannot start" in done.stderr or "did not install" in done.stderr
+    assert {p.name for p in out.iterdir()} == {"console.log"}
+    assert not list(tmp_path.glob("dlperf-*"))  # the scratch install folder is gone
+
+
+def processes_with(marker: str) -> list[tuple[int, str]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker.encode() in environ:
+            found.append((int(entry.name), command))
+    return found
+
+
+@pytest.mark.parametrize("victim", ["shell", "check"])
+def test_a_killed_check_takes_every_stage_and_benchmark_with_it(
+    tmp_path: Path, victim: str
+) -> None:
+    """SIGKILL to the shell command (or to the check under it) in the middle of a stage, while
+    the benchmark runs: within seconds no process of the check is left."""
+    marker = f"gpu-check-kill-{os.getpid()}-{victim}"
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_CHECK_PYTHON": sys.executable,
+           "TMPDIR": str(tmp_path), "DLPERF_TEST_MARKER": marker}  # fmt: skip
+    shell = subprocess.Popen(
+        ["bash", "tools/gpu-check.sh", "--cpu", "--stages", "resnet50-amp"], cwd=REPO_ROOT,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            running = processes_with(marker)
+            if any("PyTorch" in command or "benchmark" in command for _, command in running):
+                break
+            assert shell.poll() is None, "the check ended before its benchmark started"
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"no benchmark started: {processes_with(marker)}")
+        if victim == "shell":
+            target = shell.pid
+        else:
+            target = next(pid for pid, c in running if "gpu_check.py" in c and "bash" not in c)
+        os.kill(target, 9)
+        deadline = time.monotonic() + 30
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_with(marker) == []
+    finally:
+        for pid, _command in processes_with(marker):  # only this test's own processes
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        shell.wait(timeout=30)
+    assert not list(tmp_path.glob("dlperf-*"))  # the scratch and work folders went too
+
+
+@pytest.mark.parametrize(
+    ("variable", "file", "expected"),
+    [
+        ("a" * 40, None, {"commit": "a" * 40, "dirty": False, "passed_in": "DLPERF_KIT_COMMIT"}),
+        (None, "b" * 40 + "-dirty\n",
+         {"commit": "b" * 40, "dirty": True, "passed_in": ".dlperf-kit-commit"}),
+        ("not-a-commit", None, {"commit": None, "dirty": None}),
+        (None, None, {"commit": None, "dirty": None}),
+    ],
+    ids=["variable", "file", "bad", "none"],
+)  # fmt: skip
+def test_a_copy_without_git_records_the_commit_passed_in(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    variable,
+    file,
+    expected,  # noqa: ANN001
+) -> None:
+    from driver.model.results import KIT_COMMIT_FILE, KIT_COMMIT_VAR, kit_revision
+
+    copy = tmp_path / "kit"  # the node's copy: the working tree without .git
+    copy.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.delenv(KIT_COMMIT_VAR, raising=False)
+    if variable is not None:
+        monkeypatch.setenv(KIT_COMMIT_VAR, variable)
+    if file is not None:
+        (copy / KIT_COMMIT_FILE).write_text(file)
+    assert kit_revision(copy) == expected

@@ -20,10 +20,18 @@ if [ -e "$OUT" ] && [ ! -d "$OUT" ]; then
     exit 2
 fi
 mkdir -p "$OUT"
-site=$(mktemp -d "${TMPDIR:-/tmp}/dlperf-site.XXXXXX")
-check=""
-cleanup() { rm -rf "$site"; }
-trap cleanup EXIT
+# One scratch folder holds the wheels' install and, as the check's TMPDIR, its work folder:
+# removed when this script ends, also when the check under it was killed.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/dlperf-gpu-check.XXXXXX")
+site="$scratch/site"
+remove_scratch() {  # a stage stopping at that moment may still write: try for 10 s
+    for _ in $(seq 50); do
+        rm -rf "$scratch" 2>/dev/null
+        [ -e "$scratch" ] || return 0
+        sleep 0.2
+    done
+}
+trap remove_scratch EXIT
 : >"$OUT/console.log"
 if compgen -G ".whl/*.whl" >/dev/null; then
     # --no-deps: the wheel folder is the whole closure the node lacks (tools/gpu-wheels.txt).
@@ -45,7 +53,7 @@ if ! why=$("$PYTHON" -c 'import pydantic, yaml, tabulate, driver.frontend.cli' 2
 fi
 # In the background so that a signal to this script is passed on at once (a foreground
 # command would hold the trap until it ended); the check restores SIGINT for its stages.
-"$PYTHON" tools/gpu_check.py run --out "$OUT" --python "$(command -v "$PYTHON")" "$@" \
+TMPDIR="$scratch" DLPERF_GPU_CHECK_SCRATCH="$scratch" "$PYTHON" tools/gpu_check.py run --out "$OUT" --python "$(command -v "$PYTHON")" "$@" \
     > >(tee -a "$OUT/console.log") 2>&1 &
 check=$!
 trap 'kill -TERM "$check" 2>/dev/null' TERM INT HUP

@@ -58,6 +58,7 @@ ARCHIVE = "gpu-check.tar.gz"
 MANIFEST = "MANIFEST.json"
 SESSION = "gpu-check"
 SCRATCH = "tmp"  # the stages' TMPDIR inside the work folder: removed with it, not archived
+SCRATCH_VAR = "DLPERF_GPU_CHECK_SCRATCH"  # set by tools/gpu-check.sh
 RESERVE_S = 25.0  # kept back for a stage's interrupt grace and the last archive
 INTERRUPT_GRACE_S = 20.0  # after SIGINT (the kit keeps finished repeats), then SIGKILL
 # About 7 minutes of stages: with the wheels' install, the GPU probe and the final summary
@@ -315,12 +316,13 @@ def decide(stage: Stage, budget_left: float, on_gpu: bool) -> str | None:
 
 
 def start_stage(argv: list[str], env: dict[str, str], **popen: Any) -> subprocess.Popen:
-    """A stage's process: its own process group (stopped as a whole at the budget), and a
-    parent-death signal, so that a check killed by SIGKILL takes it along; the kit's local
-    runtime ties each benchmark to the stage's driver the same way."""
+    """A stage's process: its own process group (stopped as a whole at the budget), and
+    SIGKILL when the check dies, even by SIGKILL (the check publishes nothing more then, so
+    nothing is gained by letting the stage seal its session); the kit's local runtime ties each
+    benchmark to the stage's driver the same way (SIGTERM, launchers stop their ranks)."""
     from driver.bench.supervisor import start
 
-    return start(argv, parent_death_signal=signal.SIGTERM, new_group=True, cwd=REPO_ROOT,
+    return start(argv, parent_death_signal=signal.SIGKILL, new_group=True, cwd=REPO_ROOT,
                  env=env, stdin=subprocess.DEVNULL, **popen)  # fmt: skip
 
 
@@ -1162,6 +1164,12 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, UnpackError) as error:
         print(f"gpu-check: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        # tools/gpu-check.sh's scratch folder (the wheels' install, this check's TMPDIR): the
+        # script removes it as it ends, unless it was killed first; then this does.
+        scratch = os.environ.get(SCRATCH_VAR)
+        if scratch and Path(scratch).name.startswith("dlperf-gpu-check."):
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
