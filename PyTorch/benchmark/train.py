@@ -105,9 +105,7 @@ def resolve_amp_dtype(precision: str, requested: str, device: torch.device) -> t
     return torch.bfloat16
 
 
-def check_options(
-    args: argparse.Namespace, options: dict[str, Any], device: torch.device
-) -> None:
+def check_options(args: argparse.Namespace, options: dict[str, Any], device: torch.device) -> None:
     """PyTorch's checks of the resolved options (the shared ones are run_benchmark's)."""
     if options["dali"]:
         raise OptionError("dali=true: the PyTorch scripts have no DALI pipeline (yet)")
@@ -389,9 +387,7 @@ class TorchAdapter(Adapter):
         # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data.
         torch.manual_seed(args.seed)
         model = build_model(args.model, options).to(device)
-        memory_format = (
-            torch.channels_last if options["channels_last"] else torch.contiguous_format
-        )
+        memory_format = torch.channels_last if options["channels_last"] else torch.contiguous_format
         if options["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         model.train()
@@ -468,6 +464,13 @@ class TorchAdapter(Adapter):
     def sync(self) -> None:
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize(self.torch_device)
+
+    def device_architecture(self) -> tuple[tuple[int, int], list[str], str] | None:
+        """The GPU's capability and the architectures this torch build has kernels for."""
+        if self.torch_device.type != "cuda":
+            return None
+        capability = torch.cuda.get_device_capability(self.torch_device)
+        return capability, torch.cuda.get_arch_list(), f"torch {torch.__version__}"
 
     def host_loss(self, loss: torch.Tensor) -> float:
         return self.loss_buffer.read()
