@@ -468,10 +468,20 @@ def _run_stages(
 ) -> int:
     (work / "logs").mkdir()
     (work / SCRATCH).mkdir()
-    # Every scratch file of a stage (the selftest's session, torch.compile's cache) stays
-    # inside the work folder.
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(work / SCRATCH),
-           "TORCHINDUCTOR_CACHE_DIR": str(work / SCRATCH / "inductor")}  # fmt: skip
+    # Every scratch file of a stage stays inside the work folder: the selftest's session,
+    # torch.compile's and Triton's caches, the CUDA driver's PTX cache, matplotlib's config.
+    scratch = work / SCRATCH
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TMPDIR": str(scratch),
+        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
+        "TRITON_CACHE_DIR": str(scratch / "triton"),
+        "CUDA_CACHE_PATH": str(scratch / "nv"),
+        "XDG_CACHE_HOME": str(scratch / "cache"),
+        "MPLCONFIGDIR": str(scratch / "mpl"),
+    }
     results: list[StageResult] = []
     call = 1
     if resume is not None:
