@@ -371,7 +371,6 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     assert [(s["name"], s["call"]) for s in resumed["stages"]] == [
         ("facts", 1),
         ("resnet50-amp", 1),
-        ("facts", 2),
         ("resnet50-amp", 2),
     ]
     (same,) = resumed["cases"]

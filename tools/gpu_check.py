@@ -1090,6 +1090,7 @@ def unpack(archive: Path, results: Path) -> Path:
         raise UnpackError(f"--results {results}: a file, not a folder; give a folder")
     if not archive.is_file():
         raise UnpackError(f"{archive}: no such archive file")
+    made_results = not results.exists()
     results.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".dlperf-tmp-unpack-", dir=results))
     try:
@@ -1109,8 +1110,9 @@ def unpack(archive: Path, results: Path) -> Path:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-        with contextlib.suppress(OSError):  # a results folder made for nothing
-            results.rmdir()
+        if made_results:  # a results folder made for nothing goes again
+            with contextlib.suppress(OSError):
+                results.rmdir()
     return target
 
 
