@@ -46,9 +46,10 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1  # nothing written into the 
 # The kit's own packages must import before any stage starts: a missing .whl/ is a reason
 # in two seconds, not ten failed stages.
 if ! why=$("$PYTHON" -c 'import pydantic, yaml, tabulate, driver.frontend.cli' 2>&1); then
-    echo "gpu-check: the kit cannot start under $PYTHON: $(printf '%s\n' "$why" | tail -n 1)" \
-        "- carry the wheels made by \`make gpu-pack\` in .whl/ (for this Python's version)" \
-        | tee -a "$OUT/console.log" >&2
+    echo "gpu-check: the kit cannot start under $PYTHON: $(printf '%s\n' "$why" | tail -n 1)." \
+        "The wheels of \`make gpu-pack\` (in .whl/, for this Python's version) bring pydantic," \
+        "Fabric and the docker SDK; PyYAML, tabulate, rich, scipy, matplotlib and nvidia-ml-py" \
+        "are the node's own (docs/gpu-check.md)" | tee -a "$OUT/console.log" >&2
     exit 3
 fi
 # In the background so that a signal to this script is passed on at once (a foreground
