@@ -111,12 +111,13 @@ clean-venv:
 	rm -rf $(VENV) .venvs
 
 # The GPU check (docs/gpu-check.md), a smoke check of a booked GPU node whose own python3 holds
-# torch: `make gpu-pack` here (the wheels of the kit's packages for the node's Python version,
-# GPU_PYTHON_VERSION, default: this python3's; and the kit's commit in .dlperf-kit-commit),
-# then on the node, with no make needed: `OUT=/where/results/go bash tools/gpu-check.sh`.
-# `make gpu-check-rehearsal OUT=...` runs the same stages on a CPU, in GPU_PYTHON (an
-# interpreter holding torch and none of the kit's packages, as the node's python3);
-# `python3 tools/gpu_check.py plan` lists the stages, their estimates and the plans.
+# torch: `make gpu-pack` on a machine with a network (the wheels of the kit's packages for the
+# node's Python version, GPU_PYTHON_VERSION, default: GPU_PYTHON's; the kit's commit into
+# .dlperf-kit-commit), then on the node, with no make needed:
+# `OUT=/where/results/go bash tools/gpu-check.sh`. `make gpu-check-rehearsal OUT=...` runs the
+# same stages on a CPU, in GPU_PYTHON (an interpreter holding torch and none of the kit's
+# packages, as the node's python3 does); `python3 tools/gpu_check.py plan` lists the stages,
+# their estimates and the plans.
 GPU_PYTHON ?= python3
 GPU_PYTHON_VERSION ?= $(shell $(GPU_PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 WHEEL_PLATFORMS := $(foreach n,2_17 2_26 2_27 2_28 2_34,--platform manylinux_$(n)_x86_64) \

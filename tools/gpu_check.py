@@ -78,13 +78,14 @@ GOALS = {
 # ---------------------------------------------------------------------------------------------
 # What a stage costs on one H100, from measured start-up costs and published step rates.
 #
-# Start-up, measured: in the offline rehearsal of the check (a 2-core CPU) every repeat and every
-# batch probe is a fresh process at ~12 s (9 BERT probes in ~110 s, mostly start-up); on the GPU
-# node the same start adds CUDA init and cuDNN autotune (8-12 s), so 12 s stands. A `dlperf`
-# command's own start (import, the `--python` import check of torch) ~6 s; a cold torch.compile
-# of ResNet-50 146 s on the rehearsal CPU, 60-120 s on a 16-core node (its cache is reused by
-# the later repeats: 23 s). Step times: ResNet-50 AMP bf16 ~2,900 images/s on an H100
-# (Lambda publishes 2,790), TF32 ~1,400; BERT-base seq 128 AMP ~3,000 sequences/s at 35% MFU.
+# Start-up, measured: in an offline rehearsal of the check on the kit's test machine (2-core
+# CPU, no GPU) every repeat and every batch probe is a fresh process at ~12 s (9 BERT probes in
+# ~110 s, mostly start-up); on a GPU node the same start adds CUDA init and cuDNN autotune
+# (8-12 s), so 12 s stands. A `dlperf` command's own start (import, the `--python` import check
+# of torch) ~6 s; a cold torch.compile of ResNet-50 146 s on that CPU, 60-120 s on a 16-core
+# node (its cache is reused by the later repeats: 23 s). Step times: ResNet-50 AMP bf16 ~2,900
+# images/s on an H100 (Lambda publishes 2,790), TF32 ~1,400; BERT-base seq 128 AMP ~3,000
+# sequences/s at 35% MFU.
 DRIVER_S = 6.0
 PROCESS_S = 12.0
 WINDOW_STEPS = 120  # 20 warm-up + 100 measured (the gpu-check profile)
