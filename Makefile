@@ -41,7 +41,7 @@ run_flags = --profile $(PROFILE) \
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
 
 .PHONY: install envs test lint selftest report images base-image release audit clean-venv \
-	gpu-wheels gpu-check gpu-check-rehearsal
+	gpu-wheels gpu-pack gpu-check gpu-check-rehearsal
 
 install: $(STAMP)
 
@@ -110,22 +110,40 @@ audit: $(STAMP)
 clean-venv:
 	rm -rf $(VENV) .venvs
 
-# The one-GPU check (tools/gpu_check.py): on a GPU machine whose own python3 holds torch, with
-# the driver's missing packages carried as wheels (`make gpu-wheels` here, into .whl/):
-# `OUT=/tmp/out make gpu-check`. `make gpu-check-rehearsal` runs the same stages here on the CPU,
-# with the same wheels, in GPU_PYTHON (an interpreter holding torch and none of the driver's
-# packages, as the GPU machine's python3 does); `tools/gpu_check.py plan` lists the stages.
+# The GPU check (docs/gpu-check.md), a smoke check of a booked GPU node whose own python3 holds
+# torch: `make gpu-pack` on a machine with a network (the wheels of the kit's packages for the
+# node's Python version, GPU_PYTHON_VERSION, default: GPU_PYTHON's; the kit's commit into
+# .dlperf-kit-commit), then on the node, with no make needed:
+# `OUT=/where/results/go bash tools/gpu-check.sh`. `make gpu-check-rehearsal OUT=...` runs the
+# same stages on a CPU, in GPU_PYTHON (an interpreter holding torch and none of the kit's
+# packages, as the node's python3 does); `python3 tools/gpu_check.py plan` lists the stages,
+# their estimates and the plans.
 GPU_PYTHON ?= python3
-OUT ?= gpu-check-out
+GPU_PYTHON_VERSION ?= $(shell $(GPU_PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 WHEEL_PLATFORMS := $(foreach n,2_17 2_26 2_27 2_28 2_34,--platform manylinux_$(n)_x86_64) \
 	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
 
 gpu-wheels:
-	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-		--implementation cp $(WHEEL_PLATFORMS) -d .whl -r tools/gpu-wheels.txt
+	@case "$(GPU_PYTHON_VERSION)" in 3.10|3.11|3.12|3.13) ;; \
+	  *) echo "gpu-wheels: Python $(GPU_PYTHON_VERSION) is not one the kit supports (3.10-3.13); set GPU_PYTHON_VERSION" >&2; exit 2;; esac
+	rm -rf .whl.new && $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
+		--python-version $(GPU_PYTHON_VERSION) --implementation cp $(WHEEL_PLATFORMS) \
+		-d .whl.new -r tools/gpu-wheels.txt
+	echo $(GPU_PYTHON_VERSION) >.whl.new/python-version && rm -rf .whl && mv .whl.new .whl
+
+gpu-pack:
+	@if [ "$$(cat .whl/python-version 2>/dev/null)" != "$(GPU_PYTHON_VERSION)" ]; then \
+	  $(MAKE) gpu-wheels; else echo "gpu-pack: .whl/ holds the wheels for Python $(GPU_PYTHON_VERSION)"; fi
+	@commit=$$(git rev-parse HEAD) && \
+	  dirty=$$(git status --porcelain -- . ':(exclude)reports' ':(exclude).dlperf-kit-commit') && \
+	  echo "$$commit$${dirty:+-dirty}" >.dlperf-kit-commit && \
+	  echo "gpu-pack: .dlperf-kit-commit = $$(cat .dlperf-kit-commit); carry .whl and .dlperf-kit-commit"
 
 gpu-check:
-	OUT=$(OUT) GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh $(GPU_CHECK_ARGS)
+	@[ -n "$(OUT)" ] || { echo "gpu-check: set OUT to the folder the results go to" >&2; exit 2; }
+	OUT="$(OUT)" GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh $(GPU_CHECK_ARGS)
 
-gpu-check-rehearsal: gpu-wheels
-	OUT=$(OUT) GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh --cpu $(GPU_CHECK_ARGS)
+gpu-check-rehearsal:
+	@[ -d .whl ] || $(MAKE) gpu-pack
+	@[ -n "$(OUT)" ] || { echo "gpu-check-rehearsal: set OUT to the folder the results go to" >&2; exit 2; }
+	OUT="$(OUT)" GPU_CHECK_PYTHON=$(GPU_PYTHON) bash tools/gpu-check.sh --cpu $(GPU_CHECK_ARGS)

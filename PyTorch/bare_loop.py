@@ -178,13 +178,18 @@ def main() -> int:
 
 
 def _set_tf32(torch: Any, on: bool) -> None:
-    """FP32 matmuls and convolutions in TF32 on GPUs (torch >= 2.9 names it fp32_precision)."""
+    """FP32 matmuls and convolutions in TF32 on GPUs, as the kit's script sets them: torch >=
+    2.9's fp32_precision flags only (never the legacy allow_tf32 beside them), with the float32
+    matmul precision made to agree."""
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
-        torch.backends.cudnn.conv.fp32_precision = "tf32" if on else "ieee"
+        precision = "tf32" if on else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = precision
+        torch.backends.cudnn.conv.fp32_precision = precision
+        torch.backends.cudnn.rnn.fp32_precision = precision
     else:
         torch.backends.cuda.matmul.allow_tf32 = on
         torch.backends.cudnn.allow_tf32 = on
+    torch.set_float32_matmul_precision("high" if on else "highest")
 
 
 def _tf32(torch: Any) -> bool:

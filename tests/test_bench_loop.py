@@ -266,7 +266,10 @@ def test_step_sync_and_the_device_clock_frame_the_window(
     assert events.index("mark_end") == step_at[5] + 1 and events[step_at[5] + 2] == "sync"
     window = records[-1]
     assert (window["dlperf"], window["seconds"], window["steps"], window["source"]) == (
-        "device-window", 0.25, 4, "toy-clock"
+        "device-window",
+        0.25,
+        4,
+        "toy-clock",
     )
     # The parser keeps the window's ends and marks what it cannot slice; CV needs synced bounds.
     parsed = DlperfJsonlParser().parse({"node0.log": out.getvalue()})
@@ -310,7 +313,9 @@ def test_several_ranks_meet_at_a_barrier_before_and_after(
     ],
 )
 def test_a_bad_option_fails_like_argparse_before_anything_is_built(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], extra: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
     message: str,
 ) -> None:
     argv = ["--model", "toy", "--batch-size", "2", "--total-steps", "3", *extra]
@@ -354,3 +359,79 @@ def test_another_error_is_a_plain_failure_with_its_traceback() -> None:
     done = run_failing('ValueError("shape mismatch")')
     assert done.returncode == 1
     assert "ValueError: shape mismatch" in done.stderr and not has_oom_record(done.stdout)
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "GET was unable to find an engine to execute this computation",
+        "Unable to find a valid cuDNN algorithm to run convolution",
+    ],
+)
+def test_a_gpu_library_allocation_failure_is_out_of_memory_with_its_words(words: str) -> None:
+    assert is_oom(RuntimeError(words))
+    done = run_failing(f"RuntimeError({words!r})")
+    assert done.returncode == EXIT_OOM, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["message"] == words
+
+
+# --------------------------------------------------------------------------------------------
+# The framework build against the GPU, before anything is built on it
+
+
+class OnAGpu(LeastSquares):
+    """The toy on a GPU of capability 9.0 whose build lists ``ARCHS``."""
+
+    ARCHS: list[str] = []
+
+    def setup(self) -> bool:
+        self.events.append("setup")
+        return True
+
+    def device_architecture(self) -> tuple[tuple[int, int], list[str], str]:
+        return (9, 0), self.ARCHS, "toy 1.0"
+
+
+def run_on_gpu(monkeypatch: pytest.MonkeyPatch, archs: list[str], argv: list[str]):  # noqa: ANN201
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setattr(OnAGpu, "ARCHS", archs)
+    made: list[OnAGpu] = []
+
+    def factory(run: Run) -> OnAGpu:
+        made.append(OnAGpu(run))
+        return made[0]
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = run_benchmark(factory, argv, description="toy", models=("toy",))
+    return code, out.getvalue(), made[0]
+
+
+def test_a_build_without_kernels_for_the_gpu_is_refused_before_the_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = "--model toy --batch-size 2 --warmup-steps 1 --total-steps 3".split()
+    with pytest.raises(SystemExit) as exit_info:
+        run_on_gpu(monkeypatch, ["sm_70", "sm_75"], argv)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "no kernels for this GPU's compute capability 9.0" in error and "CUDA >= 11.8" in error
+
+
+def test_a_ptx_only_build_is_a_warning_in_the_record_its_compile_out_of_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv = "--model toy --batch-size 2 --warmup-steps 0 --total-steps 3".split()
+    code, out, adapter = run_on_gpu(monkeypatch, ["sm_75", "compute_75"], argv)
+    assert code == 0
+    header = json.loads(next(line for line in out.splitlines() if '"header"' in line))
+    assert "only PTX" in header["options"]["gpu_arch"]
+    assert adapter.events.count("step") == 4  # one before the window: the PTX compile
+    first_step, begin = adapter.events.index("step"), adapter.events.index("build_model")
+    assert begin < first_step
+    code, out, adapter = run_on_gpu(monkeypatch, ["sm_90"], argv)
+    assert "gpu_arch" not in json.loads(out.splitlines()[0])["options"]
+    assert adapter.events.count("step") == 3

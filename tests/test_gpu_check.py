@@ -9,6 +9,7 @@ and an archive whose session passes the kit's own door (`dlperf report`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -55,23 +56,81 @@ def test_every_run_stage_selects_exactly_its_case(shapes: gpu_check.Shapes, tmp_
         cases = [line.split()[0] for line in done.stdout.splitlines() if "/pytorch/1n1g/" in line]
         assert len(cases) == 1, (stage.name, done.stdout)
         model, _fw, _topology, batch, precision, _data, *variant = cases[0].split("/")
-        assert batch == ("bsmax" if stage.max_batch else f"bs{shapes.batch}")
+        fixed = shapes.bert_batch if model == "bert" else shapes.batch
+        assert batch == ("bsmax" if stage.max_batch else f"bs{fixed}")
         assert variant == ([] if "default" in stage.run_args else [stage.run_args[-1]])
         assert precision == ("amp" if "on" in stage.run_args else "fp32")
         assert model == stage.run_args[1]
 
 
-def test_the_budget_skips_what_cannot_fit_and_cpu_skips_gpu_only_stages() -> None:
+def test_a_stage_starts_only_when_its_estimate_fits_and_cpu_skips_gpu_only_stages() -> None:
     compile_stage = next(s for s in gpu_check.STAGES if s.name == "resnet50-amp-compile")
     graphs = next(s for s in gpu_check.STAGES if s.name == "resnet50-amp-cuda-graphs")
     reserve = gpu_check.RESERVE_S
     assert gpu_check.decide(compile_stage, reserve + compile_stage.estimate_s, True) is None
-    # half of it fits: it starts (cut at the budget, finished repeats kept)
-    assert gpu_check.decide(compile_stage, reserve + compile_stage.estimate_s / 2, True) is None
-    why = gpu_check.decide(compile_stage, reserve + compile_stage.estimate_s / 2 - 1, True)
+    why = gpu_check.decide(compile_stage, reserve + compile_stage.estimate_s - 1, True)
     assert why is not None and "not enough time left" in why
     assert gpu_check.decide(graphs, 10_000, False) == "needs a GPU (rehearsal on CPU)"
     assert gpu_check.decide(graphs, 10_000, True) is None
+
+
+def test_every_plan_fits_the_default_budget_and_all_plans_cover_every_stage() -> None:
+    estimates = {stage.name: stage.estimate_s for stage in gpu_check.STAGES}
+    usable = gpu_check.GPU_BUDGET_S - gpu_check.RESERVE_S
+    for name, members in gpu_check.PLANS.items():
+        assert sum(estimates[m] for m in members) <= usable, name
+    covered = {m for members in gpu_check.PLANS.values() for m in members}
+    assert covered == set(gpu_check.STAGE_NAMES)
+    call1 = [stage.name for stage in gpu_check.chosen_stages(None)]
+    assert call1 == ["facts", "resnet50-amp", "bert-amp", "selftest", "parity-amp"]
+    # the estimates are built from start-up costs: a repeat is never cheaper than its start
+    assert estimates["resnet50-amp"] > gpu_check.REPEATS * gpu_check.PROCESS_S
+    assert estimates["bert-amp-max"] > estimates["bert-amp"]
+
+
+def test_stages_are_chosen_by_stage_and_plan_names() -> None:
+    chosen = gpu_check.chosen_stages("call2,selftest")
+    assert [s.name for s in chosen] == ["facts", "selftest", "bert-amp-max"]
+    assert len(gpu_check.chosen_stages("all")) == len(gpu_check.STAGES)
+    with pytest.raises(gpu_check.UsageError, match="unknown stage or plan 'nope'"):
+        gpu_check.chosen_stages("facts,nope")
+
+
+def check(tmp_path: Path, *args: str, env: dict[str, str] | None = None):  # noqa: ANN201
+    """``gpu_check.py`` as a command, its temporary folders under ``tmp_path/tmp``."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "tools/gpu_check.py", *args], cwd=REPO_ROOT,
+        env={**os.environ, "TMPDIR": str(scratch), **(env or {})},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget-s", "nan"], "finite number of seconds"),
+        (["--budget-s", "-1"], "finite number of seconds"),
+        (["--budget-s", "inf"], "finite number of seconds"),
+        (["--stages", "facts,bogus"], "unknown stage or plan 'bogus'"),
+        (["--out", "{file}"], "a file, not a folder"),
+        (["--resume", "{missing}"], "no such archive"),
+    ],
+    ids=["nan", "negative", "inf", "stage", "out-file", "resume-missing"],
+)
+def test_bad_run_options_are_refused_in_one_line_and_leave_nothing(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    filled = [a.format(file=a_file, missing=tmp_path / "none.tar.gz") for a in args]
+    out = ["--out", str(tmp_path / "out")] if "--out" not in args else []
+    done = check(tmp_path, "run", "--cpu", *out, *filled)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert a_file.read_text() == "keep me"
+    assert list((tmp_path / "tmp").iterdir()) == []  # no work folder left behind
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,7 +218,9 @@ def rewrite(archive: Path, change) -> None:  # noqa: ANN001
     ids=["truncated", "edited", "missing", "no-manifest", "escape"],
 )  # fmt: skip
 def test_a_damaged_archive_is_refused_and_nothing_is_written(
-    tmp_path: Path, damage, message: str  # noqa: ANN001
+    tmp_path: Path,
+    damage,
+    message: str,  # noqa: ANN001
 ) -> None:
     archive = tmp_path / gpu_check.ARCHIVE
     archive.write_bytes(gpu_check.archive_bytes(make_work(tmp_path)))
@@ -169,6 +230,100 @@ def test_a_damaged_archive_is_refused_and_nothing_is_written(
         gpu_check.unpack(archive, results)
     assert not results.exists() or not any(results.iterdir())
     assert not (tmp_path / "escape.json").exists()
+
+
+def build(path: Path, members: list[tuple[str, bytes]], manifest: bytes | None = None) -> Path:
+    """An archive of ``members`` with a manifest that matches them (or ``manifest`` as given)."""
+    import hashlib
+
+    if manifest is None:
+        manifest = json.dumps({n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}
+                               for n, d in members}).encode()  # fmt: skip
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in [*members, (gpu_check.MANIFEST, manifest)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(buffer.getvalue())
+    return path
+
+
+LOG = ("logs/a.log", b"line\n")
+
+
+@pytest.mark.parametrize(
+    ("members", "manifest", "message"),
+    [
+        ([LOG], b"{oops", "MANIFEST.json is not JSON"),
+        ([LOG], b"[1, 2]", "not an object of files"),
+        ([LOG], b'{"logs/a.log": {"size": 5}}', "needs a 64-hex sha256"),
+        ([LOG, ("summary.json", b"{oops")], None, "summary.json is not JSON"),
+        ([LOG, ("summary.json", b"[]")], None, "not the check's summary"),
+        ([LOG, ("summary.json", b'{"stages": 3}')], None, "not the check's summary"),
+        ([("a", b"x"), ("a/b", b"y")], None, "clashes with another member"),
+        ([("a/b", b"y"), ("a", b"x")], None, "clashes with another member"),
+        ([LOG, LOG], None, "clashes with another member"),
+        ([(".", b"x")], None, "not a plain relative file"),
+        ([("logs/./a.log", b"x")], None, "not a plain relative file"),
+        ([("logs//a.log", b"x")], None, "not a plain relative file"),
+    ],
+    ids=["manifest-oops", "manifest-list", "no-sha256", "summary-oops", "summary-list",
+         "summary-stages", "file-then-folder", "folder-then-file", "twice", "dot", "dot-part",
+         "empty-part"],
+)  # fmt: skip
+def test_a_malformed_archive_is_a_clear_error_and_nothing_is_left(
+    tmp_path: Path, members: list[tuple[str, bytes]], manifest: bytes | None, message: str
+) -> None:
+    archive = build(tmp_path / gpu_check.ARCHIVE, members, manifest)
+    results = tmp_path / "results"
+    with pytest.raises(gpu_check.UnpackError, match=message):
+        gpu_check.unpack(archive, results)
+    assert not results.exists()
+
+
+def test_members_that_are_not_regular_files_are_refused_before_extraction(tmp_path: Path) -> None:
+    for kind in (tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            info = tarfile.TarInfo("logs/odd")
+            info.type, info.linkname = kind, "/etc/passwd"
+            tar.addfile(info)
+        archive = tmp_path / f"{kind!r}.tar.gz"
+        archive.write_bytes(buffer.getvalue())
+        with pytest.raises(gpu_check.UnpackError, match="not a plain relative file"):
+            gpu_check.unpack(archive, tmp_path / "results")
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_unpacked_total_is_bounded_while_it_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member's bytes are counted against the bound before they are read: 64 MiB of zeros
+    (64 KiB compressed) stops at a 1 MiB bound with one chunk in memory at most."""
+    zeros = tmp_path / "zeros.tar.gz"
+    with tarfile.open(zeros, mode="w:gz") as tar:
+        info = tarfile.TarInfo("logs/zeros.log")
+        info.size = 64 << 20
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    monkeypatch.setattr(gpu_check, "MAX_TOTAL_BYTES", 1 << 20)
+    with pytest.raises(gpu_check.UnpackError, match="unpacks to over 1048576 bytes"):
+        gpu_check.unpack(zeros, tmp_path / "results")
+    monkeypatch.setattr(gpu_check, "MAX_TOTAL_BYTES", 4 << 30)
+    monkeypatch.setattr(gpu_check, "MAX_MEMBER_BYTES", 1 << 20)
+    with pytest.raises(gpu_check.UnpackError, match="is over 1048576 B"):
+        gpu_check.unpack(zeros, tmp_path / "results")
+    assert not (tmp_path / "results").exists()
+
+
+def test_unpack_refuses_results_that_is_a_file(tmp_path: Path) -> None:
+    archive = tmp_path / gpu_check.ARCHIVE
+    archive.write_bytes(gpu_check.archive_bytes(make_work(tmp_path)))
+    a_file = tmp_path / "results"
+    a_file.write_text("keep me")
+    done = check(tmp_path, "unpack", str(archive), "--results", str(a_file))
+    assert done.returncode == 2 and "a file, not a folder" in done.stderr
+    assert "Traceback" not in done.stderr and a_file.read_text() == "keep me"
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,11 +360,35 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     rows = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [row["case_id"] for row in rows] == [case["case"]]
     assert rows[0]["throughput_median"] == pytest.approx(case["median"])
+    # a second command resumes the same session from the archive: the finished repeats stay
+    again = subprocess.run(
+        [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(tmp_path / "out2"),
+         "--python", python, "--stages", "resnet50-amp", "--resume", str(out / gpu_check.ARCHIVE)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    resumed = json.loads((tmp_path / "out2" / "summary.json").read_text())
+    assert [(s["name"], s["call"]) for s in resumed["stages"]] == [
+        ("facts", 1),
+        ("resnet50-amp", 1),
+        ("resnet50-amp", 2),
+    ]
+    (same,) = resumed["cases"]
+    assert same["throughputs"] == case["throughputs"]  # not measured again
+    second = gpu_check.unpack(tmp_path / "out2" / gpu_check.ARCHIVE, tmp_path / "results2")
+    assert (second / "facts" / "torch.json").is_file()  # call 1's facts carried on
+    assert "already finished" in (second / "logs" / "resnet50-amp.log").read_text()
 
 
 def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
-    def case(model: str, variant: str, median: float, mfu: float | None, clock: float | None,
-             batch: str = "bs256") -> dict:
+    def case(
+        model: str,
+        variant: str,
+        median: float,
+        mfu: float | None,
+        clock: float | None,
+        batch: str = "bs256",
+    ) -> dict:
         suffix = "" if variant == "default" else f"/{variant}"
         return {"model": model, "precision": "amp", "median": median, "mfu": mfu,
                 "kit_vs_device_clock": clock, "variant": variant,
@@ -232,3 +411,115 @@ def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
     assert verdicts["kit / bare loop (parity)"] == ("not measured", "-")
     sync = next(v for k, v in verdicts.items() if k.startswith("per-step device sync"))
     assert sync == ("1.02%", "MISSED")  # 2980 / 2950 - 1: the same batch, max left out
+
+
+# --------------------------------------------------------------------------------------------
+# The shell command: refuses at once when the kit cannot start; nothing outlives it
+
+
+def no_site_python(tmp_path: Path) -> Path:
+    """An interpreter that sees none of the kit's packages (as a node's python3 without the
+    wheels): this Python without its site-packages."""
+    wrapper = tmp_path / "python-bare"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_the_command_refuses_in_seconds_when_the_kit_cannot_import(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "GPU_CHECK_PYTHON": str(no_site_python(tmp_path)),
+           "TMPDIR": str(tmp_path)}  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(["bash", "tools/gpu-check.sh"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 3 and time.monotonic() - started < 5
+    assert "the kit cannot start" in done.stderr or "did not install" in done.stderr
+    assert {p.name for p in out.iterdir()} == {"console.log"}
+    assert not list(tmp_path.glob("dlperf-*"))  # the scratch install folder is gone
+
+
+def processes_with(marker: str) -> list[tuple[int, str]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker.encode() in environ:
+            found.append((int(entry.name), command))
+    return found
+
+
+@pytest.mark.parametrize("victim", ["shell", "check"])
+def test_a_killed_check_takes_every_stage_and_benchmark_with_it(
+    tmp_path: Path, victim: str
+) -> None:
+    """SIGKILL to the shell command (or to the check under it) in the middle of a stage, while
+    the benchmark runs: within seconds no process of the check is left."""
+    marker = f"gpu-check-kill-{os.getpid()}-{victim}"
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_CHECK_PYTHON": sys.executable,
+           "TMPDIR": str(tmp_path), "DLPERF_TEST_MARKER": marker}  # fmt: skip
+    shell = subprocess.Popen(
+        ["bash", "tools/gpu-check.sh", "--cpu", "--stages", "resnet50-amp"], cwd=REPO_ROOT,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            running = processes_with(marker)
+            if any("PyTorch" in command or "benchmark" in command for _, command in running):
+                break
+            assert shell.poll() is None, "the check ended before its benchmark started"
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"no benchmark started: {processes_with(marker)}")
+        if victim == "shell":
+            target = shell.pid
+        else:
+            target = next(pid for pid, c in running if "gpu_check.py" in c and "bash" not in c)
+        os.kill(target, 9)
+        deadline = time.monotonic() + 30
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_with(marker) == []
+    finally:
+        for pid, _command in processes_with(marker):  # only this test's own processes
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        shell.wait(timeout=30)
+    assert not list(tmp_path.glob("dlperf-*"))  # the scratch and work folders went too
+
+
+@pytest.mark.parametrize(
+    ("variable", "file", "expected"),
+    [
+        ("a" * 40, None, {"commit": "a" * 40, "dirty": False, "passed_in": "DLPERF_KIT_COMMIT"}),
+        (None, "b" * 40 + "-dirty\n",
+         {"commit": "b" * 40, "dirty": True, "passed_in": ".dlperf-kit-commit"}),
+        ("not-a-commit", None, {"commit": None, "dirty": None}),
+        (None, None, {"commit": None, "dirty": None}),
+    ],
+    ids=["variable", "file", "bad", "none"],
+)  # fmt: skip
+def test_a_copy_without_git_records_the_commit_passed_in(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    variable,
+    file,
+    expected,  # noqa: ANN001
+) -> None:
+    from driver.model.results import KIT_COMMIT_FILE, KIT_COMMIT_VAR, kit_revision
+
+    copy = tmp_path / "kit"  # the node's copy: the working tree without .git
+    copy.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.delenv(KIT_COMMIT_VAR, raising=False)
+    if variable is not None:
+        monkeypatch.setenv(KIT_COMMIT_VAR, variable)
+    if file is not None:
+        (copy / KIT_COMMIT_FILE).write_text(file)
+    assert kit_revision(copy) == expected

@@ -115,7 +115,9 @@ def test_batch_max_search_finds_the_largest_fitting_batch(tmp_path: Path) -> Non
     session = Session.open(tmp_path / "s")
     assert run_cases([case], session, LocalRuntime(), printer=quiet).ok
     record = session.finished(case, 1)
-    assert 92 <= record.batch_size <= 100  # bisected down to the 8-sample granularity
+    found = json.loads((session.case_dir(case) / "batch-search" / "found.json").read_text())
+    assert 92 <= found["largest_fit"] <= 100  # bisected down to the 8-sample granularity
+    assert record.batch_size == found["measured_at"] == int(found["largest_fit"] * 0.95)
     probes = sorted(p.name for p in (session.case_dir(case) / "batch-search").iterdir())
     assert "bs128" in probes  # 16, 32, 64 fit; 128 does not
 

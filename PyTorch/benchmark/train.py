@@ -105,9 +105,7 @@ def resolve_amp_dtype(precision: str, requested: str, device: torch.device) -> t
     return torch.bfloat16
 
 
-def check_options(
-    args: argparse.Namespace, options: dict[str, Any], device: torch.device
-) -> None:
+def check_options(args: argparse.Namespace, options: dict[str, Any], device: torch.device) -> None:
     """PyTorch's checks of the resolved options (the shared ones are run_benchmark's)."""
     if options["dali"]:
         raise OptionError("dali=true: the PyTorch scripts have no DALI pipeline (yet)")
@@ -139,12 +137,23 @@ def check_options(
 def configure_gpu_math(options: Mapping[str, Any]) -> None:
     tf32 = bool(options["tf32"])
     torch.backends.cudnn.benchmark = bool(options["cudnn_benchmark"])
+    set_tf32(tf32)
+
+
+def set_tf32(on: bool) -> None:
+    """FP32 matmuls and convolutions in TF32 (on) or IEEE fp32, one API only: torch >= 2.9's
+    ``fp32_precision`` flags (setting the legacy ``allow_tf32`` beside them makes every legacy
+    getter raise "mix of the legacy and new APIs"), with the float32 matmul precision set to
+    agree so that code reading ``torch.get_float32_matmul_precision()`` sees the same."""
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
-        torch.backends.cudnn.conv.fp32_precision = "tf32" if tf32 else "ieee"
+        precision = "tf32" if on else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = precision
+        torch.backends.cudnn.conv.fp32_precision = precision
+        torch.backends.cudnn.rnn.fp32_precision = precision
     else:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+    torch.set_float32_matmul_precision("high" if on else "highest")
 
 
 def library_versions(device: torch.device) -> dict[str, Any]:
@@ -175,7 +184,8 @@ def device_names(device: torch.device) -> list[str]:
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """CUDA OOM, the CPU allocator's refusal ("can't allocate memory"), or MemoryError."""
+    """CUDA OOM, a cuBLAS/cuDNN allocation failure or missing workspace (loop.OOM_MESSAGES),
+    the CPU allocator's refusal ("can't allocate memory"), or MemoryError."""
     return is_oom(error, (torch.cuda.OutOfMemoryError,))
 
 
@@ -377,9 +387,7 @@ class TorchAdapter(Adapter):
         # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data.
         torch.manual_seed(args.seed)
         model = build_model(args.model, options).to(device)
-        memory_format = (
-            torch.channels_last if options["channels_last"] else torch.contiguous_format
-        )
+        memory_format = torch.channels_last if options["channels_last"] else torch.contiguous_format
         if options["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         model.train()
@@ -456,6 +464,13 @@ class TorchAdapter(Adapter):
     def sync(self) -> None:
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize(self.torch_device)
+
+    def device_architecture(self) -> tuple[tuple[int, int], list[str], str] | None:
+        """The GPU's capability and the architectures this torch build has kernels for."""
+        if self.torch_device.type != "cuda":
+            return None
+        capability = torch.cuda.get_device_capability(self.torch_device)
+        return capability, torch.cuda.get_arch_list(), f"torch {torch.__version__}"
 
     def host_loss(self, loss: torch.Tensor) -> float:
         return self.loss_buffer.read()

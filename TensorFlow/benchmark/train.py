@@ -342,9 +342,7 @@ class TensorFlowAdapter(Adapter):
                 f"inception3 needs image_size >= {INCEPTION_MIN_IMAGE_SIZE}, got {size}"
             )
         strategy = make_strategy(engine, run.rank, run.world_size, self.on_gpu)
-        self.ctx = Context(
-            run.rank, run.world_size, run.local_rank, self.on_gpu, engine, strategy
-        )
+        self.ctx = Context(run.rank, run.world_size, run.local_rank, self.on_gpu, engine, strategy)
         if engine == "mwms" and strategy.num_replicas_in_sync != run.world_size:
             raise RuntimeError(
                 f"MultiWorkerMirroredStrategy has {strategy.num_replicas_in_sync} replicas, "
@@ -387,6 +385,17 @@ class TensorFlowAdapter(Adapter):
 
     def devices(self) -> list[str]:
         return device_names(self.on_gpu)
+
+    def device_architecture(self) -> tuple[tuple[int, int], list[str], str] | None:
+        """The visible GPU's capability and the architectures this TensorFlow build lists."""
+        gpus = tf.config.get_visible_devices("GPU") if self.on_gpu else []
+        if not gpus:
+            return None
+        capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability")
+        listing = tf.sysconfig.get_build_info().get("cuda_compute_capabilities") or []
+        if not capability:
+            return None
+        return tuple(capability)[:2], list(listing), f"tensorflow {tf.__version__}"  # type: ignore[return-value]
 
     def header_options(self) -> dict[str, Any]:
         policy, engine = self.policy, self.engine

@@ -24,18 +24,32 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from driver.bench import fingerprint
+from driver.bench.archs import PTX, REFUSED, ArchDecision
+from driver.bench.archs import decide as decide_arch
 from driver.bench.contract import MODELS, OptionError, parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
 from driver.bench.protocol import StepLogger, oom_exit, print_weights_checksum, rank_environment
 
-# Allocator failures whose type says nothing: the framework's message does.
-OOM_MESSAGES = ("out of memory", "can't allocate memory", "resourceexhausted", "oom when")
+# Allocator failures whose type says nothing: the framework's message does. Near a GPU's limit
+# the failure may come from cuBLAS (the backward's own handle), cuDNN, or cuDNN's search for an
+# algorithm with no workspace left: for a batch search all of them mean "does not fit".
+OOM_MESSAGES = (
+    "out of memory",
+    "can't allocate memory",
+    "resourceexhausted",
+    "oom when",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "unable to find an engine",
+    "unable to find a valid cudnn algorithm",
+)
 
 
 def is_oom(
@@ -126,6 +140,11 @@ class Adapter(ABC):
     def sync(self) -> None:
         """Wait until the device has done everything queued (nothing to wait for by default)."""
         return None  # nothing by default
+
+    def device_architecture(self) -> tuple[tuple[int, int], list[str] | str, str] | None:
+        """On a GPU: its compute capability, the architectures the framework build lists, and
+        the build's name (``driver.bench.archs`` decides); None where the adapter cannot say."""
+        return None
 
     def host_loss(self, loss: Any) -> float:
         """The step's loss as a host float, read after :meth:`sync`."""
@@ -229,6 +248,21 @@ def run_benchmark(
         oom_exit(error, run.rank, args.batch_size)
 
 
+def check_architecture(adapter: Adapter) -> ArchDecision | None:
+    """The build against the GPU before anything is built on it: refused (OptionError, the
+    reason and the newer pin) when it has no kernels for the GPU; the decision otherwise."""
+    facts = adapter.device_architecture()
+    if facts is None:
+        return None
+    capability, listing, build = facts
+    decision = decide_arch(capability, listing, adapter.framework, build)
+    if decision.verdict == REFUSED:
+        raise OptionError(decision.reason)
+    if decision.verdict == PTX:
+        print(f"warning: {decision.reason}", file=sys.stderr, flush=True)
+    return decision
+
+
 def _train(adapter: Adapter, run: Run) -> int:
     args = run.args
     if args.dataset not in adapter.datasets:
@@ -237,11 +271,10 @@ def _train(adapter: Adapter, run: Run) -> int:
             f"for it (they support: {', '.join(adapter.datasets)})"
         )
     on_gpu = adapter.setup()
-    options = resolve_options(
-        args, adapter.own_options, world_size=run.world_size, on_gpu=on_gpu
-    )
+    options = resolve_options(args, adapter.own_options, world_size=run.world_size, on_gpu=on_gpu)
     adapter.check_options(options)
     run.options = options
+    arch = check_architecture(adapter) if on_gpu else None
     parameters = adapter.build_model()
     record = {
         **options,
@@ -258,6 +291,7 @@ def _train(adapter: Adapter, run: Run) -> int:
         "num_threads_source": run.threads_source,
         "parameters": parameters,
         **adapter.header_options(),
+        **({"gpu_arch": arch.reason} if arch is not None and arch.verdict == PTX else {}),
     }
     logger = StepLogger(
         framework=adapter.framework, model=args.model, sync=adapter.sync, rank_env=run.rank_env()
@@ -271,6 +305,10 @@ def _train(adapter: Adapter, run: Run) -> int:
 
     if run.distributed:
         adapter.barrier()  # start the clocks of all ranks together
+    if arch is not None and arch.verdict == PTX and args.warmup_steps == 0:
+        # PTX is compiled at each kernel's first launch: one step before the window takes it
+        adapter.step(adapter.make_batch())
+        adapter.sync()
     timer = adapter.device_timer()
     every_step = options["step_sync"] == "every"
     boundaries = {args.warmup_steps, args.total_steps}  # the window: after these two steps

@@ -28,7 +28,7 @@ from driver.files import KitWriteError, write_text
 from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Case, Topology
 from driver.model.seal import sealed_verdicts
-from driver.runtimes.base import Runtime
+from driver.runtimes.base import Runtime, RuntimeConfigError
 from driver.schema import did_you_mean
 from driver.signing import SigningError, key_description, usable_key
 
@@ -55,6 +55,7 @@ class Selection:
     profile: str
     why: str  # why this profile
     descriptions: dict[str, str]  # matrix file -> its description
+    topologies_given: bool = False  # the user named the topologies (NODES/GPUS)
 
 
 def select_cases(
@@ -73,7 +74,7 @@ def select_cases(
         loaded += matrix.cases
         cases += apply_overrides(matrix.cases, overrides)
     _check_selection(loaded, overrides)
-    return Selection(cases, profile, why, descriptions)
+    return Selection(cases, profile, why, descriptions, bool(overrides.topologies))
 
 
 def _check_selection(cases: list[Case], overrides: Overrides) -> None:
@@ -144,8 +145,20 @@ def run_session(
     except SigningError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    # A case that needs more nodes than the inventory has, or that its launcher cannot run
-    # where the runtime puts its nodes, is a clear error, up front.
+    # A case that needs more nodes than the inventory has, more GPUs than this machine has, or
+    # that its launcher cannot run where the runtime puts its nodes, is a clear error, up front.
+    fit_cases = getattr(runtime, "fit_cases", None)  # runtimes that count their GPUs (local)
+    if fit_cases is not None:
+        try:
+            cases, left_out = fit_cases(cases, selection.topologies_given)
+        except RuntimeConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        for line in left_out:
+            print(f"left out: {line}")
+        if left_out and not cases:
+            print("error: no selected case fits this machine's GPUs", file=sys.stderr)
+            return 2
     try:
         for case in cases:
             check_placement(case, runtime.node_addresses(case.topology.nodes))

@@ -16,8 +16,11 @@ from what ran (the plan), how it ended (the runtime's outcome) and its logs, rea
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -59,6 +62,8 @@ def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
             return ""
 
     commit = git("rev-parse", "HEAD")
+    if not commit:  # a copy without .git (a GPU node's copy): the commit it was packed at
+        return passed_in_revision(repo_root)
     return {
         "commit": commit or None,
         # reports/ holds the kit's output (a version being released is untracked while it is
@@ -67,6 +72,29 @@ def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
         if commit
         else None,
     }
+
+
+# The commit a copy without .git was made from: `make gpu-pack` writes the file into the copy,
+# or the command that runs the copy sets the variable. Both are named in docs/gpu-check.md.
+KIT_COMMIT_VAR = "DLPERF_KIT_COMMIT"
+KIT_COMMIT_FILE = ".dlperf-kit-commit"
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def passed_in_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
+    """``{"commit", "dirty", "passed_in"}`` from $DLPERF_KIT_COMMIT (``<sha>`` or
+    ``<sha>-dirty``) or the ``.dlperf-kit-commit`` file beside the code; commit None when
+    neither holds a full commit id."""
+    text = os.environ.get(KIT_COMMIT_VAR, "").strip()
+    source = KIT_COMMIT_VAR
+    if not text:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = (repo_root / KIT_COMMIT_FILE).read_text().strip()
+            source = KIT_COMMIT_FILE
+    commit, _, state = text.partition("-")
+    if not _COMMIT.fullmatch(commit) or state not in ("", "dirty"):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": state == "dirty", "passed_in": source}
 
 
 class CommandRecord(StrictModel):

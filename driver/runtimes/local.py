@@ -38,7 +38,64 @@ from driver.runtimes.base import (
 from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:
+    from driver.model.case import Case
     from driver.runtimes.plan import RepeatPlan
+
+# Frameworks whose "devices" are CPU processes even where there are GPUs.
+CPU_ONLY_FRAMEWORKS = frozenset({"calibration"})
+
+
+def count_gpus() -> int:
+    """This machine's NVIDIA GPUs: NVML where the driver's library loads, else the lines of
+    ``nvidia-smi -L``; 0 without either (a CPU machine)."""
+    from driver.model.hardware import gpu_names
+
+    names = gpu_names()
+    if names:
+        return len(names)
+    try:
+        listing = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if listing.returncode != 0:
+        return 0
+    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+
+
+def gpus_needed(case: Case) -> int:
+    """The GPUs ``case`` takes on this one host (its every "node" runs here); 0 for CPU-only."""
+    if case.framework in CPU_ONLY_FRAMEWORKS:
+        return 0
+    return case.topology.world_size
+
+
+def fit_to_gpus(
+    cases: list[Case], gpus: int, topologies_given: bool
+) -> tuple[list[Case], list[str]]:
+    """The cases this machine's ``gpus`` can run, and what was left out, one line each.
+
+    Without GPUs every case runs (a "device" is a CPU process). A case that needs more GPUs
+    than there are is an error (RuntimeConfigError) when the user named its topology; when the
+    matrix chose the topologies, the case is left out and said so."""
+    if gpus <= 0:
+        return list(cases), []
+    kept, left_out = [], []
+    for case in cases:
+        needed = gpus_needed(case)
+        if needed <= gpus:
+            kept.append(case)
+            continue
+        if topologies_given:
+            raise RuntimeConfigError(
+                f"case {case.id} needs {needed} GPUs and this machine has {gpus}: run it on a "
+                f"cluster (RUNTIME=ssh or slurm), or here with NODES=1 GPUS={gpus} "
+                f"(--nodes 1 --gpus {gpus})"
+            )
+        left_out.append(f"{case.id}: needs {needed} GPUs, this machine has {gpus}")
+    return kept, left_out
+
 
 SESSION_VAR = "DLPERF_LOCAL_SESSION"  # in every node command's environment: its session
 RUNNING_DIR = ".running"  # <session>/.running/<pid>: a node command of this session runs
@@ -321,8 +378,19 @@ def check_framework_python(python: str, frameworks: list[Framework]) -> str:
 class LocalRuntime:
     name = "local"
 
-    def __init__(self, python_override: str | None = None) -> None:
+    def __init__(self, python_override: str | None = None, gpus: int | None = None) -> None:
         self.python_override = python_override
+        self._gpus = gpus  # None: counted on first use (count_gpus)
+
+    def gpu_count(self) -> int:
+        """This host's GPUs (given at construction, else counted once)."""
+        if self._gpus is None:
+            self._gpus = count_gpus()
+        return self._gpus
+
+    def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:
+        """The cases this host's GPUs can run and one line per case left out (fit_to_gpus)."""
+        return fit_to_gpus(cases, self.gpu_count(), topologies_given)
 
     def node_addresses(self, count: int) -> list[tuple[str, str]]:
         return [(f"local{i}", "127.0.0.1") for i in range(count)]
