@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
 
+from driver.bench.llama import llama_shape
 from PyTorch.benchmark.models import IMAGE_MODELS, Batch
 from PyTorch.benchmark.models.bert import IGNORE_INDEX
 
@@ -80,6 +81,10 @@ def synthetic_batch(
             "masked_lm_ids": torch.randint(0, vocab, (batch_size, predictions), device=device),
             "next_sentence_labels": torch.randint(0, 2, (batch_size,), device=device),
         }
+    if model == "llama":
+        vocab = llama_shape(options).vocab_size
+        stream = torch.randint(0, vocab, (batch_size, int(options["seq_len"]) + 1), device=device)
+        return {"tokens": stream[:, :-1], "labels": stream[:, 1:]}
     raise ValueError(f"unknown model {model!r}")
 
 

@@ -1,9 +1,10 @@
-"""dlperf PyTorch training benchmark: ResNet-50 v1.5, Inception v3 and BERT-base pre-training.
+"""dlperf PyTorch training benchmark: ResNet-50 v1.5, Inception v3, BERT-base and Llama 3.
 
 The PyTorch adapter of ``driver.bench.loop.run_benchmark``, which runs exactly
 ``--total-steps`` training steps (forward, backward, optimizer step) and writes the step-log
 records of ``driver.bench.protocol`` on every rank. One process per device; under torchrun
-(WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel over NCCL (GPU) or gloo (CPU).
+(WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel over NCCL (GPU) or gloo (CPU),
+or, for Llama, sharded by FSDP2 (``PyTorch.benchmark.parallel``; ``parallelism=auto``).
 
     python PyTorch/benchmark/train.py --model resnet50 --batch-size 64 --total-steps 120 \
         --precision amp --option channels_last=true
@@ -54,6 +55,13 @@ from PyTorch.benchmark.models import (
     training_loss,
 )
 from PyTorch.benchmark.models.inception import AUX_MIN_IMAGE_SIZE, MIN_IMAGE_SIZE
+from PyTorch.benchmark.parallel import (
+    LLAMA_OPTIONS,
+    check_llama_parallel,
+    compile_blocks,
+    full_weights,
+    shard_llama,
+)
 from PyTorch.benchmark.torchlike import backward_and_step
 
 # EXIT_OOM (86), the status the driver's max-batch search reads as "does not fit", is the
@@ -73,6 +81,7 @@ PYTORCH_OPTIONS: dict[str, Any] = {
     "normalize_on": "device",  # real images: normalise on the device or in the loader workers
     "aux_logits": False,  # Inception v3 auxiliary classifier (needs image_size 299)
     "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
+    **LLAMA_OPTIONS,  # parallelism, activation_checkpointing (PyTorch.benchmark.parallel)
 }
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture (CUDA graphs docs)
@@ -105,9 +114,7 @@ def resolve_amp_dtype(precision: str, requested: str, device: torch.device) -> t
     return torch.bfloat16
 
 
-def check_options(
-    args: argparse.Namespace, options: dict[str, Any], device: torch.device
-) -> None:
+def check_options(args: argparse.Namespace, options: dict[str, Any], device: torch.device) -> None:
     """PyTorch's checks of the resolved options (the shared ones are run_benchmark's)."""
     if options["dali"]:
         raise OptionError("dali=true: the PyTorch scripts have no DALI pipeline (yet)")
@@ -361,9 +368,12 @@ class TorchAdapter(Adapter):
     def check_options(self, options: dict[str, Any]) -> None:
         device = self.torch_device
         check_options(self.args, options, device)
+        check_llama_parallel(self.args.model, options, self.run.world_size)
         # The header records the implementation that runs (a bare loop mirrors it).
         options["optimizer_impl"] = resolve_optimizer_impl(options["optimizer_impl"])
         self.amp_dtype = resolve_amp_dtype(self.args.precision, self.args.amp_dtype, device)
+        if options["parallelism"] == "fsdp" and self.amp_dtype == torch.float16:
+            raise OptionError("parallelism=fsdp mixes precision in bf16; use --amp-dtype bf16")
         if options["cuda_graphs"] and self.amp_dtype == torch.float16:
             # GradScaler's dynamic loss scale is not part of a captured graph; bf16 needs none.
             raise OptionError("cuda_graphs does not support fp16 AMP (GradScaler); use bf16")
@@ -377,15 +387,14 @@ class TorchAdapter(Adapter):
         # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data.
         torch.manual_seed(args.seed)
         model = build_model(args.model, options).to(device)
-        memory_format = (
-            torch.channels_last if options["channels_last"] else torch.contiguous_format
-        )
+        memory_format = torch.channels_last if options["channels_last"] else torch.contiguous_format
         if options["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         model.train()
         self.model = model
-        optimizer = build_optimizer(model, options, device)
         train_model = self.wrap_model(model)
+        # After wrapping: FSDP2 replaces the parameters by sharded ones in place.
+        optimizer = build_optimizer(model, options, device)
         torch.manual_seed(args.seed + run.rank)
 
         self.source: SyntheticSource | LoaderSource
@@ -406,7 +415,9 @@ class TorchAdapter(Adapter):
                 seed=args.seed,
                 target=DeviceFormat(device, memory_format),
             )
-        step = make_step(args.model, train_model, optimizer, options, device, self.amp_dtype)
+        # Under FSDP2 the mixed-precision policy casts the parameters; no autocast on top.
+        autocast_dtype = None if options["parallelism"] == "fsdp" else self.amp_dtype
+        step = make_step(args.model, train_model, optimizer, options, device, autocast_dtype)
         if options["cuda_graphs"]:
             warmup = GRAPH_WARMUP_STEPS_DDP if run.distributed else GRAPH_WARMUP_STEPS
             step = GraphedStep(step, warmup, bool(options["set_to_none"]))
@@ -431,7 +442,11 @@ class TorchAdapter(Adapter):
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         options, device = self.options, self.torch_device
-        if self.run.distributed:
+        if self.args.model == "llama":
+            compile_blocks(model, options)
+            if options["parallelism"] == "fsdp":
+                return shard_llama(model, device, self.run.world_size, self.amp_dtype)
+        if options["parallelism"] == "ddp":
             device_ids = [device.index] if device.type == "cuda" else None
             cuda_graphs = options["cuda_graphs"] and device.type == "cuda"
             stream = torch.cuda.Stream() if cuda_graphs else None
@@ -440,7 +455,7 @@ class TorchAdapter(Adapter):
                 model = DistributedDataParallel(
                     model, device_ids=device_ids, gradient_as_bucket_view=True
                 )
-        if options["compile"]:
+        if options["compile"] and self.args.model != "llama":
             mode = None if options["compile_mode"] == "default" else options["compile_mode"]
             model = torch.compile(model, mode=mode)
         return model
@@ -492,7 +507,7 @@ class TorchAdapter(Adapter):
 
     def weights_checksum(self) -> float:
         with torch.no_grad():
-            return sum(float(p.double().abs().sum()) for p in self.model.parameters())
+            return sum(float(p.double().abs().sum()) for p in full_weights(self.model))
 
     def finish(self) -> None:
         self.source.close()
