@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from driver.bench.contract import OptionError
-from driver.bench.llama import CHECKPOINTING, PARALLELISMS, LlamaOptionError, check_llama_options
+from driver.bench.llama import LlamaOptionError, check_case_options, resolve_parallelism
 
 LLAMA_OPTIONS: dict[str, Any] = {
     "parallelism": "auto",  # auto | none | ddp | fsdp
@@ -34,42 +34,14 @@ LLAMA_OPTIONS: dict[str, Any] = {
 }
 
 
-def resolve_parallelism(model: str, requested: str, world_size: int) -> str:
-    if requested not in PARALLELISMS:
-        raise OptionError(
-            f"parallelism must be one of {', '.join(PARALLELISMS)}, got {requested!r}"
-        )
-    if world_size == 1:
-        return "none"  # one rank: nothing to shard or to reduce
-    if requested == "auto":
-        return "fsdp" if model == "llama" else "ddp"
-    if requested == "none":
-        raise OptionError(
-            f"parallelism=none with {world_size} ranks would train {world_size} unsynchronised "
-            "copies; use auto, ddp or fsdp"
-        )
-    if requested == "fsdp" and model != "llama":
-        raise OptionError("parallelism=fsdp is built for llama; use ddp for this model")
-    return requested
-
-
 def check_llama_parallel(model: str, options: dict[str, Any], world_size: int) -> None:
-    """Resolve ``parallelism`` in place and check the Llama options (naming the field)."""
-    options["parallelism"] = resolve_parallelism(model, str(options["parallelism"]), world_size)
-    checkpointing = options["activation_checkpointing"]
-    if model != "llama":
-        if checkpointing != "none":
-            raise OptionError("activation_checkpointing applies to llama only")
-        return
-    if checkpointing not in CHECKPOINTING:
-        raise OptionError(
-            f"activation_checkpointing must be one of {', '.join(CHECKPOINTING)}, "
-            f"got {checkpointing!r}"
-        )
+    """Check the parallelism and Llama options (naming the field); resolve ``parallelism``
+    in place, as the header records it."""
     try:
-        check_llama_options(options)
+        check_case_options(model, options, world_size)
     except LlamaOptionError as error:
-        raise OptionError(str(error)) from None
+        raise OptionError(f"{error.field}: {error}") from None
+    options["parallelism"] = resolve_parallelism(model, str(options["parallelism"]), world_size)
 
 
 def compile_blocks(model: nn.Module, options: dict[str, Any]) -> None:

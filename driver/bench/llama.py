@@ -98,7 +98,11 @@ CHECKPOINTING = ("none", "selective", "full")
 
 
 class LlamaOptionError(ValueError):
-    """A Llama option the model cannot take; the message names the field."""
+    """A Llama option the model cannot take; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def llama_shape(options: Mapping[str, Any]) -> LlamaShape:
@@ -106,32 +110,62 @@ def llama_shape(options: Mapping[str, Any]) -> LlamaShape:
     name = options.get("llama_size", DEFAULT_SIZE)
     if name not in LLAMA_SIZES:
         raise LlamaOptionError(
-            f"llama_size {name!r} is not a known size; use one of {', '.join(LLAMA_SIZES)}"
+            "llama_size", f"{name!r} is not a known size; use one of {', '.join(LLAMA_SIZES)}"
         )
     shape = LLAMA_SIZES[str(name)]
     seq_len = options.get("seq_len")
     if seq_len is not None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
-            raise LlamaOptionError(f"seq_len must be an integer >= 2, got {seq_len!r}")
+            raise LlamaOptionError("seq_len", f"must be an integer >= 2, got {seq_len!r}")
         if seq_len > shape.max_seq_len:
             raise LlamaOptionError(
-                f"seq_len {seq_len} is longer than {name}'s context of {shape.max_seq_len} "
-                "tokens; give a shorter seq_len"
+                "seq_len",
+                f"{seq_len} is longer than {name}'s context of {shape.max_seq_len} tokens; "
+                "give a shorter seq_len",
             )
     return shape
 
 
-def check_llama_options(options: Mapping[str, Any]) -> LlamaShape:
-    """Every Llama option the model reads, checked; a LlamaOptionError names the bad field."""
-    shape = llama_shape(options)
-    for field_name, allowed in (
-        ("parallelism", PARALLELISMS),
-        ("activation_checkpointing", CHECKPOINTING),
-    ):
-        value = options.get(field_name, allowed[0])
-        if value not in allowed:
-            raise LlamaOptionError(f"{field_name} {value!r} is not one of {', '.join(allowed)}")
-    return shape
+def check_case_options(model: str, options: Mapping[str, Any], ranks: int) -> None:
+    """What a case's options ask of the model and its parallelism, checked before anything
+    runs (the driver, at ``ranks`` processes) and again by the script; a LlamaOptionError
+    names the field."""
+    parallelism = options.get("parallelism", "auto")
+    if parallelism not in PARALLELISMS:
+        raise LlamaOptionError(
+            "parallelism", f"{parallelism!r} is not one of {', '.join(PARALLELISMS)}"
+        )
+    if parallelism == "none" and ranks > 1:
+        raise LlamaOptionError(
+            "parallelism",
+            f"none with {ranks} ranks would train {ranks} unsynchronised copies; "
+            "use auto, ddp or fsdp",
+        )
+    checkpointing = options.get("activation_checkpointing", "none")
+    if checkpointing not in CHECKPOINTING:
+        raise LlamaOptionError(
+            "activation_checkpointing",
+            f"{checkpointing!r} is not one of {', '.join(CHECKPOINTING)}",
+        )
+    if model != MODEL:
+        if parallelism == "fsdp":
+            raise LlamaOptionError("parallelism", "fsdp is built for llama; use ddp or auto")
+        if checkpointing != "none":
+            raise LlamaOptionError("activation_checkpointing", "applies to llama only")
+        return
+    problems = llama_shape(options).problems()
+    if problems:
+        raise LlamaOptionError("llama_size", "; ".join(problems))
+
+
+def resolve_parallelism(model: str, requested: str, ranks: int) -> str:
+    """The parallelism a case runs with: nothing on one rank; auto is FSDP2 for Llama and
+    DDP for the other models."""
+    if ranks == 1:
+        return "none"
+    if requested == "auto":
+        return "fsdp" if model == MODEL else "ddp"
+    return requested
 
 
 def training_flops_per_token(shape: LlamaShape, seq_len: int) -> float:
