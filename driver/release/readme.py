@@ -13,6 +13,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from driver.bench.llama import FLOPS_FORMULA
+from driver.bench.llama import MODEL as LLAMA
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.summary import CaseSummary
 from driver.release.compute import Computed
@@ -162,6 +164,11 @@ def _tables_section(computed: Computed, manifest: dict[str, Any]) -> str:
             "the model definition by PyTorch/benchmark/flops.py, cached in manifest.json) / "
             "(devices x dense peak of the device at the run's precision, config/peaks.yaml)."
         )
+    if any(
+        computed.rows[s.case_id].mfu is not None and s.case.model == LLAMA
+        for s in computed.summaries
+    ):
+        notes.append(f"MFU of Llama: training FLOPs per token = {FLOPS_FORMULA}.")
     if any(e.peak_tflops and e.mfu is None for e in values):
         notes.append("MFU '-': no FLOPs count for the model (torch was absent at release).")
     if any(e.scaling_bound is not None for e in values):
@@ -247,9 +254,7 @@ def _telemetry_per_case(computed: Computed) -> str:
     """One row per case (median of the repeats' medians / max of their maxima); every repeat's
     figures are in results.csv and results.json."""
     metrics = [("CPU % (1 core = 100)", "cpu_pct"), ("RSS MiB", "rss_mib")]
-    gpu = any(
-        t.get("telemetry_gpu_power_w_max") is not None for t in computed.telemetry.values()
-    )
+    gpu = any(t.get("telemetry_gpu_power_w_max") is not None for t in computed.telemetry.values())
     if gpu:
         metrics += [
             ("GPU W", "gpu_power_w"),
@@ -267,12 +272,25 @@ def _telemetry_per_case(computed: Computed) -> str:
         windows = sorted({str(t.get("telemetry_window")) for t in telemetry})
         row: list[Any] = [case_id, len(telemetry), ", ".join(windows)]
         for _header, name in metrics:
-            medians = [t[f"telemetry_{name}_median"] for t in telemetry
-                       if t.get(f"telemetry_{name}_median") is not None]
-            maxima = [t[f"telemetry_{name}_max"] for t in telemetry
-                      if t.get(f"telemetry_{name}_max") is not None]
-            row.append(_pair({"m_median": statistics.median(medians) if medians else None,
-                              "m_max": max(maxima) if maxima else None}, "m"))
+            medians = [
+                t[f"telemetry_{name}_median"]
+                for t in telemetry
+                if t.get(f"telemetry_{name}_median") is not None
+            ]
+            maxima = [
+                t[f"telemetry_{name}_max"]
+                for t in telemetry
+                if t.get(f"telemetry_{name}_max") is not None
+            ]
+            row.append(
+                _pair(
+                    {
+                        "m_median": statistics.median(medians) if medians else None,
+                        "m_max": max(maxima) if maxima else None,
+                    },
+                    "m",
+                )
+            )
         rows.append(row)
     statuses = sorted({str(t.get("telemetry_status")) for t in computed.telemetry.values()})
     intro = (
