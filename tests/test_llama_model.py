@@ -27,6 +27,7 @@ from driver.core.matrix import MatrixError, load_matrix
 from driver.release.mfu import compute_model_costs, cost_key
 from PyTorch.benchmark.data import synthetic_batch
 from PyTorch.benchmark.models import build_model, count_parameters, training_loss
+from PyTorch.benchmark.parallel import check_llama_parallel
 
 TINY = {"llama_size": "llama-tiny", "seq_len": 32}
 
@@ -150,6 +151,18 @@ def test_bad_case_options_name_the_field(
     with pytest.raises(LlamaOptionError) as caught:
         check_case_options(model, opts, ranks)
     assert caught.value.field == field
+
+
+def test_script_refuses_before_training_naming_the_field(capsys: pytest.CaptureFixture) -> None:
+    """train.py's check (PyTorch.benchmark.parallel) runs before the model is built."""
+    opts = {**options(seq_len=4096), "parallelism": "auto", "activation_checkpointing": "none"}
+    with pytest.raises(SystemExit) as caught:
+        check_llama_parallel("llama", opts, 2)
+    assert caught.value.code == 2
+    assert "seq_len" in capsys.readouterr().err
+    good = {**options(), "parallelism": "auto", "activation_checkpointing": "none"}
+    check_llama_parallel("llama", good, 2)
+    assert good["parallelism"] == "fsdp"  # resolved as the header records it
 
 
 MATRIX = """framework: pytorch

@@ -1,0 +1,92 @@
+"""Llama trained for real through the driver at a tiny size: one process, FSDP2 and DDP over
+two gloo processes; tokens/s checked against a count of our own from the raw logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.core.report import tokens_per_second
+from driver.core.summary import summarize
+from tests.real_frameworks import CaseRun, framework_env, run_case
+
+TINY = {"llama_size": "llama-tiny", "seq_len": 32}
+
+
+@pytest.fixture(scope="module")
+def python() -> str:
+    return framework_env("pytorch")
+
+
+def step_records(run: CaseRun) -> list[dict[str, Any]]:
+    records = []
+    for line in run.logs().splitlines():
+        start = line.find('{"')
+        if start >= 0 and '"dlperf": "step"' in line:
+            records.append(json.loads(line[start:]))
+    return records
+
+
+def independent_tokens_per_second(run: CaseRun) -> float:
+    """Tokens of the timed steps of every rank over the slowest rank's window (its timestamps
+    after the last warm-up step and after the last step), counted from the logs alone."""
+    case = run.case
+    seq_len = int(case.options["seq_len"])
+    steps = step_records(run)
+    ranks = sorted({r["rank"] for r in steps})
+    assert len(ranks) == case.topology.world_size
+    tokens, windows = 0, []
+    for rank in ranks:
+        mine = {r["step"]: r for r in steps if r["rank"] == rank}
+        timed = range(case.warmup_steps + 1, case.total_steps + 1)
+        tokens += sum(mine[s]["samples"] for s in timed) * seq_len
+        windows.append(mine[case.total_steps]["t"] - mine[case.warmup_steps]["t"])
+    return tokens / max(windows)
+
+
+def header_options(run: CaseRun) -> dict[str, Any]:
+    return run.records[0].header["options"]
+
+
+def check_tokens(run: CaseRun) -> None:
+    measured = run.records[0].throughput
+    assert measured is not None
+    ours = independent_tokens_per_second(run)
+    kit = measured * int(run.case.options["seq_len"])
+    assert abs(kit - ours) / ours < 5e-4, (kit, ours)
+    # The report's tokens/s columns (one repeat: its median is the repeat's).
+    (summary,) = summarize([(run.case, run.records[0])])
+    assert tokens_per_second(summary) == pytest.approx(kit, rel=1e-12)
+    per_device = tokens_per_second(summary, per_device=True)
+    assert per_device == pytest.approx(kit / run.case.topology.world_size, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("topology", "precision", "extra", "parallelism"),
+    [
+        ("1n1g", "amp", {"activation_checkpointing": "selective"}, "none"),
+        ("1n2g", "amp", {}, "fsdp"),
+        ("1n2g", "fp32", {"parallelism": "ddp", "activation_checkpointing": "full"}, "ddp"),
+    ],
+)
+def test_llama_trains_and_its_tokens_per_second_match_the_logs(
+    tmp_path: Path,
+    python: str,
+    topology: str,
+    precision: str,
+    extra: dict[str, Any],
+    parallelism: str,
+) -> None:
+    options = {**TINY, **extra, "weights_checksum": True}
+    run = run_case(
+        tmp_path, "pytorch", "llama", topology, precision=precision, batch_size=2, options=options
+    )
+    header = header_options(run)
+    assert header["parallelism"] == parallelism
+    assert header["activation_checkpointing"] == extra.get("activation_checkpointing", "none")
+    assert header["llama_size"] == "llama-tiny" and header["seq_len"] == 32
+    run.assert_ranks_in_sync(run.case.topology.world_size)
+    check_tokens(run)
