@@ -28,11 +28,6 @@ from torch import nn
 from driver.bench.contract import OptionError
 from driver.bench.llama import LlamaOptionError, check_case_options, resolve_parallelism
 
-LLAMA_OPTIONS: dict[str, Any] = {
-    "parallelism": "auto",  # auto | none | ddp | fsdp
-    "activation_checkpointing": "none",  # none | selective | full (Llama)
-}
-
 
 def check_llama_parallel(model: str, options: dict[str, Any], world_size: int) -> None:
     """Check the parallelism and Llama options (naming the field); resolve ``parallelism``

@@ -56,7 +56,6 @@ from PyTorch.benchmark.models import (
 )
 from PyTorch.benchmark.models.inception import AUX_MIN_IMAGE_SIZE, MIN_IMAGE_SIZE
 from PyTorch.benchmark.parallel import (
-    LLAMA_OPTIONS,
     check_llama_parallel,
     compile_blocks,
     full_weights,
@@ -81,7 +80,8 @@ PYTORCH_OPTIONS: dict[str, Any] = {
     "normalize_on": "device",  # real images: normalise on the device or in the loader workers
     "aux_logits": False,  # Inception v3 auxiliary classifier (needs image_size 299)
     "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
-    **LLAMA_OPTIONS,  # parallelism, activation_checkpointing (PyTorch.benchmark.parallel)
+    "parallelism": "auto",  # auto | none | ddp | fsdp (PyTorch.benchmark.parallel)
+    "activation_checkpointing": "none",  # none | selective | full (Llama)
 }
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture (CUDA graphs docs)
