@@ -44,8 +44,11 @@ from PyTorch.benchmark.data import (
     DeviceFormat,
     LoaderSource,
     SyntheticSource,
+    TokenFileError,
+    TokenSource,
     real_data_source,
     synthetic_batch,
+    token_data_source,
 )
 from PyTorch.benchmark.models import (
     IMAGE_MODELS,
@@ -397,12 +400,24 @@ class TorchAdapter(Adapter):
         optimizer = build_optimizer(model, options, device)
         torch.manual_seed(args.seed + run.rank)
 
-        self.source: SyntheticSource | LoaderSource
+        self.source: SyntheticSource | LoaderSource | TokenSource
         if args.dataset == "synthetic":
             batch = synthetic_batch(args.model, options, args.batch_size, device)
             if "images" in batch:
                 batch["images"] = batch["images"].contiguous(memory_format=memory_format)
             self.source = SyntheticSource(batch)
+        elif args.model == "llama":
+            try:
+                self.source = token_data_source(
+                    options,
+                    data_dir=args.data_dir,
+                    batch_size=args.batch_size,
+                    rank=run.rank,
+                    world_size=run.world_size,
+                    device=device,
+                )
+            except TokenFileError as error:
+                raise OptionError(str(error)) from None
         else:
             self.source = real_data_source(
                 args.model,
