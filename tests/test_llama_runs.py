@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from driver.core.report import tokens_per_second
+from driver.core.runner import run_cases
 from driver.core.summary import summarize
+from driver.model.case import Case, Topology
+from driver.model.results import Session
+from driver.runtimes.ssh.process import ProcessRuntime
+from tests.cluster_fixtures import quiet
 from tests.real_frameworks import CaseRun, framework_env, run_case
 
 TINY = {"llama_size": "llama-tiny", "seq_len": 32}
@@ -89,4 +94,33 @@ def test_llama_trains_and_its_tokens_per_second_match_the_logs(
     assert header["activation_checkpointing"] == extra.get("activation_checkpointing", "none")
     assert header["llama_size"] == "llama-tiny" and header["seq_len"] == 32
     run.assert_ranks_in_sync(run.case.topology.world_size)
+    check_tokens(run)
+
+
+def test_llama_fsdp_over_two_sshd_nodes(inventory_file, tmp_path: Path, python: str) -> None:
+    """FSDP2 across two real sshd nodes (one rank each, gloo over their network namespaces),
+    through the process runtime, as on a cluster."""
+    runtime = ProcessRuntime(inventory_file(defaults={"python": python}))
+    case = Case(
+        model="llama",
+        framework="pytorch",
+        topology=Topology.parse("2n2g"),
+        batch_size=2,
+        precision="amp",
+        dataset="synthetic",
+        xla=False,
+        warmup_steps=1,
+        measured_steps=3,
+        total_steps=4,
+        repeats=1,
+        timeout_s=240.0,
+        options={**TINY, "weights_checksum": True},
+        profile="test",
+    )
+    session = Session.open(tmp_path / "session")
+    summary = run_cases([case], session, runtime, printer=quiet)
+    run = CaseRun(case, [r for _, r, _ in session.records(include_failed=True)], session.root)
+    assert summary.ok, f"{summary.failed}\n{run.logs()[-4000:]}"
+    assert header_options(run)["parallelism"] == "fsdp"
+    run.assert_ranks_in_sync(2)
     check_tokens(run)
