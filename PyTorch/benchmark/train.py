@@ -117,7 +117,9 @@ def resolve_amp_dtype(precision: str, requested: str, device: torch.device) -> t
     return torch.bfloat16
 
 
-def check_options(args: argparse.Namespace, options: dict[str, Any], device: torch.device) -> None:
+def check_options(
+    args: argparse.Namespace, options: dict[str, Any], device: torch.device
+) -> None:
     """PyTorch's checks of the resolved options (the shared ones are run_benchmark's)."""
     if options["dali"]:
         raise OptionError("dali=true: the PyTorch scripts have no DALI pipeline (yet)")
@@ -390,7 +392,9 @@ class TorchAdapter(Adapter):
         # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data.
         torch.manual_seed(args.seed)
         model = build_model(args.model, options).to(device)
-        memory_format = torch.channels_last if options["channels_last"] else torch.contiguous_format
+        memory_format = (
+            torch.channels_last if options["channels_last"] else torch.contiguous_format
+        )
         if options["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         model.train()

@@ -254,7 +254,9 @@ def _telemetry_per_case(computed: Computed) -> str:
     """One row per case (median of the repeats' medians / max of their maxima); every repeat's
     figures are in results.csv and results.json."""
     metrics = [("CPU % (1 core = 100)", "cpu_pct"), ("RSS MiB", "rss_mib")]
-    gpu = any(t.get("telemetry_gpu_power_w_max") is not None for t in computed.telemetry.values())
+    gpu = any(
+        t.get("telemetry_gpu_power_w_max") is not None for t in computed.telemetry.values()
+    )
     if gpu:
         metrics += [
             ("GPU W", "gpu_power_w"),
