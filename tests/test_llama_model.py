@@ -142,6 +142,7 @@ def test_activation_checkpointing_keeps_the_math(mode: str) -> None:
         ("llama", {"parallelism": "none"}, 8, "parallelism"),
         ("llama", {"activation_checkpointing": "some"}, 1, "activation_checkpointing"),
         ("bert", {"parallelism": "fsdp"}, 2, "parallelism"),
+        ("resnet50", {"parallelism": "hsdp"}, 16, "parallelism"),
         ("resnet50", {"activation_checkpointing": "full"}, 1, "activation_checkpointing"),
     ],
 )

@@ -9,6 +9,8 @@
   gathered for their forward and backward and freed after, as torchtitan does); under
   ``--precision amp`` with the mixed-precision policy of bf16 parameters and fp32 gradient
   reduction (``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``);
+- ``hsdp``: FSDP2 over a two-dimensional mesh (nodes x devices per node): sharded within a
+  node, replicated across nodes (gradients all-reduced between the replicas);
 - ``ddp``: ``DistributedDataParallel`` (every rank holds the whole model);
 - ``none``: one rank only.
 
@@ -19,6 +21,7 @@ other models whole.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,13 +60,25 @@ def mixed_precision(amp_dtype: torch.dtype | None) -> Any:
 
 
 def shard_llama(
-    model: nn.Module, device: torch.device, world_size: int, amp_dtype: torch.dtype | None
+    model: nn.Module,
+    device: torch.device,
+    world_size: int,
+    amp_dtype: torch.dtype | None,
+    hybrid: bool = False,
 ) -> nn.Module:
-    """FSDP2 over all ranks (one mesh dimension): each block, then the root."""
+    """FSDP2 over all ranks (one mesh dimension), or HSDP (``hybrid``: replicas across nodes,
+    shards within one; torchrun's LOCAL_WORLD_SIZE is the devices per node): each block, then
+    the root."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(device.type, (world_size,))
+    if hybrid:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        mesh = init_device_mesh(
+            device.type, (world_size // local, local), mesh_dim_names=("replicate", "shard")
+        )
+    else:
+        mesh = init_device_mesh(device.type, (world_size,))
     policy = mixed_precision(amp_dtype)
     blocks = list(model.layers)  # type: ignore[union-attr]
     for index, block in enumerate(blocks):

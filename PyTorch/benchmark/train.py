@@ -377,8 +377,8 @@ class TorchAdapter(Adapter):
         # The header records the implementation that runs (a bare loop mirrors it).
         options["optimizer_impl"] = resolve_optimizer_impl(options["optimizer_impl"])
         self.amp_dtype = resolve_amp_dtype(self.args.precision, self.args.amp_dtype, device)
-        if options["parallelism"] == "fsdp" and self.amp_dtype == torch.float16:
-            raise OptionError("parallelism=fsdp mixes precision in bf16; use --amp-dtype bf16")
+        if options["parallelism"] in ("fsdp", "hsdp") and self.amp_dtype == torch.float16:
+            raise OptionError("parallelism=fsdp/hsdp mixes precision in bf16; use bf16")
         if options["cuda_graphs"] and self.amp_dtype == torch.float16:
             # GradScaler's dynamic loss scale is not part of a captured graph; bf16 needs none.
             raise OptionError("cuda_graphs does not support fp16 AMP (GradScaler); use bf16")
@@ -435,7 +435,8 @@ class TorchAdapter(Adapter):
                 target=DeviceFormat(device, memory_format),
             )
         # Under FSDP2 the mixed-precision policy casts the parameters; no autocast on top.
-        autocast_dtype = None if options["parallelism"] == "fsdp" else self.amp_dtype
+        sharded = options["parallelism"] in ("fsdp", "hsdp")
+        autocast_dtype = None if sharded else self.amp_dtype
         step = make_step(args.model, train_model, optimizer, options, device, autocast_dtype)
         if options["cuda_graphs"]:
             warmup = GRAPH_WARMUP_STEPS_DDP if run.distributed else GRAPH_WARMUP_STEPS
@@ -463,8 +464,9 @@ class TorchAdapter(Adapter):
         options, device = self.options, self.torch_device
         if self.args.model == "llama":
             compile_blocks(model, options)
-            if options["parallelism"] == "fsdp":
-                return shard_llama(model, device, self.run.world_size, self.amp_dtype)
+            if options["parallelism"] in ("fsdp", "hsdp"):
+                hybrid = options["parallelism"] == "hsdp"
+                return shard_llama(model, device, self.run.world_size, self.amp_dtype, hybrid)
         if options["parallelism"] == "ddp":
             device_ids = [device.index] if device.type == "cuda" else None
             cuda_graphs = options["cuda_graphs"] and device.type == "cuda"

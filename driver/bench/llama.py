@@ -93,7 +93,7 @@ LLAMA_SIZES: dict[str, LlamaShape] = {
     "llama-tiny": LlamaShape(64, 2, 4, 2, 192, 512, max_seq_len=1024),
 }
 DEFAULT_SIZE = "llama3-8b"
-PARALLELISMS = ("auto", "none", "ddp", "fsdp")
+PARALLELISMS = ("auto", "none", "ddp", "fsdp", "hsdp")
 CHECKPOINTING = ("none", "selective", "full")
 
 
@@ -148,8 +148,10 @@ def check_case_options(model: str, options: Mapping[str, Any], ranks: int) -> No
             f"{checkpointing!r} is not one of {', '.join(CHECKPOINTING)}",
         )
     if model != MODEL:
-        if parallelism == "fsdp":
-            raise LlamaOptionError("parallelism", "fsdp is built for llama; use ddp or auto")
+        if parallelism in ("fsdp", "hsdp"):
+            raise LlamaOptionError(
+                "parallelism", f"{parallelism} is built for llama; use ddp or auto"
+            )
         if checkpointing != "none":
             raise LlamaOptionError("activation_checkpointing", "applies to llama only")
         return

@@ -20,7 +20,7 @@ PYTORCH_OPTION_TYPES: dict[str, Any] = {
     "normalize_on": Literal["device", "loader"],
     "aux_logits": Flag,
     "zero_init_residual": Flag,
-    "parallelism": Literal["auto", "none", "ddp", "fsdp"],
+    "parallelism": Literal["auto", "none", "ddp", "fsdp", "hsdp"],
     "activation_checkpointing": Literal["none", "selective", "full"],
 }
 
