@@ -53,6 +53,17 @@ def independent_tokens_per_second(run: CaseRun) -> float:
     return tokens / max(windows)
 
 
+def peak_memory_by_rank(run: CaseRun) -> dict[int, dict[str, Any]]:
+    """Each rank's end record's peak memory."""
+    found = {}
+    for line in run.logs().splitlines():
+        start = line.find('{"')
+        if start >= 0 and '"dlperf": "end"' in line:
+            record = json.loads(line[start:])
+            found[record["rank"]] = record.get("peak_memory")
+    return found
+
+
 def header_options(run: CaseRun) -> dict[str, Any]:
     return run.records[0].header["options"]
 
@@ -96,6 +107,10 @@ def test_llama_trains_and_its_tokens_per_second_match_the_logs(
     assert header["llama_size"] == "llama-tiny" and header["seq_len"] == 32
     run.assert_ranks_in_sync(run.case.topology.world_size)
     check_tokens(run)
+    peaks = peak_memory_by_rank(run)
+    assert sorted(peaks) == list(range(run.case.topology.world_size))
+    for peak in peaks.values():  # a CPU rank's peak resident memory: torch alone is > 100 MB
+        assert peak["source"] == "getrusage ru_maxrss" and peak["bytes"] > 100e6
 
 
 SLOW = pytest.mark.skipif(

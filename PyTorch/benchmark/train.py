@@ -186,6 +186,16 @@ def device_names(device: torch.device) -> list[str]:
     return [cpu_model_name()]
 
 
+def cpu_peak_memory() -> dict[str, Any] | None:
+    """The process's peak resident memory (Linux ru_maxrss, in KiB): a CPU rank's memory."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"bytes": int(peak_kib) * 1024, "source": "getrusage ru_maxrss"}
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """CUDA OOM, the CPU allocator's refusal ("can't allocate memory"), or MemoryError."""
     return is_oom(error, (torch.cuda.OutOfMemoryError,))
@@ -522,6 +532,12 @@ class TorchAdapter(Adapter):
             dist.barrier(device_ids=[self.torch_device.index])
         else:
             dist.barrier()
+
+    def peak_memory(self) -> dict[str, Any] | None:
+        if self.torch_device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.torch_device)
+            return {"bytes": int(peak), "source": "torch.cuda.max_memory_allocated"}
+        return cpu_peak_memory()
 
     def device_timer(self) -> DeviceTimer | None:
         return CudaEventTimer() if self.torch_device.type == "cuda" else None
