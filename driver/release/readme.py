@@ -352,9 +352,11 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
     if manifest["model_costs"]:
         out.append("\nModel cost (from the model definitions):\n")
         for key, cost in sorted(manifest["model_costs"].items()):
+            # a formula's cost (Llama) needs no torch; a counted one names the torch that counted
+            counted_by = f", torch {cost['torch']}" if "torch" in cost else ""
             out.append(
                 f"- `{key}`: {cost['flops_per_sample'] / 1e9:.3f} GFLOP per training sample, "
-                f"{cost['parameters']} parameters ({cost['source']}, torch {cost['torch']})"
+                f"{cost['parameters']} parameters ({cost['source']}{counted_by})"
             )
     probes = manifest.get("probes") or []
     if probes:
