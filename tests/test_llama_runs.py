@@ -15,11 +15,14 @@ from driver.core.runner import run_cases
 from driver.core.summary import summarize
 from driver.model.case import Case, Topology
 from driver.model.results import Session
+from driver.release.audit import audit
+from driver.release.release import release
 from driver.runtimes.ssh.process import ProcessRuntime
 from tests.cluster_fixtures import quiet
 from tests.real_frameworks import CaseRun, framework_env, run_case
 
 TINY = {"llama_size": "llama-tiny", "seq_len": 32}
+TORCHTITAN = Path(__file__).resolve().parents[1] / "published" / "llama3" / "torchtitan.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +114,22 @@ def test_llama_trains_and_its_tokens_per_second_match_the_logs(
     assert sorted(peaks) == list(range(run.case.topology.world_size))
     for peak in peaks.values():  # a CPU rank's peak resident memory: torch alone is > 100 MB
         assert peak["source"] == "getrusage ru_maxrss" and peak["bytes"] > 100e6
+    if topology == "1n1g":
+        check_release(run, tmp_path)
+
+
+def check_release(run: CaseRun, tmp_path: Path) -> None:
+    """A version of the Llama session beside torchtitan's figures: released and audited, its
+    tables with tokens/s, its model cost the formula's (no torch needed)."""
+    target = release(
+        "v0.1-llama", [run.folder], reports_root=tmp_path / "reports", printer=quiet,
+        imports=[TORCHTITAN],
+    )  # fmt: skip
+    readme = (target / "README.md").read_text()
+    assert "| tokens/s " in readme and "| tokens/s/device " in readme
+    assert "published by torchtitan (PyTorch)" in readme
+    assert "6 x non-embedding parameters" in readme  # the cost's source, in the provenance
+    assert audit(target).ok
 
 
 SLOW = pytest.mark.skipif(
