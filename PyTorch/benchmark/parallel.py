@@ -87,6 +87,10 @@ def shard_llama(
             block, mesh=mesh, mp_policy=policy, reshard_after_forward=index < len(blocks) - 1
         )
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    if model.tok_embeddings.weight.device.type == "meta":  # type: ignore[union-attr]
+        # Built without storage: each rank now allocates and initialises only its shards.
+        model.to_empty(device=device)
+        model.initialize()  # type: ignore[operator]
     return model
 
 

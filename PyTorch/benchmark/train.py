@@ -401,7 +401,12 @@ class TorchAdapter(Adapter):
         self.init_distributed()
         # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data.
         torch.manual_seed(args.seed)
-        model = build_model(args.model, options).to(device)
+        if options["parallelism"] in ("fsdp", "hsdp"):
+            # Sharded before it has storage (wrap_model): no rank ever holds the whole model.
+            with torch.device("meta"):
+                model = build_model(args.model, options)
+        else:
+            model = build_model(args.model, options).to(device)
         memory_format = (
             torch.channels_last if options["channels_last"] else torch.contiguous_format
         )

@@ -125,16 +125,26 @@ class Llama(nn.Module):
         self.output = nn.Linear(shape.dim, shape.vocab_size, bias=False)
         if shape.tied_embeddings:
             self.output.weight = self.tok_embeddings.weight
-        cos, sin = rotary_tables(shape, seq_len)
+        self.seq_len = seq_len
         # Not parameters and not saved: FSDP leaves buffers whole on every rank.
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        half = shape.head_dim // 2  # shapes right on the meta device too (FLOP counting)
+        self.register_buffer("rope_cos", torch.empty(seq_len, half), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(seq_len, half), persistent=False)
+        self.initialize()
+
+    def initialize(self) -> None:
+        """The rotary tables and random weights, where the model has storage: a model built on
+        the meta device (to be sharded before it is materialised, as a 70B model must be) calls
+        this after ``to_empty``."""
+        if self.tok_embeddings.weight.device.type == "meta":
+            return
+        cos, sin = rotary_tables(self.shape, self.seq_len)
+        device = self.tok_embeddings.weight.device
+        self.rope_cos, self.rope_sin = cos.to(device), sin.to(device)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Normal(0, 0.02) for embeddings, the residual projections scaled by depth (GPT-2)."""
-        if self.tok_embeddings.weight.device.type == "meta":
-            return
         std = 0.02
         residual_std = std / math.sqrt(2 * self.shape.layers)
         for name, param in self.named_parameters():
