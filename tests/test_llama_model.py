@@ -199,3 +199,19 @@ def test_the_kits_matrix_plans_every_llama_suite() -> None:
     assert ("4n32g", "llama3-70b") in llama
     smoke = load_matrix(root / "PyTorch" / "matrix.yaml", profile="cpu-smoke")
     assert {c.topology.label for c in smoke.cases if c.model == "llama"} == {"1n1g", "1n2g"}
+
+
+def test_selective_checkpointing_recomputes_part_of_what_full_does() -> None:
+    """Backward FLOPs: none recomputes nothing, full every block's forward, selective only
+    every other matmul of each block (torchtitan's op-level selection): strictly between."""
+    backward = {}
+    for checkpointing in ("none", "selective", "full"):
+        torch.manual_seed(0)
+        opts = options(activation_checkpointing=checkpointing)
+        model = build_model("llama", opts)
+        with sdpa_kernel(SDPBackend.MATH):  # the recomputation must take the forward's path
+            loss = training_loss("llama", model, synthetic_batch("llama", opts, 2, "cpu"))
+            with FlopCounterMode(display=False) as counter:
+                loss.backward()
+        backward[checkpointing] = counter.get_total_flops()
+    assert backward["none"] < backward["selective"] < backward["full"], backward

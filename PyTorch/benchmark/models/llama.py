@@ -8,15 +8,15 @@ tied to the token embeddings. The sizes are ``driver.bench.llama.LLAMA_SIZES``; 
 downloaded. The loss is next-token cross-entropy over every position.
 
 Activation checkpointing (``checkpointing``): ``full`` recomputes each block's forward in the
-backward pass; ``selective`` keeps the outputs of the matmuls and of attention and recomputes
-only the cheap element-wise ops (norms, rotary, SiLU), the op-level selection torchtitan calls
-selective.
+backward pass; ``selective`` keeps the outputs of attention and of every other matmul and
+recomputes the rest (the other matmuls and the element-wise ops: norms, rotary, SiLU), the
+op-level selection torchtitan calls selective.
 """
 
 from __future__ import annotations
 
 import math
-from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,19 +31,32 @@ from driver.bench.llama import CHECKPOINTING, LlamaShape
 
 __all__ = ["Llama", "causal_lm_loss"]
 
-# Ops whose outputs selective checkpointing keeps (everything else is recomputed).
-_SAVED_OPS = {
-    torch.ops.aten.mm.default,
-    torch.ops.aten.addmm.default,
-    torch.ops.aten.bmm.default,
+# Selective checkpointing keeps the outputs of attention and of every other matmul of a block
+# and recomputes the rest (torchtitan's op-level selection).
+_ATTENTION_OPS = {
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
 }
+_MATMUL_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
 
 
-def _selective_policy(ctx: object, op: object, *args: object, **kwargs: object) -> CheckpointPolicy:
-    return CheckpointPolicy.MUST_SAVE if op in _SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+def _selective_contexts() -> tuple[object, object]:
+    """Fresh contexts for one block's checkpoint: the forward and its recomputation count the
+    matmuls apart, so that both keep the same ones."""
+    counts = {False: 0, True: 0}
+
+    def policy(ctx: Any, op: object, *args: object, **kwargs: object) -> CheckpointPolicy:
+        if op in _ATTENTION_OPS:
+            return CheckpointPolicy.MUST_SAVE
+        if op in _MATMUL_OPS:
+            counts[ctx.is_recompute] += 1
+            if counts[ctx.is_recompute] % 2:
+                return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def rotary_tables(shape: LlamaShape, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,8 +176,9 @@ class Llama(nn.Module):
             if self.checkpointing == "full":
                 x = checkpoint(block, x, cos, sin, use_reentrant=False)
             elif self.checkpointing == "selective":
-                contexts = partial(create_selective_checkpoint_contexts, _selective_policy)
-                x = checkpoint(block, x, cos, sin, use_reentrant=False, context_fn=contexts)
+                x = checkpoint(
+                    block, x, cos, sin, use_reentrant=False, context_fn=_selective_contexts
+                )
             else:
                 x = block(x, cos, sin)
         return self.output(self.norm(x))
