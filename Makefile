@@ -67,6 +67,10 @@ inception3-%: $(STAMP)
 bert-%: $(STAMP)
 	$(call bench,bert,$*)
 
+# Llama 3 (PyTorch only: make llama-pytorch; docs/llama.md).
+llama-%: $(STAMP)
+	$(call bench,llama,$*)
+
 selftest: $(STAMP)
 	$(DLPERF) selftest
 

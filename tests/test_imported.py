@@ -282,7 +282,7 @@ def test_an_unknown_model_is_refused_with_the_known_list(tmp_path: Path) -> None
     path = table_with(tmp_path, "model: resnet50", "model: gpt2")
     assert refusal(path) == (
         f"{path}: figures[0].model: 'gpt2' is not a model the kit knows; use the kit's model "
-        "key: resnet50, inception3, bert"
+        "key: resnet50, inception3, bert, llama"
     )
     close = sheet_with(tmp_path, ",resnet50,", ",resnet5,")
     assert "row 1.model: 'resnet5' is not a model the kit knows (did you mean 'resnet50'?)" in (

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
 
+from driver.bench.llama import llama_shape
 from PyTorch.benchmark.models import IMAGE_MODELS, Batch
 from PyTorch.benchmark.models.bert import IGNORE_INDEX
 
@@ -80,6 +81,10 @@ def synthetic_batch(
             "masked_lm_ids": torch.randint(0, vocab, (batch_size, predictions), device=device),
             "next_sentence_labels": torch.randint(0, 2, (batch_size,), device=device),
         }
+    if model == "llama":
+        vocab = llama_shape(options).vocab_size
+        stream = torch.randint(0, vocab, (batch_size, int(options["seq_len"]) + 1), device=device)
+        return {"tokens": stream[:, :-1], "labels": stream[:, 1:]}
     raise ValueError(f"unknown model {model!r}")
 
 
@@ -330,6 +335,90 @@ class LoaderSource:
         del self._iterator
 
 
+# --------------------------------------------------------------------------------------------
+# Tokens (Llama): the flat little-endian uint32 file of ``dlperf data tokens``
+# (driver/datasets/tokens.py documents the format)
+
+TOKENS_FILE = "tokens.bin"
+
+
+class TokenFileError(ValueError):
+    """A token file the model cannot train on; the message names the file and the offset."""
+
+
+def open_token_file(path: Path, vocab_size: int, needed: int) -> np.ndarray:
+    """The token ids of ``path`` (memory-mapped), checked: whole uint32 values, at least
+    ``needed`` of them, every id below ``vocab_size``."""
+    size = path.stat().st_size
+    if size % 4:
+        raise TokenFileError(
+            f"{path}: {size} bytes is no whole number of uint32 tokens; the last "
+            f"{size % 4} byte(s) from byte offset {size - size % 4} are left over"
+        )
+    count = size // 4
+    if count < needed:
+        raise TokenFileError(
+            f"{path}: {count} tokens, fewer than the {needed} one step needs (batch x ranks x "
+            "(seq_len + 1)); give more text or a smaller batch or seq_len"
+        )
+    tokens = np.memmap(path, dtype="<u4", mode="r")
+    chunk = 1 << 22
+    for start in range(0, count, chunk):
+        bad = np.flatnonzero(tokens[start : start + chunk] >= vocab_size)
+        if bad.size:
+            index = start + int(bad[0])
+            raise TokenFileError(
+                f"{path}: token {index} (byte offset {4 * index}) is {int(tokens[index])}, "
+                f"not below the model's vocabulary of {vocab_size}; tokenize with the model's "
+                "tokenizer or pick a llama_size with a vocabulary that holds it"
+            )
+    return tokens
+
+
+class TokenSource:
+    """Samples of ``seq_len + 1`` consecutive tokens, not overlapping, taken in order: step k's
+    batch on rank r is samples (k x ranks + r) x batch onward, wrapping at the end of the file;
+    the batch is copied to the device each step (the copy is part of the step, as a loader's)."""
+
+    def __init__(
+        self, tokens: np.ndarray, seq_len: int, batch_size: int, rank: int, world_size: int,
+        device: torch.device,
+    ) -> None:  # fmt: skip
+        self.tokens, self.span = tokens, seq_len + 1
+        self.samples = len(tokens) // self.span
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self.device, self.step = device, 0
+
+    def next(self) -> Batch:
+        first = (self.step * self.world_size + self.rank) * self.batch_size
+        self.step += 1
+        rows = [(first + i) % self.samples for i in range(self.batch_size)]
+        block = np.stack([self.tokens[r * self.span : (r + 1) * self.span] for r in rows])
+        stream = torch.from_numpy(block.astype(np.int64)).to(self.device, non_blocking=True)
+        return {"tokens": stream[:, :-1], "labels": stream[:, 1:]}
+
+    def close(self) -> None:
+        return None
+
+
+def token_data_source(
+    options: Mapping[str, Any],
+    *,
+    data_dir: str,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> TokenSource:
+    seq_len = int(options["seq_len"])
+    needed = batch_size * world_size * (seq_len + 1)
+    path = Path(data_dir) / TOKENS_FILE
+    if not path.is_file():
+        raise TokenFileError(f"{path}: no token file; make one with `dlperf data tokens`")
+    tokens = open_token_file(path, llama_shape(options).vocab_size, needed)
+    return TokenSource(tokens, seq_len, batch_size, rank, world_size, device)
+
+
 def real_data_source(
     model: str,
     options: Mapping[str, Any],
@@ -393,11 +482,15 @@ __all__ = [
     "ImageFolderDataset",
     "LoaderSource",
     "SyntheticSource",
+    "TokenFileError",
+    "TokenSource",
     "collate_images",
     "find_images",
     "random_resized_crop_box",
     "read_bert_shards",
     "real_data_source",
+    "open_token_file",
     "synthetic_batch",
+    "token_data_source",
     "write_bert_shard",
 ]

@@ -1,9 +1,10 @@
-"""dlperf PyTorch training benchmark: ResNet-50 v1.5, Inception v3 and BERT-base pre-training.
+"""dlperf PyTorch training benchmark: ResNet-50 v1.5, Inception v3, BERT-base and Llama 3.
 
 The PyTorch adapter of ``driver.bench.loop.run_benchmark``, which runs exactly
 ``--total-steps`` training steps (forward, backward, optimizer step) and writes the step-log
 records of ``driver.bench.protocol`` on every rank. One process per device; under torchrun
-(WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel over NCCL (GPU) or gloo (CPU).
+(WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel over NCCL (GPU) or gloo (CPU),
+or, for Llama, sharded by FSDP2 (``PyTorch.benchmark.parallel``; ``parallelism=auto``).
 
     python PyTorch/benchmark/train.py --model resnet50 --batch-size 64 --total-steps 120 \
         --precision amp --option channels_last=true
@@ -43,8 +44,11 @@ from PyTorch.benchmark.data import (
     DeviceFormat,
     LoaderSource,
     SyntheticSource,
+    TokenFileError,
+    TokenSource,
     real_data_source,
     synthetic_batch,
+    token_data_source,
 )
 from PyTorch.benchmark.models import (
     IMAGE_MODELS,
@@ -54,6 +58,12 @@ from PyTorch.benchmark.models import (
     training_loss,
 )
 from PyTorch.benchmark.models.inception import AUX_MIN_IMAGE_SIZE, MIN_IMAGE_SIZE
+from PyTorch.benchmark.parallel import (
+    check_llama_parallel,
+    compile_blocks,
+    full_weights,
+    shard_llama,
+)
 from PyTorch.benchmark.torchlike import backward_and_step
 
 # EXIT_OOM (86), the status the driver's max-batch search reads as "does not fit", is the
@@ -73,6 +83,8 @@ PYTORCH_OPTIONS: dict[str, Any] = {
     "normalize_on": "device",  # real images: normalise on the device or in the loader workers
     "aux_logits": False,  # Inception v3 auxiliary classifier (needs image_size 299)
     "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
+    "parallelism": "auto",  # auto | none | ddp | fsdp (PyTorch.benchmark.parallel)
+    "activation_checkpointing": "none",  # none | selective | full (Llama)
 }
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before capture (CUDA graphs docs)
@@ -181,6 +193,16 @@ def device_names(device: torch.device) -> list[str]:
     if device.type == "cuda":
         return [torch.cuda.get_device_name(device)]
     return [cpu_model_name()]
+
+
+def cpu_peak_memory() -> dict[str, Any] | None:
+    """The process's peak resident memory (Linux ru_maxrss, in KiB): a CPU rank's memory."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"bytes": int(peak_kib) * 1024, "source": "getrusage ru_maxrss"}
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -371,9 +393,12 @@ class TorchAdapter(Adapter):
     def check_options(self, options: dict[str, Any]) -> None:
         device = self.torch_device
         check_options(self.args, options, device)
+        check_llama_parallel(self.args.model, options, self.run.world_size)
         # The header records the implementation that runs (a bare loop mirrors it).
         options["optimizer_impl"] = resolve_optimizer_impl(options["optimizer_impl"])
         self.amp_dtype = resolve_amp_dtype(self.args.precision, self.args.amp_dtype, device)
+        if options["parallelism"] in ("fsdp", "hsdp") and self.amp_dtype == torch.float16:
+            raise OptionError("parallelism=fsdp/hsdp mixes precision in bf16; use bf16")
         if options["cuda_graphs"] and self.amp_dtype == torch.float16:
             # GradScaler's dynamic loss scale is not part of a captured graph; bf16 needs none.
             raise OptionError("cuda_graphs does not support fp16 AMP (GradScaler); use bf16")
@@ -386,22 +411,42 @@ class TorchAdapter(Adapter):
         self.init_distributed()
         # Same initial weights on every rank (DDP broadcasts rank 0's anyway); per-rank data.
         torch.manual_seed(args.seed)
-        model = build_model(args.model, options).to(device)
-        memory_format = torch.channels_last if options["channels_last"] else torch.contiguous_format
+        if options["parallelism"] in ("fsdp", "hsdp"):
+            # Sharded before it has storage (wrap_model): no rank ever holds the whole model.
+            with torch.device("meta"):
+                model = build_model(args.model, options)
+        else:
+            model = build_model(args.model, options).to(device)
+        memory_format = (
+            torch.channels_last if options["channels_last"] else torch.contiguous_format
+        )
         if options["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         model.train()
         self.model = model
-        optimizer = build_optimizer(model, options, device)
         train_model = self.wrap_model(model)
+        # After wrapping: FSDP2 replaces the parameters by sharded ones in place.
+        optimizer = build_optimizer(model, options, device)
         torch.manual_seed(args.seed + run.rank)
 
-        self.source: SyntheticSource | LoaderSource
+        self.source: SyntheticSource | LoaderSource | TokenSource
         if args.dataset == "synthetic":
             batch = synthetic_batch(args.model, options, args.batch_size, device)
             if "images" in batch:
                 batch["images"] = batch["images"].contiguous(memory_format=memory_format)
             self.source = SyntheticSource(batch)
+        elif args.model == "llama":
+            try:
+                self.source = token_data_source(
+                    options,
+                    data_dir=args.data_dir,
+                    batch_size=args.batch_size,
+                    rank=run.rank,
+                    world_size=run.world_size,
+                    device=device,
+                )
+            except TokenFileError as error:
+                raise OptionError(str(error)) from None
         else:
             self.source = real_data_source(
                 args.model,
@@ -414,7 +459,10 @@ class TorchAdapter(Adapter):
                 seed=args.seed,
                 target=DeviceFormat(device, memory_format),
             )
-        step = make_step(args.model, train_model, optimizer, options, device, self.amp_dtype)
+        # Under FSDP2 the mixed-precision policy casts the parameters; no autocast on top.
+        sharded = options["parallelism"] in ("fsdp", "hsdp")
+        autocast_dtype = None if sharded else self.amp_dtype
+        step = make_step(args.model, train_model, optimizer, options, device, autocast_dtype)
         if options["cuda_graphs"]:
             warmup = GRAPH_WARMUP_STEPS_DDP if run.distributed else GRAPH_WARMUP_STEPS
             step = GraphedStep(step, warmup, bool(options["set_to_none"]))
@@ -439,7 +487,12 @@ class TorchAdapter(Adapter):
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         options, device = self.options, self.torch_device
-        if self.run.distributed:
+        if self.args.model == "llama":
+            compile_blocks(model, options)
+            if options["parallelism"] in ("fsdp", "hsdp"):
+                hybrid = options["parallelism"] == "hsdp"
+                return shard_llama(model, device, self.run.world_size, self.amp_dtype, hybrid)
+        if options["parallelism"] == "ddp":
             device_ids = [device.index] if device.type == "cuda" else None
             cuda_graphs = options["cuda_graphs"] and device.type == "cuda"
             stream = torch.cuda.Stream() if cuda_graphs else None
@@ -448,7 +501,7 @@ class TorchAdapter(Adapter):
                 model = DistributedDataParallel(
                     model, device_ids=device_ids, gradient_as_bucket_view=True
                 )
-        if options["compile"]:
+        if options["compile"] and self.args.model != "llama":
             mode = None if options["compile_mode"] == "default" else options["compile_mode"]
             model = torch.compile(model, mode=mode)
         return model
@@ -502,12 +555,18 @@ class TorchAdapter(Adapter):
         else:
             dist.barrier()
 
+    def peak_memory(self) -> dict[str, Any] | None:
+        if self.torch_device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.torch_device)
+            return {"bytes": int(peak), "source": "torch.cuda.max_memory_allocated"}
+        return cpu_peak_memory()
+
     def device_timer(self) -> DeviceTimer | None:
         return CudaEventTimer() if self.torch_device.type == "cuda" else None
 
     def weights_checksum(self) -> float:
         with torch.no_grad():
-            return sum(float(p.double().abs().sum()) for p in self.model.parameters())
+            return sum(float(p.double().abs().sum()) for p in full_weights(self.model))
 
     def finish(self) -> None:
         self.source.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 from driver.bench.host import resolve_loader_workers
 
-MODELS = ("resnet50", "inception3", "bert")
+MODELS = ("resnet50", "inception3", "bert", "llama")
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
 
@@ -33,6 +33,7 @@ SHAPE_OPTIONS: dict[str, Any] = {
     "bert_heads": 12,
     "bert_intermediate": 3072,
     "max_predictions": 20,  # masked positions per sequence for the MLM head
+    "llama_size": "llama3-8b",  # driver.bench.llama.LLAMA_SIZES (its vocabulary is the size's)
 }
 
 DEFAULT_IMAGE_SIZE = {"resnet50": 224, "inception3": 299}

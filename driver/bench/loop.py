@@ -181,6 +181,11 @@ class Adapter(ABC):
         """Release what the run holds (loaders, process groups) after the last barrier."""
         return None  # nothing by default
 
+    def peak_memory(self) -> dict[str, Any] | None:
+        """This rank's peak device memory after the last step, ``{"bytes": n, "source": ...}``,
+        for the end record; None where the framework cannot tell (the default)."""
+        return None
+
     def device_timer(self) -> DeviceTimer | None:
         """A timer of the measured window on the device's own clock (CUDA events), or None
         where the device has none (CPUs)."""
@@ -326,7 +331,7 @@ def _train(adapter: Adapter, run: Run) -> int:
             logger.step(number, args.batch_size, None, synced=False)
         if timer is not None and number == args.warmup_steps:
             timer.mark_start()  # after the warm-up's synced timestamp: the stream is idle
-    logger.end()
+    logger.end(adapter.peak_memory())
     if timer is not None and args.total_steps > args.warmup_steps:
         logger.device_window(timer.seconds(), args.total_steps - args.warmup_steps, timer.source)
     if options["weights_checksum"]:

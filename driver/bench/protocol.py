@@ -11,7 +11,8 @@ Every record is one JSON object on one line of stdout, tagged with ``"dlperf"``:
   sync at the end of the step), ``samples`` (samples this rank processed in the step), ``loss``.
   With the ``step_sync: boundary`` option only the window's boundary steps are synchronised;
   the others carry ``"synced": false`` (their ``t`` is when the host queued them) and no loss.
-- ``end``:    after the last step.
+- ``end``:    after the last step; ``peak_memory`` (optional): the rank's peak device memory in
+  ``bytes`` and its ``source`` (e.g. ``torch.cuda.max_memory_allocated``).
 - ``device-window``: optional, after ``end``: the measured window as the device's own clock
   timed it (``seconds``, from events recorded in the device's stream at the window's two ends;
   ``source``, e.g. ``cuda-events``), an independent check of the host timestamps.
@@ -154,8 +155,11 @@ class StepLogger:
         self._emit("step", step=step, t=now, samples=int(samples), loss=loss, **unsynced)
         return now
 
-    def end(self) -> None:
-        self._emit("end", steps=self.steps_logged)
+    def end(self, peak_memory: Mapping[str, Any] | None = None) -> None:
+        """``peak_memory``: this rank's peak device memory (``bytes`` and its ``source``), where
+        the adapter can tell."""
+        extra = {"peak_memory": dict(peak_memory)} if peak_memory else {}
+        self._emit("end", steps=self.steps_logged, **extra)
 
     def device_window(self, seconds: float, steps: int, source: str) -> None:
         """The measured window's duration by the device's own clock (after :meth:`end`)."""

@@ -32,6 +32,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
+from driver.bench.llama import LlamaOptionError, check_case_options
 from driver.frameworks.base import FRAMEWORKS, OptionError
 from driver.model.case import Case, Topology
 from driver.plugins import load
@@ -272,6 +273,18 @@ def check_options(
             )
 
 
+def check_model_options(
+    model: str, options: dict[str, Any], topology: Topology, path: Path | str, where: str
+) -> None:
+    """What the options ask of the model at this topology (Llama's size, sequence length,
+    parallelism, checkpointing): a :class:`MatrixError` at ``where.<field>`` before anything
+    runs."""
+    try:
+        check_case_options(model, options, topology.world_size)
+    except LlamaOptionError as error:
+        raise MatrixError(path, f"{where}.{error.field}", str(error)) from None
+
+
 def _check_steps(path: Path, where: str, settings: dict[str, Any]) -> int:
     if (settings["epochs"] is None) != (settings["epoch_samples"] is None):
         raise MatrixError(path, f"{where}.epochs", "epoch mode needs both epochs and epoch_samples")
@@ -322,6 +335,9 @@ def _expand_suite(
             framework, settings["source"], suite.model, options, path, f"{where}.variants.{name}"
         )
     topologies = [parse_topology(label) for label in suite.topology]
+    for name, options in suite.variants.items():
+        for topology in topologies:
+            check_model_options(suite.model, options, topology, path, f"{where}.variants.{name}")
     xlas = list(dict.fromkeys(ONOFF[x] for x in suite.xla))
     count = len(topologies) * len(suite.batch_size) * len(suite.precision) * len(xlas)
     count *= len(suite.dataset) * len(suite.variants)
@@ -483,6 +499,11 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
     result = []
     for case in selected:
         updated = replace(case, **changes, options={**case.options, **overrides.options})
+        if overrides.options:
+            try:
+                check_case_options(updated.model, updated.options, updated.topology.world_size)
+            except LlamaOptionError as error:
+                raise MatrixError(COMMAND_LINE, f"--option {error.field}", str(error)) from None
         needed = updated.warmup_steps + updated.measured_steps
         # A total the matrix left implicit (warm-up + measured) follows the new steps both ways:
         # a shorter window must not run the old number of steps after it.

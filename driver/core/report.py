@@ -24,6 +24,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from driver.bench.contract import SHAPE_OPTIONS
+from driver.bench.llama import tokens_per_sample
 from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
@@ -34,6 +36,7 @@ MODEL_NAMES = {
     "resnet50": "ResNet-50 v1.5",
     "inception3": "InceptionV3",
     "bert": "BERT-base pre-training",
+    "llama": "Llama 3 pre-training",
     "calibration": "Calibration workload",
 }
 UNSTABLE_MARK = "~"
@@ -186,6 +189,32 @@ class ExtraColumn:
 BASE_COLUMNS = ("samples/s", "speedup", "efficiency", "CV")
 
 
+def tokens_per_second(summary: CaseSummary, per_device: bool = False) -> float | None:
+    """A token model's median throughput in tokens/s (samples/s x sequence length), over all
+    devices or per device; None for models whose samples are no token sequences."""
+    options = {**SHAPE_OPTIONS, **summary.case.options}
+    tokens = tokens_per_sample(summary.case.model, options)
+    if tokens is None:
+        return None
+    rate = summary.stats.median * tokens
+    return rate / summary.case.topology.world_size if per_device else rate
+
+
+def _tokens_cell(per_device: bool) -> Callable[[CaseSummary], str]:
+    def cell(summary: CaseSummary) -> str:
+        rate = tokens_per_second(summary, per_device)
+        return "-" if rate is None else _fmt(rate)
+
+    return cell
+
+
+# Token models (Llama) beside samples/s: tokens/s over all devices and per device.
+TOKEN_COLUMNS = (
+    ExtraColumn("tokens/s", _tokens_cell(False), after="samples/s"),
+    ExtraColumn("tokens/s/device", _tokens_cell(True), after="samples/s"),
+)
+
+
 def table_title(summary: CaseSummary) -> str:
     """The heading of the table a case's row is in (without the Markdown hashes)."""
     c = summary.case
@@ -306,7 +335,7 @@ def _median_labels(summaries: list[CaseSummary]) -> list[str]:
 def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = ()) -> str:
     """One row per series and topology (rows of one device model together, labelled where the
     table has more than one), then the median and geometric mean across series."""
-    extras = [e for e in extra_columns if any(e.cell(s) != "-" for s in group)]
+    extras = [e for e in (*TOKEN_COLUMNS, *extra_columns) if any(e.cell(s) != "-" for s in group)]
     columns: list[tuple[str, Callable[[CaseSummary], str] | None]] = []
     for base in BASE_COLUMNS:
         columns.append((base, None))

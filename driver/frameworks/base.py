@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from driver.bench.llama import LLAMA_SIZES
 from driver.registry import Registry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +40,7 @@ SHAPE_OPTION_TYPES: dict[str, Any] = {
     "bert_heads": Size,
     "bert_intermediate": Size,
     "max_predictions": Count,
+    "llama_size": Literal[tuple(LLAMA_SIZES)],  # type: ignore[valid-type]
 }
 # The training knobs every framework script resolves (driver.bench.contract.TRAINING_OPTIONS).
 TRAINING_OPTION_TYPES: dict[str, Any] = {

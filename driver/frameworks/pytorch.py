@@ -20,6 +20,8 @@ PYTORCH_OPTION_TYPES: dict[str, Any] = {
     "normalize_on": Literal["device", "loader"],
     "aux_logits": Flag,
     "zero_init_residual": Flag,
+    "parallelism": Literal["auto", "none", "ddp", "fsdp", "hsdp"],
+    "activation_checkpointing": Literal["none", "selective", "full"],
 }
 
 PYTORCH = FRAMEWORKS.add(
@@ -29,7 +31,7 @@ PYTORCH = FRAMEWORKS.add(
         display="PyTorch",
         folder="PyTorch",
         module="torch",
-        models=("resnet50", "inception3", "bert"),
+        models=("resnet50", "inception3", "bert", "llama"),
         launcher="torchrun",
         options=PYTORCH_OPTION_TYPES,
     ),

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from driver.bench.contract import MODELS
+from driver.bench.llama import LLAMA_SIZES
 from driver.core.summary import CaseSummary, baseline_of, summarize
 from driver.model.case import Case, Topology
 from driver.model.measure import case_stats
@@ -103,6 +104,26 @@ class Figure(StrictModel):
     # The publisher's own figures scale above 100% efficiency (said in ``note``), not a typo.
     superlinear: bool = False
     note: FreeText("note") = ""  # anything to say of the figure; where superlinear is published
+    # Token models (Llama): the size and the tokens per sample; a figure published in tokens/s
+    # per device gives ``tokens_per_device`` instead of ``throughput`` (converted, then bounded).
+    llama_size: Annotated[Any, one_of(*LLAMA_SIZES)] | None = None
+    seq_len: Annotated[Count, Field(gt=0)] | None = None
+    tokens_per_device: Annotated[FiniteFloat, Field(gt=0)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_tokens(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("tokens_per_device") is None:
+            return data
+        if "throughput" in data:
+            raise ValueError("give throughput (samples/s) or tokens_per_device, not both")
+        seq_len, devices = data.get("seq_len"), data.get("devices")
+        if not isinstance(seq_len, int) or seq_len <= 0 or not isinstance(devices, int):
+            raise ValueError("tokens_per_device needs seq_len (tokens per sample) and devices")
+        rate = data["tokens_per_device"]
+        if not isinstance(rate, int | float) or isinstance(rate, bool):
+            return data  # refused by the field's own type
+        return {**data, "throughput": rate * devices / seq_len}
 
     @field_validator("throughput")
     @classmethod
@@ -325,6 +346,11 @@ def figure_summary(figure: Figure) -> CaseSummary:
         variant=figure.variant,
         source=_source_key(figure.source),
         repeats=1,
+        options={
+            key: value
+            for key, value in (("llama_size", figure.llama_size), ("seq_len", figure.seq_len))
+            if value is not None
+        },
     )
     return CaseSummary(
         case=case,

@@ -23,6 +23,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from driver.bench.contract import SHAPE_OPTIONS
+from driver.bench.llama import FLOPS_FORMULA, llama_shape, training_flops_per_sample
+from driver.bench.llama import MODEL as LLAMA
 from driver.frameworks.base import REPO_ROOT
 from driver.schema import (
     FiniteFloat,
@@ -36,6 +38,8 @@ from driver.schema import (
 from driver.text import FreeText
 
 COUNTED_MODELS = ("resnet50", "inception3", "bert")  # models with a PyTorch definition here
+# Models whose FLOPs come from a formula of their sizes (no torch needed): driver.bench.llama.
+FORMULA_MODELS = (LLAMA,)
 FLOPS_SOURCE = "PyTorch/benchmark/flops.py training_flops_per_sample (FlopCounterMode)"
 GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients (also under AMP: fp32 master weights)
 
@@ -101,11 +105,14 @@ def compute_model_costs(
 ) -> dict[str, dict[str, Any]]:
     """FLOPs per sample and parameters for each (model, options); {} when torch is absent.
 
-    Models without a PyTorch definition (the calibration workload) are skipped.
+    Models without a PyTorch definition (the calibration workload) are skipped; Llama's come
+    from its formula (:func:`formula_costs`), with or without torch.
     """
+    wanted = list(wanted)
+    costs = formula_costs(wanted)
     todo = {cost_key(m, o): (m, shape_options(o)) for m, o in wanted if m in COUNTED_MODELS}
     if not todo:
-        return {}
+        return costs
     root = str(REPO_ROOT)  # PyTorch/ is a folder of the repository, not an installed package
     if root not in sys.path:
         sys.path.append(root)
@@ -117,8 +124,7 @@ def compute_model_costs(
     except ImportError as error:
         if printer:
             printer(f"model FLOPs not computed (no torch here: {error}); MFU cells will be '-'")
-        return {}
-    costs: dict[str, dict[str, Any]] = {}
+        return costs
     for key, (model, options) in sorted(todo.items()):
         flops = training_flops_per_sample(model, options)
         with torch.device("meta"):
@@ -130,6 +136,24 @@ def compute_model_costs(
             "parameters": int(parameters),
             "source": FLOPS_SOURCE,
             "torch": torch.__version__,
+        }
+    return costs
+
+
+def formula_costs(wanted: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """FLOPs per sample and parameters of the formula models (Llama), from their sizes."""
+    costs: dict[str, dict[str, Any]] = {}
+    for model, options in wanted:
+        if model not in FORMULA_MODELS:
+            continue
+        shaped = shape_options(options)
+        resolved = {**SHAPE_OPTIONS, **shaped}
+        costs[cost_key(model, options)] = {
+            "model": model,
+            "options": shaped,
+            "flops_per_sample": training_flops_per_sample(resolved),
+            "parameters": llama_shape(resolved).parameters(),
+            "source": FLOPS_FORMULA,
         }
     return costs
 

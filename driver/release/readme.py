@@ -13,6 +13,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from driver.bench.llama import FLOPS_FORMULA
+from driver.bench.llama import MODEL as LLAMA
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.summary import CaseSummary
 from driver.release.compute import Computed
@@ -186,6 +188,11 @@ def _tables_section(computed: Computed, manifest: dict[str, Any]) -> str:
             "the model definition by PyTorch/benchmark/flops.py, cached in manifest.json) / "
             "(devices x dense peak of the device at the run's precision, config/peaks.yaml)."
         )
+    if any(
+        computed.rows[s.case_id].mfu is not None and s.case.model == LLAMA
+        for s in computed.summaries
+    ):
+        notes.append(f"MFU of Llama: training FLOPs per token = {FLOPS_FORMULA}.")
     if any(e.peak_tflops and e.mfu is None for e in values):
         notes.append("MFU '-': no FLOPs count for the model (torch was absent at release).")
     if any(e.scaling_bound is not None for e in values):
@@ -291,12 +298,25 @@ def _telemetry_per_case(computed: Computed) -> str:
         windows = sorted({str(t.get("telemetry_window")) for t in telemetry})
         row: list[Any] = [case_id, len(telemetry), ", ".join(windows)]
         for _header, name in metrics:
-            medians = [t[f"telemetry_{name}_median"] for t in telemetry
-                       if t.get(f"telemetry_{name}_median") is not None]
-            maxima = [t[f"telemetry_{name}_max"] for t in telemetry
-                      if t.get(f"telemetry_{name}_max") is not None]
-            row.append(_pair({"m_median": statistics.median(medians) if medians else None,
-                              "m_max": max(maxima) if maxima else None}, "m"))
+            medians = [
+                t[f"telemetry_{name}_median"]
+                for t in telemetry
+                if t.get(f"telemetry_{name}_median") is not None
+            ]
+            maxima = [
+                t[f"telemetry_{name}_max"]
+                for t in telemetry
+                if t.get(f"telemetry_{name}_max") is not None
+            ]
+            row.append(
+                _pair(
+                    {
+                        "m_median": statistics.median(medians) if medians else None,
+                        "m_max": max(maxima) if maxima else None,
+                    },
+                    "m",
+                )
+            )
         rows.append(row)
     statuses = sorted({str(t.get("telemetry_status")) for t in computed.telemetry.values()})
     intro = (
@@ -356,9 +376,11 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
     if manifest["model_costs"]:
         out.append("\nModel cost (from the model definitions):\n")
         for key, cost in sorted(manifest["model_costs"].items()):
+            # a formula's cost (Llama) needs no torch; a counted one names the torch that counted
+            counted_by = f", torch {cost['torch']}" if "torch" in cost else ""
             out.append(
                 f"- `{key}`: {cost['flops_per_sample'] / 1e9:.3f} GFLOP per training sample, "
-                f"{cost['parameters']} parameters ({cost['source']}, torch {cost['torch']})"
+                f"{cost['parameters']} parameters ({cost['source']}{counted_by})"
             )
     probes = manifest.get("probes") or []
     if probes:

@@ -1,7 +1,8 @@
-"""The three DLPerf models, built from the shared shape options, and their training losses.
+"""The DLPerf models (and Llama 3), built from the shared shape options, and their training losses.
 
 Every model's training step consumes a batch dict (see ``PyTorch.benchmark.data``): images take
-``images``/``labels``; BERT takes the pre-training features of NVIDIA's shard format.
+``images``/``labels``; BERT takes the pre-training features of NVIDIA's shard format; Llama
+``tokens``/``labels`` (the tokens shifted by one).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from driver.bench.llama import llama_shape
 from driver.bench.shapes import BertShape, ImageShape, build_registered
 from PyTorch.benchmark.models.bert import BertForPreTraining, pretraining_loss
 from PyTorch.benchmark.models.inception import Inception3, inception_v3
+from PyTorch.benchmark.models.llama import Llama, causal_lm_loss
 from PyTorch.benchmark.models.resnet import ResNet, resnet50
 
 IMAGE_MODELS = ("resnet50", "inception3")
@@ -28,6 +31,7 @@ __all__ = [
     "Batch",
     "BertForPreTraining",
     "Inception3",
+    "Llama",
     "ResNet",
     "build_model",
     "count_parameters",
@@ -45,10 +49,16 @@ def _inception3(options: Mapping[str, Any]) -> nn.Module:
     return inception_v3(num_classes=image.num_classes, aux_logits=image.aux_logits)
 
 
+def _llama(options: Mapping[str, Any]) -> nn.Module:
+    checkpointing = str(options.get("activation_checkpointing", "none"))
+    return Llama(llama_shape(options), int(options["seq_len"]), checkpointing)
+
+
 BUILDERS = {
     "resnet50": _resnet50,
     "inception3": _inception3,
     "bert": lambda options: BertForPreTraining(BertShape.from_options(options)),
+    "llama": _llama,
 }
 
 
@@ -82,4 +92,6 @@ def training_loss(name: str, model: nn.Module, batch: Batch) -> torch.Tensor:
         return pretraining_loss(
             mlm_logits, nsp_logits, batch["masked_lm_ids"], batch["next_sentence_labels"]
         )
+    if name == "llama":
+        return causal_lm_loss(model(batch["tokens"]), batch["labels"])
     raise ValueError(f"unknown model {name!r}")

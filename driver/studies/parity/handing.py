@@ -40,11 +40,12 @@ NOT_HANDED: dict[str, str] = {
     "parameters": "compared as the count each side built",
     "num_threads_source": "where the count came from; the count is handed",
     "step_sync": "how the kit times its steps (the bare loop syncs once, at the end)",
+    "parallelism": "one process: nothing to shard or reduce",
 }
 # Shape options of the other models (the header records every shape option).
 OTHER_MODEL_KEYS = {
     "resnet50": ("seq_len", "vocab_size", "bert_layers", "bert_hidden", "bert_heads",
-                 "bert_intermediate", "max_predictions"),
+                 "bert_intermediate", "max_predictions", "llama_size", "activation_checkpointing"),
 }  # fmt: skip
 
 

@@ -1,0 +1,189 @@
+"""Llama 3 sizes by name, their parameter counts and the training FLOPs per token (stdlib only).
+
+One place for the numbers every consumer needs: the PyTorch model builds itself from
+:class:`LlamaShape`, the driver checks a case's size and sequence length before anything runs,
+a release computes MFU from :func:`training_flops_per_token`, and the estimate before booking
+calls the same function.
+
+The published sizes are Meta's configurations (``config.json`` of meta-llama/Llama-3.1-8B,
+Llama-3.2-1B and Llama-3.1-70B; Llama 3 paper, arXiv:2407.21783, table 3): RMSNorm (eps 1e-5),
+rotary embeddings with theta 500,000, SwiGLU feed-forward, grouped-query attention with 8
+key/value heads, vocabulary 128,256; Llama 3.2 1B ties the output projection to the token
+embeddings. The ``llama-tiny`` and ``llama-small`` sizes are ours, for tests and CPU smoke runs.
+
+FLOPs per token (training: forward + backward), the formula of PaLM (Chowdhery et al. 2022,
+appendix B) as torchtitan computes it (``get_nparams_and_flops``)::
+
+    6 x N + 12 x layers x heads x head_dim x seq_len
+
+where N is the number of (distinct) parameters less the token-embedding table: the output
+projection counts when untied; when tied it is the embedding table and does not count, as in
+torchtitan. The attention term counts the full (not causal-halved) score and value matmuls.
+Recomputation by activation checkpointing is not counted (model FLOPs, not hardware FLOPs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MODEL = "llama"
+FLOPS_FORMULA = (
+    "6 x non-embedding parameters + 12 x layers x heads x head_dim x seq_len per token "
+    "(PaLM, Chowdhery et al. 2022, appendix B; torchtitan get_nparams_and_flops)"
+)
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """A Llama 3 decoder's sizes."""
+
+    dim: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn_dim: int
+    vocab_size: int
+    tied_embeddings: bool = False
+    rope_theta: float = 500_000.0
+    norm_eps: float = 1e-5
+    max_seq_len: int = 131_072  # the published context length (8,192 before 3.1's extension)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    def problems(self) -> list[str]:
+        """What makes this shape unbuildable (empty when it is fine)."""
+        found = []
+        if self.dim % self.heads:
+            found.append(f"dim {self.dim} is not a multiple of heads {self.heads}")
+        elif self.head_dim % 2:
+            found.append(f"head_dim {self.head_dim} is odd (rotary embeddings rotate pairs)")
+        if self.heads % self.kv_heads:
+            found.append(f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads}")
+        return found
+
+    def parameters(self) -> int:
+        """Distinct parameters (a tied output projection counts once)."""
+        per_layer = (
+            self.dim * self.heads * self.head_dim  # wq
+            + 2 * self.dim * self.kv_heads * self.head_dim  # wk, wv
+            + self.heads * self.head_dim * self.dim  # wo
+            + 3 * self.dim * self.ffn_dim  # w1, w2, w3 (SwiGLU)
+            + 2 * self.dim  # attention and feed-forward RMSNorm weights
+        )
+        output = 0 if self.tied_embeddings else self.vocab_size * self.dim
+        return self.embedding_parameters() + self.layers * per_layer + self.dim + output
+
+    def embedding_parameters(self) -> int:
+        return self.vocab_size * self.dim
+
+    def non_embedding_parameters(self) -> int:
+        return self.parameters() - self.embedding_parameters()
+
+
+# Published sizes (see the module docstring) and ours for CPUs and tests.
+LLAMA_SIZES: dict[str, LlamaShape] = {
+    "llama3-8b": LlamaShape(4096, 32, 32, 8, 14_336, 128_256),
+    "llama3-1b": LlamaShape(2048, 16, 32, 8, 8192, 128_256, tied_embeddings=True),
+    "llama3-70b": LlamaShape(8192, 80, 64, 8, 28_672, 128_256),
+    "llama-small": LlamaShape(256, 4, 8, 4, 768, 8192, max_seq_len=4096),
+    "llama-tiny": LlamaShape(64, 2, 4, 2, 192, 512, max_seq_len=1024),
+}
+DEFAULT_SIZE = "llama3-8b"
+PARALLELISMS = ("auto", "none", "ddp", "fsdp", "hsdp")
+CHECKPOINTING = ("none", "selective", "full")
+
+
+class LlamaOptionError(ValueError):
+    """A Llama option the model cannot take; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def llama_shape(options: Mapping[str, Any]) -> LlamaShape:
+    """The shape named by ``options['llama_size']``, checked against ``options['seq_len']``."""
+    name = options.get("llama_size", DEFAULT_SIZE)
+    if name not in LLAMA_SIZES:
+        raise LlamaOptionError(
+            "llama_size", f"{name!r} is not a known size; use one of {', '.join(LLAMA_SIZES)}"
+        )
+    shape = LLAMA_SIZES[str(name)]
+    seq_len = options.get("seq_len")
+    if seq_len is not None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
+            raise LlamaOptionError("seq_len", f"must be an integer >= 2, got {seq_len!r}")
+        if seq_len > shape.max_seq_len:
+            raise LlamaOptionError(
+                "seq_len",
+                f"{seq_len} is longer than {name}'s context of {shape.max_seq_len} tokens; "
+                "give a shorter seq_len",
+            )
+    return shape
+
+
+def check_case_options(model: str, options: Mapping[str, Any], ranks: int) -> None:
+    """What a case's options ask of the model and its parallelism, checked before anything
+    runs (the driver, at ``ranks`` processes) and again by the script; a LlamaOptionError
+    names the field."""
+    parallelism = options.get("parallelism", "auto")
+    if parallelism not in PARALLELISMS:
+        raise LlamaOptionError(
+            "parallelism", f"{parallelism!r} is not one of {', '.join(PARALLELISMS)}"
+        )
+    if parallelism == "none" and ranks > 1:
+        raise LlamaOptionError(
+            "parallelism",
+            f"none with {ranks} ranks would train {ranks} unsynchronised copies; "
+            "use auto, ddp or fsdp",
+        )
+    checkpointing = options.get("activation_checkpointing", "none")
+    if checkpointing not in CHECKPOINTING:
+        raise LlamaOptionError(
+            "activation_checkpointing",
+            f"{checkpointing!r} is not one of {', '.join(CHECKPOINTING)}",
+        )
+    if model != MODEL:
+        if parallelism in ("fsdp", "hsdp"):
+            raise LlamaOptionError(
+                "parallelism", f"{parallelism} is built for llama; use ddp or auto"
+            )
+        if checkpointing != "none":
+            raise LlamaOptionError("activation_checkpointing", "applies to llama only")
+        return
+    problems = llama_shape(options).problems()
+    if problems:
+        raise LlamaOptionError("llama_size", "; ".join(problems))
+
+
+def resolve_parallelism(model: str, requested: str, ranks: int) -> str:
+    """The parallelism a case runs with: nothing on one rank; auto is FSDP2 for Llama and
+    DDP for the other models."""
+    if ranks == 1:
+        return "none"
+    if requested == "auto":
+        return "fsdp" if model == MODEL else "ddp"
+    return requested
+
+
+def training_flops_per_token(shape: LlamaShape, seq_len: int) -> float:
+    """Training (forward + backward) model FLOPs per token: see the module docstring."""
+    attention = 12 * shape.layers * shape.heads * shape.head_dim * seq_len
+    return float(6 * shape.non_embedding_parameters() + attention)
+
+
+def training_flops_per_sample(options: Mapping[str, Any]) -> float:
+    """FLOPs of one training sequence (``seq_len`` tokens) of the size in ``options``."""
+    seq_len = int(options["seq_len"])
+    return training_flops_per_token(llama_shape(options), seq_len) * seq_len
+
+
+def tokens_per_sample(model: str, options: Mapping[str, Any]) -> int | None:
+    """Tokens in one sample of ``model`` (its sequence length), None for non-token models."""
+    if model != MODEL:
+        return None
+    return int(options.get("seq_len") or 0) or None

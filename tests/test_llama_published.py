@@ -1,0 +1,63 @@
+"""published/llama3/: torchtitan's Llama figures, imported in tokens/s per device through the
+same door and plausibility bounds as every published figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from driver.core.report import tokens_per_second
+from driver.release.imported import imported_summaries
+from driver.schema import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHTITAN = ROOT / "published" / "llama3" / "torchtitan.yaml"
+
+
+def test_torchtitan_figures_import_as_published_tokens_per_device() -> None:
+    summaries = imported_summaries(TORCHTITAN)
+    per_device = {
+        (s.case.variant, s.case.topology.world_size): tokens_per_second(s, per_device=True)
+        for s in summaries
+    }
+    # Table 1 and Table 3 of the cited page, as printed.
+    assert per_device[("8b", 8)] == pytest.approx(5762)
+    assert per_device[("8b-compile", 8)] == pytest.approx(6667)
+    assert per_device[("8b-compile", 128)] == pytest.approx(6514)
+    assert all(s.published_by == "torchtitan (PyTorch)" for s in summaries)
+    # samples/s over all devices = tokens/s per device x devices / 8192 tokens per sample
+    base = next(s for s in summaries if s.case.variant == "8b" and s.case.topology.world_size == 8)
+    assert base.stats.median == pytest.approx(5762 * 8 / 8192)
+
+
+FIGURE = (
+    "{framework: pytorch, model: llama, llama_size: llama3-8b, hardware: H100, nodes: 1, "
+    "devices: 8, batch: 2, precision: amp, publisher: x, url: 'https://example.org/', %s}"
+)
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ("seq_len: 8192, tokens_per_device: 1.0e+12", "plausible"),  # far past any device
+        ("seq_len: 8192, tokens_per_device: 5762, throughput: 5.6", "not both"),
+        ("tokens_per_device: 5762", "needs seq_len"),
+        ("seq_len: 8192, tokens_per_device: 5762, llama_size: llama3-9b", "llama_size"),
+    ],
+)
+def test_bad_token_figures_are_refused_naming_the_field(
+    tmp_path: Path, fields: str, words: str
+) -> None:
+    path = tmp_path / "figures.yaml"
+    if "llama_size: llama3-9b" in fields:
+        fields = fields.replace(", llama_size: llama3-9b", "")
+        text = "schema: 1\nfigures:\n  - " + FIGURE.replace("llama3-8b", "llama3-9b") % fields
+    else:
+        text = "schema: 1\nfigures:\n  - " + FIGURE % fields
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as caught:
+        imported_summaries(path)
+    message = str(caught.value)
+    assert str(path) in message and "figures[0]" in message
+    assert words in message, message

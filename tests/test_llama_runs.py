@@ -1,0 +1,173 @@
+"""Llama trained for real through the driver at a tiny size: one process, FSDP2 and DDP over
+two gloo processes; tokens/s checked against a count of our own from the raw logs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.core.report import tokens_per_second
+from driver.core.runner import run_cases
+from driver.core.summary import summarize
+from driver.model.case import Case, Topology
+from driver.model.results import Session
+from driver.release.audit import audit
+from driver.release.release import release
+from driver.runtimes.ssh.process import ProcessRuntime
+from tests.cluster_fixtures import quiet
+from tests.real_frameworks import CaseRun, framework_env, run_case
+
+TINY = {"llama_size": "llama-tiny", "seq_len": 32}
+TORCHTITAN = Path(__file__).resolve().parents[1] / "published" / "llama3" / "torchtitan.yaml"
+
+
+@pytest.fixture(scope="module")
+def python() -> str:
+    return framework_env("pytorch")
+
+
+def step_records(run: CaseRun) -> list[dict[str, Any]]:
+    records = []
+    for line in run.logs().splitlines():
+        start = line.find('{"')
+        if start >= 0 and '"dlperf": "step"' in line:
+            records.append(json.loads(line[start:]))
+    return records
+
+
+def independent_tokens_per_second(run: CaseRun) -> float:
+    """Tokens of the timed steps of every rank over the slowest rank's window (its timestamps
+    after the last warm-up step and after the last step), counted from the logs alone."""
+    case = run.case
+    seq_len = int(case.options["seq_len"])
+    steps = step_records(run)
+    ranks = sorted({r["rank"] for r in steps})
+    assert len(ranks) == case.topology.world_size
+    tokens, windows = 0, []
+    for rank in ranks:
+        mine = {r["step"]: r for r in steps if r["rank"] == rank}
+        timed = range(case.warmup_steps + 1, case.total_steps + 1)
+        tokens += sum(mine[s]["samples"] for s in timed) * seq_len
+        windows.append(mine[case.total_steps]["t"] - mine[case.warmup_steps]["t"])
+    return tokens / max(windows)
+
+
+def peak_memory_by_rank(run: CaseRun) -> dict[int, dict[str, Any]]:
+    """Each rank's end record's peak memory."""
+    found = {}
+    for line in run.logs().splitlines():
+        start = line.find('{"')
+        if start >= 0 and '"dlperf": "end"' in line:
+            record = json.loads(line[start:])
+            found[record["rank"]] = record.get("peak_memory")
+    return found
+
+
+def header_options(run: CaseRun) -> dict[str, Any]:
+    return run.records[0].header["options"]
+
+
+def check_tokens(run: CaseRun) -> None:
+    measured = run.records[0].throughput
+    assert measured is not None
+    ours = independent_tokens_per_second(run)
+    kit = measured * int(run.case.options["seq_len"])
+    assert abs(kit - ours) / ours < 5e-4, (kit, ours)
+    # The report's tokens/s columns (one repeat: its median is the repeat's).
+    (summary,) = summarize([(run.case, run.records[0])])
+    assert tokens_per_second(summary) == pytest.approx(kit, rel=1e-12)
+    per_device = tokens_per_second(summary, per_device=True)
+    assert per_device == pytest.approx(kit / run.case.topology.world_size, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("topology", "precision", "extra", "parallelism"),
+    [
+        ("1n1g", "amp", {"activation_checkpointing": "selective"}, "none"),
+        ("1n2g", "amp", {}, "fsdp"),
+        ("1n2g", "fp32", {"parallelism": "ddp", "activation_checkpointing": "full"}, "ddp"),
+    ],
+)
+def test_llama_trains_and_its_tokens_per_second_match_the_logs(
+    tmp_path: Path,
+    python: str,
+    topology: str,
+    precision: str,
+    extra: dict[str, Any],
+    parallelism: str,
+) -> None:
+    options = {**TINY, **extra, "weights_checksum": True}
+    run = run_case(
+        tmp_path, "pytorch", "llama", topology, precision=precision, batch_size=2, options=options
+    )
+    header = header_options(run)
+    assert header["parallelism"] == parallelism
+    assert header["activation_checkpointing"] == extra.get("activation_checkpointing", "none")
+    assert header["llama_size"] == "llama-tiny" and header["seq_len"] == 32
+    run.assert_ranks_in_sync(run.case.topology.world_size)
+    check_tokens(run)
+    peaks = peak_memory_by_rank(run)
+    assert sorted(peaks) == list(range(run.case.topology.world_size))
+    for peak in peaks.values():  # a CPU rank's peak resident memory: torch alone is > 100 MB
+        assert peak["source"] == "getrusage ru_maxrss" and peak["bytes"] > 100e6
+    if topology == "1n1g":
+        check_release(run, tmp_path)
+
+
+def check_release(run: CaseRun, tmp_path: Path) -> None:
+    """A version of the Llama session beside torchtitan's figures: released and audited, its
+    tables with tokens/s, its model cost the formula's (no torch needed)."""
+    target = release(
+        "v0.1-llama", [run.folder], reports_root=tmp_path / "reports", printer=quiet,
+        imports=[TORCHTITAN],
+    )  # fmt: skip
+    readme = (target / "README.md").read_text()
+    assert "| tokens/s " in readme and "| tokens/s/device " in readme
+    assert "published by torchtitan (PyTorch)" in readme
+    assert "6 x non-embedding parameters" in readme  # the cost's source, in the provenance
+    assert audit(target).ok
+
+
+SLOW = pytest.mark.skipif(
+    not os.environ.get("DLPERF_SLOW_TESTS"),
+    reason="4 ranks on 2 nodes take about a minute on a 2-core CPU; set DLPERF_SLOW_TESTS=1",
+)
+
+
+@pytest.mark.parametrize(
+    ("topology", "parallelism"),
+    [("2n2g", "fsdp"), pytest.param("2n4g", "hsdp", marks=SLOW)],
+)
+def test_llama_sharded_over_two_sshd_nodes(
+    inventory_file, tmp_path: Path, python: str, topology: str, parallelism: str
+) -> None:
+    """FSDP2 (or HSDP: shards within a node, replicas across) over two real sshd nodes (gloo
+    over their network namespaces), through the process runtime, as on a cluster."""
+    runtime = ProcessRuntime(inventory_file(defaults={"python": python}))
+    case = Case(
+        model="llama",
+        framework="pytorch",
+        topology=Topology.parse(topology),
+        batch_size=2,
+        precision="amp",
+        dataset="synthetic",
+        xla=False,
+        warmup_steps=1,
+        measured_steps=3,
+        total_steps=4,
+        repeats=1,
+        timeout_s=240.0,
+        options={**TINY, "parallelism": parallelism, "weights_checksum": True},
+        profile="test",
+    )
+    session = Session.open(tmp_path / "session")
+    summary = run_cases([case], session, runtime, printer=quiet)
+    run = CaseRun(case, [r for _, r, _ in session.records(include_failed=True)], session.root)
+    assert summary.ok, f"{summary.failed}\n{run.logs()[-4000:]}"
+    assert header_options(run)["parallelism"] == parallelism
+    run.assert_ranks_in_sync(case.topology.world_size)
+    check_tokens(run)
