@@ -54,12 +54,41 @@ class Selection:
     profile: str
     why: str  # why this profile
     descriptions: dict[str, str]  # matrix file -> its description
+    note: str = ""  # one line on cases the profile left out for this host (printed, recorded)
+
+
+def leave_out_emulated_amp(
+    cases: list[Case], profile: str, overrides: Overrides, native_bf16: bool | None
+) -> tuple[list[Case], str]:
+    """The CPU smoke profile on a CPU without native bf16 (``native_bf16`` False): its AMP cases
+    left out, since emulated bf16 autocast takes hours where FP32 takes minutes; ``--amp``
+    given keeps them. ``native_bf16`` None: the nodes are not this host, nothing is known.
+    Returns the cases and the one line that says what was done (empty when nothing was)."""
+    amp = [case for case in cases if case.precision == "amp"]
+    if profile != CPU_PROFILE or native_bf16 is not False or not amp:
+        return cases, ""
+    if "amp" in overrides.precisions:
+        return cases, (
+            f"AMP: {len(amp)} case(s) kept as --amp asks, though this CPU has no native bf16 "
+            "(no avx512_bf16/amx_bf16): autocast is emulated, expect hours per case"
+        )
+    return [case for case in cases if case.precision != "amp"], (
+        f"AMP: {len(amp)} case(s) left out: this CPU has no native bf16 (no avx512_bf16/"
+        "amx_bf16 in /proc/cpuinfo), so bf16 autocast would be emulated and take hours; "
+        "--amp on runs them anyway"
+    )
 
 
 def select_cases(
-    matrix_files: list[Path], profile: str, why: str, overrides: Overrides
+    matrix_files: list[Path],
+    profile: str,
+    why: str,
+    overrides: Overrides,
+    native_bf16: bool | None = None,
 ) -> Selection:
-    """The matrices' cases under ``profile`` with the overrides applied (possibly none)."""
+    """The matrices' cases under ``profile`` with the overrides applied (possibly none);
+    ``native_bf16``: whether the CPU the cases run on has bf16 kernels (None: not known),
+    for :func:`leave_out_emulated_amp`."""
     cases: list[Case] = []
     descriptions = {}
     loaded = []
@@ -72,7 +101,8 @@ def select_cases(
         loaded += matrix.cases
         cases += apply_overrides(matrix.cases, overrides)
     _check_selection(loaded, overrides)
-    return Selection(cases, profile, why, descriptions)
+    cases, note = leave_out_emulated_amp(cases, profile, overrides, native_bf16)
+    return Selection(cases, profile, why, descriptions, note)
 
 
 def _check_selection(cases: list[Case], overrides: Overrides) -> None:
@@ -150,6 +180,8 @@ def run_session(
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
+    if selection.note:
+        print(selection.note)
     if dry_run:
         for case in cases:
             searched = case.batch_size == "max"
@@ -177,6 +209,7 @@ def run_session(
         {
             "profile": profile,
             "profile_reason": why,
+            **({"selection_note": selection.note} if selection.note else {}),
             "matrix_files": sorted(selection.descriptions),
             "runtime": runtime.name,
             "argv": argv,

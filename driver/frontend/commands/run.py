@@ -30,6 +30,7 @@ from driver.frontend.args import (
     signing_key_option,
 )
 from driver.model.case import Case
+from driver.model.hardware import cpu_native_bf16
 from driver.runtimes.base import make_runtime
 from driver.schema import did_you_mean
 
@@ -107,7 +108,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             "options": dict(args.option or []),
         }
     )
-    selection = select_cases(matrix_files, profile, why, overrides)
+    # The CPU that runs the cases is this one for a local run or simulated hosts.
+    here = args.runtime == "local" or args.simulated_hosts
+    selection = select_cases(
+        matrix_files, profile, why, overrides, cpu_native_bf16() if here else None
+    )
     check_case_count(len(selection.cases), args.max_cases)
     if not selection.cases:
         print("no case matches the selection", file=sys.stderr)
