@@ -10,11 +10,13 @@ and so is a rehearsal on simulated hosts (``driver.testbed.rehearse``).
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver.core.estimate import CaseEstimate
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
@@ -150,12 +152,14 @@ def run_session(
     setting: SessionSetting | None = None,
     before_matrix: BeforeMatrix | None = None,
     signing_key: str | Path | None = None,
+    estimates: list[CaseEstimate] | None = None,
 ) -> int:
     """Run (or, with ``dry_run``, print) the selected cases on ``runtime`` into the session
     folder ``root`` (resumed when it exists): the session, its seal (signed with
     ``signing_key``, else ``$DLPERF_SIGNING_KEY``, where one is given), the closing table and
-    the report. Returns the exit status: 0 when every repeat finished, the door took every one
-    and the seal was written."""
+    the report; ``estimates`` (printed before, ``driver.core.estimate``) are recorded beside
+    what each case took (``estimate.json``). Returns the exit status: 0 when every repeat
+    finished, the door took every one and the seal was written."""
     from driver.core.command import check_placement
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables, write_report
@@ -225,6 +229,7 @@ def run_session(
     print(f"session: {session.root}")
     if before_matrix is not None:
         before_matrix(session.root, runtime, [case.topology for case in cases])
+    started = time.monotonic()
     try:
         summary = run_cases(cases, session, runtime, progress=progress)
     except KeyboardInterrupt:
@@ -240,6 +245,8 @@ def run_session(
         disconnect = getattr(runtime, "disconnect", None)  # runtimes that hold connections
         if disconnect is not None:
             disconnect()
+    if estimates is not None:
+        record_estimate(session.root, estimates, time.monotonic() - started)
     sealed = seal(session.root, key)
     verified = verify_sessions([session.root])  # the table shows what the logs give
     summaries = summarize(verified.records)
@@ -265,6 +272,34 @@ def run_session(
     for case_id, repeat, verdict, detail in summary.failed:
         print(f"FAILED {case_id} repeat {repeat}: {verdict} {detail}", file=sys.stderr)
     return 0 if summary.ok and not verified.refused and sealed else 1
+
+
+def record_estimate(root: Path, estimates: list[CaseEstimate], wall_s: float) -> None:
+    """``estimate.json``: each case's estimate beside the wall time its repeats took (their
+    records' start to finish), and the session's; printed in one line."""
+    import json
+
+    from driver.core.estimate import duration, record_actual, total_seconds
+
+    actual: dict[str, float] = {}
+    for estimate in estimates:
+        folder = root / "cases" / estimate.case_id
+        for path in folder.glob("repeat-*/record.json"):
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                spent = float(record["finished_at"]) - float(record["started_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            actual[estimate.case_id] = actual.get(estimate.case_id, 0.0) + spent
+    try:
+        record_actual(root / "estimate.json", estimates, actual, wall_s)
+    except KitWriteError as error:
+        print(f"warning: the estimate was not recorded: {error}", file=sys.stderr)
+        return
+    print(
+        f"estimate {duration(total_seconds(estimates))}, took {duration(wall_s)} "
+        f"({root / 'estimate.json'})"
+    )
 
 
 def seal(root: Path, key: Path | None) -> bool:
