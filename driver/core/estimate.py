@@ -39,6 +39,7 @@ DEFAULT_STARTUP_S = 30.0  # when no released run of the kit shows its start-up
 SEARCH_PROBES = 8  # batch=max: doubling from 16, then bisecting (driver.core.batchsearch)
 SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
 PEAK_KEYS = {"fp32": "fp32", "amp": "bf16"}
+NOISE_WORDS = {"processor", "cpu"}  # in CPU model names, naming no model
 
 # Training FLOPs of one sample of a case (forward + backward), or None where not known.
 FlopCount = Callable[[Case], float | None]
@@ -184,8 +185,8 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                         str(path.relative_to(root)),
                     )
                 )
-            except (KeyError, TypeError, ValueError):
-                continue
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                continue  # not a figure the estimate can use
     peaks_file = root / "reports" / "peaks.yaml"
     peaks = yaml.safe_load(peaks_file.read_text())["devices"] if peaks_file.exists() else []
     if startups:
@@ -198,9 +199,8 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
 
 def _words(text: str) -> set[str]:
     """A device name's words: "Tesla V100-SXM2-16GB" -> tesla, v100, sxm2, 16gb."""
-    return set(re.findall(r"[a-z0-9]+", text.lower().replace("(r)", "").replace("(tm)", ""))) - {
-        "processor"
-    }
+    plain = text.lower().replace("(r)", "").replace("(tm)", "")
+    return set(re.findall(r"[a-z0-9]+", plain)) - NOISE_WORDS
 
 
 def _same_hardware(asked: str, named: str) -> bool:
