@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,17 @@ def test_the_step_time_comes_from_the_nearest_figure(
     estimate = estimate_case(the_case, hardware, load_knowledge(kit))
     assert estimate.seconds == pytest.approx(seconds, rel=1e-3)
     assert basis in estimate.basis
+
+
+def test_equally_near_figures_give_their_median(kit: Path) -> None:
+    again = kit / "reports" / "v2"
+    again.mkdir()
+    shutil.copy(kit / "reports" / "v1" / "results.csv", again / "results.csv")
+    text = (again / "results.csv").read_text().replace(",4.0,", ",8.0,", 1)  # twice as fast
+    (again / "results.csv").write_text(text)
+    estimate = estimate_case(case(), "AMD EPYC", load_knowledge(kit))
+    assert estimate.step_s == pytest.approx(8 / 6.0)  # the median of 4 and 8 samples/s
+    assert "median of 2" in estimate.basis
 
 
 def test_nothing_known_is_said_and_left_out_of_the_total(kit: Path) -> None:

@@ -23,7 +23,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -221,13 +221,22 @@ def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]
     ]
     if not usable:
         return None
-    return min(
-        usable,
-        key=lambda f: (
+
+    def distance(f: Figure) -> tuple:
+        return (
             f.case_id != case.id,  # the very case measured before
             f.framework != case.framework,
-            abs(math.log(f.batch_per_device / batch)),
-        ),
+            round(abs(math.log(f.batch_per_device / batch)), 9),
+        )
+
+    best = min(distance(f) for f in usable)
+    nearest = [f for f in usable if distance(f) == best]  # every repeat or release of it
+    places = sorted({f.where for f in nearest})
+    where = places[0] if len(places) == 1 else f"{places[0]} and {len(places) - 1} more"
+    return replace(
+        nearest[0],
+        per_device=statistics.median(f.per_device for f in nearest),
+        where=f"median of {len(nearest)}, {where}" if len(nearest) > 1 else where,
     )
 
 
