@@ -275,7 +275,9 @@ def step_seconds(
             "(reports/peaks.yaml)"
         )
     missing = "no figure for this model, precision and hardware"
-    return None, missing + ("" if hardware else "; name the hardware (--hardware)")
+    if not hardware:
+        return None, f"{missing}; name the hardware (--hardware)"
+    return None, f"{missing} yet, no peak for it: a first run there gives one"
 
 
 def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstimate:
