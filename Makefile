@@ -17,6 +17,9 @@ RUNTIME  ?= local
 INVENTORY?=
 SESSION  ?=
 RUN_ARGS ?=
+# SIGNING_KEY=~/.ssh/dlperf_ed25519: the SSH key that signs sessions (run targets) and versions
+# (release); its public half listed in the reports folder's allowed_signers (docs/reports.md).
+SIGNING_KEY ?=
 # FRAMEWORK_PYTHON=/usr/bin/python3: an interpreter that already holds the framework (a GPU
 # machine's own CUDA build) runs the scripts instead of .venvs/<framework> (local runtime).
 FRAMEWORK_PYTHON ?=
@@ -36,7 +39,7 @@ run_flags = --profile $(PROFILE) \
 	$(if $(BATCH),--batch $(BATCH)) $(if $(AMP),--amp $(AMP)) \
 	$(if $(REPEATS),--repeats $(REPEATS)) $(if $(INVENTORY),--inventory $(INVENTORY)) \
 	$(if $(SESSION),--session $(SESSION)) $(if $(FRAMEWORK_PYTHON),--python $(FRAMEWORK_PYTHON)) \
-	$(RUN_ARGS)
+	$(if $(SIGNING_KEY),--signing-key "$(SIGNING_KEY)") $(RUN_ARGS)
 
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)
 
@@ -98,18 +101,24 @@ lint: $(STAMP)
 
 # Released report versions: `make release VERSION=v0.2-gpu SESSIONS="results/a results/b"
 # CHANGELOG="why"`, then `make audit` (every version) or `make audit VERSION=reports/v0.2-gpu`.
-# REPORTS=DIR: the folder of released versions (default: the kit's own reports/).
+# REPORTS=DIR: the folder of released versions (default: the kit's own reports/); SIGNING_KEY
+# signs the version; RELEASE_ARGS / AUDIT_ARGS: more arguments (`RELEASE_ARGS="--import FILE"`,
+# `AUDIT_ARGS="--kit released"`).
 VERSION  ?=
 SESSIONS ?=
 CHANGELOG?=
 REPORTS  ?=
+RELEASE_ARGS ?=
+AUDIT_ARGS ?=
 
 release: $(STAMP)
 	$(DLPERF) release $(VERSION) $(SESSIONS) $(if $(CHANGELOG),--changelog "$(CHANGELOG)") \
-		$(if $(REPORTS),--reports "$(REPORTS)")
+		$(if $(REPORTS),--reports "$(REPORTS)") \
+		$(if $(SIGNING_KEY),--signing-key "$(SIGNING_KEY)") $(RELEASE_ARGS)
 
 audit: $(STAMP)
-	$(DLPERF) audit $(if $(VERSION),$(VERSION),--all) $(if $(REPORTS),--reports "$(REPORTS)")
+	$(DLPERF) audit $(if $(VERSION),$(VERSION),--all) $(if $(REPORTS),--reports "$(REPORTS)") \
+		$(AUDIT_ARGS)
 
 clean-venv:
 	rm -rf $(VENV) .venvs

@@ -16,6 +16,7 @@ from driver.model.hardware import (
     Hardware,
     HardwareError,
     check_fingerprint,
+    cpu_native_bf16,
     display_labels,
     distinct_hardware,
     hardware_of,
@@ -212,8 +213,16 @@ def test_the_label_is_the_kits_own_never_the_headers() -> None:
     assert mig.label == "8x V100-SXM2-16GB 300W NVLink"
     for handle in ("/physical_device:GPU:0", "cuda:3"):  # a framework that read no GPU name
         assert hardware_of({**header, "devices": [handle]}).label == mig.label
-    cpu_only = {"fingerprint": {**header["fingerprint"], "gpus": [], "devices_per_node": 0,
-                                "gpu_link": None, "interconnect": None}, "devices": ["cuda:0"]}
+    cpu_only = {
+        "fingerprint": {
+            **header["fingerprint"],
+            "gpus": [],
+            "devices_per_node": 0,
+            "gpu_link": None,
+            "interconnect": None,
+        },
+        "devices": ["cuda:0"],
+    }
     with pytest.raises(HardwareError, match="names 'cuda:0', which is neither"):
         hardware_of(cpu_only)  # a GPU handle on a node without GPUs
 
@@ -336,3 +345,22 @@ def test_a_bad_declared_hardware_says_what_to_write(text: str, fragment: str) ->
     with pytest.raises(HardwareError, match=fragment) as caught:
         parse_hardware(text)
     assert "for example 'V100-SXM2-16GB'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "native"),
+    [
+        ("fpu sse2 avx avx2 fma", False),  # AMD EPYC / most laptops: bf16 emulated
+        ("avx2 avx512f avx512bw avx512vl", False),  # AVX-512 without its BF16 extension
+        ("avx2 avx512f avx512_bf16", True),  # Cooper Lake, Zen 4
+        ("avx2 avx512f amx_tile amx_bf16", True),  # Sapphire Rapids
+    ],
+)
+def test_native_bf16_is_read_from_the_cpu_flags(flags: str, native: bool) -> None:
+    cpuinfo = f"processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: {flags}\n"
+    assert cpu_native_bf16(cpuinfo) is native
+
+
+def test_native_bf16_on_arm_is_its_bf16_feature() -> None:
+    cpuinfo = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\nCPU implementer\t: 0x41\n"
+    assert cpu_native_bf16(cpuinfo) is True

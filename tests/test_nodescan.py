@@ -5,6 +5,7 @@ tc)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ from tests.conftest import require_real
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
     from driver.testbed.simhosts import SimulatedHosts
+    from tests.slurm_fixtures import SlurmCluster
 
 pytest_plugins = ["tests.slurm_fixtures"]  # simulated_hosts: 4 sshd hosts, own networks
 
@@ -313,10 +315,12 @@ def test_ctrl_c_stops_every_nodes_repeat_and_leaves_nothing_running(
         lambda: all(processes_with_env(f"DLPERF_RUN_ID=dlperf-{labels[n]}") for n in labels),
     )  # fmt: skip
     assert "node scan interrupted" in out
+
     def describe(pids: list[int]) -> str:
         return "; ".join(
             Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            for pid in pids if Path(f"/proc/{pid}").exists()
+            for pid in pids
+            if Path(f"/proc/{pid}").exists()
         )
 
     for node, label in labels.items():
@@ -344,7 +348,9 @@ def test_a_throttled_nic_is_named_a_slow_link_and_no_other_node(
         require_real("tc is missing: apt-get install iproute2")
     python = {"default": sys.executable, "pytorch": framework_env("pytorch")}
     inventory = simulated_hosts.write_inventory(
-        tmp_path / "cluster.yaml", python=python, container={"variant": "cpu"}  # type: ignore[arg-type]
+        tmp_path / "cluster.yaml",
+        python=python,
+        container={"variant": "cpu"},  # type: ignore[arg-type]
     )
     simulated_hosts.throttle("n3", THROTTLE)
     try:
@@ -396,3 +402,44 @@ def test_ctrl_c_during_the_pairs_stops_every_probe_and_leaves_nothing_running(
     assert "node scan interrupted" in out
     assert not processes_with_env(label), out
     assert (root / "node0+node1" / "probes" / "allreduce-2n2g" / "interrupted.json").exists()
+
+
+def test_under_slurm_each_node_is_a_step_of_one_job_then_the_pair(
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`dlperf nodes --runtime slurm` on the 2-node test cluster: a job of 2 nodes submitted for
+    the scan, the 1n1g case on each node at once (one step each, pinned by --nodelist), then
+    the pair's all-reduce probe, and the job cancelled at the end."""
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)  # outside any allocation: the scan submits its own job
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    cluster = tmp_path / "slurm.yaml"
+    cluster.write_text('slurm: {container: none, time_limit: "10"}\n')
+    argv = ["nodes", "--runtime", "slurm", "--inventory", str(cluster), "--nodes", "2",
+            "--framework", "calibration", "--repeats", "1", "--probe-sizes-mb", "1",
+            "--probe-iters", "5", "--results", str(tmp_path / "results")]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "on 2 nodes at once" in out and "every node within range" in out, out
+    assert set(node_rows(out)) == {"n1", "n2"}, out
+    [scan_root] = (tmp_path / "results").iterdir()
+    for node in ("n1", "n2"):
+        [record] = (scan_root / node).glob("cases/**/record.json")
+        ran = json.loads(record.read_text())
+        assert ran["verdict"] == "ok" and ran["extra"]["slurm"]["commands"][0]["node"] == node
+    probe = json.loads((scan_root / "n1+n2" / "probes" / "allreduce-2n2g.json").read_text())
+    assert probe["nodes"] == 2 and probe["busbw_gbps"] > 0
+    assert slurm_cluster.drained() == []
+
+
+def test_under_slurm_outside_an_allocation_the_node_count_is_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    argv = ["nodes", "--runtime", "slurm", "--framework", "calibration",
+            "--results", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 2
+    assert "--nodes N" in capsys.readouterr().err

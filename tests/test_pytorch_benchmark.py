@@ -167,6 +167,7 @@ def test_single_process_run_logs_every_step(
     options = header["options"]
     assert options["precision"] == precision and options["dataset"] == dataset
     assert options["amp_dtype"] == ("bfloat16" if precision == "amp" else None)
+    assert options["amp_effective"] is (precision == "amp")  # bf16 autocast runs on any x86
     assert options["device"] == "cpu" and options["num_threads"] == 1
     for key, value in TINY[model].items():
         assert options[key] == value

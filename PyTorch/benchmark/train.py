@@ -117,7 +117,21 @@ def resolve_amp_dtype(precision: str, requested: str, device: torch.device) -> t
     return torch.bfloat16
 
 
-def check_options(args: argparse.Namespace, options: dict[str, Any], device: torch.device) -> None:
+def autocast_effective(amp_dtype: torch.dtype | None, device: torch.device) -> bool:
+    """Whether autocast really computes a dense layer in ``amp_dtype`` on ``device`` (the
+    header's ``amp_effective``, as MXNet's and TensorFlow's scripts record it)."""
+    if amp_dtype is None:
+        return False
+    with torch.autocast(device.type, dtype=amp_dtype):
+        out = torch.nn.functional.linear(
+            torch.ones(2, 4, device=device), torch.ones(3, 4, device=device)
+        )
+    return out.dtype == amp_dtype
+
+
+def check_options(
+    args: argparse.Namespace, options: dict[str, Any], device: torch.device
+) -> None:
     """PyTorch's checks of the resolved options (the shared ones are run_benchmark's)."""
     if options["dali"]:
         raise OptionError("dali=true: the PyTorch scripts have no DALI pipeline (yet)")
@@ -544,6 +558,7 @@ class TorchAdapter(Adapter):
         amp_dtype = self.amp_dtype
         return {
             "amp_dtype": str(amp_dtype).removeprefix("torch.") if amp_dtype else None,
+            "amp_effective": autocast_effective(amp_dtype, self.torch_device),
             "data_dir": self.args.data_dir,
             "loader_workers": self.args.loader_workers,
             "distributed_backend": dist.get_backend() if self.run.distributed else None,

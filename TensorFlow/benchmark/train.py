@@ -107,6 +107,17 @@ def amp_policy(precision: str, requested: str, on_gpu: bool) -> str | None:
     return "mixed_bfloat16" if requested == "bf16" else "mixed_float16"
 
 
+def policy_effective(policy: str | None) -> bool:
+    """Whether a dense layer under ``policy`` really computes in its low precision (the header's
+    ``amp_effective``, as MXNet's and PyTorch's scripts record it). Constant weights: the probe
+    draws nothing from the seeded generators the model and data use."""
+    if policy is None:
+        return False
+    layer = keras.layers.Dense(2, dtype=policy, kernel_initializer="ones")
+    out = layer(np.ones((1, 4), dtype="float32"))
+    return keras.backend.standardize_dtype(out.dtype) == layer.compute_dtype != "float32"
+
+
 def configure_devices(requested: str, local_rank: int, threads: int) -> bool:
     """Threads and the one visible GPU of this process; returns whether it trains on a GPU.
 
@@ -401,7 +412,7 @@ class TensorFlowAdapter(Adapter):
         policy, engine = self.policy, self.engine
         return {
             "amp_policy": policy,
-            "amp_effective": policy is not None,
+            "amp_effective": policy_effective(policy),
             "loss_scaling": policy == "mixed_float16",
             "xla_scope": self.xla_scope,
             "engine": engine,

@@ -10,11 +10,13 @@ and so is a rehearsal on simulated hosts (``driver.testbed.rehearse``).
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver.core.estimate import CaseEstimate
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
@@ -56,12 +58,41 @@ class Selection:
     why: str  # why this profile
     descriptions: dict[str, str]  # matrix file -> its description
     topologies_given: bool = False  # the user named the topologies (NODES/GPUS)
+    note: str = ""  # one line on cases the profile left out for this host (printed, recorded)
+
+
+def leave_out_emulated_amp(
+    cases: list[Case], profile: str, overrides: Overrides, native_bf16: bool | None
+) -> tuple[list[Case], str]:
+    """The CPU smoke profile on a CPU without native bf16 (``native_bf16`` False): its AMP cases
+    left out, since emulated bf16 autocast takes hours where FP32 takes minutes; ``--amp``
+    given keeps them. ``native_bf16`` None: the nodes are not this host, nothing is known.
+    Returns the cases and the one line that says what was done (empty when nothing was)."""
+    amp = [case for case in cases if case.precision == "amp"]
+    if profile != CPU_PROFILE or native_bf16 is not False or not amp:
+        return cases, ""
+    if "amp" in overrides.precisions:
+        return cases, (
+            f"AMP: {len(amp)} case(s) kept as --amp asks, though this CPU has no native bf16 "
+            "(no avx512_bf16/amx_bf16): autocast is emulated, expect hours per case"
+        )
+    return [case for case in cases if case.precision != "amp"], (
+        f"AMP: {len(amp)} case(s) left out: this CPU has no native bf16 (no avx512_bf16/"
+        "amx_bf16 in /proc/cpuinfo), so bf16 autocast would be emulated and take hours; "
+        "--amp on runs them anyway"
+    )
 
 
 def select_cases(
-    matrix_files: list[Path], profile: str, why: str, overrides: Overrides
+    matrix_files: list[Path],
+    profile: str,
+    why: str,
+    overrides: Overrides,
+    native_bf16: bool | None = None,
 ) -> Selection:
-    """The matrices' cases under ``profile`` with the overrides applied (possibly none)."""
+    """The matrices' cases under ``profile`` with the overrides applied (possibly none);
+    ``native_bf16``: whether the CPU the cases run on has bf16 kernels (None: not known),
+    for :func:`leave_out_emulated_amp`."""
     cases: list[Case] = []
     descriptions = {}
     loaded = []
@@ -74,7 +105,8 @@ def select_cases(
         loaded += matrix.cases
         cases += apply_overrides(matrix.cases, overrides)
     _check_selection(loaded, overrides)
-    return Selection(cases, profile, why, descriptions, bool(overrides.topologies))
+    cases, note = leave_out_emulated_amp(cases, profile, overrides, native_bf16)
+    return Selection(cases, profile, why, descriptions, bool(overrides.topologies), note)
 
 
 def _check_selection(cases: list[Case], overrides: Overrides) -> None:
@@ -123,13 +155,15 @@ def run_session(
     before_matrix: BeforeMatrix | None = None,
     signing_key: str | Path | None = None,
     adopt: list[str] | None = None,
+    estimates: list[CaseEstimate] | None = None,
 ) -> int:
     """Run (or, with ``dry_run``, print) the selected cases on ``runtime`` into the session
     folder ``root`` (resumed when it exists, only over what its seal holds or ``adopt`` names:
     :func:`check_resume`): the session, its seal (signed with ``signing_key``, else
-    ``$DLPERF_SIGNING_KEY``, where one is given), the closing table and the report. Returns the
-    exit status: 0 when every repeat finished, the door took every one and the seal was
-    written."""
+    ``$DLPERF_SIGNING_KEY``, where one is given), the closing table and the report;
+    ``estimates`` (printed before, ``driver.core.estimate``) are recorded beside what each case
+    took (``estimate.json``). Returns the exit status: 0 when every repeat finished, the door
+    took every one and the seal was written."""
     from driver.core.command import check_placement
     from driver.core.plan import dry_run_plan
     from driver.core.report import markdown_tables, write_report
@@ -170,6 +204,8 @@ def run_session(
     if adopted is None:
         return 2
     print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
+    if selection.note:
+        print(selection.note)
     if dry_run:
         for case in cases:
             searched = case.batch_size == "max"
@@ -197,6 +233,7 @@ def run_session(
         {
             "profile": profile,
             "profile_reason": why,
+            **({"selection_note": selection.note} if selection.note else {}),
             "matrix_files": sorted(selection.descriptions),
             "runtime": runtime.name,
             "argv": argv,
@@ -213,6 +250,7 @@ def run_session(
     print(f"session: {session.root}")
     if before_matrix is not None:
         before_matrix(session.root, runtime, [case.topology for case in cases])
+    started = time.monotonic()
     try:
         summary = run_cases(cases, session, runtime, progress=progress)
     except KeyboardInterrupt:
@@ -228,6 +266,8 @@ def run_session(
         disconnect = getattr(runtime, "disconnect", None)  # runtimes that hold connections
         if disconnect is not None:
             disconnect()
+    if estimates is not None:
+        record_estimate(session.root, estimates, time.monotonic() - started)
     sealed = seal(session.root, key, adopted)
     verified = verify_sessions([session.root])  # the table shows what the logs give
     summaries = summarize(verified.records)
@@ -253,6 +293,34 @@ def run_session(
     for case_id, repeat, verdict, detail in summary.failed:
         print(f"FAILED {case_id} repeat {repeat}: {verdict} {detail}", file=sys.stderr)
     return 0 if summary.ok and not verified.refused and sealed else 1
+
+
+def record_estimate(root: Path, estimates: list[CaseEstimate], wall_s: float) -> None:
+    """``estimate.json``: each case's estimate beside the wall time its repeats took (their
+    records' start to finish), and the session's; printed in one line."""
+    import json
+
+    from driver.core.estimate import duration, record_actual, total_seconds
+
+    actual: dict[str, float] = {}
+    for estimate in estimates:
+        folder = root / "cases" / estimate.case_id
+        for path in folder.glob("repeat-*/record.json"):
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                spent = float(record["finished_at"]) - float(record["started_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            actual[estimate.case_id] = actual.get(estimate.case_id, 0.0) + spent
+    try:
+        record_actual(root / "estimate.json", estimates, actual, wall_s)
+    except KitWriteError as error:
+        print(f"warning: the estimate was not recorded: {error}", file=sys.stderr)
+        return
+    print(
+        f"estimate {duration(total_seconds(estimates))}, took {duration(wall_s)} "
+        f"({root / 'estimate.json'})"
+    )
 
 
 def seal(root: Path, key: Path | None, adopted: dict[str, str] | None = None) -> bool:

@@ -41,7 +41,9 @@ from driver.core.runner import run_cases
 from driver.diagnose.probes import run_allreduce_probe
 from driver.model.case import Case
 from driver.model.results import Session
-from driver.runtimes.base import Runtime
+from driver.runtimes.base import Runtime, RuntimeConfigError
+from driver.runtimes.slurm.job import Failure as SlurmJobFailure
+from driver.runtimes.slurm.runtime import SlurmRuntime
 
 SLOW_BELOW = 0.05  # a node this far under the median of the nodes is slow
 # A node whose every pair is this far under the median pair is a slow link: looser than the
@@ -75,6 +77,48 @@ def one_node_runtimes(runtime: Runtime, inventory: Inventory) -> dict[str, Runti
         node.name: type(runtime)(replace(inventory, nodes=(node,)))  # type: ignore[call-arg]
         for node in inventory.nodes
     }
+
+
+def slurm_scan_nodes(
+    runtime: SlurmRuntime, root: Path, count: int | None
+) -> tuple[list[str], Callable[[tuple[str, ...]], Runtime]]:
+    """Under Slurm, the nodes come from the job, not an inventory: the enclosing allocation's
+    (its first ``count``), or a job of ``count`` nodes submitted for the scan (cancelled when
+    ``runtime`` closes). Returns the nodes' names and a function that gives a runtime whose
+    steps run on the named nodes only (one node: the 1n1g case; two: the pair's probe), each a
+    step of that same job."""
+    job = runtime.job
+    if job.inside_allocation:
+        held = job.allocation or job.enclosing()
+        count = count or len(held.nodes)
+    elif count is None:
+        raise RuntimeConfigError(
+            "dlperf nodes --runtime slurm outside an allocation: say how many nodes to scan "
+            "(--nodes N), or run it inside `salloc -N N`"
+        )
+    try:
+        allocation = job.ensure(count, root, runtime.config)
+    except SlurmJobFailure as failure:
+        raise RuntimeConfigError(f"dlperf nodes: {failure.detail}") from None
+    nodes = allocation.nodes[:count]
+
+    def on(names: tuple[str, ...]) -> Runtime:
+        view = SlurmRuntime(
+            config=runtime.config, printer=runtime.printer, python_override=runtime.python_override
+        )
+        view.inventory = runtime.inventory
+        where = [allocation.nodes.index(name) for name in names]
+        # A view of the scan's job, never its owner: closing it cancels nothing.
+        view.allocation = replace(
+            allocation,
+            nodes=list(names),
+            addresses=[allocation.addresses[i] for i in where],
+            owned=False,
+            containers=set(),
+        )
+        return view
+
+    return nodes, on
 
 
 def scan_nodes(

@@ -1,6 +1,6 @@
 """The ``dlperf`` command line: ``main``, the signal policy and the mapping of errors to exit
 statuses. Each command is one module of ``driver.frontend.commands`` (its parser beside its
-handler); the mission's commands are listed first, the tools apart."""
+handler); the commands that measure and publish are listed first, the tools apart."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ TOOLS = (
     "compare", "factor", "import_figures", "import_logs", "preflight", "nodes", "probe",
     "attest_hardware", "parity", "listing", "data",
 )  # fmt: skip
-GROUPS = (("the mission's commands", MISSION), ("tools", TOOLS))
+GROUPS = (("measure and publish", MISSION), ("tools", TOOLS))
 
 
 class _Listed:

@@ -69,10 +69,11 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         probe_pairs,
         ring_pairs,
         scan_nodes,
+        slurm_scan_nodes,
         table,
     )  # fmt: skip
     from driver.registry import UnknownPlugin
-    from driver.runtimes.base import make_runtime
+    from driver.runtimes.base import RuntimeConfigError, make_runtime
 
     results = Path(args.results)
     if results.exists() and not results.is_dir():
@@ -82,6 +83,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.inventory is None and args.runtime != "slurm":
+        print(f"error: --runtime {args.runtime} needs --inventory (the nodes)", file=sys.stderr)
+        return 2
     try:
         runtime = make_runtime(args.runtime, inventory=args.inventory)
         case = None if args.pairs_only else scan_case(args, args.runtime)
@@ -90,22 +94,37 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         return 2
     session = check_session_name(args.session) if args.session else None
     root = Path(args.results) / (session or f"{time.strftime('%Y%m%d-%H%M%S')}-nodes")
-    inventory = runtime.inventory
-    nodes = [node.name for node in inventory.nodes]
+    if args.runtime == "slurm":  # the nodes of the scan's job, each node a step of it
+        try:
+            nodes, on = slurm_scan_nodes(runtime, root, args.nodes)
+        except RuntimeConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        node_runtimes = {node: on((node,)) for node in nodes}
+
+        def runtimes_of(pairs: list[tuple[str, str]]) -> dict:
+            return {pair: on(pair) for pair in pairs}
+    else:
+        inventory = runtime.inventory
+        nodes = [node.name for node in inventory.nodes]
+        node_runtimes = one_node_runtimes(runtime, inventory)
+
+        def runtimes_of(pairs: list[tuple[str, str]]) -> dict:
+            return pair_runtimes(runtime, inventory, pairs)
+
     pairs = [] if args.no_pairs else ring_pairs(nodes)
     verdicts, links, pair_results = [], None, []
     try:
         if case is not None:
             print(f"node scan: {case.id} x{case.repeats} on {len(nodes)} nodes at once ({root})")
-            verdicts = judge(scan_nodes(case, one_node_runtimes(runtime, inventory), root),
-                             args.slow_below)  # fmt: skip
+            verdicts = judge(scan_nodes(case, node_runtimes, root), args.slow_below)
         if not args.no_pairs and not pairs:
             print("pair scan: skipped, one node has no other to pair with")
         elif not args.no_pairs:
             print(f"pair scan: all-reduce probe ({args.probe_sizes_mb} MB) on {len(pairs)} "
                   f"pair(s) of {len(nodes)} nodes ({root})")  # fmt: skip
             pair_results = probe_pairs(
-                pair_runtimes(runtime, inventory, pairs), root,
+                runtimes_of(pairs), root,
                 sizes_mb=args.probe_sizes_mb, iters=args.probe_iters,
             )  # fmt: skip
             if pair_results:
@@ -114,6 +133,10 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"node scan interrupted; what ran is in {root}", file=sys.stderr)
         return 130
+    finally:
+        close = getattr(runtime, "close", None)  # Slurm: the scan's job cancelled
+        if close is not None:
+            close()
     if verdicts or links is not None:
         print(table(verdicts, args.slow_below, links))
     flagged = [v.result.node for v in verdicts if v.verdict != "ok"]
@@ -134,8 +157,16 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
         help="the same 1n1g case on every node at once, the all-reduce probe on pairs of nodes: "
         "the slow node and the slow link named",
     )
-    nodes.add_argument("--inventory", required=True)
-    nodes.add_argument("--runtime", default="docker", choices=("docker", "process"))
+    nodes.add_argument(
+        "--inventory",
+        help="the cluster's inventory (docker, process: required) or Slurm cluster file",
+    )
+    nodes.add_argument("--runtime", default="docker", choices=("docker", "process", "slurm"))
+    nodes.add_argument(
+        "--nodes", type=bounded_int(1, 1024), metavar="N",
+        help="Slurm: how many nodes to scan (a job of N nodes is submitted; inside an "
+        "allocation, its first N; default: all of it)",
+    )  # fmt: skip
     nodes.add_argument("--framework", default="pytorch")
     nodes.add_argument("--model", default="resnet50")
     nodes.add_argument("--profile", default="auto", help="the matrix profile (default: auto)")

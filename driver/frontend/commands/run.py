@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from driver.bench.contract import OptionPairs
+from driver.core.estimate import CaseEstimate
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
@@ -31,6 +32,7 @@ from driver.frontend.args import (
     signing_key_option,
 )
 from driver.model.case import Case
+from driver.model.hardware import cpu_native_bf16
 from driver.runtimes.base import make_runtime
 from driver.schema import did_you_mean
 
@@ -108,7 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             "options": dict(args.option or []),
         }
     )
-    selection = select_cases(matrix_files, profile, why, overrides)
+    # The CPU that runs the cases is this one for a local run or simulated hosts.
+    here = args.runtime == "local" or args.simulated_hosts
+    selection = select_cases(
+        matrix_files, profile, why, overrides, cpu_native_bf16() if here else None
+    )
     check_case_count(len(selection.cases), args.max_cases)
     if not selection.cases:
         print("no case matches the selection", file=sys.stderr)
@@ -124,6 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         runtime_options["python_override"] = framework_python(
             args.python, args.runtime, selection.cases
         )
+    estimates = session_estimate(args, selection.cases, here)
     session = {
         "argv": sys.argv[1:],
         "dry_run": args.dry_run,
@@ -143,14 +150,60 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"the selection's largest case has {nodes} nodes; this machine simulates at "
                 f"most {MAX_SIMULATED_NODES} hosts (one /24 of addresses): narrow --nodes",
             )
+        if getattr(args, "estimate_only", False):
+            return 0
         return rehearse(selection, root, before_matrix=before_matrix, **session)
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
+    refused = time_limit_refusal(runtime, args.inventory, estimates)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    if getattr(args, "estimate_only", False):
+        return 0
     if args.runtime == "docker":  # the scripts read the data inside each node's container
         from driver.cluster.inventory import check_container_data_dir
 
         for data_dir in sorted({case.data_dir for case in selection.cases if case.data_dir}):
             check_container_data_dir(runtime.inventory, data_dir)
-    return run_session(selection, runtime, root, before_matrix=before_matrix, **session)
+    return run_session(
+        selection, runtime, root, before_matrix=before_matrix, estimates=estimates, **session
+    )
+
+
+SessionEstimate = list[CaseEstimate]
+
+
+def session_estimate(args: argparse.Namespace, cases: list[Case], here: bool) -> SessionEstimate:
+    """The expected wall time of ``cases``, printed now (``dlperf plan`` prints nothing else)."""
+    from driver.core.estimate import estimate_cases, load_knowledge, plan_lines
+
+    hardware = args.hardware if args.hardware is not None else (host_hardware() if here else "")
+    knowledge = load_knowledge(results=Path(args.results))
+    estimates = estimate_cases(cases, hardware, knowledge)
+    print(f"estimate on {hardware or 'unnamed hardware'} (before the run; driver.core.estimate):")
+    for line in plan_lines(estimates, knowledge.startup_basis):
+        print(f"  {line}")
+    return estimates
+
+
+def host_hardware() -> str:
+    """This host's devices as figures name them: its GPUs, else its CPU model."""
+    from driver.bench.fingerprint import cpu_model_name
+    from driver.model.hardware import gpu_names
+
+    return " ".join(sorted(set(gpu_names()))) or cpu_model_name()
+
+
+def time_limit_refusal(runtime: object, where: str | None, estimates: SessionEstimate) -> str:
+    """Under Slurm, why the session's job cannot fit its ``time_limit`` (empty: it fits)."""
+    from driver.core.estimate import time_limit_problem
+
+    limit = getattr(getattr(runtime, "config", None), "time_limit", None)
+    if runtime.name != "slurm" or limit is None:  # type: ignore[attr-defined]
+        return ""
+    from driver.cluster.slurm import time_limit_seconds
+
+    return time_limit_problem(estimates, time_limit_seconds(limit), where or "slurm:") or ""
 
 
 def framework_python(python: str, runtime: str, cases: list[Case]) -> str:
@@ -170,6 +223,26 @@ def framework_python(python: str, runtime: str, cases: list[Case]) -> str:
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run cases of one or more case matrices")
+    _selection_arguments(run)
+    run.set_defaults(func=cmd_run)
+    plan = sub.add_parser(
+        "plan",
+        help="the expected wall time of a run, per case and in total, before anything is "
+        "booked (the same arguments as run; under Slurm, checked against time_limit)",
+    )
+    _selection_arguments(plan)
+    plan.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``dlperf plan``: ``dlperf run --dry-run`` without the commands, the estimate alone."""
+    args.dry_run = True
+    args.estimate_only = True
+    return cmd_run(args)
+
+
+def _selection_arguments(run: argparse.ArgumentParser) -> None:
+    """The arguments ``run`` and ``plan`` share."""
     run.add_argument(
         "--framework", help="comma-separated frameworks (default pytorch)", action=Once
     )
@@ -233,5 +306,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         "--probe", action="store_true",
         help="time an all-reduce per multi-device topology first (scaling bounds in releases)",
     )  # fmt: skip
+    run.add_argument(
+        "--hardware",
+        help="the nodes' device as the estimate looks it up (e.g. H100, A100, 'AMD EPYC'); "
+        "default: this host's GPUs or CPU for the local runtime, else none",
+    )
     signing_key_option(run, "the session's manifest when the run ends")
-    run.set_defaults(func=cmd_run)

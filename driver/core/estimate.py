@@ -1,0 +1,359 @@
+"""What a selection will cost before it runs: expected wall time per case and in total.
+
+Each case's step time comes from the nearest figure for the same model and precision on the
+same hardware: the kit's released measurements (``reports/*/results.csv``), else published
+ones (``published/*/*.yaml``), preferring the same framework, then the nearest per-device
+batch; a figure's per-device throughput is assumed to hold at the case's batch and device
+count. Without such a figure, a FLOP estimate: training FLOPs per sample (:data:`FLOP_COUNTS`,
+where a model plugs its own count in with :func:`register_flop_count`) at
+:data:`ASSUMED_MFU` of the device's dense peak (``reports/peaks.yaml``). Every repeat adds
+the kit's start-up, measured on its own released runs (a repeat's wall time less its steps).
+A ``batch_size: max`` case adds its search (:data:`SEARCH_PROBES` short runs); an epoch case
+(``epochs``/``epoch_samples``) counts the epoch's steps.
+
+An estimate is a planning figure, not a measurement: a session records it beside what the run
+took (``estimate.json``) so the next estimate can be judged.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from driver.files import write_text
+from driver.model.case import Case
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
+# on recent GPUs with AMP; lower is the cautious side for booking.
+ASSUMED_MFU = 0.3
+DEFAULT_STARTUP_S = 30.0  # when no released run of the kit shows its start-up
+SEARCH_PROBES = 8  # batch=max: doubling from 16, then bisecting (driver.core.batchsearch)
+SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
+PEAK_KEYS = {"fp32": "fp32", "amp": "bf16"}
+NOISE_WORDS = {"processor", "cpu"}  # in CPU model names, naming no model
+
+# Training FLOPs of one sample of a case (forward + backward), or None where not known.
+FlopCount = Callable[[Case], float | None]
+FLOP_COUNTS: dict[str, FlopCount] = {}
+
+
+def register_flop_count(model: str, count: FlopCount) -> None:
+    """Plug a model's training FLOPs per sample into the estimate (a new workload's module
+    calls this once; the kit's own models get theirs from the released results)."""
+    FLOP_COUNTS[model] = count
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured or published throughput."""
+
+    model: str
+    framework: str
+    precision: str
+    hardware: str
+    batch_per_device: int
+    per_device: float  # samples/s per device
+    where: str  # the file it came from
+    case_id: str = ""  # the kit's case it measured ("" for a published figure)
+
+
+@dataclass(frozen=True)
+class CaseEstimate:
+    case_id: str
+    seconds: float | None  # None: nothing to estimate from
+    step_s: float | None
+    basis: str  # where the step time came from, in words
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """What estimates are made from: figures, FLOPs per sample, device peaks, the start-up."""
+
+    figures: list[Figure]
+    flops_per_sample: dict[str, float]  # model -> measured by the kit's FLOP counter
+    peaks: list[dict]
+    startup_s: float
+    startup_basis: str
+
+
+def _released_rows(root: Path) -> Iterable[tuple[Path, dict[str, str]]]:
+    for path in sorted(root.glob("reports/*/results.csv")):
+        with path.open(newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                yield path, row
+
+
+def _startup(wall: float, window_s: float, warmup: int, measured: int) -> float | None:
+    """A repeat's start-up: its wall time less its steps (warm-up at the measured pace)."""
+    spent = wall - window_s * (warmup + measured) / measured
+    return spent if spent > 0 else None
+
+
+def _session_figures(results: Path, limit: int = 2000) -> tuple[list[Figure], list[float]]:
+    """Figures and start-ups of the finished repeats of the sessions under ``results`` (the
+    user's own earlier runs: measured on the very hardware)."""
+    figures, startups = [], []
+    for path in sorted(results.glob("*/cases/**/record.json"))[:limit]:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            header, measured = record["header"], record["measurement"]
+            if record["verdict"] != "ok" or not measured:
+                continue
+            figures.append(
+                Figure(
+                    header["model"],
+                    header["framework"],
+                    header["options"]["precision"],
+                    " ".join(header.get("devices") or []),
+                    int(record["batch_size"]),
+                    float(measured["throughput"]) / max(1, int(measured["world_size"])),
+                    f"session {path.relative_to(results).parts[0]}",
+                    record["case_id"],
+                )
+            )
+            startup = _startup(
+                float(record["finished_at"]) - float(record["started_at"]),
+                float(measured["duration_s"]),
+                int(measured["warmup_steps"]),
+                int(measured["measured_steps"]),
+            )
+            if startup is not None:
+                startups.append(startup)
+        except (OSError, KeyError, TypeError, ValueError, ZeroDivisionError):
+            continue  # an unfinished or older record: not a figure
+    return figures, startups
+
+
+def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowledge:
+    """The figures, FLOP counts, peaks and start-up under the kit folder ``root``, the user's
+    own sessions under ``results`` first."""
+    figures: list[Figure] = []
+    startups: list[float] = []
+    if results is not None and results.is_dir():
+        figures, startups = _session_figures(results)
+    flops: dict[str, float] = {}
+    for path, row in _released_rows(root):
+        try:
+            if row["row"] == "case" and row["throughput_median"]:
+                devices = json.loads(row["device_names"] or "[]")
+                figures.append(
+                    Figure(
+                        row["model"],
+                        row["framework"],
+                        row["precision"],
+                        " ".join(devices),
+                        int(row["batch_per_device"]),
+                        float(row["throughput_median"]) / max(1, int(row["devices"])),
+                        str(path.relative_to(root)),
+                        row["case_id"],
+                    )
+                )
+                if row["flops_per_sample"]:
+                    flops.setdefault(row["model"], float(row["flops_per_sample"]))
+            elif row["row"] == "repeat" and row["runtime"] == "local" and row["verdict"] == "ok":
+                startup = _startup(
+                    float(row["finished_at"]) - float(row["started_at"]),
+                    float(row["duration_s"]),
+                    int(row["warmup_steps"]),
+                    int(row["measured_steps"]),
+                )
+                if startup is not None:
+                    startups.append(startup)
+        except (KeyError, ValueError):
+            continue  # a row of another layout: not a figure
+    for path in sorted(root.glob("published/*/*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for item in data.get("figures", []):
+            try:
+                figures.append(
+                    Figure(
+                        item["model"],
+                        item["framework"],
+                        item["precision"],
+                        str(item["hardware"]),
+                        int(item["batch"]),
+                        float(item["throughput"]) / int(item["devices"]),
+                        str(path.relative_to(root)),
+                    )
+                )
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                continue  # not a figure the estimate can use
+    peaks_file = root / "reports" / "peaks.yaml"
+    peaks = yaml.safe_load(peaks_file.read_text())["devices"] if peaks_file.exists() else []
+    if startups:
+        startup = statistics.median(startups)
+        basis = f"{startup:.0f} s, the median of {len(startups)} measured repeats"
+    else:
+        startup, basis = DEFAULT_STARTUP_S, "assumed (no released run)"
+    return Knowledge(figures, flops, peaks, startup, basis)
+
+
+def _words(text: str) -> set[str]:
+    """A device name's words: "Tesla V100-SXM2-16GB" -> tesla, v100, sxm2, 16gb."""
+    plain = text.lower().replace("(r)", "").replace("(tm)", "")
+    return set(re.findall(r"[a-z0-9]+", plain)) - NOISE_WORDS
+
+
+def _same_hardware(asked: str, named: str) -> bool:
+    """``asked`` (what the user said or this host is) and a figure's device names are one
+    hardware: the words of one are all in the other ("H100" in "NVIDIA H100 80GB HBM3", the
+    label "AMD EPYC" in "AMD EPYC 7B13")."""
+    mine, theirs = _words(asked), _words(named)
+    return bool(mine and theirs) and (mine <= theirs or theirs <= mine)
+
+
+def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]) -> Figure | None:
+    usable = [
+        f
+        for f in figures
+        if f.model == case.model
+        and f.precision == case.precision
+        and _same_hardware(hardware, f.hardware)
+    ]
+    if not usable:
+        return None
+
+    def distance(f: Figure) -> tuple:
+        return (
+            f.case_id != case.id,  # the very case measured before
+            f.framework != case.framework,
+            round(abs(math.log(f.batch_per_device / batch)), 9),
+        )
+
+    best = min(distance(f) for f in usable)
+    nearest = [f for f in usable if distance(f) == best]  # every repeat or release of it
+    places = sorted({f.where for f in nearest})
+    where = places[0] if len(places) == 1 else f"{places[0]} and {len(places) - 1} more"
+    return replace(
+        nearest[0],
+        per_device=statistics.median(f.per_device for f in nearest),
+        where=f"median of {len(nearest)}, {where}" if len(nearest) > 1 else where,
+    )
+
+
+def _peak_tflops(hardware: str, precision: str, peaks: list[dict]) -> float | None:
+    for device in peaks:
+        if any(
+            m.lower() in hardware.lower() or hardware.lower() in m.lower()
+            for m in device.get("match", [])
+        ):
+            return device.get("peaks", {}).get(PEAK_KEYS.get(precision, precision))
+    return None
+
+
+def _flops(case: Case, knowledge: Knowledge) -> float | None:
+    if case.model in FLOP_COUNTS:
+        return FLOP_COUNTS[case.model](case)
+    return knowledge.flops_per_sample.get(case.model)
+
+
+def step_seconds(
+    case: Case, batch: int, hardware: str, knowledge: Knowledge
+) -> tuple[float | None, str]:
+    """Seconds of one training step of ``case`` at per-device ``batch`` on ``hardware``, and
+    where the figure came from."""
+    figure = _nearest_figure(case, batch, hardware, knowledge.figures)
+    if figure is not None:
+        return batch / figure.per_device, (
+            f"{figure.framework} bs{figure.batch_per_device} on {figure.hardware}: "
+            f"{figure.per_device:.3g} samples/s per device ({figure.where})"
+        )
+    flops = _flops(case, knowledge)
+    peak = _peak_tflops(hardware, case.precision, knowledge.peaks) if hardware else None
+    if flops and peak:
+        return batch * flops / (peak * 1e12 * ASSUMED_MFU), (
+            f"{flops / 1e9:.3g} GFLOP/sample at {ASSUMED_MFU:.0%} of {peak:g} TFLOP/s "
+            "(reports/peaks.yaml)"
+        )
+    missing = "no figure for this model, precision and hardware"
+    if not hardware:
+        return None, f"{missing}; name the hardware (--hardware)"
+    return None, f"{missing} yet, no peak for it: a first run there gives one"
+
+
+def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstimate:
+    """Expected wall time of every repeat of ``case`` on ``hardware`` (a device name such as
+    "H100" or "AMD EPYC"), its batch search included."""
+    searched = case.batch_size == "max"
+    # batch=max: its size is found at run time; the estimate takes twice the smallest fixed
+    # batch the searches start from (a GPU's max is usually well above it).
+    batch = 2 * 16 if searched else int(case.batch_size)
+    step, basis = step_seconds(case, batch, hardware, knowledge)
+    if step is None:
+        return CaseEstimate(case.id, None, None, basis)
+    _warmup, _measured, total_steps = case.window_for(batch)
+    seconds = case.repeats * (knowledge.startup_s + total_steps * step)
+    if searched:
+        seconds += SEARCH_PROBES * (knowledge.startup_s + SEARCH_STEPS * step)
+        basis += f"; batch search of {SEARCH_PROBES} probes, measured at batch {batch}"
+    return CaseEstimate(case.id, seconds, step, basis)
+
+
+def estimate_cases(
+    cases: list[Case], hardware: str, knowledge: Knowledge | None = None
+) -> list[CaseEstimate]:
+    knowledge = knowledge or load_knowledge()
+    return [estimate_case(case, hardware, knowledge) for case in cases]
+
+
+def total_seconds(estimates: list[CaseEstimate]) -> float:
+    """The estimated cases' sum (cases without an estimate count nothing: a lower bound)."""
+    return sum(e.seconds for e in estimates if e.seconds is not None)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def plan_lines(estimates: list[CaseEstimate], startup_basis: str = "") -> list[str]:
+    """The estimate as printed: one line per case, then the total."""
+    lines = [f"{duration(e.seconds):>8}  {e.case_id}  ({e.basis})" for e in estimates]
+    unknown = sum(e.seconds is None for e in estimates)
+    total = duration(total_seconds(estimates))
+    tail = f"; {unknown} case(s) not estimated: at least that" if unknown else ""
+    start = f"; start-up per repeat: {startup_basis}" if startup_basis else ""
+    lines.append(f"{total:>8}  total, {len(estimates)} case(s){tail}{start}")
+    return lines
+
+
+def time_limit_problem(estimates: list[CaseEstimate], limit_s: int, where: str) -> str | None:
+    """Why the estimated cases cannot fit a Slurm job of ``limit_s`` seconds, with the fix;
+    None when they fit."""
+    total = total_seconds(estimates)
+    if total <= limit_s:
+        return None
+    return (
+        f"the estimate, {duration(total)}, exceeds slurm.time_limit {duration(limit_s)} "
+        f"({where}): raise time_limit there to at least {math.ceil(total * 1.2 / 60)} minutes "
+        "(the estimate plus 20%), or run fewer cases per job (--nodes/--gpus, --model, "
+        "--amp, --repeats)"
+    )
+
+
+def record_actual(
+    path: Path, estimates: list[CaseEstimate], actual_s: dict[str, float], wall_s: float
+) -> dict:
+    """``estimate.json``: each case's estimate beside the wall time its repeats took (a batch
+    search's probes not included), and the session's estimate beside its wall time."""
+    rows = [{**asdict(e), "actual_s": actual_s.get(e.case_id)} for e in estimates]
+    data = {
+        "cases": rows,
+        "estimate_s": total_seconds(estimates),
+        "repeats_s": sum(actual_s.values()),
+        "wall_s": wall_s,
+    }
+    write_text(path, json.dumps(data, indent=2) + "\n")
+    return data

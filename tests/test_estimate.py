@@ -1,0 +1,155 @@
+"""driver.core.estimate: the cost of a selection before it runs, and beside what it took."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from driver.core.estimate import (
+    Knowledge,
+    estimate_case,
+    load_knowledge,
+    register_flop_count,
+    time_limit_problem,
+    total_seconds,
+)
+from driver.frontend.cli import main
+from driver.model.case import Case, Topology
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+COLUMNS = (
+    "row case_id model framework precision devices batch_per_device device_names "
+    "throughput_median flops_per_sample runtime verdict started_at finished_at "
+    "warmup_steps measured_steps duration_s"
+).split()
+
+
+def case(model: str = "resnet50", batch: int | str = 8, precision: str = "fp32", **more) -> Case:
+    return Case(
+        model=model, framework="pytorch", topology=Topology(1, 1), batch_size=batch,
+        precision=precision, dataset="synthetic", warmup_steps=10, measured_steps=90,
+        total_steps=100, repeats=2, **more,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Path:
+    """A kit folder with one released CPU figure, one published GPU figure and peaks."""
+    release = tmp_path / "reports" / "v1"
+    release.mkdir(parents=True)
+    rows = [
+        {"row": "case", "case_id": "x", "model": "resnet50", "framework": "pytorch",
+         "precision": "fp32", "devices": "1", "batch_per_device": "8",
+         "device_names": '["AMD EPYC"]', "throughput_median": "4.0",
+         "flops_per_sample": "12e9"},
+        # a repeat of 100 steps, 20 s measured over 90 of them, 32 s wall: 10 s start-up
+        {"row": "repeat", "runtime": "local", "verdict": "ok", "started_at": "100",
+         "finished_at": "132.2222222", "warmup_steps": "10", "measured_steps": "90",
+         "duration_s": "20"},
+    ]  # fmt: skip
+    with (release / "results.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    published = tmp_path / "published" / "paper"
+    published.mkdir(parents=True)
+    figure = {"framework": "mxnet", "model": "resnet50", "hardware": "Tesla V100-SXM2-16GB",
+              "devices": 8, "batch": 128, "precision": "fp32", "throughput": 2560.0}  # fmt: skip
+    (published / "figures.yaml").write_text(yaml.safe_dump({"figures": [figure]}))
+    peaks = {"devices": [{"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0}}]}
+    (tmp_path / "reports" / "peaks.yaml").write_text(yaml.safe_dump(peaks))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("hardware", "the_case", "seconds", "basis"),
+    [
+        # 2 repeats x (10 s start-up + 100 steps x 8/4 s)
+        ("AMD EPYC 7B13", case(), 2 * (10 + 100 * 2.0), "reports/v1/results.csv"),
+        # published: 320 samples/s per V100 -> 0.4 s a step at 128
+        ("V100", case(batch=128), 2 * (10 + 100 * 0.4), "published/paper/figures.yaml"),
+        # no figure on H100: 12 GFLOP/sample at 30% of 1000 TFLOP/s, batch 250 -> 0.01 s
+        ("H100", case(batch=250, precision="amp"), 2 * (10 + 100 * 0.01), "peaks.yaml"),
+    ],
+)
+def test_the_step_time_comes_from_the_nearest_figure(
+    kit: Path, hardware: str, the_case: Case, seconds: float, basis: str
+) -> None:
+    estimate = estimate_case(the_case, hardware, load_knowledge(kit))
+    assert estimate.seconds == pytest.approx(seconds, rel=1e-3)
+    assert basis in estimate.basis
+
+
+def test_equally_near_figures_give_their_median(kit: Path) -> None:
+    again = kit / "reports" / "v2"
+    again.mkdir()
+    shutil.copy(kit / "reports" / "v1" / "results.csv", again / "results.csv")
+    text = (again / "results.csv").read_text().replace(",4.0,", ",8.0,", 1)  # twice as fast
+    (again / "results.csv").write_text(text)
+    estimate = estimate_case(case(), "AMD EPYC", load_knowledge(kit))
+    assert estimate.step_s == pytest.approx(8 / 6.0)  # the median of 4 and 8 samples/s
+    assert "median of 2" in estimate.basis
+
+
+def test_nothing_known_is_said_and_left_out_of_the_total(kit: Path) -> None:
+    knowledge = load_knowledge(kit)
+    unknown = estimate_case(case(model="bert"), "", knowledge)
+    assert unknown.seconds is None and "--hardware" in unknown.basis
+    known = estimate_case(case(), "AMD EPYC", knowledge)
+    assert total_seconds([unknown, known]) == known.seconds
+
+
+def test_a_new_model_plugs_its_flop_count_in(kit: Path) -> None:
+    register_flop_count("tiny-llm", lambda c: 2e12)  # 2 TFLOP a sample
+    estimate = estimate_case(
+        case(model="tiny-llm", batch=3, precision="amp"), "H100", load_knowledge(kit)
+    )
+    assert estimate.step_s == pytest.approx(3 * 2e12 / (1000e12 * 0.3))
+
+
+def test_batch_search_and_epochs_are_counted(kit: Path) -> None:
+    knowledge = Knowledge(load_knowledge(kit).figures, {}, [], 10.0, "")
+    fixed = estimate_case(case(batch=32), "AMD EPYC", knowledge).seconds
+    searched = estimate_case(case(batch="max"), "AMD EPYC", knowledge)
+    assert searched.seconds > fixed and "batch search" in searched.basis
+    epoch = estimate_case(case(epochs=1.0, epoch_samples=8000), "AMD EPYC", knowledge)
+    assert epoch.seconds == pytest.approx(2 * (10 + (10 + 1000) * 2.0))  # 1000 steps of 8
+
+
+def test_a_slurm_job_that_cannot_fit_is_refused_with_the_fix(kit: Path) -> None:
+    estimates = [estimate_case(case(), "AMD EPYC", load_knowledge(kit))]  # 420 s
+    assert time_limit_problem(estimates, 3600, "cluster.yaml") is None
+    problem = time_limit_problem(estimates, 300, "cluster.yaml")
+    assert "exceeds slurm.time_limit" in problem and "at least 9 minutes" in problem
+
+
+@pytest.mark.parametrize(("limit", "code"), [("00:01:00", 2), ("08:00:00", 0)])
+def test_plan_under_slurm_checks_time_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture, limit: str, code: int
+) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text((EXAMPLES / "slurm-4n32g.yaml").read_text().replace("04:00:00", limit))
+    argv = ["plan", "--runtime", "slurm", "--inventory", str(cluster), "--hardware", "H100",
+            "--model", "resnet50", "--nodes", "1", "--gpus", "8", "--amp", "on", "--batch", "256",
+            "--profile", "dlperf", "--results", str(tmp_path)]  # fmt: skip
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    assert "resnet50/pytorch/1n8g/bs256/amp/synthetic" in captured.out
+    assert ("raise time_limit" in captured.err) is (code == 2)
+    assert "torch.distributed.run" not in captured.out  # plan prints no commands
+
+
+def test_a_run_records_its_estimate_beside_what_it_took(tmp_path: Path) -> None:
+    argv = ["run", "--model", "resnet50", "--profile", "cpu-smoke", "--variant", "default",
+            "--amp", "off", "--repeats", "1", "--warmup-steps", "1", "--measured-steps", "2",
+            "--option", "image_size=32", "--option", "num_classes=10", "--hardware", "AMD EPYC",
+            "--results", str(tmp_path), "--session", "s"]  # fmt: skip
+    assert main(argv) == 0
+    recorded = json.loads((tmp_path / "s" / "estimate.json").read_text())
+    [row] = recorded["cases"]
+    assert row["seconds"] > 0 and row["actual_s"] > 0 and recorded["wall_s"] >= row["actual_s"]
