@@ -23,7 +23,7 @@ DESCRIPTION = "dlperf: measure deep-learning training throughput the DLPerf way.
 MISSION = ("run", "report", "release", "audit", "images", "envs", "selftest")
 TOOLS = (
     "compare", "factor", "import_figures", "import_logs", "preflight", "nodes", "probe",
-    "attest_hardware", "parity", "listing",
+    "attest_hardware", "parity", "listing", "data",
 )  # fmt: skip
 GROUPS = (("the mission's commands", MISSION), ("tools", TOOLS))
 
