@@ -130,6 +130,24 @@ def test_tfrecord_shards_read_back_with_tensorflow(tree: Path, tmp_path: Path) -
     (out / names[2]).unlink()
     assert prepare("tfrecord", tree, out, "--train-shards", "2", "--val-shards", "1") == identity
     assert (out / names[0]).stat().st_mtime_ns == before and (out / names[2]).is_file()
+    # DALI's index of each shard: one line a record, contiguous, covering the whole file
+    index = tmp_path / "idx"
+    assert main(["data", "dali-index", str(out), str(index)]) == 0
+    lines = [(out / n, (index / f"{n}.idx").read_text().split("\n")[:-1]) for n in names]
+    assert sum(len(entries) for _path, entries in lines) == 8
+    for path, entries in lines:
+        offsets = [tuple(map(int, entry.split())) for entry in entries]
+        assert offsets[0][0] == 0 and sum(length for _o, length in offsets) == path.stat().st_size
+        assert all(a[0] + a[1] == b[0] for a, b in zip(offsets, offsets[1:], strict=False))
+
+
+def test_a_tfrecord_cut_short_is_refused_naming_the_byte(tmp_path: Path) -> None:
+    from driver.datasets.dali_index import record_index
+
+    path = tmp_path / "train-00000-of-00001"
+    path.write_bytes((100).to_bytes(8, "little") + b"\0" * 20)
+    with pytest.raises(ConfigError, match="byte 0.*cut short"):
+        record_index(path)
 
 
 READ_RECORDIO = """
