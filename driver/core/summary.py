@@ -251,6 +251,10 @@ class CaseSummary:
     # A published figure whose hardware names no device model the kit knows
     # (``driver.release.imported.known_device``): marked in every table.
     unknown_device: bool = False
+    # AMP's autocast dtype as the run's header says (float16, bfloat16), or as published; None:
+    # not AMP or not known. The data set's identity (``dlperf data``'s manifest), "" if none.
+    amp_dtype: str | None = None
+    dataset_sha256: str = ""
     # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
     imported: str = ""
     # The machine's hardware fingerprint label (driver/model/hardware.py) where the summaries are
@@ -382,6 +386,15 @@ def summarize(
                 versions=dict(header.get("versions", {})),
                 devices=list(header.get("devices", [])),
                 amp_effective=header.get("options", {}).get("amp_effective"),
+                amp_dtype=header.get("options", {}).get("amp_dtype") or None,
+                dataset_sha256=next(
+                    (
+                        str(r.extra["dataset_sha256"])
+                        for r in records_
+                        if "dataset_sha256" in r.extra
+                    ),
+                    "",
+                ),
                 machine=str(header.get("hostname", "")),
                 imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
                 fingerprint=fingerprint,

@@ -405,7 +405,20 @@ def figure_summary(figure: Figure) -> CaseSummary:
         published_speedup=figure.speedup,
         machine=figure.machine,
         unknown_device=not known_device(figure.hardware),
+        amp_dtype=published_amp_dtype(figure),
     )
+
+
+# GPUs without bf16 tensor cores (before Ampere): an AMP figure published on one ran in fp16.
+_NO_BF16 = re.compile(r"\b(?:V100|P100|P40|P4|T4|K80|TITAN V|Quadro GV100)\b", re.IGNORECASE)
+
+
+def published_amp_dtype(figure: Figure) -> str | None:
+    """The autocast dtype of a published AMP figure: ``float16`` on a GPU that has no bf16
+    (DLPerf's V100s); otherwise not known (None). None for an FP32 figure."""
+    if figure.precision != "amp":
+        return None
+    return "float16" if _NO_BF16.search(figure.hardware) else None
 
 
 def figure_summaries(path: Path | str) -> list[CaseSummary]:

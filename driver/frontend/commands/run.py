@@ -104,6 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "warmup_steps": args.warmup_steps,
             "measured_steps": args.measured_steps,
             "data_dir": args.data_dir,
+            "amp_dtype": args.amp_dtype,
             "options": dict(args.option or []),
         }
     )
@@ -181,6 +182,11 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--xla", choices=("on", "off"))
     run.add_argument("--dataset", help="synthetic and/or real")
     run.add_argument("--data-dir")
+    run.add_argument(
+        "--amp-dtype",
+        help="AMP's autocast dtype on the kit's own scripts: auto (bf16 where the GPU has it), "
+        "fp16 (as DLPerf's V100 runs; with a loss scaler) or bf16",
+    )
     run.add_argument("--variant", help="comma-separated option variants of the matrix")
     run.add_argument("--repeats", type=int)
     run.add_argument("--warmup-steps", type=int)
