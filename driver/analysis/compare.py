@@ -154,7 +154,10 @@ def _version_side(folder: Path) -> Side:
         if case.published_by:  # a published figure: its one rate, no repeat rows
             values = list(case.repeat_throughputs)
         if values:
-            cases[case.case_id] = CaseView(
+            # a published figure beside the measured case of the same id: its own key
+            by = f" (published by {case.published_by})" if case.published_by else ""
+            key = case.case_id + by
+            cases[key] = CaseView(
                 case.case_id,
                 _fields(case, machines.get(case.session or "", "")),
                 values,
