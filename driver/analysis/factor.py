@@ -159,9 +159,7 @@ def also_differs(a: CaseView, b: CaseView, factor: str) -> list[str]:
             continue  # AMP vs FP32 brings its dtype with it
         value_a, value_b = str(a.fields.get(name, "unknown")), str(b.fields.get(name, "unknown"))
         if value_a == value_b and (value_a not in UNKNOWN or one_publisher):
-            continue  # equal, or one publisher's own setup on both sides
-        if value_a == value_b == "-":
-            continue
+            continue  # equal (FP32's "-" too), or one publisher's own setup on both sides
         out.append(f"{name}: {value_a} vs {value_b}")
     return out
 
