@@ -29,6 +29,28 @@ ENTRIES = {
         "paddle-models", "resnet50", "amp", (4, 8),
     ),
 }  # fmt: skip
+# Scripts that set shell variables in the branch and pass them on the command line
+# (``--use_fp16 ${use_fp16}``): (script, DTYPE) -> (source, model, precision, topology, the
+# flags of the command to compare; the rest are paths, steps and logging the kit sets itself)
+COMMANDS = {
+    ("PaddlePaddle/bert/scripts/single_node_train.sh", "fp16"): (
+        "paddle-models", "bert", "amp", (1, 8),
+        ("--use_fp16", "--use_dynamic_loss_scaling", "--init_loss_scaling", "--use_fast_executor",
+         "--weight_sharing", "--use_cuda"),
+    ),
+    ("PaddlePaddle/bert/scripts/single_node_train.sh", "fp32"): (
+        "paddle-models", "bert", "fp32", (1, 8),
+        ("--use_fp16", "--use_fast_executor", "--weight_sharing", "--use_cuda"),
+    ),
+}  # fmt: skip
+# Flags the kit leaves at the pinned script's default, with that default (where it is defined):
+# DLPerf's value must equal it. paddle-models BERT at b71cf632, PaddleNLP/.../BERT/train.py.
+DEFAULTS = {
+    "paddle-models": {
+        "--weight_sharing": "true",  # train.py:47
+        "--use_fp16": "false",  # train.py:60
+    },
+}
 BRANCH = re.compile(
     r'if\s+\[\s+"\$DTYPE"\s*==\s*"(?P<dtype>\w+)"\s*\]\s*;\s*then(?P<body>.*?)\n(?:else|fi)', re.S
 )  # noqa: E501
@@ -92,6 +114,37 @@ def test_dlperf_s_flags_and_environment_are_in_the_rendered_command(
         assert flag in argv, f"{script}: DLPerf passes {flag}={value}; the kit's command does not"
         ours = argv[argv.index(flag) + 1]
         assert same(ours, value), f"{flag}: DLPerf {value}, the kit {ours}"
+
+
+def command_flags(text: str, dtype: str) -> dict[str, str]:
+    """The ``--name value`` pairs of the script's ``python ... train.py`` command, with the
+    variables the ``if [ "$DTYPE" == ... ]`` branch (or its else) sets filled in."""
+    branches = re.search(
+        r'if\s+\[\s+"\$DTYPE"\s*==\s*"(\w+)"\s*\]\s*;\s*then(.*?)\nelse(.*?)\nfi', text, re.S
+    )
+    assert branches is not None
+    body = branches[2] if branches[1] == dtype else branches[3]
+    variables = dict(re.findall(r"^\s*(\w+)=(\S+)", body, re.M))
+    command = text[text.index("train.py") :].split("2>&1")[0].replace("\\\n", " ")
+    words = [
+        re.sub(r"\$\{(\w+)\}", lambda m: variables.get(m[1], m[0]), w) for w in command.split()
+    ]
+    return {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+
+
+@pytest.mark.parametrize("entry", sorted(COMMANDS), ids=lambda e: f"{e[0]}:{e[1]}")
+def test_dlperf_s_command_flags_are_in_the_rendered_command(entry: tuple[str, str]) -> None:
+    script, dtype = entry
+    source, model, precision, (nodes, procs), checked = COMMANDS[entry]
+    theirs = command_flags((SCRIPTS / script).read_text(), dtype)
+    argv = rendered(source, model, precision, nodes, procs)
+    for flag in checked:
+        assert flag in theirs, f"{script} passes no {flag}: fix the entry"
+        if flag in argv:
+            ours = argv[argv.index(flag) + 1]
+        else:  # the kit leaves it at the script's default
+            ours = DEFAULTS.get(source, {}).get(flag, "(not passed, no default recorded)")
+        assert same(ours, theirs[flag]), f"{flag}: DLPerf {theirs[flag]}, the kit {ours}"
 
 
 def test_the_reader_sees_a_flag_the_kit_does_not_pass() -> None:
