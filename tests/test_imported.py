@@ -370,3 +370,98 @@ def test_a_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_reads(tmp_path: Pat
     path = tmp_path / "excel.csv"
     path.write_bytes(b"\xef\xbb\xbf" + SHEET.read_bytes().replace(b"\n", b"\r\n"))
     assert load_import(path) == load_import(SHEET)
+
+
+def _figures_file(path: Path, figures: list[str]) -> Path:
+    head = ["schema: 1", "publisher: P", "url: https://example.org/figures", "figures:"]
+    path.write_text("\n".join(head + [f"  - {{{f}}}" for f in figures]) + "\n")
+    return path
+
+
+def _figure(hardware: str, devices: int = 1, batch: int = 8) -> str:
+    return (
+        f"framework: pytorch, model: resnet50, hardware: {hardware}, nodes: 1, "
+        f"devices: {devices}, batch: {batch}, precision: fp32, throughput: {100 * devices}"
+    )
+
+
+def test_a_figure_on_unknown_hardware_is_warned_of_and_marked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _figures_file(
+        tmp_path / "f.yaml", [_figure("Quantum TPU 9000"), _figure("Tesla V100-SXM2-16GB")]
+    )
+    out = tmp_path / "report"
+    assert main(["import", str(path), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "'Quantum TPU 9000' (figures[0]" in err
+    assert "'Tesla V100-SXM2-16GB' (figures" not in err  # a known device: no warning
+    rows = [line for line in (out / "report.md").read_text().splitlines() if "| 100.00" in line]
+    marked = [line for line in rows if "?hw" in line]
+    assert marked and all("Quantum TPU 9000" in line for line in marked)
+    assert any("Tesla V100-SXM2-16GB" in line for line in rows)
+    assert (
+        "?hw: published on hardware that names no device model" in (out / "report.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    [
+        "NVIDIA H100 80GB HBM3",
+        "Tesla V100-SXM2-16GB",
+        "A100-SXM4-40GB",
+        "AMD Instinct MI250X",
+        "TPU v4",
+        "AMD EPYC 2c avx2",
+        "NVIDIA GeForce RTX 4090",
+    ],
+)
+def test_common_device_models_are_known(hardware: str) -> None:
+    from driver.release.imported import known_device
+
+    assert known_device(hardware)
+
+
+def test_a_fifo_as_import_file_is_refused_without_reading_it(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "figures.yaml"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            load_import(fifo)
+        except BaseException as error:  # noqa: BLE001 - handed to the test thread
+            outcome.append(error)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # unblock the reader so the thread ends, then fail
+        with open(fifo, "w") as writer:
+            writer.write("")
+        pytest.fail("load_import blocked reading a FIFO")
+    assert isinstance(outcome[0], ConfigError) and "FIFO" in str(outcome[0])
+
+
+def test_import_time_grows_linearly_with_the_figures(tmp_path: Path) -> None:
+    """Time of n and 5n figures (CPU time of this process, the least of two tries, so that
+    other processes on a shared machine weigh little): about 5x where it is linear; 25x where it
+    is quadratic, as it was (an index of baselines, not a search per figure)."""
+    import time
+
+    def cost(n: int) -> float:
+        figures = [_figure("H100", devices=2 ** (i % 4), batch=8 + i // 4) for i in range(n)]
+        path = _figures_file(tmp_path / f"{n}.yaml", figures)
+        tries = []
+        for _ in range(2):
+            start = time.process_time()
+            assert len(imported_summaries(path)) == n
+            tries.append(time.process_time() - start)
+        return min(tries)
+
+    small, large = cost(300), cost(1500)
+    assert large / small < 9, f"300 figures: {small:.2f} s, 1500: {large:.2f} s"

@@ -43,7 +43,7 @@ def computed(summaries: list[CaseSummary], bound: float | None = 0.95) -> Comput
             s.speedup = s.stats.median / base.stats.median
             s.efficiency = s.speedup / s.case.topology.world_size
     extras = {
-        s.case_id: s.row(scaling_bound=bound if s.case.topology.world_size > 1 else None)
+        s.key: s.row(scaling_bound=bound if s.case.topology.world_size > 1 else None)
         for s in summaries
     }
     return Computed(summaries, [], extras, {}, {})

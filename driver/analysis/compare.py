@@ -50,9 +50,25 @@ class Side:
     cases: dict[str, CaseView]
 
 
-def _fields(row: CaseRow, machine: str = "") -> dict[str, Any]:
+def software_label(versions: dict[str, Any]) -> str:
+    """A run's library versions in one line (``python 3.11.7, torch 2.5.1``); "" if none."""
+    return ", ".join(
+        f"{name} {value}"
+        for name, value in sorted(versions.items())
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    )
+
+
+def _fields(
+    row: CaseRow, machine: str = "", amp_dtype: str | None = None, data: str = ""
+) -> dict[str, Any]:
     device = ", ".join(sorted(set(row.device_names))) or "unknown device"
+    published = "as published" if row.published_by else "unknown"
     return {
+        # what `dlperf factor` names where two paired cases differ beyond their case factors
+        "amp_dtype": (amp_dtype or published) if row.precision == "amp" else "-",
+        "software": software_label(row.versions) or published,
+        "data": data or ("as published" if row.published_by else "no manifest"),
         "model": row.model,
         "framework": row.framework,
         "source": row.source,
@@ -89,7 +105,7 @@ def side_of_summaries(name: str, kind: str, summaries: list[CaseSummary]) -> Sid
     cases = {
         _view_key(s, ambiguous): CaseView(
             s.case_id,
-            _fields(s.row(), s.machine),
+            _fields(s.row(), s.machine, s.amp_dtype, s.dataset_sha256),
             s.throughputs,
             speedup=s.speedup,
             efficiency=s.efficiency,
@@ -138,7 +154,10 @@ def _version_side(folder: Path) -> Side:
         if case.published_by:  # a published figure: its one rate, no repeat rows
             values = list(case.repeat_throughputs)
         if values:
-            cases[case.case_id] = CaseView(
+            # a published figure beside the measured case of the same id: its own key
+            by = f" (published by {case.published_by})" if case.published_by else ""
+            key = case.case_id + by
+            cases[key] = CaseView(
                 case.case_id,
                 _fields(case, machines.get(case.session or "", "")),
                 values,

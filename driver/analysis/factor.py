@@ -50,6 +50,11 @@ METRICS = ("throughput", "speedup", "efficiency")
 # Factors whose pairs may set a published figure beside a measured one (your H100 beside a
 # published V100); any other factor pairs figures of one publisher, or measured cases only.
 CROSS_PUBLISHER = ("device", "hardware", "machine", "source")
+# What a case's factors do not hold but its run does, named wherever two paired cases differ in
+# them (an H100's bf16 AMP beside DLPerf's fp16 V100 figure is no pure device ratio): AMP's
+# autocast dtype, the software versions, the data set's identity (``dlperf data``).
+PROVENANCE = ("amp_dtype", "software", "data")
+UNKNOWN = ("unknown", "as published", "no manifest")
 _TRUTH = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 
 
@@ -142,6 +147,46 @@ def factor_pairs(
     return pairs
 
 
+def also_differs(a: CaseView, b: CaseView, factor: str) -> list[str]:
+    """Every factor beyond the one studied in which a pair differs, as ``name: A vs B``: the
+    provenance factors, and the descriptive ones (hardware, machine) where they are not what
+    the device factor brings with it. A value not known on one side (a published figure's
+    software) is a difference too: nothing says it is equal."""
+    out = []
+    one_publisher = bool(a.published_by) and a.published_by == b.published_by
+    for name in PROVENANCE:
+        if name == factor or (name == "amp_dtype" and factor == "precision"):
+            continue  # AMP vs FP32 brings its dtype with it
+        value_a, value_b = str(a.fields.get(name, "unknown")), str(b.fields.get(name, "unknown"))
+        if value_a == value_b and (value_a not in UNKNOWN or one_publisher):
+            continue  # equal (FP32's "-" too), or one publisher's own setup on both sides
+        out.append(f"{name}: {value_a} vs {value_b}")
+    return out
+
+
+def near_misses(views: list[CaseView], factor: str, a: str, b: str, limit: int = 5) -> list[str]:
+    """Where nothing pairs: for cases with value ``a``, the ``b`` case that differs in the
+    fewest other factors, and which ones (so the user sees why, not an empty table)."""
+    others = _key_factors(factor)
+    lines = []
+    b_views = [v for v in views if matches(v, factor, b)]
+    for view in [v for v in views if matches(v, factor, a)][:limit]:
+        best = min(
+            b_views,
+            key=lambda o: sum(_value(o, f) != _value(view, f) for f in others),
+            default=None,
+        )
+        if best is None:
+            continue
+        differing = [
+            f"{f} {_value(view, f)} vs {_value(best, f)}"
+            for f in others
+            if _value(view, f) != _value(best, f)
+        ]
+        lines.append(f"- {view.case_id} and {best.case_id}: differ in {', '.join(differing)}")
+    return lines
+
+
 def _geomean(values: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
@@ -178,6 +223,11 @@ def factor_report(
             f"No pair of cases differs only in {factor} ({a} vs {b}). Values seen: "
             + ", ".join(sorted({_value(v, factor) for s in sides for v in s.cases.values()}))
         )
+        views = [v for s in sides for v in s.cases.values()]
+        views = [v for v in views if all(matches(v, n, value) for n, value in filters)]
+        misses = near_misses(views, factor, a, b)
+        if misses:
+            out += ["", "The closest cases, and every factor in which they differ:", *misses]
         empty = {
             "factor": factor,
             "a": a,
@@ -198,6 +248,8 @@ def factor_report(
         pairs.sort(key=lambda p: (_value(p[0], group_by), p[0].case_id, p[1].case_id))
     unit = "samples/s" if metric == "throughput" else metric
     published = any(pa.published_by or pb.published_by for pa, pb, _ in pairs)
+    differences = [also_differs(pa, pb, factor) for pa, pb, _ in pairs]
+    differ = any(differences)
     rows = [
         [
             *(_value(pa, f) for f in shown),
@@ -205,8 +257,9 @@ def factor_report(
             _metric_cell(pa, metric),
             _metric_cell(pb, metric),
             f"{ratio:.4f}",
+            *(["; ".join(d) or "-"] if differ else []),
         ]
-        for pa, pb, ratio in pairs
+        for (pa, pb, ratio), d in zip(pairs, differences, strict=True)
     ]
     ratios = [r for _, _, r in pairs]
     median = statistics.median(ratios)
@@ -226,12 +279,15 @@ def factor_report(
                 }
             )
     blank = [""] * (len(shown) - 1 + (1 if published else 0) + 2)
+    tail = [""] if differ else []
     for g in groups:
-        rows.append([f"median {group_by}={g['value']}", *blank, f"{g['median_ratio']:.4f}"])
-    rows.append(["median (all pairs)", *blank, f"{median:.4f}"])
-    rows.append(["geometric mean (all pairs)", *blank, f"{geomean:.4f}"])
+        rows.append([f"median {group_by}={g['value']}", *blank, f"{g['median_ratio']:.4f}", *tail])
+    rows.append(["median (all pairs)", *blank, f"{median:.4f}", *tail])
+    rows.append(["geometric mean (all pairs)", *blank, f"{geomean:.4f}", *tail])
     headers = [*shown, *(["published by"] if published else []), f"{a} {unit}", f"{b} {unit}"]
     headers.append(f"{b}/{a}")
+    if differ:
+        headers.append(f"also differs (not only {factor})")
     out.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     constant = [f"{f}={_value(pairs[0][0], f)}" for f in others if f not in varying]
     out += [
@@ -239,6 +295,15 @@ def factor_report(
         f"{len(pairs)} pair(s); median {b}/{a} = {median:.4f} (geometric mean {geomean:.4f}).",
         f"Equal in every pair: {', '.join(constant)}." if constant else "",
     ]
+    if differ:
+        named = sorted({d.split(":")[0] for ds in differences for d in ds})
+        impure = sum(1 for d in differences if d)
+        out.append(
+            f"{impure} of {len(pairs)} pair(s) differ in more than {factor}: "
+            f"{', '.join(named)} (column 'also differs'); their ratio is not {factor} alone. "
+            "Run your side as the other ran (`--amp-dtype fp16` for DLPerf's V100 AMP, the "
+            "same data prepared by `dlperf data`) or read the ratio with them."
+        )
     data = {
         "factor": factor,
         "a": a,
@@ -255,8 +320,9 @@ def factor_report(
                 "b_value": metric_of(pb, metric),
                 "published_by": pa.published_by,
                 "ratio": ratio,
+                "also_differs": d,
             }
-            for pa, pb, ratio in pairs
+            for (pa, pb, ratio), d in zip(pairs, differences, strict=True)
         ],  # fmt: skip
         "median_ratio": median,
         "geometric_mean_ratio": geomean,

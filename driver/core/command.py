@@ -58,6 +58,8 @@ def script_argv(case: Case, framework: Framework, batch_size: int) -> list[str]:
     ]  # fmt: skip
     if case.data_dir:
         argv += ["--data-dir", case.data_dir]
+    if case.amp_dtype != "auto":
+        argv += ["--amp-dtype", case.amp_dtype]
     for key in sorted(case.options):
         argv += ["--option", f"{key}={option_text(case.options[key])}"]
     return argv

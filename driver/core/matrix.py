@@ -150,6 +150,8 @@ class Settings(StrictModel):
     epoch_samples: Annotated[int, Field(ge=1, le=10**12)] | None = None
     drop_caches: bool = False
     loader_workers: Any = "auto"
+    # AMP's autocast dtype on the kit's own scripts: fp16 runs an H100 as DLPerf ran its V100s
+    amp_dtype: Annotated[Any, one_of("auto", "bf16", "fp16")] = "auto"
 
     @field_validator("loader_workers")
     @classmethod
@@ -207,6 +209,7 @@ class Overrides(StrictModel):
     warmup_steps: Steps | None = None
     measured_steps: PositiveSteps | None = None
     data_dir: DataDir | None = None
+    amp_dtype: Annotated[Any, one_of("auto", "bf16", "fp16")] | None = None
     options: dict[OptionName, Any] = {}
 
 
@@ -376,6 +379,7 @@ def _expand_suite(
                 epoch_samples=settings["epoch_samples"],
                 drop_caches=settings["drop_caches"],
                 loader_workers=settings["loader_workers"],
+                amp_dtype=settings["amp_dtype"],
             )
         )
     return cases
@@ -492,10 +496,19 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
     selected = widen(selected, "batch_size", overrides.batch_sizes)
     selected = widen(selected, "precision", overrides.precisions)
     changes: dict[str, Any] = {}
-    for attr in ("repeats", "warmup_steps", "measured_steps", "data_dir"):
+    for attr in ("repeats", "warmup_steps", "measured_steps", "data_dir", "amp_dtype"):
         value = getattr(overrides, attr)
         if value is not None:
             changes[attr] = value
+    if overrides.amp_dtype is not None and any(c.source != "dlperf" for c in selected):
+        upstream = sorted({c.source for c in selected if c.source != "dlperf"})
+        raise MatrixError(
+            COMMAND_LINE,
+            "--amp-dtype",
+            f"sets the kit's own scripts' autocast dtype; the selection holds upstream sources "
+            f"({', '.join(upstream)}), which run their own AMP (fp16 on the NGC images): select "
+            "the kit's own cases (--matrix of a framework) or drop --amp-dtype",
+        )
     result = []
     for case in selected:
         updated = replace(case, **changes, options={**case.options, **overrides.options})

@@ -40,6 +40,7 @@ MODEL_NAMES = {
     "calibration": "Calibration workload",
 }
 UNSTABLE_MARK = "~"
+UNKNOWN_DEVICE_MARK = "?hw"  # a published figure on hardware the kit knows no device model of
 SUPERLINEAR_MARK = "!"  # measured efficiency above 100% beyond its noise tolerance
 
 
@@ -58,6 +59,8 @@ def series_name(summary: CaseSummary) -> str:
         name += f" [{c.variant}]"
     if summary.published_by:
         name += f", published by {summary.published_by}"
+    if summary.unknown_device:
+        name += f" {UNKNOWN_DEVICE_MARK}"
     return name
 
 
@@ -122,6 +125,12 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
         notes.append(
             f"published by {publisher}: figures as published ({', '.join(sorted(urls))}), "
             "imported with `dlperf import`; not measured by this kit, no repeats, no CV."
+        )
+    unknown = sorted({s.device_model for s in summaries if s.unknown_device})
+    if unknown:
+        notes.append(
+            f"{UNKNOWN_DEVICE_MARK}: published on hardware that names no device model the kit "
+            f"knows ({', '.join(unknown)}): as the publisher wrote it, unchecked."
         )
     if any(s.reported_by_source for s in summaries):
         notes.append("(r): throughput as reported by the source's own log (no step timestamps).")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from driver.bench.protocol import has_oom_record
 from driver.core.batchsearch import BatchSearchFailed, search_max_batch
 from driver.core.plan import plan_repeat
 from driver.core.progress import Progress
+from driver.datasets.manifest import dataset_sha256
 from driver.files import write_text
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
@@ -151,11 +153,24 @@ def run_repeat(
         measurement=measurement,
         header=header,
         detail=detail,
-        extra={"cache_drop": cache_drop_status(logs)} if case.drop_caches else None,
+        extra=_provenance_extra(case, logs),
     )
     if interrupted:
         raise KeyboardInterrupt
     return record
+
+
+def _provenance_extra(case: Case, logs: RepeatLogs) -> dict[str, Any] | None:
+    """Facts of the repeat beyond the runtime's: the page-cache drop where asked, and the
+    identity of a data set ``dlperf data`` prepared (its manifest's SHA-256), so that runs on
+    two different copies of "ImageNet" are told apart."""
+    extra: dict[str, Any] = {}
+    if case.drop_caches:
+        extra["cache_drop"] = cache_drop_status(logs)
+    identity = dataset_sha256(case.data_dir)
+    if identity:
+        extra["dataset_sha256"] = identity
+    return extra or None
 
 
 def run_cases(

@@ -248,6 +248,13 @@ class CaseSummary:
     # The speedup the publisher printed, used where no 1n1g figure of the same hardware exists.
     published_speedup: float | None = None
     machine: str = ""  # the host (rank 0's header) or, for a published figure, its system
+    # A published figure whose hardware names no device model the kit knows
+    # (``driver.release.imported.known_device``): marked in every table.
+    unknown_device: bool = False
+    # AMP's autocast dtype as the run's header says (float16, bfloat16), or as published; None:
+    # not AMP or not known. The data set's identity (``dlperf data``'s manifest), "" if none.
+    amp_dtype: str | None = None
+    dataset_sha256: str = ""
     # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
     imported: str = ""
     # The machine's hardware fingerprint label (driver/model/hardware.py) where the summaries are
@@ -379,6 +386,15 @@ def summarize(
                 versions=dict(header.get("versions", {})),
                 devices=list(header.get("devices", [])),
                 amp_effective=header.get("options", {}).get("amp_effective"),
+                amp_dtype=header.get("options", {}).get("amp_dtype") or None,
+                dataset_sha256=next(
+                    (
+                        str(r.extra["dataset_sha256"])
+                        for r in records_
+                        if "dataset_sha256" in r.extra
+                    ),
+                    "",
+                ),
                 machine=str(header.get("hostname", "")),
                 imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
                 fingerprint=fingerprint,
@@ -424,9 +440,26 @@ def baseline_of(summary: CaseSummary, summaries: Iterable[CaseSummary]) -> CaseS
     )
 
 
-def _fill_speedups(summaries: list[CaseSummary]) -> None:
+def baselines(summaries: Iterable[CaseSummary]) -> dict[tuple, CaseSummary]:
+    """Every 1n1g summary by its baseline key, the first of each key as ``baseline_of`` picks:
+    one pass, so that filling the speedups of n cases costs n lookups, not n x n comparisons
+    (an import file of 10,000 figures)."""
+    index: dict[tuple, CaseSummary] = {}
     for s in summaries:
-        base = baseline_of(s, summaries)
+        if s.case.topology.world_size == 1:
+            index.setdefault(_baseline_key(s), s)
+    return index
+
+
+def baseline_in(summary: CaseSummary, index: dict[tuple, CaseSummary]) -> CaseSummary | None:
+    """``baseline_of`` through an index made by :func:`baselines`."""
+    return index.get(_baseline_key(summary))
+
+
+def _fill_speedups(summaries: list[CaseSummary]) -> None:
+    index = baselines(summaries)
+    for s in summaries:
+        base = baseline_in(s, index)
         devices = s.case.topology.world_size
         if base is None and s.published_speedup is not None:
             # no published 1n1g figure: the publisher's own speedup (their baseline)

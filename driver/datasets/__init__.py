@@ -1,2 +1,3 @@
-"""Data sets a benchmark reads, made by ``dlperf data <format>``: one module per format, each
-writing its files and a ``dlperf-dataset.json`` manifest (``manifest.py``)."""
+"""Data sets prepared by ``dlperf data``: each source's format made from the user's downloads,
+with a manifest (``dlperf-dataset.json``) whose SHA-256 is the set's identity in every case's
+provenance."""

@@ -23,7 +23,6 @@ is installed in the driver's environment.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from array import array
 from collections.abc import Iterable
@@ -130,7 +129,7 @@ def make_token_file(texts: list[Path], tokenizer_spec: str, out: Path) -> dict[s
         "tokens": len(ids),
         "documents": documents,
         "texts": [
-            {"name": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+            {"name": path.name, "sha256": sha256_file(path)}
             for path in texts
         ],
     }

@@ -65,6 +65,10 @@ class Case:
     epoch_samples: int | None = None
     drop_caches: bool = False  # drop the page cache on every node before each repeat
     loader_workers: int | str = "auto"  # per process; auto = physical cores per device - 4
+    # The autocast dtype of an AMP case on the kit's own scripts: auto (bf16 where the device
+    # has it, as on H100), or fp16 / bf16. Not part of the id: the header records the dtype that
+    # ran (amp_dtype), and `dlperf factor` names it where two paired cases differ in it.
+    amp_dtype: str = "auto"
 
     def window_for(self, batch_size: int) -> tuple[int, int, int]:
         """(warm-up, measured, total) steps; in epoch mode the epoch sets the measured steps."""
@@ -108,6 +112,8 @@ class Case:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if data["amp_dtype"] == "auto":  # the records of the kits before the field, unchanged
+            del data["amp_dtype"]
         data["topology"] = self.topology.label
         data["id"] = self.id
         return data

@@ -73,7 +73,9 @@ class Config:
 class Computed:
     summaries: list[CaseSummary]
     repeats: list[VerifiedRepeat]  # by case id, repeat and session
-    rows: dict[str, CaseRow]  # case id -> its row in the results files, release columns filled
+    # summary key (case id, hardware, publisher) -> its row in the results files, release columns
+    # filled: a published figure of a case beside the measured case on other hardware
+    rows: dict[tuple[str, str, str], CaseRow]
     sessions_of: dict[str, str]  # case id -> session
     titles: dict[str, str]  # case id -> table title
     attested: set[str] = field(default_factory=set)  # sessions' hardware.json members
@@ -96,7 +98,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         headers.setdefault(r.case.id, r.written.header)
     titles = {s.case_id: table_title(s) for s in summaries}
     rows = {
-        s.case_id: s.row(
+        s.key: s.row(
             # a published figure: no MFU, bound or reference of ours
             **({} if s.published_by else _release_columns(
                 s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)),

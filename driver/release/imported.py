@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,7 +23,8 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 
 from driver.bench.contract import MODELS
 from driver.bench.llama import LLAMA_SIZES
-from driver.core.summary import CaseSummary, baseline_of, summarize
+from driver.core.report import UNKNOWN_DEVICE_MARK
+from driver.core.summary import CaseSummary, baseline_in, baselines, summarize
 from driver.model.case import Case, Topology
 from driver.model.measure import case_stats
 from driver.schema import (
@@ -59,6 +61,50 @@ MAX_SAMPLES_PER_S_PER_DEVICE = 1e6
 # separately measured and rounded figures (N devices, 1 device) of a run that scales perfectly
 # can put the ratio a little above 100%, so 2% is let through; 1250% is a typo.
 EFFICIENCY_TOLERANCE = 0.02
+
+# The device models a published figure's hardware may name (case-insensitive, anywhere in the
+# label): every accelerator and CPU line the kit or a publisher it imports has run training
+# on. A label outside them is legal (a new device, a typo, or no device at all: "Quantum TPU
+# 9000") but is said aloud: `dlperf import` warns and the tables mark the figure with
+# UNKNOWN_DEVICE_MARK, so a reader never takes it as a known device's figure.
+KNOWN_DEVICE_MODELS: tuple[tuple[str, str], ...] = (
+    ("NVIDIA data-center GPU", r"\b(?:[KPVTAHBL]\d{1,3}[A-Z]?|GB\d{3}|GH\d{3}|RTX ?\d{3,5}\w*)\b"),
+    ("NVIDIA GeForce / Quadro / TITAN", r"\b(?:GeForce|Quadro|TITAN|Jetson)\b"),
+    ("AMD Instinct", r"\bMI\d{2,3}[A-Z]?\b|\bInstinct\b|\bRadeon\b"),
+    ("Google TPU", r"\bTPU ?v\d+[a-z]*\b"),
+    ("Intel Gaudi / Max / Xeon", r"\b(?:Gaudi\d?|Data Center GPU Max|Xeon)\b"),
+    ("AMD EPYC / Ryzen", r"\b(?:EPYC|Ryzen|Threadripper)\b"),
+    ("Arm CPU", r"\b(?:Grace|Graviton\d?|Ampere Altra|Neoverse)\b"),
+    ("Apple silicon", r"\bApple M\d\b"),
+)
+_KNOWN_DEVICE = re.compile("|".join(f"(?:{p})" for _, p in KNOWN_DEVICE_MODELS), re.IGNORECASE)
+
+
+def known_device(hardware: str) -> bool:
+    """Whether a hardware label names a device model of :data:`KNOWN_DEVICE_MODELS`."""
+    return bool(_KNOWN_DEVICE.search(hardware))
+
+
+def unknown_devices(loaded: ImportFile) -> list[tuple[int, str]]:
+    """(index, hardware) of every figure whose hardware names no known device model."""
+    return [(i, f.hardware) for i, f in enumerate(loaded.figures) if not known_device(f.hardware)]
+
+
+def unknown_device_warning(path: Path, loaded: ImportFile) -> str | None:
+    """The warning `dlperf import` prints for figures on unknown hardware (None: there are
+    none): each label once, with its first figure, and what the kit knows."""
+    first: dict[str, int] = {}
+    for index, hardware in unknown_devices(loaded):
+        first.setdefault(hardware, index)
+    if not first:
+        return None
+    named = "; ".join(f"{hw!r} (figures[{i}] and every figure on it)" for hw, i in first.items())
+    return (
+        f"warning: {path}: hardware {named} names no device model the kit knows "
+        f"({', '.join(name for name, _ in KNOWN_DEVICE_MODELS)}); imported as given and marked "
+        f"'{UNKNOWN_DEVICE_MARK}' in every table; check the spelling, e.g. 'NVIDIA "
+        "H100 80GB HBM3' or 'Tesla V100-SXM2-16GB'"
+    )
 
 
 def _known_model(model: Any) -> str:
@@ -233,6 +279,7 @@ def load_import(path: Path | str) -> ImportFile:
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         raise ConfigError(path, "(file)", f"an import file is {', '.join(SUFFIXES)}")
+    _refuse_non_file(path)
     content = read_text(path)
     is_csv = path.suffix.lower() == ".csv"
     if is_csv:
@@ -257,6 +304,24 @@ def load_import(path: Path | str) -> ImportFile:
             raise ConfigError(path, _csv_where(error.field_path), error.message) from None
         raise
     return loaded
+
+
+def _refuse_non_file(path: Path) -> None:
+    """A FIFO, socket or device given as an import file is refused before it is opened: a
+    read of a FIFO blocks until something writes to it (forever, when nothing does)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(path, "(file)", "does not exist") from None
+    except OSError as error:
+        raise ConfigError(path, "(file)", f"cannot be read: {error.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError(path, "(file)", "is a directory; give the path of a file")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ConfigError(
+            path, "(file)", f"is {kind}; give a regular file (save the figures to a file first)"
+        )
 
 
 def _csv_where(field_path: str) -> str:
@@ -306,11 +371,12 @@ def _check_cases(loaded: ImportFile, path: Path, is_csv: bool) -> None:
                 "superlinear: true needs a note saying where the publisher reports it",
             )
     summarize([], published=summaries)  # fills speedup and efficiency, as every report does
+    baseline_index = baselines(summaries)
     for index, (figure, summary) in enumerate(zip(loaded.figures, summaries, strict=True)):
         efficiency = summary.efficiency
         if efficiency is None or efficiency <= 1 + EFFICIENCY_TOLERANCE or figure.superlinear:
             continue
-        base = baseline_of(summary, summaries)
+        base = baseline_in(summary, baseline_index)
         against = (
             f"against the 1-device figure of {where(index_of[id(base)])} "
             f"({base.stats.median:g} samples/s)"
@@ -364,7 +430,21 @@ def figure_summary(figure: Figure) -> CaseSummary:
         published_url=figure.url,
         published_speedup=figure.speedup,
         machine=figure.machine,
+        unknown_device=not known_device(figure.hardware),
+        amp_dtype=published_amp_dtype(figure),
     )
+
+
+# GPUs without bf16 tensor cores (before Ampere): an AMP figure published on one ran in fp16.
+_NO_BF16 = re.compile(r"\b(?:V100|P100|P40|P4|T4|K80|TITAN V|Quadro GV100)\b", re.IGNORECASE)
+
+
+def published_amp_dtype(figure: Figure) -> str | None:
+    """The autocast dtype of a published AMP figure: ``float16`` on a GPU that has no bf16
+    (DLPerf's V100s); otherwise not known (None). None for an FP32 figure."""
+    if figure.precision != "amp":
+        return None
+    return "float16" if _NO_BF16.search(figure.hardware) else None
 
 
 def figure_summaries(path: Path | str) -> list[CaseSummary]:

@@ -111,7 +111,7 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
                     label=name,
                 )
             bounds = [
-                (x_of[s.case.topology.label], computed.rows[s.case_id].scaling_bound)
+                (x_of[s.case.topology.label], computed.rows[s.key].scaling_bound)
                 for s in items
             ]
             bounds = [(x, b) for x, b in bounds if b is not None]
@@ -130,7 +130,7 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
         shown += [
             100 * b
             for s in group
-            if (b := computed.rows[s.case_id].scaling_bound) is not None
+            if (b := computed.rows[s.key].scaling_bound) is not None
         ]
         ax.set_ylim(
             max(0.0, min([50.0, *(v - 5 for v in shown)])), max([110.0, *(v + 5 for v in shown)])

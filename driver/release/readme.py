@@ -51,7 +51,7 @@ def _pair(row: dict[str, Any], name: str, digits: int = 1) -> str:
 
 
 def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
-    return lambda s: _pct(getattr(computed.rows[s.case_id], key))
+    return lambda s: _pct(getattr(computed.rows[s.key], key))
 
 
 # The layout of the README this kit writes, named in the manifest (``readme_layout``). A version
@@ -221,7 +221,7 @@ def _references_section(computed: Computed) -> str:
     rows = []
     not_comparable: dict[str, int] = {}
     for s in computed.summaries:
-        e = computed.rows[s.case_id]
+        e = computed.rows[s.key]
         if not e.reference_id:
             continue
         if not comparable(s.devices, str(e.reference_hardware or "")):

@@ -398,8 +398,9 @@ def _build(
     mixed = _cases_on_several_devices(computed)
     if mixed:
         raise ReleaseError(
-            "a version holds each case on one device model, measured or published; these are "
-            "on several or both (release them as separate versions, or compare them with "
+            "a version holds each case measured on one device model, and a published figure "
+            "of it only on other hardware; these are measured on several, or published on the "
+            "measured device model (release them as separate versions, or compare them with "
             "`dlperf report`):\n"
             + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
         )
@@ -514,10 +515,24 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
 
 
 def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]:
-    """Case ids held more than once (the version's rows are keyed by case id)."""
+    """Case ids held more than once where a reader could not tell the rows apart: measured on
+    several machines, or a published figure on the device model of a measured row (a published
+    figure on other hardware stands beside the measured case: DLPerf's V100 beside an H100)."""
     models: dict[str, list[str]] = {}
+    clashes: set[str] = set()
+    measured_models: dict[str, set[str]] = {}
+    published_models: dict[str, list[str]] = {}
     for s in computed.summaries:
         label = s.identity if s.device_model in s.identity else f"{s.identity} ({s.device_model})"
         label += f" (published by {s.published_by})" if s.published_by else ""
         models.setdefault(s.case_id, []).append(label)
-    return [(c, sorted(m)) for c, m in sorted(models.items()) if len(m) > 1]
+        if s.published_by:
+            published_models.setdefault(s.case_id, []).append(s.device_model)
+        else:
+            measured_models.setdefault(s.case_id, set()).add(s.device_model)
+    for case_id, labels in models.items():
+        measured = measured_models.get(case_id, set())
+        measured_rows = sum(1 for label in labels if "(published by" not in label)
+        if measured_rows > 1 or measured & set(published_models.get(case_id, [])):
+            clashes.add(case_id)
+    return [(c, sorted(m)) for c, m in sorted(models.items()) if c in clashes]

@@ -159,7 +159,7 @@ def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepe
 def results_data(computed: Computed, version: str) -> Results:
     return Results(
         version=version,
-        cases=[computed.rows[s.case_id] for s in computed.summaries],
+        cases=[computed.rows[s.key] for s in computed.summaries],
         repeats=[repeat_row(r, computed.telemetry[r.folder]) for r in computed.repeats],
     )
 

@@ -101,9 +101,15 @@ class ReleaseSpec(StrictModel):
         return f"{self.package}=={self.version}"
 
 
+EnvName = text(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name (letters, digits, _)")
+
+
 class FlagBlockSpec(StrictModel):
     when: dict[str, Any] = {}
     args: list[Word] = []
+    # Environment variables the upstream script reads (e.g. Paddle's FLAGS_*), set for the whole
+    # launch where the block matches: rendered as ``env NAME=VALUE ...`` before the argv.
+    env: dict[EnvName, Word] = {}
 
 
 class RefusalSpec(StrictModel):
@@ -160,6 +166,7 @@ class SourceFile(StrictModel):
 class FlagBlock:
     when: dict[str, tuple[Any, ...]]  # condition -> allowed values
     args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # (name, value): set for the launch
 
 
 @dataclass(frozen=True)
@@ -261,7 +268,11 @@ def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None
         conditions = _conditions(path, at, block.when, spec.options)
         for j, item in enumerate(block.args):
             _check_template(path, f"{at}.args[{j}]", item, spec.options)
-        blocks.append(FlagBlock(when=conditions, args=tuple(block.args)))
+        for name, value in block.env.items():
+            _check_template(path, f"{at}.env.{name}", value, spec.options)
+        blocks.append(
+            FlagBlock(when=conditions, args=tuple(block.args), env=tuple(block.env.items()))
+        )
     refused = tuple(
         (FlagBlock(_conditions(path, f"{where}refused[{i}]", r.when, spec.options), ()), r.because)
         for i, r in enumerate(spec.refused)

@@ -276,9 +276,13 @@ class UpstreamSource:
             **context["options"],
         }
         items = list(launch.argv)
+        env: list[str] = []
         for block in launch.flags:
             if _matches(block, facts):
                 items += block.args
+                env += [f"{name}={value}" for name, value in block.env]
+        if env:  # variables the script reads, for its launcher and every process it starts
+            items = ["env", *env, *items]
         return [item.format_map(context) for item in items]
 
     def command(self, case: Case, rank: NodeRank, batch_size: int) -> list[str]:

@@ -1,19 +1,22 @@
-"""``dlperf data <format>``: prepare a data set folder (its files and ``dlperf-dataset.json``).
-
-Each format is a module ``driver.datasets.<name>`` with ``add_parser(subparsers)``; the
-command lists them in :data:`PREPARERS`.
-"""
+"""``dlperf data <format>``: a source's data format made from the user's own downloads, with a
+manifest whose SHA-256 every run on it records (docs/data.md)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 
-PREPARERS = ("tokens",)
+# One module of driver.datasets per format family, each with add_parser(subparsers).
+PREPARERS = ("raw", "paddle_lists", "tfrecord", "recordio", "dali_index", "tokens")
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    data = sub.add_parser("data", help="prepare a data set (tokens: a token file from your text)")
-    formats = data.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    data = sub.add_parser(
+        "data",
+        help="make a source's data format (ImageNet raw, TFRecord, DALI index, RecordIO, Paddle "
+        "lists; a Llama token file) from your downloads, with a manifest whose hash each run "
+        "records (docs/data.md)",
+    )
+    formats = data.add_subparsers(dest="format", metavar="FORMAT", required=True)
     for name in PREPARERS:
         importlib.import_module(f"driver.datasets.{name}").add_parser(formats)

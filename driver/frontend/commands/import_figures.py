@@ -12,15 +12,20 @@ from driver.frontend.args import RESULTS, free_text
 def cmd_import(args: argparse.Namespace) -> int:
     """Check an import file of published figures and show what the kit derives from them."""
     from driver.core.report import write_report
-    from driver.release.imported import imported_summaries
+    from driver.core.summary import summarize
+    from driver.release.imported import figure_summary, load_import, unknown_device_warning
     from driver.schema import ConfigError
 
     path = Path(args.file)
     try:
-        summaries = imported_summaries(path)
+        loaded = load_import(path)
     except ConfigError as error:
         print(f"import refused: {error}", file=sys.stderr)
         return 2
+    warning = unknown_device_warning(path, loaded)
+    if warning:
+        print(warning, file=sys.stderr)
+    summaries = summarize([], published=[figure_summary(f) for f in loaded.figures])
     # Under the results folder, never beside the file: an import file may be the kit's own
     # published data (published/), which a plain `dlperf import` must leave as it is.
     out = Path(args.out) if args.out else RESULTS / "imports" / f"{path.stem}-report"

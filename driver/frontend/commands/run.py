@@ -107,6 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "warmup_steps": args.warmup_steps,
             "measured_steps": args.measured_steps,
             "data_dir": args.data_dir,
+            "amp_dtype": args.amp_dtype,
             "options": dict(args.option or []),
         }
     )
@@ -258,7 +259,14 @@ def _selection_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--xla", choices=("on", "off"))
     run.add_argument("--dataset", help="synthetic and/or real", action=Once)
     run.add_argument("--data-dir")
-    run.add_argument("--variant", help="comma-separated option variants of the matrix", action=Once)
+    run.add_argument(
+        "--amp-dtype",
+        help="AMP's autocast dtype on the kit's own scripts: auto (bf16 where the GPU has it), "
+        "fp16 (as DLPerf's V100 runs; with a loss scaler) or bf16",
+    )
+    run.add_argument(
+        "--variant", help="comma-separated option variants of the matrix", action=Once
+    )
     run.add_argument("--repeats", type=int)
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--measured-steps", type=int)

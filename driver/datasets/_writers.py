@@ -1,0 +1,89 @@
+"""The framework's own record writers, run inside that framework's environment (stdlib and
+the framework only: the driver's dependencies are not there), as::
+
+    python -m driver.datasets._writers tfrecord|recordio JOB.json
+
+JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``. Each shard is
+written to a ``.partial`` file and renamed when whole; a shard already there is skipped, so an
+interrupted preparation resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _partial(path: str) -> str:
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.partial")
+
+
+def tfrecord(shard: dict) -> None:
+    """TF-slim's ``build_imagenet_data.py`` features, which tensorflow/models and NGC TF1 read:
+    the JPEG bytes as they are, 1-based labels (their readers subtract 1), no boxes."""
+    import tensorflow as tf
+
+    def feature(value: object) -> tf.train.Feature:
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        data = value if isinstance(value, bytes) else str(value).encode()
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[data]))
+
+    partial = _partial(shard["path"])
+    with tf.io.TFRecordWriter(partial) as writer:
+        for jpeg, label, wnid in shard["images"]:
+            with open(jpeg, "rb") as stream:
+                data = stream.read()
+            height, width, channels = (int(v) for v in tf.image.extract_jpeg_shape(data))
+            features = {
+                "image/encoded": feature(data),
+                "image/format": feature("JPEG"),
+                "image/filename": feature(os.path.basename(jpeg)),
+                "image/class/label": feature(label + 1),
+                "image/class/synset": feature(wnid),
+                "image/height": feature(height),
+                "image/width": feature(width),
+                "image/channels": feature(channels),
+                "image/colorspace": feature("RGB"),
+            }
+            example = tf.train.Example(features=tf.train.Features(feature=features))
+            # deterministic: the features map in key order, so the same images give the same
+            # bytes (and the set the same identity) on every run
+            writer.write(example.SerializeToString(deterministic=True))
+    os.replace(partial, shard["path"])
+
+
+def recordio(shard: dict) -> None:
+    """MXNet's indexed RecordIO (``.rec`` + ``.idx``), as ``im2rec.py --pass-through`` packs it:
+    the JPEG bytes as they are, the label in the record header."""
+    import mxnet as mx
+
+    rec = shard["path"]
+    idx = rec[: -len(".rec")] + ".idx"
+    partial_rec, partial_idx = _partial(rec), _partial(idx)
+    writer = mx.recordio.MXIndexedRecordIO(partial_idx, partial_rec, "w")
+    for number, (jpeg, label, _wnid) in enumerate(shard["images"]):
+        with open(jpeg, "rb") as stream:
+            header = mx.recordio.IRHeader(0, float(label), number, 0)
+            writer.write_idx(number, mx.recordio.pack(header, stream.read()))
+    writer.close()
+    os.replace(partial_idx, idx)  # the index first: a .rec without its .idx is redone
+    os.replace(partial_rec, rec)
+
+
+def main(argv: list[str]) -> int:
+    kind, job = argv
+    write = {"tfrecord": tfrecord, "recordio": recordio}[kind]
+    with open(job) as stream:
+        shards = json.load(stream)["shards"]
+    for shard in shards:
+        if not os.path.exists(shard["path"]):
+            write(shard)
+            print(f"wrote {shard['path']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,69 @@
+"""Shards written by a framework's own writer (``_writers.py``) in its environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import tempfile
+from pathlib import Path
+
+from driver.datasets.imagenet import Image
+from driver.schema import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def shard_plan(images: list[Image], shards: int, seed: int = 0) -> list[list[Image]]:
+    """``images`` in ``shards`` parts of near-equal size; train shuffled once with a fixed seed
+    (as build_imagenet_data.py does, so no shard holds one class), val in order."""
+    ordered = list(images)
+    if any(i.split == "train" for i in images):
+        random.Random(seed).shuffle(ordered)
+    count = max(1, min(shards, len(ordered)))
+    return [ordered[i::count] for i in range(count)]
+
+
+def run_writer(framework: str, kind: str, shards: list[tuple[Path, list[Image]]]) -> None:
+    """Write every shard not yet there with ``framework``'s writer (its environment's
+    python), raising a ConfigError with the writer's output when it fails."""
+    from driver.frameworks.base import FRAMEWORKS
+    from driver.frameworks.envs import venv_environment, venv_python
+    from driver.plugins import load
+
+    load("frameworks")
+    plugin = FRAMEWORKS.get(framework)
+    python = venv_python(plugin)
+    if not python.exists():
+        raise ConfigError(
+            python, "(file)", f"is missing: make {framework}'s environment (`dlperf envs`) first"
+        )
+    job = {
+        "shards": [
+            {"path": str(path), "images": [[str(i.path), i.label, i.wnid] for i in images]}
+            for path, images in shards
+        ]
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as stream:
+        json.dump(job, stream)
+    try:
+        done = subprocess.run(
+            [str(python), "-m", "driver.datasets._writers", kind, stream.name],
+            cwd=REPO_ROOT,
+            env={
+                **os.environ,
+                **venv_environment(plugin),
+                "PYTHONPATH": str(REPO_ROOT),
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        Path(stream.name).unlink(missing_ok=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise ConfigError(
+            shards[0][0].parent, "(folder)", f"{framework}'s {kind} writer failed:\n{tail}"
+        )
