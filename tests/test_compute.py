@@ -32,7 +32,7 @@ def test_a_committed_version_recomputes_to_its_records() -> None:
     for repeat in computed.repeats:  # re-measured from the logs = what the run recorded
         assert repeat.measurement == repeat.written.measurement, repeat.folder
     for summary in computed.summaries:
-        row = computed.rows[summary.case_id]
+        row = computed.rows[summary.key]
         assert isinstance(row, CaseRow) and row.session == computed.sessions_of[
             summary.case_id
         ]
