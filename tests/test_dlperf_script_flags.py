@@ -361,3 +361,44 @@ def test_a_difference_nobody_stated_is_found() -> None:
         assert differences(entry) == ["--optimizer_type: DLPerf adam, the kit None"]
     finally:
         object.__setattr__(spec, "launches", original)
+
+
+def flattened(tree: dict, prefix: str = "") -> dict[str, str]:
+    """A YAML mapping as the ``a.b=value`` keys --config_file takes (null leaves dropped)."""
+    flat: dict[str, str] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= flattened(value, f"{prefix}{key}.")
+        elif value is not None:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
+
+
+# DLPerf's classifier_trainer.py config per precision and node count (single_node_train.sh:19-23,
+# multi_node_train.sh); runtime.num_gpus is passed by both as --params_override.
+TF_CONFIGS = {
+    ("fp32", 1): "gpu.yaml",
+    ("amp", 1): "gpu_fp16.yaml",
+    ("fp32", 2): "multi_node_gpu.yaml",
+    ("amp", 2): "multi_node_gpu_fp16.yaml",
+}
+
+
+@pytest.mark.parametrize(("precision", "nodes"), sorted(TF_CONFIGS))
+def test_tensorflow_models_resnet50_passes_dlperf_s_config_file(precision: str, nodes: int) -> None:
+    import yaml
+
+    path = SCRIPTS / "TensorFlow/resnet50v1.5/scripts" / TF_CONFIGS[(precision, nodes)]
+    theirs = flattened(yaml.safe_load(path.read_text()))
+    theirs.pop("runtime.num_gpus", None)
+    entry = Recorded("", (0, 0), "tensorflow-models", "resnet50", precision, "real", ())
+    argv = rendered_case(entry, nodes=nodes)
+    ours = dict(item.split("=", 1) for item in argv[argv.index("--config_file") + 1].split(","))
+    notes = SPECS["tensorflow-models"].launches["resnet50"].notes
+    assert theirs and "DLPerf" in notes
+    for key in set(ours) ^ set(theirs):  # a key added or left out is named, with why, in notes
+        assert key.rsplit(".", 1)[-1] in notes, f"{path.name} {key}: differs, not stated"
+    for key in set(ours) & set(theirs):
+        assert same(ours[key], theirs[key]), (
+            f"{path.name} {key}: DLPerf {theirs[key]}, the kit {ours[key]}"
+        )
