@@ -172,6 +172,7 @@ class Recorded:
     compared: tuple[str, ...]
     variables: tuple[tuple[str, str], ...] = ()  # what the run's branch set (not read from lines)
     xla: bool = False
+    exports: tuple[int, int] | None = None  # lines of ``export NAME=VALUE`` the run set
 
 
 NGC = "NVIDIADeepLearningExamples"
@@ -217,6 +218,16 @@ RECORDED = (
              "oneflow-benchmark", "resnet50", "fp32", "real",
              ("--gpu_image_decoder", "--channel_last", "--pad_output", "--fuse_bn_relu",
               "--fuse_bn_add_relu", "--nccl_fusion_threshold_mb", "--nccl_fusion_max_ops")),
+    Recorded(f"{NGC}/MxNet/Classification/RN50v1.5/runner.sh", (41, 41), "ngc-mxnet", "resnet50",
+             "fp32", "synthetic", ("--dtype", "--input-layout", "--fuse-bn-relu",
+             "--fuse-bn-add-relu"), exports=(70, 81)),
+    Recorded(f"{NGC}/MxNet/Classification/RN50v1.5/runner.sh", (42, 44), "ngc-mxnet", "resnet50",
+             "amp", "synthetic", ("--dtype", "--amp", "--fuse-bn-relu", "--fuse-bn-add-relu",
+             "--input-layout", "--conv-layout", "--batchnorm-layout", "--pooling-layout"),
+             exports=(70, 81)),
+    Recorded(f"{NGC}/PyTorch/resnet50v1.5/scripts/single_node_train.sh", (33, 45), "ngc-pytorch",
+             "resnet50", "amp", "real", ("--amp", "--dynamic-loss-scale", "--memory-format",
+             "--data-backend"), (("PREC", "--amp --dynamic-loss-scale"),)),  # line 16
     Recorded("PyTorch/resnet50v1.5/scripts/single_node_train.sh", (24, 35), "pytorch-examples",
              "resnet50", "fp32", "real", ("--workers", "--dist-backend")),
     Recorded("TensorFlow/bert/scripts/single_node_train.sh", (42, 58), "tensorflow-models", "bert",
@@ -242,6 +253,11 @@ PINNED_DEFAULTS: dict[tuple[str, str], str | None] = {
     ("ngc-tf1", "--num_accumulation_steps"): "1",  # :98
     ("ngc-tf1", "--allreduce_post_accumulation"): "false",  # :102
     ("ngc-pytorch", "--fp16"): "false",  # PyTorch/LanguageModeling/BERT/run_pretraining.py
+    # 0107cf27 PyTorch/Classification/ConvNets/main.py:269 (a switch), :334 (nchw)
+    ("ngc-pytorch", "--dynamic-loss-scale"): "false",
+    ("ngc-pytorch", "--memory-format"): "nchw",
+    # e470c215 MxNet/Classification/RN50v1.5/fit.py:76 (a switch)
+    ("ngc-mxnet", "--amp"): "false",
     # gluon-nlp 7b7bf602 scripts/bert/run_pretraining.py: --accumulate defaults to 1 (:78); the
     # sequence lengths are read only with --raw (:112-127, 422-435), the kit reads npz files.
     ("gluon-nlp", "--accumulate"): "1",
@@ -341,6 +357,19 @@ def test_the_kit_passes_dlperf_s_flags_or_states_why_not(entry: Recorded) -> Non
             or flag.startswith(("--use_fp16", "--use_xla", "--fp16"))
         ), f"{entry.script}:{entry.lines} passes no {flag} and no default is recorded"
     notes = SPECS[entry.source].launches[entry.model].notes
+    if entry.exports:
+        text = (SCRIPTS / entry.script).read_text().splitlines()
+        lines = "\n".join(text[entry.exports[0] - 1 : entry.exports[1]])
+        exported = dict(EXPORT.findall(lines))
+        assert exported, f"{entry.script}:{entry.exports}: no export read"
+        argv = rendered_case(entry)
+        ours = dict(
+            argv[i + 1].split("=", 1)
+            for i, word in enumerate(argv[:-1])
+            if word == "-x" and "=" in argv[i + 1]
+        )
+        for name, value in exported.items():
+            assert name in ours and same(ours[name], value), f"{name}={value}: the kit {ours}"
     for difference in differences(entry):
         flag = difference.split(":")[0]
         stated = "DLPerf" in notes and re.search(rf"{re.escape(flag)}\b", notes)
