@@ -225,6 +225,12 @@ RECORDED = (
              "amp", "synthetic", ("--dtype", "--amp", "--fuse-bn-relu", "--fuse-bn-add-relu",
              "--input-layout", "--conv-layout", "--batchnorm-layout", "--pooling-layout"),
              exports=(70, 81)),
+    Recorded(f"{NGC}/TensorFlow/Classification/ConvNets/resnet50v1.5/scripts/single_node_train.sh",
+             (30, 30), "ngc-tf1", "resnet50", "amp", "real",
+             ("--use_tf_amp", "--loss_scale", "--use_xla")),
+    Recorded(f"{NGC}/TensorFlow/Classification/ConvNets/resnet50v1.5/scripts/single_node_train.sh",
+             (33, 38), "ngc-tf1", "resnet50", "amp", "real", ("--use_xla",),
+             (("USE_XLA", "--use_xla"),), xla=True),  # line 23
     Recorded(f"{NGC}/PyTorch/resnet50v1.5/scripts/single_node_train.sh", (33, 45), "ngc-pytorch",
              "resnet50", "amp", "real", ("--amp", "--dynamic-loss-scale", "--memory-format",
              "--data-backend"), (("PREC", "--amp --dynamic-loss-scale"),)),  # line 16
@@ -242,13 +248,20 @@ RECORDED = (
              (("DTYPE", "fp32"), ("enable_xla", "false"))),
 )  # fmt: skip
 # The kit's short spelling of a flag DLPerf spells long (the same argparse option).
-ALIASES = {("pytorch-examples", "--workers"): "-j"}
+# DeepLearningExamples TensorFlow ConvNets renamed DLPerf's flags by the pin (33110132
+# utils/cmdline_helper.py:111, 124, 140; --use_static_loss_scaling is kept there, hidden, :145).
+ALIASES = {
+    ("pytorch-examples", "resnet50", "--workers"): "-j",
+    ("ngc-tf1", "resnet50", "--use_tf_amp"): "--amp",
+    ("ngc-tf1", "resnet50", "--loss_scale"): "--static_loss_scale",
+    ("ngc-tf1", "resnet50", "--use_xla"): "--xla",
+}
 # What the pinned script does with a flag the kit does not pass: its default (file:line at the
 # kit's pin), or None where the pinned script defines the flag but never reads it for this model
 # (so DLPerf's value changes nothing there).
 PINNED_DEFAULTS: dict[tuple[str, str], str | None] = {
     # NVIDIA DeepLearningExamples e5428044, TensorFlow/LanguageModeling/BERT/run_pretraining.py
-    ("ngc-tf1", "--use_xla"): "false",  # :115
+    ("ngc-tf1", "--use_xla"): "false",  # :115 (and ConvNets' --xla, cmdline_helper.py:111)
     ("ngc-tf1", "--use_fp16"): "false",  # :117
     ("ngc-tf1", "--num_accumulation_steps"): "1",  # :98
     ("ngc-tf1", "--allreduce_post_accumulation"): "false",  # :102
@@ -287,7 +300,7 @@ def recorded_flags(entry: Recorded) -> dict[str, str]:
     first, last = entry.lines
     excerpt = "\n".join(text.splitlines()[first - 1 : last])
     excerpt = re.sub(r"\$\{?(\w+)\}?", lambda m: variables.get(m[1], m[0]), excerpt)
-    words = [w.strip("\"'\\") for w in excerpt.replace('CMD+="', " ").split()]
+    words = [w.strip("\"'\\;") for w in excerpt.replace('CMD+="', " ").split()]
     words = [w for w in words if w]
     flags: dict[str, str] = {}
     for i, word in enumerate(words):
@@ -301,10 +314,10 @@ def recorded_flags(entry: Recorded) -> dict[str, str]:
     return flags
 
 
-def kit_flag(argv: list[str], source: str, flag: str) -> str | object | None:
+def kit_flag(argv: list[str], source: str, flag: str, model: str = "") -> str | object | None:
     """The kit's value for ``flag`` (``true`` for a bare switch), the pinned default where the
     command leaves it out, NOT_READ where the pinned script ignores it, None if unknown."""
-    spelled = ALIASES.get((source, flag), flag)
+    spelled = ALIASES.get((source, model, flag), flag)
     if spelled in argv:
         i = argv.index(spelled)
         following = argv[i + 1] if i + 1 < len(argv) else "--"
@@ -336,7 +349,7 @@ def differences(entry: Recorded) -> list[str]:
     found = []
     for flag in entry.compared:
         dlperf = theirs.get(flag, PINNED_DEFAULTS.get((entry.source, flag), "false"))
-        ours = kit_flag(argv, entry.source, flag)
+        ours = kit_flag(argv, entry.source, flag, entry.model)
         if ours is NOT_READ:
             continue  # the pinned script never reads it: DLPerf's value changes nothing
         if dlperf is None or ours is None or not same(str(ours), str(dlperf)):
