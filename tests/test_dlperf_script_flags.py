@@ -444,3 +444,16 @@ def test_tensorflow_models_resnet50_passes_dlperf_s_config_file(precision: str, 
         assert same(ours[key], theirs[key]), (
             f"{path.name} {key}: DLPerf {theirs[key]}, the kit {ours[key]}"
         )
+
+
+def test_gluon_nlp_s_line_without_accuracy_is_still_a_step() -> None:
+    """With --no_compute_acc the pin logs through log_noacc (scripts/bert/pretraining_utils.py:274
+    at 7b7bf602): no mlm_acc/nsp_acc fields; the parser still reads the step and its time."""
+    from driver.parsers.gluon_nlp import LINE
+
+    line = (
+        "[1,0]<stderr>:INFO:root:[step 19]\tmlm_loss=7.20000\tnsp_loss= 0.69\t"
+        "throughput=40.3K tks/s\tlr=0.0000100 time=3.25, latency=162.5 ms/batch"
+    )
+    found = LINE.search(line)
+    assert found is not None and (found["step"], found["secs"]) == ("19", "3.25")
