@@ -180,3 +180,67 @@ def test_a_needs_file_per_source(tmp_path: Path) -> None:
     found = sorted(p.parent for p in REPO_ROOT.glob("*/upstream/needs.yaml"))
     found += sorted(p.parent for p in REPO_ROOT.glob("NVIDIADeepLearningExamples/*/needs.yaml"))
     assert sorted(found) == sorted(spec.folder for spec in SPECS.values())
+
+
+def removed_modules() -> list[tuple[str, str, dict[str, Any]]]:
+    """(source, package, removal) for each module a base image's package dropped upstream."""
+    return [
+        (source, package, removal)
+        for source in sorted(SPECS)
+        for package, fact in needs_of(source)["image"]["ships"].items()
+        for removal in fact.get("removed", [])
+    ]
+
+
+def dockerfile_runs(text: str) -> list[str]:
+    """The shell commands of a Dockerfile's RUN instructions, continuation lines joined."""
+    joined = re.sub(r"\\\n", " ", "\n".join(ln for ln in text.splitlines() if ln[:1] != "#"))
+    return [ln[4:].strip() for ln in joined.splitlines() if ln.startswith("RUN ")]
+
+
+@pytest.mark.parametrize(
+    ("source", "package", "removal"), removed_modules(), ids=lambda v: str(v)[:24]
+)
+def test_a_base_without_a_removed_module_is_refused_at_build_with_the_reason(
+    source: str, package: str, removal: dict[str, Any], tmp_path: Path
+) -> None:
+    """The build's check, run for real against a package with and without the module: the base
+    that lacks it is refused before any case runs, naming the commit that removed it."""
+    import subprocess
+    import sys
+
+    module = removal["module"]
+    assert re.fullmatch(r"[0-9a-f]{40}", removal["commit"]) and removal["at"].startswith("https://")
+    dockerfile = REPO_ROOT / removal["checked"]
+    assert dockerfile == SPECS[source].dockerfile
+    runs = [r for r in dockerfile_runs(dockerfile.read_text()) if f"import {module}" in r]
+    assert runs, f"{dockerfile}: no RUN imports {module}"
+    check = runs[0]  # the first to import it: its refusal is the one a build shows
+    assert f'python -c "import {module}"' in check, "the module is imported on its own"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    for has_it in (False, True):
+        root = tmp_path / str(has_it)
+        parts = module.split(".")
+        (root / parts[0]).mkdir(parents=True)
+        (root / parts[0] / "__init__.py").write_text("")
+        if has_it:
+            (root.joinpath(*parts)).mkdir()
+            (root.joinpath(*parts) / "__init__.py").write_text("")
+        done = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", check],
+            env=env | {"PYTHONPATH": str(root)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if has_it:
+            assert done.returncode == 0, done.stderr
+        else:
+            assert done.returncode != 0
+            said = done.stderr
+            assert "refused" in said and module in said, said
+            assert removal["commit"][:8] in said and str(removal["date"]) in said, said
+    for verdict in needs_of(source)["models"].values():
+        for variant in verdict["variants"]:
+            if any(module in str(i.get("calls", "")) for i in verdict["imports"]):
+                assert variant["verdict"] != "verified" and module in variant["because"], variant
