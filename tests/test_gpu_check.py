@@ -53,7 +53,13 @@ def test_every_run_stage_selects_exactly_its_case(shapes: gpu_check.Shapes, tmp_
             [*argv, "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stderr
-        cases = [line.split()[0] for line in done.stdout.splitlines() if "/pytorch/1n1g/" in line]
+        # a case line of the dry run: "<case id>  x<repeats>  (...)" (the estimate above it
+        # names the cases too, indented)
+        cases = [
+            line.split()[0]
+            for line in done.stdout.splitlines()
+            if line.startswith(("resnet50/pytorch/1n1g/", "bert/pytorch/1n1g/"))
+        ]
         assert len(cases) == 1, (stage.name, done.stdout)
         model, _fw, _topology, batch, precision, _data, *variant = cases[0].split("/")
         fixed = shapes.bert_batch if model == "bert" else shapes.batch
