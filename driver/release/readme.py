@@ -189,7 +189,7 @@ def _tables_section(computed: Computed, manifest: dict[str, Any]) -> str:
             "(devices x dense peak of the device at the run's precision, config/peaks.yaml)."
         )
     if any(
-        computed.rows[s.case_id].mfu is not None and s.case.model == LLAMA
+        computed.rows[s.key].mfu is not None and s.case.model == LLAMA
         for s in computed.summaries
     ):
         notes.append(f"MFU of Llama: training FLOPs per token = {FLOPS_FORMULA}.")
