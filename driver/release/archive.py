@@ -24,6 +24,7 @@ from typing import Any
 
 from driver.files import TEMP_PREFIX, sha256_bytes, write_bytes
 from driver.model.results import RecordError, load_record
+from driver.model.seal import odd_seal_files
 from driver.verify.folder import symlink_refusal, walk_session
 
 RAW_DIR = "raw"
@@ -63,10 +64,15 @@ def collect_session(root: Path) -> SessionFiles:
         out.refused.append(f"{root}: the session folder is a symlink; release the folder itself")
         return out
     walk = walk_session(root)
+    # the seal and its signature, checked before any read: named as what they are
+    odd = {root / name: why for name, why in odd_seal_files(root).items()}
+    out.refused += [f"{path}: {why}" for path, why in odd.items()]
     for link in walk.symlinks:
-        if link.relative_to(root).parts[0] != "report":  # derived, never archived
+        if link.relative_to(root).parts[0] != "report" and link not in odd:  # report: derived
             out.refused.append(symlink_refusal(link))
-    out.refused += [f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others]
+    out.refused += [
+        f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others if p not in odd
+    ]
     case_dirs = {
         path.parent
         for rel, path in walk.files.items()
