@@ -147,11 +147,24 @@ def write_archive(name: str, files: dict[str, Path], out_path: Path) -> dict[str
 
 
 def read_archive(path: Path) -> dict[str, bytes]:
-    """member name -> content of every regular file in a release archive."""
+    """member name -> content of every member of a release archive; ValueError for a member
+    that is not a regular file (a release writes none: a FIFO, link or folder member was put
+    there by hand, and is named rather than skipped)."""
     out: dict[str, bytes] = {}
     with tarfile.open(path, mode="r:gz") as tar:
         for info in tar:
-            if info.isfile():
-                handle = tar.extractfile(info)
-                out[info.name] = handle.read() if handle else b""
+            if not info.isfile():
+                kind = (
+                    "a FIFO"
+                    if info.isfifo()
+                    else "a link"
+                    if info.issym() or info.islnk()
+                    else ("a folder" if info.isdir() else "a device or other special member")
+                )
+                raise ValueError(
+                    f"member {info.name} is {kind}, not a regular file: a release archives "
+                    "regular files only"
+                )
+            handle = tar.extractfile(info)
+            out[info.name] = handle.read() if handle else b""
     return out
