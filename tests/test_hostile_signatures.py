@@ -61,6 +61,7 @@ class Hostile:
     superlinear: bool = False  # release with a reason for the forged case's scaling
     extra: tuple[str, ...] = ()  # more options of the release ("LAB": the lab's key)
     reason: str = "a forger's reason"  # the superlinear reason, where one is given
+    command: str = "release"  # or "report": the session's report names it, exit 1
 
 
 def repeat(root: Path, number: int = 1) -> Path:
@@ -228,6 +229,26 @@ def signature_without_seal(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str
     return (str(copy / SEAL_SIGNATURE), f"a signature of no {SEAL}")
 
 
+def not_a_file(name: str, kind: str, command: str) -> Callable:
+    """The seal or its signature replaced by a FIFO or a folder: named by what it is, never
+    opened (a read of a FIFO blocks); the report never calls the session "unsigned" or "not
+    sealed" for it."""
+
+    def apply(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
+        path = copy / name
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            path.mkdir()
+            (path / "x").write_text("x")
+        shown = "a FIFO (named pipe)" if kind == "fifo" else "a folder"
+        said = (f"seal not read: {name} is not a regular file",) if command == "report" else ()
+        return (str(path), f"{shown} where the seal", *said)
+
+    return apply
+
+
 def seal_text_edit(old: str, new: str) -> Callable:
     def apply(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
         path = copy / SEAL
@@ -287,6 +308,10 @@ SESSION_CASES = [
             signature_bytes(b"A" * 50_000_000, "50000000 bytes, not an SSH signature")),
     Hostile("signed: edited, .sig dropped, re-sealed, --require-signed", "signed", downgraded,
             extra=("--require-signed", "--signing-key", "LAB")),
+    *(Hostile(f"signed: {name} a {kind}, {command}", "signed", not_a_file(name, kind, command),
+              command=command)
+      for name in (SEAL, SEAL_SIGNATURE) for kind in ("fifo", "folder")
+      for command in ("report", "release")),
     Hostile("signed: seal schema 9", "signed", seal_text_edit('"schema": 1', '"schema": 9')),
     Hostile("signed: seal not JSON", "signed", seal_text_edit("{", "{{")),
     Hostile("sealed: log edited within the noise, re-hashed", "sealed", unsigned_log_edit),
@@ -413,6 +438,9 @@ def hostile_case(case: Hostile, bases: dict[str, Path], keys: Keys, scratch: Pat
     reports = scratch / "reports"
     argv = ["release", "v0.9", str(copy), "--reports", str(reports), "--no-flops",
             "--allowed-signers", str(scratch / "allowed_signers")]  # fmt: skip
+    if case.command == "report":
+        argv = ["report", str(copy), "--out", str(scratch / "out"),
+                "--allowed-signers", str(scratch / "allowed_signers")]  # fmt: skip
     argv += [str(keys.lab) if arg == "LAB" else arg for arg in case.extra]
     if case.superlinear:
         argv += ["--superlinear", CASE, case.reason]

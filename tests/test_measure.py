@@ -140,8 +140,11 @@ def test_nan_and_negative_log_numbers_are_refused() -> None:
     with pytest.raises(LogParseError, match="not a finite number"):
         parse_logs("dlperf-jsonl", {"node0.log": nan_log})
     mistyped = fake_log(0, 1, [0.0, 1.0, 2.0]).replace('"samples": 4', '"samples": "four"', 1)
-    with pytest.raises(LogParseError, match="node0.log: malformed record"):
+    with pytest.raises(LogParseError, match="node0.log:4: malformed 'step' record"):
         parse_logs("dlperf-jsonl", {"node0.log": mistyped})
+    timeless = fake_log(0, 1, [0.0, 1.0, 2.0]).replace('"t": 1.0, ', "", 1)
+    with pytest.raises(LogParseError, match="node0.log:4: malformed 'step' record .KeyError"):
+        parse_logs("dlperf-jsonl", {"node0.log": timeless})
     with pytest.raises(LogParseError, match="unknown log parser"):
         parse_logs("nope", {"node0.log": mistyped})
 

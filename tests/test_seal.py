@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -19,9 +20,13 @@ from driver.model.seal import (
     SEAL,
     SEAL_SIGNATURE,
     FolderFiles,
+    adopted_files,
     changes,
     load_seal,
     seal_session,
+    seal_state,
+    sealed_verdicts,
+    unvouched,
 )
 from driver.runtimes.local import LocalRuntime
 from driver.signing import SESSION_NAMESPACE, verify
@@ -283,3 +288,28 @@ def test_an_interrupted_probe_may_change_in_place_only_in_the_run(copy: Path) ->
     rel = f"{CASE_1N2G}/batch-search/bs16/node0.log"
     assert unvouched(copy, None, None) == [(rel, "changed since it was sealed")]
     assert seal_session(copy, None).written
+
+
+@pytest.mark.parametrize("name", [SEAL, SEAL_SIGNATURE])
+@pytest.mark.parametrize("kind", ["fifo", "folder", "symlink"])
+def test_a_seal_that_is_not_a_regular_file_is_named_never_read_nor_sealed_over(
+    copy: Path, lab: tuple[Path, Path], name: str, kind: str
+) -> None:
+    """Checked with os.lstat before any open: a FIFO would block the read, a symlink would bring
+    in a file from outside the session; every reader names it, none takes it as absent."""
+    key, allowed = lab
+    assert seal_session(copy, key).written
+    path = copy / name
+    path.unlink()
+    {"fifo": os.mkfifo, "folder": Path.mkdir}.get(kind, lambda p: p.symlink_to("/etc/hostname"))(
+        path
+    )
+    shown = {"fifo": "a FIFO (named pipe)", "folder": "a folder", "symlink": "a symlink"}[kind]
+    state = seal_state(copy, allowed)
+    assert state.how == f"seal not read: {name} is not a regular file", state.how
+    assert any(p.startswith(f"{name}: {shown} where the seal") for p in state.problems)
+    assert [rel for rel, _why in unvouched(copy, None, None)] == [name]
+    again = seal_session(copy, key)
+    assert not again.written and again.drift[0].startswith(f"{name}: {shown}")
+    if name == SEAL:
+        assert sealed_verdicts(copy) == {} and adopted_files(copy) == {}

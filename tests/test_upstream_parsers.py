@@ -433,3 +433,58 @@ def test_a_bad_host_line_names_the_log_and_the_line(line: str, fragment: str) ->
     with pytest.raises(LogParseError) as caught:
         parse_logs("tf-timehistory", texts)
     assert fragment in str(caught.value) and "node1.log:2:" in str(caught.value)
+
+
+# --- A negative or backward step index, in every parser that reads one ---------------------------
+
+# (parser, fixture log (source/case, or a real log), its window, the index text of one step line
+# inside the window, that text with the index negative, and with an earlier index); every edited
+# log is one the parser would otherwise measure.
+INDEX_EDITS = [
+    ("dllogger", "ngc-pytorch/ok", WINDOW, '"step": [0, 6]', '"step": [0, -5]', '"step": [0, 2]'),
+    ("dllogger", "ngc-tf1/bert-rate", WINDOW, "0 :: Step =      6", "0 :: Step =     -5",
+     "0 :: Step =      2"),
+    ("oneflow-benchmark", "oneflow-benchmark/cnn", WINDOW, "iter 6,", "iter -5,", "iter 2,"),
+    ("oneflow-benchmark", "oneflow-benchmark/bert", WINDOW, "step: 6,", "step: -5,", "step: 2,"),
+    ("paddle", "paddle-models/cv", WINDOW, "batch 6]", "batch -5]", "batch 2]"),
+    ("paddle", "paddle-models/bert-rate", WINDOW, "step: 6,", "step: -5,", "step: 2,"),
+    ("gluon-nlp", "gluon-nlp/ok", WINDOW, "[1,0]<stderr>:INFO:root:[step 6]",
+     "[1,0]<stderr>:INFO:root:[step -5]", "[1,0]<stderr>:INFO:root:[step 2]"),
+    ("mxnet-speed", "ngc-mxnet/ok", WINDOW, "[1,0]<stderr>:INFO:root:Epoch[0] Batch [6-7]",
+     "[1,0]<stderr>:INFO:root:Epoch[0] Batch [-5-7]",
+     "[1,0]<stderr>:INFO:root:Epoch[0] Batch [2-3]"),
+    ("tf-timehistory", "tensorflow-models/ok", WINDOW, "steps 6 and 8", "steps -5 and 8",
+     "steps 2 and 4"),
+    ("tf-timehistory", "real/tensorflow-models-pypi/bert.log", Window(10, 20), "Train Step: 20/",
+     "Train Step: -5/", "Train Step: 5/"),
+    ("pytorch-examples", "pytorch-examples/real-cpu", WINDOW, "[default0]:Epoch: [0][ 6/",
+     "[default0]:Epoch: [0][ -5/", "[default0]:Epoch: [0][ 2/"),
+]  # fmt: skip
+
+
+def _index_log(where: str) -> dict[str, str]:
+    if where.endswith(".log"):  # a real log with its run header: one node
+        return {"node0.log": (FIXTURES / where).read_text()}
+    return logs(*where.split("/"))
+
+
+@pytest.mark.parametrize(
+    ("parser", "where", "window", "old", "negative", "earlier"),
+    INDEX_EDITS,
+    ids=[f"{row[0]}:{row[1]}:{row[3]}" for row in INDEX_EDITS],
+)
+def test_a_negative_or_backward_index_is_refused_with_its_line(
+    parser: str, where: str, window: Window, old: str, negative: str, earlier: str
+) -> None:
+    load_all()
+    texts = _index_log(where)
+    measured = measure_repeat(PARSERS.get(parser)().parse(texts), window)
+    assert measured.throughput > 0  # the unedited log measures: each refusal is the edit's
+    text = texts["node0.log"]
+    line = text[: text.index(old)].count("\n") + 1
+    for new, fragment in ((negative, "negative"), (earlier, "after step")):
+        edited = {**texts, "node0.log": text.replace(old, new, 1)}
+        with pytest.raises(LogParseError) as caught:
+            measure_repeat(PARSERS.get(parser)().parse(edited), window)
+        message = str(caught.value)
+        assert message.startswith(f"node0.log:{line}: ") and fragment in message, message

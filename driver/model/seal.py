@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import re
+import stat
 import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -136,6 +137,36 @@ def load_seal(data: bytes, name: str) -> SessionManifest:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def odd_seal_files(root: Path) -> dict[str, str]:
+    """The seal or its signature where either is there but is not a regular file (a FIFO, a
+    socket, a device, a folder, a symlink): name -> why, never read. Checked with ``os.lstat``
+    before any open: a read of a FIFO blocks until someone writes to it, and a symlink would
+    bring in a file from outside the session."""
+    odd: dict[str, str] = {}
+    for name, what in ((SEAL, "the seal"), (SEAL_SIGNATURE, "the seal's signature")):
+        try:
+            mode = os.lstat(Path(root) / name).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            odd[name] = f"cannot be checked ({error.strerror}); fix its permissions"
+            continue
+        if stat.S_ISREG(mode):
+            continue
+        kind = (
+            "a symlink" if stat.S_ISLNK(mode)
+            else "a folder" if stat.S_ISDIR(mode)
+            else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode)
+            else "a device or other special file"
+        )  # fmt: skip
+        odd[name] = (
+            f"{kind} where {what} should be, not a regular file: not read (it could block or "
+            f"point outside the session); a release refuses it: remove it, or put {what} back"
+        )
+    return odd
 
 
 class FolderFiles(Mapping[str, bytes]):
@@ -325,6 +356,9 @@ def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None
     files = FolderFiles(root)
     previous = None
     adopted = dict(adopted or {})
+    odd = odd_seal_files(root)
+    if odd:
+        return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
     if path.is_file():
         old = path.read_bytes()
         old_signature = signature_path(path)
@@ -427,7 +461,8 @@ def sealed_verdicts(root: Path) -> dict[str, str]:
     where the session has no readable seal."""
     path = Path(root) / SEAL
     try:
-        sealed = load_seal(path.read_bytes(), SEAL) if path.is_file() else None
+        readable = path.is_file() and SEAL not in odd_seal_files(root)
+        sealed = load_seal(path.read_bytes(), SEAL) if readable else None
     except (OSError, SealError):
         return {}
     return {} if sealed is None else {f: r.verdict for f, r in sealed.repeats.items()}
@@ -438,7 +473,9 @@ def adopted_files(root: Path) -> dict[str, str]:
     measured by this kit); {} where it has no readable seal."""
     path = Path(root) / SEAL
     try:
-        return dict(load_seal(path.read_bytes(), SEAL).adopted) if path.is_file() else {}
+        if not path.is_file() or SEAL in odd_seal_files(root):
+            return {}
+        return dict(load_seal(path.read_bytes(), SEAL).adopted)
     except (OSError, SealError):
         return {}
 
@@ -461,6 +498,9 @@ def unvouched(
         for rel in files:
             if rel.startswith("cases/") and not rel.startswith(prefixes):
                 out[rel] = "in a case folder outside this run's selection"
+    odd = odd_seal_files(root)
+    if odd:  # neither is read: the run would sign over what it cannot check
+        return sorted({**out, **odd}.items())
     path = Path(root) / SEAL
     if not path.is_file():
         if signature_path(path).is_file():
@@ -636,6 +676,14 @@ def seal_state(root: Path, allowed_signers: Path) -> SealState:
     seal_file = Path(root) / SEAL
     signature_file = Path(root) / SEAL_SIGNATURE
     files = FolderFiles(root)
+    odd = odd_seal_files(root)
+    if odd:  # named, never read (nor taken as "unsigned" or "not sealed")
+        named = tuple(f"{rel}:" for rel in odd)
+        return SealState(
+            "seal not read: " + ", ".join(f"{rel} is not a regular file" for rel in odd),
+            [f"{rel}: {why}" for rel, why in odd.items()]
+            + [line for line in files.refused if not line.startswith(named)],
+        )
     if not seal_file.is_file():
         orphan = [
             f"{SEAL_SIGNATURE}: a signature of no {SEAL} (the seal was removed): a release "

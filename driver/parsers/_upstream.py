@@ -353,7 +353,22 @@ class StepLine:
         return self.at("step")
 
     def at(self, group: str) -> int:
-        return int(self.match[group]) + self.log.header.step_offset
+        index = logged_index(self.match[group], self.log.name, self.number)
+        return index + self.log.header.step_offset
+
+
+def logged_index(value: str, source: str, line: int) -> int:
+    """A step or iteration index as a source printed it: no source counts below 0, so a
+    negative one is an edited or mixed log, refused with its line (never skipped)."""
+    index = int(value)
+    if index < 0:
+        raise LogParseError(
+            f"a negative step/iteration index {index}: no source counts below 0; the log was "
+            "edited or mixed with another",
+            source=source,
+            line=line,
+        )
+    return index
 
 
 def step_lines(

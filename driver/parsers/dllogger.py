@@ -41,6 +41,7 @@ from driver.parsers._upstream import (
     RateInterval,
     Timeline,
     line_rank,
+    logged_index,
     logging_rank,
     node_logs,
     positive_rate,
@@ -56,7 +57,7 @@ PLAIN = re.compile(
     r"(?:Epoch: (?P<epoch>\d+)\s+)?(?:Training )?Iteration: (?P<index>-?\d+)\b(?P<rest>.*)$"
 )
 RATE = re.compile(
-    r"(?:Rank\s*=\s*(?P<rank>\d+)\s*::\s*)?Step\s*=\s*(?P<step>\d+)\s+"
+    r"(?:Rank\s*=\s*(?P<rank>\d+)\s*::\s*)?Step\s*=\s*(?P<step>-?\d+)\s+"
     r"Throughput\s*=\s*(?P<rate>\d+(?:\.\d+)?)"
 )
 
@@ -199,7 +200,7 @@ def _rate_intervals(logs: list[NodeLog]) -> list[RateInterval]:
                 rank = int(match["rank"])
             if logging_rank(log, rank, number) is None:
                 continue
-            end = int(match["step"]) + log.header.step_offset
+            end = logged_index(match["step"], log.name, number) + log.header.step_offset
             rate = positive_rate(match["rate"], log.name, number)
             if end == previous:  # an overflow iteration (at the start: none finished yet)
                 intervals.append(RateInterval(end, end, rate, log.name, number, runs=1))

@@ -38,7 +38,18 @@ class DlperfJsonlParser:
                         f"rank {rank} appears in both {owner[rank]} and {source}", source=source
                     )
                 log = ranks.setdefault(rank, RankLog(rank=rank))
-                _apply(log, record, source, number, world_sizes)
+                try:
+                    _apply(log, record, source, number, world_sizes)
+                except LogParseError as error:
+                    if error.line is not None:
+                        raise
+                    raise LogParseError(str(error), source=source, line=number) from None
+                except (KeyError, TypeError, ValueError, OverflowError) as error:
+                    raise LogParseError(  # a field missing or mistyped: named with its line
+                        f"malformed {record[TAG]!r} record ({type(error).__name__}: {error})",
+                        source=source,
+                        line=number,
+                    ) from None
         if not ranks:
             raise LogParseError("no dlperf step records found", source=",".join(texts))
         if len(world_sizes) > 1:

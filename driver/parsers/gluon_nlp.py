@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
 from driver.parsers.base import PARSERS, ParsedLog
 
-LINE = re.compile(r"\[step (?P<step>\d+)\].*?\btime=(?P<secs>\d+(?:\.\d+)?)")
+# an index's minus sign is read (a negative one refused with its line), never skipped
+LINE = re.compile(r"\[step (?P<step>-?\d+)\].*?\btime=(?P<secs>\d+(?:\.\d+)?)")
 # The end of a rank's training: run_pretraining.py's "Train cost=" line, or evaluate()'s first
 # line (logged after training; inside the loop only at --eval_interval checkpoints).
 TRAINING_ENDS = re.compile(r"(?:^|:)(?:Train cost=\d|Running evaluation \.\.\.)")

@@ -16,11 +16,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import RateInterval, node_logs, positive_rate, reported, step_lines
+from driver.parsers._upstream import (
+    RateInterval,
+    logged_index,
+    node_logs,
+    positive_rate,
+    reported,
+    step_lines,
+)
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
+# an index's minus sign is read (a negative one refused with its line), never skipped
 LINE = re.compile(
-    r"Epoch\[(?P<epoch>\d+)\] Batch \[(?:(?P<first>\d+)-)?(?P<last>\d+)\]\s+"
+    r"Epoch\[(?P<epoch>\d+)\] Batch \[(?:(?P<first>-?\d+)-)?(?P<last>-?\d+)\]\s+"
     r"Speed: (?P<rate>\d+(?:\.\d+)?) samples/sec"
 )
 
@@ -35,7 +43,8 @@ class MxnetSpeedParser:
         previous = 0
         for line in step_lines(logs, LINE.search, first_epoch=("epoch", "epoch")):
             end = line.at("last")
-            start = int(line.match["first"]) if line.match["first"] is not None else previous
+            first = line.match["first"]
+            start = previous if first is None else logged_index(first, line.log.name, line.number)
             if end <= start or start < previous:
                 raise line.error(
                     f"batches {start}..{end} after step {previous} (restarted, mixed or "

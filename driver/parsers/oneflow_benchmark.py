@@ -21,13 +21,14 @@ from collections.abc import Mapping
 from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
 from driver.parsers.base import PARSERS, ParsedLog
 
+# an index's minus sign is read (a negative one refused with its line), never skipped
 _NUMBER = r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 CNN = re.compile(
     rf"^train: epoch (?P<epoch>\d+), iter (?P<index>-?\d+), .*samples/s: (?P<rate>{_NUMBER})\s+"
     rf"(?P<t>{_NUMBER})\s*$"
 )
 BERT = re.compile(
-    rf"^step: (?P<index>\d+), .*throughput: (?P<rate>{_NUMBER})\s+(?P<t>{_NUMBER})\s*$"
+    rf"^step: (?P<index>-?\d+), .*throughput: (?P<rate>{_NUMBER})\s+(?P<t>{_NUMBER})\s*$"
 )
 
 

@@ -29,6 +29,7 @@ from driver.parsers._upstream import (
     RateInterval,
     Timeline,
     line_rank,
+    logged_index,
     node_logs,
     positive_rate,
     reported,
@@ -37,10 +38,11 @@ from driver.parsers._upstream import (
 )
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
+# an index's minus sign is read (a negative one refused with its line), never skipped
 BATCH = re.compile(
-    r"\[Pass (?P<epoch>\d+), train batch (?P<index>\d+)\].*?elapse (?P<secs>\d+(?:\.\d+)?) sec"
+    r"\[Pass (?P<epoch>\d+), train batch (?P<index>-?\d+)\].*?elapse (?P<secs>\d+(?:\.\d+)?) sec"
 )
-SPEED = re.compile(r"\bstep: (?P<step>\d+),.*?\bspeed: (?P<speed>\d+(?:\.\d+)?) steps/s")
+SPEED = re.compile(r"\bstep: (?P<step>-?\d+),.*?\bspeed: (?P<speed>\d+(?:\.\d+)?) steps/s")
 
 
 def _batch_timelines(logs: list[NodeLog]) -> dict[int, Timeline]:
@@ -52,6 +54,11 @@ def _batch_timelines(logs: list[NodeLog]) -> dict[int, Timeline]:
         if not timeline.points:
             clocks[key] = 0.0
             timeline.add(finished - 1, 0.0, line.log.name, line.number)
+        elif finished <= timeline.points[-1][0]:
+            raise line.error(
+                f"trainer {key}: batch {line.match['index']} after step "
+                f"{timeline.points[-1][0]} (restarted or mixed output)"
+            )
         elif timeline.points[-1][0] != finished - 1:
             raise line.error(
                 f"trainer {key}: batch {line.match['index']} follows step "
@@ -70,7 +77,7 @@ def _rate_intervals(log: NodeLog) -> list[RateInterval]:
         match = SPEED.search(text)
         if not match or text.lstrip().startswith(("[validation_set]", "[test_set]")):
             continue  # evaluation lines (every --validation_steps) print a speed too
-        end = int(match["step"]) + log.header.step_offset
+        end = logged_index(match["step"], log.name, number) + log.header.step_offset
         if end <= previous:
             raise LogParseError(
                 f"step {end} after step {previous} (restarted or mixed output)",

@@ -30,14 +30,15 @@ from datetime import datetime
 from driver.parsers._upstream import NodeLog, Timeline, node_logs, step_lines, steplog
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
+# an index's minus sign is read (a negative one refused with its line), never skipped
 LINE = re.compile(
     r"TimeHistory: (?P<secs>\d+(?:\.\d+)?) seconds, (?P<rate>\d+(?:\.\d+)?) "
-    r"examples/second between steps (?P<start>\d+) and (?P<end>\d+)"
+    r"examples/second between steps (?P<start>-?\d+) and (?P<end>-?\d+)"
 )
 
 TRAIN_STEP = re.compile(
     r"^[IWEF](?P<month>\d{2})(?P<day>\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}\.\d{6})\s+\d+\s+\S+\] "
-    r"Train Step: (?P<step>\d+)/\d+"
+    r"Train Step: (?P<step>-?\d+)/\d+"
 )
 YEAR_S = 366 * 86400.0
 
@@ -75,6 +76,11 @@ class TimeHistoryParser:
             if not timeline.points:
                 clocks[key] = 0.0
                 timeline.add(start, 0.0, line.log.name, line.number)
+            elif start < timeline.points[-1][0]:
+                raise line.error(
+                    f"worker {key}: an interval from step {start} after step "
+                    f"{timeline.points[-1][0]} (restarted or mixed output)"
+                )
             elif timeline.points[-1][0] != start:
                 raise line.error(
                     f"worker {key}: an interval from step {start} after one that ended at "

@@ -24,6 +24,7 @@ from typing import Any
 
 from driver.files import TEMP_PREFIX, sha256_bytes, write_bytes
 from driver.model.results import RecordError, load_record
+from driver.model.seal import odd_seal_files
 from driver.verify.folder import symlink_refusal, walk_session
 
 RAW_DIR = "raw"
@@ -63,10 +64,15 @@ def collect_session(root: Path) -> SessionFiles:
         out.refused.append(f"{root}: the session folder is a symlink; release the folder itself")
         return out
     walk = walk_session(root)
+    # the seal and its signature, checked before any read: named as what they are
+    odd = {root / name: why for name, why in odd_seal_files(root).items()}
+    out.refused += [f"{path}: {why}" for path, why in odd.items()]
     for link in walk.symlinks:
-        if link.relative_to(root).parts[0] != "report":  # derived, never archived
+        if link.relative_to(root).parts[0] != "report" and link not in odd:  # report: derived
             out.refused.append(symlink_refusal(link))
-    out.refused += [f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others]
+    out.refused += [
+        f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others if p not in odd
+    ]
     case_dirs = {
         path.parent
         for rel, path in walk.files.items()
@@ -141,11 +147,24 @@ def write_archive(name: str, files: dict[str, Path], out_path: Path) -> dict[str
 
 
 def read_archive(path: Path) -> dict[str, bytes]:
-    """member name -> content of every regular file in a release archive."""
+    """member name -> content of every member of a release archive; ValueError for a member
+    that is not a regular file (a release writes none: a FIFO, link or folder member was put
+    there by hand, and is named rather than skipped)."""
     out: dict[str, bytes] = {}
     with tarfile.open(path, mode="r:gz") as tar:
         for info in tar:
-            if info.isfile():
-                handle = tar.extractfile(info)
-                out[info.name] = handle.read() if handle else b""
+            if not info.isfile():
+                kind = (
+                    "a FIFO"
+                    if info.isfifo()
+                    else "a link"
+                    if info.issym() or info.islnk()
+                    else ("a folder" if info.isdir() else "a device or other special member")
+                )
+                raise ValueError(
+                    f"member {info.name} is {kind}, not a regular file: a release archives "
+                    "regular files only"
+                )
+            handle = tar.extractfile(info)
+            out[info.name] = handle.read() if handle else b""
     return out
