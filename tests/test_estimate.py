@@ -150,6 +150,6 @@ def test_a_run_records_its_estimate_beside_what_it_took(tmp_path: Path) -> None:
             "--option", "image_size=32", "--option", "num_classes=10", "--hardware", "AMD EPYC",
             "--results", str(tmp_path), "--session", "s"]  # fmt: skip
     assert main(argv) == 0
-    recorded = json.loads((tmp_path / "s" / "estimate.json").read_text())
+    recorded = json.loads((tmp_path / "s" / "report" / "estimate.json").read_text())
     [row] = recorded["cases"]
     assert row["seconds"] > 0 and row["actual_s"] > 0 and recorded["wall_s"] >= row["actual_s"]

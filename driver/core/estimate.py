@@ -12,7 +12,7 @@ A ``batch_size: max`` case adds its search (:data:`SEARCH_PROBES` short runs); a
 (``epochs``/``epoch_samples``) counts the epoch's steps.
 
 An estimate is a planning figure, not a measurement: a session records it beside what the run
-took (``estimate.json``) so the next estimate can be judged.
+took (``report/estimate.json``) so the next estimate can be judged.
 """
 
 from __future__ import annotations

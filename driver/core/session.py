@@ -162,7 +162,7 @@ def run_session(
     :func:`check_resume`): the session, its seal (signed with ``signing_key``, else
     ``$DLPERF_SIGNING_KEY``, where one is given), the closing table and the report;
     ``estimates`` (printed before, ``driver.core.estimate``) are recorded beside what each case
-    took (``estimate.json``). Returns the exit status: 0 when every repeat finished, the door
+    took (``report/estimate.json``). Returns the exit status: 0 when every repeat finished, the door
     took every one and the seal was written."""
     from driver.core.command import check_placement
     from driver.core.plan import dry_run_plan
@@ -296,8 +296,10 @@ def run_session(
 
 
 def record_estimate(root: Path, estimates: list[CaseEstimate], wall_s: float) -> None:
-    """``estimate.json``: each case's estimate beside the wall time its repeats took (their
-    records' start to finish), and the session's; printed in one line."""
+    """``report/estimate.json``: each case's estimate beside the wall time its repeats took
+    (their records' start to finish), and the session's; printed in one line. Beside the
+    tables in the derived ``report/``: each run rewrites it, and the seal covers what was
+    measured, not what was expected."""
     import json
 
     from driver.core.estimate import duration, record_actual, total_seconds
@@ -313,13 +315,13 @@ def record_estimate(root: Path, estimates: list[CaseEstimate], wall_s: float) ->
                 continue
             actual[estimate.case_id] = actual.get(estimate.case_id, 0.0) + spent
     try:
-        record_actual(root / "estimate.json", estimates, actual, wall_s)
+        record_actual(root / "report" / "estimate.json", estimates, actual, wall_s)
     except KitWriteError as error:
         print(f"warning: the estimate was not recorded: {error}", file=sys.stderr)
         return
     print(
         f"estimate {duration(total_seconds(estimates))}, took {duration(wall_s)} "
-        f"({root / 'estimate.json'})"
+        f"({root / 'report' / 'estimate.json'})"
     )
 
 
