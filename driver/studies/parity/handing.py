@@ -41,6 +41,7 @@ NOT_HANDED: dict[str, str] = {
     "num_threads_source": "where the count came from; the count is handed",
     "step_sync": "how the kit times its steps (the bare loop syncs once, at the end)",
     "parallelism": "one process: nothing to shard or reduce",
+    "amp_effective": "a fact the kit's script measured (autocast's output dtype), not a setting",
 }
 # Shape options of the other models (the header records every shape option).
 OTHER_MODEL_KEYS = {
