@@ -10,8 +10,8 @@ from driver.frontend.cli import main
 from driver.registry import UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError, make_runtime
 from driver.runtimes.local import LocalRuntime
-from driver.runtimes.ssh.docker import DockerRuntime
-from driver.runtimes.ssh.process import ProcessRuntime
+from driver.runtimes.ssh.runtime import DockerRuntime
+from driver.runtimes.ssh.runtime import ProcessRuntime
 
 
 def test_every_runtime_comes_from_the_registry_by_name(tmp_path: Path) -> None:

@@ -205,7 +205,9 @@ class SlurmConfig(StrictModel):
     reservation: Word | None = None
     gpus_per_node: number(0, 1024, "a GPU count 0-1024") | None = None
     gpu_request: Annotated[Any, one_of("gpus-per-node", "gres")] = "gpus-per-node"
-    container: Annotated[Any, one_of("auto", "pyxis", "oci", "none")] = "auto"
+    # auto (pyxis where srun lists it, else none) or a container platform the runtime checks
+    # against the ones Slurm runs (driver/runtimes/containers/).
+    container: text(r"[a-z][a-z0-9-]{0,31}", "auto or a container platform's name") = "auto"
     image: dict[_framework_key("default", sources=True), Word] = {}
     oci_image: dict[_framework_key("default", sources=True), Word] = {}
     oci_bundle: dict[_framework_key("default", sources=True), AbsolutePath] = {}

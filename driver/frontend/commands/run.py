@@ -144,11 +144,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         return rehearse(selection, root, before_matrix=before_matrix, **session)
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
-    if args.runtime == "docker":  # the scripts read the data inside each node's container
-        from driver.cluster.inventory import check_container_data_dir
-
-        for data_dir in sorted({case.data_dir for case in selection.cases if case.data_dir}):
-            check_container_data_dir(runtime.inventory, data_dir)
+    check_data_dirs = getattr(runtime, "check_data_dirs", None)  # a container sees its mounts
+    if check_data_dirs:
+        check_data_dirs({case.data_dir for case in selection.cases if case.data_dir})
     return run_session(selection, runtime, root, before_matrix=before_matrix, **session)
 
 
