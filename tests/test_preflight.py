@@ -95,7 +95,8 @@ def test_a_gpu_node_without_nvidia_smi_is_told_about_the_cpu_variant(
     inventory = process_inventory(tmp_path, ssh_nodes[:1], variant="gpu")
     runtime = ProcessRuntime(inventory)
     checks = run_preflight(
-        [Remote(node) for node in runtime.inventory.nodes], engine=lambda _remote: None,
+        [Remote(node) for node in runtime.inventory.nodes],
+        engine=lambda _remote: None,
         framework="pytorch",
     )
     devices = next(check for check in checks if check.name == "devices")

@@ -18,9 +18,9 @@ from driver.cluster.slurm import (
     load_slurm_config,
     time_limit_seconds,
 )
-from driver.runtimes.plan import NodeCommand
 from driver.runtimes.containers.oci import oci_guard
 from driver.runtimes.containers.pyxis import Container
+from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     device_argv,
@@ -304,8 +304,14 @@ def test_extra_sbatch_args_cannot_override_an_option_the_kit_sets() -> None:
         for extra in ([f"{option}=x"], [option, "x"], [f"{option[:-1]}=x"]):
             with pytest.raises(ValueError, match=f"sets {option}"):
                 SlurmConfig(extra_sbatch_args=extra)
-    for short, option in (("-J", "--job-name"), ("-N", "--nodes"), ("-t", "--time"),
-                          ("-o", "--output"), ("-n", "--ntasks"), ("-p", "--partition")):
+    for short, option in (
+        ("-J", "--job-name"),
+        ("-N", "--nodes"),
+        ("-t", "--time"),
+        ("-o", "--output"),
+        ("-n", "--ntasks"),
+        ("-p", "--partition"),
+    ):
         for extra in ([f"{short}2"], [short, "2"], [f"-v{short[1]}2"]):
             with pytest.raises(ValueError, match=f"sets {option} \\({short}\\)"):
                 SlurmConfig(extra_sbatch_args=extra)
@@ -323,7 +329,7 @@ def test_extra_sbatch_args_cannot_override_an_option_the_kit_sets() -> None:
            "--exclude=n3", "--nodelist=n1", "--gres-flags=enforce-binding", "--requeue",
            "--mail-type=END", "-v"]  # fmt: skip
     assert SlurmConfig(extra_sbatch_args=own).extra_sbatch_args == own
-    assert sbatch_argv(SlurmConfig(extra_sbatch_args=own), 1, "j", "o")[-len(own):] == own
+    assert sbatch_argv(SlurmConfig(extra_sbatch_args=own), 1, "j", "o")[-len(own) :] == own
 
 
 @pytest.mark.parametrize("folder", ["a,b", "a:b", "x,/etc"])
@@ -368,7 +374,8 @@ def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPat
     lines = runtime.describe(plan)
     session = Path("results/<session>").absolute()
     assert lines[0] == (
-        "$ sbatch --parsable --job-name=dlperf-session-" + lines[0].split("session-")[1][:8]
+        "$ sbatch --parsable --job-name=dlperf-session-"
+        + lines[0].split("session-")[1][:8]
         + " --nodes=4 --ntasks-per-node=1 --time=02:00:00 '--output=results/<session>/slurm/"
         "job-%j.out' --partition=gpu --account=perf --qos=high --constraint=h100 "
         "--reservation=bench --gpus-per-node=8 --exclusive --comment=dlperf <<'EOF'"

@@ -63,7 +63,7 @@ _DOCKER_HOST = r"(?:unix|tcp|ssh|fd|npipe)://[^\s\x00-\x1f\x7f]{1,1024}"
 _ABSOLUTE = r"/[^\x00-\x1f\x7f]{0,4095}"  # no newline, NUL or other control character
 _FILE = r"[^\x00-\x1f\x7f-][^\x00-\x1f\x7f]{0,4095}"
 _COMMAND = r"[^\x00-\x1f\x7f\s-][^\x00-\x1f\x7f]{0,4095}"  # an interpreter; never "-..."
-_IMAGE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}"
+_IMAGE = r"/?[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}"
 _VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]{0,65536}"  # an env value: any text on one line
 
 

@@ -271,7 +271,7 @@ class SshRuntime:
             image = images.get(remote.node.name)
             facts = provenance.collect(
                 remote,
-                image=image,
+                engine=self.platform.engine(remote, image),
                 probe_command=self.platform.probe_command(remote, code, image, framework),
             )
             facts["code"] = {"digest": bundle.digest, "path": code, "files": bundle.files}
