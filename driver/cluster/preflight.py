@@ -245,39 +245,27 @@ def check_node(
                 checks.append(Check(node.name, "image", present, said))
         else:
             python = node.python_for(framework or "default")
-            version = remote.run_argv(
-                [python, "-c", "import sys; print(sys.version.split()[0])"], timeout=30
+            version = remote.run_argv([python, "-c", "import sys; print(sys.version.split()[0])"])
+            fix = (
+                "set the node's `python: {default: ...}` (or one per framework) in the inventory "
+                "to an interpreter that exists there"
             )
-            checks.append(
-                Check(
-                    node.name,
-                    "python",
-                    version.ok,
-                    f"{python} {version.stdout.strip()}"
-                    if version.ok
-                    else f"{version.why()}; set the node's `python: {{default: ...}}` (or one per "
-                    "framework) in the inventory to an interpreter that exists there",
-                )
-            )
+            said = f"{python} {version.stdout.strip()}" if version.ok else f"{version.why()}; {fix}"
+            checks.append(Check(node.name, "python", version.ok, said))
             module = FRAMEWORK_MODULES.get(framework or "")
             if module and version.ok:
-                code = (
-                    "import importlib.util, sys; "
-                    f"sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
-                )
-                found = remote.run_argv([python, "-c", code], timeout=60)
-                checks.append(
-                    Check(
-                        node.name,
-                        "framework",
-                        found.ok,
-                        f"{module} importable"
-                        if found.ok
-                        else f"{python} cannot import {module}: install the framework there "
-                        f"(its requirements-cpu.txt) or point `python: {{{framework}: ...}}` "
-                        "at an environment that has it",
+                find = f"import importlib.util as u, sys; sys.exit(not u.find_spec({module!r}))"
+                found = remote.run_argv([python, "-c", find], timeout=60)
+                said = (
+                    f"{module} importable"
+                    if found.ok
+                    else (
+                        f"{python} cannot import {module}: install the framework there (its "
+                        f"requirements-cpu.txt) or point `python: {{{framework}: ...}}` at an "
+                        "environment that has it"
                     )
                 )
+                checks.append(Check(node.name, "framework", found.ok, said))
         request = engine.gpus if engine else None
         checks.append(check_devices(remote, devices or node.devices, request, framework))
         checks.append(_disk(remote))

@@ -127,7 +127,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
         "the slow node and the slow link named",
     )
     nodes.add_argument("--inventory", required=True)
-    nodes.add_argument("--runtime", default="docker", choices=("docker", "process"))
+    nodes.add_argument("--runtime", default="docker", choices=("ssh", "docker", "process"))
     nodes.add_argument("--framework", default="pytorch")
     nodes.add_argument("--model", default="resnet50")
     nodes.add_argument("--profile", default="auto", help="the matrix profile (default: auto)")

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from driver.runtimes.slurm.job import Allocation
     from driver.runtimes.ssh.launch import Launch, Prepared  # noqa: TC004 - beside the constants
 
+
 @dataclass
 class Context:
     """What a transport hands the platform it makes: where the setting came from (for

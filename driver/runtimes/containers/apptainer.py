@@ -11,7 +11,7 @@ The image: over SSH the inventory's ``container.image`` (per framework or ``defa
 ``.sif`` file on every node, or any source apptainer reads, e.g. ``docker://...``); under Slurm
 ``slurm.image`` the same way, else the framework's local image built here into
 ``.dlperf/apptainer/<tag>.sif`` in the checkout (a shared file system), once per image
-(``driver/images/apptainer.py``). An upstream source's image is not run (use docker, podman,
+(``driver/images/export.py``). An upstream source's image is not run (use docker, podman,
 pyxis or oci).
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver.cluster.preflight import Engine
 from driver.frameworks.base import REPO_ROOT
-from driver.images import apptainer
+from driver.images import export
 from driver.runtimes.base import Verdict
 from driver.runtimes.containers import PLATFORMS
 from driver.runtimes.containers.none import NoContainer
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from driver.runtimes.slurm.job import Allocation
 
 CACHE = REPO_ROOT / ".dlperf" / "apptainer"
+
+
+def build_argv(tag: str, target: Path) -> list[str]:
+    return ["apptainer", "build", "--force", str(target), f"docker-daemon://{tag}"]
 
 
 @PLATFORMS.register("apptainer")
@@ -91,7 +95,7 @@ class Apptainer(NoContainer):
             tag = plan_images([name], options)[name].tag
         except LockError:  # a base digest still unresolved: the name, and no tag yet
             tag = f"dlperf/{name}:unbuilt"
-        return str(apptainer.sif_path(tag, CACHE)), tag
+        return str(export.image_file(tag, CACHE, ".sif")), tag
 
     def step_argv(self, plan: RepeatPlan, argv: list[str], session_root: Path) -> list[str]:
         session, kit = str(Path(session_root).absolute()), str(REPO_ROOT)
@@ -105,16 +109,17 @@ class Apptainer(NoContainer):
             return None
         started = time.time()
         try:
-            apptainer.build_sif(tag, CACHE)
-        except apptainer.ApptainerError as error:
-            raise Failure(Verdict.FAILED, f"{error} (or set slurm.image)") from None
+            export.make_file(Path(image), lambda to: build_argv(tag, to))
+        except export.ExportError as error:
+            detail = f"apptainer could not build {tag}: {error} (or set slurm.image)"
+            raise Failure(Verdict.FAILED, detail) from None
         return {"sif": image, "image": tag, "built_s": round(time.time() - started, 3)}
 
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
         image, tag = self.slurm_image(plan.framework)
         if tag is None:
             return []
-        argv = apptainer.build_argv(tag, Path(image))
+        argv = build_argv(tag, Path(image))
         return [
             f"# once per image: the local image {tag} as the .sif apptainer runs (or set "
             f"slurm.image.{plan.framework})",

@@ -9,16 +9,15 @@ squashfs the kit imports once per image from the local build), a fresh container
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.frameworks.base import REPO_ROOT
+from driver.images import export
 from driver.runtimes.base import RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS, ContainerPlatform
 from driver.runtimes.slurm import client
@@ -119,7 +118,7 @@ class Pyxis(ContainerPlatform):
         """Where the kit keeps a source image's squashfs for pyxis (the checkout is on a file
         system the nodes share; a path without ',' or ':', which pyxis would split)."""
         tag = image.tag or f"{image.name}:<unbuilt>"
-        return REPO_ROOT / ".dlperf" / "enroot" / f"{tag.rsplit('/', 1)[-1].replace(':', '-')}.sqsh"
+        return export.image_file(tag, REPO_ROOT / ".dlperf" / "enroot", ".sqsh")
 
     def image_for(self, framework: str, source: str = "dlperf") -> str:
         """pyxis image: ``slurm.image`` (the source's entry for an upstream source, else the
@@ -181,20 +180,13 @@ class Pyxis(ContainerPlatform):
                 f"{target} dockerd://{tag}` where enroot and the image are, or set "
                 f"slurm.image.{plan.source} (a registry copy of the image, or a squashfs path)",
             )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}")
-        partial.unlink(missing_ok=True)
         started = time.time()
         self.printer(f"pyxis: importing {tag} into {target} (once per image)")
-        argv = [enroot, "import", "--output", str(partial), f"dockerd://{tag}"]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-            if done.returncode != 0:
-                said = (done.stderr or done.stdout).strip().splitlines()
-                raise OSError(f"exit {done.returncode}: {said[-1] if said else 'no message'}")
-            os.replace(partial, target)
-        except (OSError, subprocess.SubprocessError) as error:
-            partial.unlink(missing_ok=True)
+            export.make_file(
+                target, lambda to: [enroot, "import", "--output", str(to), f"dockerd://{tag}"]
+            )
+        except export.ExportError as error:
             raise Failure(Verdict.FAILED, f"enroot could not import {tag}: {error}") from None
         return {**facts, "import_s": round(time.time() - started, 3)}
 

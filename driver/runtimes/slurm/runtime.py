@@ -305,7 +305,7 @@ class SlurmRuntime:
             return (
                 f"upstream source {plan.source!r} runs in its own image ({source.image}), and "
                 f"slurm.container: {platform} runs no image: set slurm.container: pyxis or oci "
-                "(docs/upstream.md), or run it over SSH with container: docker or podman"
+                "(docs/upstream.md), or run it with --runtime docker and an inventory of the nodes"
             )
         if (
             self.config.tasks == "device"
