@@ -41,7 +41,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, field_validator, model_validator
+from pydantic import AfterValidator, field_validator
 
 from driver.schema import (
     ConfigError,
@@ -237,16 +237,6 @@ class SlurmConfig(StrictModel):
         if re.fullmatch(TIME_LIMIT, value):
             time_limit_seconds(value)  # each field within its range, the whole within bounds
         return value
-
-    @model_validator(mode="after")
-    def _one_task_per_container(self) -> SlurmConfig:
-        if self.container == "oci" and self.tasks == "device":
-            raise ValueError(
-                "tasks: device with container: oci: Slurm 22.05 runs one task per node in an "
-                "OCI container (slurmstepd refuses more); use tasks: node (the framework's "
-                "launcher starts the node's processes inside the container)"
-            )
-        return self
 
     @field_validator("extra_sbatch_args", mode="before")
     @classmethod

@@ -4,15 +4,8 @@ A runtime is a transport (how node commands reach the nodes: SSH, Slurm) crossed
 container platform (what each command runs inside), the way ReFrame keeps its schedulers apart
 from its container platforms. One setting picks the platform: ``container:`` at the top of the
 inventory (SSH) or ``slurm.container`` (Slurm). Each platform is one module here, registered in
-:data:`PLATFORMS`, and says which transports it runs under (``transports``):
-
-    platform   ssh  slurm  what a node's command runs in
-    none       x    x      the node's own Python: a process group (SSH), srun's tasks (Slurm)
-    docker     x           ``docker create`` + ``start -a`` per node and repeat
-    podman     x           the same with podman
-    apptainer  x    x      ``apptainer exec <image.sif>`` around the command
-    pyxis           x      ``srun --container-image``: one named container per node and job
-    oci             x      ``srun --container=<bundle>``: Slurm's own, one bundle per session
+:data:`PLATFORMS`, and says which transports it runs under (``transports``; the pairs:
+docs/clusters.md, "Container platforms").
 
 :class:`ContainerPlatform` is the one interface. What every transport asks: what a node's
 process sees (its interpreter, where the kit's code is), the command wrapped (:meth:`wrap`),

@@ -91,17 +91,21 @@ class Docker(ContainerPlatform):
             )
         return self._images[key]
 
-    def _resolve_built(self, framework: str, variant: str, source: str) -> str:
-        from driver.images.build import BuildOptions, resolve_image
+    def _built(self, framework: str, variant: str, source: str) -> tuple[str, Any]:
+        """The name of the image the kit builds for the case, and the build options."""
+        from driver.images.build import BuildOptions
         from driver.images.catalog import discover, image_for
         from driver.sources.base import SOURCES
 
         options = self.build_options or BuildOptions(log=lambda _line: None)
         if source != "dlperf":
-            name = str(SOURCES.get(source)().image)
-        else:
-            name = image_for(framework, variant, discover(options.root))
-        built = resolve_image(name, options)
+            return str(SOURCES.get(source)().image), options
+        return image_for(framework, variant, discover(options.root)), options
+
+    def _resolve_built(self, framework: str, variant: str, source: str) -> str:
+        from driver.images.build import resolve_image
+
+        built = resolve_image(*self._built(framework, variant, source))
         assert built.id is not None
         return built.id
 
@@ -199,19 +203,13 @@ class Docker(ContainerPlatform):
     def planned_image(self, framework: str, node: Node, source: str) -> str:
         """The image a node would run, without an engine: the inventory's override, else the
         tag of the image with today's inputs (what ``dlperf images build`` makes)."""
-        from driver.images.build import BuildOptions, plan_images
-        from driver.images.catalog import discover, image_for
+        from driver.images.build import plan_images
         from driver.images.lock import LockError
-        from driver.sources.base import SOURCES
 
         override = node.container.image.get(framework) or node.container.image.get("default")
         if override and source == "dlperf":
             return override
-        options = self.build_options or BuildOptions(log=lambda _line: None)
-        if source != "dlperf":
-            name = str(SOURCES.get(source)().image)
-        else:
-            name = image_for(framework, node.container.variant, discover(options.root))
+        name, options = self._built(framework, node.container.variant, source)
         try:
             return plan_images([name], options)[name].tag
         except LockError:  # e.g. a base digest still unresolved: the name, and no tag yet

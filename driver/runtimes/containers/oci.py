@@ -57,6 +57,12 @@ class SlurmOci(ContainerPlatform):
 
     def __init__(self, context: Context) -> None:
         super().__init__(context)
+        if self.config.tasks == "device":
+            raise RuntimeConfigError(
+                f"{self.where}: slurm.tasks: device with container: oci: Slurm 22.05 runs one "
+                "task per node in an OCI container (slurmstepd refuses more); use tasks: node "
+                "(the framework's launcher starts the node's processes inside the container)"
+            )
         self._checked = False
         self._made: dict[Path, dict[str, Any]] = {}  # session bundle -> its facts
         self._paths: dict[str, str | None] = {}  # source -> the PATH its config sets
