@@ -194,7 +194,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         help="a progress bar with ETA on a terminal (auto), or one line per repeat with the "
         "ETA (plain: CI logs)",
     )  # fmt: skip
-    run.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
+    run.add_argument("--inventory", help="cluster inventory YAML (see docs/clusters.md)")
     run.add_argument(
         "--python",
         metavar="PATH",
