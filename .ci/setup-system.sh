@@ -24,6 +24,8 @@ command -v srun >/dev/null 2>&1 || need+=(slurm-client)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # Slurm's own OCI containers (srun --container) call runc (tests/test_slurm_oci.py).
 command -v runc >/dev/null 2>&1 || need+=(runc)
+# podman: the second engine the SSH transport runs (tests/test_cluster_podman.py).
+command -v podman >/dev/null 2>&1 || need+=(podman)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "setup-system: installing ${need[*]}"
     $SUDO apt-get update -qq
@@ -32,6 +34,19 @@ fi
 
 # sshd refuses to start without its privilege-separation directory.
 $SUDO mkdir -p /run/sshd
+
+# podman sets default ulimits the host may not raise (on a host that is itself a container:
+# "error setting rlimit ... operation not permitted"): an empty list keeps the caller's. Written only when the
+# system file is absent or lacks the setting.
+conf=/etc/containers/containers.conf
+if ! grep -qs '^default_ulimits' "$conf"; then
+    $SUDO mkdir -p /etc/containers
+    if grep -qs '^\[containers\]' "$conf"; then
+        $SUDO sed -i 's/^\[containers\]$/[containers]\ndefault_ulimits = []/' "$conf"
+    else
+        printf '[containers]\ndefault_ulimits = []\n' | $SUDO tee -a "$conf" >/dev/null
+    fi
+fi
 
 if docker info >/dev/null 2>&1; then
     echo "setup-system: docker engine already running"

@@ -25,7 +25,7 @@ import pytest
 from driver.core.runner import run_cases
 from driver.model.results import Session
 from driver.runtimes.base import Verdict, session_label
-from driver.runtimes.ssh.docker import DockerRuntime
+from driver.runtimes.ssh.runtime import DockerRuntime
 from tests.cluster_fixtures import (
     build_image,
     calibration_case,
@@ -286,7 +286,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     from driver.model.results import Session
     from driver.core.runner import run_cases
     from driver.images.build import BuildOptions
-    from driver.runtimes.ssh.docker import DockerRuntime
+    from driver.runtimes.ssh.runtime import DockerRuntime
     from tests.cluster_fixtures import calibration_case
 
     # Ctrl-C as a terminal delivers it, even if this test runs under a shell's background job

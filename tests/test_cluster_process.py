@@ -14,7 +14,7 @@ from pathlib import Path
 from driver.core.runner import run_cases
 from driver.model.results import Session
 from driver.runtimes.base import Verdict, session_label
-from driver.runtimes.ssh.process import ProcessRuntime
+from driver.runtimes.ssh.runtime import ProcessRuntime
 from driver.verify.folder import verify_sessions
 from tests.cluster_fixtures import (
     SshNode,

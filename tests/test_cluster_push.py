@@ -22,7 +22,7 @@ from driver.core.runner import run_cases
 from driver.frontend.cli import main
 from driver.images.push import push_images
 from driver.model.results import Session
-from driver.runtimes.ssh.docker import DockerRuntime
+from driver.runtimes.ssh.runtime import DockerRuntime
 from tests.cluster_fixtures import calibration_case, quiet, require_real
 
 

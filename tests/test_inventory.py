@@ -131,7 +131,7 @@ def test_file_errors_and_the_cli_reports_it_like_a_matrix_error(tmp_path: Path) 
 
 
 def test_a_case_needing_more_nodes_than_listed_is_a_clear_error(tmp_path: Path) -> None:
-    from driver.runtimes.ssh.docker import DockerRuntime
+    from driver.runtimes.ssh.runtime import DockerRuntime
 
     path = tmp_path / "two.yaml"
     path.write_text("nodes: [{address: 10.0.0.1}, {address: 10.0.0.2}]\n")

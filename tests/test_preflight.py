@@ -29,7 +29,7 @@ from driver.frameworks.base import FRAMEWORKS
 from driver.frameworks.calibration import CALIBRATION
 from driver.model.results import Session
 from driver.plugins import load_all
-from driver.runtimes.ssh.process import ProcessRuntime
+from driver.runtimes.ssh.runtime import ProcessRuntime
 from tests.cluster_fixtures import SshNode, free_port, write_inventory
 
 
@@ -63,7 +63,7 @@ def test_a_node_without_sftp_passes_preflight_and_runs(
     hand-made node whose sshd has no SFTP subsystem is a node like any other."""
     inventory = process_inventory(tmp_path, [node_without_sftp])
     runtime = ProcessRuntime(inventory)
-    checks = run_preflight(runtime.remotes, kind="process", framework="calibration")
+    checks = run_preflight(runtime.remotes, engine=lambda _remote: None, framework="calibration")
     assert failures(checks) == []
     assert "sftp" not in [check.name for check in checks]
     cases = calibration_cases(0.002, 8, ["1n1g"], repeats=1, measured_steps=3)
@@ -95,7 +95,9 @@ def test_a_gpu_node_without_nvidia_smi_is_told_about_the_cpu_variant(
     inventory = process_inventory(tmp_path, ssh_nodes[:1], variant="gpu")
     runtime = ProcessRuntime(inventory)
     checks = run_preflight(
-        [Remote(node) for node in runtime.inventory.nodes], kind="process", framework="pytorch"
+        [Remote(node) for node in runtime.inventory.nodes],
+        engine=lambda _remote: None,
+        framework="pytorch",
     )
     devices = next(check for check in checks if check.name == "devices")
     assert not devices.ok and "variant: cpu" in devices.detail
@@ -177,7 +179,8 @@ def gpu_devices(tmp_path: Path, printed: str, gpus: str | None, kind: str = "doc
     node = {"name": "g0", "address": "10.0.0.1", "devices": needed, "container": container}
     path.write_text(json.dumps({"nodes": [node]}))
     remote = ShellRemote(load_inventory(path).nodes[0], tmp_path / "bin", printed)
-    return check_devices(remote, needed, kind, "pytorch").__dict__  # type: ignore[arg-type]
+    request = remote.node.container.gpus if kind == "docker" else None  # process: every GPU
+    return check_devices(remote, needed, request, "pytorch").__dict__  # type: ignore[arg-type]
 
 
 def test_the_container_s_gpus_are_found_in_the_node_s_list_by_index_or_uuid(

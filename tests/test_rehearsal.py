@@ -19,8 +19,7 @@ from driver.cluster.slurm import SlurmConfig
 from driver.core.selftest import ERROR_BOUND, SelftestResult, run_selftest
 from driver.model.results import Session
 from driver.runtimes.slurm.runtime import SlurmRuntime
-from driver.runtimes.ssh.docker import DockerRuntime
-from driver.runtimes.ssh.process import ProcessRuntime
+from driver.runtimes.ssh.runtime import DockerRuntime, ProcessRuntime
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
     from driver.testbed.simhosts import SimulatedHosts

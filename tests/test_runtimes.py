@@ -10,8 +10,7 @@ from driver.frontend.cli import main
 from driver.registry import UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError, make_runtime
 from driver.runtimes.local import LocalRuntime
-from driver.runtimes.ssh.docker import DockerRuntime
-from driver.runtimes.ssh.process import ProcessRuntime
+from driver.runtimes.ssh.runtime import DockerRuntime, ProcessRuntime
 
 
 def test_every_runtime_comes_from_the_registry_by_name(tmp_path: Path) -> None:
@@ -110,3 +109,91 @@ def test_each_runtime_is_a_transport_with_a_container_platform(tmp_path: Path) -
     assert runs_sources == ["docker", "slurm pyxis", "slurm oci"]
     for runtime in slurm.values():
         runtime.close()
+
+
+def cluster_file(tmp_path: Path, container: str | None, **extra: str) -> Path:
+    """examples/inventory-4n32g.yaml (4 nodes x 8 GPUs) with a top-level ``container:``."""
+    from driver.frameworks.base import REPO_ROOT
+
+    text = (REPO_ROOT / "examples" / "inventory-4n32g.yaml").read_text()
+    head = f"container: {container}\n" if container else ""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(head + "".join(f"{key}: {value}\n" for key, value in extra.items()) + text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("runtime", "container", "platform"),
+    [("ssh", None, "none"), ("ssh", "podman", "podman"), ("ssh", "apptainer", "apptainer"),
+     ("ssh", "docker", "docker"), ("docker", None, "docker"), ("process", None, "none"),
+     ("docker", "docker", "docker")],
+)  # fmt: skip
+def test_one_container_setting_picks_the_platform_over_ssh(
+    tmp_path: Path, runtime: str, container: str | None, platform: str
+) -> None:
+    built = make_runtime(runtime, inventory=cluster_file(tmp_path, container))
+    assert built.platform.name == platform and "ssh" in built.platform.transports
+
+
+@pytest.mark.parametrize(
+    ("runtime", "container", "refusal"),
+    [
+        ("ssh", "pyxis", "container: the pyxis platform does not run over ssh (it runs under "
+                         "slurm); over ssh use one of apptainer, docker, none, podman"),
+        ("ssh", "oci", "the oci platform does not run over ssh"),
+        ("ssh", "dockr", "container: 'dockr' is not a container platform; under ssh: apptainer, "
+                         "docker, none, podman"),
+        ("process", "docker", "container: 'docker', but --runtime process runs none: use "
+                              "--runtime ssh"),
+        ("slurm", "docker", "slurm.container: the docker platform does not run over slurm (it "
+                            "runs under ssh); over slurm use one of apptainer, none, oci, pyxis"),
+        ("slurm", "podman", "the podman platform does not run over slurm"),
+    ],
+)  # fmt: skip
+def test_a_platform_the_transport_cannot_run_is_refused_before_anything_starts(
+    tmp_path: Path, runtime: str, container: str, refusal: str
+) -> None:
+    if runtime == "slurm":
+        path = tmp_path / "cluster.yaml"
+        path.write_text(f"slurm:\n  container: {container}\n")
+    else:
+        path = cluster_file(tmp_path, container)
+    with pytest.raises(RuntimeConfigError) as refused:
+        make_runtime(runtime, inventory=path)
+    assert str(refused.value).startswith(f"{path}: ") and refusal in str(refused.value)
+
+
+def test_apptainer_over_ssh_renders_every_node_command_for_4n32g(tmp_path: Path) -> None:
+    """Each of the 4 nodes runs ``apptainer exec`` as its process group: the image from
+    container.image, --nv for its GPUs, the kit's code and the data folder bound at their own
+    paths, the framework's launcher inside with the node's rank; every value one shell word."""
+    import shlex
+
+    from driver.core.plan import dry_run_plan
+    from driver.model.case import Case, Topology
+
+    path = cluster_file(tmp_path, "apptainer")
+    path.write_text(
+        path.read_text().replace("ulimits:", "image: {default: /shared/pt.sif}, ulimits:")
+    )
+    runtime = make_runtime("ssh", inventory=path)
+    case = Case(
+        model="resnet50", framework="pytorch", topology=Topology.parse("4n32g"), batch_size=128,
+        precision="amp", dataset="synthetic", warmup_steps=20, measured_steps=100,
+        total_steps=120, repeats=7,
+    )  # fmt: skip
+    lines = runtime.describe(dry_run_plan(case, runtime, 128))
+    assert len(lines) == 4
+    for rank, line in enumerate(lines):
+        target, _, command = line.partition(" $ ")
+        assert target == f"[gpu0{rank + 1}] bench@10.0.0.1{rank + 1}:22"
+        words = shlex.split(command)
+        start = words.index("apptainer")
+        code = words[words.index("--pwd", start) + 1]
+        assert code.startswith("/scratch/dlperf/")
+        assert words[start : start + 12] == [
+            "apptainer", "exec", "--nv", "--bind", f"{code}:{code}:ro", "--bind",
+            "/data:/data:ro", "--pwd", code, "/shared/pt.sif", "python3", "-m",
+        ]  # fmt: skip
+        assert f"--node-rank={rank}" in words and f"PYTHONPATH={code}" in words
+        assert "--nproc-per-node=8" in words

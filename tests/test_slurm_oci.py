@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from driver.cluster.slurm import SlurmConfig, SlurmConfigError, load_slurm_config
+from driver.cluster.slurm import SlurmConfig
 from driver.core.selftest import calibration_cases
 from driver.images.oci import (
     MARKER,
@@ -191,8 +191,8 @@ def test_no_bundle_for_the_framework_is_refused(tmp_path: Path, stand_in_slurm: 
 def test_one_task_per_device_is_refused_with_oci(tmp_path: Path) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("slurm:\n  container: oci\n  tasks: device\n")
-    with pytest.raises(SlurmConfigError, match="one task per node in an OCI container"):
-        load_slurm_config(cluster)
+    with pytest.raises(RuntimeConfigError, match="slurm.tasks: device with container: oci: Slurm"):
+        SlurmRuntime(cluster)  # before anything starts
 
 
 def test_dry_run_names_the_bundle_and_the_container_flag(

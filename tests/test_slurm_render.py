@@ -18,13 +18,12 @@ from driver.cluster.slurm import (
     load_slurm_config,
     time_limit_seconds,
 )
+from driver.runtimes.containers.oci import oci_guard
+from driver.runtimes.containers.pyxis import Container
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
-    Container,
-    OciContainer,
     device_argv,
-    oci_guard,
     sbatch_argv,
     srun_argv,
     step_script,
@@ -67,7 +66,7 @@ def test_srun_line_with_pyxis_for_four_nodes() -> None:
         workdir="/kit",
     )
     nodes = ["g01", "g02", "g03", "g04"]
-    argv = srun_argv(GPU_CLUSTER, "4242", nodes, "dlperf-case-r1", 1, 96, container)
+    argv = srun_argv(GPU_CLUSTER, "4242", nodes, "dlperf-case-r1", 1, 96, container.flags())
     assert shlex.join(argv) == (
         "srun --jobid=4242 --job-name=dlperf-case-r1 --nodes=4 --nodelist=g01,g02,g03,g04 "
         "--ntasks-per-node=1 --label --kill-on-bad-exit=1 --cpus-per-task=96 "
@@ -76,7 +75,7 @@ def test_srun_line_with_pyxis_for_four_nodes() -> None:
         "--container-mounts=/kit:/kit:ro,/r/s:/r/s,/data:/data:ro --container-workdir=/kit"
     )
     device = GPU_CLUSTER.model_copy(update={"tasks": "device"})
-    argv = srun_argv(device, "4242", nodes, "s", 8, 12, None)
+    argv = srun_argv(device, "4242", nodes, "s", 8, 12)
     assert "--ntasks-per-node=8" in argv and "--cpus-per-task=12" in argv
     assert "--mpi=pmix" in argv
 
@@ -116,8 +115,12 @@ def test_step_script_picks_the_nodes_command_and_quotes_everything(tmp_path: Pat
 
 def test_srun_line_with_slurms_own_oci_container() -> None:
     config = SlurmConfig(container="oci", oci_bundle={"default": "/shared/b"})
-    argv = srun_argv(config, "7", ["n1", "n2"], "dlperf-x", 1, 0, OciContainer("/shared/b s"))
-    assert argv[-1] == "--container=/shared/b s"  # one argv item: no shell splits it
+    runtime = SlurmRuntime(config=config)
+    flags = runtime.platform.srun_flags(four_by_eight_plan(runtime), Path("/r/s s"))
+    argv = srun_argv(config, "7", ["n1", "n2"], "dlperf-x", 1, 0, flags)
+    bundle = runtime.platform.session_bundle("pytorch", Path("/r/s s"))
+    assert argv[-1] == f"--container={bundle}"  # one argv item: no shell splits it
+    runtime.close()
     assert not any(arg.startswith("--container-") for arg in argv)  # no pyxis flag
 
 
@@ -208,7 +211,7 @@ def test_section_loads_and_defaults(tmp_path: Path) -> None:
         ('  time_limit: "04:00:00\\n"\n', "slurm.time_limit: must be a Slurm time limit"),
         ("  partition: gpu a\n", "slurm.partition: must be one word"),
         ("  mounts: [data]\n", "slurm.mounts[0]: must be SRC:DST[:FLAGS]"),
-        ("  container: docker\n", "slurm.container: 'docker' is not allowed; allowed values"),
+        ("  container: Docker\n", "slurm.container: must be auto or a container platform's"),
         ("  extra_sbatch_args: [exclusive]\n", "must be an option: write each as --name=value"),
         ("  extra_sbatch_args: [--nodes=1]\n", "slurm.extra_sbatch_args: '--nodes=1' sets --nodes"),
         ("  time_limit: '0'\n", "slurm.time_limit: '0' means no time limit to Slurm"),
@@ -301,8 +304,14 @@ def test_extra_sbatch_args_cannot_override_an_option_the_kit_sets() -> None:
         for extra in ([f"{option}=x"], [option, "x"], [f"{option[:-1]}=x"]):
             with pytest.raises(ValueError, match=f"sets {option}"):
                 SlurmConfig(extra_sbatch_args=extra)
-    for short, option in (("-J", "--job-name"), ("-N", "--nodes"), ("-t", "--time"),
-                          ("-o", "--output"), ("-n", "--ntasks"), ("-p", "--partition")):
+    for short, option in (
+        ("-J", "--job-name"),
+        ("-N", "--nodes"),
+        ("-t", "--time"),
+        ("-o", "--output"),
+        ("-n", "--ntasks"),
+        ("-p", "--partition"),
+    ):
         for extra in ([f"{short}2"], [short, "2"], [f"-v{short[1]}2"]):
             with pytest.raises(ValueError, match=f"sets {option} \\({short}\\)"):
                 SlurmConfig(extra_sbatch_args=extra)
@@ -320,7 +329,7 @@ def test_extra_sbatch_args_cannot_override_an_option_the_kit_sets() -> None:
            "--exclude=n3", "--nodelist=n1", "--gres-flags=enforce-binding", "--requeue",
            "--mail-type=END", "-v"]  # fmt: skip
     assert SlurmConfig(extra_sbatch_args=own).extra_sbatch_args == own
-    assert sbatch_argv(SlurmConfig(extra_sbatch_args=own), 1, "j", "o")[-len(own):] == own
+    assert sbatch_argv(SlurmConfig(extra_sbatch_args=own), 1, "j", "o")[-len(own) :] == own
 
 
 @pytest.mark.parametrize("folder", ["a,b", "a:b", "x,/etc"])
@@ -338,8 +347,8 @@ def test_a_session_folder_pyxis_cannot_mount_is_refused_before_any_job(
     # The mounts themselves are never rendered from such a path either.
     plan = four_by_eight_plan(pyxis)
     with pytest.raises(RuntimeConfigError):
-        pyxis._container(plan, session)
-    assert pyxis._container(plan, tmp_path / "fine" / "session") is not None
+        pyxis.platform.srun_flags(plan, session)
+    assert pyxis.platform.srun_flags(plan, tmp_path / "fine" / "session")
 
 
 # -- describe (--dry-run) of a planned case ---------------------------------------------------
@@ -365,7 +374,8 @@ def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPat
     lines = runtime.describe(plan)
     session = Path("results/<session>").absolute()
     assert lines[0] == (
-        "$ sbatch --parsable --job-name=dlperf-session-" + lines[0].split("session-")[1][:8]
+        "$ sbatch --parsable --job-name=dlperf-session-"
+        + lines[0].split("session-")[1][:8]
         + " --nodes=4 --ntasks-per-node=1 --time=02:00:00 '--output=results/<session>/slurm/"
         "job-%j.out' --partition=gpu --account=perf --qos=high --constraint=h100 "
         "--reservation=bench --gpus-per-node=8 --exclusive --comment=dlperf <<'EOF'"
@@ -408,6 +418,44 @@ def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPat
     assert "--jobid=4242" in lines[2] and "--nodelist=g01,g02,g03,g04" in lines[2]
     assert "--cpus-per-task=96" in lines[2]
     assert "--master-addr=10.0.0.1" in lines[2] and "@slurm-node" not in lines[2]
+
+
+def test_describe_four_nodes_eight_gpus_with_apptainer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """apptainer under Slurm: no srun flag; each node's command wrapped in ``apptainer exec``
+    with the kit, the session folder and slurm.mounts bound, --nv for the GPUs, the image from
+    slurm.image (else the local build made into a .sif once, shown as its own line)."""
+    from driver.frameworks.base import REPO_ROOT
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    config = GPU_CLUSTER.model_copy(
+        update={"container": "apptainer", "image": {"pytorch": "/shared/pt.sif"}}
+    )
+    runtime = SlurmRuntime(config=config)
+    plan = four_by_eight_plan(runtime)
+    session = Path("results/<session>").absolute()
+    commands = runtime._node_commands(plan, None)
+    binds = [f"{REPO_ROOT}:{REPO_ROOT}:ro", f"{session}:{session}", "/data:/data:ro",
+             "/scratch/me:/scratch"]  # fmt: skip
+    wrapper = ["apptainer", "exec", "--nv", *(w for b in binds for w in ("--bind", b)),
+               "--pwd", str(REPO_ROOT), "/shared/pt.sif"]  # fmt: skip
+    for rank, command in enumerate(commands):  # GPU_CLUSTER's slurm.image.pytorch
+        assert command.argv[: len(wrapper)] == wrapper
+        assert command.argv[len(wrapper) :][:5] == [
+            "python3", "-m", "torch.distributed.run", "--nnodes=4", f"--node-rank={rank}",
+        ]  # fmt: skip
+    script = runtime._step_script(plan, commands)
+    assert script.count(shlex.join(wrapper)) == 4
+    lines = runtime.describe(plan)
+    step = next(line for line in lines if "--job-name=dlperf-resnet50" in line)
+    assert "--container" not in step and "--gpus-per-node=8" in step
+    assert not any(line.startswith("# once per") for line in lines)  # the image is given
+    # Without slurm.image: the local image made into a .sif once, before the first step.
+    built = SlurmRuntime(config=config.model_copy(update={"image": {}}))
+    lines = built.describe(four_by_eight_plan(built))
+    made = [line for line in lines if line.startswith("$ apptainer build")]
+    assert len(made) == 1 and "docker-daemon://dlperf/pytorch-gpu" in made[0]
+    sif = made[0].split()[4]
+    assert sif.endswith(".sif") and sif in built._node_commands(plan, None)[0].argv
 
 
 def test_cli_names_a_bad_slurm_section_and_exits_2(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 File shape (see ``examples/inventory.yaml`` and ``docs/clusters.md``)::
 
     cluster: lab-a                     # a name, recorded in the run's provenance
+    container: docker                  # what every node command runs in (--runtime ssh):
+                                       # none, docker, podman or apptainer
     defaults:                          # merged under every node (mappings merge key by key)
       ssh: {user: bench, port: 22, key: ~/.ssh/id_ed25519}
       devices: 8                       # GPUs per node (CPU: training processes per node)
@@ -61,7 +63,7 @@ _DOCKER_HOST = r"(?:unix|tcp|ssh|fd|npipe)://[^\s\x00-\x1f\x7f]{1,1024}"
 _ABSOLUTE = r"/[^\x00-\x1f\x7f]{0,4095}"  # no newline, NUL or other control character
 _FILE = r"[^\x00-\x1f\x7f-][^\x00-\x1f\x7f]{0,4095}"
 _COMMAND = r"[^\x00-\x1f\x7f\s-][^\x00-\x1f\x7f]{0,4095}"  # an interpreter; never "-..."
-_IMAGE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}"
+_IMAGE = r"/?[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}"
 _VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]{0,65536}"  # an env value: any text on one line
 
 
@@ -180,6 +182,8 @@ class NodeSpec(NodeDefaults):
 
 class InventoryFile(StrictModel):
     cluster: NodeName | None = None
+    # The container platform over SSH (driver/runtimes/containers/ checks the name).
+    container: text(r"[a-z][a-z0-9-]{0,31}", "a container platform's name") | None = None
     defaults: NodeDefaults | None = None
     nodes: Annotated[list[dict[str, Any]], Field(min_length=1)]
     # One cluster file can serve the SSH runtimes and Slurm: its section is checked here too.
@@ -254,6 +258,7 @@ class Inventory:
     path: Path
     name: str
     nodes: tuple[Node, ...]
+    container: str | None = None  # the top-level ``container:`` (None: the runtime's)
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -390,7 +395,7 @@ def parse_inventory(data: Any, path: Path | str, *, check_files: bool = True) ->
         raise InventoryError(
             path, "cluster", f"the file name {name!r} is no cluster name; set cluster: <name>"
         )
-    return Inventory(path=path, name=name, nodes=tuple(nodes))
+    return Inventory(path=path, name=name, nodes=tuple(nodes), container=parsed.container)
 
 
 def load_inventory(path: Path | str, *, check_files: bool = True) -> Inventory:

@@ -1,9 +1,10 @@
 """Pre-flight: every node checked in parallel before anything starts on any of them.
 
-docker runtime: SSH reachable, docker answers, the image (by digest) present, the node's GPUs
-listed by index and UUID and the container's (``container.gpus``) found among them, free disk in
-the scratch folder, the data folder there. process runtime: SSH, the node's Python
-and the framework importable with it, devices, disk, data. A failed check names the node, the
+A container engine (docker, podman; the platform hands its :class:`Engine`): SSH reachable, the
+engine answers, the image (by digest) present, the node's GPUs listed by index and UUID and the
+container's (``container.gpus``) found among them, free disk in the scratch folder, the data
+folder there. No engine (no container): SSH, the node's Python and the framework importable
+with it, devices, disk, data. A failed check names the node, the
 check and what to do. No SFTP: the kit's code goes to a node on a command's stdin and every log
 comes back on a command's stdout, so an sshd without the SFTP subsystem serves it too.
 """
@@ -11,6 +12,7 @@ comes back on a command's stdout, so an sshd without the SFTP subsystem serves i
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
@@ -24,6 +26,20 @@ FRAMEWORK_MODULES = {
     "mxnet": "mxnet",
     "oneflow": "oneflow",
 }
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What a container platform's pre-flight asks a node: the argv that prints its version, the
+    argv that prints the ID of the image (None: no image to check) and the fix when it is
+    missing; ``gpus``: the container's GPU request (None: every GPU of the node)."""
+
+    name: str
+    version: list[str]
+    image: list[str] | None = None
+    image_id: str | None = None
+    missing: str = "run `dlperf images push --inventory ...`"
+    gpus: str | None = None
 
 
 @dataclass(frozen=True)
@@ -179,11 +195,10 @@ def devices_check(
     )  # fmt: skip
 
 
-def check_devices(remote: Remote, needed: int, kind: str, framework: str | None) -> Check:
-    """The devices check of one node: ``needed`` ranks per node of ``framework`` in the
-    ``kind`` runtime (docker: the GPUs of the container's ``--gpus``)."""
+def check_devices(remote: Remote, needed: int, request: str | None, framework: str | None) -> Check:
+    """The devices check of one node: ``needed`` ranks per node of ``framework``, on the GPUs
+    of the container's ``request`` (its ``--gpus``; None: every GPU of the node)."""
     container = remote.node.container
-    request = container.gpus if kind == "docker" else None  # the process runtime: every GPU
     found, why, gpus = list_devices(remote, container.variant, request)
     return devices_check(remote.node.name, container.variant, found, why, needed, framework, gpus)
 
@@ -206,9 +221,8 @@ def _disk(remote: Remote) -> Check:
 def check_node(
     remote: Remote,
     *,
-    kind: str,
+    engine: Engine | None,
     devices: int | None = None,
-    image_id: str | None = None,
     framework: str | None = None,
 ) -> list[Check]:
     """Every check of one node; stops after SSH when the node cannot be reached."""
@@ -219,69 +233,41 @@ def check_node(
         checks.append(
             Check(node.name, "ssh", result.ok, f"{node.ssh.user}@{node.address}:{node.ssh.port}")
         )
-        if kind == "docker":
-            version = remote.run_argv(
-                remote.docker("version", "--format", "{{.Server.Version}}"), timeout=30
-            )
-            checks.append(
-                Check(
-                    node.name,
-                    "docker",
-                    version.ok,
-                    f"engine {version.stdout.strip()}" if version.ok else version.why(),
-                )
-            )
-            if image_id and version.ok:
-                found = remote.run_argv(
-                    remote.docker("image", "inspect", "--format", "{{.Id}}", image_id), timeout=30
-                )
-                present = found.ok and found.stdout.strip() == image_id
-                checks.append(
-                    Check(
-                        node.name,
-                        "image",
-                        present,
-                        f"{image_id[:19]} present"
-                        if present
-                        else f"{image_id[:19]} missing: run `dlperf images push --inventory ...`",
-                    )
-                )
+        if engine is not None:
+            version = remote.run_argv(engine.version, timeout=30)
+            said = f"{engine.name} {version.stdout.strip()}" if version.ok else version.why()
+            checks.append(Check(node.name, engine.name, version.ok, said))
+            if engine.image and engine.image_id and version.ok:
+                found = remote.run_argv(engine.image, timeout=30)
+                present = found.ok and found.stdout.strip() == engine.image_id
+                shown = engine.image_id[:19]
+                said = f"{shown} present" if present else f"{shown} missing: {engine.missing}"
+                checks.append(Check(node.name, "image", present, said))
         else:
             python = node.python_for(framework or "default")
-            version = remote.run_argv(
-                [python, "-c", "import sys; print(sys.version.split()[0])"], timeout=30
+            version = remote.run_argv([python, "-c", "import sys; print(sys.version.split()[0])"])
+            fix = (
+                "set the node's `python: {default: ...}` (or one per framework) in the inventory "
+                "to an interpreter that exists there"
             )
-            checks.append(
-                Check(
-                    node.name,
-                    "python",
-                    version.ok,
-                    f"{python} {version.stdout.strip()}"
-                    if version.ok
-                    else f"{version.why()}; set the node's `python: {{default: ...}}` (or one per "
-                    "framework) in the inventory to an interpreter that exists there",
-                )
-            )
+            said = f"{python} {version.stdout.strip()}" if version.ok else f"{version.why()}; {fix}"
+            checks.append(Check(node.name, "python", version.ok, said))
             module = FRAMEWORK_MODULES.get(framework or "")
             if module and version.ok:
-                code = (
-                    "import importlib.util, sys; "
-                    f"sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
-                )
-                found = remote.run_argv([python, "-c", code], timeout=60)
-                checks.append(
-                    Check(
-                        node.name,
-                        "framework",
-                        found.ok,
-                        f"{module} importable"
-                        if found.ok
-                        else f"{python} cannot import {module}: install the framework there "
-                        f"(its requirements-cpu.txt) or point `python: {{{framework}: ...}}` "
-                        "at an environment that has it",
+                find = f"import importlib.util as u, sys; sys.exit(not u.find_spec({module!r}))"
+                found = remote.run_argv([python, "-c", find], timeout=60)
+                said = (
+                    f"{module} importable"
+                    if found.ok
+                    else (
+                        f"{python} cannot import {module}: install the framework there (its "
+                        f"requirements-cpu.txt) or point `python: {{{framework}: ...}}` at an "
+                        "environment that has it"
                     )
                 )
-        checks.append(check_devices(remote, devices or node.devices, kind, framework))
+                checks.append(Check(node.name, "framework", found.ok, said))
+        request = engine.gpus if engine else None
+        checks.append(check_devices(remote, devices or node.devices, request, framework))
         checks.append(_disk(remote))
         if node.data_dir:
             found = remote.run_argv(["test", "-d", node.data_dir])
@@ -303,14 +289,14 @@ def check_node(
 def run_preflight(
     remotes: list[Remote],
     *,
-    kind: str,
+    engine: Callable[[Remote], Engine | None],
     devices: int | None = None,
-    image_id: str | None = None,
     framework: str | None = None,
 ) -> list[Check]:
+    """``engine``: what a node's container platform asks it (None: no container)."""
     results = parallel(
         remotes,
-        lambda r: check_node(r, kind=kind, devices=devices, image_id=image_id, framework=framework),
+        lambda r: check_node(r, engine=engine(r), devices=devices, framework=framework),
     )
     checks: list[Check] = []
     for remote, found, error in results:

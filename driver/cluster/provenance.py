@@ -1,7 +1,9 @@
 """Each node's versions and hardware, captured once per session into its provenance.
 
-Host side, over SSH: host name, kernel, OS, CPU, memory, docker engine, ``nvidia-smi`` (GPUs,
-driver) and ``nvidia-smi topo -m`` (the interconnect matrix), the image digest. Environment
+Host side, over SSH: host name, kernel, OS, CPU, memory, the container engine's version (field
+``docker``, whichever engine: the platform's :class:`~driver.cluster.preflight.Engine`, else
+docker's), ``nvidia-smi`` (GPUs, driver) and ``nvidia-smi topo -m`` (the interconnect matrix),
+the image digest as the engine gives it. Environment
 side, with the Python that runs the benchmark (inside the image, or the node's venv):
 :mod:`driver.cluster.probe` (Python, framework versions, NVML). Written to
 ``<session>/provenance/<node>.json``; the repeat records carry a summary.
@@ -14,14 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from driver.cluster.preflight import Engine
 from driver.cluster.remote import NodeUnreachable, Remote, shell
 from driver.files import write_json
 
 MARK = "@@dlperf-section "
 
 
-def host_script(remote: Remote, image: str | None) -> str:
-    docker = shell(remote.docker("version", "--format", "{{.Server.Version}}"))
+def host_script(remote: Remote, engine: Engine | None) -> str:
+    version = (
+        engine.version if engine else remote.docker("version", "--format", "{{.Server.Version}}")
+    )
+    docker = shell(version)
     sections = {
         "hostname": "hostname",
         "kernel": "uname -srm",
@@ -36,10 +42,8 @@ def host_script(remote: Remote, image: str | None) -> str:
         ),
         "nvidia_topo": "nvidia-smi topo -m 2>&1",
     }
-    if image:
-        sections["image"] = (
-            shell(remote.docker("image", "inspect", "--format", "{{.Id}}", image)) + " 2>&1"
-        )
+    if engine and engine.image:
+        sections["image"] = shell(engine.image) + " 2>&1"
     parts = [
         f"echo {shell([MARK + name])}; {{ {command}; }} || true"
         for name, command in sections.items()
@@ -63,8 +67,8 @@ def parse_sections(text: str) -> dict[str, str]:
     return out
 
 
-def host_facts(remote: Remote, image: str | None = None) -> dict[str, Any]:
-    result = remote.run(host_script(remote, image), timeout=60)
+def host_facts(remote: Remote, engine: Engine | None = None) -> dict[str, Any]:
+    result = remote.run(host_script(remote, engine), timeout=60)
     sections = parse_sections(result.stdout)
     smi = sections.get("nvidia_smi", "")
     gpus = []
@@ -91,7 +95,7 @@ def host_facts(remote: Remote, image: str | None = None) -> dict[str, Any]:
         "gpus": gpus,
         "nvidia_smi": smi if gpus else f"unavailable: {smi.splitlines()[-1] if smi else ''}",
         "nvidia_topo": topo if gpus else "unavailable (no nvidia-smi)",
-        "image_id": sections.get("image") if image else None,
+        "image_id": sections.get("image") if engine and engine.image else None,
     }
 
 
@@ -107,13 +111,13 @@ def environment_facts(remote: Remote, command: str) -> dict[str, Any]:
     return {"error": f"probe failed: {result.why()}"}
 
 
-def collect(remote: Remote, *, image: str | None, probe_command: str | None) -> dict[str, Any]:
+def collect(remote: Remote, *, engine: Engine | None, probe_command: str | None) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "node": remote.node.describe(),
         "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     try:
-        facts["host"] = host_facts(remote, image)
+        facts["host"] = host_facts(remote, engine)
         if probe_command:
             facts["environment"] = environment_facts(remote, probe_command)
     except NodeUnreachable as error:

@@ -237,7 +237,9 @@ class SlurmConfig(StrictModel):
     reservation: Word | None = None
     gpus_per_node: number(0, 1024, "a GPU count 0-1024") | None = None
     gpu_request: Annotated[Any, one_of("gpus-per-node", "gres")] = "gpus-per-node"
-    container: Annotated[Any, one_of("auto", "pyxis", "oci", "none")] = "auto"
+    # auto (pyxis where srun lists it, else none) or a container platform the runtime checks
+    # against the ones Slurm runs (driver/runtimes/containers/).
+    container: text(r"[a-z][a-z0-9-]{0,31}", "auto or a container platform's name") = "auto"
     image: dict[_framework_key("default", sources=True), Word] = {}
     oci_image: dict[_framework_key("default", sources=True), OciImage] = {}
     oci_bundle: dict[_framework_key("default", sources=True), AbsolutePath] = {}
@@ -267,16 +269,6 @@ class SlurmConfig(StrictModel):
         if re.fullmatch(TIME_LIMIT, value):
             time_limit_seconds(value)  # each field within its range, the whole within bounds
         return value
-
-    @model_validator(mode="after")
-    def _one_task_per_container(self) -> SlurmConfig:
-        if self.container == "oci" and self.tasks == "device":
-            raise ValueError(
-                "tasks: device with container: oci: Slurm 22.05 runs one task per node in an "
-                "OCI container (slurmstepd refuses more); use tasks: node (the framework's "
-                "launcher starts the node's processes inside the container)"
-            )
-        return self
 
     @model_validator(mode="after")
     def _oci_only_with_oci(self) -> SlurmConfig:

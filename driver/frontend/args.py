@@ -20,7 +20,7 @@ from driver.frameworks.base import REPO_ROOT
 
 RESULTS = REPO_ROOT / "results"
 REPORTS = REPO_ROOT / "reports"
-RUNTIME_HELP = "local, docker, process or slurm (see docs/clusters.md)"
+RUNTIME_HELP = "local, ssh, docker, process or slurm (see docs/clusters.md)"
 
 # A session is a folder NAME under --results, never a path (no "..", "/", or leading dot).
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -95,7 +95,7 @@ def _one_point(
 ) -> tuple[SelftestResult, float, float]:  # fmt: skip
     from driver.cluster.slurm import SlurmConfig
     from driver.runtimes.slurm.runtime import SlurmRuntime
-    from driver.runtimes.ssh.process import ProcessRuntime
+    from driver.runtimes.ssh.runtime import ProcessRuntime
 
     made = time.monotonic()
     hosts = SimulatedHosts(

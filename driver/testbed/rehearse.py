@@ -223,7 +223,7 @@ def rehearse(
     from driver.cluster.inventory import load_inventory
     from driver.frameworks.envs import ensure_env
     from driver.model.hardware import gpu_names
-    from driver.runtimes.ssh.process import ProcessRuntime
+    from driver.runtimes.ssh.runtime import ProcessRuntime
 
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
     if not dry_run:  # the hosts run the local runtime's venvs: made before the hosts

@@ -161,7 +161,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
         "--inventory",
         help="the cluster's inventory (docker, process: required) or Slurm cluster file",
     )
-    nodes.add_argument("--runtime", default="docker", choices=("docker", "process", "slurm"))
+    nodes.add_argument("--runtime", default="docker", choices=("ssh", "docker", "process", "slurm"))
     nodes.add_argument(
         "--nodes", type=bounded_int(1, 1024), metavar="N",
         help="Slurm: how many nodes to scan (a job of N nodes is submitted; inside an "

@@ -32,7 +32,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     preflight = subparsers.add_parser("preflight", help="check every node of an inventory")
     preflight.add_argument("--inventory", required=True)
-    preflight.add_argument("--runtime", default="docker", choices=("docker", "process"))
+    preflight.add_argument("--runtime", default="docker", choices=("ssh", "docker", "process"))
     preflight.add_argument("--framework", default="pytorch")
     preflight.add_argument(
         "--devices",

@@ -161,11 +161,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     if getattr(args, "estimate_only", False):
         return 0
-    if args.runtime == "docker":  # the scripts read the data inside each node's container
-        from driver.cluster.inventory import check_container_data_dir
-
-        for data_dir in sorted({case.data_dir for case in selection.cases if case.data_dir}):
-            check_container_data_dir(runtime.inventory, data_dir)
+    check_data_dirs = getattr(runtime, "check_data_dirs", None)  # a container sees its mounts
+    if check_data_dirs:
+        check_data_dirs({case.data_dir for case in selection.cases if case.data_dir})
     return run_session(
         selection, runtime, root, before_matrix=before_matrix, estimates=estimates, **session
     )
@@ -280,7 +278,7 @@ def _selection_arguments(run: argparse.ArgumentParser) -> None:
         help="a progress bar with ETA on a terminal (auto), or one line per repeat with the "
         "ETA (plain: CI logs)",
     )  # fmt: skip
-    run.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
+    run.add_argument("--inventory", help="cluster inventory YAML (see docs/clusters.md)")
     run.add_argument(
         "--python",
         metavar="PATH",

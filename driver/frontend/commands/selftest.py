@@ -87,7 +87,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         " the cluster's shape, e.g. 1n1g,1n8g,2n16g,4n32g)",
     )  # fmt: skip
     selftest.add_argument("--runtime", default="local", help=RUNTIME_HELP)
-    selftest.add_argument("--inventory", help="cluster inventory YAML (docker/process runtimes)")
+    selftest.add_argument("--inventory", help="cluster inventory YAML (see docs/clusters.md)")
     selftest.add_argument(
         "--nodes",
         type=count_list(1, MAX_SIMULATED_NODES),

@@ -1,17 +1,4 @@
-"""The container platforms under Slurm: none, pyxis, and Slurm's own OCI containers.
-
-``slurm.container`` picks one (``auto``: pyxis when ``srun --help`` lists ``--container-image``,
-else none):
-
-- **none**: the nodes' own Python, the kit's framework venvs at the same paths as here (a
-  shared file system);
-- **pyxis**: the framework's GPU base image by its ``images.lock`` digest (or ``slurm.image``),
-  one named container per node made by a first step and reused by every repeat of the job, the
-  kit's checkout and the session folder mounted at their own paths, plus ``slurm.mounts``;
-- **oci**: Slurm's own containers (``srun --container=<bundle>``, ``oci.conf`` on the nodes
-  calling runc or crun): a bundle per session made from ``slurm.oci_bundle`` or from the local
-  image ``slurm.oci_image`` (exported once per image), the checkout and the session folder
-  mounted at their own paths (``driver/images/oci.py``); the image's ``python3`` runs the step.
+"""An upstream source's image as the Slurm platforms run it (pyxis, Slurm's OCI containers).
 
 An upstream source's code is only in its own image (``src-<source>``, built by ``dlperf images
 build``), so a source's step runs that image, never the framework's: under pyxis the entry
@@ -21,24 +8,17 @@ dockerd://``) into ``.dlperf/enroot`` of the checkout (the nodes see it: a share
 under Slurm's OCI containers ``slurm.oci_bundle.<source>`` or ``slurm.oci_image.<source>``,
 else the local build exported into a bundle like any image. Its node command (the source's
 ``sh -c`` wrapper) runs unchanged. ``none`` runs no image: a source is refused there, except a
-PyPI source (``<source>-pypi``), whose environment is ``.venvs/<source>`` beside the kit's.
-
-Here: the interface the Slurm transport asks (:class:`SlurmPlatform`), none, and a source's
-image (:class:`SourceImage`); pyxis is ``pyxis.py``, Slurm's OCI containers ``oci.py``.
+PyPI source (``<source>-pypi``), whose environment is ``.venvs/<source>`` beside the kit's. The
+platforms themselves are ``driver/runtimes/containers/``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
-from driver.cluster.slurm import SlurmConfig
 from driver.runtimes.base import Verdict
-from driver.runtimes.containers import ContainerPlatform
-from driver.runtimes.slurm.job import Allocation, Failure
-from driver.runtimes.slurm.render import Container, OciContainer
+from driver.runtimes.slurm.job import Failure
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
@@ -98,44 +78,3 @@ class SourceImage:
                 f"source {self.source}: its image {self.name} cannot be read from docker here "
                 f"({error}); build it where docker runs (`dlperf images build {self.name}`)",
             ) from None
-
-
-class SlurmPlatform(ContainerPlatform):
-    """A container platform as the Slurm transport asks it: the flags a step's ``srun`` line
-    carries, what is made before the first step that needs it (once per job, or per session),
-    and what the step's script must know."""
-
-    # The step script picks each node's command by its hostname instead of SLURM_NODEID.
-    by_hostname: ClassVar[bool] = False
-    # The repeat's timing that measures :meth:`prepare` (when it made something).
-    prepare_timing: ClassVar[str] = ""
-
-    def __init__(self, config: SlurmConfig, where: str, printer: Callable[[str], None]) -> None:
-        self.config = config
-        self.where = where  # the cluster file, for messages
-        self.printer = printer
-
-    def container(self, plan: RepeatPlan, session_root: Path) -> Container | OciContainer | None:  # noqa: ARG002
-        """What a step's ``srun`` line adds (None: no flag)."""
-        return None
-
-    def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:  # noqa: ARG002
-        """Make what the plan's step needs before it runs; the facts to record ({}: none), or
-        None when nothing was to be made. Raises ``job.Failure``."""
-        return None
-
-    def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
-        """What :meth:`prepare` would do, as ``--dry-run`` lines."""
-        return []
-
-    def step_guard(self) -> str:
-        """A first line of the step's script that must pass ("" for none)."""
-        return ""
-
-    def step_environment(self, plan: RepeatPlan) -> dict[str, str]:  # noqa: ARG002
-        """Environment every node command gets unless it sets its own."""
-        return {}
-
-
-class NoContainer(SlurmPlatform):
-    name = "none"

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from driver.cluster.slurm import SlurmConfig
-from driver.runtimes.base import RuntimeConfigError
 from driver.runtimes.plan import NodeCommand
 
 # The batch script of the session's job: it holds the allocation while the kit runs one srun
@@ -26,66 +24,6 @@ HOLDER_SCRIPT = """\
 echo "dlperf-slurm: job $SLURM_JOB_ID holds $SLURM_JOB_NODELIST"
 exec sleep infinity
 """
-
-
-def check_mount_path(path: str, what: str, fix: str) -> str:
-    """A folder mounted at its own path through pyxis's ``--container-mounts``: that list is
-    split on ',' and each entry on ':', so either character in the path would silently add a
-    mount or change one (``/r/a,/etc`` mounts /etc). Refused with ``fix``."""
-    found = [char for char in ",:" if char in path]
-    if found:
-        shown = " and ".join(repr(char) for char in found)
-        raise RuntimeConfigError(
-            f"{what} {path} holds {shown}: pyxis's --container-mounts splits its list on ',' "
-            f"and each mount on ':', so it cannot be mounted; {fix}"
-        )
-    return path
-
-
-@dataclass(frozen=True)
-class Container:
-    """pyxis flags of a step: one named container per node, made once per job and reused; or
-    (``name`` None) a container of the image made for the step and removed after it, writable
-    where ``writable`` (an upstream source's: a fresh one per repeat, as docker gives it)."""
-
-    image: str
-    name: str | None
-    mounts: tuple[str, ...]
-    workdir: str
-    writable: bool = False
-
-    def flags(self) -> list[str]:
-        flags = [f"--container-image={self.image}"]
-        if self.name:
-            flags.append(f"--container-name={self.name}")
-        if self.writable:
-            flags.append("--container-writable")
-        if self.mounts:
-            flags.append(f"--container-mounts={','.join(self.mounts)}")
-        return [*flags, f"--container-workdir={self.workdir}"]
-
-
-@dataclass(frozen=True)
-class OciContainer:
-    """Slurm's own container flag of a step: every task runs in the OCI bundle at ``bundle``
-    (slurmstepd calls the runtime oci.conf names on each node)."""
-
-    bundle: str
-
-    def flags(self) -> list[str]:
-        return [f"--container={self.bundle}"]
-
-
-# The first line of a step's script in an OCI container: a node that has no oci.conf runs the
-# step on the host (Slurm 22.05 treats --container as advisory there), which would measure the
-# host, not the image; the marker exists only at the top of the kit's bundle's root.
-def oci_guard(marker: str) -> str:
-    return (
-        f"[ -f /{shlex.quote(marker)} ] || {{ echo \"dlperf-slurm: node $SLURM_NODEID "
-        "($(hostname)) ran the step outside the OCI bundle: Slurm there has no oci.conf beside "
-        "slurm.conf (see docs/clusters.md); set slurm.container: none to run without "
-        'containers" >&2; exit 3; }'
-    )
 
 
 def gpu_flags(config: SlurmConfig, count: int | None = None) -> list[str]:
@@ -120,7 +58,7 @@ def srun_argv(
     step_name: str,
     tasks_per_node: int,
     cpus_per_task: int,
-    container: Container | OciContainer | None,
+    container_flags: Sequence[str] = (),
     gpus_per_node: int | None = None,
 ) -> list[str]:
     """One job step on the first ``len(nodes)`` nodes of the job, output labelled per task,
@@ -136,9 +74,7 @@ def srun_argv(
         argv.append(f"--cpus-per-task={cpus_per_task}")
     argv += gpu_flags(config, gpus_per_node)
     argv.append(f"--mpi={config.mpi}" if config.tasks == "device" else "--mpi=none")
-    if container is not None:
-        argv += container.flags()
-    return argv
+    return [*argv, *container_flags]
 
 
 def _env_words(env: dict[str, str]) -> list[str]:
@@ -168,7 +104,7 @@ def step_script(
     one node would interleave mid-line (a broken record). Appending to one file keeps each
     write whole, exactly as the local runtime's shared log does. The session folder must
     therefore be on a file system the nodes share, like the kit's checkout and venvs.
-    ``guard``: a first line that must pass (:func:`oci_guard`). ``by_hostname``: each node's
+    ``guard``: a first line that must pass (the OCI platform's). ``by_hostname``: each node's
     command picked by the node's short hostname (its Slurm name, ``command.node``) instead of
     ``SLURM_NODEID``: Slurm 22.05 writes an OCI container's environment before it sets the
     per-task variables, so none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches it."""
@@ -187,7 +123,7 @@ def step_script(
         lines.append(f"{key}) {cd}exec {env} {shlex.join(command.argv)} {redirect} ;;")
     if by_hostname:
         lines.append(
-            '*) echo "dlperf-slurm: no command for host $node (the kit picks a node\'s command '
+            "*) echo \"dlperf-slurm: no command for host $node (the kit picks a node's command "
             "by its hostname inside an OCI container: Slurm's NodeName must be the short "
             'hostname)" >&2; exit 2 ;;'
         )

@@ -3,13 +3,14 @@
     dlperf run --runtime slurm --inventory cluster.yaml ...   # cluster.yaml: a slurm: section
     salloc -N 4 ... ; dlperf run --runtime slurm ...          # inside an allocation: its nodes
 
-The runtime is the Slurm transport with one container platform; its parts, one idea each:
-the session's job (``job.py``: submitted once per session, or the enclosing allocation), one
-repeat's step (``step.py``: started, watched, stopped, its verdict read from srun's messages),
-the container platforms (``containers.py``: their interface and none; ``pyxis.py``; Slurm's
-own OCI containers, ``oci.py``), the exact ``sbatch``/``srun`` lines and the step's script
-(``render.py``), Slurm's commands (``client.py``) and the cluster file's ``slurm:`` section
-(``config.py``). This module plans a repeat's step from those parts and runs it.
+The runtime is the Slurm transport with one container platform; its parts, one idea each: the
+session's job (``job.py``: submitted once per session, or the enclosing allocation), one repeat's
+step (``step.py``: started, watched, stopped, its verdict read from srun's messages), the container
+platform ``slurm.container`` names (``driver/runtimes/containers/``: none, pyxis, Slurm's own OCI
+containers, apptainer; a source's image, ``containers.py``), the exact ``sbatch``/``srun`` lines
+and the step's script (``render.py``), Slurm's commands (``client.py``) and the cluster file's
+``slurm:`` section (``driver/cluster/slurm.py``). This module plans a repeat's step from those
+parts and runs it.
 
 **Tasks:** one task per node (``tasks: node``, the default) runs the framework's own launcher
 (torchrun, paddle, ...) with the node's rank environment: the step's ``sh`` program picks the
@@ -58,16 +59,12 @@ from driver.runtimes.base import (
     driver_cpu_seconds,
     raise_interrupted,
 )
+from driver.runtimes.containers import ContainerPlatform, Context, platform_for
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.containers import NoContainer, SlurmPlatform
 from driver.runtimes.slurm.job import Allocation, Failure, SessionJob, job_name
-from driver.runtimes.slurm.oci import SlurmOci
-from driver.runtimes.slurm.pyxis import Pyxis
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
-    Container,
-    OciContainer,
     device_argv,
     sbatch_argv,
     srun_argv,
@@ -81,9 +78,6 @@ if TYPE_CHECKING:
     from driver.frameworks.base import Framework
     from driver.runtimes.plan import RepeatPlan
 
-PLATFORMS: dict[str, type[SlurmPlatform]] = {
-    platform.name: platform for platform in (NoContainer, Pyxis, SlurmOci)
-}
 PLACEHOLDER = "@slurm-node{index}@"  # a node not known until the session's job runs
 _PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
 
@@ -108,7 +102,9 @@ class SlurmRuntime:
         self.printer = printer or (lambda line: print(line, file=sys.stderr, flush=True))
         self.python_override = python_override
         self.job = SessionJob(lambda line: self.printer(line))
-        self._platform: SlurmPlatform | None = None
+        self._platform: ContainerPlatform | None = None
+        if self.config.container != "auto":  # refused here, before anything starts
+            _ = self.platform
         atexit.register(self.close)
 
     # -- where and what ------------------------------------------------------------------
@@ -126,7 +122,7 @@ class SlurmRuntime:
         self.job.allocation = allocation
 
     @property
-    def platform(self) -> SlurmPlatform:
+    def platform(self) -> ContainerPlatform:
         """The container platform ``slurm.container`` names (``auto``: pyxis when this srun
         has it, else none), made once."""
         if self._platform is None:
@@ -134,7 +130,8 @@ class SlurmRuntime:
             if mode == "auto":
                 mode = "pyxis" if client.available() and client.has_pyxis() else "none"
             where = str(self.inventory) if self.inventory else "the slurm: section"
-            self._platform = PLATFORMS[mode](self.config, where, self.printer)
+            context = Context(where, slurm=self.config, printer=self.printer)
+            self._platform = platform_for("slurm", mode, context, "slurm.container")
         return self._platform
 
     def container_mode(self) -> str:
@@ -169,9 +166,7 @@ class SlurmRuntime:
                 f"{len(allocation.nodes)}: run inside `salloc -N {count}`, or outside any "
                 "allocation (the kit then submits its own job)"
             )
-        return [
-            (PLACEHOLDER.format(index=i), PLACEHOLDER.format(index=i)) for i in range(count)
-        ]
+        return [(PLACEHOLDER.format(index=i), PLACEHOLDER.format(index=i)) for i in range(count)]
 
     def python(self, framework: Framework) -> str:
         if self.python_override:
@@ -217,6 +212,7 @@ class SlurmRuntime:
             env = {key: fill(value, addresses) for key, value in command.env.items()}
             if self.config.tasks == "device":
                 argv = self._task_argv(plan, argv, env)
+            argv = self.platform.step_argv(plan, argv, Path(plan.session_root))
             workdir = command.workdir or self.workdir()
             env.setdefault("PYTHONPATH", self.workdir())  # the kit's code, as under docker
             env["PYTHONUNBUFFERED"] = "1"
@@ -249,11 +245,6 @@ class SlurmRuntime:
         )
         return source.task_command(plan.case, rank, plan.batch_size)
 
-    def _container(
-        self, plan: RepeatPlan, session_root: Path
-    ) -> Container | OciContainer | None:
-        return self.platform.container(plan, session_root)
-
     def _tasks_per_node(self, plan: RepeatPlan) -> int:
         return plan.devices_per_node if self.config.tasks == "device" else 1
 
@@ -268,7 +259,7 @@ class SlurmRuntime:
             step_name,
             tasks,
             cpus,
-            self._container(plan, plan.session_root),
+            self.platform.srun_flags(plan, plan.session_root),
             gpus_per_node=plan.devices_per_node,
         )
 
@@ -313,7 +304,7 @@ class SlurmRuntime:
         if not self.platform.runs_sources:
             return (
                 f"upstream source {plan.source!r} runs in its own image ({source.image}), and "
-                "slurm.container: none runs no image: set slurm.container: pyxis or oci "
+                f"slurm.container: {platform} runs no image: set slurm.container: pyxis or oci "
                 "(docs/upstream.md), or run it with --runtime docker and an inventory of the nodes"
             )
         if (

@@ -24,8 +24,9 @@ every per-node step runs for all nodes at once: the driver's own time per repeat
 flat as nodes are added.
 
 How a node's process is created, started, stopped and collected is its container platform's
-(``launch.SshPlatform``: ``docker.py``, or ``process.py`` for none); the runtimes ``docker`` and
-``process`` are this transport with each of them. The watch's verdict is ``watch.py``'s.
+(``driver/runtimes/containers/``), picked by the inventory's ``container:`` (``none`` unless
+set); ``--runtime docker`` and ``--runtime process`` are this transport with docker and with no
+container. The watch's verdict is ``watch.py``'s.
 
 This file runs a little over 500 lines because it is the whole of stages 1, 2 and 4 in the
 order they happen, around state they share (what is prepared, which nodes may hold leftovers);
@@ -43,15 +44,17 @@ from typing import TYPE_CHECKING, Any
 
 from driver.cluster import provenance
 from driver.cluster.code import CodeBundle, CodeSyncError, code_dir, make_bundle, sync_code
-from driver.cluster.inventory import Inventory, Node, load_inventory
+from driver.cluster.inventory import Inventory, Node, check_container_data_dir, load_inventory
 from driver.cluster.preflight import Check, devices_check, failures, run_preflight
 from driver.cluster.remote import NodeUnreachable, Remote, parallel
 from driver.files import write_text
 from driver.launchers.base import NodeRank
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
+    RUNTIMES,
     NodeOutcome,
     RepeatOutcome,
+    RuntimeConfigError,
     Verdict,
     ctrl_c_held,
     driver_cpu_seconds,
@@ -59,9 +62,10 @@ from driver.runtimes.base import (
     session_label,
     slug,
 )
+from driver.runtimes.containers import Context, platform_for
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.ssh import watch
-from driver.runtimes.ssh.launch import Launch, Prepared, SshPlatform
+from driver.runtimes.ssh.launch import Launch, Prepared
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
@@ -80,32 +84,45 @@ class PrepareFailed(Exception):
 RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
 
 
+@RUNTIMES.register("ssh")
 class SshRuntime:
     """The SSH transport with one container platform; see the module docstring."""
 
     name = "ssh"
     cluster_file = "required"  # the inventory lists the nodes (make_runtime)
+    platform_name: str | None = None  # a spelling's own platform (docker, process)
 
     # A node whose sshd has not answered for this long is lost (hung, or its network gone).
     silence_limit_s = 30.0
 
-    def __init__(
-        self,
-        inventory: Inventory | str | Path,
-        platform: Callable[[list[Remote]], SshPlatform],
-    ) -> None:
-        """``platform``: makes the container platform, given the nodes' connections."""
+    def __init__(self, inventory: Inventory | str | Path, *, build_options: Any = None) -> None:
+        """``build_options``: how a platform that runs the kit's images resolves them."""
         self.inventory = (
             inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
         )
         self.remotes = [Remote(node) for node in self.inventory.nodes]
-        self.platform = platform(self.remotes)
+        where, chosen = str(self.inventory.path), self.inventory.container
+        if self.platform_name and chosen and chosen != self.platform_name:
+            raise RuntimeConfigError(
+                f"{where}: container: {chosen!r}, but --runtime {self.name} runs "
+                f"{self.platform_name}: use --runtime ssh (the inventory's container), or "
+                "remove container: from the inventory"
+            )
+        context = Context(where, remotes=self.remotes, build_options=build_options)
+        name = self.platform_name or chosen or "none"
+        self.platform = platform_for("ssh", name, context, "container")
         self._prepared: dict[tuple[str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
         self._bundle: CodeBundle | None = None
         # (session label, node) swept by clean_leftovers: prepare need not sweep it again
         # unless the node was lost since (then it is in _dirty).
         self._swept: set[tuple[str, str]] = set()
+
+    def check_data_dirs(self, data_dirs: set[str]) -> None:
+        """Cases' ``data_dir`` seen inside every node's container (InventoryError if not)."""
+        if self.platform.sees_only_mounts:
+            for data_dir in sorted(data_dirs):
+                check_container_data_dir(self.inventory, data_dir)
 
     def bundle(self) -> CodeBundle:
         """The kit's code as shipped to the nodes, made once per runtime (a tar of every
@@ -192,7 +209,7 @@ class SshRuntime:
         devices: int | None = None,
         source: str = "dlperf",
     ) -> tuple[list[Check], dict[str, str]]:
-        """Checks of every node, with the image each node must have (docker)."""
+        """Checks of every node, with the image each node must have (a container engine)."""
         images: dict[str, str] = {}
         checks: list[Check] = []
         for remote in remotes:
@@ -204,8 +221,8 @@ class SshRuntime:
             by_image.setdefault(images.get(remote.node.name), []).append(remote)
         for image, group in by_image.items():
             checks += run_preflight(
-                group, kind=self.platform.preflight_kind, devices=devices, image_id=image,
-                framework=framework,
+                group, engine=lambda remote, image=image: self.platform.engine(remote, image),
+                devices=devices, framework=framework,
             )  # fmt: skip
         order = {remote.node.name: i for i, remote in enumerate(remotes)}
         checks.sort(key=lambda c: order.get(c.node, 0))
@@ -229,7 +246,8 @@ class SshRuntime:
         if source != "dlperf" and not self.platform.runs_sources:
             raise PrepareFailed(
                 Verdict.FAILED,
-                f"upstream source {source!r} runs in its own image: use --runtime docker",
+                f"upstream source {source!r} runs in its own image, which container: "
+                f"{self.platform.name} does not run: set container: docker or podman",
             )
         try:
             checks, images = self.preflight(remotes, framework, devices, source)
@@ -253,7 +271,7 @@ class SshRuntime:
             image = images.get(remote.node.name)
             facts = provenance.collect(
                 remote,
-                image=image,
+                engine=self.platform.engine(remote, image),
                 probe_command=self.platform.probe_command(remote, code, image, framework),
             )
             facts["code"] = {"digest": bundle.digest, "path": code, "files": bundle.files}
@@ -282,6 +300,7 @@ class SshRuntime:
             provenance=facts_by_node,
             seconds=time.monotonic() - started,
             framework=framework,
+            source=source,
             devices={c.node: c.found for c in checks if c.name == "devices"},
         )
         self._prepared[key] = prepared
@@ -528,3 +547,19 @@ class SshRuntime:
             verdict = Verdict.OOM
             detail = f"node {oom[0].remote.node.name}: killed for memory (OOMKilled)"
         return verdict, detail, notes
+
+
+@RUNTIMES.register("docker")
+class DockerRuntime(SshRuntime):
+    """``--runtime docker``: a spelling of the SSH transport with the docker platform."""
+
+    name = "docker"
+    platform_name = "docker"
+
+
+@RUNTIMES.register("process")
+class ProcessRuntime(SshRuntime):
+    """``--runtime process``: a spelling of the SSH transport with no container."""
+
+    name = "process"
+    platform_name = "none"

@@ -1,4 +1,4 @@
-"""The docker platform over SSH: one ``docker run --network host --ipc host`` per node.
+"""docker over SSH: one ``docker create`` + ``start -a`` (host network and IPC) per node and repeat.
 
 Each node's command (the framework's own launcher, e.g. torchrun, from ``plan_repeat``) runs in
 the framework's image, identified by its digest; the kit's code is mounted read-only at
@@ -7,9 +7,10 @@ the framework's image, identified by its digest; the kit's code is mounted read-
 docker client is driven through the node's own SSH connection, so nodes sharing one engine
 (tests on one machine) behave like separate hosts.
 
-    dlperf run --runtime docker --inventory inventory.yaml ...
+    dlperf run --runtime ssh --inventory inventory.yaml ...    # with `container: docker`
+    dlperf run --runtime docker --inventory inventory.yaml ... # the same, spelt as before
 
-The ``docker`` runtime is the SSH transport (``runtime.py``) with this platform.
+Another engine with docker's command line (podman) is this class with its own client.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from driver.cluster.inventory import Inventory, Node
+from driver.cluster.preflight import Engine
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
-from driver.runtimes.base import RUNTIMES
-from driver.runtimes.ssh.launch import Launch, Prepared, SshPlatform
-from driver.runtimes.ssh.runtime import SshRuntime
+from driver.runtimes.containers import PLATFORMS, ContainerPlatform
+
+if TYPE_CHECKING:
+    from driver.cluster.inventory import Node
+    from driver.runtimes.ssh.launch import Launch, Prepared
 
 WORKDIR = "/dlperf"
 
@@ -38,18 +41,36 @@ def _parse_time(text: str | None) -> float | None:
     return datetime.fromisoformat(head + "+00:00").timestamp() + fraction
 
 
-class DockerContainers(SshPlatform):
+@PLATFORMS.register("docker")
+class Docker(ContainerPlatform):
     """A docker container per node and repeat, made by the node's own docker client."""
 
     name = "docker"
-    preflight_kind = "docker"
+    transports = ("ssh",)
     mount_point = WORKDIR
     runs_sources = True
+    sees_only_mounts = True
+    # docker's own init reaps the launcher's children and passes signals on.
+    init: tuple[str, ...] = ("--init",)
 
-    def __init__(self, remotes: list[Remote], build_options: Any = None) -> None:
-        self.remotes = remotes  # the first node is asked for a tag the head cannot resolve
-        self.build_options = build_options  # driver.images.build.BuildOptions; None: defaults
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self.remotes = context.remotes  # the first node is asked for a tag the head lacks
+        self.build_options = context.build_options
         self._images: dict[tuple[str, str, str], str] = {}
+
+    def cli(self, remote: Remote, *args: str) -> list[str]:
+        """argv of the node's engine client."""
+        return remote.docker(*args)
+
+    def engine(self, remote: Remote, image: str | None) -> Engine:
+        return Engine(
+            self.name,
+            self.cli(remote, "version", "--format", "{{.Server.Version}}"),
+            self.cli(remote, "image", "inspect", "--format", "{{.Id}}", image) if image else None,
+            image,
+            gpus=remote.node.container.gpus,
+        )
 
     def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
         return "python3"  # the image's: our CPU images put /opt/venv first on PATH
@@ -70,17 +91,21 @@ class DockerContainers(SshPlatform):
             )
         return self._images[key]
 
-    def _resolve_built(self, framework: str, variant: str, source: str) -> str:
-        from driver.images.build import BuildOptions, resolve_image
+    def _built(self, framework: str, variant: str, source: str) -> tuple[str, Any]:
+        """The name of the image the kit builds for the case, and the build options."""
+        from driver.images.build import BuildOptions
         from driver.images.catalog import discover, image_for
         from driver.sources.base import SOURCES
 
         options = self.build_options or BuildOptions(log=lambda _line: None)
         if source != "dlperf":
-            name = str(SOURCES.get(source)().image)
-        else:
-            name = image_for(framework, variant, discover(options.root))
-        built = resolve_image(name, options)
+            return str(SOURCES.get(source)().image), options
+        return image_for(framework, variant, discover(options.root)), options
+
+    def _resolve_built(self, framework: str, variant: str, source: str) -> str:
+        from driver.images.build import resolve_image
+
+        built = resolve_image(*self._built(framework, variant, source))
         assert built.id is not None
         return built.id
 
@@ -98,33 +123,32 @@ class DockerContainers(SshPlatform):
         except Exception:  # noqa: BLE001 - no engine on the head: ask the first node
             pass
         remote = self.remotes[0]
-        result = remote.run_argv(remote.docker("image", "inspect", "--format", "{{.Id}}", ref))
+        result = remote.run_argv(self.cli(remote, "image", "inspect", "--format", "{{.Id}}", ref))
         if not result.ok:
             raise ValueError(f"image {ref!r} (inventory container.image) not found: {result.why()}")
         return result.stdout.strip()
 
     # -- node operations -------------------------------------------------------------------
-    def probe_command(
-        self, remote: Remote, prepared_code: str, image: str | None, framework: str
-    ) -> str:
+    def probe_command(self, remote: Remote, code: str, image: str | None, framework: str) -> str:
         node = remote.node
-        argv = remote.docker(
+        argv = self.cli(
+            remote,
             "run", "--rm", "--network", "host", "--label", "dlperf.probe=1",
             *(["--gpus", node.container.gpus] if node.container.gpus else []),
-            "-v", f"{prepared_code}:{WORKDIR}:ro", "-w", WORKDIR, "-e", f"PYTHONPATH={WORKDIR}",
+            "-v", f"{code}:{WORKDIR}:ro", "-w", WORKDIR, "-e", f"PYTHONPATH={WORKDIR}",
             str(image), "python3", "-m", "driver.cluster.probe",
         )  # fmt: skip
         return shell(argv)
 
     def sweep(self, remote: Remote, label: str) -> str:
         listed = remote.run_argv(
-            remote.docker("ps", "-aq", "--filter", f"label=dlperf.session={label}"), timeout=60
+            self.cli(remote, "ps", "-aq", "--filter", f"label=dlperf.session={label}"), timeout=60
         )
         ids = listed.stdout.split() if listed.ok else []
         if ids:
             # Nodes sharing an engine sweep the same containers at once: "no such container"
             # from the slower one is fine.
-            remote.run(shell(remote.docker("rm", "-f", *ids)) + " >/dev/null 2>&1 || true")
+            remote.run(shell(self.cli(remote, "rm", "-f", *ids)) + " >/dev/null 2>&1 || true")
         runs = f"{remote.node.scratch_dir.rstrip('/')}/runs/{label}"
         remote.run_argv(["rm", "-rf", runs])
         return f"removed containers {', '.join(i[:12] for i in ids)}" if ids else ""
@@ -135,7 +159,7 @@ class DockerContainers(SshPlatform):
         # Our scripts run from the kit's code; an upstream source from its own folder in its image.
         workdir = launch.command.workdir or WORKDIR
         args = [
-            "--network", "host", "--ipc", container.ipc, "--init",
+            "--network", "host", "--ipc", container.ipc, *self.init,
             "--workdir", workdir, "-v", f"{code_dir}:{WORKDIR}:ro",
         ]  # fmt: skip
         if node.data_dir:
@@ -158,7 +182,8 @@ class DockerContainers(SshPlatform):
         self, launch: Launch, env: dict[str, str], code: str, image: str, labels: dict[str, str]
     ) -> list[str]:
         label_args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]
-        return launch.remote.docker(
+        return self.cli(
+            launch.remote,
             "create",
             "--name",
             launch.run_id,
@@ -173,24 +198,18 @@ class DockerContainers(SshPlatform):
     ) -> str:
         image = self.planned_image(framework, launch.remote.node, source)
         create = self.create_argv(launch, env, code, image, {"dlperf.session": "<session>"})
-        return f"{shell(create)} && {shell(launch.remote.docker('start', '-a', launch.run_id))}"
+        return f"{shell(create)} && {shell(self.cli(launch.remote, 'start', '-a', launch.run_id))}"
 
     def planned_image(self, framework: str, node: Node, source: str) -> str:
         """The image a node would run, without an engine: the inventory's override, else the
         tag of the image with today's inputs (what ``dlperf images build`` makes)."""
-        from driver.images.build import BuildOptions, plan_images
-        from driver.images.catalog import discover, image_for
+        from driver.images.build import plan_images
         from driver.images.lock import LockError
-        from driver.sources.base import SOURCES
 
         override = node.container.image.get(framework) or node.container.image.get("default")
         if override and source == "dlperf":
             return override
-        options = self.build_options or BuildOptions(log=lambda _line: None)
-        if source != "dlperf":
-            name = str(SOURCES.get(source)().image)
-        else:
-            name = image_for(framework, node.container.variant, discover(options.root))
+        name, options = self._built(framework, node.container.variant, source)
         try:
             return plan_images([name], options)[name].tag
         except LockError:  # e.g. a base digest still unresolved: the name, and no tag yet
@@ -205,25 +224,25 @@ class DockerContainers(SshPlatform):
         script = f"mkdir -p {shell([launch.run_dir])} && {shell(argv)}"
         result = remote.run(script, timeout=120)
         if not result.ok:
-            raise RuntimeError(f"docker create failed: {result.why()}")
+            raise RuntimeError(f"{self.name} create failed: {result.why()}")
         launch.facts["container_id"] = result.stdout.strip()[:64]
         launch.facts["image_id"] = image
 
     def start_command(self, launch: Launch) -> str:
         # The attached client is the channel's process: its exit status is the container's,
         # and the log is complete once it has exited.
-        start = shell(launch.remote.docker("start", "-a", launch.run_id))
+        start = shell(self.cli(launch.remote, "start", "-a", launch.run_id))
         return self.collecting(launch, f"{start} > {shell([launch.log])} 2>&1 < /dev/null")
 
     def stop(self, launch: Launch) -> None:
-        kill = shell(launch.remote.docker("kill", launch.run_id))
+        kill = shell(self.cli(launch.remote, "kill", launch.run_id))
         launch.remote.run(f"{kill} >/dev/null 2>&1 || true", timeout=60)
 
     def collect_script(self, launch: Launch) -> str:
         """The container's state (OOM, exit code, times), the container removed, its log."""
         remote = launch.remote
-        inspect = shell(remote.docker("inspect", "--format", "{{json .State}}", launch.run_id))
-        remove = shell(remote.docker("rm", "-f", launch.run_id))
+        inspect = shell(self.cli(remote, "inspect", "--format", "{{json .State}}", launch.run_id))
+        remove = shell(self.cli(remote, "rm", "-f", launch.run_id))
         log = shell([launch.log])
         return (
             f'state=$({inspect} 2>/dev/null | head -n 1); printf "%s\\n" "$state"; '
@@ -258,13 +277,3 @@ class DockerContainers(SshPlatform):
         )
         if launch.exit_code is None and state.get("Status") == "exited":
             launch.exit_code = int(state.get("ExitCode", -1))
-
-
-@RUNTIMES.register("docker")
-class DockerRuntime(SshRuntime):
-    """``--runtime docker``: the SSH transport, every node's command in a docker container."""
-
-    name = "docker"
-
-    def __init__(self, inventory: Inventory | str | Path, *, build_options: Any = None) -> None:
-        super().__init__(inventory, lambda remotes: DockerContainers(remotes, build_options))

@@ -1,4 +1,4 @@
-"""Slurm's own OCI containers: the step in a bundle (``srun --container=<bundle>``).
+"""oci (Slurm only): Slurm's own OCI containers, the step in a bundle (``srun --container=``).
 
 ``oci.conf`` on the nodes calls runc or crun; the kit makes one bundle per session from
 ``slurm.oci_bundle`` or from the local image ``slurm.oci_image`` (exported once per image), the
@@ -9,21 +9,20 @@ writable copies of the folders its scripts write in.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from driver.cluster.slurm import SlurmConfig
 from driver.frameworks.base import REPO_ROOT
 from driver.images import oci
 from driver.runtimes.base import RuntimeConfigError, Verdict, session_label
+from driver.runtimes.containers import PLATFORMS, ContainerPlatform, Context
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.containers import SlurmPlatform, SourceImage, image_key
+from driver.runtimes.slurm.containers import SourceImage, image_key
 from driver.runtimes.slurm.job import Allocation, Failure
-from driver.runtimes.slurm.render import OciContainer, oci_guard
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
@@ -31,19 +30,39 @@ if TYPE_CHECKING:
 IMAGE_HOME = "/root"  # the upstream images run as root (as docker starts them)
 
 
-class SlurmOci(SlurmPlatform):
+# The first line of a step's script in an OCI container: a node that has no oci.conf runs the
+# step on the host (Slurm 22.05 treats --container as advisory there), which would measure the
+# host, not the image; the marker exists only at the top of the kit's bundle's root.
+def oci_guard(marker: str) -> str:
+    return (
+        f'[ -f /{shlex.quote(marker)} ] || {{ echo "dlperf-slurm: node $SLURM_NODEID '
+        "($(hostname)) ran the step outside the OCI bundle: Slurm there has no oci.conf beside "
+        "slurm.conf (see docs/clusters.md); set slurm.container: none to run without "
+        'containers" >&2; exit 3; }'
+    )
+
+
+@PLATFORMS.register("oci")
+class SlurmOci(ContainerPlatform):
     """Slurm's own OCI containers: every task in the session's bundle (slurmstepd calls the
     runtime ``oci.conf`` names on each node)."""
 
     name = "oci"
+    transports = ("slurm",)
     prepare_timing = "bundle_s"
     runs_sources = True
     # Slurm 22.05 writes an OCI container's environment before it sets the per-task variables:
     # none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches the step's script.
     by_hostname = True
 
-    def __init__(self, config: SlurmConfig, where: str, printer: Callable[[str], None]) -> None:
-        super().__init__(config, where, printer)
+    def __init__(self, context: Context) -> None:
+        super().__init__(context)
+        if self.config.tasks == "device":
+            raise RuntimeConfigError(
+                f"{self.where}: slurm.tasks: device with container: oci: Slurm 22.05 runs one "
+                "task per node in an OCI container (slurmstepd refuses more); use tasks: node "
+                "(the framework's launcher starts the node's processes inside the container)"
+            )
         self._checked = False
         self._made: dict[Path, dict[str, Any]] = {}  # session bundle -> its facts
         self._paths: dict[str, str | None] = {}  # source -> the PATH its config sets
@@ -61,8 +80,9 @@ class SlurmOci(SlurmPlatform):
         made by the first repeat that needs it."""
         return self.cache() / f"session-{session_label(session_root)}" / key
 
-    def container(self, plan: RepeatPlan, session_root: Path) -> OciContainer:
-        return OciContainer(str(self.session_bundle(image_key(plan), session_root)))
+    def srun_flags(self, plan: RepeatPlan, session_root: Path) -> list[str]:
+        """Every task in the session's bundle (slurmstepd calls oci.conf's runtime)."""
+        return [f"--container={self.session_bundle(image_key(plan), session_root)}"]
 
     def source(self, framework: str, source: str = "dlperf") -> tuple[str, str, str]:
         """Where a bundle comes from: (``bundle`` or ``image``, the value, the field that set

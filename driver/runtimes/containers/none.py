@@ -1,28 +1,34 @@
-"""No container over SSH: each node's command as a process group the kit holds itself.
+"""No container: the node's own Python; over SSH each node's command as a process group the
+kit holds itself, under Slurm the step's tasks as srun starts them.
 
-For hosts that have the framework installed directly: each node runs the command with its own
-interpreter (inventory ``python``: one path, or one per framework) in a copy of the kit's code
+Over SSH, for hosts that have the framework installed directly: each node runs the command with its
+own interpreter (inventory ``python``: one path, or one per framework) in a copy of the kit's code
 under its scratch folder. The process is the SSH session's own process-group leader (sshd starts
-every session in a new session), so stopping a node is one signal to that group; its pid is
-kept in the run folder, with ``DLPERF_RUN_ID`` in its environment, so that a later run can find
-and end a leftover without ever signalling an unrelated process that reused the pid.
+every session in a new session), so stopping a node is one signal to that group; its pid is kept in
+the run folder, with ``DLPERF_RUN_ID`` in its environment, so that a later run can find and end a
+leftover without ever signalling an unrelated process that reused the pid.
 
-    dlperf run --runtime process --inventory inventory.yaml ...
+    dlperf run --runtime ssh --inventory inventory.yaml ...      # with `container: none`
+    dlperf run --runtime process --inventory inventory.yaml ...  # the same, spelt as before
 
-The ``process`` runtime is the SSH transport (``runtime.py``) with this platform.
+Under Slurm the nodes' own Python runs the kit's framework venvs at the same paths as here (a
+shared file system). A platform that only wraps the command (apptainer) is this one with its
+:meth:`~driver.runtimes.containers.ContainerPlatform.wrap`.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from driver.cluster.inventory import Inventory
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
-from driver.runtimes.base import RUNTIMES
-from driver.runtimes.ssh.launch import Launch, Prepared, SshPlatform
-from driver.runtimes.ssh.runtime import SshRuntime
+from driver.runtimes.containers import PLATFORMS, ContainerPlatform
+
+if TYPE_CHECKING:
+    from driver.cluster.inventory import Node
+    from driver.runtimes.ssh.launch import Launch, Prepared
 
 GRACE_S = 5
 
@@ -34,23 +40,25 @@ _OWNED = (
 )
 
 
-class ProcessGroups(SshPlatform):
-    """No container: the kit starts, stops and times each node's process group itself."""
+@PLATFORMS.register("none")
+class NoContainer(ContainerPlatform):
+    """No container: over SSH the kit starts, stops and times each node's process group itself
+    (a platform that wraps the command runs in that group too); under Slurm, srun's tasks."""
 
     name = "none"
-    preflight_kind = "process"
+    transports = ("ssh", "slurm")
 
-    def __init__(self, first: Remote) -> None:
-        self.first = first  # plan_repeat's interpreter is the first node's (node_argv)
+    def mounts(self, node: Node, code: str) -> list[str]:
+        """What a wrapping platform mounts on a node: the kit's code, the data, the inventory's."""
+        data = [f"{node.data_dir}:{node.data_dir}:ro"] if node.data_dir else []
+        return [f"{code}:{code}:ro", *data, *node.container.mounts]
 
-    def probe_command(
-        self, remote: Remote, prepared_code: str, image: str | None, framework: str
-    ) -> str:
-        python = remote.node.python_for(framework)
-        return (
-            f"cd {shell([prepared_code])} && "
-            f"{shell(['env', f'PYTHONPATH={prepared_code}', python, '-m', 'driver.cluster.probe'])}"
-        )
+    def probe_command(self, remote: Remote, code: str, image: str | None, framework: str) -> str:
+        node = remote.node
+        python = self.python(framework) or node.python_for(framework)
+        probe = [python, "-m", "driver.cluster.probe"]
+        argv = self.wrap(probe, image, self.mounts(node, code), code, bool(node.container.gpus))
+        return f"cd {shell([code])} && {shell(['env', f'PYTHONPATH={code}', *argv])}"
 
     def sweep(self, remote: Remote, label: str) -> str:
         runs = f"{remote.node.scratch_dir.rstrip('/')}/runs/{label}"
@@ -71,24 +79,30 @@ class ProcessGroups(SshPlatform):
         # Nothing to do on the node yet: its start command makes the run folder itself (one
         # SSH command per node fewer on every repeat).
         code = prepared.code_dirs[launch.remote.node.name]
-        launch.facts.update(
-            workdir=code, labels=labels, argv=self.node_argv(launch, prepared.framework)
-        )
-        launch.start_command = self.command_line(launch, env, code, prepared.framework)
+        framework, source = prepared.framework, prepared.source
+        argv = self.node_argv(launch, framework, code, source)
+        launch.facts.update(workdir=code, labels=labels, argv=argv)
+        launch.start_command = self.command_line(launch, env, code, framework, source)
 
-    def node_argv(self, launch: Launch, framework: str) -> list[str]:
-        """The launch's argv with this node's interpreter: plan_repeat knows only one."""
+    def node_argv(self, launch: Launch, framework: str, code: str, source: str) -> list[str]:
+        """The launch's argv with this node's interpreter (plan_repeat knows only one), as
+        the platform wraps it."""
         argv = list(launch.command.argv)
-        first_python = self.first.node.python_for(framework)
-        node_python = launch.remote.node.python_for(framework)
-        if argv and argv[0] == first_python and node_python != first_python:
-            argv[0] = node_python
-        return argv
+        node = launch.remote.node
+        if self.python(framework) is None:
+            first_python = self.context.remotes[0].node.python_for(framework)
+            node_python = node.python_for(framework)
+            if argv and argv[0] == first_python and node_python != first_python:
+                argv[0] = node_python
+        image = self.image_for(framework, node, source)
+        workdir = launch.command.workdir or code
+        gpus = bool(node.container.gpus)
+        return self.wrap(argv, image, self.mounts(node, code), workdir, gpus)
 
     def command_line(
-        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str = ""
+        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
     ) -> str:
-        argv = self.node_argv(launch, framework)
+        argv = self.node_argv(launch, framework, code, source)
         env = {**env, "DLPERF_RUN_ID": launch.run_id}
         run = launch.run_dir
         # The shell stays (no exec): after the process it stamps the end, keeps the CPU time
@@ -156,13 +170,3 @@ class ProcessGroups(SshPlatform):
             launch.facts["process_cpu_seconds"] = round(
                 sum(int(m) * 60 + float(s) for m, s in spent), 3
             )
-
-
-@RUNTIMES.register("process")
-class ProcessRuntime(SshRuntime):
-    """``--runtime process``: the SSH transport, no container (the nodes' own Python)."""
-
-    name = "process"
-
-    def __init__(self, inventory: Inventory | str | Path) -> None:
-        super().__init__(inventory, lambda remotes: ProcessGroups(remotes[0]))

@@ -1,4 +1,4 @@
-"""pyxis under Slurm: the step in a container NVIDIA's pyxis plug-in makes from an image.
+"""pyxis (Slurm only): the step in a container NVIDIA's pyxis plug-in makes from an image.
 
 The kit's own scripts run in the framework's GPU base image (by its ``images.lock`` digest, or
 ``slurm.image``), one named container per node made by a first step and reused by every repeat
@@ -9,29 +9,68 @@ squashfs the kit imports once per image from the local build), a fresh container
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
-import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver.frameworks.base import REPO_ROOT
-from driver.runtimes.base import Verdict
+from driver.images import export
+from driver.runtimes.base import RuntimeConfigError, Verdict
+from driver.runtimes.containers import PLATFORMS, ContainerPlatform
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.containers import SlurmPlatform, SourceImage, image_key
+from driver.runtimes.slurm.containers import SourceImage, image_key
 from driver.runtimes.slurm.job import Allocation, Failure
-from driver.runtimes.slurm.render import Container, check_mount_path
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
 
 
-class Pyxis(SlurmPlatform):
+def check_mount_path(path: str, what: str, fix: str) -> str:
+    """A folder mounted at its own path through pyxis's ``--container-mounts``: that list is
+    split on ',' and each entry on ':', so either character in the path would silently add a
+    mount or change one (``/r/a,/etc`` mounts /etc). Refused with ``fix``."""
+    found = [char for char in ",:" if char in path]
+    if found:
+        shown = " and ".join(repr(char) for char in found)
+        raise RuntimeConfigError(
+            f"{what} {path} holds {shown}: pyxis's --container-mounts splits its list on ',' "
+            f"and each mount on ':', so it cannot be mounted; {fix}"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class Container:
+    """pyxis flags of a step: one named container per node, made once per job and reused; or
+    (``name`` None) a container of the image made for the step and removed after it, writable
+    where ``writable`` (an upstream source's: a fresh one per repeat, as docker gives it)."""
+
+    image: str
+    name: str | None
+    mounts: tuple[str, ...]
+    workdir: str
+    writable: bool = False
+
+    def flags(self) -> list[str]:
+        flags = [f"--container-image={self.image}"]
+        if self.name:
+            flags.append(f"--container-name={self.name}")
+        if self.writable:
+            flags.append("--container-writable")
+        if self.mounts:
+            flags.append(f"--container-mounts={','.join(self.mounts)}")
+        return [*flags, f"--container-workdir={self.workdir}"]
+
+
+@PLATFORMS.register("pyxis")
+class Pyxis(ContainerPlatform):
     """NVIDIA's pyxis plug-in: one named container per node, made once per job."""
 
     name = "pyxis"
+    transports = ("slurm",)
     prepare_timing = "container_create_s"
     runs_sources = True
 
@@ -55,6 +94,9 @@ class Pyxis(SlurmPlatform):
         )
         return session, kit
 
+    def srun_flags(self, plan: RepeatPlan, session_root: Path) -> list[str]:
+        return self.container(plan, session_root).flags()
+
     def container(self, plan: RepeatPlan, session_root: Path) -> Container:
         """The kit's own scripts: one named container per node and job (the kit's code is
         mounted, nothing of a run stays in it). An upstream source: a fresh, writable container
@@ -76,7 +118,7 @@ class Pyxis(SlurmPlatform):
         """Where the kit keeps a source image's squashfs for pyxis (the checkout is on a file
         system the nodes share; a path without ',' or ':', which pyxis would split)."""
         tag = image.tag or f"{image.name}:<unbuilt>"
-        return REPO_ROOT / ".dlperf" / "enroot" / f"{tag.rsplit('/', 1)[-1].replace(':', '-')}.sqsh"
+        return export.image_file(tag, REPO_ROOT / ".dlperf" / "enroot", ".sqsh")
 
     def image_for(self, framework: str, source: str = "dlperf") -> str:
         """pyxis image: ``slurm.image`` (the source's entry for an upstream source, else the
@@ -138,20 +180,13 @@ class Pyxis(SlurmPlatform):
                 f"{target} dockerd://{tag}` where enroot and the image are, or set "
                 f"slurm.image.{plan.source} (a registry copy of the image, or a squashfs path)",
             )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}")
-        partial.unlink(missing_ok=True)
         started = time.time()
         self.printer(f"pyxis: importing {tag} into {target} (once per image)")
-        argv = [enroot, "import", "--output", str(partial), f"dockerd://{tag}"]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-            if done.returncode != 0:
-                said = (done.stderr or done.stdout).strip().splitlines()
-                raise OSError(f"exit {done.returncode}: {said[-1] if said else 'no message'}")
-            os.replace(partial, target)
-        except (OSError, subprocess.SubprocessError) as error:
-            partial.unlink(missing_ok=True)
+            export.make_file(
+                target, lambda to: [enroot, "import", "--output", str(to), f"dockerd://{tag}"]
+            )
+        except export.ExportError as error:
             raise Failure(Verdict.FAILED, f"enroot could not import {tag}: {error}") from None
         return {**facts, "import_s": round(time.time() - started, 3)}
 

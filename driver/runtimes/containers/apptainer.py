@@ -1,0 +1,127 @@
+"""apptainer (Singularity), over SSH and under Slurm: ``apptainer exec <image>`` around the
+node's command.
+
+The command runs in the image's root with the kit's code and the session folder (Slurm), the
+node's ``data_dir`` and the inventory's ``container.mounts`` (SSH) or ``slurm.mounts`` bound
+at their paths, the environment passed through and, given GPUs, ``--nv``. Nothing is held by
+an engine: over SSH the kit holds ``apptainer exec`` as the node's process group (as with no
+container), under Slurm it is the task srun starts.
+
+The image: over SSH the inventory's ``container.image`` (per framework or ``default``: a
+``.sif`` file on every node, or any source apptainer reads, e.g. ``docker://...``); under Slurm
+``slurm.image`` the same way, else the framework's local image built here into
+``.dlperf/apptainer/<tag>.sif`` in the checkout (a shared file system), once per image
+(``driver/images/export.py``). An upstream source's image is not run (use docker, podman,
+pyxis or oci).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from driver.cluster.preflight import Engine
+from driver.frameworks.base import REPO_ROOT
+from driver.images import export
+from driver.runtimes.base import Verdict
+from driver.runtimes.containers import PLATFORMS
+from driver.runtimes.containers.none import NoContainer
+from driver.runtimes.slurm.job import Failure
+
+if TYPE_CHECKING:
+    from driver.cluster.inventory import Node
+    from driver.cluster.remote import Remote
+    from driver.runtimes.plan import RepeatPlan
+    from driver.runtimes.slurm.job import Allocation
+
+CACHE = REPO_ROOT / ".dlperf" / "apptainer"
+
+
+def build_argv(tag: str, target: Path) -> list[str]:
+    return ["apptainer", "build", "--force", str(target), f"docker-daemon://{tag}"]
+
+
+@PLATFORMS.register("apptainer")
+class Apptainer(NoContainer):
+    name = "apptainer"
+    transports = ("ssh", "slurm")
+    sees_only_mounts = True
+    prepare_timing = "sif_s"
+
+    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
+        return "python3"  # the image's
+
+    def wrap(
+        self, argv: list[str], image: str | None, mounts: Sequence[str], workdir: str, gpus: bool
+    ) -> list[str]:
+        binds = [word for mount in mounts for word in ("--bind", mount)]
+        return [
+            "apptainer", "exec", *(["--nv"] if gpus else []), *binds, "--pwd", workdir,
+            str(image), *argv,
+        ]  # fmt: skip
+
+    # -- over SSH ----------------------------------------------------------------------------
+    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str:  # noqa: ARG002
+        image = node.container.image.get(framework) or node.container.image.get("default")
+        if not image:
+            raise ValueError(
+                f"{self.where}: container.image.{framework}: apptainer over SSH runs an image "
+                "file on every node; set container.image (a .sif path there, e.g. made by "
+                "`apptainer build pytorch.sif docker-daemon://<image>`)"
+            )
+        return image
+
+    def engine(self, remote: Remote, image: str | None) -> Engine:  # noqa: ARG002
+        present = ["ls", "-d", image] if image and image.startswith("/") else None
+        fix = "copy the .sif to that path on the node (or fix container.image)"
+        return Engine(self.name, ["apptainer", "version"], present, image, fix)
+
+    # -- under Slurm -------------------------------------------------------------------------
+    def slurm_image(self, framework: str) -> tuple[str, str | None]:
+        """The image a step runs and, when the kit makes it here, the local tag it is from."""
+        for key in (framework, "default"):
+            if key in self.config.image:
+                return self.config.image[key], None
+        from driver.images.build import BuildOptions, plan_images
+        from driver.images.catalog import discover, image_for
+        from driver.images.lock import LockError
+
+        options = BuildOptions(log=lambda _line: None)
+        name = image_for(framework, "gpu" if self.config.gpus_per_node else "cpu", discover())
+        try:
+            tag = plan_images([name], options)[name].tag
+        except LockError:  # a base digest still unresolved: the name, and no tag yet
+            tag = f"dlperf/{name}:unbuilt"
+        return str(export.image_file(tag, CACHE, ".sif")), tag
+
+    def step_argv(self, plan: RepeatPlan, argv: list[str], session_root: Path) -> list[str]:
+        session, kit = str(Path(session_root).absolute()), str(REPO_ROOT)
+        mounts = [f"{kit}:{kit}:ro", f"{session}:{session}", *self.config.mounts]
+        image, _ = self.slurm_image(plan.framework)
+        return self.wrap(argv, image, mounts, kit, bool(self.config.gpus_per_node))
+
+    def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:  # noqa: ARG002
+        image, tag = self.slurm_image(plan.framework)
+        if tag is None or Path(image).is_file():
+            return None
+        started = time.time()
+        try:
+            export.make_file(Path(image), lambda to: build_argv(tag, to))
+        except export.ExportError as error:
+            detail = f"apptainer could not build {tag}: {error} (or set slurm.image)"
+            raise Failure(Verdict.FAILED, detail) from None
+        return {"sif": image, "image": tag, "built_s": round(time.time() - started, 3)}
+
+    def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
+        image, tag = self.slurm_image(plan.framework)
+        if tag is None:
+            return []
+        argv = build_argv(tag, Path(image))
+        return [
+            f"# once per image: the local image {tag} as the .sif apptainer runs (or set "
+            f"slurm.image.{plan.framework})",
+            "$ " + shlex.join(argv),
+        ]
