@@ -17,7 +17,7 @@ from driver.model.case import Case, Topology
 from driver.model.results import Session
 from driver.release.audit import audit
 from driver.release.release import release
-from driver.runtimes.ssh.process import ProcessRuntime
+from driver.runtimes.ssh.runtime import ProcessRuntime
 from tests.cluster_fixtures import quiet
 from tests.real_frameworks import CaseRun, framework_env, run_case
 
