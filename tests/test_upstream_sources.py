@@ -656,8 +656,9 @@ def test_dry_run_names_the_tag_an_image_with_a_resolved_base_gets() -> None:
 
 
 def test_readme_support_table_marks_every_source() -> None:
-    """Each model's cell says, per variant, "ran here", "traced and verified" or "refused
-    because ...", nothing in between; a model whose source.yaml refuses a variant says why.
+    """Each model's cell says, per variant, "ran on the test machine", "traced and verified" or
+    "refused because ...", nothing in between; a model whose source.yaml refuses a variant says
+    why.
 
     The flags status follows the source's flags.yaml: a source whose code could not be read at
     its pin (``unverified_because``) is "pinned only", every other one "flags verified" at its
@@ -675,7 +676,10 @@ def test_readme_support_table_marks_every_source() -> None:
         )
         for model, cell in cells.items():
             if model in spec.launches:
-                assert "traced and verified" in cell or "ran here" in cell, (spec.name, model)
+                assert "traced and verified" in cell or "ran on the test machine" in cell, (
+                    spec.name,
+                    model,
+                )
                 refused = bool(spec.launches[model].refused)
                 assert ("refused because" in cell) == refused, (spec.name, model, cell)
                 assert "not checked" not in cell, (spec.name, model, cell)
@@ -685,4 +689,5 @@ def test_readme_support_table_marks_every_source() -> None:
             else:
                 assert cell.strip() == "-", (spec.name, model, cell)
     ran = [line for line in readme.splitlines() if "(`pytorch-examples`)" in line][0]
-    assert "ran here (CPU" in ran  # tests/fixtures/upstream/pytorch-examples/real-cpu.node0.log
+    # tests/fixtures/upstream/pytorch-examples/real-cpu.node0.log
+    assert "ran on the test machine (CPU" in ran
