@@ -484,10 +484,18 @@ def slurm_cases(files: Files) -> Iterator[HostileCase]:
                    "--input=/etc/shadow", "-i/etc/shadow", "--container-mounts=/:/host"):
         yield case(f"extra_sbatch_args/identity/{option}", "extra_sbatch_args", [option],
                    "which the kit controls")  # fmt: skip
+    from driver.cluster.slurm import SHARED_TOPS, SYSTEM_TREES
     from driver.frameworks.base import REPO_ROOT
 
-    for name, folder in (("checkout", str(REPO_ROOT)), ("above-checkout", str(REPO_ROOT.parent))):
-        yield case(f"oci_cache/{name}", "oci_cache", folder, "own checkout")
+    yield case("oci_cache/checkout", "oci_cache", str(REPO_ROOT), "own checkout")
+    # A folder above the checkout; where every one is a system folder (a checkout straight
+    # under /tmp, as a CI clone may be), that refusal comes first and names it so.
+    system = {*SHARED_TOPS, *SYSTEM_TREES}
+    above = next((str(p) for p in REPO_ROOT.parents if str(p) not in system), None)
+    if above is not None:
+        yield case("oci_cache/above-checkout", "oci_cache", above, "own checkout")
+    else:
+        yield case("oci_cache/above-checkout", "oci_cache", str(REPO_ROOT.parent), "system folder")
     for value in ("../../etc", "/etc/passwd", "Upper/Case", "x:tag:tag", "a b"):
         yield case(f"oci_image/{value}", "oci_image", {"calibration": value},
                    "a docker image reference")  # fmt: skip
