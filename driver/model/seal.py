@@ -32,7 +32,6 @@ signs over an edit, so a release names the file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -46,7 +45,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError
 
-from driver.files import TEMP_PREFIX, write_bytes
+from driver.files import TEMP_PREFIX, sha256_bytes, write_bytes
 from driver.model.measure import parse_logs
 from driver.model.results import RECORD, RecordError, RepeatRecord, kit_revision
 from driver.parsers.base import LogParseError
@@ -133,10 +132,6 @@ def load_seal(data: bytes, name: str) -> SessionManifest:
         raise SealError(f"{name}: field {where}: {first['msg']}") from None
     except ValueError as error:
         raise SealError(f"{name}: not a session manifest ({error})") from None
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def odd_seal_files(root: Path) -> dict[str, str]:
@@ -274,7 +269,7 @@ def sealed_repeats(files: Mapping[str, bytes]) -> dict[str, SealedRepeat]:
             case_id=record.case_id,
             repeat=record.repeat,
             verdict=record.verdict,
-            record_sha256=sha256(files[rel]),
+            record_sha256=sha256_bytes(files[rel]),
             throughput=record.throughput,
             fingerprints=rank_facts(record.parser, logs) if record.ok else [],
         )
@@ -308,7 +303,7 @@ def manifest_of(
         "previous": previous,
         "session_json": _session_json(files),
         "files": {
-            rel: {"sha256": sha256(data), "bytes": len(data)}
+            rel: {"sha256": sha256_bytes(data), "bytes": len(data)}
             for rel in sorted(files)
             for data in (files[rel],)
         },
@@ -368,7 +363,7 @@ def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None
         if problems:
             return Sealed(path, written=False, drift=problems)
         previous = {
-            "sha256": sha256(old),
+            "sha256": sha256_bytes(old),
             "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
         }
         adopted = {**load_seal(old, SEAL).adopted, **adopted}
@@ -424,7 +419,7 @@ def _drift(
     for rel, entry in sorted(sealed.files.items()):
         if rel == SESSION_JSON:
             problems += [(rel, what) for what in _session_json_drift(sealed.session_json, files)]
-        elif rel in files and sha256(files[rel]) == entry.sha256:
+        elif rel in files and sha256_bytes(files[rel]) == entry.sha256:
             continue
         elif after_run and any(rel.startswith(f + "/") for f in probes):
             continue  # rewritten by the run that ran the probe again (checked unchanged before)
@@ -456,28 +451,30 @@ def _changed_since_sealed(sealed: SessionManifest, files: Mapping[str, bytes], r
     return "changed since it was sealed"
 
 
+def _readable_seal(root: Path) -> SessionManifest | None:
+    """The session's seal where it is a regular file that parses; None otherwise (no seal, an
+    odd file never opened, or one that does not read)."""
+    path = Path(root) / SEAL
+    try:
+        if not path.is_file() or SEAL in odd_seal_files(root):
+            return None
+        return load_seal(path.read_bytes(), SEAL)
+    except (OSError, SealError):
+        return None
+
+
 def sealed_verdicts(root: Path) -> dict[str, str]:
     """Repeat folder (session-relative) -> the verdict the session's seal holds for it; {}
     where the session has no readable seal."""
-    path = Path(root) / SEAL
-    try:
-        readable = path.is_file() and SEAL not in odd_seal_files(root)
-        sealed = load_seal(path.read_bytes(), SEAL) if readable else None
-    except (OSError, SealError):
-        return {}
+    sealed = _readable_seal(root)
     return {} if sealed is None else {f: r.verdict for f, r in sealed.repeats.items()}
 
 
 def adopted_files(root: Path) -> dict[str, str]:
     """What the session's seal records as adopted (``--adopt``: vouched for by a person, not
     measured by this kit); {} where it has no readable seal."""
-    path = Path(root) / SEAL
-    try:
-        if not path.is_file() or SEAL in odd_seal_files(root):
-            return {}
-        return dict(load_seal(path.read_bytes(), SEAL).adopted)
-    except (OSError, SealError):
-        return {}
+    sealed = _readable_seal(root)
+    return {} if sealed is None else dict(sealed.adopted)
 
 
 def unvouched(
@@ -563,7 +560,7 @@ def _set_aside(rel: str, digest: str, files: Mapping[str, bytes]) -> bool:
             + r"\.(failed|old)-\d+/"
             + re.escape(rest)
         )
-        if any(pattern.fullmatch(p) and sha256(files[p]) == digest for p in files):
+        if any(pattern.fullmatch(p) and sha256_bytes(files[p]) == digest for p in files):
             return True
     return False
 
@@ -585,7 +582,7 @@ def changes(
         data = files[rel]
         if entry is None:
             out.append((rel, f"not in {SEAL}: added {after}"))
-        elif sha256(data) != entry.sha256 or len(data) != entry.bytes:
+        elif sha256_bytes(data) != entry.sha256 or len(data) != entry.bytes:
             out.append((rel, _what_changed(sealed, files, rel, after)))
     for rel in sorted(_required(sealed)):
         if rel not in files:
@@ -620,7 +617,8 @@ def _repeat_of(rel: str) -> str | None:
 
 def _what_changed(sealed: SessionManifest, files: Mapping[str, bytes], rel: str, after: str) -> str:
     folder, _, name = rel.rpartition("/")
-    digests = f"sha256 {sealed.files[rel].sha256[:12]}... sealed, {sha256(files[rel])[:12]}... now"
+    digest_now = sha256_bytes(files[rel])
+    digests = f"sha256 {sealed.files[rel].sha256[:12]}... sealed, {digest_now[:12]}... now"
     repeat = sealed.repeats.get(folder)
     if name == RECORD and repeat is not None:
         record = _read_record(files, rel)
