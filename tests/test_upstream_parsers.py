@@ -488,3 +488,41 @@ def test_a_negative_or_backward_index_is_refused_with_its_line(
             measure_repeat(PARSERS.get(parser)().parse(edited), window)
         message = str(caught.value)
         assert message.startswith(f"node0.log:{line}: ") and fragment in message, message
+
+
+# --- A negative epoch, in every parser that reads one ---------------------------------------------
+
+# (parser, fixture log, the epoch text of the first step line, that text with the epoch negative)
+EPOCH_EDITS = [
+    ("dllogger", "ngc-pytorch/ok", '"step": [0, ', '"step": [-1, '),
+    ("dllogger", "ngc-pytorch/ok:plain", "Epoch: 0 Iteration:", "Epoch: -1 Iteration:"),
+    ("oneflow-benchmark", "oneflow-benchmark/cnn", "train: epoch 0,", "train: epoch -1,"),
+    ("paddle", "paddle-models/cv", "[Pass 0,", "[Pass -1,"),
+    ("mxnet-speed", "ngc-mxnet/ok", "Epoch[0] Batch", "Epoch[-1] Batch"),
+    ("pytorch-examples", "pytorch-examples/real-cpu", "Epoch: [0][", "Epoch: [-1]["),
+]
+
+
+@pytest.mark.parametrize(("parser", "where", "old", "negative"), EPOCH_EDITS,
+                         ids=[f"{row[0]}:{row[1]}" for row in EPOCH_EDITS])  # fmt: skip
+def test_a_negative_epoch_is_refused_with_its_line(
+    parser: str, where: str, old: str, negative: str
+) -> None:
+    """A line of epoch -1 was once no step line at all (the pattern read only digits), so a log
+    with its epochs edited negative lost those lines in silence."""
+    load_all()
+    where, _, backend = where.partition(":")
+    texts = _index_log(where)
+    if backend == "plain":  # DLLogger's StdOutBackend lines alone (JSON records are read first)
+        texts = {
+            name: "".join(x for x in t.splitlines(keepends=True) if "DLLL " not in x)
+            for name, t in texts.items()
+        }
+    text = texts["node0.log"]
+    assert old in text, f"{where}: the fixture has no {old!r}"
+    line = text[: text.index(old)].count("\n") + 1
+    edited = {**texts, "node0.log": text.replace(old, negative, 1)}
+    with pytest.raises(LogParseError) as caught:
+        PARSERS.get(parser)().parse(edited)
+    message = str(caught.value)
+    assert message.startswith(f"node0.log:{line}: ") and "negative epoch" in message, message

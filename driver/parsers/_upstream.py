@@ -392,6 +392,11 @@ def step_lines(
             match = matcher(text)
             if not match:
                 continue
+            epoch = match.groupdict().get("epoch")
+            if epoch is not None and epoch.startswith("-"):
+                raise LogParseError(
+                    f"a negative epoch ({epoch}): malformed output", source=log.name, line=number
+                )
             if first_epoch is not None:
                 group, unit = first_epoch
                 if match[group] not in (None, "0"):

@@ -54,7 +54,7 @@ MARK = "DLLL "
 PLAIN = re.compile(
     r"^DLL (?P<stamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) - "
     # a negative index is read (and refused by the timeline, with its line), never skipped
-    r"(?:Epoch: (?P<epoch>\d+)\s+)?(?:Training )?Iteration: (?P<index>-?\d+)\b(?P<rest>.*)$"
+    r"(?:Epoch: (?P<epoch>-?\d+)\s+)?(?:Training )?Iteration: (?P<index>-?\d+)\b(?P<rest>.*)$"
 )
 RATE = re.compile(
     r"(?:Rank\s*=\s*(?P<rank>\d+)\s*::\s*)?Step\s*=\s*(?P<step>-?\d+)\s+"
@@ -126,6 +126,12 @@ def _timelines(logs: list[NodeLog], records: Records) -> dict[int, Timeline]:
     for log in logs:
         for number, rank, index, epoch, stamp in records(log):
             if epoch is not None:
+                if epoch < 0:
+                    raise LogParseError(
+                        f"a negative epoch ({epoch}): malformed output",
+                        source=log.name,
+                        line=number,
+                    )
                 epochs.add(epoch)
                 if len(epochs) > 1:
                     raise LogParseError(

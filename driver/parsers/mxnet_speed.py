@@ -28,7 +28,7 @@ from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 # an index's minus sign is read (a negative one refused with its line), never skipped
 LINE = re.compile(
-    r"Epoch\[(?P<epoch>\d+)\] Batch \[(?:(?P<first>-?\d+)-)?(?P<last>-?\d+)\]\s+"
+    r"Epoch\[(?P<epoch>-?\d+)\] Batch \[(?:(?P<first>-?\d+)-)?(?P<last>-?\d+)\]\s+"
     r"Speed: (?P<rate>\d+(?:\.\d+)?) samples/sec"
 )
 

@@ -24,7 +24,7 @@ from driver.parsers.base import PARSERS, ParsedLog
 # an index's minus sign is read (a negative one refused with its line), never skipped
 _NUMBER = r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 CNN = re.compile(
-    rf"^train: epoch (?P<epoch>\d+), iter (?P<index>-?\d+), .*samples/s: (?P<rate>{_NUMBER})\s+"
+    rf"^train: epoch (?P<epoch>-?\d+), iter (?P<index>-?\d+), .*samples/s: (?P<rate>{_NUMBER})\s+"
     rf"(?P<t>{_NUMBER})\s*$"
 )
 BERT = re.compile(

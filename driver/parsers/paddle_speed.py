@@ -40,7 +40,7 @@ from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 # an index's minus sign is read (a negative one refused with its line), never skipped
 BATCH = re.compile(
-    r"\[Pass (?P<epoch>\d+), train batch (?P<index>-?\d+)\].*?elapse (?P<secs>\d+(?:\.\d+)?) sec"
+    r"\[Pass (?P<epoch>-?\d+), train batch (?P<index>-?\d+)\].*?elapse (?P<secs>\d+(?:\.\d+)?) sec"
 )
 SPEED = re.compile(r"\bstep: (?P<step>-?\d+),.*?\bspeed: (?P<speed>\d+(?:\.\d+)?) steps/s")
 

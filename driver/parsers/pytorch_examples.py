@@ -20,7 +20,7 @@ from driver.parsers.base import PARSERS, ParsedLog
 
 # an index's minus sign is read (a negative one refused with its line), never skipped
 LINE = re.compile(
-    r"^Epoch: \[(?P<epoch>\d+)\]\[\s*(?P<index>-?\d+)/\s*\d+\]\s+Time\s+(?P<val>\d+\.\d+)\s+"
+    r"^Epoch: \[(?P<epoch>-?\d+)\]\[\s*(?P<index>-?\d+)/\s*\d+\]\s+Time\s+(?P<val>\d+\.\d+)\s+"
     r"\(\s*(?P<avg>\d+\.\d+)\)"
 )
 
