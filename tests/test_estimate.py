@@ -153,3 +153,29 @@ def test_a_run_records_its_estimate_beside_what_it_took(tmp_path: Path) -> None:
     recorded = json.loads((tmp_path / "s" / "report" / "estimate.json").read_text())
     [row] = recorded["cases"]
     assert row["seconds"] > 0 and row["actual_s"] > 0 and recorded["wall_s"] >= row["actual_s"]
+
+
+def _record(folder: Path, throughput: float) -> None:
+    folder.mkdir(parents=True)
+    header = {"model": "resnet50", "framework": "pytorch", "options": {"precision": "fp32"},
+              "devices": ["AMD EPYC"]}
+    measured = {"throughput": throughput, "world_size": 1, "duration_s": 9.0,
+                "warmup_steps": 10, "measured_steps": 90}
+    record = {"header": header, "measurement": measured, "verdict": "ok", "batch_size": 8,
+              "case_id": "x", "started_at": 0.0, "finished_at": 20.0}  # fmt: skip
+    (folder / "record.json").write_text(json.dumps(record))
+
+
+def test_the_users_sessions_are_read_newest_first_up_to_the_limit(tmp_path: Path) -> None:
+    """Every run starts with this read: its cost is bounded, and what it keeps is the newest."""
+    import os
+
+    from driver.core.estimate import _session_figures
+
+    for number, (name, throughput) in enumerate([("zz-old", 1.0), ("aa-new", 2.0)]):
+        _record(tmp_path / name / "cases" / "c" / "repeat-1", throughput)
+        os.utime(tmp_path / name, (1_000_000 + number, 1_000_000 + number))
+    figures, _ = _session_figures(tmp_path, limit=1)
+    assert [(f.per_device, f.where) for f in figures] == [(2.0, "session aa-new")]
+    figures, _ = _session_figures(tmp_path)
+    assert sorted(f.per_device for f in figures) == [1.0, 2.0]

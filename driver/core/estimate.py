@@ -22,8 +22,9 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
+from itertools import islice
 from pathlib import Path
 
 import yaml
@@ -100,9 +101,11 @@ def _startup(wall: float, window_s: float, warmup: int, measured: int) -> float 
 
 def _session_figures(results: Path, limit: int = 2000) -> tuple[list[Figure], list[float]]:
     """Figures and start-ups of the finished repeats of the sessions under ``results`` (the
-    user's own earlier runs: measured on the very hardware)."""
+    user's own earlier runs: measured on the very hardware), newest sessions first and at most
+    ``limit`` records read: every ``dlperf run`` starts with this, so its cost must not grow with
+    the user's history."""
     figures, startups = [], []
-    for path in sorted(results.glob("*/cases/**/record.json"))[:limit]:
+    for path in islice(_newest_records(results), limit):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             header, measured = record["header"], record["measurement"]
@@ -131,6 +134,15 @@ def _session_figures(results: Path, limit: int = 2000) -> tuple[list[Figure], li
         except (OSError, KeyError, TypeError, ValueError, ZeroDivisionError):
             continue  # an unfinished or older record: not a figure
     return figures, startups
+
+
+def _newest_records(results: Path) -> Iterator[Path]:
+    """Every ``record.json`` under ``results``, the sessions last changed first (a name given
+    with ``--session`` sorts anywhere); an older session is walked only while the newer ones
+    did not reach the limit."""
+    sessions = [path for path in results.iterdir() if path.is_dir()]
+    for session in sorted(sessions, key=lambda path: path.stat().st_mtime, reverse=True):
+        yield from sorted(session.glob("cases/**/record.json"))
 
 
 def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowledge:
