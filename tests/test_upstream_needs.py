@@ -79,6 +79,34 @@ def test_every_package_the_script_imports_is_in_the_image(source: str, model: st
         assert all(CITATION.match(at) for at in api["at"]), api
 
 
+CURRENT = sorted(n for n, s in SPECS.items() if s.current_image and s.current_image.image)
+
+
+@pytest.mark.parametrize("source", CURRENT)
+def test_the_current_image_ships_what_the_pinned_scripts_import(source: str) -> None:
+    """A source's current image (source.yaml current_image) runs the same pinned scripts: every
+    package they import is shipped by its base, per a cited source, or installed by the
+    Dockerfile, which builds on that base too."""
+    needs = needs_of(source)
+    current = SPECS[source].current_image
+    assert current is not None
+    record = needs["current_image"]
+    assert record["base"] == current.base_image
+    ships, installs = record["ships"], needs["image"]["installs"]
+    for package, fact in ships.items():
+        assert str(fact["at"]).strip() and str(fact["version"]).strip(), package
+    for model, entry in needs["models"].items():
+        for item in entry["imports"]:
+            assert item["package"] in ships or item["package"] in installs, (
+                f"{source} {model}: {item['module']} ({item['package']}) is neither shipped by "
+                f"{current.base_image} nor installed by the Dockerfile"
+            )
+    for package, fact in ships.items():  # a version that moved is named among the differences
+        before = needs["image"]["ships"].get(package, {}).get("version")
+        if before not in (None, "base") and str(fact["version"]) != str(before):
+            assert any(str(fact["version"]) in line for line in current.differs), package
+
+
 @pytest.mark.parametrize("source", sorted(SPECS))
 def test_what_the_dockerfile_installs_is_in_the_dockerfile_at_its_version(source: str) -> None:
     needs = needs_of(source)
