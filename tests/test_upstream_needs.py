@@ -107,6 +107,26 @@ def test_the_current_image_ships_what_the_pinned_scripts_import(source: str) -> 
             assert any(str(fact["version"]) in line for line in current.differs), package
 
 
+REFUSED_CURRENT = sorted(n for n, s in SPECS.items() if s.current_image and s.current_image.refused)
+
+
+@pytest.mark.parametrize("source", REFUSED_CURRENT)
+def test_a_refused_current_image_names_what_the_pinned_code_calls_and_where_it_went(
+    source: str,
+) -> None:
+    """No current image: needs.yaml names each API the pinned code calls (path:line at the pin)
+    that every build on CUDA 11.8 or later lacks, the release that removed it and a public
+    record of that; source.yaml's reason cites the same files."""
+    current = SPECS[source].current_image
+    assert current is not None and current.refused
+    record = needs_of(source)["current_image"]
+    assert record["base"] == "none" and record["calls"]
+    for call in record["calls"]:
+        assert call["api"] and call["removed"] and call["cited"].startswith("https://"), call
+        assert call["at"] and all(CITATION.match(at) for at in call["at"]), call
+        assert any(Path(at.split(":")[0]).name in current.refused for at in call["at"]), call
+
+
 @pytest.mark.parametrize("source", sorted(SPECS))
 def test_what_the_dockerfile_installs_is_in_the_dockerfile_at_its_version(source: str) -> None:
     needs = needs_of(source)
