@@ -13,7 +13,9 @@ from pathlib import Path
 from driver.core.matrix import load_matrix
 from driver.plugins import load_all
 from driver.release.imported import load_import
+from driver.sources.spec import SourceSpec
 from driver.sources.upstream import SPECS
+from driver.text import markdown_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "published" / "dlperf-v1.0"
@@ -27,6 +29,11 @@ IMAGES: dict[str, tuple[tuple[int, int], str]] = {
         (11, 6),
         "CUDA 11.6.1: https://docs.nvidia.com/deeplearning/frameworks/mxnet-release-notes/"
         "rel_22-03.html",
+    ),
+    "nvcr.io/nvidia/mxnet:24.05-py3": (
+        (12, 4),
+        "CUDA 12.4.1: https://docs.nvidia.com/deeplearning/frameworks/mxnet-release-notes/"
+        "rel-24-05.html",
     ),
     "nvcr.io/nvidia/tensorflow:23.03-tf1-py3": (
         (12, 0),
@@ -67,6 +74,38 @@ def generations(cuda: tuple[int, int]) -> tuple[str, str, str]:
     return volta, ampere, hopper
 
 
+def current_image(spec: SourceSpec) -> tuple[str, str | None]:
+    """The row's Hopper-capable image: the pinned one, the source's current image (built from
+    its Dockerfile on a later base), or why there is none (the first clause of the reason), and
+    the base it names (for its CUDA release below)."""
+    if generations(IMAGES[spec.base_image][0])[2] == "yes":
+        return "the pinned image", None
+    current = spec.current_image
+    if current is None:
+        return "no current image: none recorded", None
+    if current.refused:
+        return f"no current image: {current.refused.split(';')[0]}", None
+    return f"`{current.image}` on `{current.base_image}`", current.base_image
+
+
+def differences(spec: SourceSpec | None, precision: str, dataset: str) -> str:
+    """What still differs from DLPerf's run when the row runs on an H100 with the kit: the
+    software (the pinned image's, or the current image's changes), the AMP dtype, the data."""
+    if spec is None:  # gluon-cv: the kit's own MXNet script
+        found = ["software: the kit's own MXNet script, not gluon-cv"]
+        if precision == "amp":
+            found.append("AMP: bf16 unless `--amp-dtype fp16` (DLPerf: fp16)")
+    elif generations(IMAGES[spec.base_image][0])[2] == "yes":
+        found = ["software: the pinned image's versions"]
+    elif spec.current_image is not None and spec.current_image.image:
+        found = ["software: " + ", ".join(spec.current_image.differs)]
+    else:
+        return "no H100 run"
+    if dataset == "real":
+        found.append("data: your prepared copy (its manifest hash) vs DLPerf's")
+    return "; ".join(found)
+
+
 def kit_cases() -> set[tuple]:
     load_all()
     held = set()
@@ -86,7 +125,6 @@ def render() -> str:
                    figure.xla, figure.variant)  # fmt: skip
             groups[key].append(figure)
     held = kit_cases()
-    base_image = {spec.name: spec.base_image for spec in SPECS.values()}
     lines = [
         "# Compare with DLPerf: which rows pair, and where they run",
         "",
@@ -97,41 +135,65 @@ def render() -> str:
         "/ Hopper: whether the source's pinned image is built on a CUDA that compiles for that",
         "GPU (Volta up to CUDA 12, Ampere from 11.0, Hopper from 11.8). DLPerf ran every row on",
         "V100s, AMP in fp16: on an H100 the kit's own scripts run AMP in bf16 unless",
-        "`--amp-dtype fp16`, and `factor` names the dtype where it differs.",
+        "`--amp-dtype fp16`, and `factor` names the dtype where it differs; the upstream",
+        "sources run AMP as their code does (fp16, as DLPerf ran them). *On Hopper*: the",
+        "image an H100 runs the row's code in: the pinned one where it runs there, else the",
+        "source's current image (`current_image` in its source.yaml: the same pinned code on",
+        "a later base, `dlperf images build <image>`), or why the code runs on none. *Differs",
+        "on an H100*: what still differs from DLPerf's run there, which `dlperf factor` names",
+        "beside the pair (DLPerf's tables give no software versions).",
         "",
         "| source | model | precision | batch | data | XLA | variant | figures | pairs | image |"
-        " Volta | Ampere | Hopper | data to prepare |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " Volta | Ampere | Hopper | data to prepare | on Hopper | differs on an H100 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     facts = set()
     for key in sorted(groups, key=lambda k: tuple(str(v) for v in k)):
         source, model, precision, batch, dataset, xla, variant = key
         figures = groups[key]
         pairs = (source, model, precision, str(batch), dataset, xla, variant) in held
-        image = base_image.get(source)
-        if image is None:
+        spec = SPECS.get(source)
+        if spec is None:
             # gluon-cv: no source of the kit, set beside the kit's own MXNet script
             where, volta, ampere, hopper = "no source in the kit (gluon-cv)", "-", "-", "-"
+            on_hopper = "-"
         else:
-            cuda, fact = IMAGES[image]
-            facts.add((image, fact))
-            where = f"`{image}`"
+            cuda, fact = IMAGES[spec.base_image]
+            facts.add((spec.base_image, fact))
+            where = f"`{spec.base_image}`"
             volta, ampere, hopper = generations(cuda)
+            on_hopper, current_base = current_image(spec)
+            if current_base is not None:
+                facts.add((current_base, IMAGES[current_base][1]))
+        differs = differences(spec, precision, dataset)
         data = DATA.get((source, model), BERT_DATA) if dataset == "real" else "synthetic"
         lines.append(
             f"| {source} | {model} | {precision} | {batch} | {dataset} | "
             f"{'on' if xla else 'off'} | {variant} | {len(figures)} | "
-            f"{'yes' if pairs else 'no'} | {where} | {volta} | {ampere} | {hopper} | {data} |"
+            f"{'yes' if pairs else 'no'} | {where} | {volta} | {ampere} | {hopper} | {data} | "
+            f"{markdown_cell(on_hopper)} | {markdown_cell(differs)} |"
         )
     lines += ["", "Each image's CUDA release:", ""]
     lines += [f"- `{image}`: {fact}" for image, fact in sorted(facts)]
+    lines += ["", "Each source whose pinned image predates Hopper, on a current image or not:", ""]
+    for spec in sorted(SPECS.values(), key=lambda s: s.name):
+        current = spec.current_image
+        if current is None:
+            continue
+        cited = ", ".join(markdown_cell(at) for at in current.at)
+        if current.refused:
+            reason = markdown_cell(current.refused)
+            lines.append(f"- {spec.name}: no current image: {reason} ({cited})")
+        else:
+            lines.append(
+                f"- {spec.name}: `{current.image}` on `{current.base_image}`, the same pinned "
+                f"code; differs: {markdown_cell(', '.join(current.differs))} ({cited})"
+            )
     lines += [
         "",
-        "A row whose image predates Hopper (CUDA < 11.8) needs newer pins of the same",
-        "upstream code to run on an H100; where the code runs there, that is a software",
-        "difference `dlperf factor` names beside the pair (software versions). NGC PyTorch",
-        "(`nvcr.io/nvidia/pytorch:25.04-py3`) and pytorch/examples",
-        "(`pytorch/pytorch:2.1.2-cuda12.1`) already run on current images.",
+        "NGC PyTorch (`nvcr.io/nvidia/pytorch:25.04-py3`), pytorch/examples",
+        "(`pytorch/pytorch:2.1.2-cuda12.1`) and NGC TF1",
+        "(`nvcr.io/nvidia/tensorflow:23.03-tf1-py3`) run on Hopper in their pinned images.",
     ]
     return "\n".join(lines) + "\n"
 

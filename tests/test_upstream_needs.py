@@ -79,6 +79,54 @@ def test_every_package_the_script_imports_is_in_the_image(source: str, model: st
         assert all(CITATION.match(at) for at in api["at"]), api
 
 
+CURRENT = sorted(n for n, s in SPECS.items() if s.current_image and s.current_image.image)
+
+
+@pytest.mark.parametrize("source", CURRENT)
+def test_the_current_image_ships_what_the_pinned_scripts_import(source: str) -> None:
+    """A source's current image (source.yaml current_image) runs the same pinned scripts: every
+    package they import is shipped by its base, per a cited source, or installed by the
+    Dockerfile, which builds on that base too."""
+    needs = needs_of(source)
+    current = SPECS[source].current_image
+    assert current is not None
+    record = needs["current_image"]
+    assert record["base"] == current.base_image
+    ships, installs = record["ships"], needs["image"]["installs"]
+    for package, fact in ships.items():
+        assert str(fact["at"]).strip() and str(fact["version"]).strip(), package
+    for model, entry in needs["models"].items():
+        for item in entry["imports"]:
+            assert item["package"] in ships or item["package"] in installs, (
+                f"{source} {model}: {item['module']} ({item['package']}) is neither shipped by "
+                f"{current.base_image} nor installed by the Dockerfile"
+            )
+    for package, fact in ships.items():  # a version that moved is named among the differences
+        before = needs["image"]["ships"].get(package, {}).get("version")
+        if before not in (None, "base") and str(fact["version"]) != str(before):
+            assert any(str(fact["version"]) in line for line in current.differs), package
+
+
+REFUSED_CURRENT = sorted(n for n, s in SPECS.items() if s.current_image and s.current_image.refused)
+
+
+@pytest.mark.parametrize("source", REFUSED_CURRENT)
+def test_a_refused_current_image_names_what_the_pinned_code_calls_and_where_it_went(
+    source: str,
+) -> None:
+    """No current image: needs.yaml names each API the pinned code calls (path:line at the pin)
+    that every build on CUDA 11.8 or later lacks, the release that removed it and a public
+    record of that; source.yaml's reason cites the same files."""
+    current = SPECS[source].current_image
+    assert current is not None and current.refused
+    record = needs_of(source)["current_image"]
+    assert record["base"] == "none" and record["calls"]
+    for call in record["calls"]:
+        assert call["api"] and call["removed"] and call["cited"].startswith("https://"), call
+        assert call["at"] and all(CITATION.match(at) for at in call["at"]), call
+        assert any(Path(at.split(":")[0]).name in current.refused for at in call["at"]), call
+
+
 @pytest.mark.parametrize("source", sorted(SPECS))
 def test_what_the_dockerfile_installs_is_in_the_dockerfile_at_its_version(source: str) -> None:
     needs = needs_of(source)
@@ -198,36 +246,59 @@ def dockerfile_runs(text: str) -> list[str]:
     return [ln[4:].strip() for ln in joined.splitlines() if ln.startswith("RUN ")]
 
 
+def removal_check(source: str, removal: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The check a removal names (``checked``): a RUN of the Dockerfile (``bash -c``, the image
+    refused at build), or a model's command in source.yaml (``model``: its ``sh -c`` prelude,
+    run by each case of that model, which then execs the rest of the command), and the models
+    of the source that do not run it."""
+    module = removal["module"]
+    checked = REPO_ROOT / removal["checked"]
+    if checked == SPECS[source].path:
+        model = removal["model"]
+        argv = list(SPECS[source].launches[model].argv)
+        assert argv[:2] == ["sh", "-c"] and f'python -c "import {module}"' in argv[2], argv[:3]
+        others = [m for m in SPECS[source].launches if m != model]
+        return ["sh", "-c", argv[2]], others
+    assert checked == SPECS[source].dockerfile
+    runs = [r for r in dockerfile_runs(checked.read_text()) if f"import {module}" in r]
+    assert runs, f"{checked}: no RUN imports {module}"
+    check = runs[0]  # the first to import it: its refusal is the one a build shows
+    assert f'python -c "import {module}"' in check, "the module is imported on its own"
+    return ["bash", "-o", "pipefail", "-c", check], []
+
+
 @pytest.mark.parametrize(
     ("source", "package", "removal"), removed_modules(), ids=lambda v: str(v)[:24]
 )
-def test_a_base_without_a_removed_module_is_refused_at_build_with_the_reason(
+def test_a_base_without_a_removed_module_is_refused_with_the_reason(
     source: str, package: str, removal: dict[str, Any], tmp_path: Path
 ) -> None:
-    """The build's check, run for real against a package with and without the module: the base
-    that lacks it is refused before any case runs, naming the commit that removed it."""
+    """The check, run for real against a package with and without the module: where it lacks
+    it, what needs it is refused before it starts, naming the commit that removed it; a
+    per-case check leaves the other models of the image alone (they do not run it)."""
     import subprocess
     import sys
 
     module = removal["module"]
     assert re.fullmatch(r"[0-9a-f]{40}", removal["commit"]) and removal["at"].startswith("https://")
-    dockerfile = REPO_ROOT / removal["checked"]
-    assert dockerfile == SPECS[source].dockerfile
-    runs = [r for r in dockerfile_runs(dockerfile.read_text()) if f"import {module}" in r]
-    assert runs, f"{dockerfile}: no RUN imports {module}"
-    check = runs[0]  # the first to import it: its refusal is the one a build shows
-    assert f'python -c "import {module}"' in check, "the module is imported on its own"
+    check, unaffected = removal_check(source, removal)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     for has_it in (False, True):
         root = tmp_path / str(has_it)
         parts = module.split(".")
         (root / parts[0]).mkdir(parents=True)
         (root / parts[0] / "__init__.py").write_text("")
-        if has_it:
-            (root.joinpath(*parts)).mkdir()
-            (root.joinpath(*parts) / "__init__.py").write_text("")
+        if has_it:  # and everything else the check imports: a stand-in package tree
+            for name in re.findall(r"import ([\w., ]+?)[;\"]", " ".join(check)):
+                for dotted in (n.strip() for n in name.split(",")):
+                    folder = root.joinpath(*dotted.split("."))
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / "__init__.py").touch()
+            for attribute in re.findall(r"(apex\.\w+)\.(\w+)[,\"]", " ".join(check)):
+                init = root.joinpath(*attribute[0].split(".")) / "__init__.py"
+                init.write_text(init.read_text() + f"{attribute[1]} = object\n")
         done = subprocess.run(
-            ["bash", "-o", "pipefail", "-c", check],
+            [*check, "echo", "ran:", "the", "command"],  # a per-case check execs "$0" "$@"
             env=env | {"PYTHONPATH": str(root)},
             capture_output=True,
             text=True,
@@ -236,11 +307,52 @@ def test_a_base_without_a_removed_module_is_refused_at_build_with_the_reason(
         if has_it:
             assert done.returncode == 0, done.stderr
         else:
-            assert done.returncode != 0
+            assert done.returncode != 0 and "ran:" not in done.stdout
             said = done.stderr
             assert "refused" in said and module in said, said
             assert removal["commit"][:8] in said and str(removal["date"]) in said, said
+    if len(check) == 3:  # per case: the model that needs the module refuses, the others run
+        assert done.stdout.strip() == "ran: the command"
+        for model in unaffected:
+            assert not any(module in word for word in SPECS[source].launches[model].argv)
+        runs = dockerfile_runs(SPECS[source].dockerfile.read_text())
+        assert not any(f"import {module}" in run for run in runs), (
+            f"{SPECS[source].dockerfile} imports {module}: the whole image would be refused"
+        )
     for verdict in needs_of(source)["models"].values():
         for variant in verdict["variants"]:
             if any(module in str(i.get("calls", "")) for i in verdict["imports"]):
                 assert variant["verdict"] != "verified" and module in variant["because"], variant
+
+
+def test_the_resnet_cases_of_an_image_without_apex_amp_run_and_its_bert_cases_are_refused(
+    tmp_path: Path,
+) -> None:
+    """ngc-pytorch on a base whose apex has no apex.amp: each BERT case's command stops with
+    the reason before torchrun; the ResNet-50 cases' commands (multiproc.py) carry no apex check
+    and nothing refuses them (the kit's own check of the case, launch_for, passes)."""
+    import subprocess
+    import sys
+
+    from driver.launchers.base import NodeRank
+
+    upstream = UpstreamSource(SPECS["ngc-pytorch"])
+    rank = NodeRank(node_rank=0, nodes=1, procs_per_node=1, master_addr="127.0.0.1",
+                    master_port=29500)  # fmt: skip
+    (tmp_path / "apex").mkdir()
+    (tmp_path / "apex" / "__init__.py").write_text("")  # apex without amp (after cb65b8ed)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}
+    cases = load_matrix(SPECS["ngc-pytorch"].matrix_file).cases
+    resnet = [c for c in cases if c.model == "resnet50"]
+    bert = [c for c in cases if c.model == "bert"]
+    assert resnet and bert
+    for case in resnet:
+        argv = upstream.launch_argv(case, rank, case.batch_size)
+        assert argv[0] == "python" and not any("apex" in word for word in argv), argv[:3]
+    for case in bert:
+        argv = upstream.launch_argv(case, rank, case.batch_size)
+        assert argv[:2] == ["sh", "-c"] and argv[3] == "torchrun"
+        done = subprocess.run([*argv[:3], "echo", "started"], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 3 and "started" not in done.stdout
+        assert "refused" in done.stderr and "apex.amp" in done.stderr and "cb65b8ed" in done.stderr

@@ -156,6 +156,29 @@ def test_base_image_pinned_through_images_lock(spec: SourceSpec) -> None:
     assert pin.digest == UNRESOLVED or DIGEST.match(pin.digest)
 
 
+def current_specs() -> list[SourceSpec]:
+    return [s for s in specs() if s.current_image is not None and s.current_image.image]
+
+
+@pytest.mark.parametrize("spec", current_specs(), ids=[s.name for s in current_specs()])
+def test_the_current_image_is_the_source_s_dockerfile_on_a_pinned_base(spec: SourceSpec) -> None:
+    """The same pinned code on a current base: an image the catalog builds from the source's own
+    Dockerfile (its ``dlperf-also`` line), whose base images.lock pins like the others."""
+    from driver.images.catalog import discover
+
+    current = spec.current_image
+    assert current is not None and current.image and current.base_image
+    built = discover()[current.image]
+    assert built.dockerfile == spec.dockerfile and built.froms == {"BASE_IMAGE": current.base_image}
+    assert (
+        current.base_image != spec.base_image
+        and built.context == parse_dockerfile(spec.dockerfile, spec.image).context
+    )
+    pin = load_lock().get(current.base_image)
+    assert pin is not None, f"images.lock has no entry for {current.base_image}"
+    assert pin.digest == UNRESOLVED or DIGEST.match(pin.digest)
+
+
 # --- Dockerfile lint (the rules that matter; hadolint below when it is installed) ----------------
 
 
@@ -606,6 +629,19 @@ def test_spec_validation(tmp_path: Path) -> None:
     pinned_model = {"resnet50": {"dir": "/x", "argv": ["a"], "commit": "b" * 40}}
     with pytest.raises(SourceError, match="pinned to a release"):
         load_spec(_write_spec(tmp_path, commit=None, release=release, models=pinned_model))
+    # the current image: built (image, base_image, differs) or refused, never both, with citations
+    built = {"image": "src-x-current", "base_image": "registry.example/x:2",
+             "differs": ["X 1 -> 2"], "at": ["https://example.org/notes"]}  # fmt: skip
+    assert load_spec(_write_spec(tmp_path, current_image=built)).current_image.differs == [
+        "X 1 -> 2"
+    ]
+    refused = {"refused": "the code calls an API removed in X 2", "at": ["code.py:1"]}
+    assert load_spec(_write_spec(tmp_path, current_image=refused)).current_image.image is None
+    for bad in ({**built, "refused": "why"}, {"at": ["x"]}, {**built, "differs": []}):
+        with pytest.raises(SourceError, match="current_image.*image, base_image and differs"):
+            load_spec(_write_spec(tmp_path, current_image=bad))
+    with pytest.raises(SourceError, match="current_image.at"):
+        load_spec(_write_spec(tmp_path, current_image={**refused, "at": []}))
 
 
 def test_repo_root_is_where_specs_are_found() -> None:

@@ -13,7 +13,8 @@ A Dockerfile names its bases only through build arguments declared in directives
     # dlperf-wheels requirements-cpu.txt torch                  (wheels from the wheelhouse;
     #                                                            the named ones must be there)
     # dlperf-also cpu-python-bullseye BASE_IMAGE=@debian-bullseye
-    #                                 (the same Dockerfile built on other bases: another image)
+    #                                 (the same Dockerfile built on other bases: another image;
+    #                                  in a source's Dockerfile: its current_image)
     ARG BASE_IMAGE
     FROM ${BASE_IMAGE}
 
@@ -198,7 +199,9 @@ def discover(root: Path = REPO_ROOT) -> dict[str, ImageSpec]:
                         "framework image has one Dockerfile per base"
                     )
     for image, dockerfile in source_dockerfiles(root).items():
-        specs[image] = parse_dockerfile(dockerfile, image, variant="gpu")
+        # `dlperf-also`: the same pinned code on another base (a source's current image)
+        for spec in _variants(parse_dockerfile(dockerfile, image, variant="gpu")):
+            specs[spec.name] = spec
     specs = {name: _with_bases(spec, bases) for name, spec in specs.items()}
     for spec in specs.values():
         for dependency in spec.depends:

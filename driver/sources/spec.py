@@ -144,6 +144,20 @@ class LaunchSpec(StrictModel):
     notes: str = ""
 
 
+class CurrentImageSpec(StrictModel):
+    """The same pinned code on a current image, one built on a CUDA that runs on Hopper
+    (``current_image:``), or why there is none. ``image`` is built from the source's Dockerfile on
+    ``base_image`` (its ``# dlperf-also`` line; the base pinned in images.lock); ``differs`` names
+    the software that differs from the pinned image (what ``dlperf factor`` reports between the
+    two). ``refused``: why the pinned code cannot run on such an image. ``at``: the citations."""
+
+    image: Name | None = None
+    base_image: Line | None = None
+    differs: list[Line] = []
+    refused: Line | None = None
+    at: Annotated[list[Line], Field(min_length=1)]
+
+
 class SourceFile(StrictModel):
     name: Name
     framework: Name
@@ -160,6 +174,7 @@ class SourceFile(StrictModel):
     notes: str = ""
     models: Annotated[dict[Name, LaunchSpec], Field(min_length=1)]
     pypi: Any = None  # the CPU run from PyPI: checked by driver/sources/pypi.py
+    current_image: CurrentImageSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +222,7 @@ class SourceSpec:
     launches: dict[str, ModelLaunch] = field(default_factory=dict)
     notes: str = ""
     release: ReleaseSpec | None = None
+    current_image: CurrentImageSpec | None = None  # the pinned code on a Hopper-capable image
 
     @property
     def folder(self) -> Path:
@@ -313,6 +329,16 @@ def load_spec(path: Path) -> SourceSpec:
                 raise SourceError(
                     path, f"models.{model}.commit", "not allowed: the source is pinned to a release"
                 )
+    current = data.current_image
+    if current is not None:
+        built = (current.image, current.base_image, current.differs)
+        if (current.refused is None) != all(built) or (current.refused and any(built)):
+            raise SourceError(
+                path,
+                "current_image",
+                "give either image, base_image and differs (the variant on a current image) "
+                "or refused (why the pinned code cannot run on one), with at",
+            )
     return SourceSpec(
         name=data.name,
         framework=data.framework,
@@ -329,6 +355,7 @@ def load_spec(path: Path) -> SourceSpec:
         launches={m: _launch(path, m, spec, data.commit) for m, spec in data.models.items()},
         notes=data.notes,
         release=data.release,
+        current_image=current,
     )
 
 
