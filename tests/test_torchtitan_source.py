@@ -75,7 +75,7 @@ def test_each_node_starts_torchtitan_under_torchrun_with_the_case_in_its_flags(
         argv = argv_of(case, node)
         launcher = argv[: argv.index("torchtitan.train") + 1]
         assert launcher == [
-            "torchrun", "--nnodes", str(nodes), "--node_rank", str(node),
+            "env", "PYTHONPATH=/workspace/src/torchtitan-0.3.0", "torchrun", "--nnodes", str(nodes), "--node_rank", str(node),
             "--nproc_per_node", str(procs), "--master_addr", "10.0.0.11",
             "--master_port", "29500", "--local-ranks-filter", "0", "--tee", "3",
             "-m", "torchtitan.train",
@@ -100,7 +100,7 @@ def test_the_node_command_announces_the_case_and_runs_the_argv_unchanged() -> No
     case = case_of("4n32g", "8b")
     upstream = UpstreamSource(SPEC)
     command = upstream.command(case, node_rank(case, 3), 2)
-    assert command[:2] == ["sh", "-c"] and "cd /workspace/torchtitan" in command[2]
+    assert command[:2] == ["sh", "-c"] and "cd /workspace/src/torchtitan-0.3.0" in command[2]
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in command[2]
     header = json.loads(command[4].removeprefix("DLPERF-UPSTREAM "))
     assert header | {"node_rank": 3, "nodes": 4, "procs_per_node": 8, "batch": 2} == header
