@@ -75,7 +75,8 @@ def test_each_node_starts_torchtitan_under_torchrun_with_the_case_in_its_flags(
         argv = argv_of(case, node)
         launcher = argv[: argv.index("torchtitan.train") + 1]
         assert launcher == [
-            "env", "PYTHONPATH=/workspace/src/torchtitan-0.3.0", "torchrun", "--nnodes", str(nodes), "--node_rank", str(node),
+            "env", "PYTHONPATH=/workspace/src/torchtitan-0.3.0",
+            "torchrun", "--nnodes", str(nodes), "--node_rank", str(node),
             "--nproc_per_node", str(procs), "--master_addr", "10.0.0.11",
             "--master_port", "29500", "--local-ranks-filter", "0", "--tee", "3",
             "-m", "torchtitan.train",
