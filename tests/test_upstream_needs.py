@@ -226,6 +226,7 @@ def test_docs_and_readme_give_each_refusal_its_reason() -> None:
 
 def test_a_needs_file_per_source(tmp_path: Path) -> None:
     found = sorted(p.parent for p in REPO_ROOT.glob("*/upstream/needs.yaml"))
+    found += sorted(p.parent for p in REPO_ROOT.glob("*/upstream/*/needs.yaml"))
     found += sorted(p.parent for p in REPO_ROOT.glob("NVIDIADeepLearningExamples/*/needs.yaml"))
     assert sorted(found) == sorted(spec.folder for spec in SPECS.values())
 

@@ -143,6 +143,12 @@ def _absl(seconds: float) -> str:
     return stamp.strftime("%m%d %H:%M:%S.%f")
 
 
+def _asctime(seconds: float) -> str:
+    """Python logging's default asctime (torchtitan's lines): milliseconds after a comma."""
+    stamp = datetime(2026, 11, 25, 10, 0, 0) + timedelta(seconds=seconds)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S,") + f"{stamp.microsecond // 1000:03d}"
+
+
 def _prefix(kind: str, stream: str, global_rank: int, local_rank: int) -> str:
     if kind == "mpirun":
         return f"[1,{global_rank}]<{stream}>:"
@@ -258,6 +264,7 @@ def _values(
         "node_rate": rate / nodes,
         "paddle_speed": rate / global_batch * nodes,
         "absl": _absl(now),
+        "asctime": _asctime(now),
         "steps": steps,
     }
 

@@ -35,7 +35,11 @@ from driver.schema import (
     validate,
 )
 
-SOURCE_GLOBS = ("NVIDIADeepLearningExamples/*/source.yaml", "*/upstream/source.yaml")
+SOURCE_GLOBS = (
+    "NVIDIADeepLearningExamples/*/source.yaml",
+    "*/upstream/source.yaml",
+    "*/upstream/*/source.yaml",  # a framework's further sources (PyTorch/upstream/torchtitan)
+)
 COMMIT = re.compile(r"\A[0-9a-f]{40}\Z")  # Python's \Z: the very end ("$" allows a newline)
 SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 LAUNCH_MODES = ("per-node", "mpi-head")

@@ -1,0 +1,225 @@
+"""The torchtitan upstream source (PyTorch/upstream/torchtitan): its rendered commands, its
+parser and its pairing with torchtitan's published figures.
+
+The pinned release cannot train on a CPU unedited (trace.yaml: ``trainer.py:301`` calls
+``torch.cuda.set_device`` whatever the machine), so its commands are rendered here for 1n8g and
+4n32g and checked word by word, its log format is measured from lines built as the release
+prints them, and a measured case is set beside the published figure of the same case.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from driver.analysis.compare import load_side, side_of_summaries
+from driver.analysis.factor import factor_pairs
+from driver.core.matrix import load_matrix
+from driver.core.summary import CaseSummary
+from driver.frameworks.base import REPO_ROOT
+from driver.launchers.base import NodeRank
+from driver.model.case import Case
+from driver.model.measure import Window, case_stats, measure_repeat
+from driver.parsers._upstream import header_line
+from driver.parsers.base import PARSERS, LogParseError
+from driver.plugins import load_all
+from driver.release.imported import figure_summaries
+from driver.sources.upstream import SPECS, UpstreamSource
+
+load_all()
+
+SPEC = SPECS["torchtitan"]
+PUBLISHED = REPO_ROOT / "published" / "llama3" / "torchtitan.yaml"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def cases() -> list[Case]:
+    return load_matrix(SPEC.matrix_file).cases
+
+
+def case_of(topology: str, variant: str) -> Case:
+    return next(c for c in cases() if c.topology.label == topology and c.variant == variant)
+
+
+def node_rank(case: Case, node: int) -> NodeRank:
+    addrs = tuple(f"10.0.0.{11 + i}" for i in range(case.topology.nodes))
+    topo = case.topology
+    return NodeRank(node, topo.nodes, topo.devices_per_node, addrs[0], 29500, addrs)
+
+
+def argv_of(case: Case, node: int) -> list[str]:
+    return UpstreamSource(SPEC).launch_argv(case, node_rank(case, node), int(case.batch_size))
+
+
+def value(argv: list[str], flag: str) -> str:
+    assert argv.count(flag) == 1, (flag, argv)
+    return argv[argv.index(flag) + 1]
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("topology", "variant"), [("1n8g", "8b"), ("1n8g", "8b-compile"), ("4n32g", "8b"),
+                              ("4n32g", "70b")],
+)  # fmt: skip
+def test_each_node_starts_torchtitan_under_torchrun_with_the_case_in_its_flags(
+    topology: str, variant: str
+) -> None:
+    case = case_of(topology, variant)
+    nodes, procs = case.topology.nodes, case.topology.devices_per_node
+    for node in range(nodes):
+        argv = argv_of(case, node)
+        launcher = argv[: argv.index("torchtitan.train") + 1]
+        assert launcher == [
+            "env", "PYTHONPATH=/workspace/src/torchtitan-0.3.0",
+            "torchrun", "--nnodes", str(nodes), "--node_rank", str(node),
+            "--nproc_per_node", str(procs), "--master_addr", "10.0.0.11",
+            "--master_port", "29500", "--local-ranks-filter", "0", "--tee", "3",
+            "-m", "torchtitan.train",
+        ]  # fmt: skip
+        assert "--role" not in argv  # its [rankN]: prefix carries the local rank
+        assert value(argv, "--module") == "llama3"
+        assert value(argv, "--config") == case.options["config"]
+        assert value(argv, "--training.local-batch-size") == str(case.batch_size)
+        assert value(argv, "--training.seq-len") == "8192"
+        assert value(argv, "--training.steps") == "120"  # 20 warm-up + 100 measured
+        assert value(argv, "--metrics.log-freq") == "1"
+        assert value(argv, "--hf-assets-path") == f"{case.data_dir}/tokenizer"
+        assert value(argv, "--dataloader.dataset-path") == f"{case.data_dir}/c4"
+        for off in ("--metrics.disable-color-printing", "--profiler.no-enable-profiling",
+                    "--metrics.no-enable-tensorboard", "--checkpoint.no-enable",
+                    "--validator.no-enable"):  # fmt: skip
+            assert argv.count(off) == 1, off
+        assert ("--compile.enable" in argv) == bool(case.options.get("compile"))
+
+
+def test_the_node_command_announces_the_case_and_runs_the_argv_unchanged() -> None:
+    case = case_of("4n32g", "8b")
+    upstream = UpstreamSource(SPEC)
+    command = upstream.command(case, node_rank(case, 3), 2)
+    assert command[:2] == ["sh", "-c"] and "cd /workspace/src/torchtitan-0.3.0" in command[2]
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in command[2]
+    header = json.loads(command[4].removeprefix("DLPERF-UPSTREAM "))
+    assert header | {"node_rank": 3, "nodes": 4, "procs_per_node": 8, "batch": 2} == header
+    assert header["logging"] == "rank0" and header["step_offset"] == 0
+    assert command[5:] == argv_of(case, 3)
+    assert shlex.split(shlex.join(command)) == command  # every word survives the shell
+
+
+def test_a_case_the_release_cannot_run_is_refused_before_it_starts() -> None:
+    from dataclasses import replace
+
+    upstream = UpstreamSource(SPEC)
+    case = case_of("1n8g", "8b")
+    with pytest.raises(ValueError, match="synthetic"):
+        upstream.launch_for(replace(case, dataset="synthetic"))
+    with pytest.raises(ValueError, match="fp32"):
+        upstream.launch_for(replace(case, precision="fp32"))
+    with pytest.raises(ValueError, match="dropout"):
+        upstream.launch_for(replace(case, options={**case.options, "dropout": 0.1}))
+
+
+# --- the parser -----------------------------------------------------------------------------
+
+COLOURS = ("\x1b[31m", "\x1b[32m", "\x1b[39m")
+
+
+def stamp(seconds: float) -> str:
+    whole = int(seconds)
+    return f"2026-11-27 10:{whole // 60:02d}:{whole % 60:02d},{round((seconds - whole) * 1000):03d}"
+
+
+def step_line(step: int, seconds: float, tps: int, colour: bool = False) -> str:
+    red, green, reset = COLOURS if colour else ("", "", "")
+    return (
+        f"[titan] {stamp(seconds)} - root - INFO - {red}step: {step:2}  {green}loss: 7.12345  "
+        f"grad_norm:  1.2345  memory: 60.10GiB(75.58%)  tps: {tps:,}  tflops: 383.10  "
+        f"mfu: 38.70%{reset}"
+    )
+
+
+def logs(nodes: int, times: list[float], *, colour: bool = False) -> dict[str, str]:
+    """Node logs as torchrun --local-ranks-filter 0 --tee 3 shows them: each node's local rank 0,
+    every step, tps made up (not the window's rate), a validation line and the end."""
+    case = case_of("1n8g" if nodes == 1 else "4n32g", "8b")
+    out = {}
+    for node in range(nodes):
+        header = header_line(UpstreamSource(SPEC).header(case, node_rank(case, node), 2))
+        lines = [header, "DLPERF-HOST " + json.dumps({"devices": [H100], "hostname": f"n{node}"})]
+        lines.append(f"[default0]:[titan] {stamp(0)} - root - INFO - Training starts at step 1")
+        for step, seconds in enumerate(times, start=1):
+            lines.append("[default0]:" + step_line(step, seconds, 99_999, colour))
+        lines.append(f"[default0]:[titan] {stamp(times[-1])} - root - INFO - validate step: 1  "
+                     "loss: 7.1000  memory: 60.10GiB(75.58%)  tps: 5")  # fmt: skip
+        lines.append(
+            f"[default0]:[titan] {stamp(times[-1] + 2)} - root - INFO - Training completed"
+        )
+        out[f"node{node}.log"] = "\n".join(lines) + "\n"
+    return out
+
+
+def step_times(warmup: int = 20, measured: int = 100) -> list[float]:
+    """Warm-up steps 1.5 s, measured steps 0.75 s, plus a 0.25 s stall inside the window."""
+    times, now = [], 1.0
+    for step in range(1, warmup + measured + 1):
+        now += 1.5 if step <= warmup else 0.75
+        now += 0.25 if step == 60 else 0.0
+        times.append(round(now, 3))
+    return times
+
+
+@pytest.mark.parametrize(("nodes", "colour"), [(1, False), (4, True)])
+def test_the_window_is_read_from_the_log_s_timestamps_never_from_its_tps(
+    nodes: int, colour: bool
+) -> None:
+    parsed = PARSERS.get("torchtitan")().parse(logs(nodes, step_times(), colour=colour))
+    assert sorted(parsed.ranks) == [0]  # global rank 0 counts; the other nodes' lines do not
+    measured = measure_repeat(parsed, Window(20, 100))
+    global_batch = 2 * 8 * nodes
+    # 100 steps in 75 s + the stall; torchtitan's tps (99,999 per device) plays no part
+    assert measured.throughput == pytest.approx(100 * global_batch / 75.25, rel=1e-9)
+
+
+def test_a_log_whose_clock_goes_back_or_is_cut_short_is_refused() -> None:
+    times = step_times()
+    times[70] = times[60]
+    with pytest.raises(LogParseError, match="time goes back"):
+        PARSERS.get("torchtitan")().parse(logs(1, times))
+    with pytest.raises(LogParseError):
+        measure_repeat(
+            PARSERS.get("torchtitan")().parse(logs(1, step_times()[:90])), Window(20, 100)
+        )
+
+
+# --- pairing with the published figures ------------------------------------------------------
+
+
+def test_a_measured_case_pairs_with_torchtitan_s_published_figure_of_the_same_case(
+    tmp_path: Path,
+) -> None:
+    published = {s.case.id: s for s in figure_summaries(PUBLISHED)}
+    ours = {case.id: case for case in cases()}
+    for case_id in ("llama/pytorch/1n8g/bs2/amp/real/8b/src-torchtitan",
+                    "llama/pytorch/1n8g/bs2/amp/real/8b-compile/src-torchtitan"):  # fmt: skip
+        assert case_id in published and case_id in ours, case_id
+        assert published[case_id].case.options["llama_size"] == ours[case_id].options["llama_size"]
+    measured = [
+        CaseSummary(
+            case=case, stats=case_stats([rate]), batch_size=2, speedup=None, efficiency=None,
+            throughputs=[rate], devices=[H100] * case.topology.world_size,
+        )
+        for case in cases()
+        if case.variant.startswith("8b")
+        for rate in [0.8 * case.topology.world_size]  # samples/s: 6,553.6 tokens/s/GPU
+    ]  # fmt: skip
+    mine = side_of_summaries("h100-80gb", "session", measured)
+    theirs = load_side(str(PUBLISHED), tmp_path, tmp_path)
+    pairs = factor_pairs([mine, theirs], "device", "HBM2e", "HBM3")
+    paired = {(a.fields["variant"], a.fields["topology"]) for a, _b, _ratio in pairs}
+    assert paired == {("8b", "1n8g"), ("8b-compile", "1n8g")}
+    ratio = next(r for a, _b, r in pairs if a.fields["variant"] == "8b")
+    assert ratio == pytest.approx(0.8 * 8 * 8192 / 8 / 5762)
