@@ -46,6 +46,7 @@ IMAGES: dict[str, tuple[tuple[int, int], str]] = {
         "deeplearning/frameworks/pytorch-release-notes/rel-25-04.html)",
     ),
     "pytorch/pytorch:2.1.2-cuda12.1-cudnn8-runtime": ((12, 1), "CUDA 12.1 (the image's tag)"),
+    "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime": ((12, 8), "CUDA 12.8 (the image's tag)"),
     "paddlepaddle/paddle:1.8.5-gpu-cuda10.2-cudnn7": ((10, 2), "CUDA 10.2 (the image's tag)"),
     "nvidia/cuda:11.0.3-cudnn8-devel-ubuntu18.04": ((11, 0), "CUDA 11.0.3 (the image's tag)"),
     "tensorflow/tensorflow:2.3.0-gpu": (
