@@ -1,11 +1,13 @@
 """The framework's own record writers, run inside that framework's environment (stdlib and
 the framework only: the driver's dependencies are not there), as::
 
-    python -m driver.datasets._writers tfrecord|recordio JOB.json
+    python -m driver.datasets._writers tfrecord|recordio|bert-tfrecord JOB.json
 
-JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``. Each shard is
-written to a ``.partial`` file and renamed when whole; a shard already there is skipped, so an
-interrupted preparation resumes where it stopped.
+JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``, or for BERT
+``{"shards": [{"path": ..., "partial": ..., "features": NPZ}]}`` (the padded arrays of
+``bert_instances.features``). Each shard is written to a ``.partial`` file and renamed when
+whole; a shard already there is skipped, so an interrupted preparation resumes where it
+stopped.
 """
 
 from __future__ import annotations
@@ -73,9 +75,37 @@ def recordio(shard: dict) -> None:
     os.replace(partial_rec, rec)
 
 
+def bert_tfrecord(shard: dict) -> None:
+    """create_pretraining_data.py's ``tf.train.Example`` per instance, which NGC TF1 BERT's
+    ``run_pretraining.py`` parses: int64 ``input_ids``, ``input_mask``, ``segment_ids``,
+    ``masked_lm_positions``, ``masked_lm_ids``, ``next_sentence_labels`` and float
+    ``masked_lm_weights``. The features (a ``.npz``) are removed once the shard is whole."""
+    import numpy as np
+    import tensorflow as tf
+
+    with np.load(shard["features"]) as loaded:
+        arrays = {name: loaded[name] for name in loaded.files}
+    floats = {"masked_lm_weights"}
+    partial = shard["partial"]
+    with tf.io.TFRecordWriter(partial) as writer:
+        for row in range(len(arrays["input_ids"])):
+            features = {}
+            for name, values in arrays.items():
+                value = np.atleast_1d(values[row]).tolist()
+                features[name] = (
+                    tf.train.Feature(float_list=tf.train.FloatList(value=value))
+                    if name in floats
+                    else tf.train.Feature(int64_list=tf.train.Int64List(value=value))
+                )
+            example = tf.train.Example(features=tf.train.Features(feature=features))
+            writer.write(example.SerializeToString(deterministic=True))
+    os.replace(partial, shard["path"])
+    os.remove(shard["features"])
+
+
 def main(argv: list[str]) -> int:
     kind, job = argv
-    write = {"tfrecord": tfrecord, "recordio": recordio}[kind]
+    write = {"tfrecord": tfrecord, "recordio": recordio, "bert-tfrecord": bert_tfrecord}[kind]
     with open(job) as stream:
         shards = json.load(stream)["shards"]
     for shard in shards:

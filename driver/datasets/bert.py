@@ -1,0 +1,206 @@
+"""``dlperf data bert-hdf5|bert-tfrecord``: BERT pre-training data from the user's corpus and
+``vocab.txt``, made once by ``bert_instances`` (Google's create_pretraining_data.py algorithm)
+and written in each source's format:
+
+- ``bert-hdf5``: DeepLearningExamples PyTorch's shards (``training-NNNNN-of-NNNNN.hdf5``, the
+  datasets and dtypes its create_pretraining_data.py writes), by h5py;
+- ``bert-tfrecord``: NGC TF1 BERT's ``training/part-NNNNN-of-NNNNN.tfrecord``
+  (``tf.train.Example``), by TensorFlow's ``TFRecordWriter`` in the kit's TensorFlow
+  environment.
+
+Both folders get the ``bert_config.json`` (BERT-base, the vocabulary's size) that the sources'
+commands read from ``data_dir``, and the manifest. Each shard is written whole or not at all and
+kept when there, so a stopped run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from driver.datasets.bert_instances import (
+    Corpus,
+    Parameters,
+    Vocabulary,
+    features,
+    scan_corpus,
+    shard_instances,
+)
+from driver.datasets.framework_writer import run_job
+from driver.datasets.imagenet import _size
+from driver.datasets.manifest import write_manifest
+from driver.files import ensure_dir, write_bytes
+
+CONFIG = "bert_config.json"
+TF_BATCH = 16  # shards handed to one TensorFlow start-up (a few seconds each)
+
+
+def bert_base_config(vocab_size: int) -> dict[str, Any]:
+    """BERT-base (DLPerf's BERT rows) over the given vocabulary, in BertConfig's keys."""
+    return {
+        "attention_probs_dropout_prob": 0.1,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": 768,
+        "initializer_range": 0.02,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 512,
+        "num_attention_heads": 12,
+        "num_hidden_layers": 12,
+        "type_vocab_size": 2,
+        "vocab_size": vocab_size,
+    }
+
+
+def _hdf5_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+    """DeepLearningExamples PyTorch reads every file of ``--input_dir`` whose name holds
+    ``training``, the six datasets below (create_pretraining_data.py's dtypes, gzip)."""
+    paths = [out / f"training-{n:05d}-of-{shards:05d}.hdf5" for n in range(shards)]
+    dtypes = {
+        "input_ids": "i4",
+        "input_mask": "i1",
+        "segment_ids": "i1",
+        "masked_lm_positions": "i4",
+        "masked_lm_ids": "i4",
+        "next_sentence_labels": "i1",
+    }
+
+    def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        import h5py
+
+        for number, arrays in batch:
+            # the partial's name holds no "training": the reader would take a leftover for data
+            partial = out / f".shard-{number:05d}.partial"
+            with h5py.File(partial, "w") as stream:
+                for name, dtype in dtypes.items():
+                    stream.create_dataset(name, data=arrays[name], dtype=dtype, compression="gzip")
+            partial.replace(paths[number])
+
+    return paths, write
+
+
+def _tfrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+    """NGC TF1 BERT globs ``--input_files_dir/*``: the shards alone in ``training/``."""
+    folder = ensure_dir(out / "training")
+    paths = [folder / f"part-{n:05d}-of-{shards:05d}.tfrecord" for n in range(shards)]
+
+    def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        import numpy as np
+
+        job = []
+        for number, arrays in batch:
+            npz = out / f".shard-{number:05d}.npz"
+            with npz.open("wb") as stream:
+                np.savez(stream, **arrays)
+            job.append({"path": str(paths[number]), "features": str(npz),
+                        "partial": str(out / f".shard-{number:05d}.partial")})  # fmt: skip
+        run_job("tensorflow", "bert-tfrecord", {"shards": job}, out)
+
+    return paths, write
+
+
+FORMATS: dict[str, tuple[Callable[[Path, int], tuple[list[Path], Callable]], int, str]] = {
+    # name: (writer, shards per writer call, help)
+    "bert-hdf5": (_hdf5_writer, 1, "BERT hdf5 shards (DeepLearningExamples PyTorch)"),
+    "bert-tfrecord": (_tfrecord_writer, TF_BATCH, "BERT TFRecords (NGC TF1 BERT)"),
+}
+
+
+def prepare_bert(args: argparse.Namespace) -> int:
+    """Make the format's shards not yet there, its bert_config.json and the manifest; state
+    what was made, sizes, times and the set's identity."""
+    start = time.monotonic()
+    params = Parameters(
+        max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq,
+        masked_lm_prob=args.masked_lm_prob,
+        dupe_factor=args.dupe_factor,
+        short_seq_prob=args.short_seq_prob,
+        seed=args.seed,
+        lower_case=not args.cased,
+    )
+    params.check()
+    vocab = Vocabulary(args.vocab, params.lower_case)
+    corpus = scan_corpus(args.corpus)
+    spans = corpus.shard_ranges(args.shards)
+    out = ensure_dir(args.out)
+    make_writer, per_call, _help = FORMATS[args.format]
+    paths, write = make_writer(out, len(spans))
+    made, shards_made = 0, 0
+    batch: list[tuple[int, dict[str, Any]]] = []
+    for number, span in enumerate(spans):
+        if paths[number].exists():
+            continue
+        instances = shard_instances(corpus, span, vocab, params)
+        made, shards_made = made + len(instances), shards_made + 1
+        batch.append((number, features(instances, vocab, params)))
+        if len(batch) >= per_call:
+            write(batch)
+            batch = []
+    if batch:
+        write(batch)
+    config = out / CONFIG
+    write_bytes(config, (json.dumps(bert_base_config(len(vocab.words)), indent=2) + "\n").encode())
+    written = time.monotonic()
+    files = [*paths, config]
+    identity = write_manifest(out, args.format, files, _source_facts(corpus, vocab, params))
+    total = sum(p.stat().st_size for p in files)
+    print(
+        f"{args.format}: {corpus.documents} documents -> {len(paths)} shards ({shards_made} "
+        f"made now, {made} instances), {_size(total)} in {out}; made in "
+        f"{written - start:.1f} s, hashed in "
+        f"{time.monotonic() - written:.1f} s\ndataset_sha256: {identity}",
+        file=sys.stderr,
+    )
+    print(identity)
+    return 0
+
+
+def _source_facts(corpus: Corpus, vocab: Vocabulary, params: Parameters) -> dict[str, Any]:
+    return {
+        "dataset": "bert-text",
+        "corpus": corpus.facts(),
+        "vocab": {"name": vocab.path.name, "sha256": vocab.sha256, "tokens": len(vocab.words)},
+        "parameters": {
+            "max_seq_length": params.max_seq_length,
+            "max_predictions_per_seq": params.max_predictions_per_seq,
+            "masked_lm_prob": params.masked_lm_prob,
+            "dupe_factor": params.dupe_factor,
+            "short_seq_prob": params.short_seq_prob,
+            "random_seed": params.seed,
+            "do_lower_case": params.lower_case,
+        },
+    }
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    defaults = Parameters()
+    for name, (_writer, _per_call, help_text) in FORMATS.items():
+        parser = subparsers.add_parser(name, help=f"{help_text} from a text corpus and vocab.txt")
+        parser.add_argument(
+            "corpus",
+            type=Path,
+            help="UTF-8 text, one sentence a line, a blank line between documents (a file, or "
+            "a folder of files read in name order)",
+        )
+        parser.add_argument("vocab", type=Path, help="BERT's vocab.txt (one token a line)")
+        parser.add_argument("out", type=Path, help="the folder to write (made; resumed if there)")
+        parser.add_argument("--shards", type=int, default=256,
+                            help="output shards (default 256, as bertPrep.py)")  # fmt: skip
+        parser.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length)
+        parser.add_argument(
+            "--max-predictions-per-seq", type=int, default=defaults.max_predictions_per_seq
+        )
+        parser.add_argument("--masked-lm-prob", type=float, default=defaults.masked_lm_prob)
+        parser.add_argument("--dupe-factor", type=int, default=defaults.dupe_factor)
+        parser.add_argument("--short-seq-prob", type=float, default=defaults.short_seq_prob)
+        parser.add_argument("--seed", type=int, default=defaults.seed)
+        parser.add_argument(
+            "--cased", action="store_true", help="keep case and accents (a cased vocab.txt)"
+        )
+        parser.set_defaults(func=prepare_bert, format=name)
