@@ -175,6 +175,8 @@ def scan_corpus(source: Path) -> Corpus:
             raise ConfigError(source, "(folder)", "holds no text files; give the corpus")
     elif source.is_file():
         files = [source]
+    elif source.exists():  # a FIFO or device: reading it could block
+        raise ConfigError(source, "(file)", "is not a regular file; give the corpus's text")
     else:
         raise ConfigError(source, "(file)", "does not exist; give the corpus (file or folder)")
     starts_file, starts_offset = array("i"), array("q")

@@ -1,0 +1,234 @@
+"""``dlperf data bert-*``: BERT pre-training instances from a small corpus and vocabulary the
+test writes, read back with each format's own reader (h5py; TensorFlow's TFRecordDataset with
+NGC TF1 BERT's feature spec), checked against the corpus; resuming; bad input refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from driver.datasets.bert_instances import Vocabulary
+from driver.datasets.manifest import MANIFEST, dataset_sha256, read_manifest
+from driver.frontend.cli import main
+from tests.real_frameworks import framework_env
+
+WORDS = ("the quick brown fox jumps over a lazy dog while cat sleep near warm fire and bird sing "
+         "song under blue sky").split()  # fmt: skip
+SPECIAL = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+SMALL = ["--shards", "2", "--max-seq-length", "32", "--max-predictions-per-seq", "5"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """12 documents of 1 to 6 sentences over WORDS (and "sings": two word pieces), and the
+    vocab.txt holding them."""
+    root = tmp_path_factory.mktemp("bert")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join([*SPECIAL, *WORDS, ".", "##s"]) + "\n")
+    rng = random.Random(7)
+    documents = []
+    for _ in range(12):
+        sentences = [
+            " ".join(rng.choice([*WORDS, "Sings"]) for _ in range(rng.randint(3, 12))) + " ."
+            for _ in range(rng.randint(1, 6))
+        ]
+        documents.append("\n".join(sentences))
+    text = root / "corpus.txt"
+    text.write_text("\n\n".join(documents) + "\n")
+    return text, vocab
+
+
+def make(fmt: str, corpus: tuple[Path, Path], out: Path, *extra: str) -> str:
+    assert main(["data", fmt, str(corpus[0]), str(corpus[1]), str(out), *SMALL, *extra]) == 0
+    return dataset_sha256(out) or ""
+
+
+def document_streams(corpus: tuple[Path, Path]) -> list[str]:
+    """Each document's tokens as one space-separated string, to find segments in."""
+    vocab = Vocabulary(corpus[1], lower_case=True)
+    texts = corpus[0].read_text().split("\n\n")
+    return [" " + " ".join(t for line in d.splitlines() for t in vocab.tokenize(line)) + " "
+            for d in texts]  # fmt: skip
+
+
+def check_instances(arrays: dict[str, np.ndarray], corpus: tuple[Path, Path]) -> None:
+    """Every instance as create_pretraining_data.py makes it, checked against the corpus."""
+    words = corpus[1].read_text().splitlines()
+    streams = document_streams(corpus)
+    ids, mask, segments = arrays["input_ids"], arrays["input_mask"], arrays["segment_ids"]
+    assert len(ids) > 12 and ids.shape[1] == 32 and arrays["masked_lm_ids"].shape[1] == 5
+    for row in range(len(ids)):
+        length = int(mask[row].sum())
+        assert (mask[row, :length] == 1).all() and (ids[row, length:] == 0).all()
+        tokens = [words[i] for i in ids[row, :length]]
+        seps = [i for i, t in enumerate(tokens) if t == "[SEP]"]
+        assert tokens[0] == "[CLS]" and len(seps) == 2 and seps[1] == length - 1
+        assert list(segments[row, :length]) == [0] * (seps[0] + 1) + [1] * (length - seps[0] - 1)
+        # the masked positions: sorted, in the text, never [CLS]/[SEP]; as many as
+        # round(15% of the length), at most 5; padded with position 0 (the reader counts up
+        # to the first 0) and weight 0
+        weights = arrays["masked_lm_weights"][row] if "masked_lm_weights" in arrays else None
+        positions = arrays["masked_lm_positions"][row]
+        count = int(np.argmax(positions == 0)) if (positions == 0).any() else len(positions)
+        assert count == min(5, max(1, round(length * 0.15)))
+        chosen = list(positions[:count])
+        assert chosen == sorted(chosen) and all(0 < p < length and p not in seps for p in chosen)
+        if weights is not None:
+            assert list(weights) == [1.0] * count + [0.0] * (5 - count)
+        original = list(tokens)
+        for position, label in zip(chosen, arrays["masked_lm_ids"][row, :count], strict=True):
+            original[position] = words[label]
+        assert "[MASK]" not in original
+        # segment A and segment B each a run of one document's tokens; with label 0 (B is
+        # the actual next), B after A in the same document (truncation trims either's ends)
+        a = f" {' '.join(original[1 : seps[0]])} "
+        b = f" {' '.join(original[seps[0] + 1 : -1])} "
+        assert any(a in s for s in streams) and any(b in s for s in streams)
+        if arrays["next_sentence_labels"][row].item() == 0:
+            assert any(a in s and b in s[s.index(a) + len(a) - 1 :] for s in streams)
+    labels = arrays["next_sentence_labels"].reshape(-1)
+    assert 0 < labels.sum() < len(labels)  # both kinds of next sentence
+
+
+def read_hdf5(out: Path) -> dict[str, np.ndarray]:
+    import h5py
+
+    parts: dict[str, list[np.ndarray]] = {}
+    for path in sorted(out.glob("*training*")):
+        with h5py.File(path, "r") as stream:
+            for name in stream:
+                parts.setdefault(name, []).append(stream[name][:])
+    return {name: np.concatenate(values) for name, values in parts.items()}
+
+
+def test_hdf5_shards_hold_create_pretraining_data_instances(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "hdf5"
+    identity = make("bert-hdf5", corpus, out)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["bert_config.json", MANIFEST, "training-00000-of-00002.hdf5",
+                     "training-00001-of-00002.hdf5"]  # fmt: skip
+    import h5py
+
+    with h5py.File(out / names[2], "r") as stream:
+        # the datasets and dtypes DeepLearningExamples' create_pretraining_data.py writes
+        assert {k: stream[k].dtype.str for k in stream} == {
+            "input_ids": "<i4", "input_mask": "|i1", "segment_ids": "|i1",
+            "masked_lm_positions": "<i4", "masked_lm_ids": "<i4", "next_sentence_labels": "|i1",
+        }  # fmt: skip
+    check_instances(read_hdf5(out), corpus)
+    config = json.loads((out / "bert_config.json").read_text())
+    assert config["vocab_size"] == len(corpus[1].read_text().splitlines())
+    manifest = read_manifest(out)
+    assert manifest["format"] == "bert-hdf5" and manifest["source"]["corpus"]["documents"] == 12
+    assert manifest["source"]["parameters"]["max_seq_length"] == 32
+    # seeded: the same corpus gives the same set; another seed another
+    assert make("bert-hdf5", corpus, tmp_path / "again") == identity
+    assert make("bert-hdf5", corpus, tmp_path / "seed", "--seed", "1") != identity
+    # a folder of files: read in name order, documents running across shard boundaries; the
+    # same documents give the same instances
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    documents = corpus[0].read_text().split("\n\n")
+    (folder / "a.txt").write_text("\n\n".join(documents[:5]) + "\n")
+    (folder / "b.txt").write_text("\n\n".join(documents[5:]))
+    split = tmp_path / "split"
+    assert main(["data", "bert-hdf5", str(folder), str(corpus[1]), str(split), *SMALL]) == 0
+    for name, values in read_hdf5(split).items():
+        assert (values == read_hdf5(out)[name]).all(), name
+    # resumed: a lost shard is made again, the one there is kept
+    kept = (out / names[3]).stat().st_mtime_ns
+    (out / names[2]).unlink()
+    assert make("bert-hdf5", corpus, out) == identity
+    assert (out / names[3]).stat().st_mtime_ns == kept
+
+
+READ_TFRECORD = """
+import sys, numpy as np, tensorflow as tf
+seq, preds = 32, 5
+spec = {name: tf.io.FixedLenFeature([seq], tf.int64)
+        for name in ("input_ids", "input_mask", "segment_ids")}
+spec.update({name: tf.io.FixedLenFeature([preds], tf.int64)
+             for name in ("masked_lm_positions", "masked_lm_ids")})
+spec["masked_lm_weights"] = tf.io.FixedLenFeature([preds], tf.float32)
+spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(sys.argv[2:])]
+np.savez(sys.argv[1], **{k: np.stack([r[k].numpy() for r in rows]) for k in spec})
+"""
+
+
+def test_tfrecords_parse_with_ngc_tf1_bert_features(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    python = framework_env("tensorflow")
+    out = tmp_path / "tfrecord"
+    make("bert-tfrecord", corpus, out)
+    shards = sorted((out / "training").iterdir())
+    assert [p.name for p in shards] == ["part-00000-of-00002.tfrecord",
+                                        "part-00001-of-00002.tfrecord"]  # fmt: skip
+    assert not list(out.glob(".*"))  # no features or partial file left behind
+    read = tmp_path / "read.npz"
+    subprocess.run([python, "-c", READ_TFRECORD, str(read), *map(str, shards)], check=True)
+    with np.load(read) as loaded:
+        arrays = {name: loaded[name] for name in loaded.files}
+    check_instances(arrays, corpus)
+    # the same instances as the hdf5 shards of the same corpus, seed and parameters
+    hdf5 = tmp_path / "hdf5"
+    make("bert-hdf5", corpus, hdf5)
+    for name, values in read_hdf5(hdf5).items():
+        assert (arrays[name].reshape(values.shape) == values).all(), name
+
+
+def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:
+    vocab = Vocabulary(corpus[1], lower_case=True)
+    assert vocab.tokenize("The fox Sings, zebra.") == ["the", "fox", "sing", "##s", "[UNK]",
+                                                        "[UNK]", "."]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing vocab", "vocab.txt: (file): does not exist"),
+        ("vocab without [MASK]", "vocab.txt: [MASK]: is not in the vocabulary"),
+        ("empty corpus", "corpus.txt: (file): holds no text"),
+        ("one document", "corpus.txt: documents: 1 document(s) for 2 shard(s)"),
+        ("not UTF-8", "corpus.txt: line 2: is not UTF-8"),
+        ("a FIFO", "corpus.txt: (file): is not a regular file"),
+        ("no corpus", "corpus.txt: (file): does not exist"),
+        ("sequence too short", "--max-seq-length: must be 5 or more"),
+    ],
+)
+def test_bad_input_is_refused_naming_file_and_field(
+    case: str, message: str, corpus: tuple[Path, Path], tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    text, vocab = tmp_path / "corpus.txt", tmp_path / "vocab.txt"
+    vocab.write_bytes(corpus[1].read_bytes())
+    text.write_bytes(corpus[0].read_bytes())
+    extra: list[str] = []
+    if case == "missing vocab":
+        vocab.unlink()
+    elif case == "vocab without [MASK]":
+        vocab.write_text(vocab.read_text().replace("[MASK]\n", ""))
+    elif case == "empty corpus":
+        text.write_text("\n\n")
+    elif case == "one document":
+        text.write_text("the fox .\nthe dog .\n")
+    elif case == "not UTF-8":
+        text.write_bytes(b"the fox .\n\xff\xfe dog\n")
+    elif case == "a FIFO":
+        text.unlink()
+        os.mkfifo(text)
+    elif case == "no corpus":
+        text.unlink()
+    elif case == "sequence too short":
+        extra = ["--max-seq-length", "4"]
+    argv = ["data", "bert-hdf5", str(text), str(vocab), str(tmp_path / "out"), *SMALL, *extra]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
