@@ -1,7 +1,7 @@
 """The framework's own record writers, run inside that framework's environment (stdlib and
 the framework only: the driver's dependencies are not there), as::
 
-    python -m driver.datasets._writers tfrecord|recordio|bert-tfrecord JOB.json
+    python -m driver.datasets._writers tfrecord|recordio|ofrecord|bert-tfrecord JOB.json
 
 JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``, or for BERT
 ``{"shards": [{"path": ..., "partial": ..., "features": NPZ}]}`` (the padded arrays of
@@ -75,6 +75,46 @@ def recordio(shard: dict) -> None:
     os.replace(partial_rec, rec)
 
 
+def ofrecord(shard: dict) -> None:
+    """OneFlow-Benchmark's ImageNet OFRecord part (its ``tools/imagenet_ofrecord.py``): each
+    record an 8-byte little-endian length, then a serialized ``OFRecord`` of OneFlow's own
+    ``record_pb2``; ``encoded`` the JPEG bytes as they are, ``class/label`` 0-based int32."""
+    import io
+    import struct
+
+    from oneflow.core.record import record_pb2
+    from PIL import Image
+
+    def feature(value: object) -> record_pb2.Feature:
+        if isinstance(value, int):
+            return record_pb2.Feature(int32_list=record_pb2.Int32List(value=[value]))
+        data = value if isinstance(value, bytes) else str(value).encode()
+        return record_pb2.Feature(bytes_list=record_pb2.BytesList(value=[data]))
+
+    partial = _partial(shard["path"])
+    with open(partial, "wb") as out:
+        for jpeg, label, wnid in shard["images"]:
+            with open(jpeg, "rb") as stream:
+                data = stream.read()
+            with Image.open(io.BytesIO(data)) as image:  # the header only: no decoding
+                (width, height), channels = image.size, len(image.getbands())
+            features = {
+                "encoded": feature(data),
+                "class/label": feature(label),
+                "class/synset": feature(wnid),
+                "filename": feature(os.path.basename(jpeg)),
+                "format": feature("JPEG"),
+                "height": feature(height),
+                "width": feature(width),
+                "channels": feature(channels),
+                "colorspace": feature("RGB"),
+            }
+            payload = record_pb2.OFRecord(feature=features).SerializeToString(deterministic=True)
+            out.write(struct.pack("<q", len(payload)))
+            out.write(payload)
+    os.replace(partial, shard["path"])
+
+
 def bert_tfrecord(shard: dict) -> None:
     """create_pretraining_data.py's ``tf.train.Example`` per instance, which NGC TF1 BERT's
     ``run_pretraining.py`` parses: int64 ``input_ids``, ``input_mask``, ``segment_ids``,
@@ -105,7 +145,12 @@ def bert_tfrecord(shard: dict) -> None:
 
 def main(argv: list[str]) -> int:
     kind, job = argv
-    write = {"tfrecord": tfrecord, "recordio": recordio, "bert-tfrecord": bert_tfrecord}[kind]
+    write = {
+        "tfrecord": tfrecord,
+        "recordio": recordio,
+        "ofrecord": ofrecord,
+        "bert-tfrecord": bert_tfrecord,
+    }[kind]
     with open(job) as stream:
         shards = json.load(stream)["shards"]
     for shard in shards:

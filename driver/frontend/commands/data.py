@@ -7,14 +7,23 @@ import argparse
 import importlib
 
 # One module of driver.datasets per format family, each with add_parser(subparsers).
-PREPARERS = ("raw", "paddle_lists", "tfrecord", "recordio", "dali_index", "tokens", "bert")
+PREPARERS = (
+    "raw",
+    "paddle_lists",
+    "tfrecord",
+    "recordio",
+    "dali_index",
+    "ofrecord",
+    "tokens",
+    "bert",
+)
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     data = sub.add_parser(
         "data",
         help="make a source's data format (ImageNet raw, TFRecord, DALI index, RecordIO, Paddle "
-        "lists; BERT hdf5 and TFRecord; a Llama token file) from your downloads, with a "
+        "lists, OFRecord; BERT hdf5 and TFRecord; a Llama token file) from your downloads, with a "
         "manifest whose hash each run records (docs/data.md)",
     )
     formats = data.add_subparsers(dest="format", metavar="FORMAT", required=True)
