@@ -159,31 +159,65 @@ spec.update({name: tf.io.FixedLenFeature([preds], tf.int64)
              for name in ("masked_lm_positions", "masked_lm_ids")})
 spec["masked_lm_weights"] = tf.io.FixedLenFeature([preds], tf.float32)
 spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
-rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(sys.argv[2:])]
+shards = sorted(tf.io.gfile.glob(sys.argv[2] + "/training/*"))  # as run_pretraining.py lists them
+rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(shards)]
 np.savez(sys.argv[1], **{k: np.stack([r[k].numpy() for r in rows]) for k in spec})
 """
 
+# OneFlow's reader and raw decoders as OneFlow-Benchmark BERT's BertDecoder sets them up
+READ_OFRECORD = """
+import sys, numpy as np, oneflow as flow
+seq, preds, count = 32, 5, int(sys.argv[3])
+record = flow.nn.OFRecordReader(sys.argv[2], batch_size=count, data_part_num=2)()
+shapes = {"input_ids": [seq], "input_mask": [seq], "segment_ids": [seq], "masked_lm_ids": [preds],
+          "masked_lm_positions": [preds], "next_sentence_labels": [1]}
+out = {name: flow.nn.OFRecordRawDecoder(name, shape=shape, dtype=flow.int32)(record).numpy()
+       for name, shape in shapes.items()}
+out["masked_lm_weights"] = flow.nn.OFRecordRawDecoder(
+    "masked_lm_weights", shape=[preds], dtype=flow.float)(record).numpy()
+np.savez(sys.argv[1], **out)
+"""
 
-def test_tfrecords_parse_with_ngc_tf1_bert_features(
-    corpus: tuple[Path, Path], tmp_path: Path
-) -> None:
-    python = framework_env("tensorflow")
-    out = tmp_path / "tfrecord"
-    make("bert-tfrecord", corpus, out)
-    shards = sorted((out / "training").iterdir())
-    assert [p.name for p in shards] == ["part-00000-of-00002.tfrecord",
-                                        "part-00001-of-00002.tfrecord"]  # fmt: skip
+
+def rows(arrays: dict[str, np.ndarray]) -> list[tuple]:
+    """The instances as sortable rows (readers may interleave the shards)."""
+    names = sorted(n for n in arrays if n != "masked_lm_weights")
+    count = len(arrays["input_ids"])
+    return sorted(tuple(arrays[n].reshape(count, -1)[i].tolist() for n in names)
+                  for i in range(count))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fmt", "framework", "reader", "files"),
+    [
+        ("bert-tfrecord", "tensorflow", READ_TFRECORD,
+         ["training/part-00000-of-00002.tfrecord", "training/part-00001-of-00002.tfrecord",
+          "bert_config.json"]),
+        ("bert-ofrecord", "oneflow", READ_OFRECORD, ["part-0", "part-1"]),
+    ],
+)  # fmt: skip
+def test_framework_formats_read_back_with_the_framework(
+    fmt: str, framework: str, reader: str, files: list[str],
+    corpus: tuple[Path, Path], tmp_path: Path,
+) -> None:  # fmt: skip
+    python = framework_env(framework)
+    hdf5 = tmp_path / "hdf5"
+    make("bert-hdf5", corpus, hdf5)
+    expected = read_hdf5(hdf5)
+    out = tmp_path / fmt
+    make(fmt, corpus, out)
+    assert sorted(read_manifest(out)["files"]) == sorted(files)
     assert not list(out.glob(".*"))  # no features or partial file left behind
     read = tmp_path / "read.npz"
-    subprocess.run([python, "-c", READ_TFRECORD, str(read), *map(str, shards)], check=True)
+    subprocess.run(
+        [python, "-c", reader, str(read), str(out), str(len(expected["input_ids"]))],
+        check=True, capture_output=True,
+    )  # fmt: skip
     with np.load(read) as loaded:
         arrays = {name: loaded[name] for name in loaded.files}
     check_instances(arrays, corpus)
     # the same instances as the hdf5 shards of the same corpus, seed and parameters
-    hdf5 = tmp_path / "hdf5"
-    make("bert-hdf5", corpus, hdf5)
-    for name, values in read_hdf5(hdf5).items():
-        assert (arrays[name].reshape(values.shape) == values).all(), name
+    assert rows(arrays) == rows(expected)
 
 
 def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:

@@ -1,7 +1,7 @@
 """The framework's own record writers, run inside that framework's environment (stdlib and
 the framework only: the driver's dependencies are not there), as::
 
-    python -m driver.datasets._writers tfrecord|recordio|ofrecord|bert-tfrecord JOB.json
+    python -m driver.datasets._writers KIND JOB.json  (KIND: a key of WRITERS)
 
 JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``, or for BERT
 ``{"shards": [{"path": ..., "partial": ..., "features": NPZ}]}`` (the padded arrays of
@@ -115,42 +115,81 @@ def ofrecord(shard: dict) -> None:
     os.replace(partial, shard["path"])
 
 
+def _bert_rows(shard: dict) -> tuple[object, int]:
+    """The shard's padded arrays (``bert_instances.features``, a ``.npz``) and their rows."""
+    import numpy as np
+
+    with np.load(shard["features"]) as loaded:
+        arrays = {name: loaded[name] for name in loaded.files}
+    return arrays, len(arrays["input_ids"])
+
+
+def _bert_done(shard: dict) -> None:
+    os.replace(shard["partial"], shard["path"])
+    os.remove(shard["features"])  # only once the shard is whole
+
+
 def bert_tfrecord(shard: dict) -> None:
     """create_pretraining_data.py's ``tf.train.Example`` per instance, which NGC TF1 BERT's
     ``run_pretraining.py`` parses: int64 ``input_ids``, ``input_mask``, ``segment_ids``,
     ``masked_lm_positions``, ``masked_lm_ids``, ``next_sentence_labels`` and float
-    ``masked_lm_weights``. The features (a ``.npz``) are removed once the shard is whole."""
+    ``masked_lm_weights``."""
     import numpy as np
     import tensorflow as tf
 
-    with np.load(shard["features"]) as loaded:
-        arrays = {name: loaded[name] for name in loaded.files}
-    floats = {"masked_lm_weights"}
-    partial = shard["partial"]
-    with tf.io.TFRecordWriter(partial) as writer:
-        for row in range(len(arrays["input_ids"])):
+    arrays, rows = _bert_rows(shard)
+    with tf.io.TFRecordWriter(shard["partial"]) as writer:
+        for row in range(rows):
             features = {}
             for name, values in arrays.items():
                 value = np.atleast_1d(values[row]).tolist()
                 features[name] = (
                     tf.train.Feature(float_list=tf.train.FloatList(value=value))
-                    if name in floats
+                    if name == "masked_lm_weights"
                     else tf.train.Feature(int64_list=tf.train.Int64List(value=value))
                 )
             example = tf.train.Example(features=tf.train.Features(feature=features))
             writer.write(example.SerializeToString(deterministic=True))
-    os.replace(partial, shard["path"])
-    os.remove(shard["features"])
+    _bert_done(shard)
+
+
+def bert_ofrecord(shard: dict) -> None:
+    """The same features as OneFlow records (OneFlow-Benchmark BERT's ``OFRecordRawDecoder``
+    reads them as int32, ``masked_lm_weights`` as float), framed as ``ofrecord``."""
+    import struct
+
+    import numpy as np
+    from oneflow.core.record import record_pb2
+
+    arrays, rows = _bert_rows(shard)
+    with open(shard["partial"], "wb") as out:
+        for row in range(rows):
+            features = {}
+            for name, values in arrays.items():
+                value = np.atleast_1d(values[row]).tolist()
+                features[name] = (
+                    record_pb2.Feature(float_list=record_pb2.FloatList(value=value))
+                    if name == "masked_lm_weights"
+                    else record_pb2.Feature(int32_list=record_pb2.Int32List(value=value))
+                )
+            payload = record_pb2.OFRecord(feature=features).SerializeToString(deterministic=True)
+            out.write(struct.pack("<q", len(payload)))
+            out.write(payload)
+    _bert_done(shard)
+
+
+WRITERS = {
+    "tfrecord": tfrecord,
+    "recordio": recordio,
+    "ofrecord": ofrecord,
+    "bert-tfrecord": bert_tfrecord,
+    "bert-ofrecord": bert_ofrecord,
+}
 
 
 def main(argv: list[str]) -> int:
     kind, job = argv
-    write = {
-        "tfrecord": tfrecord,
-        "recordio": recordio,
-        "ofrecord": ofrecord,
-        "bert-tfrecord": bert_tfrecord,
-    }[kind]
+    write = WRITERS[kind]
     with open(job) as stream:
         shards = json.load(stream)["shards"]
     for shard in shards:

@@ -1,16 +1,18 @@
-"""``dlperf data bert-hdf5|bert-tfrecord``: BERT pre-training data from the user's corpus and
-``vocab.txt``, made once by ``bert_instances`` (Google's create_pretraining_data.py algorithm)
-and written in each source's format:
+"""``dlperf data bert-hdf5|bert-tfrecord|bert-ofrecord``: BERT pre-training data from the user's
+corpus and ``vocab.txt``, made once by ``bert_instances`` (Google's create_pretraining_data.py
+algorithm) and written in each source's format:
 
 - ``bert-hdf5``: DeepLearningExamples PyTorch's shards (``training-NNNNN-of-NNNNN.hdf5``, the
   datasets and dtypes its create_pretraining_data.py writes), by h5py;
 - ``bert-tfrecord``: NGC TF1 BERT's ``training/part-NNNNN-of-NNNNN.tfrecord``
   (``tf.train.Example``), by TensorFlow's ``TFRecordWriter`` in the kit's TensorFlow
-  environment.
+  environment;
+- ``bert-ofrecord``: OneFlow-Benchmark BERT's ``part-0`` ... (``OFRecord``), by OneFlow's own
+  ``record_pb2`` in the kit's OneFlow environment.
 
-Both folders get the ``bert_config.json`` (BERT-base, the vocabulary's size) that the sources'
-commands read from ``data_dir``, and the manifest. Each shard is written whole or not at all and
-kept when there, so a stopped run resumes.
+The hdf5 and TFRecord folders get the ``bert_config.json`` (BERT-base, the vocabulary's size)
+that those sources' commands read from ``data_dir``; every folder gets the manifest. Each shard
+is written whole or not at all and kept when there, so a stopped run resumes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,7 @@ from driver.datasets.manifest import write_manifest
 from driver.files import ensure_dir, write_bytes
 
 CONFIG = "bert_config.json"
-TF_BATCH = 16  # shards handed to one TensorFlow start-up (a few seconds each)
+BATCH = 16  # shards handed to one framework start-up (a few seconds each)
 
 
 def bert_base_config(vocab_size: int) -> dict[str, Any]:
@@ -84,10 +87,9 @@ def _hdf5_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
     return paths, write
 
 
-def _tfrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
-    """NGC TF1 BERT globs ``--input_files_dir/*``: the shards alone in ``training/``."""
-    folder = ensure_dir(out / "training")
-    paths = [folder / f"part-{n:05d}-of-{shards:05d}.tfrecord" for n in range(shards)]
+def _framework_writer(framework: str, kind: str, out: Path, paths: list[Path]) -> Callable:
+    """A batch of shards handed to ``_writers.py``'s ``kind`` in ``framework``'s environment,
+    their arrays as ``.npz`` files beside (removed by the writer once a shard is whole)."""
 
     def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
         import numpy as np
@@ -99,16 +101,41 @@ def _tfrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
                 np.savez(stream, **arrays)
             job.append({"path": str(paths[number]), "features": str(npz),
                         "partial": str(out / f".shard-{number:05d}.partial")})  # fmt: skip
-        run_job("tensorflow", "bert-tfrecord", {"shards": job}, out)
+        run_job(framework, kind, {"shards": job}, out)
 
-    return paths, write
+    return write
 
 
-FORMATS: dict[str, tuple[Callable[[Path, int], tuple[list[Path], Callable]], int, str]] = {
-    # name: (writer, shards per writer call, help)
-    "bert-hdf5": (_hdf5_writer, 1, "BERT hdf5 shards (DeepLearningExamples PyTorch)"),
-    "bert-tfrecord": (_tfrecord_writer, TF_BATCH, "BERT TFRecords (NGC TF1 BERT)"),
-}
+def _tfrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+    """NGC TF1 BERT globs ``--input_files_dir/*``: the shards alone in ``training/``."""
+    folder = ensure_dir(out / "training")
+    paths = [folder / f"part-{n:05d}-of-{shards:05d}.tfrecord" for n in range(shards)]
+    return paths, _framework_writer("tensorflow", "bert-tfrecord", out, paths)
+
+
+def _ofrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+    """OneFlow-Benchmark BERT's reader takes ``part-0`` to ``part-<data_part_num - 1>`` (no
+    zero padding: the reader's default ``part_name_suffix_length``)."""
+    paths = [out / f"part-{n}" for n in range(shards)]
+    return paths, _framework_writer("oneflow", "bert-ofrecord", out, paths)
+
+
+@dataclass(frozen=True)
+class Format:
+    writer: Callable[[Path, int], tuple[list[Path], Callable]]
+    per_call: int  # shards handed to one writer call
+    shards: int  # default: bertPrep.py's 256, or the part count the source's command passes
+    config: bool  # the source reads {data_dir}/bert_config.json
+    help: str
+
+
+FORMATS = {
+    "bert-hdf5": Format(_hdf5_writer, 1, 256, True,
+                        "BERT hdf5 shards (DeepLearningExamples PyTorch)"),
+    "bert-tfrecord": Format(_tfrecord_writer, BATCH, 256, True, "BERT TFRecords (NGC TF1 BERT)"),
+    "bert-ofrecord": Format(_ofrecord_writer, BATCH, 64, False,
+                            "BERT OFRecord parts (OneFlow-Benchmark BERT)"),
+}  # fmt: skip
 
 
 def prepare_bert(args: argparse.Namespace) -> int:
@@ -129,8 +156,8 @@ def prepare_bert(args: argparse.Namespace) -> int:
     corpus = scan_corpus(args.corpus)
     spans = corpus.shard_ranges(args.shards)
     out = ensure_dir(args.out)
-    make_writer, per_call, _help = FORMATS[args.format]
-    paths, write = make_writer(out, len(spans))
+    fmt = FORMATS[args.format]
+    paths, write = fmt.writer(out, len(spans))
     made, shards_made = 0, 0
     batch: list[tuple[int, dict[str, Any]]] = []
     for number, span in enumerate(spans):
@@ -139,15 +166,16 @@ def prepare_bert(args: argparse.Namespace) -> int:
         instances = shard_instances(corpus, span, vocab, params)
         made, shards_made = made + len(instances), shards_made + 1
         batch.append((number, features(instances, vocab, params)))
-        if len(batch) >= per_call:
+        if len(batch) >= fmt.per_call:
             write(batch)
             batch = []
     if batch:
         write(batch)
-    config = out / CONFIG
-    write_bytes(config, (json.dumps(bert_base_config(len(vocab.words)), indent=2) + "\n").encode())
+    files = list(paths)
+    if fmt.config:
+        config = bert_base_config(len(vocab.words))
+        files.append(write_bytes(out / CONFIG, (json.dumps(config, indent=2) + "\n").encode()))
     written = time.monotonic()
-    files = [*paths, config]
     identity = write_manifest(out, args.format, files, _source_facts(corpus, vocab, params))
     total = sum(p.stat().st_size for p in files)
     print(
@@ -180,8 +208,8 @@ def _source_facts(corpus: Corpus, vocab: Vocabulary, params: Parameters) -> dict
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     defaults = Parameters()
-    for name, (_writer, _per_call, help_text) in FORMATS.items():
-        parser = subparsers.add_parser(name, help=f"{help_text} from a text corpus and vocab.txt")
+    for name, fmt in FORMATS.items():
+        parser = subparsers.add_parser(name, help=f"{fmt.help} from a text corpus and vocab.txt")
         parser.add_argument(
             "corpus",
             type=Path,
@@ -190,8 +218,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         )
         parser.add_argument("vocab", type=Path, help="BERT's vocab.txt (one token a line)")
         parser.add_argument("out", type=Path, help="the folder to write (made; resumed if there)")
-        parser.add_argument("--shards", type=int, default=256,
-                            help="output shards (default 256, as bertPrep.py)")  # fmt: skip
+        parser.add_argument("--shards", type=int, default=fmt.shards,
+                            help=f"output shards (default {fmt.shards})")  # fmt: skip
         parser.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length)
         parser.add_argument(
             "--max-predictions-per-seq", type=int, default=defaults.max_predictions_per_seq
