@@ -57,34 +57,35 @@ def document_streams(corpus: tuple[Path, Path]) -> list[str]:
             for d in texts]  # fmt: skip
 
 
-def check_instances(arrays: dict[str, np.ndarray], corpus: tuple[Path, Path]) -> None:
-    """Every instance as create_pretraining_data.py makes it, checked against the corpus."""
-    words = corpus[1].read_text().splitlines()
+def check_instances(
+    arrays: dict[str, np.ndarray], corpus: tuple[Path, Path], words: list[str] | None = None
+) -> None:
+    """Every instance as create_pretraining_data.py makes it, checked against the corpus
+    (``words``: the vocabulary's tokens by id, vocab.txt's lines unless given)."""
+    words = words or corpus[1].read_text().splitlines()
     streams = document_streams(corpus)
     ids, mask, segments = arrays["input_ids"], arrays["input_mask"], arrays["segment_ids"]
     assert len(ids) > 12 and ids.shape[1] == 32 and arrays["masked_lm_ids"].shape[1] == 5
     for row in range(len(ids)):
         length = int(mask[row].sum())
         assert (mask[row, :length] == 1).all() and (ids[row, length:] == 0).all()
-        tokens = [words[i] for i in ids[row, :length]]
-        seps = [i for i, t in enumerate(tokens) if t == "[SEP]"]
-        assert tokens[0] == "[CLS]" and len(seps) == 2 and seps[1] == length - 1
-        assert list(segments[row, :length]) == [0] * (seps[0] + 1) + [1] * (length - seps[0] - 1)
-        # the masked positions: sorted, in the text, never [CLS]/[SEP]; as many as
-        # round(15% of the length), at most 5; padded with position 0 (the reader counts up
-        # to the first 0) and weight 0
-        weights = arrays["masked_lm_weights"][row] if "masked_lm_weights" in arrays else None
+        # the masked positions: sorted, in the text; as many as round(15% of the length), at
+        # most 5; padded with position 0 (the reader counts up to the first 0) and weight 0
         positions = arrays["masked_lm_positions"][row]
         count = int(np.argmax(positions == 0)) if (positions == 0).any() else len(positions)
         assert count == min(5, max(1, round(length * 0.15)))
         chosen = list(positions[:count])
-        assert chosen == sorted(chosen) and all(0 < p < length and p not in seps for p in chosen)
-        if weights is not None:
-            assert list(weights) == [1.0] * count + [0.0] * (5 - count)
-        original = list(tokens)
+        assert chosen == sorted(chosen) and all(0 < p < length for p in chosen)
+        if "masked_lm_weights" in arrays:
+            assert list(arrays["masked_lm_weights"][row]) == [1.0] * count + [0.0] * (5 - count)
+        # the text before masking (a random replacement may be any vocabulary word, [SEP] too)
+        original = [words[i] for i in ids[row, :length]]
         for position, label in zip(chosen, arrays["masked_lm_ids"][row, :count], strict=True):
             original[position] = words[label]
-        assert "[MASK]" not in original
+        seps = [i for i, t in enumerate(original) if t == "[SEP]"]
+        assert original[0] == "[CLS]" and len(seps) == 2 and seps[1] == length - 1
+        assert "[MASK]" not in original and not set(chosen) & {0, *seps}  # never [CLS]/[SEP]
+        assert list(segments[row, :length]) == [0] * (seps[0] + 1) + [1] * (length - seps[0] - 1)
         # segment A and segment B each a run of one document's tokens; with label 0 (B is
         # the actual next), B after A in the same document (truncation trims either's ends)
         a = f" {' '.join(original[1 : seps[0]])} "
@@ -220,6 +221,59 @@ def test_framework_formats_read_back_with_the_framework(
     assert rows(arrays) == rows(expected)
 
 
+def read_gluonnlp(out: Path, split: str = "train") -> dict[str, np.ndarray]:
+    """gluon-nlp's files as its NumpyDataset loads them, padded back to the other formats'
+    arrays (zeros past each row's valid length, weights 1 for each prediction)."""
+    loaded = []
+    for path in sorted((out / split).glob("*.npz")):
+        with np.load(path, allow_pickle=True) as data:
+            loaded.append({key: data[key] for key in sorted(data.keys())})
+    count = sum(len(part["valid_lengths"]) for part in loaded)
+    arrays = {"input_mask": np.zeros((count, 32), np.int32)}
+    for name, width in (("input_ids", 32), ("segment_ids", 32), ("masked_lm_positions", 5),
+                        ("masked_lm_ids", 5), ("masked_lm_weights", 5)):  # fmt: skip
+        arrays[name] = np.zeros((count, width), np.float32 if "weights" in name else np.int32)
+    row = 0
+    for part in loaded:
+        assert part["next_sentence_labels"].dtype == part["valid_lengths"].dtype == np.int32
+        for i, valid in enumerate(part["valid_lengths"]):
+            assert len(part["input_ids"][i]) == valid and part["input_ids"][i].dtype == np.int32
+            arrays["input_mask"][row, :valid] = 1
+            for name in ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                         "masked_lm_weights"):  # fmt: skip
+                arrays[name][row, : len(part[name][i])] = part[name][i]
+            row += 1
+    arrays["next_sentence_labels"] = np.concatenate([p["next_sentence_labels"] for p in loaded])
+    return arrays
+
+
+def test_gluonnlp_files_hold_the_same_instances_in_its_vocabulary_ids(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    hdf5 = tmp_path / "hdf5"
+    make("bert-hdf5", corpus, hdf5, "--shards", "3")
+    out = tmp_path / "gluonnlp"
+    make("bert-gluonnlp", corpus, out, "--shards", "3")
+    assert sorted(read_manifest(out)["files"]) == [
+        "eval/part-00002.npz", "train/part-00000.npz", "train/part-00001.npz"
+    ]  # fmt: skip
+    both = {name: np.concatenate([read_gluonnlp(out)[name], read_gluonnlp(out, "eval")[name]])
+            for name in read_gluonnlp(out)}  # fmt: skip
+    check_instances(both, corpus)
+    assert rows(both) == rows(read_hdf5(hdf5))
+    # gluon-nlp's own vocabulary JSON (BERTVocab.to_json): ids in its order, not vocab.txt's
+    words = corpus[1].read_text().splitlines()
+    order = [*SPECIAL[2:], "[PAD]", *reversed([w for w in words if w not in SPECIAL])]
+    vocab = tmp_path / "gluonnlp.vocab"
+    vocab.write_text(json.dumps({"idx_to_token": order, "unknown_token": "[UNK]",
+                                 "token_to_idx": {t: i for i, t in enumerate(order)}}))  # fmt: skip
+    json_out = tmp_path / "json"
+    argv = ["data", "bert-gluonnlp", str(corpus[0]), str(vocab), str(json_out), *SMALL]
+    assert main([*argv, "--shards", "3"]) == 0
+    check_instances(read_gluonnlp(json_out), corpus, words=order)
+    assert read_manifest(json_out)["source"]["vocab"]["kind"] == "gluonnlp-json"
+
+
 def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:
     vocab = Vocabulary(corpus[1], lower_case=True)
     assert vocab.tokenize("The fox Sings, zebra.") == ["the", "fox", "sing", "##s", "[UNK]",
@@ -231,6 +285,7 @@ def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:
     [
         ("missing vocab", "vocab.txt: (file): does not exist"),
         ("vocab without [MASK]", "vocab.txt: [MASK]: is not in the vocabulary"),
+        ("JSON vocab without tokens", "vocab.txt: idx_to_token: is not a list of tokens"),
         ("empty corpus", "corpus.txt: (file): holds no text"),
         ("one document", "corpus.txt: documents: 1 document(s) for 2 shard(s)"),
         ("not UTF-8", "corpus.txt: line 2: is not UTF-8"),
@@ -250,6 +305,8 @@ def test_bad_input_is_refused_naming_file_and_field(
         vocab.unlink()
     elif case == "vocab without [MASK]":
         vocab.write_text(vocab.read_text().replace("[MASK]\n", ""))
+    elif case == "JSON vocab without tokens":
+        vocab.write_text('{"token_to_idx": {"[CLS]": 0}}')
     elif case == "empty corpus":
         text.write_text("\n\n")
     elif case == "one document":

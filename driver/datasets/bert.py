@@ -1,6 +1,6 @@
-"""``dlperf data bert-hdf5|bert-tfrecord|bert-ofrecord``: BERT pre-training data from the user's
-corpus and ``vocab.txt``, made once by ``bert_instances`` (Google's create_pretraining_data.py
-algorithm) and written in each source's format:
+"""``dlperf data bert-hdf5|bert-tfrecord|bert-ofrecord|bert-gluonnlp``: BERT pre-training data
+from the user's corpus and ``vocab.txt``, made once by ``bert_instances`` (Google's
+create_pretraining_data.py algorithm) and written in each source's format:
 
 - ``bert-hdf5``: DeepLearningExamples PyTorch's shards (``training-NNNNN-of-NNNNN.hdf5``, the
   datasets and dtypes its create_pretraining_data.py writes), by h5py;
@@ -8,7 +8,9 @@ algorithm) and written in each source's format:
   (``tf.train.Example``), by TensorFlow's ``TFRecordWriter`` in the kit's TensorFlow
   environment;
 - ``bert-ofrecord``: OneFlow-Benchmark BERT's ``part-0`` ... (``OFRecord``), by OneFlow's own
-  ``record_pb2`` in the kit's OneFlow environment.
+  ``record_pb2`` in the kit's OneFlow environment;
+- ``bert-gluonnlp``: gluon-nlp's ``train/*.npz`` and ``eval/*.npz``, by numpy (as gluon-nlp's
+  script saves them), its ids those of the gluon-nlp vocabulary JSON given as ``vocab``.
 
 The hdf5 and TFRecord folders get the ``bert_config.json`` (BERT-base, the vocabulary's size)
 that those sources' commands read from ``data_dir``; every folder gets the manifest. Each shard
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.datasets.bert_instances import (
+    COMMAND_LINE,
     Corpus,
     Parameters,
     Vocabulary,
@@ -38,6 +41,7 @@ from driver.datasets.framework_writer import run_job
 from driver.datasets.imagenet import _size
 from driver.datasets.manifest import write_manifest
 from driver.files import ensure_dir, write_bytes
+from driver.schema import ConfigError
 
 CONFIG = "bert_config.json"
 BATCH = 16  # shards handed to one framework start-up (a few seconds each)
@@ -120,6 +124,45 @@ def _ofrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
     return paths, _framework_writer("oneflow", "bert-ofrecord", out, paths)
 
 
+GLUON_FIELDS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                "masked_lm_weights")  # fmt: skip
+
+
+def _gluonnlp_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+    """gluon-nlp's ``create_pretraining_data.py`` output, which its ``run_pretraining.py``
+    loads with ``NumpyDataset`` (``np.load(allow_pickle=True)``): per instance unpadded int32
+    ``input_ids``, ``segment_ids``, ``masked_lm_positions``, ``masked_lm_ids`` and float32
+    ``masked_lm_weights`` (object arrays), int32 ``next_sentence_labels`` and
+    ``valid_lengths``; ``np.savez_compressed``. The last shard is the eval split."""
+    if shards < 2:
+        raise ConfigError(COMMAND_LINE, "--shards", "must be 2 or more (the last is eval/)")
+    paths = [out / "train" / f"part-{n:05d}.npz" for n in range(shards - 1)]
+    paths.append(out / "eval" / f"part-{shards - 1:05d}.npz")
+
+    def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        import numpy as np
+
+        for number, arrays in batch:
+            valid = arrays["input_mask"].sum(axis=1).astype(np.int32)
+            masked = (arrays["masked_lm_weights"] > 0).sum(axis=1)
+            outputs: dict[str, Any] = {}
+            for name in GLUON_FIELDS:
+                widths = masked if name.startswith("masked") else valid
+                column = np.empty(len(valid), dtype=object)  # ragged rows, as gluon-nlp's
+                for row, width in enumerate(widths):
+                    column[row] = np.ascontiguousarray(arrays[name][row, :width])
+                outputs[name] = column
+            outputs["next_sentence_labels"] = arrays["next_sentence_labels"].astype(np.int32)
+            outputs["valid_lengths"] = valid
+            ensure_dir(paths[number].parent)
+            partial = out / f".shard-{number:05d}.partial"
+            with partial.open("wb") as stream:
+                np.savez_compressed(stream, **outputs)
+            partial.replace(paths[number])
+
+    return paths, write
+
+
 @dataclass(frozen=True)
 class Format:
     writer: Callable[[Path, int], tuple[list[Path], Callable]]
@@ -135,6 +178,8 @@ FORMATS = {
     "bert-tfrecord": Format(_tfrecord_writer, BATCH, 256, True, "BERT TFRecords (NGC TF1 BERT)"),
     "bert-ofrecord": Format(_ofrecord_writer, BATCH, 64, False,
                             "BERT OFRecord parts (OneFlow-Benchmark BERT)"),
+    "bert-gluonnlp": Format(_gluonnlp_writer, 1, 256, False,
+                            "BERT .npz files (gluon-nlp scripts/bert)"),
 }  # fmt: skip
 
 
@@ -193,7 +238,12 @@ def _source_facts(corpus: Corpus, vocab: Vocabulary, params: Parameters) -> dict
     return {
         "dataset": "bert-text",
         "corpus": corpus.facts(),
-        "vocab": {"name": vocab.path.name, "sha256": vocab.sha256, "tokens": len(vocab.words)},
+        "vocab": {
+            "name": vocab.path.name,
+            "kind": vocab.kind,
+            "sha256": vocab.sha256,
+            "tokens": len(vocab.words),
+        },  # fmt: skip
         "parameters": {
             "max_seq_length": params.max_seq_length,
             "max_predictions_per_seq": params.max_predictions_per_seq,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.files import sha256_file
-from driver.schema import ConfigError
+from driver.schema import ConfigError, parse_json
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
 COMMAND_LINE = "command line"
@@ -70,18 +70,24 @@ class Instance:
 
 
 class Vocabulary:
-    """BERT's ``vocab.txt`` (one token a line, the id its line number) and its tokenizer."""
+    """BERT's ``vocab.txt`` (one token a line, the id its line number), or a gluon-nlp
+    vocabulary as its ``BERTVocab.to_json`` saves it (``idx_to_token``: gluon-nlp's ids, in
+    an order of its own), and its WordPiece tokenizer."""
 
     def __init__(self, path: Path, lower_case: bool) -> None:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(path, "(file)", "does not exist; give BERT's vocab.txt")
         try:
-            words = path.read_text(encoding="utf-8").splitlines()
+            text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise ConfigError(path, "(file)", f"cannot be read as UTF-8 text ({error})") from None
-        self.path, self.words = path, [w.strip() for w in words]
-        self.ids = {}
+        self.path = path
+        self.kind = "gluonnlp-json" if text.lstrip().startswith("{") else "vocab.txt"
+        self.words = self._json_words(text) if self.kind == "gluonnlp-json" else [
+            w.strip() for w in text.splitlines()
+        ]  # fmt: skip
+        self.ids: dict[str, int] = {}
         for number, word in enumerate(self.words):
             if word:
                 self.ids.setdefault(word, number)
@@ -96,8 +102,19 @@ class Vocabulary:
                 "tokenizer",
                 "BERT's WordPiece needs the tokenizers package: pip install 'dlperf[data]'",
             ) from None
-        self._tokenizer = BertWordPieceTokenizer(str(path), lowercase=lower_case, unk_token="[UNK]")
+        self._tokenizer = BertWordPieceTokenizer(
+            dict(self.ids), lowercase=lower_case, unk_token="[UNK]"
+        )
         self.sha256 = sha256_file(path)
+
+    def _json_words(self, text: str) -> list[str]:
+        document = parse_json(text, self.path)
+        words = document.get("idx_to_token") if isinstance(document, dict) else None
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise ConfigError(
+                self.path, "idx_to_token", "is not a list of tokens (gluon-nlp's vocab JSON)"
+            )
+        return words
 
     def tokenize(self, line: str) -> list[str]:
         return self._tokenizer.encode(line, add_special_tokens=False).tokens
