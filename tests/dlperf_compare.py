@@ -59,6 +59,7 @@ DATA = {
     ("ngc-pytorch", "bert"): "hdf5 shards: `dlperf data bert-hdf5`",
     ("ngc-tf1", "bert"): "TFRecord: `dlperf data bert-tfrecord`",
     ("oneflow-benchmark", "bert"): "OFRecord: `dlperf data bert-ofrecord`",
+    ("gluon-nlp", "bert"): "npz files: `dlperf data bert-gluonnlp`",
 }
 BERT_DATA = "BERT pre-training shards of the source: not made by the kit yet"
 

@@ -4,6 +4,7 @@ NGC TF1 BERT's feature spec), checked against the corpus; resuming; bad input re
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -97,15 +98,16 @@ def check_instances(
     assert 0 < labels.sum() < len(labels)  # both kinds of next sentence
 
 
-def read_hdf5(out: Path) -> dict[str, np.ndarray]:
+def read_hdf5_file(path: Path) -> dict[str, np.ndarray]:
     import h5py
 
-    parts: dict[str, list[np.ndarray]] = {}
-    for path in sorted(out.glob("*training*")):
-        with h5py.File(path, "r") as stream:
-            for name in stream:
-                parts.setdefault(name, []).append(stream[name][:])
-    return {name: np.concatenate(values) for name, values in parts.items()}
+    with h5py.File(path, "r") as stream:
+        return {name: stream[name][:] for name in stream}
+
+
+def read_hdf5(out: Path) -> dict[str, np.ndarray]:
+    parts = [read_hdf5_file(path) for path in sorted(out.glob("*training*"))]
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
 def test_hdf5_shards_hold_create_pretraining_data_instances(
@@ -272,6 +274,55 @@ def test_gluonnlp_files_hold_the_same_instances_in_its_vocabulary_ids(
     assert main([*argv, "--shards", "3"]) == 0
     check_instances(read_gluonnlp(json_out), corpus, words=order)
     assert read_manifest(json_out)["source"]["vocab"]["kind"] == "gluonnlp-json"
+
+
+def test_paddle_lines_parse_as_its_reader_reads_them(
+    corpus: tuple[Path, Path], tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    """Lines ``token_ids;sent_ids;pos_ids;label``; train only pairs whose B follows A (the
+    reader makes negatives by splitting at id 2), unmasked; the same pairs as the hdf5 set's."""
+    words = corpus[1].read_text().splitlines()
+    order = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]",
+             *[w for w in words if w not in SPECIAL], "[unused0]"]  # fmt: skip
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(order) + "\n")  # [SEP] on line 3, as the reader needs
+    out = tmp_path / "paddle"
+    argv = ["data", "bert-paddle", str(corpus[0]), str(vocab), str(out), *SMALL, "--shards", "3"]
+    assert main(argv) == 0
+    assert (out / "vocab.txt").read_bytes() == vocab.read_bytes()
+    assert {"bert_config.json", "vocab.txt", "validation/part-00002.gz"} <= set(
+        read_manifest(out)["files"]
+    )
+    pairs: dict[str, list[tuple[str, int]]] = {"train": [], "validation": []}
+    for split in pairs:
+        for path in sorted((out / split).iterdir()):
+            with gzip.open(path, "rb") as stream:
+                for line in stream:
+                    token_ids, sent_ids, pos_ids, label = line.strip().decode().split(";")
+                    ids = [int(t) for t in token_ids.split(" ")]
+                    assert [int(t) for t in pos_ids.split(" ")] == list(range(len(ids)))
+                    assert len(sent_ids.split(" ")) == len(ids) and ids.index(2) > 1
+                    pairs[split].append((" ".join(order[i] for i in ids), int(label)))
+    assert {label for _text, label in pairs["train"]} == {1}
+    assert {label for _text, label in pairs["validation"]} == {0, 1}
+    hdf5 = tmp_path / "hdf5"
+    make("bert-hdf5", corpus, hdf5, "--shards", "3")
+    expected = []
+    for path in sorted(hdf5.glob("*training*"))[:2]:
+        arrays = read_hdf5_file(path)
+        for row, ids in enumerate(arrays["input_ids"]):
+            if arrays["next_sentence_labels"][row] == 0:
+                tokens = [words[i] for i in ids[: arrays["input_mask"][row].sum()]]
+                count = int((arrays["masked_lm_positions"][row] > 0).sum())
+                positions = arrays["masked_lm_positions"][row, :count]
+                for position, label in zip(positions, arrays["masked_lm_ids"][row], strict=False):
+                    tokens[position] = words[label]
+                expected.append(" ".join(tokens))
+    assert sorted(text for text, _label in pairs["train"]) == sorted(expected)
+    # a vocabulary with [SEP] elsewhere is refused before anything is written
+    argv = ["data", "bert-paddle", str(corpus[0]), str(corpus[1]), str(tmp_path / "no"), *SMALL]
+    assert main(argv) == 2
+    assert "vocab.txt: [SEP]: is id 4" in capsys.readouterr().err
 
 
 def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:

@@ -1,4 +1,4 @@
-"""``dlperf data bert-hdf5|bert-tfrecord|bert-ofrecord|bert-gluonnlp``: BERT pre-training data
+"""``dlperf data bert-hdf5|-tfrecord|-ofrecord|-gluonnlp|-paddle``: BERT pre-training data
 from the user's corpus and ``vocab.txt``, made once by ``bert_instances`` (Google's
 create_pretraining_data.py algorithm) and written in each source's format:
 
@@ -10,11 +10,13 @@ create_pretraining_data.py algorithm) and written in each source's format:
 - ``bert-ofrecord``: OneFlow-Benchmark BERT's ``part-0`` ... (``OFRecord``), by OneFlow's own
   ``record_pb2`` in the kit's OneFlow environment;
 - ``bert-gluonnlp``: gluon-nlp's ``train/*.npz`` and ``eval/*.npz``, by numpy (as gluon-nlp's
-  script saves them), its ids those of the gluon-nlp vocabulary JSON given as ``vocab``.
+  script saves them), its ids those of the gluon-nlp vocabulary JSON given as ``vocab``;
+- ``bert-paddle``: paddle-models BERT's ``train/*.gz`` and ``validation/*.gz`` text lines, with
+  the ``vocab.txt`` it reads.
 
-The hdf5 and TFRecord folders get the ``bert_config.json`` (BERT-base, the vocabulary's size)
-that those sources' commands read from ``data_dir``; every folder gets the manifest. Each shard
-is written whole or not at all and kept when there, so a stopped run resumes.
+The hdf5, TFRecord and Paddle folders get the ``bert_config.json`` (BERT-base, the vocabulary's
+size) that those sources' commands read from ``data_dir``; every folder gets the manifest. Each
+shard is written whole or not at all and kept when there, so a stopped run resumes.
 """
 
 from __future__ import annotations
@@ -163,6 +165,63 @@ def _gluonnlp_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
     return paths, write
 
 
+PADDLE_SEP_ID = 2
+
+
+def _paddle_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+    """paddle-models BERT's gzip text files, which its ``reader/pretraining.py`` parses a line
+    at a time: ``token_ids;sent_ids;pos_ids;label`` (ids space-separated, [CLS] and both [SEP]
+    included, label 1 when B follows A). Train holds the pairs whose B follows A, unmasked: the
+    reader masks each batch and, by default, makes the negative pairs itself (it asserts label 1
+    there). The last shard, the validation split, holds both kinds, as they were drawn."""
+    if shards < 2:
+        raise ConfigError(COMMAND_LINE, "--shards", "must be 2 or more (the last is validation/)")
+    paths = [out / "train" / f"part-{n:05d}.gz" for n in range(shards - 1)]
+    paths.append(out / "validation" / f"part-{shards - 1:05d}.gz")
+
+    def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        import gzip
+
+        for number, arrays in batch:
+            validation = number == shards - 1
+            lines = []
+            for row, ids in enumerate(arrays["input_ids"]):
+                is_next = int(arrays["next_sentence_labels"][row]) == 0
+                if not (is_next or validation):
+                    continue
+                length = int(arrays["input_mask"][row].sum())
+                original = ids[:length].copy()  # the reader masks: the tokens as in the text
+                masked = int((arrays["masked_lm_weights"][row] > 0).sum())
+                original[arrays["masked_lm_positions"][row, :masked]] = arrays["masked_lm_ids"][
+                    row, :masked
+                ]
+                fields = (original, arrays["segment_ids"][row, :length], range(length))
+                text = ";".join(" ".join(map(str, values)) for values in fields)
+                lines.append(f"{text};{int(is_next)}\n")
+            ensure_dir(paths[number].parent)
+            partial = out / f".shard-{number:05d}.partial"
+            with (
+                partial.open("wb") as raw,
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped,
+            ):
+                zipped.write("".join(lines).encode())  # mtime 0: the same bytes every run
+            partial.replace(paths[number])
+
+    return paths, write
+
+
+def _paddle_vocab(out: Path, vocab: Vocabulary) -> list[Path]:
+    """The run reads ``{data_dir}/vocab.txt``: the vocabulary, [SEP] at id 2."""
+    if vocab.kind != "vocab.txt" or vocab.ids["[SEP]"] != PADDLE_SEP_ID:
+        raise ConfigError(
+            vocab.path,
+            "[SEP]",
+            f"is id {vocab.ids['[SEP]']}: paddle-models' reader splits each pair at id "
+            f"{PADDLE_SEP_ID} to make negative pairs; give a vocab.txt with [SEP] on line 3",
+        )
+    return [write_bytes(out / "vocab.txt", vocab.path.read_bytes())]
+
+
 @dataclass(frozen=True)
 class Format:
     writer: Callable[[Path, int], tuple[list[Path], Callable]]
@@ -170,6 +229,7 @@ class Format:
     shards: int  # default: bertPrep.py's 256, or the part count the source's command passes
     config: bool  # the source reads {data_dir}/bert_config.json
     help: str
+    extra: Callable[[Path, Vocabulary], list[Path]] | None = None  # more files the source reads
 
 
 FORMATS = {
@@ -180,6 +240,8 @@ FORMATS = {
                             "BERT OFRecord parts (OneFlow-Benchmark BERT)"),
     "bert-gluonnlp": Format(_gluonnlp_writer, 1, 256, False,
                             "BERT .npz files (gluon-nlp scripts/bert)"),
+    "bert-paddle": Format(_paddle_writer, 1, 256, True,
+                          "BERT gzip text files (paddle-models BERT)", _paddle_vocab),
 }  # fmt: skip
 
 
@@ -203,6 +265,7 @@ def prepare_bert(args: argparse.Namespace) -> int:
     out = ensure_dir(args.out)
     fmt = FORMATS[args.format]
     paths, write = fmt.writer(out, len(spans))
+    extra = fmt.extra(out, vocab) if fmt.extra else []  # checks the vocabulary first
     made, shards_made = 0, 0
     batch: list[tuple[int, dict[str, Any]]] = []
     for number, span in enumerate(spans):
@@ -216,7 +279,7 @@ def prepare_bert(args: argparse.Namespace) -> int:
             batch = []
     if batch:
         write(batch)
-    files = list(paths)
+    files = [*paths, *extra]
     if fmt.config:
         config = bert_base_config(len(vocab.words))
         files.append(write_bytes(out / CONFIG, (json.dumps(config, indent=2) + "\n").encode()))
