@@ -60,6 +60,7 @@ DATA = {
     ("ngc-tf1", "bert"): "TFRecord: `dlperf data bert-tfrecord`",
     ("oneflow-benchmark", "bert"): "OFRecord: `dlperf data bert-ofrecord`",
     ("gluon-nlp", "bert"): "npz files: `dlperf data bert-gluonnlp`",
+    ("paddle-models", "bert"): "gzip text: `dlperf data bert-paddle`",
 }
 BERT_DATA = "BERT pre-training shards of the source: not made by the kit yet"
 
