@@ -79,9 +79,16 @@ def _hdf5_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
         "next_sentence_labels": "i1",
     }
 
-    def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
+    try:
         import h5py
+    except ImportError:
+        raise ConfigError(
+            COMMAND_LINE,
+            "bert-hdf5",
+            "needs h5py in the driver's environment: pip install 'dlperf[data]'",
+        ) from None
 
+    def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
         for number, arrays in batch:
             # the partial's name holds no "training": the reader would take a leftover for data
             partial = out / f".shard-{number:05d}.partial"
@@ -264,6 +271,8 @@ def prepare_bert(args: argparse.Namespace) -> int:
     spans = corpus.shard_ranges(args.shards)
     out = ensure_dir(args.out)
     fmt = FORMATS[args.format]
+    facts = _source_facts(corpus, vocab, params)
+    _claim(out, {"format": args.format, "shards": len(spans), **facts})
     paths, write = fmt.writer(out, len(spans))
     extra = fmt.extra(out, vocab) if fmt.extra else []  # checks the vocabulary first
     made, shards_made = 0, 0
@@ -284,7 +293,7 @@ def prepare_bert(args: argparse.Namespace) -> int:
         config = bert_base_config(len(vocab.words))
         files.append(write_bytes(out / CONFIG, (json.dumps(config, indent=2) + "\n").encode()))
     written = time.monotonic()
-    identity = write_manifest(out, args.format, files, _source_facts(corpus, vocab, params))
+    identity = write_manifest(out, args.format, files, facts)
     total = sum(p.stat().st_size for p in files)
     print(
         f"{args.format}: {corpus.documents} documents -> {len(paths)} shards ({shards_made} "
@@ -295,6 +304,24 @@ def prepare_bert(args: argparse.Namespace) -> int:
     )
     print(identity)
     return 0
+
+
+JOB = ".dlperf-bert-job.json"
+
+
+def _claim(out: Path, job: dict[str, Any]) -> None:
+    """Note what the shards in ``out`` are made from, before making any: a later run resumes
+    only the same job, never mixing shards of another corpus, vocabulary or parameters."""
+    path = out / JOB
+    text = json.dumps(job, sort_keys=True, indent=1) + "\n"
+    if path.is_file() and path.read_text() != text:
+        raise ConfigError(
+            path,
+            "(file)",
+            "names another corpus, vocabulary, format or parameters than this run's: the "
+            "shards there are of that job; give another output folder, or empty this one",
+        )
+    write_bytes(path, text.encode())
 
 
 def _source_facts(corpus: Corpus, vocab: Vocabulary, params: Parameters) -> dict[str, Any]:
