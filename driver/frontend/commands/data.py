@@ -23,7 +23,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     data = sub.add_parser(
         "data",
         help="make a source's data format (ImageNet raw, TFRecord, DALI index, RecordIO, Paddle "
-        "lists, OFRecord; BERT hdf5 and TFRecord; a Llama token file) from your downloads, with a "
+        "lists, OFRecord; BERT for each source; a Llama token file) from your downloads, with a "
         "manifest whose hash each run records (docs/data.md)",
     )
     formats = data.add_subparsers(dest="format", metavar="FORMAT", required=True)
