@@ -332,6 +332,10 @@ def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:
     vocab = Vocabulary(corpus[1], lower_case=True)
     assert vocab.tokenize("The fox Sings, zebra.") == ["the", "fox", "sing", "##s", "[UNK]",
                                                         "[UNK]", "."]  # fmt: skip
+    # BERT's word limit is 200 characters: a 197-character word is still split in pieces
+    assert vocab.tokenize("sing" + "s" * 193) == ["sing", *["##s"] * 193]
+    assert vocab.tokenize("sing" + "s" * 197) == ["[UNK]"]
+    assert Vocabulary(corpus[1], lower_case=False).tokenize("The fox") == ["[UNK]", "fox"]
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ documents only, with ``random.Random(seed)`` as DeepLearningExamples' ``bertPrep
 shard's run the same ``--random_seed``. The corpus is read twice: once to count documents and
 note where each shard starts, once per shard to tokenize just that shard.
 
-Tokens are BERT's WordPiece, by the ``tokenizers`` package (``BertWordPieceTokenizer``: the
-port of BERT's ``FullTokenizer``: text cleaning, Chinese characters split, lower case and
-accents stripped where asked, punctuation split, greedy longest-match WordPiece).
+Tokens are BERT's WordPiece, by the ``tokenizers`` package's parts set up as BERT's
+``FullTokenizer`` (text cleaning, Chinese characters split, lower case and accents stripped where
+asked, punctuation split, greedy longest-match WordPiece, words over 200 characters [UNK]).
 """
 
 from __future__ import annotations
@@ -95,16 +95,22 @@ class Vocabulary:
             if token not in self.ids:
                 raise ConfigError(path, token, "is not in the vocabulary; give BERT's vocab.txt")
         try:
-            from tokenizers import BertWordPieceTokenizer
+            from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
         except ImportError:
             raise ConfigError(
                 path,
                 "tokenizer",
                 "BERT's WordPiece needs the tokenizers package: pip install 'dlperf[data]'",
             ) from None
-        self._tokenizer = BertWordPieceTokenizer(
-            dict(self.ids), lowercase=lower_case, unk_token="[UNK]"
-        )
+        # BERT's FullTokenizer: BasicTokenizer (clean, split CJK, lower case and strip accents
+        # where asked, split on punctuation), then WordPiece with its 200-character word limit
+        model = models.WordPiece(dict(self.ids), unk_token="[UNK]", max_input_chars_per_word=200)
+        self._tokenizer = Tokenizer(model)
+        self._tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=lower_case,
+            lowercase=lower_case,
+        )  # fmt: skip
+        self._tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         self.sha256 = sha256_file(path)
 
     def _json_words(self, text: str) -> list[str]:
