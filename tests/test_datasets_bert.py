@@ -9,12 +9,13 @@ import json
 import os
 import random
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from driver.datasets.bert_instances import Vocabulary
+from driver.datasets.bert_instances import Parameters, Vocabulary, scan_corpus, shard_instances
 from driver.datasets.manifest import MANIFEST, dataset_sha256, read_manifest
 from driver.frontend.cli import main
 from tests.real_frameworks import framework_env
@@ -326,6 +327,22 @@ def test_paddle_lines_parse_as_its_reader_reads_them(
     argv = ["data", "bert-paddle", str(corpus[0]), str(corpus[1]), str(tmp_path / "no"), *SMALL]
     assert main(argv) == 2
     assert "vocab.txt: [SEP]: is id 4" in capsys.readouterr().err
+
+
+UPSTREAM = Path(__file__).parent / "fixtures" / "upstream" / "ngc-pytorch" / "bert-data"
+
+
+def test_instances_are_those_of_deeplearningexamples_own_script() -> None:
+    """The instances DeepLearningExamples' create_pretraining_data.py (e5428044) made of a
+    corpus with accents, punctuation and word pieces (recorded by capture.py beside it), made
+    again here: the same tokens, segments, labels and masks, in the same order."""
+    recorded = json.loads((UPSTREAM / "instances.json").read_text())
+    p = dict(recorded["parameters"])
+    params = Parameters(**p)
+    corpus = scan_corpus(UPSTREAM / "corpus.txt")
+    vocab = Vocabulary(UPSTREAM / "vocab.txt", lower_case=True)
+    ours = shard_instances(corpus, (0, corpus.documents), vocab, params)
+    assert [asdict(i) for i in ours] == recorded["instances"]
 
 
 def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:
