@@ -253,13 +253,23 @@ def read_gluonnlp(out: Path, split: str = "train") -> dict[str, np.ndarray]:
     return arrays
 
 
+def gluonnlp_vocab(path: Path, order: list[str]) -> Path:
+    """A vocabulary as gluon-nlp's ``BERTVocab.to_json`` saves it."""
+    path.write_text(json.dumps({"idx_to_token": order, "unknown_token": "[UNK]",
+                                "token_to_idx": {t: i for i, t in enumerate(order)}}))  # fmt: skip
+    return path
+
+
 def test_gluonnlp_files_hold_the_same_instances_in_its_vocabulary_ids(
-    corpus: tuple[Path, Path], tmp_path: Path
-) -> None:
+    corpus: tuple[Path, Path], tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    words = corpus[1].read_text().splitlines()
     hdf5 = tmp_path / "hdf5"
     make("bert-hdf5", corpus, hdf5, "--shards", "3")
+    # gluon-nlp's vocabulary JSON in vocab.txt's order: the same ids, so the same arrays
+    same = (corpus[0], gluonnlp_vocab(tmp_path / "same.vocab", words))
     out = tmp_path / "gluonnlp"
-    make("bert-gluonnlp", corpus, out, "--shards", "3")
+    make("bert-gluonnlp", same, out, "--shards", "3")
     assert sorted(read_manifest(out)["files"]) == [
         "eval/part-00002.npz", "train/part-00000.npz", "train/part-00001.npz"
     ]  # fmt: skip
@@ -267,17 +277,16 @@ def test_gluonnlp_files_hold_the_same_instances_in_its_vocabulary_ids(
             for name in read_gluonnlp(out)}  # fmt: skip
     check_instances(both, corpus)
     assert rows(both) == rows(read_hdf5(hdf5))
-    # gluon-nlp's own vocabulary JSON (BERTVocab.to_json): ids in its order, not vocab.txt's
-    words = corpus[1].read_text().splitlines()
+    # in an order of its own (as gluon-nlp's are): ids in that order, not vocab.txt's
     order = [*SPECIAL[2:], "[PAD]", *reversed([w for w in words if w not in SPECIAL])]
-    vocab = tmp_path / "gluonnlp.vocab"
-    vocab.write_text(json.dumps({"idx_to_token": order, "unknown_token": "[UNK]",
-                                 "token_to_idx": {t: i for i, t in enumerate(order)}}))  # fmt: skip
-    json_out = tmp_path / "json"
-    argv = ["data", "bert-gluonnlp", str(corpus[0]), str(vocab), str(json_out), *SMALL]
-    assert main([*argv, "--shards", "3"]) == 0
-    check_instances(read_gluonnlp(json_out), corpus, words=order)
-    assert read_manifest(json_out)["source"]["vocab"]["kind"] == "gluonnlp-json"
+    own = (corpus[0], gluonnlp_vocab(tmp_path / "own.vocab", order))
+    make("bert-gluonnlp", own, tmp_path / "json", "--shards", "3")
+    check_instances(read_gluonnlp(tmp_path / "json"), corpus, words=order)
+    assert read_manifest(tmp_path / "json")["source"]["vocab"]["kind"] == "gluonnlp-json"
+    # a vocab.txt is refused: its line numbers would be other tokens in gluon-nlp's model
+    argv = ["data", "bert-gluonnlp", str(corpus[0]), str(corpus[1]), str(tmp_path / "no"), *SMALL]
+    assert main(argv) == 2
+    assert "vocab.txt: (file): is a vocab.txt: gluon-nlp's run reads ids" in capsys.readouterr().err
 
 
 def test_paddle_lines_parse_as_its_reader_reads_them(

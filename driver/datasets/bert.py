@@ -229,6 +229,20 @@ def _paddle_vocab(out: Path, vocab: Vocabulary) -> list[Path]:
     return [write_bytes(out / "vocab.txt", vocab.path.read_bytes())]
 
 
+def _gluonnlp_vocab(_out: Path, vocab: Vocabulary) -> list[Path]:
+    """gluon-nlp's model reads ids of its own vocabulary object: a vocab.txt's line numbers
+    would silently be other tokens."""
+    if vocab.kind != "gluonnlp-json":
+        raise ConfigError(
+            vocab.path,
+            "(file)",
+            "is a vocab.txt: gluon-nlp's run reads ids of its own vocabulary (for the default "
+            "--dataset_name, book_corpus_wiki_en_uncased-<hash>.vocab under ~/.mxnet/models), "
+            "in an order of its own; give that JSON file",
+        )
+    return []
+
+
 @dataclass(frozen=True)
 class Format:
     writer: Callable[[Path, int], tuple[list[Path], Callable]]
@@ -246,7 +260,7 @@ FORMATS = {
     "bert-ofrecord": Format(_ofrecord_writer, BATCH, 64, False,
                             "BERT OFRecord parts (OneFlow-Benchmark BERT)"),
     "bert-gluonnlp": Format(_gluonnlp_writer, 1, 256, False,
-                            "BERT .npz files (gluon-nlp scripts/bert)"),
+                            "BERT .npz files (gluon-nlp scripts/bert)", _gluonnlp_vocab),
     "bert-paddle": Format(_paddle_writer, 1, 256, True,
                           "BERT gzip text files (paddle-models BERT)", _paddle_vocab),
 }  # fmt: skip
