@@ -63,7 +63,12 @@ DATA = {
     ("ngc-mxnet", "resnet50"): "RecordIO: `dlperf data recordio`",
     ("dlperf", "resnet50"): "RecordIO: `dlperf data recordio`",
     ("paddle-models", "resnet50"): "raw folder + lists: `dlperf data paddle-lists`",
-    ("oneflow-benchmark", "resnet50"): "OFRecord: not made by the kit yet",
+    ("oneflow-benchmark", "resnet50"): "OFRecord: `dlperf data ofrecord`",
+    ("ngc-pytorch", "bert"): "hdf5 shards: `dlperf data bert-hdf5`",
+    ("ngc-tf1", "bert"): "TFRecord: `dlperf data bert-tfrecord`",
+    ("oneflow-benchmark", "bert"): "OFRecord: `dlperf data bert-ofrecord`",
+    ("gluon-nlp", "bert"): "npz files: `dlperf data bert-gluonnlp`",
+    ("paddle-models", "bert"): "gzip text: `dlperf data bert-paddle`",
 }
 BERT_DATA = "BERT pre-training shards of the source: not made by the kit yet"
 

@@ -48,7 +48,7 @@ def prepare(fmt: str, tree: Path, out: Path, *extra: str) -> str:
 def test_every_preparer_is_a_data_subcommand() -> None:
     with pytest.raises(SystemExit):
         main(["data", "--help"])
-    assert set(PREPARERS) >= {"raw", "paddle_lists", "tfrecord", "recordio"}
+    assert set(PREPARERS) >= {"raw", "paddle_lists", "tfrecord", "recordio", "ofrecord", "bert"}
 
 
 def test_raw_folder_manifest_identity_and_resume(tree: Path, tmp_path: Path) -> None:
@@ -170,6 +170,54 @@ def test_recordio_reads_back_with_mxnet(tree: Path, tmp_path: Path) -> None:
         check=True,
     )  # fmt: skip
     assert done.stdout.split() == ["0", "32", "1", "32"]
+
+
+READ_OFRECORD = """
+import struct, sys, oneflow as flow
+from oneflow.core.record import record_pb2
+folder, parts, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for n in range(parts):  # the framing: an 8-byte little-endian length, then the record
+    data, offset = open(f"{folder}/part-{n:05d}", "rb").read(), 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<q", data, offset)
+        record = record_pb2.OFRecord.FromString(data[offset + 8 : offset + 8 + length])
+        assert record.feature["encoded"].bytes_list.value[0][:2] == b"\\xff\\xd8"
+        offset += 8 + length
+    assert offset == len(data)
+# OneFlow's own reader, with the arguments OneFlow-Benchmark's ofrecord_util.py gives it
+reader = flow.nn.OFRecordReader(folder, batch_size=count, data_part_num=parts,
+                                part_name_suffix_length=5, random_shuffle=False)
+record = reader()
+labels = flow.nn.OFRecordRawDecoder("class/label", shape=(), dtype=flow.int32)(record)
+widths = flow.nn.OFRecordRawDecoder("width", shape=(), dtype=flow.int32)(record)
+images = flow.nn.OFRecordImageDecoder("encoded", color_space="RGB")(record).numpy()
+for label, width, image in zip(labels.numpy(), widths.numpy(), images):
+    print(label, width, image.shape[0], image.shape[1])
+"""
+
+
+def test_ofrecord_parts_read_back_with_oneflow(tree: Path, tmp_path: Path) -> None:
+    python = framework_env("oneflow")
+    out = tmp_path / "ofrecord"
+    identity = prepare("ofrecord", tree, out, "--train-shards", "2", "--val-shards", "1")
+    assert sorted(read_manifest(out)["files"]) == [
+        "train/part-00000", "train/part-00001", "validation/part-00000"
+    ]  # fmt: skip
+    done = subprocess.run(
+        [python, "-c", READ_OFRECORD, str(out / "train"), "2", "6"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
+    assert len(rows) == 6  # every train image once
+    for label, width, decoded_height, decoded_width in rows:
+        assert decoded_height == 24 + label  # the tree draws class k's images 24 + k high
+        assert decoded_width == width
+    assert sorted(r[0] for r in rows) == [0, 0, 0, 1, 1, 1]  # 0-based, as imagenet_ofrecord.py
+    # resumed: a lost part is written again, the one there is kept
+    kept = (out / "train" / "part-00001").stat().st_mtime_ns
+    (out / "train" / "part-00000").unlink()
+    assert prepare("ofrecord", tree, out, "--train-shards", "2", "--val-shards", "1") == identity
+    assert (out / "train" / "part-00001").stat().st_mtime_ns == kept
 
 
 def test_a_run_on_a_prepared_folder_records_its_identity(tree: Path, tmp_path: Path) -> None:

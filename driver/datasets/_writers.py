@@ -1,11 +1,13 @@
 """The framework's own record writers, run inside that framework's environment (stdlib and
 the framework only: the driver's dependencies are not there), as::
 
-    python -m driver.datasets._writers tfrecord|recordio JOB.json
+    python -m driver.datasets._writers KIND JOB.json  (KIND: a key of WRITERS)
 
-JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``. Each shard is
-written to a ``.partial`` file and renamed when whole; a shard already there is skipped, so an
-interrupted preparation resumes where it stopped.
+JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``, or for BERT
+``{"shards": [{"path": ..., "partial": ..., "features": NPZ}]}`` (the padded arrays of
+``bert_instances.features``). Each shard is written to a ``.partial`` file and renamed when
+whole; a shard already there is skipped, so an interrupted preparation resumes where it
+stopped.
 """
 
 from __future__ import annotations
@@ -73,9 +75,121 @@ def recordio(shard: dict) -> None:
     os.replace(partial_rec, rec)
 
 
+def ofrecord(shard: dict) -> None:
+    """OneFlow-Benchmark's ImageNet OFRecord part (its ``tools/imagenet_ofrecord.py``): each
+    record an 8-byte little-endian length, then a serialized ``OFRecord`` of OneFlow's own
+    ``record_pb2``; ``encoded`` the JPEG bytes as they are, ``class/label`` 0-based int32."""
+    import io
+    import struct
+
+    from oneflow.core.record import record_pb2
+    from PIL import Image
+
+    def feature(value: object) -> record_pb2.Feature:
+        if isinstance(value, int):
+            return record_pb2.Feature(int32_list=record_pb2.Int32List(value=[value]))
+        data = value if isinstance(value, bytes) else str(value).encode()
+        return record_pb2.Feature(bytes_list=record_pb2.BytesList(value=[data]))
+
+    partial = _partial(shard["path"])
+    with open(partial, "wb") as out:
+        for jpeg, label, wnid in shard["images"]:
+            with open(jpeg, "rb") as stream:
+                data = stream.read()
+            with Image.open(io.BytesIO(data)) as image:  # the header only: no decoding
+                (width, height), channels = image.size, len(image.getbands())
+            features = {
+                "encoded": feature(data),
+                "class/label": feature(label),
+                "class/synset": feature(wnid),
+                "filename": feature(os.path.basename(jpeg)),
+                "format": feature("JPEG"),
+                "height": feature(height),
+                "width": feature(width),
+                "channels": feature(channels),
+                "colorspace": feature("RGB"),
+            }
+            payload = record_pb2.OFRecord(feature=features).SerializeToString(deterministic=True)
+            out.write(struct.pack("<q", len(payload)))
+            out.write(payload)
+    os.replace(partial, shard["path"])
+
+
+def _bert_rows(shard: dict) -> tuple[object, int]:
+    """The shard's padded arrays (``bert_instances.features``, a ``.npz``) and their rows."""
+    import numpy as np
+
+    with np.load(shard["features"]) as loaded:
+        arrays = {name: loaded[name] for name in loaded.files}
+    return arrays, len(arrays["input_ids"])
+
+
+def _bert_done(shard: dict) -> None:
+    os.replace(shard["partial"], shard["path"])
+    os.remove(shard["features"])  # only once the shard is whole
+
+
+def bert_tfrecord(shard: dict) -> None:
+    """create_pretraining_data.py's ``tf.train.Example`` per instance, which NGC TF1 BERT's
+    ``run_pretraining.py`` parses: int64 ``input_ids``, ``input_mask``, ``segment_ids``,
+    ``masked_lm_positions``, ``masked_lm_ids``, ``next_sentence_labels`` and float
+    ``masked_lm_weights``."""
+    import numpy as np
+    import tensorflow as tf
+
+    arrays, rows = _bert_rows(shard)
+    with tf.io.TFRecordWriter(shard["partial"]) as writer:
+        for row in range(rows):
+            features = {}
+            for name, values in arrays.items():
+                value = np.atleast_1d(values[row]).tolist()
+                features[name] = (
+                    tf.train.Feature(float_list=tf.train.FloatList(value=value))
+                    if name == "masked_lm_weights"
+                    else tf.train.Feature(int64_list=tf.train.Int64List(value=value))
+                )
+            example = tf.train.Example(features=tf.train.Features(feature=features))
+            writer.write(example.SerializeToString(deterministic=True))
+    _bert_done(shard)
+
+
+def bert_ofrecord(shard: dict) -> None:
+    """The same features as OneFlow records (OneFlow-Benchmark BERT's ``OFRecordRawDecoder``
+    reads them as int32, ``masked_lm_weights`` as float), framed as ``ofrecord``."""
+    import struct
+
+    import numpy as np
+    from oneflow.core.record import record_pb2
+
+    arrays, rows = _bert_rows(shard)
+    with open(shard["partial"], "wb") as out:
+        for row in range(rows):
+            features = {}
+            for name, values in arrays.items():
+                value = np.atleast_1d(values[row]).tolist()
+                features[name] = (
+                    record_pb2.Feature(float_list=record_pb2.FloatList(value=value))
+                    if name == "masked_lm_weights"
+                    else record_pb2.Feature(int32_list=record_pb2.Int32List(value=value))
+                )
+            payload = record_pb2.OFRecord(feature=features).SerializeToString(deterministic=True)
+            out.write(struct.pack("<q", len(payload)))
+            out.write(payload)
+    _bert_done(shard)
+
+
+WRITERS = {
+    "tfrecord": tfrecord,
+    "recordio": recordio,
+    "ofrecord": ofrecord,
+    "bert-tfrecord": bert_tfrecord,
+    "bert-ofrecord": bert_ofrecord,
+}
+
+
 def main(argv: list[str]) -> int:
     kind, job = argv
-    write = {"tfrecord": tfrecord, "recordio": recordio}[kind]
+    write = WRITERS[kind]
     with open(job) as stream:
         shards = json.load(stream)["shards"]
     for shard in shards:

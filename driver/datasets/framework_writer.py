@@ -26,8 +26,20 @@ def shard_plan(images: list[Image], shards: int, seed: int = 0) -> list[list[Ima
 
 
 def run_writer(framework: str, kind: str, shards: list[tuple[Path, list[Image]]]) -> None:
-    """Write every shard not yet there with ``framework``'s writer (its environment's
-    python), raising a ConfigError with the writer's output when it fails."""
+    """Write every image shard not yet there with ``framework``'s writer."""
+    job = {
+        "shards": [
+            {"path": str(path), "images": [[str(i.path), i.label, i.wnid] for i in images]}
+            for path, images in shards
+        ]
+    }
+    run_job(framework, kind, job, shards[0][0].parent)
+
+
+def run_job(framework: str, kind: str, job: dict, folder: Path) -> None:
+    """Run ``_writers.py``'s ``kind`` on ``job`` (its shards) in ``framework``'s environment
+    (its venv's python), raising a ConfigError on ``folder`` with the writer's output when it
+    fails."""
     from driver.frameworks.base import FRAMEWORKS
     from driver.frameworks.envs import venv_environment, venv_python
     from driver.plugins import load
@@ -39,12 +51,6 @@ def run_writer(framework: str, kind: str, shards: list[tuple[Path, list[Image]]]
         raise ConfigError(
             python, "(file)", f"is missing: make {framework}'s environment (`dlperf envs`) first"
         )
-    job = {
-        "shards": [
-            {"path": str(path), "images": [[str(i.path), i.label, i.wnid] for i in images]}
-            for path, images in shards
-        ]
-    }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as stream:
         json.dump(job, stream)
     try:
@@ -64,6 +70,4 @@ def run_writer(framework: str, kind: str, shards: list[tuple[Path, list[Image]]]
         Path(stream.name).unlink(missing_ok=True)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise ConfigError(
-            shards[0][0].parent, "(folder)", f"{framework}'s {kind} writer failed:\n{tail}"
-        )
+        raise ConfigError(folder, "(folder)", f"{framework}'s {kind} writer failed:\n{tail}")

@@ -7,15 +7,24 @@ import argparse
 import importlib
 
 # One module of driver.datasets per format family, each with add_parser(subparsers).
-PREPARERS = ("raw", "paddle_lists", "tfrecord", "recordio", "dali_index", "tokens")
+PREPARERS = (
+    "raw",
+    "paddle_lists",
+    "tfrecord",
+    "recordio",
+    "dali_index",
+    "ofrecord",
+    "tokens",
+    "bert",
+)
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     data = sub.add_parser(
         "data",
         help="make a source's data format (ImageNet raw, TFRecord, DALI index, RecordIO, Paddle "
-        "lists; a Llama token file) from your downloads, with a manifest whose hash each run "
-        "records (docs/data.md)",
+        "lists, OFRecord; BERT for each source; a Llama token file) from your downloads, with a "
+        "manifest whose hash each run records (docs/data.md)",
     )
     formats = data.add_subparsers(dest="format", metavar="FORMAT", required=True)
     for name in PREPARERS:
