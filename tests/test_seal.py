@@ -1,5 +1,6 @@
-"""driver/model/seal.py and its call at the end of a run: real calibration sessions, real keys
-(ssh-keygen), a resumed session sealed again only over what it held."""
+"""driver/model/seal.py, driver/model/drift.py and sealing at the end of a run: real
+calibration sessions, real keys (ssh-keygen), a resumed session sealed again only over what it
+held."""
 
 from __future__ import annotations
 
@@ -14,19 +15,16 @@ import pytest
 
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
-from driver.core.session import Selection, run_session
+from driver.core.session import Selection, run_session, seal_session
+from driver.model.drift import changes, seal_state, unvouched
 from driver.model.results import Session
 from driver.model.seal import (
     SEAL,
     SEAL_SIGNATURE,
     FolderFiles,
     adopted_files,
-    changes,
     load_seal,
-    seal_session,
-    seal_state,
     sealed_verdicts,
-    unvouched,
 )
 from driver.runtimes.local import LocalRuntime
 from driver.signing import SESSION_NAMESPACE, verify
@@ -278,8 +276,6 @@ def test_a_report_names_what_a_release_refuses(
 def test_an_interrupted_probe_may_change_in_place_only_in_the_run(copy: Path) -> None:
     """A batch-search probe with no verdict is run again in its own folder: its files change
     in place during the resumed run (sealed again), never before it (refused up front)."""
-    from driver.model.seal import unvouched
-
     probe = copy / CASE_1N2G / "batch-search" / "bs16"
     probe.mkdir(parents=True)
     (probe / "node0.log").write_text("an interrupted probe\n")

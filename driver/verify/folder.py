@@ -9,7 +9,6 @@ link points at on the head node.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from driver.model.case import Case
 from driver.model.results import SESSION_SCHEMA, RepeatRecord
+from driver.model.walk import SessionWalk, symlink_refusal, walk_session
 from driver.text import check_free_text
 from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (
@@ -59,48 +59,6 @@ def session_meta(data: bytes) -> dict[str, Any]:
             except ValueError as error:
                 raise ValueError(f"field {name}: {error}") from None
     return meta
-
-
-@dataclass
-class SessionWalk:
-    """A session's regular files (relative path -> file) and what its walk refused."""
-
-    root: Path
-    files: dict[str, Path] = field(default_factory=dict)
-    symlinks: list[Path] = field(default_factory=list)
-    others: list[Path] = field(default_factory=list)  # sockets, fifos, devices
-
-
-def walk_session(root: Path) -> SessionWalk:
-    """Every regular file under ``root``, walked without following symlinks; symlinks and
-    special files are collected, not read."""
-    out = SessionWalk(Path(root))
-    for folder, dirs, names in os.walk(root, followlinks=False):
-        here = Path(folder)
-        for name in sorted(dirs):
-            if (here / name).is_symlink():
-                out.symlinks.append(here / name)
-        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
-        for name in sorted(names):
-            path = here / name
-            if path.is_symlink():
-                out.symlinks.append(path)
-            elif path.is_file():
-                out.files[path.relative_to(root).as_posix()] = path
-            else:
-                out.others.append(path)
-    return out
-
-
-def symlink_refusal(path: Path) -> str:
-    try:
-        target = os.readlink(path)
-    except OSError:
-        target = "?"
-    return (
-        f"{path}: a symlink (to {target}) inside a session: refused, not followed; replace it "
-        "with the file or folder itself"
-    )
 
 
 def repeat_folders(walk: SessionWalk) -> dict[str, list[str]]:
