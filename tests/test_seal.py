@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -309,3 +310,59 @@ def test_a_seal_that_is_not_a_regular_file_is_named_never_read_nor_sealed_over(
     assert not again.written and again.drift[0].startswith(f"{name}: {shown}")
     if name == SEAL:
         assert sealed_verdicts(copy) == {} and adopted_files(copy) == {}
+
+
+def test_a_seal_of_records_written_before_they_held_fingerprints_parses_their_logs(
+    copy: Path,
+) -> None:
+    """Records of schema 1 and 2 hold no ``fingerprints``: the seal parses their logs for the
+    facts (the one fallback), and holds the same as for a record that carries them."""
+    seal_session(copy, None)
+    carried = sealed(copy).repeats
+    for path in copy.glob("cases/**/repeat-*/record.json"):
+        data = json.loads(path.read_text())
+        del data["fingerprints"]
+        path.write_text(json.dumps({**data, "schema": 2}))
+    (copy / SEAL).unlink()
+    assert seal_session(copy, None).written
+    parsed = sealed(copy).repeats
+    assert {f: r.fingerprints for f, r in parsed.items()} == {
+        f: r.fingerprints for f, r in carried.items()
+    }
+    assert all(r.fingerprints for r in parsed.values())
+
+
+_OPENED: list[tuple[str, bool]] | None = None  # (path, for reading) while a test counts
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if _OPENED is None or event != "open" or not isinstance(args[0], (str, os.PathLike)):
+        return
+    path, mode, flags = args
+    reading = not set(mode) & set("wax+") if mode else not flags & (os.O_WRONLY | os.O_RDWR)
+    _OPENED.append((os.fspath(path), reading))
+
+
+sys.addaudithook(_count_opens)  # every open() and os.open() raises the "open" audit event
+
+
+def test_a_repeat_log_is_read_once_by_the_run_and_once_by_the_door(tmp_path: Path) -> None:
+    """From the benchmark's exit to the closing table a node log is opened twice: the runner
+    reads (and parses) it, the door reads it again to re-measure it; the seal takes its
+    SHA-256 and its ranks' fingerprint facts from the record."""
+    global _OPENED
+    cases = calibration_cases(0.01, 8, ["2n2g"], 1, 20)
+    root = tmp_path / "results" / "run"
+    _OPENED = []
+    try:
+        code = run_session(Selection(cases, "selftest", "test", {}), LocalRuntime(), root,
+                           argv=["run"], progress="off")  # fmt: skip
+        opened = _OPENED
+    finally:
+        _OPENED = None
+    assert code == 0
+    logs = sorted(root.glob("cases/**/repeat-01/node*.log"))
+    assert len(logs) == 2 and (root / "report" / "report.md").is_file()
+    for log in logs:
+        reads = [path for path, reading in opened if reading and path == str(log)]
+        assert len(reads) == 2, (log, reads)

@@ -55,7 +55,8 @@ SESSION_JSON = "session.json"
 DERIVED = "report"  # the session's tables, written from the rest: never sealed
 REPEAT_FOLDER = re.compile(r"^cases/.+/repeat-\d+(\.failed-\d+)?$")
 
-Sha256 = text(r"[0-9a-f]{64}", "a SHA-256 (64 hex digits)")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+Sha256 = text(_SHA256.pattern, "a SHA-256 (64 hex digits)")
 
 
 class SealError(ValueError):
@@ -177,6 +178,13 @@ class FolderFiles(Mapping[str, bytes]):
             self._read[rel] = self.paths[rel].read_bytes()
         return self._read[rel]
 
+    def __contains__(self, rel: object) -> bool:
+        return rel in self.paths  # never a read (Mapping's would read the file)
+
+    def size(self, rel: str) -> int:
+        """Its size in bytes, read from the folder without opening it where not read yet."""
+        return len(self._read[rel]) if rel in self._read else self.paths[rel].stat().st_size
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.paths)
 
@@ -213,26 +221,31 @@ def repeat_fingerprints(
         return []
 
 
-def sealed_repeats(files: Mapping[str, bytes]) -> dict[str, SealedRepeat]:
-    """Every repeat folder with a readable record: its verdict, throughput and, for a finished
-    repeat, its ranks' fingerprint facts."""
+def repeat_records(files: Mapping[str, bytes]) -> dict[str, tuple[str, RepeatRecord]]:
+    """Repeat folder -> (its record's path, the record), for every repeat folder whose record
+    reads (one that does not is sealed by its bytes; the door refuses it)."""
     out = {}
     for rel in sorted(files):
         folder, _, name = rel.rpartition("/")
-        if name != RECORD or not REPEAT_FOLDER.match(folder):
-            continue
-        record = read_record(files, rel)
-        if record is None:
-            continue  # sealed by its bytes; the door refuses it
-        out[folder] = SealedRepeat(
-            case_id=record.case_id,
-            repeat=record.repeat,
-            verdict=record.verdict,
-            record_sha256=sha256_bytes(files[rel]),
-            throughput=record.throughput,
-            fingerprints=repeat_fingerprints(files, folder, record) if record.ok else [],
-        )
+        if name == RECORD and REPEAT_FOLDER.match(folder):
+            record = read_record(files, rel)
+            if record is not None:
+                out[folder] = (rel, record)
     return out
+
+
+def sealed_repeat(files: Mapping[str, bytes], rel: str, record: RepeatRecord) -> SealedRepeat:
+    """What the seal holds of the repeat whose record (at ``rel``) is ``record``: its verdict,
+    throughput and, where it finished ok, its ranks' fingerprint facts."""
+    folder = rel.rpartition("/")[0]
+    return SealedRepeat(
+        case_id=record.case_id,
+        repeat=record.repeat,
+        verdict=record.verdict,
+        record_sha256=sha256_bytes(files[rel]),
+        throughput=record.throughput,
+        fingerprints=repeat_fingerprints(files, folder, record) if record.ok else [],
+    )
 
 
 def session_json_of(files: Mapping[str, bytes]) -> dict[str, Any]:
@@ -245,13 +258,23 @@ def session_json_of(files: Mapping[str, bytes]) -> dict[str, Any]:
 
 def manifest_of(
     name: str,
-    files: Mapping[str, bytes],
+    files: FolderFiles,
     previous: dict[str, Any] | None = None,
     adopted: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The seal of a session named ``name`` holding ``files`` (``adopted``: those a person
-    vouched for, see :func:`unvouched`)."""
+    vouched for, see ``driver.model.drift.unvouched``). A node log's SHA-256 is the one its
+    record holds (the runner hashed the bytes it read; the door checks the log against it, so a
+    log changed since is refused there and named against this seal): no log is read here. Every
+    other file, and a log no record hashes, is hashed from its bytes."""
     kept = {rel: what for rel, what in (adopted or {}).items() if rel in files}
+    records = repeat_records(files)
+    recorded = {
+        f"{folder}/{log}": digest
+        for folder, (_rel, record) in records.items()
+        for log, digest in record.log_sha256.items()
+        if _SHA256.fullmatch(digest)
+    }
     return {
         "schema": SEAL_SCHEMA,
         "kind": SEAL_KIND,
@@ -262,11 +285,13 @@ def manifest_of(
         "previous": previous,
         "session_json": session_json_of(files),
         "files": {
-            rel: {"sha256": sha256_bytes(data), "bytes": len(data)}
+            rel: {"sha256": recorded.get(rel) or sha256_bytes(files[rel]), "bytes": files.size(rel)}
             for rel in sorted(files)
-            for data in (files[rel],)
         },
-        "repeats": {f: r.model_dump() for f, r in sealed_repeats(files).items()},
+        "repeats": {
+            folder: sealed_repeat(files, rel, record).model_dump()
+            for folder, (rel, record) in records.items()
+        },
         **({"adopted": dict(sorted(kept.items()))} if kept else {}),
     }
 
