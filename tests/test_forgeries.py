@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.session import Selection, run_session, seal_session
+from driver.core.session import Selection, run_session
 from driver.frontend.cli import main
+from driver.model.drift import seal_session
 from driver.model.results import Session
 from driver.model.seal import SEAL, SEAL_SIGNATURE, load_seal, sealed_verdicts
 from driver.runtimes.local import LocalRuntime

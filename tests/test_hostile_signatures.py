@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.session import seal_session
+from driver.model.drift import seal_session
 from driver.model.seal import SEAL, SEAL_SIGNATURE, FolderFiles, manifest_of, seal_text
 from driver.release.audit import audit
 from driver.release.release import release

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.session import seal_session
 from driver.frontend.cli import main
+from driver.model.drift import seal_session
 from driver.model.seal import SEAL_SIGNATURE
 from driver.release.audit import audit
 from driver.release.release import ReleaseError, release

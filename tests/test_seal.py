@@ -16,8 +16,8 @@ import pytest
 
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
-from driver.core.session import Selection, run_session, seal_session
-from driver.model.drift import changes, seal_state, unvouched
+from driver.core.session import Selection, run_session
+from driver.model.drift import changes, seal_session, seal_state, unvouched
 from driver.model.results import Session
 from driver.model.seal import (
     SEAL,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,31 +26,13 @@ from driver.core.matrix import (
     apply_overrides,
     load_matrix,
 )
-from driver.files import KitWriteError, sha256_bytes, write_text
+from driver.files import KitWriteError, write_text
 from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Case, Topology
-from driver.model.drift import drift
-from driver.model.seal import (
-    SEAL,
-    FolderFiles,
-    load_seal,
-    manifest_of,
-    odd_seal_files,
-    seal_text,
-    sealed_verdicts,
-    write_seal,
-)
+from driver.model.seal import SEAL, sealed_verdicts
 from driver.runtimes.base import Runtime, RuntimeConfigError
 from driver.schema import did_you_mean
-from driver.signing import (
-    SESSION_NAMESPACE,
-    SigningError,
-    intact_key,
-    key_description,
-    sign_bytes,
-    signature_path,
-    usable_key,
-)
+from driver.signing import SigningError, key_description, usable_key
 
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
@@ -343,69 +325,13 @@ def record_estimate(root: Path, estimates: list[CaseEstimate], wall_s: float) ->
     )
 
 
-@dataclass(frozen=True)
-class Sealed:
-    """What sealing a session did: the seal written (signed with ``key``, or unsigned), or, where
-    the session changed since its last seal, nothing (``drift`` says what changed)."""
-
-    path: Path
-    written: bool
-    key: str | None = None  # the signing key's description where signed
-    drift: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        if not self.written:
-            return (
-                f"{self.path} not renewed: the session changed since it was sealed ("
-                + "; ".join(self.drift[:5])
-                + (f"; and {len(self.drift) - 5} more" if len(self.drift) > 5 else "")
-                + "). The old seal stays, so `dlperf release` names what changed; to release "
-                "the session as it is now, remove the seal and its .sig (it is then unsigned)"
-            )
-        unsigned = "unsigned: no --signing-key or DLPERF_SIGNING_KEY"
-        how = f"signed with {self.key}" if self.key else unsigned
-        return f"sealed: {self.path} ({how})"
-
-
-def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None = None) -> Sealed:
-    """Seal the session folder ``root`` (``driver.model.seal``), or seal it again where its
-    last seal still holds (``driver.model.drift``); signed with ``key`` where given;
-    ``adopted``: files a person vouched for before the run (:func:`check_resume`), recorded
-    as such, with those the old seal recorded. Raises SigningError where the key does not sign,
-    KitWriteError where the seal cannot be written; returns without writing where the session
-    drifted from its last seal."""
-    root = Path(root)
-    path = root / SEAL
-    files = FolderFiles(root)
-    previous = None
-    adopted = dict(adopted or {})
-    odd = odd_seal_files(root)
-    if odd:
-        return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
-    if path.is_file():
-        old = path.read_bytes()
-        old_signature = signature_path(path)
-        signature = old_signature.read_bytes() if old_signature.is_file() else None
-        problems = [f"{rel}: {what}" for rel, what in drift(old, signature, files)
-                    if rel not in adopted]  # fmt: skip
-        if problems:
-            return Sealed(path, written=False, drift=problems)
-        previous = {
-            "sha256": sha256_bytes(old),
-            "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
-        }
-        adopted = {**load_seal(old, SEAL).adopted, **adopted}
-    data = seal_text(manifest_of(root.name, files, previous, adopted))
-    signature = sign_bytes(data, key, SESSION_NAMESPACE) if key is not None else None
-    write_seal(path, data, signature)
-    return Sealed(path, written=True, key=key_description(key) if key is not None else None)
-
-
 def seal(root: Path, key: Path | None, adopted: dict[str, str] | None = None) -> bool:
     """Seal the session folder ``root`` (``driver.model.seal``, signed with ``key`` where
     given; ``adopted``: what :func:`check_resume` let a person vouch for) and say how; False,
     said on stderr, where the seal could not be written or renewed (the session changed since
     its last seal)."""
+    from driver.model.drift import seal_session
+
     try:
         sealed = seal_session(root, key, adopted)
     except (SigningError, KitWriteError) as error:

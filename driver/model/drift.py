@@ -1,26 +1,20 @@
-"""A session folder against its seal (``driver.model.seal``): what changed since it was sealed.
+"""A session folder against its seal (``driver.model.seal``): what changed since, and sealing it.
 
 A release and an audit compare a session's files with its seal (:func:`changes`): a log, a
 record or a fingerprint changed, a file added or a finished repeat removed after sealing is
-named. ``dlperf report`` says the same of a session folder, and who vouches for it
-(:func:`seal_state`).
+named; ``dlperf report`` too, saying who vouches for the session (:func:`seal_state`).
 
-A command that adds to a session (a resumed ``dlperf run``, ``import-logs``,
-``attest-hardware``) first checks that it would sign only what it runs or verifies
-(:func:`unvouched`: no file the old seal does not hold as it is, none outside the run's
-cases); what a person vouches for instead (``--adopt``) is recorded as ``adopted``. A resumed
-session is sealed again when that run ends, replacing the old seal, and only if everything the
-old seal covered is as it was (:func:`drift`): every sealed file unchanged, except where the kit
-itself changes a session (``session.json``'s list of runs grows; a repeat folder the seal holds
-as unfinished is run again, its sealed attempt kept aside unchanged as ``repeat-NN.failed-K``;
-an interrupted batch-search probe runs again; a probe folder is kept aside as ``.old-K``), and
-an old signature still good for the old manifest's bytes (``ssh-keygen -Y check-novalidate``,
-whoever signed it). Otherwise the old seal stays untouched and the run says why: the kit never
-signs over an edit, so a release names the file.
-
-Every file is read once per check (:class:`~driver.model.seal.FolderFiles`); a record's
-fingerprint facts are the ones it holds, its logs parsed only for a record written before it
-held them.
+The head node seals a session when its run ends (:func:`seal_session`: ``dlperf run``, a
+rehearsal, the selftest, ``import-logs``, ``attest-hardware``). A command that adds to a session
+first checks that it would sign only what it runs or verifies (:func:`unvouched`: no file the
+old seal does not hold as it is, none outside the run's cases); what a person vouches for
+instead (``--adopt``) is recorded as ``adopted``. A resumed session is sealed again, replacing
+the old seal, only if everything the old seal covered is as it was (:func:`drift`) but what the
+kit itself changes (``session.json``'s runs grow; a repeat the seal holds as unfinished runs
+again, its sealed attempt kept aside unchanged as ``repeat-NN.failed-K``; an interrupted probe
+runs again; a probe folder kept aside as ``.old-K``), and its signature still good for its bytes
+(whoever signed it); else the old seal stays and the run says why: the kit never signs over an
+edit. Every file is read once per check (:class:`~driver.model.seal.FolderFiles`).
 """
 
 from __future__ import annotations
@@ -42,16 +36,21 @@ from driver.model.seal import (
     SealError,
     SessionManifest,
     load_seal,
+    manifest_of,
     odd_seal_files,
     read_record,
     repeat_fingerprints,
+    seal_text,
     session_json_of,
+    write_seal,
 )
 from driver.signing import (
     SESSION_NAMESPACE,
     SigningError,
     intact_key,
+    key_description,
     listed_keys,
+    sign_bytes,
     signature_path,
     verify_bytes,
 )
@@ -59,6 +58,64 @@ from driver.signing import (
 NODE_LOG = re.compile(r"^node\d+\.log$")
 _UNFINISHED_PROBE = re.compile(r"^cases/.+/batch-search/[^/]+$")
 _SET_ASIDE = re.compile(r"\.(failed|old)-\d+$")
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """What sealing a session did: the seal written (signed with ``key``, or unsigned), or, where
+    the session changed since its last seal, nothing (``drift`` says what changed)."""
+
+    path: Path
+    written: bool
+    key: str | None = None  # the signing key's description where signed
+    drift: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if not self.written:
+            return (
+                f"{self.path} not renewed: the session changed since it was sealed ("
+                + "; ".join(self.drift[:5])
+                + (f"; and {len(self.drift) - 5} more" if len(self.drift) > 5 else "")
+                + "). The old seal stays, so `dlperf release` names what changed; to release "
+                "the session as it is now, remove the seal and its .sig (it is then unsigned)"
+            )
+        unsigned = "unsigned: no --signing-key or DLPERF_SIGNING_KEY"
+        how = f"signed with {self.key}" if self.key else unsigned
+        return f"sealed: {self.path} ({how})"
+
+
+def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None = None) -> Sealed:
+    """Seal the session folder ``root`` (``driver.model.seal``), or seal it again where its
+    last seal still holds (:func:`drift`); signed with ``key`` where given; ``adopted``: files
+    a person vouched for before the run (:func:`unvouched`), recorded as such, with those the
+    old seal recorded. Raises SigningError where the key does not sign,
+    KitWriteError where the seal cannot be written; returns without writing where the session
+    drifted from its last seal."""
+    root = Path(root)
+    path = root / SEAL
+    files = FolderFiles(root)
+    previous = None
+    adopted = dict(adopted or {})
+    odd = odd_seal_files(root)
+    if odd:
+        return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
+    if path.is_file():
+        old = path.read_bytes()
+        old_signature = signature_path(path)
+        signature = old_signature.read_bytes() if old_signature.is_file() else None
+        problems = [f"{rel}: {what}" for rel, what in drift(old, signature, files)
+                    if rel not in adopted]  # fmt: skip
+        if problems:
+            return Sealed(path, written=False, drift=problems)
+        previous = {
+            "sha256": sha256_bytes(old),
+            "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
+        }
+        adopted = {**load_seal(old, SEAL).adopted, **adopted}
+    data = seal_text(manifest_of(root.name, files, previous, adopted))
+    signature = sign_bytes(data, key, SESSION_NAMESPACE) if key is not None else None
+    write_seal(path, data, signature)
+    return Sealed(path, written=True, key=key_description(key) if key is not None else None)
 
 
 def drift(

@@ -3,19 +3,15 @@
     results/<session>/session-manifest.json       the seal (:class:`SessionManifest`)
     results/<session>/session-manifest.json.sig   its OpenSSH signature (``dlperf-session``)
 
-The head node seals a session when its run ends (``dlperf run`` and a rehearsal, the selftest,
-``import-logs``, ``attest-hardware``: ``core/session.py`` ``seal_session``): the SHA-256 and
-size of every file the session holds (node logs, records, telemetry, case definitions,
-``session.json``, probes; the derived ``report/`` aside) and, per repeat, its record's verdict
-and throughput and every rank's hardware fingerprint facts (what the tables name the machine
-from), as the record holds them: the runner parsed the logs once and wrote the facts there, so
-sealing reads each file once and parses no log (a record written before it held them, schema 1
-or 2, has its logs parsed, the one fallback). Where a key is configured (``--signing-key``,
-``$DLPERF_SIGNING_KEY``) the manifest's bytes are signed (``driver.signing``); else the seal is
-unsigned, and says only what the session held when the run ended.
-
-What a folder holds now against its seal (a release, an audit, a resumed run, a report) is
-``driver.model.drift``.
+The seal holds the SHA-256 and size of every file the session holds (node logs, records,
+telemetry, case definitions, ``session.json``, probes; the derived ``report/`` aside) and, per
+repeat, its record's verdict and throughput and every rank's hardware fingerprint facts (what
+the tables name the machine from). A node log's SHA-256 and its ranks' facts are its record's:
+the runner read and parsed the logs once, so sealing opens no log (a record written before it
+held the facts, schema 1 or 2, has its logs parsed: the one fallback). Signed where a key is
+configured (``--signing-key``, ``$DLPERF_SIGNING_KEY``); else the seal says only what the
+session held when the run ended. When a session is sealed, and what a folder holds against its
+seal, is ``driver.model.drift``'s.
 """
 
 from __future__ import annotations

@@ -78,34 +78,24 @@ def repeat_folders(walk: SessionWalk) -> dict[str, list[str]]:
     return {d: sorted(v) for d, v in out.items()}
 
 
+def _read(file: Path | None) -> bytes | None:
+    try:
+        return file.read_bytes() if file else None
+    except OSError as error:
+        raise RepeatRefused(str(file), f"cannot be read ({error.strerror})") from None
+
+
 def read_repeat(walk: SessionWalk, case_dir: str, folder: str) -> RepeatFiles:
-    """A repeat folder's files as the door takes them (a symlinked folder is never walked:
-    ``verify_session`` names it among the session's symlinks)."""
-    path = walk.root / folder
+    """A repeat folder's files as the door takes them, each read once (a symlinked folder is
+    never walked: ``verify_session`` names it among the session's symlinks)."""
     prefix = folder + "/"
-    files = {}
-    for rel, file in walk.files.items():
-        if rel.startswith(prefix) and "/" not in rel[len(prefix) :]:
-            try:
-                files[rel[len(prefix) :]] = file.read_bytes()
-            except OSError as error:
-                raise RepeatRefused(str(file), f"cannot be read ({error.strerror})") from None
-    attestation = walk.files.get(ATTESTATION)
-    case_file = walk.files.get(f"{case_dir}/{CASE_FILE}")
-    try:
-        case_json = case_file.read_bytes() if case_file else None
-    except OSError as error:
-        raise RepeatRefused(str(case_file), f"cannot be read ({error.strerror})") from None
-    try:
-        attested = attestation.read_bytes() if attestation else None
-    except OSError as error:
-        raise RepeatRefused(str(attestation), f"cannot be read ({error.strerror})") from None
+    names = {rel[len(prefix) :]: file for rel, file in walk.files.items() if rel.startswith(prefix)}
     return RepeatFiles(
-        folder=str(path),
+        folder=str(walk.root / folder),
         case_dir=case_dir[len(CASES) + 1 :],
-        case_json=case_json,
-        files=files,
-        attestation=attested,
+        case_json=_read(walk.files.get(f"{case_dir}/{CASE_FILE}")),
+        files={name: _read(file) for name, file in names.items() if "/" not in name},
+        attestation=_read(walk.files.get(ATTESTATION)),
         attestation_path=str(walk.root / ATTESTATION),
     )
 
