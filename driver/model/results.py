@@ -124,13 +124,8 @@ def rank_fingerprints(parsed: ParsedLog) -> list[RankFacts]:
     groups: dict[str, list[int]] = {}
     for rank, header in headers:
         facts = header.get("fingerprint")
-        if not isinstance(facts, dict):
-            continue
-        try:
-            key = json.dumps(facts, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError):
-            continue  # not JSON data: the door refuses such a header
-        groups.setdefault(key, []).append(rank)
+        if isinstance(facts, dict):  # checked facts (``measure_checked``): JSON data
+            groups.setdefault(json.dumps(facts, sort_keys=True), []).append(rank)
     return [RankFacts(ranks=ranks, facts=json.loads(key)) for key, ranks in groups.items()]
 
 
