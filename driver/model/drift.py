@@ -100,9 +100,7 @@ def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None
     if odd:
         return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
     if path.is_file():
-        old = path.read_bytes()
-        old_signature = signature_path(path)
-        signature = old_signature.read_bytes() if old_signature.is_file() else None
+        old, signature = _old_seal(path)
         problems = [f"{rel}: {what}" for rel, what in drift(old, signature, files)
                     if rel not in adopted]  # fmt: skip
         if problems:
@@ -116,6 +114,12 @@ def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None
     signature = sign_bytes(data, key, SESSION_NAMESPACE) if key is not None else None
     write_seal(path, data, signature)
     return Sealed(path, written=True, key=key_description(key) if key is not None else None)
+
+
+def _old_seal(path: Path) -> tuple[bytes, bytes | None]:
+    """A seal's bytes and its signature's, if any (both regular files: ``odd_seal_files``)."""
+    signature = signature_path(path)
+    return path.read_bytes(), signature.read_bytes() if signature.is_file() else None
 
 
 def drift(
@@ -220,9 +224,7 @@ def unvouched(
             if rel != SESSION_JSON:
                 out.setdefault(rel, f"no seal covers it (the session has no {SEAL})")
         return sorted(out.items())
-    old = path.read_bytes()
-    old_signature = signature_path(path)
-    signature = old_signature.read_bytes() if old_signature.is_file() else None
+    old, signature = _old_seal(path)
     for rel, what in drift(old, signature, files, after_run=False):
         out.setdefault(rel, what)
     try:

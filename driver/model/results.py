@@ -149,9 +149,8 @@ class RepeatRecord(StrictModel):
     runtime: str = "local"
     extra: dict[str, Any] = Field(default_factory=dict)  # telemetry, image digests, ...
     log_sha256: dict[str, str] = Field(default_factory=dict)  # log name -> sha256 (schema 2)
-    # ``rank_fingerprints`` of the logs the runner measured (schema 3): what the seal holds of
-    # every rank's machine; None where not measured (a repeat that did not finish ok, an older
-    # record)
+    # ``rank_fingerprints`` of the logs the runner measured (schema 3), which the seal holds;
+    # None where not measured (a repeat that did not finish ok, an older record)
     fingerprints: list[RankFacts] | None = None
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)

@@ -1,11 +1,7 @@
-"""A session folder walked once: the one walk of a session's files that the seal and its drift
-check (``model/seal.py``, ``model/drift.py``), the door (``verify/folder.py``) and a release
-(``release/archive.py``) take.
-
-Walked without following a symlink: symlinks and special files (sockets, FIFOs, devices) are
-collected, never read, so that nothing outside the session comes in and no read of a FIFO
-blocks; each reader says what it makes of them.
-"""
+"""The one walk of a session folder (the seal and its drift check, the door, a release), never
+following a symlink: symlinks and special files are collected, never read, so that nothing
+outside the session comes in and no read of a FIFO blocks; each reader says what it makes of
+them."""
 
 from __future__ import annotations
 
