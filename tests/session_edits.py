@@ -1,6 +1,7 @@
 """Edits of a real session's repeats for tests: rank headers rewritten as another machine (or an
 older kit) would have written them, with the logs re-hashed into the record and rank 0's header
-in the record kept equal to the log's, so that only what the edit means is under test."""
+and the ranks' fingerprint facts in the record kept equal to the logs', so that only what the
+edit means is under test."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
+
+from driver.model.measure import parse_logs
+from driver.model.results import rank_fingerprints
 
 HeaderEdit = Callable[[dict], None]  # changes one rank's header in place
 
@@ -29,6 +33,10 @@ def rewrite_headers(folder: Path, edit: HeaderEdit) -> None:
         log.write_text("\n".join(lines))
         record["log_sha256"][name] = hashlib.sha256(log.read_bytes()).hexdigest()
     edit(record["header"])
+    if record.get("fingerprints") is not None:  # as the runner takes them from the logs
+        texts = {name: (folder / name).read_text() for name in record["logs"]}
+        facts = rank_fingerprints(parse_logs(record["parser"], texts))
+        record["fingerprints"] = [group.model_dump() for group in facts]
     record_path.write_text(json.dumps(record))
 
 

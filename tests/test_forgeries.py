@@ -14,8 +14,9 @@ import pytest
 
 from driver.core.session import Selection, run_session
 from driver.frontend.cli import main
+from driver.model.drift import seal_session
 from driver.model.results import Session
-from driver.model.seal import SEAL, SEAL_SIGNATURE, load_seal, seal_session, sealed_verdicts
+from driver.model.seal import SEAL, SEAL_SIGNATURE, load_seal, sealed_verdicts
 from driver.runtimes.local import LocalRuntime
 from tests.forgery import speed_up, speed_up_case
 from tests.synth import cached_session, multiply

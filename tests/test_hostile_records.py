@@ -296,10 +296,12 @@ for field, value in (
     ("header.world_size", 8),
     ("header.versions", {"calibration": "2"}),
     ("log_sha256", {"node0.log": "0" * 64}),
+    ("fingerprints", []),  # the facts the seal takes from the record, not the logs'
+    ("fingerprints", "every rank"),
     ("surprise", "an unknown field"),
 ):
     record_case(f"{field}={value!r}", edit_record(set_field(field, value)))
-for schema in (0, 3, 99, "1", None, 1.5):
+for schema in (0, 4, 99, "1", None, 1.5):
     record_case(f"schema={schema!r}", edit_record(set_field("schema", schema)))
 for field in (
     "schema", "case_id", "repeat", "verdict", "batch_size", "started_at", "finished_at",

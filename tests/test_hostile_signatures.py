@@ -23,14 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.model.seal import (
-    SEAL,
-    SEAL_SIGNATURE,
-    FolderFiles,
-    manifest_of,
-    seal_session,
-    seal_text,
-)
+from driver.model.drift import seal_session
+from driver.model.seal import SEAL, SEAL_SIGNATURE, FolderFiles, manifest_of, seal_text
 from driver.release.audit import audit
 from driver.release.release import release
 from driver.release.signatures import VERSION_SIGNATURE

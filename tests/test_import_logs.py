@@ -84,7 +84,8 @@ def test_real_log_without_header_matches_the_figure_the_source_implies(
     kit_session.save_case(kit_case)
     folder = kit_session.fresh_repeat_dir(kit_case, 1)
     (folder / "node0.log").write_text((REAL / "resnet50.log").read_text())
-    measurement, header = evaluate(kit_case, "tf-timehistory", RepeatLogs.read(folder).texts, 2)
+    measurement, parsed = evaluate(kit_case, "tf-timehistory", RepeatLogs.read(folder).texts, 2)
+    header = parsed.header
     kit_record = record.model_copy(
         update={"case_id": kit_case.id, "extra": {}, "measurement": measurement,
                 "header": header, "runtime": "local"}

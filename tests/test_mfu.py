@@ -130,7 +130,8 @@ def handmade_session(root: Path, case: Case, step_s: float, devices: list[str]) 
             logger.step(step, batch, loss=1.0)
         logger.end()
         (folder / "node0.log").write_text(stream.getvalue())
-        measurement, header = evaluate(case, "dlperf-jsonl", RepeatLogs.read(folder).texts, batch)
+        measurement, parsed = evaluate(case, "dlperf-jsonl", RepeatLogs.read(folder).texts, batch)
+        header = parsed.header
         session.write_record(
             folder,
             RepeatRecord(

@@ -203,7 +203,8 @@ def kit_session(root: Path, case: Case, log: str, batch: int = 2) -> Path:
     repeat.mkdir(parents=True)
     (repeat / "node0.log").write_text(log)
     try:
-        measurement, header = evaluate(case, "dlperf-jsonl", {"node0.log": log}, batch)
+        measurement, parsed = evaluate(case, "dlperf-jsonl", {"node0.log": log}, batch)
+        header = parsed.header
         verdict, detail = "ok", ""
     except LogParseError as error:
         measurement, header, verdict, detail = None, {}, "parse-error", str(error)

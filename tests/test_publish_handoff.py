@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from driver.model.seal import seal_session
+from driver.model.drift import seal_session
 from tests.synth import cached_session
 from tests.test_signing import allow, new_key
 

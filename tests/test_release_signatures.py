@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from driver.frontend.cli import main
-from driver.model.seal import SEAL_SIGNATURE, seal_session
+from driver.model.drift import seal_session
+from driver.model.seal import SEAL_SIGNATURE
 from driver.release.audit import audit
 from driver.release.release import ReleaseError, release
 from driver.release.signatures import VERSION_SIGNATURE

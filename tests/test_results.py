@@ -42,11 +42,11 @@ def test_the_committed_versions_records_read_with_their_field_names() -> None:
         assert record.ok and record.throughput
         written, stored = record.to_dict(), json.loads(data)
         schemas.add(record.schema_)
-        if record.schema_ == 1:  # v0.1-cpu, v0.2-cpu and what later versions carry over
-            assert set(written) - set(stored) == {"log_sha256"}  # the only new field
-            assert {k: v for k, v in written.items() if k != "log_sha256"} == stored
-        else:  # written by this kit: read back field for field
-            assert record.schema_ == 2 and written == stored, name
+        # the fields added since (schema 1: v0.1-cpu, v0.2-cpu and what later versions carry
+        # over); the rest read back field for field
+        added = {1: {"log_sha256", "fingerprints"}, 2: {"fingerprints"}}[record.schema_]
+        assert set(written) - set(stored) == added, name
+        assert {k: v for k, v in written.items() if k not in added} == stored, name
     assert 1 in schemas
 
 
@@ -58,6 +58,9 @@ def test_a_new_record_holds_its_schema_and_the_sha256_of_its_logs() -> None:
         name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in record.logs
     }
     assert json.loads((folder / "record.json").read_text())["schema"] == SCHEMA_VERSION
+    # every rank's fingerprint facts, as the runner parsed them (one machine: one group)
+    (group,) = record.fingerprints
+    assert group.ranks == [0] and group.facts == record.header["fingerprint"]
 
 
 @pytest.fixture
@@ -68,7 +71,7 @@ def record_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("schema", [0, 3, 99, "1", None, 2.5])
+@pytest.mark.parametrize("schema", [0, 4, 99, "1", None, 2.5])
 def test_an_unknown_schema_version_is_refused_naming_file_and_version(
     record_file: Path, schema: object
 ) -> None:

@@ -1,5 +1,6 @@
-"""driver/model/seal.py and its call at the end of a run: real calibration sessions, real keys
-(ssh-keygen), a resumed session sealed again only over what it held."""
+"""driver/model/seal.py, driver/model/drift.py and sealing at the end of a run: real
+calibration sessions, real keys (ssh-keygen), a resumed session sealed again only over what it
+held."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,18 +17,15 @@ import pytest
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
 from driver.core.session import Selection, run_session
+from driver.model.drift import changes, seal_session, seal_state, unvouched
 from driver.model.results import Session
 from driver.model.seal import (
     SEAL,
     SEAL_SIGNATURE,
     FolderFiles,
     adopted_files,
-    changes,
     load_seal,
-    seal_session,
-    seal_state,
     sealed_verdicts,
-    unvouched,
 )
 from driver.runtimes.local import LocalRuntime
 from driver.signing import SESSION_NAMESPACE, verify
@@ -278,8 +277,6 @@ def test_a_report_names_what_a_release_refuses(
 def test_an_interrupted_probe_may_change_in_place_only_in_the_run(copy: Path) -> None:
     """A batch-search probe with no verdict is run again in its own folder: its files change
     in place during the resumed run (sealed again), never before it (refused up front)."""
-    from driver.model.seal import unvouched
-
     probe = copy / CASE_1N2G / "batch-search" / "bs16"
     probe.mkdir(parents=True)
     (probe / "node0.log").write_text("an interrupted probe\n")
@@ -313,3 +310,59 @@ def test_a_seal_that_is_not_a_regular_file_is_named_never_read_nor_sealed_over(
     assert not again.written and again.drift[0].startswith(f"{name}: {shown}")
     if name == SEAL:
         assert sealed_verdicts(copy) == {} and adopted_files(copy) == {}
+
+
+def test_a_seal_of_records_written_before_they_held_fingerprints_parses_their_logs(
+    copy: Path,
+) -> None:
+    """Records of schema 1 and 2 hold no ``fingerprints``: the seal parses their logs for the
+    facts (the one fallback), and holds the same as for a record that carries them."""
+    seal_session(copy, None)
+    carried = sealed(copy).repeats
+    for path in copy.glob("cases/**/repeat-*/record.json"):
+        data = json.loads(path.read_text())
+        del data["fingerprints"]
+        path.write_text(json.dumps({**data, "schema": 2}))
+    (copy / SEAL).unlink()
+    assert seal_session(copy, None).written
+    parsed = sealed(copy).repeats
+    assert {f: r.fingerprints for f, r in parsed.items()} == {
+        f: r.fingerprints for f, r in carried.items()
+    }
+    assert all(r.fingerprints for r in parsed.values())
+
+
+_OPENED: list[tuple[str, bool]] | None = None  # (path, for reading) while a test counts
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if _OPENED is None or event != "open" or not isinstance(args[0], (str, os.PathLike)):
+        return
+    path, mode, flags = args
+    reading = not set(mode) & set("wax+") if mode else not flags & (os.O_WRONLY | os.O_RDWR)
+    _OPENED.append((os.fspath(path), reading))
+
+
+sys.addaudithook(_count_opens)  # every open() and os.open() raises the "open" audit event
+
+
+def test_a_repeat_log_is_read_once_by_the_run_and_once_by_the_door(tmp_path: Path) -> None:
+    """From the benchmark's exit to the closing table a node log is opened twice: the runner
+    reads (and parses) it, the door reads it again to re-measure it; the seal takes its
+    SHA-256 and its ranks' fingerprint facts from the record."""
+    global _OPENED
+    cases = calibration_cases(0.01, 8, ["2n2g"], 1, 20)
+    root = tmp_path / "results" / "run"
+    _OPENED = []
+    try:
+        code = run_session(Selection(cases, "selftest", "test", {}), LocalRuntime(), root,
+                           argv=["run"], progress="off")  # fmt: skip
+        opened = _OPENED
+    finally:
+        _OPENED = None
+    assert code == 0
+    logs = sorted(root.glob("cases/**/repeat-01/node*.log"))
+    assert len(logs) == 2 and (root / "report" / "report.md").is_file()
+    for log in logs:
+        reads = [path for path, reading in opened if reading and path == str(log)]
+        assert len(reads) == 2, (log, reads)

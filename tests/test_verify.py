@@ -461,3 +461,22 @@ def test_the_slowest_rank_and_node_are_rederived_and_an_older_record_still_verif
     assert f"measurement.slowest_node is {1 - node} in the record but {node} from the logs" in (
         refused
     )
+
+
+def test_a_record_whose_fingerprints_are_not_its_logs_is_refused_an_older_one_verifies(
+    tmp_path: Path,
+) -> None:
+    """The seal takes every rank's fingerprint facts from the record (schema 3), so the door
+    holds them to the logs like the header; a record written before them has none to compare."""
+    root = session_copy(tmp_path)
+    path = root / "cases" / CASE_2N2G / "repeat-01" / "record.json"
+    data = json.loads(path.read_text())
+    (group,) = data["fingerprints"]
+    assert group["ranks"] == [0, 1] and group["facts"] == data["header"]["fingerprint"]
+    group["facts"]["memory_gib"] += 64  # another machine, claimed by the record alone
+    path.write_text(json.dumps(data))
+    (refused,) = verify_sessions([root]).refused
+    assert f"{path}: fingerprints differ from the ranks' headers in the logs" in refused
+    del data["fingerprints"]
+    path.write_text(json.dumps({**data, "schema": 2}))
+    assert verify_sessions([root]).refused == []

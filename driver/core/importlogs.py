@@ -51,7 +51,7 @@ def check_target(session_root: Path, signer: str | None) -> None:
     only what it adds: a session ``dlperf run`` made, or one holding files its seal does not
     (added or changed since; where it signs, any file no seal of the same key holds), is refused
     before anything is imported."""
-    from driver.model.seal import unvouched
+    from driver.model.drift import unvouched
 
     root = Path(session_root)
     if not root.exists():
@@ -127,7 +127,7 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
 
     from driver.files import write_bytes
     from driver.model.plausible import Implausible
-    from driver.model.results import RECORD, RepeatRecord, Session
+    from driver.model.results import RECORD, RepeatRecord, Session, rank_fingerprints
     from driver.runtimes.base import Verdict
     from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
 
@@ -185,6 +185,7 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         parser=parser,
         measurement=measurement,
         header=parsed.header,
+        fingerprints=rank_fingerprints(parsed),
         detail="",
         runtime="imported",
         extra={

@@ -21,7 +21,7 @@ from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
 from driver.model.results import RepeatLogs, RepeatRecord, Session, write_json
-from driver.parsers.base import LogParseError
+from driver.parsers.base import LogParseError, ParsedLog
 from driver.plugins import load
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
@@ -103,14 +103,13 @@ def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict
 
 def evaluate(
     case: Case, parser_name: str, texts: Mapping[str, str], batch_size: int
-) -> tuple[RepeatMeasurement, dict]:
+) -> tuple[RepeatMeasurement, ParsedLog]:
     """Parse a repeat's raw logs and measure its window with the door's plausibility checks, so
     a record never holds what every reader would refuse (raises LogParseError)."""
     try:
-        measurement, parsed = measure_checked(case, parser_name, texts, batch_size)
+        return measure_checked(case, parser_name, texts, batch_size)
     except Implausible as error:
         raise LogParseError(f"not a plausible measurement: {error}") from None
-    return measurement, parsed.header
 
 
 def run_repeat(
@@ -136,12 +135,13 @@ def run_repeat(
         interrupted = True
         now = time.time()
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
-    logs = RepeatLogs.read(directory)  # read once: verdict, measurement, checksums, cache drop
+    # read and parsed once: verdict, measurement, checksums, cache drop, the ranks' headers
+    logs = RepeatLogs.read(directory)
     verdict = refine_verdict(outcome, logs)
-    measurement, header, detail = None, {}, outcome.detail
+    measurement, parsed, detail = None, None, outcome.detail
     if verdict == Verdict.OK:
         try:
-            measurement, header = evaluate(case, plan.parser, logs.texts, batch_size)
+            measurement, parsed = evaluate(case, plan.parser, logs.texts, batch_size)
         except LogParseError as error:
             verdict, detail = Verdict.PARSE_ERROR, str(error)
     record = session.record(
@@ -151,7 +151,7 @@ def run_repeat(
         verdict=verdict.value,
         runtime=runtime.name,
         measurement=measurement,
-        header=header,
+        parsed=parsed,
         detail=detail,
         extra=_provenance_extra(case, logs),
     )

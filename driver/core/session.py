@@ -29,7 +29,7 @@ from driver.core.matrix import (
 from driver.files import KitWriteError, write_text
 from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Case, Topology
-from driver.model.seal import sealed_verdicts
+from driver.model.seal import SEAL, sealed_verdicts
 from driver.runtimes.base import Runtime, RuntimeConfigError
 from driver.schema import did_you_mean
 from driver.signing import SigningError, key_description, usable_key
@@ -330,7 +330,7 @@ def seal(root: Path, key: Path | None, adopted: dict[str, str] | None = None) ->
     given; ``adopted``: what :func:`check_resume` let a person vouch for) and say how; False,
     said on stderr, where the seal could not be written or renewed (the session changed since
     its last seal)."""
-    from driver.model.seal import seal_session
+    from driver.model.drift import seal_session
 
     try:
         sealed = seal_session(root, key, adopted)
@@ -369,7 +369,7 @@ def check_resume(
     returned (path -> what it is), for the seal to record as adopted, not measured. None, said
     on stderr, where the run must not start."""
     from driver.core.importlogs import is_import_session
-    from driver.model.seal import SEAL, unvouched
+    from driver.model.drift import unvouched
 
     if not root.is_dir() or root.is_symlink():
         if adopt:

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import ConfigDict, Field, ValidationError
 
@@ -38,11 +38,15 @@ from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
 from driver.schema import StrictModel, schema_version, strict_json
 
+if TYPE_CHECKING:
+    from driver.parsers.base import ParsedLog
+
 RECORD = "record.json"
-# 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from).
-SCHEMA_VERSION = 2
-KNOWN_SCHEMAS = (1, 2)
-SESSION_SCHEMA = 1  # session.json (unchanged by record schema 2)
+# 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from);
+# 3: adds ``fingerprints`` (every rank's fingerprint facts, as the runner parsed them).
+SCHEMA_VERSION = 3
+KNOWN_SCHEMAS = (1, 2, 3)
+SESSION_SCHEMA = 1  # session.json (unchanged by record schemas 2 and 3)
 RecordSchema = schema_version(KNOWN_SCHEMAS)
 
 
@@ -104,6 +108,27 @@ class CommandRecord(StrictModel):
     workdir: str | None = None
 
 
+class RankFacts(StrictModel):
+    """Ranks of a repeat whose headers carry the same fingerprint facts."""
+
+    ranks: list[int]
+    facts: dict[str, Any]
+
+
+def rank_fingerprints(parsed: ParsedLog) -> list[RankFacts]:
+    """The fingerprint facts of every rank's header, ranks with equal facts together (node 0's
+    host facts for a rate-only upstream log); [] where no header carries a fingerprint."""
+    headers = [(rank, parsed.ranks[rank].header) for rank in sorted(parsed.ranks)]
+    if not headers and parsed.meta.get("host"):
+        headers = [(0, dict(parsed.meta["host"]))]
+    groups: dict[str, list[int]] = {}
+    for rank, header in headers:
+        facts = header.get("fingerprint")
+        if isinstance(facts, dict):  # checked facts (``measure_checked``): JSON data
+            groups.setdefault(json.dumps(facts, sort_keys=True), []).append(rank)
+    return [RankFacts(ranks=ranks, facts=json.loads(key)) for key, ranks in groups.items()]
+
+
 class RepeatRecord(StrictModel):
     """What one repeat produced: everything needed to recompute it from its raw logs."""
 
@@ -124,6 +149,9 @@ class RepeatRecord(StrictModel):
     runtime: str = "local"
     extra: dict[str, Any] = Field(default_factory=dict)  # telemetry, image digests, ...
     log_sha256: dict[str, str] = Field(default_factory=dict)  # log name -> sha256 (schema 2)
+    # ``rank_fingerprints`` of the logs the runner measured (schema 3), which the seal holds;
+    # None where not measured (a repeat that did not finish ok, an older record)
+    fingerprints: list[RankFacts] | None = None
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
 
@@ -325,13 +353,14 @@ class Session:
         verdict: str,
         runtime: str,
         measurement: RepeatMeasurement | None = None,
-        header: dict[str, Any] | None = None,
+        parsed: ParsedLog | None = None,
         detail: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> RepeatRecord:
         """Write and return the record of a repeat that ran ``plan``: what ran where, how it
         ended (``verdict`` and ``detail``, the outcome's unless given), its logs with their
-        SHA-256, and what they measured; ``extra`` adds facts to the runtime's."""
+        SHA-256, and what they measured (``parsed``: its ranks' headers, as the runner parsed
+        them); ``extra`` adds facts to the runtime's."""
         record = RepeatRecord(
             case_id=plan.case.id,
             repeat=plan.repeat,
@@ -345,7 +374,8 @@ class Session:
             log_sha256=logs.sha256(),
             parser=plan.parser,
             measurement=measurement,
-            header=header or {},
+            header=parsed.header if parsed is not None else {},
+            fingerprints=rank_fingerprints(parsed) if parsed is not None else None,
             detail=outcome.detail if detail is None else detail,
             runtime=runtime,
             extra={**outcome.extra, **(extra or {})},

@@ -25,7 +25,7 @@ from typing import Any
 from driver.files import TEMP_PREFIX, sha256_bytes, write_bytes
 from driver.model.results import RecordError, load_record
 from driver.model.seal import odd_seal_files
-from driver.verify.folder import symlink_refusal, walk_session
+from driver.model.walk import symlink_refusal, walk_session
 
 RAW_DIR = "raw"
 _REPEAT = re.compile(r"^repeat-\d+$")

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.model.seal import SEAL, SEAL_SIGNATURE, SealError, changes, load_seal
+from driver.model.drift import changes
+from driver.model.seal import SEAL, SEAL_SIGNATURE, SealError, load_seal
 from driver.signing import (
     RELEASE_NAMESPACE,
     SESSION_NAMESPACE,

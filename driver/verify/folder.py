@@ -9,7 +9,6 @@ link points at on the head node.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from driver.model.case import Case
 from driver.model.results import SESSION_SCHEMA, RepeatRecord
+from driver.model.walk import SessionWalk, symlink_refusal, walk_session
 from driver.text import check_free_text
 from driver.verify.hardware import ATTESTATION
 from driver.verify.repeat import (
@@ -61,48 +61,6 @@ def session_meta(data: bytes) -> dict[str, Any]:
     return meta
 
 
-@dataclass
-class SessionWalk:
-    """A session's regular files (relative path -> file) and what its walk refused."""
-
-    root: Path
-    files: dict[str, Path] = field(default_factory=dict)
-    symlinks: list[Path] = field(default_factory=list)
-    others: list[Path] = field(default_factory=list)  # sockets, fifos, devices
-
-
-def walk_session(root: Path) -> SessionWalk:
-    """Every regular file under ``root``, walked without following symlinks; symlinks and
-    special files are collected, not read."""
-    out = SessionWalk(Path(root))
-    for folder, dirs, names in os.walk(root, followlinks=False):
-        here = Path(folder)
-        for name in sorted(dirs):
-            if (here / name).is_symlink():
-                out.symlinks.append(here / name)
-        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
-        for name in sorted(names):
-            path = here / name
-            if path.is_symlink():
-                out.symlinks.append(path)
-            elif path.is_file():
-                out.files[path.relative_to(root).as_posix()] = path
-            else:
-                out.others.append(path)
-    return out
-
-
-def symlink_refusal(path: Path) -> str:
-    try:
-        target = os.readlink(path)
-    except OSError:
-        target = "?"
-    return (
-        f"{path}: a symlink (to {target}) inside a session: refused, not followed; replace it "
-        "with the file or folder itself"
-    )
-
-
 def repeat_folders(walk: SessionWalk) -> dict[str, list[str]]:
     """Case folder (relative, ``cases/<id>``) -> its repeat folders (relative), failed attempts
     (``repeat-NN.failed-K``) aside."""
@@ -120,34 +78,24 @@ def repeat_folders(walk: SessionWalk) -> dict[str, list[str]]:
     return {d: sorted(v) for d, v in out.items()}
 
 
+def _read(file: Path | None) -> bytes | None:
+    try:
+        return file.read_bytes() if file else None
+    except OSError as error:
+        raise RepeatRefused(str(file), f"cannot be read ({error.strerror})") from None
+
+
 def read_repeat(walk: SessionWalk, case_dir: str, folder: str) -> RepeatFiles:
-    """A repeat folder's files as the door takes them (a symlinked folder is never walked:
-    ``verify_session`` names it among the session's symlinks)."""
-    path = walk.root / folder
+    """A repeat folder's files as the door takes them, each read once (a symlinked folder is
+    never walked: ``verify_session`` names it among the session's symlinks)."""
     prefix = folder + "/"
-    files = {}
-    for rel, file in walk.files.items():
-        if rel.startswith(prefix) and "/" not in rel[len(prefix) :]:
-            try:
-                files[rel[len(prefix) :]] = file.read_bytes()
-            except OSError as error:
-                raise RepeatRefused(str(file), f"cannot be read ({error.strerror})") from None
-    attestation = walk.files.get(ATTESTATION)
-    case_file = walk.files.get(f"{case_dir}/{CASE_FILE}")
-    try:
-        case_json = case_file.read_bytes() if case_file else None
-    except OSError as error:
-        raise RepeatRefused(str(case_file), f"cannot be read ({error.strerror})") from None
-    try:
-        attested = attestation.read_bytes() if attestation else None
-    except OSError as error:
-        raise RepeatRefused(str(attestation), f"cannot be read ({error.strerror})") from None
+    names = {rel[len(prefix) :]: file for rel, file in walk.files.items() if rel.startswith(prefix)}
     return RepeatFiles(
-        folder=str(path),
+        folder=str(walk.root / folder),
         case_dir=case_dir[len(CASES) + 1 :],
-        case_json=case_json,
-        files=files,
-        attestation=attested,
+        case_json=_read(walk.files.get(f"{case_dir}/{CASE_FILE}")),
+        files={name: _read(file) for name, file in names.items() if "/" not in name},
+        attestation=_read(walk.files.get(ATTESTATION)),
         attestation_path=str(walk.root / ATTESTATION),
     )
 

@@ -13,9 +13,10 @@ the files come from a session folder (:mod:`driver.verify.folder`) or from a rel
    size, window) that passes every plausibility check (``driver.model.plausible``:
    ``measure_checked``, which the runner applies before it writes a record);
 5. a record that agrees with that measurement (the straggler facts included: who was slowest,
-   re-derived from the logs; a record written before those fields has none to compare) and
-   with rank 0's header, unless the caller accepts re-measured repeats: then the logs win
-   (never over a failed check above).
+   re-derived from the logs; a record written before those fields has none to compare), with
+   rank 0's header and with every rank's fingerprint facts (``fingerprints``, schema 3: what
+   the seal takes from the record), unless the caller accepts re-measured repeats: then the
+   logs win (never over a failed check above).
 
 A refusal is a :class:`RepeatRefused` naming the file at fault and, where there is one, the fix.
 """
@@ -32,7 +33,7 @@ from driver.model.case import Case
 from driver.model.hardware import UNKNOWN, Hardware, HardwareError, display_labels
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
-from driver.model.results import RECORD, RecordError, RepeatRecord
+from driver.model.results import RECORD, RecordError, RepeatRecord, rank_fingerprints
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.verify.hardware import AttestationError, load_attestation, machine_of
 
@@ -105,8 +106,17 @@ class VerifiedRepeat:
 
     @property
     def header_differs(self) -> bool:
-        """The record's header is not rank 0's header in the logs (as a record holds it)."""
-        return json.loads(json.dumps(self.record.header, default=str)) != self.written.header
+        """The record's header is not rank 0's header in the logs (as a record holds it), or
+        the ranks' fingerprint facts it holds are not theirs."""
+        rank0 = json.loads(json.dumps(self.record.header, default=str))
+        return rank0 != self.written.header or self.fingerprints_differ
+
+    @property
+    def fingerprints_differ(self) -> bool:
+        """The record holds other ranks' fingerprint facts than the logs give (a record written
+        before it held them has none to compare)."""
+        written = self.written.fingerprints
+        return written is not None and written != self.record.fingerprints
 
     @property
     def remeasured(self) -> bool:
@@ -232,7 +242,13 @@ def verify_repeat(
         )
     verified = VerifiedRepeat(
         case=case,
-        record=record.model_copy(update={"measurement": measurement, "header": parsed.header}),
+        record=record.model_copy(
+            update={
+                "measurement": measurement,
+                "header": parsed.header,
+                "fingerprints": rank_fingerprints(parsed),
+            }
+        ),
         written=record,
         parsed=parsed,
         logs=texts,
@@ -255,6 +271,8 @@ def verify_repeat(
                 f"record but {getattr(measurement, name)!r} from the logs (the logs win: re-run, "
                 "or publish with --accept-remeasured)",
             )
+        if verified.fingerprints_differ:
+            raise RepeatRefused(path, "fingerprints differ from the ranks' headers in the logs")
         if verified.header_differs:
             raise RepeatRefused(path, "header differs from rank 0's header in the logs")
     return verified

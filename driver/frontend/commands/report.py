@@ -76,7 +76,8 @@ def _allowed_signers(given: str | None) -> Path:
 def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]:
     """The report's provenance lines (who vouches for each session, what changed since it was
     sealed, Markdown) and the problems (one line each, naming the file)."""
-    from driver.model.seal import adopted_files, seal_state
+    from driver.model.drift import seal_state
+    from driver.model.seal import adopted_files
     from driver.text import markdown_cell
 
     lines, problems = [], []
