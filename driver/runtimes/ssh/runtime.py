@@ -111,7 +111,7 @@ class SshRuntime:
         context = Context(where, remotes=self.remotes, build_options=build_options)
         name = self.platform_name or chosen or "none"
         self.platform = platform_for("ssh", name, context, "container")
-        self._prepared: dict[tuple[str, str, str], Prepared] = {}
+        self._prepared: dict[tuple[str, str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
         self._bundle: CodeBundle | None = None
         # (session label, node) swept by clean_leftovers: prepare need not sweep it again
