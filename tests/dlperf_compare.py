@@ -143,7 +143,7 @@ def render() -> str:
         "runs its source's current image when asked: `dlperf run --image current` (or",
         "`image: current` in the matrix); its id ends in `/current-image`, its record names the",
         "image and what differs, and a source without one is refused before anything starts",
-        "(docs/upstream.md, \"Current images\"). *Differs on an H100*: what still differs from",
+        '(docs/upstream.md, "Current images"). *Differs on an H100*: what still differs from',
         "DLPerf's run there, which `dlperf factor` names beside the pair (DLPerf's tables give",
         "no software versions).",
         "",
