@@ -434,7 +434,9 @@ def test_pyxis_imports_a_source_image_once_with_enroot(
     enroot on the head, the repeat fails before any step with the two fixes."""
     image = SourceImage("pytorch-examples", "src-pytorch-examples",
                         "dlperf/src-pytorch-examples:0123456789abcdef")  # fmt: skip
-    monkeypatch.setattr(SourceImage, "of", classmethod(lambda cls, source: image))
+    monkeypatch.setattr(
+        SourceImage, "of", classmethod(lambda cls, source, image_choice="pinned": image)
+    )
     monkeypatch.setattr(SourceImage, "built", lambda self: self.tag)
     runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
     platform = runtime.platform

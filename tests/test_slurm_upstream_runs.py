@@ -294,7 +294,9 @@ def test_paddle_models_in_slurm_oci_containers_from_the_sources_image(
     build: its base, the NGC-era Paddle GPU image, has no digest resolved here), exports it
     into a bundle, and the image's Python 3.7 (its PATH) runs the node command."""
     stand_in = SourceImage("paddle-models", "src-paddle-models", paddle_models_image)
-    monkeypatch.setattr(SourceImage, "of", classmethod(lambda cls, source: stand_in))
+    monkeypatch.setattr(
+        SourceImage, "of", classmethod(lambda cls, source, choice="pinned": stand_in)
+    )
     monkeypatch.setattr(SourceImage, "built", lambda self: self.tag)
     on_cpu(
         monkeypatch, "paddle-models", "resnet50",

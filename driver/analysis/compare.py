@@ -60,7 +60,11 @@ def software_label(versions: dict[str, Any]) -> str:
 
 
 def _fields(
-    row: CaseRow, machine: str = "", amp_dtype: str | None = None, data: str = ""
+    row: CaseRow,
+    machine: str = "",
+    amp_dtype: str | None = None,
+    data: str = "",
+    image: str = "",
 ) -> dict[str, Any]:
     device = ", ".join(sorted(set(row.device_names))) or "unknown device"
     published = "as published" if row.published_by else "unknown"
@@ -69,6 +73,9 @@ def _fields(
         "amp_dtype": (amp_dtype or published) if row.precision == "amp" else "-",
         "software": software_label(row.versions) or published,
         "data": data or ("as published" if row.published_by else "no manifest"),
+        # a source's current image and what differs from its pinned one (a published figure:
+        # the pinned code as its publisher ran it)
+        "image": image or "pinned",
         "model": row.model,
         "framework": row.framework,
         "source": row.source,
@@ -105,7 +112,7 @@ def side_of_summaries(name: str, kind: str, summaries: list[CaseSummary]) -> Sid
     cases = {
         _view_key(s, ambiguous): CaseView(
             s.case_id,
-            _fields(s.row(), s.machine, s.amp_dtype, s.dataset_sha256),
+            _fields(s.row(), s.machine, s.amp_dtype, s.dataset_sha256, s.image),
             s.throughputs,
             speedup=s.speedup,
             efficiency=s.efficiency,
@@ -159,13 +166,19 @@ def _version_side(folder: Path) -> Side:
             key = case.case_id + by
             cases[key] = CaseView(
                 case.case_id,
-                _fields(case, machines.get(case.session or "", "")),
+                # a version's rows keep the case id, whose last part names a current image
+                _fields(case, machines.get(case.session or "", ""), image=_image_of(case.case_id)),
                 values,
                 speedup=case.speedup,
                 efficiency=case.efficiency,
                 published_by=case.published_by,
             )
     return Side(folder.name, "version", cases)
+
+
+def _image_of(case_id: str) -> str:
+    """ "current" for the id of a case on a source's current image (``Case.id``), else ""."""
+    return "current" if case_id.endswith("/current-image") else ""
 
 
 def _session_hosts(folder: Path) -> dict[str, str]:
@@ -203,9 +216,7 @@ def mann_whitney(a: list[float], b: list[float]) -> tuple[float, float]:
         raise ValueError("both samples need values")
     values = [*a, *b]
     exact = len(set(values)) == len(values) and len(values) <= EXACT_LIMIT
-    result = mannwhitneyu(
-        a, b, alternative="two-sided", method="exact" if exact else "asymptotic"
-    )
+    result = mannwhitneyu(a, b, alternative="two-sided", method="exact" if exact else "asymptotic")
     return float(result.statistic), min(1.0, float(result.pvalue))
 
 

@@ -52,8 +52,10 @@ METRICS = ("throughput", "speedup", "efficiency")
 CROSS_PUBLISHER = ("device", "hardware", "machine", "source")
 # What a case's factors do not hold but its run does, named wherever two paired cases differ in
 # them (an H100's bf16 AMP beside DLPerf's fp16 V100 figure is no pure device ratio): AMP's
-# autocast dtype, the software versions, the data set's identity (``dlperf data``).
-PROVENANCE = ("amp_dtype", "software", "data")
+# autocast dtype, an upstream source's image (its current image beside the pinned code's
+# figure: the software its ``current_image.differs`` names), the software versions, the data
+# set's identity (``dlperf data``).
+PROVENANCE = ("amp_dtype", "image", "software", "data")
 UNKNOWN = ("unknown", "as published", "no manifest")
 _TRUTH = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 
@@ -302,7 +304,8 @@ def factor_report(
             f"{impure} of {len(pairs)} pair(s) differ in more than {factor}: "
             f"{', '.join(named)} (column 'also differs'); their ratio is not {factor} alone. "
             "Run your side as the other ran (`--amp-dtype fp16` for DLPerf's V100 AMP, the "
-            "same data prepared by `dlperf data`) or read the ratio with them."
+            "pinned image where your GPU runs it, the same data prepared by `dlperf data`) or "
+            "read the ratio with them."
         )
     data = {
         "factor": factor,

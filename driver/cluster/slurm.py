@@ -133,15 +133,16 @@ def _cache_folder(value: Any) -> Any:
 
 def _framework_key(*extra: str, sources: bool = False) -> Any:
     """A key naming a framework the kit knows (or one of ``extra``); with ``sources``, also an
-    upstream source (``slurm.image.pytorch-examples``: a source runs in its own image)."""
+    upstream source (``slurm.image.pytorch-examples``: a source runs in its own image), or a
+    source's current image (``slurm.image.gluon-nlp-current``)."""
 
     def check(key: Any) -> Any:
         from driver.frameworks.base import FRAMEWORKS
         from driver.plugins import load
-        from driver.sources.base import SOURCES
+        from driver.sources.base import image_keys
 
         load("frameworks", "sources")
-        names = [*FRAMEWORKS.names(), *(SOURCES.names() if sources else ())]
+        names = [*FRAMEWORKS.names(), *(image_keys() if sources else ())]
         return one_of(*extra, *names).func(key)
 
     return Annotated[Word, AfterValidator(check)]
@@ -250,9 +251,7 @@ class SlurmConfig(StrictModel):
     exclusive: bool = True
     extra_sbatch_args: list[SbatchOption] = []
     python: dict[_framework_key(), Word] = {}
-    queue_timeout_s: number(1, 30 * 24 * 3600, "seconds, 1 to 30 days", integer=False) = (
-        24 * 3600.0
-    )
+    queue_timeout_s: number(1, 30 * 24 * 3600, "seconds, 1 to 30 days", integer=False) = 24 * 3600.0
 
     @field_validator("time_limit", mode="before")
     @classmethod
@@ -264,7 +263,7 @@ class SlurmConfig(StrictModel):
         ):
             raise ValueError(
                 f"{value!r} means no time limit to Slurm; the session's job needs a finite one "
-                "(its time limit frees the nodes if the kit cannot cancel it), e.g. \"04:00:00\""
+                '(its time limit frees the nodes if the kit cannot cancel it), e.g. "04:00:00"'
             )
         if re.fullmatch(TIME_LIMIT, value):
             time_limit_seconds(value)  # each field within its range, the whole within bounds

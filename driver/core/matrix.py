@@ -49,7 +49,7 @@ from driver.schema import (
     text,
     validate,
 )
-from driver.sources.base import SOURCES
+from driver.sources.base import IMAGE_CHOICES, PINNED, SOURCES, ImageRefused, current_image_spec
 from driver.text import FreeText
 
 PRECISIONS = ("fp32", "amp")
@@ -152,6 +152,8 @@ class Settings(StrictModel):
     loader_workers: Any = "auto"
     # AMP's autocast dtype on the kit's own scripts: fp16 runs an H100 as DLPerf ran its V100s
     amp_dtype: Annotated[Any, one_of("auto", "bf16", "fp16")] = "auto"
+    # An upstream source's image: pinned, or current (its source.yaml current_image)
+    image: Annotated[Any, one_of(*IMAGE_CHOICES)] = PINNED
 
     @field_validator("loader_workers")
     @classmethod
@@ -210,6 +212,7 @@ class Overrides(StrictModel):
     measured_steps: PositiveSteps | None = None
     data_dir: DataDir | None = None
     amp_dtype: Annotated[Any, one_of("auto", "bf16", "fp16")] | None = None
+    image: Annotated[Any, one_of(*IMAGE_CHOICES)] | None = None
     options: dict[OptionName, Any] = {}
 
 
@@ -276,6 +279,23 @@ def check_options(
             )
 
 
+def check_image(source: str, image: str, path: Path | str, where: str) -> None:
+    """``image: current`` only where the source has a current image: else a
+    :class:`MatrixError` at ``where`` naming the source, the field of its source.yaml that says
+    why, and the reason, before anything runs."""
+    if image == PINNED:
+        return
+    try:
+        current_image_spec(source)
+    except ImageRefused as refused:
+        raise MatrixError(
+            path,
+            where,
+            f"image current: source {refused.source} has no current image ({refused.where}: "
+            f"{refused.why}); run it on its pinned image (image: pinned)",
+        ) from None
+
+
 def check_model_options(
     model: str, options: dict[str, Any], topology: Topology, path: Path | str, where: str
 ) -> None:
@@ -337,6 +357,7 @@ def _expand_suite(
         check_options(
             framework, settings["source"], suite.model, options, path, f"{where}.variants.{name}"
         )
+    check_image(settings["source"], settings["image"], path, f"{where}.image")
     topologies = [parse_topology(label) for label in suite.topology]
     for name, options in suite.variants.items():
         for topology in topologies:
@@ -380,6 +401,7 @@ def _expand_suite(
                 drop_caches=settings["drop_caches"],
                 loader_workers=settings["loader_workers"],
                 amp_dtype=settings["amp_dtype"],
+                image=settings["image"],
             )
         )
     return cases
@@ -496,7 +518,7 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
     selected = widen(selected, "batch_size", overrides.batch_sizes)
     selected = widen(selected, "precision", overrides.precisions)
     changes: dict[str, Any] = {}
-    for attr in ("repeats", "warmup_steps", "measured_steps", "data_dir", "amp_dtype"):
+    for attr in ("repeats", "warmup_steps", "measured_steps", "data_dir", "amp_dtype", "image"):
         value = getattr(overrides, attr)
         if value is not None:
             changes[attr] = value
@@ -509,6 +531,9 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
             f"({', '.join(upstream)}), which run their own AMP (fp16 on the NGC images): select "
             "the kit's own cases (--matrix of a framework) or drop --amp-dtype",
         )
+    if overrides.image is not None:
+        for source in sorted({c.source for c in selected}):
+            check_image(source, overrides.image, COMMAND_LINE, "--image")
     result = []
     for case in selected:
         updated = replace(case, **changes, options={**case.options, **overrides.options})

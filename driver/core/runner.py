@@ -30,6 +30,7 @@ from driver.runtimes.base import (
     Verdict,
 )
 from driver.runtimes.plan import RepeatPlan
+from driver.sources.base import PINNED, image_differs, source_image
 
 Printer = Callable[[str], None]
 
@@ -161,15 +162,22 @@ def run_repeat(
 
 
 def _provenance_extra(case: Case, logs: RepeatLogs) -> dict[str, Any] | None:
-    """Facts of the repeat beyond the runtime's: the page-cache drop where asked, and the
+    """Facts of the repeat beyond the runtime's: the page-cache drop where asked, the
     identity of a data set ``dlperf data`` prepared (its manifest's SHA-256), so that runs on
-    two different copies of "ImageNet" are told apart."""
+    two different copies of "ImageNet" are told apart, and an upstream source's current image
+    with the software that differs from its pinned one."""
     extra: dict[str, Any] = {}
     if case.drop_caches:
         extra["cache_drop"] = cache_drop_status(logs)
     identity = dataset_sha256(case.data_dir)
     if identity:
         extra["dataset_sha256"] = identity
+    if case.image != PINNED:  # the software difference the case runs with (`dlperf factor`)
+        extra["image"] = {
+            "choice": case.image,
+            "name": source_image(case.source, case.image),
+            "differs": image_differs(case),
+        }
     return extra or None
 
 

@@ -228,6 +228,16 @@ def hardware_label(devices: Iterable[str], devices_per_node: int) -> str:
     return f"{devices_per_node} x {device_model(devices)}"
 
 
+def image_label(facts: Any) -> str:
+    """A record's ``image`` facts (a source's current image) in one line: the image, then the
+    software that differs from the pinned one."""
+    if not isinstance(facts, dict):
+        return ""
+    differs = "; ".join(str(item) for item in facts.get("differs", []))
+    name = str(facts.get("name", facts.get("choice", "")))
+    return f"{name} ({differs})" if differs else name
+
+
 @dataclass
 class CaseSummary:
     case: Case
@@ -255,6 +265,9 @@ class CaseSummary:
     # not AMP or not known. The data set's identity (``dlperf data``'s manifest), "" if none.
     amp_dtype: str | None = None
     dataset_sha256: str = ""
+    # An upstream source's case on its current image: the image and the software that differs
+    # from the pinned one (the repeat's record, ``image``); "" on the pinned image.
+    image: str = ""
     # Logs the kit did not launch (``dlperf import-logs``): what their records say, else "".
     imported: str = ""
     # The machine's hardware fingerprint label (driver/model/hardware.py) where the summaries are
@@ -394,6 +407,9 @@ def summarize(
                         if "dataset_sha256" in r.extra
                     ),
                     "",
+                ),
+                image=next(
+                    (image_label(r.extra["image"]) for r in records_ if "image" in r.extra), ""
                 ),
                 machine=str(header.get("hostname", "")),
                 imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),

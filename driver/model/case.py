@@ -69,6 +69,10 @@ class Case:
     # has it, as on H100), or fp16 / bf16. Not part of the id: the header records the dtype that
     # ran (amp_dtype), and `dlperf factor` names it where two paired cases differ in it.
     amp_dtype: str = "auto"
+    # An upstream source's image: "pinned" (its pinned image) or "current" (its current_image:
+    # the same pinned code on a later base). Part of the id when current, so that runs on the
+    # two images never mix in one case; the record names the image and what differs.
+    image: str = "pinned"
 
     def window_for(self, batch_size: int) -> tuple[int, int, int]:
         """(warm-up, measured, total) steps; in epoch mode the epoch sets the measured steps."""
@@ -94,6 +98,8 @@ class Case:
             parts.append(self.variant)
         if self.source != "dlperf":
             parts.append(f"src-{self.source}")
+        if self.image != "pinned":
+            parts.append(f"{self.image}-image")
         return "/".join(str(p) for p in parts)
 
     @property
@@ -108,12 +114,15 @@ class Case:
             self.xla,
             self.variant,
             self.source,
+            self.image,
         )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         if data["amp_dtype"] == "auto":  # the records of the kits before the field, unchanged
             del data["amp_dtype"]
+        if data["image"] == "pinned":  # likewise: a pinned image is what every earlier case ran
+            del data["image"]
         data["topology"] = self.topology.label
         data["id"] = self.id
         return data

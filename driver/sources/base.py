@@ -110,3 +110,87 @@ def refuse_unsupported(case: Case, source: str, problems: list[str]) -> None:
 
 
 SOURCES: Registry[type[Source]] = Registry("source")  # each plug-in module registers
+
+
+# Which image a source's case runs in (the case's ``image``): the source's pinned image, or its
+# current image (``current_image`` in source.yaml: the same pinned code on a later base, built
+# from the source's Dockerfile by its ``dlperf-also`` line). Part of the case's id when current.
+PINNED, CURRENT = "pinned", "current"
+IMAGE_CHOICES = (PINNED, CURRENT)
+
+
+class ImageRefused(ValueError):
+    """``image: current`` asked of a source that has no current image: ``where`` (the file and
+    field that say so, or what the source is) and ``why``."""
+
+    def __init__(self, source: str, where: str, why: str) -> None:
+        self.source, self.where, self.why = source, where, why
+        super().__init__(f"source {source} has no current image ({where}: {why})")
+
+
+def current_image_spec(source: str) -> object:
+    """The source's ``current_image`` entry (driver.sources.spec.CurrentImageSpec) when it
+    names a built image; an :class:`ImageRefused` naming the field and the reason otherwise."""
+    if source == "dlperf":
+        raise ImageRefused(
+            source,
+            "the kit's own scripts",
+            "they run in the framework's image (images.lock), which has no pinned and current "
+            "pair; image: current selects an upstream source's current image",
+        )
+    plugin = SOURCES.get(source)()
+    spec = getattr(plugin, "spec", None)
+    if spec is None or not plugin.image:  # a PyPI source: ``image = ""``
+        raise ImageRefused(
+            source, "the source", "it runs from PyPI in the kit's own environment, in no image"
+        )
+    current = spec.current_image
+    if current is None:
+        raise ImageRefused(
+            source,
+            f"{spec.path}: current_image",
+            "not given (the pinned image is the only one this source runs in)",
+        )
+    if current.refused:
+        raise ImageRefused(source, f"{spec.path}: current_image.refused", current.refused)
+    return current
+
+
+def source_image(source: str, image: str = PINNED) -> str:
+    """The images.lock/catalog name of the image an upstream source's case runs in: the one
+    place every container platform resolves it (docker, podman, pyxis, Slurm's OCI). ``image``
+    is the case's choice (:data:`IMAGE_CHOICES`); an :class:`ImageRefused` where the source has
+    no current image."""
+    if image == PINNED:
+        return str(SOURCES.get(source)().image)
+    if image != CURRENT:
+        raise ValueError(f"image {image!r}: one of {', '.join(IMAGE_CHOICES)}")
+    return str(current_image_spec(source).image)  # type: ignore[attr-defined]
+
+
+def image_differs(case: Case) -> list[str]:
+    """What differs in the software of ``case``'s image from the source's pinned one (its
+    ``current_image.differs``); [] for a case on the pinned image."""
+    if case.image == PINNED:
+        return []
+    return list(current_image_spec(case.source).differs)  # type: ignore[attr-defined]
+
+
+def image_key(source: str, image: str = PINNED) -> str:
+    """How settings name a source's image (``slurm.image.<key>``, ``slurm.oci_image.<key>``,
+    ``slurm.oci_bundle.<key>``): the source for its pinned image, ``<source>-current`` for its
+    current one (an entry for the pinned image never stands in for the current one)."""
+    return source if image == PINNED else f"{source}-{image}"
+
+
+def image_keys() -> list[str]:
+    """Every source's key, and ``<source>-current`` of each source that has a current image."""
+    keys = []
+    for name in SOURCES.names():
+        keys.append(name)
+        try:
+            current_image_spec(name)
+        except ImageRefused:
+            continue
+        keys.append(image_key(name, CURRENT))
+    return keys

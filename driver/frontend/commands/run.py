@@ -108,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "measured_steps": args.measured_steps,
             "data_dir": args.data_dir,
             "amp_dtype": args.amp_dtype,
+            "image": args.image,
             "options": dict(args.option or []),
         }
     )
@@ -263,8 +264,11 @@ def _selection_arguments(run: argparse.ArgumentParser) -> None:
         "fp16 (as DLPerf's V100 runs; with a loss scaler) or bf16",
     )
     run.add_argument(
-        "--variant", help="comma-separated option variants of the matrix", action=Once
+        "--image",
+        help="an upstream source's image: pinned (default) or current (its source.yaml "
+        "current_image: the same pinned code on a later base; a case of its own)",
     )
+    run.add_argument("--variant", help="comma-separated option variants of the matrix", action=Once)
     run.add_argument("--repeats", type=int)
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--measured-steps", type=int)

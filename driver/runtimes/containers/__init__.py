@@ -106,8 +106,11 @@ class ContainerPlatform:
         """What pre-flight asks the node of this platform's engine (None: the node's Python)."""
         return None
 
-    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str | None:  # noqa: ARG002
-        """The image ``node`` runs the case in (None: no image)."""
+    def image_for(
+        self, framework: str, node: Node, source: str = "dlperf", image: str = "pinned"
+    ) -> str | None:  # noqa: ARG002
+        """The image ``node`` runs the case in (None: no image); ``image``: an upstream
+        source's case's choice, pinned or current (``driver.sources.base.source_image``)."""
         return None
 
     def probe_command(self, remote: Remote, code: str, image: str | None, framework: str) -> str:
@@ -127,7 +130,13 @@ class ContainerPlatform:
         raise NotImplementedError
 
     def command_line(
-        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
+        self,
+        launch: Launch,
+        env: dict[str, str],
+        code: str,
+        framework: str,
+        source: str,
+        image: str = "pinned",
     ) -> str:
         """The shell command a launch runs on its node, as ``--dry-run`` shows it."""
         raise NotImplementedError

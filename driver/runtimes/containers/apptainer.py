@@ -64,7 +64,9 @@ class Apptainer(NoContainer):
         ]  # fmt: skip
 
     # -- over SSH ----------------------------------------------------------------------------
-    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str:  # noqa: ARG002
+    def image_for(  # noqa: ARG002 - no upstream source runs here (runs_sources)
+        self, framework: str, node: Node, source: str = "dlperf", image: str = "pinned"
+    ) -> str:
         image = node.container.image.get(framework) or node.container.image.get("default")
         if not image:
             raise ValueError(

@@ -76,36 +76,41 @@ class Docker(ContainerPlatform):
         return "python3"  # the image's: our CPU images put /opt/venv first on PATH
 
     # -- images ----------------------------------------------------------------------------
-    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str:
+    def image_for(
+        self, framework: str, node: Node, source: str = "dlperf", image: str = "pinned"
+    ) -> str:
         """The image ID this node runs the case in: an inventory override, the upstream
-        source's image, or the framework's image for the node's variant."""
+        source's image (pinned or current, as the case asks), or the framework's image for the
+        node's variant."""
         override = node.container.image.get(framework) or node.container.image.get("default")
         if source != "dlperf":
             override = None
-        key = (framework, source, override or node.container.variant)
+        key = (framework, source, image, override or node.container.variant)
         if key not in self._images:
             self._images[key] = (
                 self._resolve_override(override)
                 if override
-                else self._resolve_built(framework, node.container.variant, source)
+                else self._resolve_built(framework, node.container.variant, source, image)
             )
         return self._images[key]
 
-    def _built(self, framework: str, variant: str, source: str) -> tuple[str, Any]:
+    def _built(
+        self, framework: str, variant: str, source: str, image: str = "pinned"
+    ) -> tuple[str, Any]:
         """The name of the image the kit builds for the case, and the build options."""
         from driver.images.build import BuildOptions
         from driver.images.catalog import discover, image_for
-        from driver.sources.base import SOURCES
+        from driver.sources.base import source_image
 
         options = self.build_options or BuildOptions(log=lambda _line: None)
         if source != "dlperf":
-            return str(SOURCES.get(source)().image), options
+            return source_image(source, image), options
         return image_for(framework, variant, discover(options.root)), options
 
-    def _resolve_built(self, framework: str, variant: str, source: str) -> str:
+    def _resolve_built(self, framework: str, variant: str, source: str, image: str) -> str:
         from driver.images.build import resolve_image
 
-        built = resolve_image(*self._built(framework, variant, source))
+        built = resolve_image(*self._built(framework, variant, source, image))
         assert built.id is not None
         return built.id
 
@@ -194,22 +199,29 @@ class Docker(ContainerPlatform):
         )
 
     def command_line(
-        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
+        self,
+        launch: Launch,
+        env: dict[str, str],
+        code: str,
+        framework: str,
+        source: str,
+        image: str = "pinned",
     ) -> str:
-        image = self.planned_image(framework, launch.remote.node, source)
+        image = self.planned_image(framework, launch.remote.node, source, image)
         create = self.create_argv(launch, env, code, image, {"dlperf.session": "<session>"})
         return f"{shell(create)} && {shell(self.cli(launch.remote, 'start', '-a', launch.run_id))}"
 
-    def planned_image(self, framework: str, node: Node, source: str) -> str:
+    def planned_image(self, framework: str, node: Node, source: str, image: str = "pinned") -> str:
         """The image a node would run, without an engine: the inventory's override, else the
-        tag of the image with today's inputs (what ``dlperf images build`` makes)."""
+        tag of the image with today's inputs (what ``dlperf images build`` makes); ``image``:
+        an upstream source's case's choice, pinned or current."""
         from driver.images.build import plan_images
         from driver.images.lock import LockError
 
         override = node.container.image.get(framework) or node.container.image.get("default")
         if override and source == "dlperf":
             return override
-        name, options = self._built(framework, node.container.variant, source)
+        name, options = self._built(framework, node.container.variant, source, image)
         try:
             return plan_images([name], options)[name].tag
         except LockError:  # e.g. a base digest still unresolved: the name, and no tag yet

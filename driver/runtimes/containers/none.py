@@ -100,7 +100,13 @@ class NoContainer(ContainerPlatform):
         return self.wrap(argv, image, self.mounts(node, code), workdir, gpus)
 
     def command_line(
-        self, launch: Launch, env: dict[str, str], code: str, framework: str, source: str
+        self,
+        launch: Launch,
+        env: dict[str, str],
+        code: str,
+        framework: str,
+        source: str,
+        image: str = "pinned",  # noqa: ARG002 - an upstream source's image: not run here
     ) -> str:
         argv = self.node_argv(launch, framework, code, source)
         env = {**env, "DLPERF_RUN_ID": launch.run_id}

@@ -23,6 +23,7 @@ from driver.runtimes.containers import PLATFORMS, ContainerPlatform, Context
 from driver.runtimes.slurm import client
 from driver.runtimes.slurm.containers import SourceImage, image_key
 from driver.runtimes.slurm.job import Allocation, Failure
+from driver.sources.base import image_key as source_key
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
@@ -84,19 +85,23 @@ class SlurmOci(ContainerPlatform):
         """Every task in the session's bundle (slurmstepd calls oci.conf's runtime)."""
         return [f"--container={self.session_bundle(image_key(plan), session_root)}"]
 
-    def source(self, framework: str, source: str = "dlperf") -> tuple[str, str, str]:
+    def source(
+        self, framework: str, source: str = "dlperf", image: str = "pinned"
+    ) -> tuple[str, str, str]:
         """Where a bundle comes from: (``bundle`` or ``image``, the value, the field that set
         it); a framework's own entry before ``default``, a bundle before an image. An upstream
-        source: its own entry, else its image as built here (never ``default``: the source's
+        source: the entry of the image the case asks for (``<source>``, or
+        ``<source>-current``), else that image as built here (never ``default``: the source's
         code is only in its image). A one-line RuntimeConfigError naming the fields when
         neither is set."""
         if source != "dlperf":
-            if source in self.config.oci_bundle:
-                return "bundle", self.config.oci_bundle[source], f"slurm.oci_bundle.{source}"
-            if source in self.config.oci_image:
-                return "image", self.config.oci_image[source], f"slurm.oci_image.{source}"
-            image = SourceImage.of(source)
-            return "image", image.shown, f"the source's image {image.name}"
+            key = source_key(source, image)
+            if key in self.config.oci_bundle:
+                return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
+            if key in self.config.oci_image:
+                return "image", self.config.oci_image[key], f"slurm.oci_image.{key}"
+            built = SourceImage.of(source, image)
+            return "image", built.shown, f"the source's image {built.name}"
         for key in (framework, "default"):
             if key in self.config.oci_bundle:
                 return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
@@ -134,7 +139,7 @@ class SlurmOci(ContainerPlatform):
         submitting shell's environment to the bundle's, and its PATH would hide the image's
         (python3 of the image, e.g. /opt/venv/bin). A source's own image not built here yet
         adds none (the repeat fails when it makes the bundle, with the fix)."""
-        kind, value, field_name = self.source(plan.framework, plan.source)
+        kind, value, field_name = self.source(plan.framework, plan.source, plan.case.image)
         if field_name.startswith("the source's image") and value not in self._paths:
             try:
                 env = oci.image_facts(value)[1]
@@ -208,9 +213,9 @@ class SlurmOci(ContainerPlatform):
                 )
             return facts
         self.check(session_root)
-        kind, value, field_name = self.source(plan.framework, plan.source)
+        kind, value, field_name = self.source(plan.framework, plan.source, plan.case.image)
         if field_name.startswith("the source's image"):
-            value = SourceImage.of(plan.source).built()
+            value = SourceImage.of(plan.source, plan.case.image).built()
         started = time.time()
         session, kit = str(session_root.absolute()), str(REPO_ROOT)
         mounts = [oci.Mount(kit, kit, read_only=True), oci.Mount(session, session)]
@@ -244,7 +249,7 @@ class SlurmOci(ContainerPlatform):
 
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
         bundle = self.session_bundle(image_key(plan), plan.session_root)
-        kind, value, field_name = self.source(plan.framework, plan.source)
+        kind, value, field_name = self.source(plan.framework, plan.source, plan.case.image)
         lines = [
             f"# once per session: the OCI bundle {bundle} (root from the {kind} {value} "
             f"({field_name}); config.json with the checkout and the session folder mounted); "

@@ -33,5 +33,7 @@ class Podman(Docker):
         version = self.cli(remote, "version", "--format", "{{.Version}}")
         return Engine(self.name, version, inspect, image, fix, remote.node.container.gpus)
 
-    def image_for(self, framework: str, node: Node, source: str = "dlperf") -> str:
-        return super().image_for(framework, node, source).removeprefix("sha256:")
+    def image_for(
+        self, framework: str, node: Node, source: str = "dlperf", image: str = "pinned"
+    ) -> str:
+        return super().image_for(framework, node, source, image).removeprefix("sha256:")

@@ -3,8 +3,9 @@
 The kit's own scripts run in the framework's GPU base image (by its ``images.lock`` digest, or
 ``slurm.image``), one named container per node made by a first step and reused by every repeat
 of the job, the kit's checkout and the session folder mounted at their own paths, plus
-``slurm.mounts``. An upstream source runs its own image (``slurm.image.<source>``, else a
-squashfs the kit imports once per image from the local build), a fresh container per step.
+``slurm.mounts``. An upstream source runs its own image, the pinned or the current one as the
+case asks (``slurm.image.<source>`` or ``slurm.image.<source>-current``, else a squashfs the kit
+imports once per image from the local build), a fresh container per step.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from driver.runtimes.containers import PLATFORMS, ContainerPlatform
 from driver.runtimes.slurm import client
 from driver.runtimes.slurm.containers import SourceImage, image_key
 from driver.runtimes.slurm.job import Allocation, Failure
+from driver.sources.base import image_key as source_key
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
@@ -107,7 +109,7 @@ class Pyxis(ContainerPlatform):
         mounts += self.config.mounts
         source = plan.source != "dlperf"
         return Container(
-            image=self.image_for(plan.framework, plan.source),
+            image=self.image_for(plan.framework, plan.source, plan.case.image),
             name=None if source else f"dlperf-{image_key(plan)}",
             mounts=tuple(mounts),
             workdir=str(REPO_ROOT),
@@ -120,15 +122,17 @@ class Pyxis(ContainerPlatform):
         tag = image.tag or f"{image.name}:<unbuilt>"
         return export.image_file(tag, REPO_ROOT / ".dlperf" / "enroot", ".sqsh")
 
-    def image_for(self, framework: str, source: str = "dlperf") -> str:
-        """pyxis image: ``slurm.image`` (the source's entry for an upstream source, else the
-        framework's or ``default``), else the framework's GPU base by its images.lock digest
-        in enroot's form (``registry#repository@sha256:...``), or for a source the squashfs
-        of its built image (:meth:`squashfs`)."""
+    def image_for(self, framework: str, source: str = "dlperf", image: str = "pinned") -> str:
+        """pyxis image: ``slurm.image`` (for an upstream source the entry of the image the case
+        asks for: ``<source>`` or ``<source>-current``; else the framework's or ``default``),
+        else the framework's GPU base by its images.lock digest in enroot's form
+        (``registry#repository@sha256:...``), or for a source the squashfs of its built image
+        (:meth:`squashfs`)."""
         if source != "dlperf":
-            if source in self.config.image:
-                return self.config.image[source]
-            return str(self.squashfs(SourceImage.of(source)))
+            key = source_key(source, image)
+            if key in self.config.image:
+                return self.config.image[key]
+            return str(self.squashfs(SourceImage.of(source, image)))
         if framework in self.config.image:
             return self.config.image[framework]
         if "default" in self.config.image:
@@ -163,9 +167,10 @@ class Pyxis(ContainerPlatform):
     def import_source_image(self, plan: RepeatPlan) -> dict[str, Any]:
         """The source's built image as the squashfs pyxis reads (:meth:`squashfs`), imported
         from this host's docker once per image; {} when ``slurm.image`` names the source's."""
-        if plan.source == "dlperf" or plan.source in self.config.image:
+        key = image_key(plan)
+        if plan.source == "dlperf" or key in self.config.image:
             return {}
-        image = SourceImage.of(plan.source)
+        image = SourceImage.of(plan.source, plan.case.image)
         tag = image.built()
         target = self.squashfs(image)
         facts = {"image": tag, "squashfs": str(target)}
@@ -178,7 +183,7 @@ class Pyxis(ContainerPlatform):
                 f"source {plan.source}: pyxis reads its image {tag} from a squashfs the kit "
                 "makes with enroot, which is not on this host: run `enroot import --output "
                 f"{target} dockerd://{tag}` where enroot and the image are, or set "
-                f"slurm.image.{plan.source} (a registry copy of the image, or a squashfs path)",
+                f"slurm.image.{key} (a registry copy of the image, or a squashfs path)",
             )
         started = time.time()
         self.printer(f"pyxis: importing {tag} into {target} (once per image)")
@@ -207,12 +212,13 @@ class Pyxis(ContainerPlatform):
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:
         container = self.container(plan, plan.session_root)
         lines = []
-        if plan.source != "dlperf" and plan.source not in self.config.image:
-            image = SourceImage.of(plan.source)
+        key = image_key(plan)
+        if plan.source != "dlperf" and key not in self.config.image:
+            image = SourceImage.of(plan.source, plan.case.image)
             argv = ["enroot", "import", "--output", container.image, f"dockerd://{image.shown}"]
             lines += [
                 f"# once per image: the source's image {image.name} as the squashfs pyxis "
-                f"reads (or set slurm.image.{plan.source})",
+                f"reads (or set slurm.image.{key})",
                 "$ " + shlex.join(argv),
             ]
         if container.name is None:  # made by each step

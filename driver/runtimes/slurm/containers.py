@@ -1,15 +1,17 @@
 """An upstream source's image as the Slurm platforms run it (pyxis, Slurm's OCI containers).
 
 An upstream source's code is only in its own image (``src-<source>``, built by ``dlperf images
-build``), so a source's step runs that image, never the framework's: under pyxis the entry
-``slurm.image.<source>`` (a registry image in enroot's form, or a squashfs file the nodes read),
-else a squashfs the kit imports once per image from the local build (``enroot import
-dockerd://``) into ``.dlperf/enroot`` of the checkout (the nodes see it: a shared file system);
-under Slurm's OCI containers ``slurm.oci_bundle.<source>`` or ``slurm.oci_image.<source>``,
-else the local build exported into a bundle like any image. Its node command (the source's
-``sh -c`` wrapper) runs unchanged. ``none`` runs no image: a source is refused there, except a
-PyPI source (``<source>-pypi``), whose environment is ``.venvs/<source>`` beside the kit's. The
-platforms themselves are ``driver/runtimes/containers/``.
+build``; a case with ``image: current`` runs the source's current image instead, whose
+settings' key is ``<source>-current``), so a source's step runs that image, never the
+framework's: under pyxis the entry ``slurm.image.<source>`` (a registry image in enroot's
+form, or a squashfs file the nodes read), else a squashfs the kit imports once per image from
+the local build (``enroot import dockerd://``) into ``.dlperf/enroot`` of the checkout (the
+nodes see it: a shared file system); under Slurm's OCI containers ``slurm.oci_bundle.<source>``
+or ``slurm.oci_image.<source>``, else the local build exported into a bundle like any image. Its
+node command (the source's ``sh -c`` wrapper) runs unchanged. ``none`` runs no image: a source
+is refused there, except a PyPI source (``<source>-pypi``), whose environment is
+``.venvs/<source>`` beside the kit's. The platforms themselves are
+``driver/runtimes/containers/``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ if TYPE_CHECKING:
 
 
 def image_key(plan: RepeatPlan) -> str:
-    """What picks a step's image: the framework (the kit's own scripts) or the upstream source
-    (its code is in its own image). Also the key of ``slurm.image``/``oci_*`` entries."""
-    return plan.framework if plan.source == "dlperf" else plan.source
+    """What picks a step's image: the framework (the kit's own scripts) or the upstream source's
+    image the case asks for (its code is in its own image: ``<source>`` pinned,
+    ``<source>-current`` current). Also the key of ``slurm.image``/``oci_*`` entries."""
+    from driver.sources.base import image_key as source_key
+
+    return plan.framework if plan.source == "dlperf" else source_key(plan.source, plan.case.image)
 
 
 UNBUILT = "<unbuilt: base not resolved in images.lock>"
@@ -44,12 +49,13 @@ class SourceImage:
     why: str = ""
 
     @classmethod
-    def of(cls, source: str) -> SourceImage:
+    def of(cls, source: str, image: str = "pinned") -> SourceImage:
+        """``image``: the case's choice, pinned or current (``sources.base.source_image``)."""
         from driver.images.build import BuildOptions, plan_images
         from driver.images.lock import LockError
-        from driver.sources.base import SOURCES
+        from driver.sources.base import source_image
 
-        name = str(SOURCES.get(source)().image)
+        name = source_image(source, image)
         try:
             tag = plan_images([name], BuildOptions(log=lambda _line: None))[name].tag
         except LockError as error:  # e.g. an NGC base whose digest is not resolved yet

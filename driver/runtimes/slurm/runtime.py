@@ -71,7 +71,7 @@ from driver.runtimes.slurm.render import (
     step_script,
 )
 from driver.runtimes.slurm.step import Step
-from driver.sources.base import SOURCES
+from driver.sources.base import SOURCES, source_image
 from driver.sources.upstream import UpstreamSource
 
 if TYPE_CHECKING:
@@ -303,7 +303,8 @@ class SlurmRuntime:
             return ""
         if not self.platform.runs_sources:
             return (
-                f"upstream source {plan.source!r} runs in its own image ({source.image}), and "
+                f"upstream source {plan.source!r} runs in its own image "
+                f"({source_image(plan.source, plan.case.image)}), and "
                 f"slurm.container: {platform} runs no image: set slurm.container: pyxis or oci "
                 "(docs/upstream.md), or run it with --runtime docker and an inventory of the nodes"
             )

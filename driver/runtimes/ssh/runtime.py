@@ -111,7 +111,7 @@ class SshRuntime:
         context = Context(where, remotes=self.remotes, build_options=build_options)
         name = self.platform_name or chosen or "none"
         self.platform = platform_for("ssh", name, context, "container")
-        self._prepared: dict[tuple[str, str, str], Prepared] = {}
+        self._prepared: dict[tuple[str, str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
         self._bundle: CodeBundle | None = None
         # (session label, node) swept by clean_leftovers: prepare need not sweep it again
@@ -178,7 +178,9 @@ class SshRuntime:
             code = code_dir(node.scratch_dir, bundle)
             env = self.node_environment(command, node, self.workdir_on(code))
             launch = Launch(index, remote, command, RUN_NAME, f"{node.scratch_dir}/runs/{RUN_NAME}")
-            there = self.platform.command_line(launch, env, code, framework, source)
+            there = self.platform.command_line(
+                launch, env, code, framework, source, plan.case.image
+            )
             # The exact string the node's shell gets over SSH (Fabric sends it as it is).
             lines.append(f"[{node.name}] {node.ssh.user}@{node.address}:{node.ssh.port} $ {there}")
         return lines
@@ -208,12 +210,14 @@ class SshRuntime:
         framework: str,
         devices: int | None = None,
         source: str = "dlperf",
+        choice: str = "pinned",
     ) -> tuple[list[Check], dict[str, str]]:
-        """Checks of every node, with the image each node must have (a container engine)."""
+        """Checks of every node, with the image each node must have (a container engine);
+        ``choice``: an upstream source's case's image, pinned or current."""
         images: dict[str, str] = {}
         checks: list[Check] = []
         for remote in remotes:
-            image = self.platform.image_for(framework, remote.node, source)
+            image = self.platform.image_for(framework, remote.node, source, choice)
             if image:
                 images[remote.node.name] = image
         by_image: dict[str | None, list[Remote]] = {}
@@ -235,8 +239,9 @@ class SshRuntime:
         root: Path,
         devices: int,
         source: str = "dlperf",
+        choice: str = "pinned",
     ) -> Prepared:
-        key = (str(root), framework, source)
+        key = (str(root), framework, source, choice)
         names = {remote.node.name for remote in remotes}
         cached = self._prepared.get(key)
         if cached and names <= set(cached.code_dirs) and not (names & self._dirty):
@@ -250,7 +255,7 @@ class SshRuntime:
                 f"{self.platform.name} does not run: set container: docker or podman",
             )
         try:
-            checks, images = self.preflight(remotes, framework, devices, source)
+            checks, images = self.preflight(remotes, framework, devices, source, choice)
         except Exception as error:  # noqa: BLE001 - e.g. no image built: one clear verdict
             raise PrepareFailed(Verdict.FAILED, f"pre-flight: {error}") from None
         bad = failures(checks)
@@ -370,7 +375,7 @@ class SshRuntime:
         try:
             t0 = time.monotonic()
             try:
-                prepared = self.prepare(remotes, framework, root, devices, source)
+                prepared = self.prepare(remotes, framework, root, devices, source, plan.case.image)
             except PrepareFailed as failure:
                 return RepeatOutcome(
                     failure.verdict, [], started, time.time(), failure.detail, extra
