@@ -575,7 +575,7 @@ def _write_spec(tmp_path: Path, **changes: object) -> Path:
 
 
 def test_spec_validation(tmp_path: Path) -> None:
-    assert load_spec(_write_spec(tmp_path)).launches["resnet50"].argv == ("run", "{batch}")
+    assert load_spec(_write_spec(tmp_path)).launches["resnet50"].argv == ["run", "{batch}"]
     with pytest.raises(SourceError, match="full 40-hex commit"):
         load_spec(_write_spec(tmp_path, commit="v2.3.0"))
     with pytest.raises(SourceError, match="unknown placeholder"):
