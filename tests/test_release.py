@@ -80,6 +80,12 @@ def test_manifest_records_provenance_and_every_checksum(released: Path, session:
     assert manifest["sessions"][0]["name"] == session.name
     # the README layout: every layout of the versions released so far, and none beyond
     assert manifest["readme_layout"] == 5
+    # results.json's own schema, named in the manifest too
+    assert (
+        manifest["results_schema"]
+        == json.loads((released / "results.json").read_text())["schema"]
+        == 2
+    )
     for layout in (1, 2, 3, 4):
         assert validate({**manifest, "readme_layout": layout}) == []
     assert validate({**manifest, "readme_layout": 6}) == [

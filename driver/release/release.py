@@ -54,7 +54,14 @@ from driver.release.manifest import (
 from driver.release.mfu import compute_model_costs, load_peaks
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.references import load_references
-from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
+from driver.release.results import (
+    RESULTS_SCHEMA,
+    Results,
+    ResultsError,
+    csv_text,
+    json_text,
+    results_data,
+)
 from driver.release.signatures import describe, session_signatures
 from driver.release.versions import VERSION, released_versions, write_index
 from driver.release.vouching import (
@@ -457,6 +464,7 @@ def _build(
         "remeasured": remeasured,
         "changes": _changes(previous, reports_root, data),
         "readme_layout": README_LAYOUT,
+        "results_schema": RESULTS_SCHEMA,
         "signatures": {
             "version": vouching.version_status(),
             "sessions": signatures.sessions,
