@@ -120,6 +120,16 @@ def test_key_files_must_exist_when_checked(tmp_path: Path) -> None:
     assert inventory.nodes[0].ssh.key == str(key)
 
 
+def test_files_named_in_defaults_are_checked_as_each_node_has_them(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    message = error_of(nodes({"address": "h"}, ssh={"key": missing}), True)
+    assert message.startswith("inv.yaml: defaults.ssh.key: ") and "does not exist" in message
+    # a node that records new host keys (accept-new) creates the file: it need not exist yet
+    accept_new = {"address": "h", "ssh": {"host_key_policy": "accept-new"}}
+    inventory = parse(nodes(accept_new, ssh={"known_hosts": missing}), True)
+    assert inventory.nodes[0].ssh.known_hosts == missing
+
+
 def test_file_errors_and_the_cli_reports_it_like_a_matrix_error(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="does not exist"):
         load_inventory(tmp_path / "missing.yaml")

@@ -313,8 +313,8 @@ def _merge(defaults: dict, node: dict) -> dict:
 def parse_inventory(data: Any, path: Path | str, *, check_files: bool = True) -> Inventory:
     path = Path(path)
     context = {"path": path, "check_files": check_files}
-    try:
-        parsed = validate(InventoryFile, data, path, context)
+    try:  # files named in defaults are checked as each node has them (merged, below)
+        parsed = validate(InventoryFile, data, path, {**context, "check_files": False})
     except ConfigError as error:
         raise InventoryError(error.path, error.field_path, error.message) from None
     defaults_data = data.get("defaults") or {}
