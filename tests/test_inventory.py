@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import shlex
 import subprocess
@@ -118,6 +119,14 @@ def test_key_files_must_exist_when_checked(tmp_path: Path) -> None:
     key.write_text("k")
     inventory = parse(nodes({"address": "h", "ssh": {"key": str(key)}}), True)
     assert inventory.nodes[0].ssh.key == str(key)
+
+
+def test_a_mapping_or_value_left_empty_takes_the_defaults() -> None:
+    empty = {"address": "h", "ssh": {"user": None}, "container": {"image": None}}
+    node = parse(nodes(empty, {"address": "g", "ssh": None}, ssh=None)).nodes[0]
+    assert node.ssh.user == getpass.getuser() and node.ssh.port == 22
+    assert node.container.image == {} and node.container.gpus == "all"
+    assert (node.name, node.collective_address) == ("node0", "h")
 
 
 def test_files_named_in_defaults_are_checked_as_each_node_has_them(tmp_path: Path) -> None:

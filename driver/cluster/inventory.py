@@ -156,7 +156,7 @@ def _local_file(value: str, info: ValidationInfo, must_exist: bool) -> str:
 
 
 class SshSettings(StrictModel):
-    user: text(_USER, "a user name") = Field(default_factory=getpass.getuser)
+    user: text(_USER, "a user name") | None = Field(None, validate_default=True)  # None: mine
     port: number(1, 65535, "a port number 1-65535") = 22
     key: LocalFile | None = None  # a private key file on the head node; None: agent / ~/.ssh keys
     connect_timeout: number(1, 3600, "a number of seconds 1-3600", integer=False) = 10
@@ -164,6 +164,11 @@ class SshSettings(StrictModel):
     # host is refused ("reject", OpenSSH's default) or recorded into this file ("accept-new").
     host_key_policy: Annotated[str, one_of(*HOST_KEY_POLICIES)] = "reject"
     known_hosts: LocalFile | None = Field(None, validate_default=True)
+
+    @field_validator("user")
+    @classmethod
+    def _default_user(cls, value: str | None) -> str:
+        return value or getpass.getuser()
 
     @field_validator("key")
     @classmethod
@@ -198,6 +203,11 @@ class ContainerSettings(StrictModel):
             return {**data, "gpus": "all"}
         return data
 
+    @field_validator("image", mode="before")
+    @classmethod
+    def _no_image_is_none(cls, value: Any) -> Any:
+        return {} if value is None else value  # "image:" left empty
+
     @field_validator("gpus")
     @classmethod
     def _no_gpus_for_cpu(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -231,6 +241,11 @@ class NodeDefaults(StrictModel):
         Annotated[Any, AfterValidator(_env_value)],
     ] = {}
     container: ContainerSettings = ContainerSettings()
+
+    @field_validator("ssh", mode="before")
+    @classmethod
+    def _no_ssh_is_none(cls, value: Any) -> Any:
+        return {} if value is None else value  # "ssh:" left empty: every default
 
 
 class Node(NodeDefaults):
