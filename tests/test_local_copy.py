@@ -248,7 +248,7 @@ def test_a_real_docker_build_takes_its_code_from_the_served_copy(
             (image_options.lock_path.parent / ".dlperf" / "images-built.json").read_text()
         )
         assert records[built.tag]["code"] == copy.provenance()
-        log = (image_options.lock_path.parent / ".dlperf" / "build-logs" / "src-demo.log")
+        log = image_options.lock_path.parent / ".dlperf" / "build-logs" / "src-demo.log"
         tagged = commits["tagged"]
         assert f"{tagged} refs/heads/dlperf-{tagged[:12]}" in log.read_text()
     finally:

@@ -336,9 +336,7 @@ def test_a_case_on_two_device_models_is_refused(session: Path, tmp_path: Path) -
         header["fingerprint"]["cpu_model"] = "X1"
 
     rewrite_headers(folder, on_x1)
-    with pytest.raises(
-        ReleaseError, match=r"on several.*\n  calibration/.*: .* \(none\), X1 \d+c"
-    ):
+    with pytest.raises(ReleaseError, match=r"on several.*\n  calibration/.*: .* \(none\), X1 \d+c"):
         release("v0.1", [other], reports_root=tmp_path / "reports", printer=quiet)
 
 

@@ -146,8 +146,9 @@ def assert_ran_on_the_nodes(record, folder: Path, nodes: list[str]) -> None:  # 
     for index, node in enumerate(nodes):
         lines = (folder / f"node{index}.log").read_text().splitlines()
         header = next(i for i, line in enumerate(lines) if line.startswith("DLPERF-UPSTREAM "))
-        assert lines[header + 1].startswith("DLPERF-HOST ") and f'"hostname": "{node}"' in (
-            lines[header + 1]
+        assert (
+            lines[header + 1].startswith("DLPERF-HOST ")
+            and f'"hostname": "{node}"' in (lines[header + 1])
         )
 
 

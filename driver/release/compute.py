@@ -100,8 +100,13 @@ def compute(dataset: Dataset, config: Config) -> Computed:
     rows = {
         s.key: s.row(
             # a published figure: no MFU, bound or reference of ours
-            **({} if s.published_by else _release_columns(
-                s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)),
+            **(
+                {}
+                if s.published_by
+                else _release_columns(
+                    s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config
+                )
+            ),
             row="case",
             repeat_throughputs=list(s.throughputs),
             table=titles[s.case_id],
