@@ -396,7 +396,7 @@ def test_a_difference_nobody_stated_is_found() -> None:
     spec = SPECS[entry.source]
     launch = spec.launches["bert"]
     i = launch.argv.index("--optimizer_type")
-    lamb = replace(launch, argv=launch.argv[:i] + launch.argv[i + 2 :])
+    lamb = launch.model_copy(update={"argv": launch.argv[:i] + launch.argv[i + 2 :]})
     original = spec.launches
     try:
         object.__setattr__(spec, "launches", {**original, "bert": lamb})

@@ -59,8 +59,8 @@ def test_repository_images_are_all_pinned_through_the_lock() -> None:
                 f"{spec.dockerfile}: {ref} is not in images.lock: add it with digest "
                 "'unresolved' or run `dlperf images lock`"
             )
-    ngc = lock.get("nvcr.io/nvidia/pytorch:25.04-py3")
-    assert ngc is not None and ngc.resolved and ngc.pinned_ref.endswith(ngc.digest)
+    ngc = "nvcr.io/nvidia/pytorch:25.04-py3"
+    assert lock.pins[ngc].resolved and lock.pinned_ref(ngc) == f"{ngc}@{lock.pins[ngc].digest}"
     assert specs["pytorch-cpu"].wheels is not None
     assert specs["pytorch-cpu"].wheels.required == ("torch",)
 
@@ -148,14 +148,14 @@ def test_making_one_base_keeps_the_pin_of_another_recipe(tmp_path: Path) -> None
     lock = load_lock(lock_path)
     _pin(lock, pinned["debian"], DIGEST_A, log=lambda _line: None, previous=None)
     _pin(lock, pinned["debian-bullseye"], DIGEST_B, log=lambda _line: None, previous=None)
-    assert {p.ref for p in load_lock(lock_path).pins.values()} == {
+    assert set(load_lock(lock_path).pins) == {
         pinned["debian"].tag,
         pinned["debian-bullseye"].tag,
     }
     edited = tmp_path / "dockerfiles" / "base-debian.yaml"
     edited.write_text("suite: bookworm\nmirror: http://deb.example/debian\ninclude: [procps]\n")
     _pin(lock, load_recipe(edited), DIGEST_B, log=lambda _line: None, previous=None)
-    refs = {p.ref for p in load_lock(lock_path).pins.values()}
+    refs = set(load_lock(lock_path).pins)
     assert refs == {load_recipe(edited).tag, pinned["debian-bullseye"].tag}  # old bookworm gone
 
 
@@ -410,7 +410,8 @@ def test_cli_build_refuses_an_unresolved_base(
     lock = tmp_path / "images.lock"
     shutil.copy(REPO_ROOT / "images.lock", lock)
     data = load_lock(lock)
-    data.get("nvcr.io/nvidia/pytorch:25.04-py3").digest = UNRESOLVED
+    ngc = "nvcr.io/nvidia/pytorch:25.04-py3"
+    data.pins[ngc] = data.pins[ngc].model_copy(update={"digest": UNRESOLVED})
     data.save()
     code = main(["images", "build", "pytorch-gpu", "--lock", str(lock)])
     err = capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import shlex
 import subprocess
@@ -118,6 +119,24 @@ def test_key_files_must_exist_when_checked(tmp_path: Path) -> None:
     key.write_text("k")
     inventory = parse(nodes({"address": "h", "ssh": {"key": str(key)}}), True)
     assert inventory.nodes[0].ssh.key == str(key)
+
+
+def test_a_mapping_or_value_left_empty_takes_the_defaults() -> None:
+    empty = {"address": "h", "ssh": {"user": None}, "container": {"image": None}}
+    node = parse(nodes(empty, {"address": "g", "ssh": None}, ssh=None)).nodes[0]
+    assert node.ssh.user == getpass.getuser() and node.ssh.port == 22
+    assert node.container.image == {} and node.container.gpus == "all"
+    assert (node.name, node.collective_address) == ("node0", "h")
+
+
+def test_files_named_in_defaults_are_checked_as_each_node_has_them(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    message = error_of(nodes({"address": "h"}, ssh={"key": missing}), True)
+    assert message.startswith("inv.yaml: defaults.ssh.key: ") and "does not exist" in message
+    # a node that records new host keys (accept-new) creates the file: it need not exist yet
+    accept_new = {"address": "h", "ssh": {"host_key_policy": "accept-new"}}
+    inventory = parse(nodes(accept_new, ssh={"known_hosts": missing}), True)
+    assert inventory.nodes[0].ssh.known_hosts == missing
 
 
 def test_file_errors_and_the_cli_reports_it_like_a_matrix_error(tmp_path: Path) -> None:

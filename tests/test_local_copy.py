@@ -125,21 +125,17 @@ def test_every_commit_the_source_pins_is_checked_and_names_must_be_sources(
     repo, commits = upstream
     real = SPECS["ngc-pytorch"]  # one commit per model: resnet50 and bert differ
     model, other = sorted(real.launches)[:2]
-    spec = dataclasses.replace(
-        real,
-        commit=commits["main"],
-        launches={
-            model: dataclasses.replace(real.launches[model], commit=commits["main"]),
-            other: dataclasses.replace(real.launches[other], commit=ABSENT),
+    spec = real.model_copy(update={
+        "commit": commits["main"],
+        "launches": {
+            model: real.launches[model].model_copy(update={"commit": commits["main"]}),
+            other: real.launches[other].model_copy(update={"commit": ABSENT}),
         },
-    )
+    })  # fmt: skip
     with pytest.raises(LocalCopyError, match=ABSENT):
         local_copies([f"ngc-pytorch={repo}"], {"ngc-pytorch": spec})
-    spec = dataclasses.replace(
-        spec,
-        launches={**spec.launches, other: dataclasses.replace(spec.launches[other],
-                                                              commit=commits["tagged"])},
-    )  # fmt: skip
+    tagged = spec.launches[other].model_copy(update={"commit": commits["tagged"]})
+    spec = spec.model_copy(update={"launches": {**spec.launches, other: tagged}})
     copies = local_copies([f"ngc-pytorch={repo}"], {"ngc-pytorch": spec})
     assert set(copies) == {real.image}
     assert set(copies[real.image].commits) == {commits["main"], commits["tagged"]}
@@ -252,7 +248,7 @@ def test_a_real_docker_build_takes_its_code_from_the_served_copy(
             (image_options.lock_path.parent / ".dlperf" / "images-built.json").read_text()
         )
         assert records[built.tag]["code"] == copy.provenance()
-        log = (image_options.lock_path.parent / ".dlperf" / "build-logs" / "src-demo.log")
+        log = image_options.lock_path.parent / ".dlperf" / "build-logs" / "src-demo.log"
         tagged = commits["tagged"]
         assert f"{tagged} refs/heads/dlperf-{tagged[:12]}" in log.read_text()
     finally:

@@ -30,7 +30,7 @@ from driver.plugins import load_all
 from driver.runtimes.local import LocalRuntime
 from driver.sources.base import SOURCES
 from driver.sources.pypi import SECTIONS, PypiSection, PypiSource, ensure_source_env, load_section
-from driver.sources.spec import SourceError
+from driver.sources.spec import SourceError, load_spec
 from driver.sources.upstream import SPECS
 from tests.conftest import require_real
 
@@ -96,7 +96,7 @@ def _spec_with(tmp_path: Path, pypi: dict) -> object:
     data["pypi"] = pypi
     path = tmp_path / "source.yaml"
     path.write_text(yaml.safe_dump(data))
-    return replace(spec, path=path)
+    return load_spec(path)
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,12 @@ def test_manifest_records_provenance_and_every_checksum(released: Path, session:
     assert manifest["sessions"][0]["name"] == session.name
     # the README layout: every layout of the versions released so far, and none beyond
     assert manifest["readme_layout"] == 5
+    # results.json's own schema, named in the manifest too
+    assert (
+        manifest["results_schema"]
+        == json.loads((released / "results.json").read_text())["schema"]
+        == 2
+    )
     for layout in (1, 2, 3, 4):
         assert validate({**manifest, "readme_layout": layout}) == []
     assert validate({**manifest, "readme_layout": 6}) == [
@@ -330,9 +336,7 @@ def test_a_case_on_two_device_models_is_refused(session: Path, tmp_path: Path) -
         header["fingerprint"]["cpu_model"] = "X1"
 
     rewrite_headers(folder, on_x1)
-    with pytest.raises(
-        ReleaseError, match=r"on several.*\n  calibration/.*: .* \(none\), X1 \d+c"
-    ):
+    with pytest.raises(ReleaseError, match=r"on several.*\n  calibration/.*: .* \(none\), X1 \d+c"):
         release("v0.1", [other], reports_root=tmp_path / "reports", printer=quiet)
 
 

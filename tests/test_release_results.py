@@ -14,8 +14,10 @@ from driver.release.results import (
     MEASUREMENT_FIELDS,
     Results,
     ResultsError,
+    by_machine,
     csv_text,
     json_text,
+    results_schema,
 )
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
@@ -33,6 +35,19 @@ def test_a_committed_version_reads_and_renders_back_byte_for_byte(version: str) 
     unmatched = [c for c in results.cases if c.reference_id is None]
     assert all("reference_source" not in c.dump() for c in unmatched)
     assert all(r.measurement is not None for r in results.repeats)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_committed_versions_schema_says_how_its_cases_are_split(version: str) -> None:
+    """The versions released before results had a schema of their own hold schema 1, and
+    their README layout says whether they split cases by machine (v0.4-cpu, layout 3 on)."""
+    manifest = json.loads((REPORTS / version / "manifest.json").read_text())
+    results = Results.load(REPORTS / version / "results.json")
+    assert results.schema_ == results_schema(manifest) == 1
+    split = [("fingerprint" in row.dump()) for row in results.cases]
+    assert split == [by_machine(manifest)] * len(split)
+    assert by_machine(manifest) == (version >= "v0.4")
+    assert by_machine({**manifest, "results_schema": 2})  # a version of schema 2: always
 
 
 def test_the_measurement_columns_come_from_the_model() -> None:

@@ -22,7 +22,6 @@ pyxis is not packaged in Debian: its lines are rendered in ``test_slurm_upstream
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -124,10 +123,10 @@ def on_cpu(
     """The source with ``model``'s argv template swapped for its CPU form (flags: one block
     always passed); every other fact of source.yaml kept (folder, logging, step offset...)."""
     spec = SPECS[source]
-    launch = dataclasses.replace(
-        spec.launches[model], argv=tuple(argv), flags=(FlagBlock(when={}, args=tuple(flags)),)
+    launch = spec.launches[model].model_copy(
+        update={"argv": argv, "flags": [FlagBlock(args=flags)]}
     )
-    cpu = dataclasses.replace(spec, launches={**spec.launches, model: launch})
+    cpu = spec.model_copy(update={"launches": {**spec.launches, model: launch}})
     monkeypatch.setitem(SOURCES._entries, source, functools.partial(UpstreamSource, cpu))
 
 
@@ -147,8 +146,9 @@ def assert_ran_on_the_nodes(record, folder: Path, nodes: list[str]) -> None:  # 
     for index, node in enumerate(nodes):
         lines = (folder / f"node{index}.log").read_text().splitlines()
         header = next(i for i, line in enumerate(lines) if line.startswith("DLPERF-UPSTREAM "))
-        assert lines[header + 1].startswith("DLPERF-HOST ") and f'"hostname": "{node}"' in (
-            lines[header + 1]
+        assert (
+            lines[header + 1].startswith("DLPERF-HOST ")
+            and f'"hostname": "{node}"' in (lines[header + 1])
         )
 
 
@@ -397,12 +397,14 @@ def test_horovod_ranks_start_as_slurm_tasks_through_the_pyxis_path(
         'for a in 0 20 40 60 80 100; do printf "INFO:root:Epoch[0] Batch [%d-%d]\\t'
         'Speed: %d.00 samples/sec\\tLR: 0.1\\n" $a $((a+19)) $((300+a)) >&2; done'
     )
-    launch = dataclasses.replace(
-        spec.launches["resnet50"], directory=str(folder), flags=(),
-        argv=("mpirun", "--allow-run-as-root", "--tag-output", "-np", "{world}", "-H",
-              "{hosts_slots}", "-x", "NCCL_DEBUG=WARN", "sh", "-c", lines),
-    )  # fmt: skip
-    cpu = dataclasses.replace(spec, workdir=str(tmp_path / "src"), launches={"resnet50": launch})
+    launch = spec.launches["resnet50"].model_copy(update={
+        "directory": str(folder), "flags": [],
+        "argv": ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "{world}", "-H",
+                 "{hosts_slots}", "-x", "NCCL_DEBUG=WARN", "sh", "-c", lines],
+    })  # fmt: skip
+    cpu = spec.model_copy(
+        update={"workdir": str(tmp_path / "src"), "launches": {"resnet50": launch}}
+    )
     monkeypatch.setitem(SOURCES._entries, "ngc-mxnet", functools.partial(UpstreamSource, cpu))
     case = Case(
         model="resnet50", framework="mxnet", topology=Topology(2, 2), batch_size=32,

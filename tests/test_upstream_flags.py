@@ -121,7 +121,13 @@ def rendered(spec: SourceSpec, model: str) -> tuple[list[list[str]], list[list[s
     upstream = UpstreamSource(spec)
     # The refused variants' argv as the template would make it, were they not refused.
     lifted = UpstreamSource(
-        replace(spec, launches={m: replace(ml, refused=()) for m, ml in spec.launches.items()})
+        spec.model_copy(
+            update={
+                "launches": {
+                    m: ml.model_copy(update={"refused": []}) for m, ml in spec.launches.items()
+                }
+            }
+        )
     )
     out: dict[bool, list[list[str]]] = {False: [], True: []}
     for case in [*cases, *variants]:

@@ -192,7 +192,7 @@ def test_the_matrix_holds_no_refused_variant_and_asking_for_one_is_refused(
             options={"dali": "dali" in words},
             topology=Topology(1, 1),
         )
-        _block, because = SPECS[source].launches[model].refused[0]
+        because = SPECS[source].launches[model].refused[0].because
         with pytest.raises(ValueError, match="refuses this variant") as caught:
             upstream.launch_for(case)
         assert because in str(caught.value)

@@ -598,7 +598,7 @@ def _write_spec(tmp_path: Path, **changes: object) -> Path:
 
 
 def test_spec_validation(tmp_path: Path) -> None:
-    assert load_spec(_write_spec(tmp_path)).launches["resnet50"].argv == ("run", "{batch}")
+    assert load_spec(_write_spec(tmp_path)).launches["resnet50"].argv == ["run", "{batch}"]
     with pytest.raises(SourceError, match="full 40-hex commit"):
         load_spec(_write_spec(tmp_path, commit="v2.3.0"))
     with pytest.raises(SourceError, match="unknown placeholder"):
@@ -615,8 +615,13 @@ def test_spec_validation(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="unknown key"):
         load_spec(_write_spec(tmp_path, branch="master"))
     # a release instead of a commit: exactly one pin, the wheel by its sha256
-    release = {"package": "tf-models-official", "version": "2.3.0", "branch": "r2.3.0",
-               "file": "tf_models_official-2.3.0-py2.py3-none-any.whl", "sha256": "c" * 64}
+    release = {
+        "package": "tf-models-official",
+        "version": "2.3.0",
+        "branch": "r2.3.0",
+        "file": "tf_models_official-2.3.0-py2.py3-none-any.whl",
+        "sha256": "c" * 64,
+    }
     spec = load_spec(_write_spec(tmp_path, commit=None, release=release))
     assert spec.release is not None and spec.release.requirement == "tf-models-official==2.3.0"
     assert spec.commit is None and spec.launches["resnet50"].commit is None and not spec.commits
@@ -707,8 +712,10 @@ def test_readme_support_table_marks_every_source() -> None:
         cells = dict(zip(("resnet50", "bert"), rows[0].split("|")[2:4], strict=True))
         flags = yaml.safe_load((spec.folder / "flags.yaml").read_text())
         pin = "release" if spec.release is not None else "commit"
-        status = "pinned only" if flags.get("unverified_because") else (
-            f"flags verified at the pinned {pin}"
+        status = (
+            "pinned only"
+            if flags.get("unverified_because")
+            else (f"flags verified at the pinned {pin}")
         )
         for model, cell in cells.items():
             if model in spec.launches:
@@ -719,8 +726,10 @@ def test_readme_support_table_marks_every_source() -> None:
                 refused = bool(spec.launches[model].refused)
                 assert ("refused because" in cell) == refused, (spec.name, model, cell)
                 assert "not checked" not in cell, (spec.name, model, cell)
-                assert status in cell and f"({flags['checked']})" in cell or (
-                    status == "pinned only" and status in cell
+                assert (
+                    status in cell
+                    and f"({flags['checked']})" in cell
+                    or (status == "pinned only" and status in cell)
                 ), (spec.name, model, cell)
             else:
                 assert cell.strip() == "-", (spec.name, model, cell)

@@ -25,11 +25,18 @@ from __future__ import annotations
 import getpass
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from driver.cluster.slurm import SlurmConfig
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
@@ -136,34 +143,96 @@ def _by_framework(what: str, pattern: str) -> Any:
     ]
 
 
-class SshSpec(StrictModel):
-    user: text(_USER, "a user name") | None = None
+def _local_file(value: str, info: ValidationInfo, must_exist: bool) -> str:
+    """A file on the head node, relative to the inventory's folder; ``must_exist`` unless the
+    reader asked for no file checks (``check_files``)."""
+    inventory = Path(info.context["path"])
+    expanded = Path(value).expanduser()
+    if not expanded.is_absolute():
+        expanded = (inventory.parent / expanded).resolve()
+    if must_exist and info.context["check_files"] and not expanded.is_file():
+        raise ValueError(f"{str(expanded)!r} does not exist")
+    return str(expanded)
+
+
+class SshSettings(StrictModel):
+    user: text(_USER, "a user name") | None = Field(None, validate_default=True)  # None: mine
     port: number(1, 65535, "a port number 1-65535") = 22
-    key: LocalFile | None = None
+    key: LocalFile | None = None  # a private key file on the head node; None: agent / ~/.ssh keys
     connect_timeout: number(1, 3600, "a number of seconds 1-3600", integer=False) = 10
-    known_hosts: LocalFile | None = None
+    # Host keys: the user's and the system's known_hosts plus this file are trusted; an unknown
+    # host is refused ("reject", OpenSSH's default) or recorded into this file ("accept-new").
     host_key_policy: Annotated[str, one_of(*HOST_KEY_POLICIES)] = "reject"
+    known_hosts: LocalFile | None = Field(None, validate_default=True)
+
+    @field_validator("user")
+    @classmethod
+    def _default_user(cls, value: str | None) -> str:
+        return value or getpass.getuser()
+
+    @field_validator("key")
+    @classmethod
+    def _key_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _local_file(value, info, must_exist=True) if value else None
+
+    @field_validator("known_hosts")
+    @classmethod
+    def _known_hosts_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        accept_new = info.data.get("host_key_policy") == "accept-new"
+        if value is None and accept_new:
+            value = DEFAULT_KNOWN_HOSTS  # where OpenSSH records new hosts
+        # accept-new writes the file (it may not exist yet); reject reads it, so it must exist
+        return _local_file(value, info, must_exist=not accept_new) if value else None
 
 
-class ContainerSpec(StrictModel):
-    variant: Annotated[Any, one_of(*VARIANTS)] = "gpu"
-    image: _by_framework("an image reference", _IMAGE) | None = None
+class ContainerSettings(StrictModel):
+    variant: Annotated[Any, one_of(*VARIANTS)] = "gpu"  # which image: <framework>-cpu or -gpu
+    image: _by_framework("an image reference", _IMAGE) = {}  # framework -> image ref, overrides
+    # docker run --gpus value; the gpu variant's default "all"
     gpus: text(_GPUS, "all, a count or device=<ids>", numbers=True) | None = None
-    ipc: Annotated[Any, one_of(*IPC_MODES)] = "host"
-    shm_size: Size | None = None
-    memory: Size | None = None
+    ipc: Annotated[Any, one_of(*IPC_MODES)] = "host"  # a node's processes share memory (NCCL)
+    shm_size: Size | None = None  # only with a private ipc namespace: host ipc has host /dev/shm
+    memory: Size | None = None  # docker run --memory (a cap; exceeding it is an OOM verdict)
     ulimits: dict[Annotated[Any, one_of(*ULIMITS)], Annotated[Any, AfterValidator(_ulimit)]] = {}
-    mounts: list[Annotated[Any, AfterValidator(_mount)]] = []
+    mounts: list[Annotated[Any, AfterValidator(_mount)]] = []  # "source:target[:ro|rw]"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_variant_gets_all_gpus(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("variant", "gpu") == "gpu" and "gpus" not in data:
+            return {**data, "gpus": "all"}
+        return data
+
+    @field_validator("image", mode="before")
+    @classmethod
+    def _no_image_is_none(cls, value: Any) -> Any:
+        return {} if value is None else value  # "image:" left empty
+
+    @field_validator("gpus")
+    @classmethod
+    def _no_gpus_for_cpu(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("variant") == "cpu":
+            raise ValueError("a cpu variant container gets no GPUs; remove gpus")
+        return value
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm_size_needs_private_ipc(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("ipc") == "host":
+            raise ValueError(
+                "has no effect with ipc: host (the host's /dev/shm is used); set ipc: private"
+            )
+        return value
 
 
 class NodeDefaults(StrictModel):
     """What ``defaults:`` may set: everything of a node but its name and addresses."""
 
-    ssh: SshSpec | None = None
+    ssh: SshSettings = SshSettings()
     devices: number(1, MAX_NODE_DEVICES, f"an integer >= 1, at most {MAX_NODE_DEVICES}") = 1
     interface: text(_IFNAMES, "an interface name (e.g. eth0, ib0, ^docker,lo)") | None = None
     data_dir: AbsolutePath | None = None
-    scratch_dir: AbsolutePath = "/var/tmp/dlperf"
+    scratch_dir: AbsolutePath = "/var/tmp/dlperf"  # code, per-repeat logs, pid files
     min_free_gb: number(0, 1e6, "a number >= 0 (GB)", integer=False) = 5
     python: _by_framework("an interpreter path", _COMMAND) = {"default": "python3"}
     docker_host: text(_DOCKER_HOST, "a URL such as unix:///var/run/docker.sock") | None = None
@@ -171,65 +240,32 @@ class NodeDefaults(StrictModel):
         text(_ENV_NAME, "a valid environment variable name"),
         Annotated[Any, AfterValidator(_env_value)],
     ] = {}
-    container: ContainerSpec = ContainerSpec()
+    container: ContainerSettings = ContainerSettings()
+
+    @field_validator("ssh", mode="before")
+    @classmethod
+    def _no_ssh_is_none(cls, value: Any) -> Any:
+        return {} if value is None else value  # "ssh:" left empty: every default
 
 
-class NodeSpec(NodeDefaults):
-    name: NodeName | None = None
-    address: Host
-    collective_address: Host | None = None
+class Node(NodeDefaults):
+    """A node as the inventory lists it, its defaults merged in; validated with the context
+    ``path``, ``check_files`` and ``index`` (its place in ``nodes``, which names it by default)."""
 
+    name: NodeName = Field(None, validate_default=True)
+    address: Host  # SSH address
+    # where other nodes reach this one (MASTER_ADDR for node 0); default: the address
+    collective_address: Host = Field(None, validate_default=True)
 
-class InventoryFile(StrictModel):
-    cluster: NodeName | None = None
-    # The container platform over SSH (driver/runtimes/containers/ checks the name).
-    container: text(r"[a-z][a-z0-9-]{0,31}", "a container platform's name") | None = None
-    defaults: NodeDefaults | None = None
-    nodes: Annotated[list[dict[str, Any]], Field(min_length=1)]
-    # One cluster file can serve the SSH runtimes and Slurm: its section is checked here too.
-    slurm: SlurmConfig | None = None
+    @field_validator("name", mode="wrap")
+    @classmethod
+    def _default_name(cls, value: Any, handler: Any, info: ValidationInfo) -> str:
+        return handler(value) if value is not None else f"node{info.context['index']}"
 
-
-@dataclass(frozen=True)
-class SshSettings:
-    user: str
-    port: int = 22
-    key: str | None = None  # a private key file on the head node; None: agent / ~/.ssh keys
-    connect_timeout: float = 10.0
-    # Host keys: the user's and the system's known_hosts plus this file are trusted; an unknown
-    # host is refused ("reject", OpenSSH's default) or recorded into this file ("accept-new").
-    known_hosts: str | None = None
-    host_key_policy: str = "reject"
-
-
-@dataclass(frozen=True)
-class ContainerSettings:
-    variant: str = "gpu"  # which image of a framework: <framework>-cpu or <framework>-gpu
-    image: dict[str, str] = field(default_factory=dict)  # framework -> image ref, overrides
-    gpus: str | None = None  # docker run --gpus value; gpu variant default "all"
-    ipc: str = "host"  # the processes of a node share memory (NCCL, data loaders)
-    shm_size: str | None = None  # only with a private ipc namespace: host ipc has host /dev/shm
-    memory: str | None = None  # docker run --memory (a cap; exceeding it is an OOM verdict)
-    ulimits: dict[str, str] = field(default_factory=dict)  # name -> "soft[:hard]"
-    mounts: tuple[str, ...] = ()  # "source:target[:ro|rw]"
-
-
-@dataclass(frozen=True)
-class Node:
-    index: int
-    name: str
-    address: str  # SSH address
-    collective_address: str  # where other nodes reach this one (MASTER_ADDR for node 0)
-    ssh: SshSettings
-    devices: int = 1
-    interface: str | None = None
-    data_dir: str | None = None
-    scratch_dir: str = "/var/tmp/dlperf"
-    min_free_gb: float = 5.0
-    python: dict[str, str] = field(default_factory=lambda: {"default": "python3"})
-    docker_host: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    container: ContainerSettings = field(default_factory=ContainerSettings)
+    @field_validator("collective_address", mode="wrap")
+    @classmethod
+    def _default_collective_address(cls, value: Any, handler: Any, info: ValidationInfo) -> str:
+        return handler(value) if value is not None else info.data.get("address")
 
     def python_for(self, framework: str) -> str:
         return self.python.get(framework) or self.python.get("default") or "python3"
@@ -253,6 +289,16 @@ class Node:
         }
 
 
+class InventoryFile(StrictModel):
+    cluster: NodeName | None = None
+    # The container platform over SSH (driver/runtimes/containers/ checks the name).
+    container: text(r"[a-z][a-z0-9-]{0,31}", "a container platform's name") | None = None
+    defaults: NodeDefaults | None = None
+    nodes: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    # One cluster file can serve the SSH runtimes and Slurm: its section is checked here too.
+    slurm: SlurmConfig | None = None
+
+
 @dataclass(frozen=True)
 class Inventory:
     path: Path
@@ -267,15 +313,6 @@ class Inventory:
         raise KeyError(name)
 
 
-def _local_file(path: Path, where: str, value: str, must_exist: bool) -> str:
-    expanded = Path(value).expanduser()
-    if not expanded.is_absolute():
-        expanded = (path.parent / expanded).resolve()
-    if must_exist and not expanded.is_file():
-        raise InventoryError(path, where, f"{str(expanded)!r} does not exist")
-    return str(expanded)
-
-
 def _merge(defaults: dict, node: dict) -> dict:
     """Node values over the defaults; ssh, container and env merge key by key."""
     merged = dict(defaults)
@@ -288,82 +325,18 @@ def _merge(defaults: dict, node: dict) -> dict:
     return merged
 
 
-def _ssh(path: Path, where: str, spec: SshSpec | None, check_files: bool) -> SshSettings:
-    spec = spec or SshSpec()
-    accept_new = spec.host_key_policy == "accept-new"
-    known_hosts = spec.known_hosts
-    if known_hosts is None and accept_new:
-        known_hosts = DEFAULT_KNOWN_HOSTS  # where OpenSSH records new hosts
-    return SshSettings(
-        user=spec.user or getpass.getuser(),
-        port=spec.port,
-        key=_local_file(path, f"{where}.key", spec.key, check_files) if spec.key else None,
-        connect_timeout=float(spec.connect_timeout),
-        # accept-new writes the file (it may not exist yet); reject reads it, so it must exist
-        known_hosts=(
-            _local_file(path, f"{where}.known_hosts", known_hosts, check_files and not accept_new)
-            if known_hosts
-            else None
-        ),
-        host_key_policy=spec.host_key_policy,
-    )
-
-
-def _container(path: Path, where: str, spec: ContainerSpec) -> ContainerSettings:
-    gpus = spec.gpus if spec.gpus is not None else ("all" if spec.variant == "gpu" else None)
-    if spec.variant == "cpu" and gpus is not None:
-        raise InventoryError(
-            path, f"{where}.gpus", "a cpu variant container gets no GPUs; remove gpus"
-        )
-    if spec.ipc == "host" and spec.shm_size is not None:
-        raise InventoryError(
-            path,
-            f"{where}.shm_size",
-            "has no effect with ipc: host (the host's /dev/shm is used); set ipc: private",
-        )
-    return ContainerSettings(
-        variant=spec.variant,
-        image=dict(spec.image or {}),
-        gpus=gpus,
-        ipc=spec.ipc,
-        shm_size=spec.shm_size,
-        memory=spec.memory,
-        ulimits=dict(spec.ulimits),
-        mounts=tuple(spec.mounts),
-    )
-
-
-def _node(path: Path, index: int, spec: NodeSpec, check_files: bool) -> Node:
-    where = f"nodes[{index}]"
-    return Node(
-        index=index,
-        name=spec.name or f"node{index}",
-        address=spec.address,
-        collective_address=spec.collective_address or spec.address,
-        ssh=_ssh(path, f"{where}.ssh", spec.ssh, check_files),
-        devices=spec.devices,
-        interface=spec.interface,
-        data_dir=spec.data_dir,
-        scratch_dir=spec.scratch_dir,
-        min_free_gb=float(spec.min_free_gb),
-        python=dict(spec.python),
-        docker_host=spec.docker_host,
-        env=dict(spec.env),
-        container=_container(path, f"{where}.container", spec.container),
-    )
-
-
 def parse_inventory(data: Any, path: Path | str, *, check_files: bool = True) -> Inventory:
     path = Path(path)
-    try:
-        parsed = validate(InventoryFile, data, path)
+    context = {"path": path, "check_files": check_files}
+    try:  # files named in defaults are checked as each node has them (merged, below)
+        parsed = validate(InventoryFile, data, path, {**context, "check_files": False})
     except ConfigError as error:
         raise InventoryError(error.path, error.field_path, error.message) from None
     defaults_data = data.get("defaults") or {}
     nodes: list[Node] = []
     for index, entry in enumerate(parsed.nodes):
         try:
-            spec = validate(NodeSpec, _merge(defaults_data, entry), path)
+            node = validate(Node, _merge(defaults_data, entry), path, {**context, "index": index})
         except ConfigError as error:
             # A bad value that came from `defaults` is reported where it was written.
             key = error.field_path.split(".")[0].split("[")[0]
@@ -372,24 +345,24 @@ def parse_inventory(data: Any, path: Path | str, *, check_files: bool = True) ->
             else:
                 where = f"nodes[{index}].{error.field_path}"
             raise InventoryError(path, where, error.message) from None
-        nodes.append(_node(path, index, spec, check_files))
+        nodes.append(node)
     seen: dict[str, int] = {}
     endpoints: dict[tuple, int] = {}
-    for node in nodes:
+    for index, node in enumerate(nodes):
         if node.name in seen:
             raise InventoryError(
-                path, f"nodes[{node.index}].name", f"{node.name!r} is also nodes[{seen[node.name]}]"
+                path, f"nodes[{index}].name", f"{node.name!r} is also nodes[{seen[node.name]}]"
             )
-        seen[node.name] = node.index
+        seen[node.name] = index
         endpoint = (node.address, node.ssh.port, node.docker_host)
         if endpoint in endpoints:
             raise InventoryError(
                 path,
-                f"nodes[{node.index}].address",
+                f"nodes[{index}].address",
                 f"{node.address}:{node.ssh.port} is already nodes[{endpoints[endpoint]}]; "
                 "list every node once",
             )
-        endpoints[endpoint] = node.index
+        endpoints[endpoint] = index
     name = parsed.cluster or path.stem
     if re.fullmatch(_NAME, name) is None:
         raise InventoryError(
@@ -418,7 +391,7 @@ def check_container_data_dir(inventory: Inventory, data_dir: str) -> None:
     ``data_dir`` (mounted at the same path) or a ``container.mounts`` target must hold it,
     else the script would find no data in the container. An :class:`InventoryError` naming
     the first node that lacks it and the fix."""
-    for node in inventory.nodes:
+    for index, node in enumerate(inventory.nodes):
         targets = [m.split(":")[1] for m in node.container.mounts]
         if node.data_dir and _inside(data_dir, node.data_dir):
             continue
@@ -426,7 +399,7 @@ def check_container_data_dir(inventory: Inventory, data_dir: str) -> None:
             continue
         raise InventoryError(
             inventory.path,
-            f"nodes[{node.index}].data_dir",
+            f"nodes[{index}].data_dir",
             f"node {node.name} mounts no folder that holds the cases' data_dir {data_dir!r} "
             f"into its containers (its data_dir: {node.data_dir or 'none'}; mounts: "
             f"{', '.join(node.container.mounts) or 'none'}); set data_dir: {data_dir} for the "

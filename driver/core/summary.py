@@ -182,8 +182,8 @@ class CaseRow(StrictModel):
     row: Annotated[Literal["case"] | None, RELEASE] = None  # a release's results rows say so
     repeat_throughputs: Annotated[list[float] | None, RELEASE] = None
     table: Annotated[str | None, RELEASE] = None
-    fingerprint: Annotated[str | None, RELEASE] = None  # the machine (README layout 3 on)
-    # README layout 5 on: a measured case above 100% efficiency beyond its noise tolerance, and
+    fingerprint: Annotated[str | None, RELEASE] = None  # the machine (release.by_machine)
+    # Results schema 2 on: a measured case above 100% efficiency beyond its noise tolerance, and
     # the reason it was released with; who signed the case's session and the version.
     superlinear: Annotated[bool | None, RELEASE] = None
     superlinear_reason: Annotated[str | None, RELEASE] = None
@@ -201,14 +201,14 @@ class CaseRow(StrictModel):
         unmatched = {"reference_source"} if self.reference_source is None else set()
         if self.published_by is None:
             unmatched |= set(PUBLISHED_FIELDS)
-        unmatched |= {name for name in LAYOUT_5_FIELDS if getattr(self, name) is None}
+        unmatched |= {name for name in SCHEMA_2_FIELDS if getattr(self, name) is None}
         if self.fingerprint is None:
             unmatched.add("fingerprint")
         return {"row": self.row, **self.model_dump(exclude=unmatched | {"row"})}
 
 
-# Release columns that versions before README layout 5 do not have (written only where set).
-LAYOUT_5_FIELDS = (
+# Release columns that results schema 2 added (driver.release.results; written only where set).
+SCHEMA_2_FIELDS = (
     "superlinear", "superlinear_reason", "session_signature", "session_signed_by",
     "version_signature",
 )  # fmt: skip

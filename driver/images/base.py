@@ -271,24 +271,21 @@ def _recipe_label(recipe: BaseRecipe) -> str:
 def _pin(lock: Lock, recipe: BaseRecipe, digest: str, log: Log, previous: str | None) -> Pin:
     label = _recipe_label(recipe)
     pin = Pin(
-        ref=recipe.tag,
         digest=digest,
         source="debootstrap",
-        extra={
-            "recipe": label,
-            "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "debootstrap": debootstrap_version(),
-        },
+        recipe=label,
+        made=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        debootstrap=debootstrap_version(),
     )
     # An edited recipe supersedes its older base: one pin per recipe file (other recipes, e.g.
     # bookworm beside bullseye, keep theirs).
     for ref in [
         r
         for r, p in lock.pins.items()
-        if p.source == "debootstrap" and r != pin.ref and p.extra.get("recipe") == label
+        if p.source == "debootstrap" and r != recipe.tag and p.recipe == label
     ]:
         del lock.pins[ref]
-    lock.set(pin)
+    lock.pins[recipe.tag] = pin
     lock.save()
     if previous and previous != digest:
         log(f"base: re-pinned {recipe.tag}: {previous[:19]} -> {digest[:19]} in {lock.path}")

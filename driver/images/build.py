@@ -224,7 +224,7 @@ def _plan(
                     f"{name}: its base {recipe.tag} is not pinned in {lock.path}; run "
                     f"`make base-image` (dlperf images base {ref[1:]}) first"
                 )
-            hashed[arg] = args[arg] = pin.pinned_ref
+            hashed[arg] = args[arg] = lock.pinned_ref(recipe.tag)
         elif ref.startswith("@"):
             parent = plans[ref[1:]]
             hashed[arg] = parent.tag  # the parent's inputs, not its machine-specific ID
@@ -242,7 +242,7 @@ def _plan(
                     "`dlperf images lock` on a machine that can pull from its registry, then "
                     "commit the lock (a digest is never guessed)"
                 )
-            hashed[arg] = args[arg] = pin.pinned_ref
+            hashed[arg] = args[arg] = lock.pinned_ref(ref)
     context: dict[str, Path] = {}
     for relative in spec.context:
         path = spec.folder / relative

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,12 +51,12 @@ class LockFileError(ConfigError, LockError):
     """A bad ``images.lock``: ``<file>: <field>: <what is allowed>``."""
 
 
-class PinEntry(StrictModel):
-    """One pin: the digest and where it comes from, plus the notes the kit writes."""
+class Pin(StrictModel):
+    """One pin (the lock's key is its repository:tag): the digest and where it comes from, plus
+    the notes the kit writes (where and when it was resolved or made, who uses it)."""
 
     digest: text(rf"{DIGEST.pattern}|{UNRESOLVED}", f"sha256:<64 hex> or {UNRESOLVED!r}")
-    source: Annotated[str, one_of(*SOURCES)]
-    # notes (where and when it was resolved or made, who uses it)
+    source: Annotated[str, one_of(*SOURCES)]  # registry | debootstrap
     resolved_by: Line | None = None
     resolved_at: Line | None = None
     recipe: Line | None = None
@@ -66,13 +66,17 @@ class PinEntry(StrictModel):
     note: Line | None = None
     error: Line | None = None
 
+    @property
+    def resolved(self) -> bool:
+        return self.digest != UNRESOLVED
+
 
 ImageRef = text(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,511}", "an image reference repository:tag")
 
 
 class LockFile(StrictModel):
     schema_: Annotated[Any, one_of(SCHEMA)] = Field(alias="schema")
-    pins: dict[ImageRef, PinEntry] = {}
+    pins: dict[ImageRef, Pin] = {}
 
 
 def default_lock_path() -> Path:
@@ -80,46 +84,27 @@ def default_lock_path() -> Path:
 
 
 @dataclass
-class Pin:
-    ref: str  # repository:tag
-    digest: str  # sha256:<hex> or "unresolved"
-    source: str  # registry | debootstrap
-    extra: dict[str, Any] = field(default_factory=dict)  # notes: where it was resolved, when
-
-    @property
-    def resolved(self) -> bool:
-        return self.digest != UNRESOLVED
-
-    @property
-    def pinned_ref(self) -> str:
-        """What a FROM uses: ``tag@digest`` for a registry image, the ID for a local one."""
-        if not self.resolved:
-            raise LockError(f"{self.ref}: digest unresolved")
-        if self.source == "debootstrap":
-            return self.digest  # no registry digest exists; the content-addressed ID is the pin
-        return f"{self.ref}@{self.digest}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"digest": self.digest, "source": self.source, **self.extra}
-
-
-@dataclass
 class Lock:
     path: Path
-    pins: dict[str, Pin]
+    pins: dict[str, Pin]  # repository:tag -> its pin
 
     def get(self, ref: str) -> Pin | None:
         return self.pins.get(ref)
 
-    def set(self, pin: Pin) -> None:
-        self.pins[pin.ref] = pin
+    def pinned_ref(self, ref: str) -> str:
+        """What a FROM uses: ``tag@digest`` for a registry image, the ID for a local one."""
+        pin = self.pins.get(ref)
+        if pin is None or not pin.resolved:
+            raise LockError(f"{ref}: digest unresolved")
+        if pin.source == "debootstrap":
+            return pin.digest  # no registry digest exists; the content-addressed ID is the pin
+        return f"{ref}@{pin.digest}"
 
     def save(self) -> None:
-        data = {
-            "schema": SCHEMA,
-            "pins": {ref: self.pins[ref].to_dict() for ref in sorted(self.pins)},
-        }
-        text = HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        pins = {ref: self.pins[ref].model_dump(exclude_none=True) for ref in sorted(self.pins)}
+        text = HEADER + yaml.safe_dump(
+            {"schema": SCHEMA, "pins": pins}, sort_keys=False, default_flow_style=False
+        )
         write_text(self.path, text)
 
 
@@ -129,15 +114,10 @@ def load_lock(path: Path | str | None = None) -> Lock:
     if not path.exists():
         raise LockFileError(path, "(file)", "does not exist; `dlperf images lock` creates it")
     try:
-        raw = load_document(path)
-        data = validate(LockFile, raw, path)
+        data = validate(LockFile, load_document(path), path)
     except ConfigError as error:
         raise LockFileError(error.path, error.field_path, error.message) from None
-    pins = {}
-    for ref, entry in data.pins.items():
-        notes = {k: v for k, v in raw["pins"][ref].items() if k not in ("digest", "source")}
-        pins[ref] = Pin(ref, entry.digest, entry.source, notes)  # notes keep the file's order
-    return Lock(path, pins)
+    return Lock(path, dict(data.pins))
 
 
 def pinned_digests(path: Path | str) -> dict[str, str]:

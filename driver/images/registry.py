@@ -129,21 +129,16 @@ def lock_images(
                 log(f"{ref}: {error}; keeping the pinned {old.digest}")
             else:
                 status[ref] = UNRESOLVED
-                lock.set(Pin(ref, UNRESOLVED, "registry", {"error": str(error)}))
+                lock.pins[ref] = Pin(digest=UNRESOLVED, source="registry", error=str(error))
                 log(f"{ref}: {error}; recorded as unresolved (images FROM it refuse to build)")
             continue
         changed = old is None or old.digest != digest
         status[ref] = "updated" if changed else "unchanged"
-        lock.set(
-            Pin(
-                ref,
-                digest,
-                "registry",
-                {
-                    "resolved_by": "dlperf images lock (registry API)",
-                    "resolved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                },
-            )
+        lock.pins[ref] = Pin(
+            digest=digest,
+            source="registry",
+            resolved_by="dlperf images lock (registry API)",
+            resolved_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )
         log(f"{ref}: {digest} ({status[ref]})")
     for ref in [r for r, p in lock.pins.items() if p.source == "registry" and r not in status]:

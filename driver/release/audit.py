@@ -65,7 +65,14 @@ from driver.release.manifest import (
     validate,
 )
 from driver.release.readme import README_LAYOUT, readme_text
-from driver.release.results import by_machine, csv_text, json_text, readme_layout, results_data
+from driver.release.results import (
+    by_machine,
+    csv_text,
+    json_text,
+    readme_layout,
+    results_data,
+    results_schema,
+)
 from driver.release.signatures import (
     SIGNED,
     VERSION_SIGNATURE,
@@ -242,7 +249,7 @@ def _run(
     _check_images(state, derived["images"], images_lock)
 
     # 4: the published texts.
-    data = results_data(computed, manifest["version"])
+    data = results_data(computed, manifest["version"], results_schema(manifest))
     compare_json(state, "results.json", json_text(data))
     compare_csv(state, "results.csv", csv_text(data))
     layout = readme_layout(manifest)

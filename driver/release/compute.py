@@ -63,8 +63,8 @@ class Config:
     model_costs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # published figures (``dlperf import`` files in the version's config/published/)
     published: list[CaseSummary] = field(default_factory=list)
-    # README layout 3 on: cases split by machine fingerprint (else by device model), and a
-    # reference attached only on the same device model and precision
+    # results schema 2 (schema 1 from README layout 3): cases split by machine fingerprint (else
+    # by device model), and a reference attached only on the same device model and precision
     by_machine: bool = False
     marks: Marks | None = None  # README layout 5 on
 
@@ -100,8 +100,13 @@ def compute(dataset: Dataset, config: Config) -> Computed:
     rows = {
         s.key: s.row(
             # a published figure: no MFU, bound or reference of ours
-            **({} if s.published_by else _release_columns(
-                s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config)),
+            **(
+                {}
+                if s.published_by
+                else _release_columns(
+                    s, summaries, headers.get(s.case_id, {}), sessions_of, dataset, config
+                )
+            ),
             row="case",
             repeat_throughputs=list(s.throughputs),
             table=titles[s.case_id],

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from driver.release.compute import Computed
 from driver.release.dataset import Dataset, session_of
 from driver.release.readme import README_LAYOUTS
+from driver.release.results import KNOWN_RESULTS_SCHEMAS
 from driver.schema import ConfigError, StrictModel, check_finite, describe_error, one_of, text
 
 MANIFEST = "manifest.json"
@@ -82,6 +83,8 @@ class Manifest(StrictModel):
     counts: dict[str, Any]
     # README layout (driver.release.readme): absent in the first versions (layout 1)
     readme_layout: Annotated[Any, one_of(*README_LAYOUTS)] = 1
+    # results.json's schema (driver.release.results): absent before it had its own (1)
+    results_schema: Annotated[Any, one_of(*KNOWN_RESULTS_SCHEMAS)] = 1
     # Layout 5 on (absent before): who signed the version and each session
     # (driver.release.signatures), and the reason each superlinear case was released with.
     signatures: Signatures | None = None

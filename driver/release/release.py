@@ -22,10 +22,11 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver.files import (
     TEMP_PREFIX,
@@ -39,7 +40,7 @@ from driver.frameworks.base import REPO_ROOT
 from driver.model.results import kit_revision
 from driver.release.archive import RAW_DIR, collect_session, read_archive, write_archive
 from driver.release.compute import Computed, Marks, compute
-from driver.release.dataset import load_dataset, session_of
+from driver.release.dataset import Dataset, load_dataset, session_of
 from driver.release.imported import load_import
 from driver.release.layout import PUBLISHED_DIR, load_config
 from driver.release.manifest import (
@@ -54,8 +55,15 @@ from driver.release.manifest import (
 from driver.release.mfu import compute_model_costs, load_peaks
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.references import load_references
-from driver.release.results import Results, ResultsError, csv_text, json_text, results_data
-from driver.release.signatures import describe, session_signatures
+from driver.release.results import (
+    RESULTS_SCHEMA,
+    Results,
+    ResultsError,
+    csv_text,
+    json_text,
+    results_data,
+)
+from driver.release.signatures import Signatures, describe, session_signatures
 from driver.release.versions import VERSION, released_versions, write_index
 from driver.release.vouching import (
     Vouching,
@@ -67,6 +75,9 @@ from driver.release.vouching import (
 from driver.schema import ConfigError
 from driver.signing import RELEASE_NAMESPACE, sign
 from driver.text import check_plain_text
+
+if TYPE_CHECKING:
+    from driver.release.findings import AuditReport
 
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
@@ -158,6 +169,15 @@ def _changes(
     }
 
 
+@contextmanager
+def _refused_as_release_error(*kinds: type[Exception], prefix: str = "") -> Iterator[None]:
+    """A check's own error (a bad config file, an unvouched signature) as a ReleaseError."""
+    try:
+        yield
+    except kinds as error:
+        raise ReleaseError(f"{prefix}{error}") from None
+
+
 def release(
     version: str,
     sessions: list[Path],
@@ -184,22 +204,75 @@ def release(
     ``require_signed``: refuse an unsigned session, and a version without a signing key."""
     from driver.release.audit import audit
 
+    reports_root = Path(reports_root)
+    target = reports_root / version
+    previous = _refuse_a_bad_request(version, sessions, target, changelog, title, imports)
+    _check_config_files(imports, repo_root)
+    with _refused_as_release_error(VouchingError):
+        vouching = vouching_for(
+            reports_root, signing_key, allowed_signers, superlinear or {}, require_signed
+        )
+    collected = [collect_session(Path(s)) for s in sessions]
+    _refuse_sessions_a_release_cannot_hold(collected)
+    work = _work_folder(reports_root, version)
+    try:
+        try:
+            _build(
+                work,
+                version,
+                collected,
+                previous[0] if previous else None,
+                reports_root=reports_root,
+                changelog=(changelog or "").strip(),
+                title=title or f"dlperf report {version}",
+                accept_remeasured=accept_remeasured,
+                compute_flops=compute_flops,
+                repo_root=repo_root,
+                printer=printer,
+                imports=[Path(p) for p in imports],
+                vouching=vouching,
+            )
+            report = audit(
+                work,
+                expected_version=version,
+                recompute_flops=False,
+                allowed_signers=vouching.trust,
+            )
+        except OSError as error:  # a copy or a plot that could not be written into the version
+            if isinstance(error, KitWriteError):
+                raise
+            raise KitWriteError(error.filename or work, error) from None
+        _publish(work, target, report)
+    except BaseException:
+        remove_tree(work)
+        raise
+    write_index(reports_root)
+    printer(f"released {target} ({report.summary_line()})")
+    return target
+
+
+def _refuse_a_bad_request(
+    version: str,
+    sessions: list[Path],
+    target: Path,
+    changelog: str | None,
+    title: str | None,
+    imports: Sequence[Path],
+) -> list[tuple[str, dict[str, Any]]]:
+    """What is wrong with the request itself, before anything is read; the versions already
+    released (newest first)."""
     if not VERSION.fullmatch(version):
         raise ReleaseError(f"version {version!r} is not of the form vX.Y[.Z][-label] (v0.1-cpu)")
     for option, text, kind in (("--title", title, "name"), ("--changelog", changelog, "note")):
-        try:
+        with _refused_as_release_error(ValueError, prefix=f"{option} "):
             if text is not None:
                 check_plain_text(text, kind)
-        except ValueError as error:
-            raise ReleaseError(f"{option} {error}") from None
-    reports_root = Path(reports_root)
-    target = reports_root / version
     if target.exists():
         raise ReleaseError(
             f"{target} exists: a released version is never rewritten. Release the correction "
             "as a new version, with --changelog saying what changed and why."
         )
-    previous = released_versions(reports_root)
+    previous = released_versions(target.parent)
     if previous and not (changelog or "").strip():
         raise ReleaseError(
             f"--changelog is required: {previous[0][0]} exists, so say what {version} changes "
@@ -207,29 +280,25 @@ def release(
         )
     if not sessions:
         raise ReleaseError("give at least one session")
-    names = [Path(s).name for s in sessions]
-    if len(set(names)) != len(names):
-        raise ReleaseError(f"two sessions share a name: {names}")
-    import_names = [Path(p).name for p in imports]
-    if len(set(import_names)) != len(import_names):
-        raise ReleaseError(f"two import files share a name: {import_names}")
+    for what, paths in (("sessions", sessions), ("import files", imports)):
+        names = [Path(p).name for p in paths]
+        if len(set(names)) != len(names):
+            raise ReleaseError(f"two {what} share a name: {names}")
+    return previous
+
+
+def _check_config_files(imports: Sequence[Path], repo_root: Path) -> None:
+    """The import files, and the published results and device peaks every table of the
+    version is computed with, load."""
     for path in imports:
-        try:
+        with _refused_as_release_error(ConfigError, prefix="import file refused: "):
             load_import(path)
-        except ConfigError as error:
-            raise ReleaseError(f"import file refused: {error}") from None
-    try:  # the published results and device peaks every table of the version is computed with
+    with _refused_as_release_error(ConfigError, prefix="config file refused: "):
         load_references(repo_root / "reports" / "references.yaml")
         load_peaks(repo_root / "reports" / "peaks.yaml")
-    except ConfigError as error:
-        raise ReleaseError(f"config file refused: {error}") from None
-    try:
-        vouching = vouching_for(
-            reports_root, signing_key, allowed_signers, superlinear or {}, require_signed
-        )
-    except VouchingError as error:
-        raise ReleaseError(str(error)) from None
-    collected = [collect_session(Path(s)) for s in sessions]
+
+
+def _refuse_sessions_a_release_cannot_hold(collected: list) -> None:
     refused = [line for c in collected for line in c.refused]
     if refused:
         raise ReleaseError(
@@ -239,6 +308,9 @@ def release(
     if not any(c.repeats for c in collected):
         raise ReleaseError("the sessions hold no finished repeat")
 
+
+def _work_folder(reports_root: Path, version: str) -> Path:
+    """The hidden folder the version is built in (stale ones of killed releases removed)."""
     ensure_dir(reports_root)
     remove_stale_work(reports_root)
     work = reports_root / f"{WORK_PREFIX}{os.getpid()}-{version}"
@@ -246,61 +318,28 @@ def release(
         work.mkdir()
     except OSError as error:
         raise KitWriteError(work, error) from None
-    try:
-        _build(
-            work,
-            version,
-            collected,
-            previous[0] if previous else None,
-            reports_root=reports_root,
-            changelog=(changelog or "").strip(),
-            title=title or f"dlperf report {version}",
-            accept_remeasured=accept_remeasured,
-            compute_flops=compute_flops,
-            repo_root=repo_root,
-            printer=printer,
-            imports=[Path(p) for p in imports],
-            vouching=vouching,
+    return work
+
+
+def _publish(work: Path, target: Path, report: AuditReport) -> None:
+    """The version that passes its own audit, read-only, renamed into place (never over
+    another's)."""
+    if not report.ok:
+        raise ReleaseError("the new version fails its own audit:\n" + report.text())
+    for path in work.rglob("*"):
+        if path.is_file():
+            path.chmod(0o444)
+    ignored = git_ignored(target, [p.relative_to(work) for p in work.rglob("*") if p.is_file()])
+    if ignored:
+        raise ReleaseError(
+            "git would not commit these files of the version (.gitignore): " + ", ".join(ignored)
         )
-        report = audit(
-            work,
-            expected_version=version,
-            recompute_flops=False,
-            allowed_signers=vouching.trust,
-        )
-    except KitWriteError:
-        remove_tree(work)
-        raise
-    except OSError as error:  # a copy or a plot that could not be written into the version
-        remove_tree(work)
-        raise KitWriteError(error.filename or work, error) from None
-    except BaseException:
-        remove_tree(work)
-        raise
+    if target.exists():  # released by someone else meanwhile
+        raise ReleaseError(f"{target} appeared while releasing; nothing was written")
     try:
-        if not report.ok:
-            raise ReleaseError("the new version fails its own audit:\n" + report.text())
-        for path in work.rglob("*"):
-            if path.is_file():
-                path.chmod(0o444)
-        ignored = git_ignored(target, [p.relative_to(work) for p in work.rglob("*") if p.is_file()])
-        if ignored:
-            raise ReleaseError(
-                "git would not commit these files of the version (.gitignore): "
-                + ", ".join(ignored)
-            )
-        if target.exists():  # released by someone else meanwhile
-            raise ReleaseError(f"{target} appeared while releasing; nothing was written")
-        try:
-            os.rename(work, target)
-        except OSError as error:
-            raise KitWriteError(target, error) from None
-    except BaseException:
-        remove_tree(work)
-        raise
-    write_index(reports_root)
-    printer(f"released {target} ({report.summary_line()})")
-    return target
+        os.rename(work, target)
+    except OSError as error:
+        raise KitWriteError(target, error) from None
 
 
 def _build(
@@ -319,6 +358,57 @@ def _build(
     imports: Sequence[Path],
     vouching: Vouching,
 ) -> None:
+    archives, raw_files, members = _archive_sessions(work, collected)
+    signatures = _checked_signatures(members, collected, vouching, printer)
+    dataset = _checked_dataset(members, collected)
+    config_files = _copy_config_files(work, repo_root, dataset, imports)
+    model_costs = (
+        compute_model_costs(((r.case.model, r.case.options) for r in dataset.repeats), printer)
+        if compute_flops
+        else {}
+    )
+    computed = _checked_computation(work, dataset, model_costs, signatures, vouching)
+    remeasured = _remeasured(computed, collected, accept_remeasured)
+    derived = derived_parts(dataset, computed, work)
+    if derived["images"]["unlisted"]:
+        printer(
+            "warning: the repeats ran image digest(s) that neither images.lock nor the build "
+            f"records list: {', '.join(derived['images']['unlisted'])}"
+        )
+    data = results_data(computed, version)
+    manifest: dict[str, Any] = {
+        "schema": MANIFEST_SCHEMA,
+        "kind": KIND,
+        "version": version,
+        "title": title,
+        "released_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "changelog": changelog,
+        "previous": previous[0] if previous else None,
+        "kit": kit_revision(repo_root),
+        "release_tool": _tool_versions(),
+        **derived,
+        "config_files": config_files,
+        "raw_files": raw_files,
+        "archives": archives,
+        "files": {},
+        "model_costs": model_costs,
+        "excluded_repeats": [e for c in collected for e in c.excluded],
+        "remeasured": remeasured,
+        "changes": _changes(previous, reports_root, data),
+        "readme_layout": README_LAYOUT,
+        "results_schema": RESULTS_SCHEMA,
+        "signatures": {
+            "version": vouching.version_status(),
+            "sessions": signatures.sessions,
+            "trust": vouching.trust_status(),
+        },
+        "superlinear": dict(sorted(vouching.superlinear.items())),
+    }
+    _write_version(work, computed, data, manifest, vouching)
+
+
+def _archive_sessions(work: Path, collected: list) -> tuple[dict, dict, dict[str, bytes]]:
+    """One raw archive per session: (archives, raw files, the members as archived)."""
     archives: dict[str, dict[str, Any]] = {}
     raw_files: dict[str, dict[str, Any]] = {}
     members: dict[str, bytes] = {}
@@ -328,6 +418,13 @@ def _build(
         archives[archive] = {"sha256": sha256_file(work / archive), "members": len(digests)}
         raw_files.update({m: {**d, "archive": archive} for m, d in digests.items()})
         members.update(read_archive(work / archive))
+    return archives, raw_files, members
+
+
+def _checked_signatures(
+    members: dict[str, bytes], collected: list, vouching: Vouching, printer: Printer
+) -> Signatures:
+    """Every session's seal and signature, as archived, holding (and signed where required)."""
     signatures = session_signatures(members, vouching.allowed_signers)
     if signatures.problems:
         raise ReleaseError(
@@ -337,13 +434,16 @@ def _build(
             "session-manifest.json and .sig to release it as it is now, unsigned:\n"
             + "\n".join(f"  {_on_disk(m, collected)}: {p}" for m, p in signatures.problems)
         )
-    try:
+    with _refused_as_release_error(VouchingError):
         check_required_signatures(vouching, signatures.sessions)
-    except VouchingError as error:
-        raise ReleaseError(str(error)) from None
     printer(f"signatures {vouching.trust.verdict()}")
     for name, status in signatures.sessions.items():
         printer(f"session {name}: {describe(status)}")
+    return signatures
+
+
+def _checked_dataset(members: dict[str, bytes], collected: list) -> Dataset:
+    """The archived repeats through the door, each case in one session."""
     dataset = load_dataset(members)
     if dataset.problems:
         raise ReleaseError(
@@ -364,37 +464,47 @@ def _build(
             f"case {case_id} is in sessions {sorted(where)} (and {len(shared) - 1} more cases "
             "are shared): release one session per case"
         )
+    return dataset
 
-    # Config files: copies in the version, read from there (as the audit will).
+
+def _copy_config_files(
+    work: Path, repo_root: Path, dataset: Dataset, imports: Sequence[Path]
+) -> dict[str, dict[str, Any]]:
+    """Copies of the config files in the version, which the numbers are then read from (as
+    the audit will): destination -> its source and SHA-256."""
     config_files: dict[str, dict[str, Any]] = {}
-    metas = list(dataset.sessions.values())
-    frameworks = {r.case.framework for r in dataset.repeats}
-    for source in config_sources(repo_root, metas, frameworks):
-        destination = config_destination(repo_root, source)
+
+    def copy(source: Path, destination: str, shown: str) -> None:
         (work / destination).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, work / destination)
+        config_files[destination] = {"source": shown, "sha256": sha256_file(work / destination)}
+
+    frameworks = {r.case.framework for r in dataset.repeats}
+    for source in config_sources(repo_root, list(dataset.sessions.values()), frameworks):
         try:
             shown = source.resolve().relative_to(repo_root.resolve()).as_posix()
         except ValueError:
             shown = str(source)
-        config_files[destination] = {"source": shown, "sha256": sha256_file(work / destination)}
+        copy(source, config_destination(repo_root, source), shown)
     for path in imports:  # published figures: read from the version's copy, like the audit
-        destination = f"{PUBLISHED_DIR}/{path.name}"
-        (work / destination).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, work / destination)
-        config_files[destination] = {"source": str(path), "sha256": sha256_file(work / destination)}
-    model_costs = (
-        compute_model_costs(((r.case.model, r.case.options) for r in dataset.repeats), printer)
-        if compute_flops
-        else {}
-    )
+        copy(path, f"{PUBLISHED_DIR}/{path.name}", str(path))
+    return config_files
+
+
+def _checked_computation(
+    work: Path,
+    dataset: Dataset,
+    model_costs: dict[str, dict[str, Any]],
+    signatures: Signatures,
+    vouching: Vouching,
+) -> Computed:
+    """The version's numbers, computed from its config copies: every superlinear case vouched
+    for, each case on one device model."""
     config = load_config(work, model_costs, by_machine=True)  # a new version: by machine
     config.marks = Marks(signatures.sessions, vouching.version_status(), dict(vouching.superlinear))
     computed = compute(dataset, config)
-    try:
+    with _refused_as_release_error(VouchingError):
         check_superlinear(computed, vouching.superlinear)
-    except VouchingError as error:
-        raise ReleaseError(str(error)) from None
     mixed = _cases_on_several_devices(computed)
     if mixed:
         raise ReleaseError(
@@ -404,9 +514,14 @@ def _build(
             "`dlperf report`):\n"
             + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
         )
+    return computed
+
+
+def _remeasured(computed: Computed, collected: list, accept: bool) -> list[dict[str, Any]]:
+    """The repeats whose logs measure differently now than their records say: refused unless
+    ``accept`` (--accept-remeasured), then listed in the manifest."""
     remeasured = []
     for repeat in computed.repeats:
-        header_differs = repeat.header_differs
         if repeat.remeasured:
             recorded, measured = repeat.recorded, repeat.measurement
             remeasured.append(
@@ -415,10 +530,10 @@ def _build(
                     "record": recorded.model_dump() if recorded else None,
                     "recomputed": measured.model_dump() if measured else None,
                     # the record's header is not rank 0's header in the logs (the logs win)
-                    **({"header": "differs from the logs"} if header_differs else {}),
+                    **({"header": "differs from the logs"} if repeat.header_differs else {}),
                 }
             )
-    if remeasured and not accept_remeasured:
+    if remeasured and not accept:
         first = remeasured[0]
         raise ReleaseError(
             f"{len(remeasured)} repeat(s) measure differently from their raw logs now than when "
@@ -429,41 +544,12 @@ def _build(
             + ". Pass --accept-remeasured to "
             "publish the recomputed values (they are listed in the manifest)."
         )
-    derived = derived_parts(dataset, computed, work)
-    if derived["images"]["unlisted"]:
-        printer(
-            "warning: the repeats ran image digest(s) that neither images.lock nor the build "
-            f"records list: {', '.join(derived['images']['unlisted'])}"
-        )
-    data = results_data(computed, version)
-    kit_manifest = kit_revision(repo_root)
-    manifest: dict[str, Any] = {
-        "schema": MANIFEST_SCHEMA,
-        "kind": KIND,
-        "version": version,
-        "title": title,
-        "released_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "changelog": changelog,
-        "previous": previous[0] if previous else None,
-        "kit": kit_manifest,
-        "release_tool": _tool_versions(),
-        **derived,
-        "config_files": config_files,
-        "raw_files": raw_files,
-        "archives": archives,
-        "files": {},
-        "model_costs": model_costs,
-        "excluded_repeats": [e for c in collected for e in c.excluded],
-        "remeasured": remeasured,
-        "changes": _changes(previous, reports_root, data),
-        "readme_layout": README_LAYOUT,
-        "signatures": {
-            "version": vouching.version_status(),
-            "sessions": signatures.sessions,
-            "trust": vouching.trust_status(),
-        },
-        "superlinear": dict(sorted(vouching.superlinear.items())),
-    }
+    return remeasured
+
+
+def _write_version(
+    work: Path, computed: Computed, data: Results, manifest: dict[str, Any], vouching: Vouching
+) -> None:
     from driver.release.plots import render_plots
 
     for rel in render_plots(computed, work):

@@ -5,9 +5,12 @@ Rendering is deterministic: the audit renders the same files from its own recomp
 compares them (structurally, then byte for byte). :class:`Results` reads them back: a results
 file of an unknown schema, with an unknown field or a bad value is refused by name.
 
-A version's results split cases by machine (its ``fingerprint`` column; references only like
-with like) from README layout 3 on (manifest ``readme_layout``: :func:`by_machine`); the first
-versions' by device model. Every version's results are recomputed, whatever its layout.
+The results have a schema of their own (``schema`` in results.json, ``results_schema`` in the
+manifest), apart from the README's layout: 1, cases split by device model, or, from README
+layout 3 on, by machine (the versions released before results had a number of their own; the
+one place their layout decides it: :func:`by_machine`); 2, cases split by machine (a
+``fingerprint`` column; references only like with like) with the superlinear and signature
+columns (``SCHEMA_2_FIELDS``, written where set). Every version's results are recomputed.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from driver.schema import StrictModel, schema_version, strict_json
 from driver.telemetry.summary import TELEMETRY_FIELDS
 from driver.verify.repeat import VerifiedRepeat
 
-RESULTS_SCHEMA = 1
-KNOWN_RESULTS_SCHEMAS = (1,)
+RESULTS_SCHEMA = 2  # what a release writes
+KNOWN_RESULTS_SCHEMAS = (1, 2)
 ResultsSchema = schema_version(KNOWN_RESULTS_SCHEMAS)
 MEASUREMENT_FIELDS = RepeatMeasurement.columns()
 
@@ -90,7 +93,7 @@ class ResultsError(ValueError):
 
 
 class Results(StrictModel):
-    schema_: ResultsSchema = Field(RESULTS_SCHEMA, alias="schema")
+    schema_: ResultsSchema = Field(alias="schema")
     version: str
     cases: list[CaseRow]  # every one a release's row: its table and repeats named
     repeats: list[ReleaseRepeatRow]
@@ -156,8 +159,9 @@ def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepe
     )
 
 
-def results_data(computed: Computed, version: str) -> Results:
+def results_data(computed: Computed, version: str, schema: int = RESULTS_SCHEMA) -> Results:
     return Results(
+        schema=schema,
         version=version,
         cases=[computed.rows[s.key] for s in computed.summaries],
         repeats=[repeat_row(r, computed.telemetry[r.folder]) for r in computed.repeats],
@@ -212,15 +216,17 @@ def csv_text(data: Results) -> str:
     return buffer.getvalue()
 
 
-# The README layout from which a version's cases are split by machine (driver.release.readme).
-MACHINE_LAYOUT = 3
-
-
 def readme_layout(manifest: dict[str, Any]) -> int:
     """The layout of the README a version was released with (absent in the first: 1)."""
     return int(manifest.get("readme_layout", 1))
 
 
+def results_schema(manifest: dict[str, Any]) -> int:
+    """The schema of a version's results (absent in versions released before it: 1)."""
+    return int(manifest.get("results_schema", 1))
+
+
 def by_machine(manifest: dict[str, Any]) -> bool:
-    """Whether the version's results split cases by machine (layout 3 on)."""
-    return readme_layout(manifest) >= MACHINE_LAYOUT
+    """Whether a version's results split cases by machine: schema 2 on; schema 1 from README
+    layout 3 (v0.4), the by-device split before."""
+    return results_schema(manifest) >= 2 or readme_layout(manifest) >= 3

@@ -29,7 +29,7 @@ from pydantic import Field
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
 from driver.parsers._upstream import RunHeader, header_line
-from driver.schema import ConfigError, StrictModel, load_document, validate
+from driver.schema import ConfigError, StrictModel, validate
 from driver.sources.base import (
     HOST_PROBE,
     SOURCES,
@@ -88,7 +88,7 @@ def _check_placeholders(path: Path, where: str, items: list[str]) -> None:
 
 def load_section(spec: SourceSpec) -> PypiSection | None:
     """The ``pypi:`` section of a source's file (None where it has none), checked."""
-    data = load_document(spec.path).get("pypi")
+    data = spec.pypi
     if data is None:
         return None
     try:

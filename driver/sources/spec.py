@@ -14,11 +14,10 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, PrivateAttr
 
 from driver.frameworks.base import REPO_ROOT
 from driver.parsers._upstream import LOGGING_MODES
@@ -108,15 +107,26 @@ class ReleaseSpec(StrictModel):
 EnvName = text(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name (letters, digits, _)")
 
 
-class FlagBlockSpec(StrictModel):
-    when: dict[str, Any] = {}
+class Conditions(StrictModel):
+    when: dict[str, Any] = {}  # condition -> a value or a list of the values allowed
+
+    def matches(self, facts: Mapping[str, Any]) -> bool:
+        return all(
+            facts.get(key) in (allowed if isinstance(allowed, list) else [allowed])
+            for key, allowed in self.when.items()
+        )
+
+
+class FlagBlock(Conditions):
+    """Arguments (and environment) the launch gets where its conditions hold."""
+
     args: list[Word] = []
     # Environment variables the upstream script reads (e.g. Paddle's FLAGS_*), set for the whole
     # launch where the block matches: rendered as ``env NAME=VALUE ...`` before the argv.
     env: dict[EnvName, Word] = {}
 
 
-class RefusalSpec(StrictModel):
+class Refusal(Conditions):
     """A variant the pinned code cannot run in the pinned image (``models.<model>.refused``):
     cases matching ``when`` are refused before they start, with ``because`` (the record of what
     the script calls and the image lacks is ``needs.yaml`` beside the file)."""
@@ -125,11 +135,11 @@ class RefusalSpec(StrictModel):
     because: Line
 
 
-class LaunchSpec(StrictModel):
+class ModelLaunch(StrictModel):
     """One model of a source (``models.<model>``)."""
 
-    commit: Commit | None = None
-    dir: Line
+    commit: Commit | None = None  # default: the source's (None: pinned to a release)
+    directory: Line = Field(alias="dir")  # the model's folder in the image (the wrapper cds in)
     launch: Annotated[Any, one_of(*LAUNCH_MODES)] = "per-node"
     logging: Annotated[Any, one_of(*LOGGING_MODES)] = "rank0"
     # -1: a label one ahead of the steps finished (TF1 BERT prints global_step + 1 of a counter
@@ -143,8 +153,8 @@ class LaunchSpec(StrictModel):
     options: dict[OptionName, Any] = {}
     collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
     argv: Annotated[list[Word], Field(min_length=1)]
-    flags: list[FlagBlockSpec] = []
-    refused: list[RefusalSpec] = []
+    flags: list[FlagBlock] = []
+    refused: list[Refusal] = []
     notes: str = ""
 
 
@@ -162,71 +172,33 @@ class CurrentImageSpec(StrictModel):
     at: Annotated[list[Line], Field(min_length=1)]
 
 
-class SourceFile(StrictModel):
+class SourceSpec(StrictModel):
+    """A ``source.yaml`` as read (validated with the context ``path``: the file)."""
+
     name: Name
     framework: Name
     title: Line
     repository: Line
     commit: Commit | None = None  # exactly one of commit and release
     release: ReleaseSpec | None = None
-    found: str
-    image: Line
-    base_image: Line
+    found: str  # where the commit was found (provenance)
+    image: Line  # images.lock key of the built image
+    base_image: Line  # images.lock key of its FROM image
     parser: Name
     workdir: Line
     ssh_port: number(1, 65535, "a TCP port 1-65535") = 2222
     notes: str = ""
-    models: Annotated[dict[Name, LaunchSpec], Field(min_length=1)]
+    launches: Annotated[dict[Name, ModelLaunch], Field(min_length=1, alias="models")]
     pypi: Any = None  # the CPU run from PyPI: checked by driver/sources/pypi.py
-    current_image: CurrentImageSpec | None = None
-
-
-@dataclass(frozen=True)
-class FlagBlock:
-    when: dict[str, tuple[Any, ...]]  # condition -> allowed values
-    args: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()  # (name, value): set for the launch
-
-
-@dataclass(frozen=True)
-class ModelLaunch:
-    model: str
-    commit: str | None  # None: the source is pinned to a release (SourceSpec.release)
-    directory: str  # the model's folder in the image (the wrapper cds into it)
-    launch: str
-    logging: str
-    step_offset: int
-    extra_steps: int
-    log_every: int
-    datasets: tuple[str, ...]
-    precisions: tuple[str, ...]
-    xla: bool
-    options: dict[str, Any]
-    collect: str | None
-    argv: tuple[str, ...]
-    flags: tuple[FlagBlock, ...]
-    notes: str = ""
-    refused: tuple[tuple[FlagBlock, str], ...] = ()  # (conditions, the reason)
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    name: str
-    framework: str
-    title: str
-    repository: str
-    commit: str | None  # None where the source is pinned to a release instead
-    found: str  # where the commit was found (provenance)
-    image: str  # images.lock key of the built image
-    base_image: str  # images.lock key of its FROM image
-    parser: str
-    workdir: str
-    ssh_port: int
-    path: Path
-    launches: dict[str, ModelLaunch] = field(default_factory=dict)
-    notes: str = ""
-    release: ReleaseSpec | None = None
     current_image: CurrentImageSpec | None = None  # the pinned code on a Hopper-capable image
+    _path: Path = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._path = Path(context["path"])
+
+    @property
+    def path(self) -> Path:
+        return self._path
 
     @property
     def folder(self) -> Path:
@@ -267,73 +239,45 @@ def _check_template(path: Path, where: str, text: str, options: Mapping[str, Any
                 raise SourceError(path, where, f"{{{name}}} names no option of the model")
 
 
-def _conditions(path: Path, at: str, when: Mapping[str, Any], options: Mapping[str, Any]) -> dict:
-    conditions = {}
-    for key, value in when.items():
+def _check_conditions(path: Path, at: str, when: Mapping[str, Any], options: Mapping) -> None:
+    for key in when:
         if key not in CONDITION_KEYS and key not in options:
             raise SourceError(
                 path, f"{at}.when.{key}", f"not one of {CONDITION_KEYS} or the model's options"
             )
-        conditions[key] = tuple(value) if isinstance(value, list) else (value,)
-    return conditions
 
 
-def _launch(path: Path, model: str, spec: LaunchSpec, default_commit: str | None) -> ModelLaunch:
+def _check_launch(path: Path, model: str, launch: ModelLaunch) -> None:
+    """The templates' placeholders and the flag blocks' conditions of one model."""
     where = f"models.{model}."
-    for i, item in enumerate(spec.argv):
-        _check_template(path, f"{where}argv[{i}]", item, spec.options)
-    blocks = []
-    for i, block in enumerate(spec.flags):
+    for i, item in enumerate(launch.argv):
+        _check_template(path, f"{where}argv[{i}]", item, launch.options)
+    for i, block in enumerate(launch.flags):
         at = f"{where}flags[{i}]"
-        conditions = _conditions(path, at, block.when, spec.options)
+        _check_conditions(path, at, block.when, launch.options)
         for j, item in enumerate(block.args):
-            _check_template(path, f"{at}.args[{j}]", item, spec.options)
+            _check_template(path, f"{at}.args[{j}]", item, launch.options)
         for name, value in block.env.items():
-            _check_template(path, f"{at}.env.{name}", value, spec.options)
-        blocks.append(
-            FlagBlock(when=conditions, args=tuple(block.args), env=tuple(block.env.items()))
-        )
-    refused = tuple(
-        (FlagBlock(_conditions(path, f"{where}refused[{i}]", r.when, spec.options), ()), r.because)
-        for i, r in enumerate(spec.refused)
-    )
-    return ModelLaunch(
-        model=model,
-        commit=spec.commit or default_commit,
-        directory=spec.dir,
-        launch=spec.launch,
-        logging=spec.logging,
-        step_offset=spec.step_offset,
-        extra_steps=spec.extra_steps,
-        log_every=spec.log_every,
-        datasets=tuple(spec.datasets),
-        precisions=tuple(spec.precisions),
-        xla=spec.xla,
-        options=dict(spec.options),
-        collect=spec.collect,
-        argv=tuple(spec.argv),
-        flags=tuple(blocks),
-        notes=spec.notes,
-        refused=refused,
-    )
+            _check_template(path, f"{at}.env.{name}", value, launch.options)
+    for i, refusal in enumerate(launch.refused):
+        _check_conditions(path, f"{where}refused[{i}]", refusal.when, launch.options)
 
 
 def load_spec(path: Path) -> SourceSpec:
     try:
-        data = validate(SourceFile, load_document(path), path)
+        spec = validate(SourceSpec, load_document(path), path, {"path": path})
     except ConfigError as error:
         raise SourceError(error.path, error.field_path, error.message) from None
-    if (data.commit is None) == (data.release is None):
+    if (spec.commit is None) == (spec.release is None):
         raise SourceError(
             path, "commit", "give exactly one pin: commit (40 hex) or release (a PyPI wheel)"
         )
-    if data.release is not None:
-        for model, launch in data.models.items():
-            if launch.commit is not None:
-                raise SourceError(
-                    path, f"models.{model}.commit", "not allowed: the source is pinned to a release"
-                )
-    current = data.current_image
+    for model, launch in spec.launches.items():
+        if spec.release is not None and launch.commit is not None:
+            raise SourceError(
+                path, f"models.{model}.commit", "not allowed: the source is pinned to a release"
+            )
+    current = spec.current_image
     if current is not None:
         built = (current.image, current.base_image, current.differs)
         if (current.refused is None) != all(built) or (current.refused and any(built)):
@@ -343,24 +287,12 @@ def load_spec(path: Path) -> SourceSpec:
                 "give either image, base_image and differs (the variant on a current image) "
                 "or refused (why the pinned code cannot run on one), with at",
             )
-    return SourceSpec(
-        name=data.name,
-        framework=data.framework,
-        title=data.title,
-        repository=data.repository,
-        commit=data.commit,
-        found=data.found,
-        image=data.image,
-        base_image=data.base_image,
-        parser=data.parser,
-        workdir=data.workdir,
-        ssh_port=data.ssh_port,
-        path=path,
-        launches={m: _launch(path, m, spec, data.commit) for m, spec in data.models.items()},
-        notes=data.notes,
-        release=data.release,
-        current_image=current,
-    )
+    for model, launch in spec.launches.items():
+        _check_launch(path, model, launch)
+    # a model without its own commit runs the source's
+    launches = {m: launch.model_copy(update={"commit": launch.commit or spec.commit})
+                for m, launch in spec.launches.items()}  # fmt: skip
+    return spec.model_copy(update={"launches": launches})
 
 
 def spec_files(root: Path = REPO_ROOT) -> list[Path]:

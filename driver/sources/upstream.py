@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from driver.sources.base import (
     refuse_unsupported,
     run_header,
 )
-from driver.sources.spec import FlagBlock, ModelLaunch, SourceSpec, load_specs
+from driver.sources.spec import ModelLaunch, SourceSpec, load_specs
 
 WORKER_SCRIPT = (
     'printf "%s\\n" "$1"; ' + HOST_PROBE + '; /usr/sbin/sshd -p {port} || exit 1; n=0; '
@@ -48,10 +47,6 @@ WORKER_SCRIPT = (
     "sleep 1; done; while pgrep -x orted >/dev/null || pgrep -x prted >/dev/null; do sleep 1; "
     "done"
 )
-
-
-def _matches(block: FlagBlock, facts: Mapping[str, Any]) -> bool:
-    return all(facts.get(key) in allowed for key, allowed in block.when.items())
 
 
 # Reads GPU_QUERY's rows ("index, UUID"), prints "index=UUID" of each GPU the case names (the
@@ -216,10 +211,11 @@ class UpstreamSource:
         facts = {"precision": case.precision, "dataset": case.dataset, "xla": case.xla}
         facts |= {"distributed": case.topology.world_size > 1, "multinode": case.topology.nodes > 1}
         facts |= {**launch.options, **case.options}
-        for block, because in launch.refused:
-            if _matches(block, facts):
+        for refusal in launch.refused:
+            if refusal.matches(facts):
                 raise ValueError(
-                    f"{case.id}: source {self.name} {case.model} refuses this variant: {because}"
+                    f"{case.id}: source {self.name} {case.model} refuses this variant: "
+                    f"{refusal.because}"
                 )
         return launch
 
@@ -278,9 +274,9 @@ class UpstreamSource:
         items = list(launch.argv)
         env: list[str] = []
         for block in launch.flags:
-            if _matches(block, facts):
+            if block.matches(facts):
                 items += block.args
-                env += [f"{name}={value}" for name, value in block.env]
+                env += [f"{name}={value}" for name, value in block.env.items()]
         if env:  # variables the script reads, for its launcher and every process it starts
             items = ["env", *env, *items]
         return [item.format_map(context) for item in items]
