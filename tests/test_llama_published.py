@@ -45,7 +45,8 @@ def test_nemo_figures_import_as_published_tokens_per_device() -> None:
     # FP8 is marked in the variant: never paired with a bf16 case of the kit's own variants.
     assert {s.case.variant for s in summaries} == {"8b-fp8", "70b-fp8"}
     assert all(s.published_by == "NVIDIA NeMo" for s in summaries)
-    assert all("8e3d65dcfe3504689bfc5b6e67d502780aacad41" in str(s.published_url) for s in summaries)
+    commit = "8e3d65dcfe3504689bfc5b6e67d502780aacad41"  # the cited page's NeMo commit
+    assert all(commit in str(s.published_url) for s in summaries)
     assert not any(s.unknown_device for s in summaries)
 
 
