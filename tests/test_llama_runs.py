@@ -127,6 +127,7 @@ def check_release(run: CaseRun, tmp_path: Path) -> None:
     )  # fmt: skip
     readme = (target / "README.md").read_text()
     assert "| tokens/s " in readme and "| tokens/s/device " in readme
+    assert "| peak GiB/device " in readme and "getrusage ru\\_maxrss" in readme
     assert "published by torchtitan (PyTorch)" in readme
     assert "published by NVIDIA NeMo" in readme
     assert "6 x non-embedding parameters" in readme  # the cost's source, in the provenance
