@@ -281,6 +281,53 @@ def test_sides_that_applied_different_options_are_refused() -> None:
     check_same_work(bare.model_copy(update={"options": {**options, "extra": 1}}), kit)
 
 
+LLAMA_TINY = {"llama_size": "llama-tiny", "seq_len": 32}
+TINY_LLAMA_PARAMETERS = 164_160
+
+
+def test_llama_pair_through_the_command_with_the_bare_llama_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    framework_env("pytorch")
+    out_json = tmp_path / "parity.json"
+    code = main([
+        "parity", "--framework", "pytorch", "--model", "llama", "--variant", "small",
+        "--batch", "2", "--rounds", "1", "--warmup-steps", "1", "--measured-steps", "2",
+        "--option", "llama_size=llama-tiny", "--option", "seq_len=32",
+        "--option", "activation_checkpointing=full", "--json", str(out_json),
+        "--results", str(tmp_path / "results"),
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    (pair,) = json.loads(out_json.read_text())["pairs"]
+    for side in ("bare", "kit"):
+        assert pair[side]["model"] == "llama" and pair[side]["parameters"] == TINY_LLAMA_PARAMETERS
+        assert pair[side]["samples"] == 2 * 2 and pair[side]["device"] == "cpu"
+    handed = pair["kit"]["options"]
+    assert pair["bare"]["options"] == handed
+    assert handed["llama_size"] == "llama-tiny" and handed["seq_len"] == 32
+    assert handed["activation_checkpointing"] == "full" and handed["optimizer"] == "adamw"
+    assert not {"image_size", "momentum", "bert_layers", "parallelism"} & set(handed)
+
+
+def test_the_bare_llama_loop_shards_with_fsdp2_under_torchrun() -> None:
+    """Two gloo processes: every block and the root sharded by fully_shard, one result line."""
+    python = framework_env("pytorch")
+    finished = subprocess.run(
+        [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "PyTorch/bare_loop.py", "--model", "llama", "--batch-size", "2", "--steps", "2",
+         "--warmup-steps", "1", "--precision", "amp", "--option", "llama_size=llama-tiny",
+         "--option", "seq_len=32", "--option", "num_threads=1"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    (line,) = [line for line in finished.stdout.splitlines() if '"dlperf-bare"' in line]
+    result = json.loads(line)
+    # the whole model's parameters over both shards; bf16 compute from the FSDP2 policy
+    assert result["parameters"] == TINY_LLAMA_PARAMETERS
+    assert result["applied"]["amp_dtype"] == "bfloat16" and math.isfinite(result["loss"])
+
+
 def test_the_bare_loop_is_handed_what_changes_the_computation() -> None:
     header = {"options": {"lr": 0.1, "channels_last": True, "seq_len": 128, "bert_layers": 12,
                           "loader_workers": 1, "num_threads": 2, "num_threads_source": "cores",
@@ -297,6 +344,13 @@ def test_a_bare_loop_refuses_what_it_cannot_mirror_in_one_line() -> None:
     applied = check_bare_options(request, {"channels_last": True, "lr": 0.5}, run_process)
     assert applied["channels_last"] is True and applied["lr"] == 0.5
     assert applied["optimizer_impl"] == "fused"  # its own defaults: the kit's
+    llama = prepare(ParityRequest("pytorch", model="llama", variant="small"))
+    for handed, reason in (
+        ({"optimizer": "sgd"}, "optimizer=sgd: the Llama loop trains with AdamW"),
+        ({"image_size": 32}, "image_size: the bare pytorch loop does not mirror 'image_size'"),
+    ):
+        with pytest.raises(ParityError, match=f"refuses the kit's case: --option {reason}"):
+            check_bare_options(llama, handed, run_process)
     for handed, reason in (
         ({"cuda_graphs": True}, "cuda_graphs=true: a bare loop does not capture its step"),
         ({"dali_mode": 1}, "dali_mode: the bare pytorch loop does not mirror 'dali_mode'"),
