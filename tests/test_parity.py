@@ -285,29 +285,32 @@ LLAMA_TINY = {"llama_size": "llama-tiny", "seq_len": 32}
 TINY_LLAMA_PARAMETERS = 164_160
 
 
-def test_llama_pair_through_the_command_with_the_bare_llama_loop(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_bare_llama_loop_applies_what_the_kits_llama_header_records() -> None:
+    """dlperf parity --model llama: the case planned as dlperf run plans it, the kit's header
+    handed over (vision, BERT and SGD keys left out), the bare Llama loop trains with every
+    option as the header records it (activation checkpointing included)."""
     framework_env("pytorch")
-    out_json = tmp_path / "parity.json"
-    code = main([
-        "parity", "--framework", "pytorch", "--model", "llama", "--variant", "small",
-        "--batch", "2", "--rounds", "1", "--warmup-steps", "1", "--measured-steps", "2",
-        "--option", "llama_size=llama-tiny", "--option", "seq_len=32",
-        "--option", "activation_checkpointing=full", "--json", str(out_json),
-        "--results", str(tmp_path / "results"),
-    ])  # fmt: skip
-    printed = capsys.readouterr().out
-    assert code == 0, printed
-    (pair,) = json.loads(out_json.read_text())["pairs"]
-    for side in ("bare", "kit"):
-        assert pair[side]["model"] == "llama" and pair[side]["parameters"] == TINY_LLAMA_PARAMETERS
-        assert pair[side]["samples"] == 2 * 2 and pair[side]["device"] == "cpu"
-    handed = pair["kit"]["options"]
-    assert pair["bare"]["options"] == handed
+    request = prepare(ParityRequest(
+        "pytorch", model="llama", variant="small", batch_size=2, warmup_steps=1,
+        measured_steps=1, threads=1, options={**LLAMA_TINY, "activation_checkpointing": "full"},
+    ))  # fmt: skip
+    header = probe_header(request, run_process)
+    handed = handed_options(header, "llama")
     assert handed["llama_size"] == "llama-tiny" and handed["seq_len"] == 32
     assert handed["activation_checkpointing"] == "full" and handed["optimizer"] == "adamw"
     assert not {"image_size", "momentum", "bert_layers", "parallelism"} & set(handed)
+    check_bare_options(request, handed, run_process)
+    finished = run_process(commands(request, handed)["bare"], 600)
+    assert finished.code == 0, finished.err[-3000:]
+    bare = read_bare(finished.out, load=0.0)
+    assert bare.model == "llama" and bare.parameters == TINY_LLAMA_PARAMETERS
+    options = header["options"]
+    assert options["parameters"] == TINY_LLAMA_PARAMETERS
+    kit = bare.model_copy(update={
+        "side": "kit", "options": handed, "parameters": options["parameters"],
+        "device": options["device"], "precision": options["precision"],
+    })  # fmt: skip
+    check_same_work(bare, kit)
 
 
 def test_the_bare_llama_loop_shards_with_fsdp2_under_torchrun() -> None:
