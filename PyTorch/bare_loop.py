@@ -1,4 +1,5 @@
-"""A bare PyTorch loop of the benchmark's ResNet-50, for ``dlperf parity`` (no harness).
+"""A bare PyTorch loop of the benchmark's ResNet-50 (and, with ``--model llama``, of its Llama 3:
+``PyTorch/bare_llama.py``), for ``dlperf parity`` (no harness).
 
 The loop anyone would write with PyTorch's own tools: build the model, one synthetic batch,
 forward/backward/step, a timer around whole steps, one host sync at the end. It shares with the
@@ -55,6 +56,12 @@ REFUSALS = {
 
 
 def main() -> int:
+    if "llama" in _model_argument(sys.argv[1:]):  # Llama's own loop, with its own options
+        from PyTorch import bare_llama
+
+        llama_args = parse_args("pytorch", options=bare_llama.OPTIONS, refusals=bare_llama.REFUSALS)
+        bare_llama.train(llama_args)
+        return 0
     args = parse_args("pytorch", options=OPTIONS, refusals=REFUSALS)
     options = args.options
 
@@ -175,6 +182,12 @@ def main() -> int:
         loss=final_loss, parameters=sum(p.numel() for p in model.parameters()), applied=applied,
     )  # fmt: skip
     return 0
+
+
+def _model_argument(argv: list[str]) -> list[str]:
+    """The value(s) of ``--model`` in ``argv`` (``--model x`` or ``--model=x``)."""
+    found = [value for flag, value in zip(argv, argv[1:], strict=False) if flag == "--model"]
+    return found + [arg.split("=", 1)[1] for arg in argv if arg.startswith("--model=")]
 
 
 def _set_tf32(torch: Any, on: bool) -> None:

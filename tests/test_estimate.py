@@ -5,12 +5,17 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
 import yaml
 
+from driver.bench.contract import MODELS
+from driver.bench.llama import MODEL as LLAMA
+from driver.bench.llama import training_flops_per_sample
 from driver.core.estimate import (
+    ASSUMED_MFU,
     Knowledge,
     estimate_case,
     load_knowledge,
@@ -179,3 +184,45 @@ def test_the_users_sessions_are_read_newest_first_up_to_the_limit(tmp_path: Path
     assert [(f.per_device, f.where) for f in figures] == [(2.0, "session aa-new")]
     figures, _ = _session_figures(tmp_path)
     assert sorted(f.per_device for f in figures) == [1.0, 2.0]
+
+
+REPO = Path(__file__).parents[1]
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_of_the_kit_is_estimated_before_booking(model: str) -> None:
+    """A model the kit runs has a figure or a FLOP count to estimate from: a model added
+    without one fails here (register_flop_count, or a released run)."""
+    options = {"llama_size": "llama3-1b", "seq_len": 8192} if model == LLAMA else {}
+    estimate = estimate_case(
+        case(model=model, batch=2, precision="amp", options=options), H100, load_knowledge(REPO)
+    )
+    assert estimate.seconds is not None and estimate.seconds > 0, estimate.basis
+
+
+def test_a_llama_figure_holds_for_its_size_and_sequence_only() -> None:
+    knowledge = load_knowledge(REPO)
+    eight = {"llama_size": "llama3-8b", "seq_len": 8192}
+    estimate = estimate_case(case(model=LLAMA, batch=2, precision="amp", options=eight), "H100",
+                             knowledge)  # fmt: skip
+    # on "H100" (any H100): the published 8B figures at batch 2 (torchtitan's, in tokens/s per
+    # device; NeMo's are at batch 1): their median
+    per_device = [f.per_device for f in knowledge.figures
+                  if f.shape == "llama3-8b at 8192 tokens" and f.batch_per_device == 2]  # fmt: skip
+    assert per_device and "published/llama3/torchtitan.yaml" in estimate.basis
+    assert estimate.step_s == pytest.approx(2 / statistics.median(per_device))
+    # no 1B figure anywhere: the formula's FLOPs at the assumed MFU of the H100's bf16 peak,
+    # never an 8B figure
+    one = {"llama_size": "llama3-1b", "seq_len": 8192}
+    small = estimate_case(case(model=LLAMA, batch=2, precision="amp", options=one), "H100",
+                          knowledge)  # fmt: skip
+    flops = training_flops_per_sample(one)
+    assert "GFLOP/sample" in small.basis and small.step_s == pytest.approx(
+        2 * flops / (989.4e12 * ASSUMED_MFU)
+    )
+    # the same size at another sequence length takes no 8192-token figure
+    short = {"llama_size": "llama3-8b", "seq_len": 2048}
+    other = estimate_case(case(model=LLAMA, batch=2, precision="amp", options=short), "H100",
+                          knowledge)  # fmt: skip
+    assert "GFLOP/sample" in other.basis

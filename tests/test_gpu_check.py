@@ -58,11 +58,13 @@ def test_every_run_stage_selects_exactly_its_case(shapes: gpu_check.Shapes, tmp_
         cases = [
             line.split()[0]
             for line in done.stdout.splitlines()
-            if line.startswith(("resnet50/pytorch/1n1g/", "bert/pytorch/1n1g/"))
+            if line.startswith(
+                ("resnet50/pytorch/1n1g/", "bert/pytorch/1n1g/", "llama/pytorch/1n1g/")
+            )
         ]
         assert len(cases) == 1, (stage.name, done.stdout)
         model, _fw, _topology, batch, precision, _data, *variant = cases[0].split("/")
-        fixed = shapes.bert_batch if model == "bert" else shapes.batch
+        fixed = shapes.batch_of(model)
         assert batch == ("bsmax" if stage.max_batch else f"bs{fixed}")
         assert variant == ([] if "default" in stage.run_args else [stage.run_args[-1]])
         assert precision == ("amp" if "on" in stage.run_args else "fp32")
@@ -92,6 +94,12 @@ def test_every_plan_fits_the_default_budget_and_all_plans_cover_every_stage() ->
     # the estimates are built from start-up costs: a repeat is never cheaper than its start
     assert estimates["resnet50-amp"] > gpu_check.REPEATS * gpu_check.PROCESS_S
     assert estimates["bert-amp-max"] > estimates["bert-amp"]
+    # Llama 3.2 1B: its own call; three windows of 120 steps of 16,384 tokens at 35% MFU
+    assert gpu_check.PLANS["call5"] == ("facts", "llama-1b-amp")
+    step = gpu_check.LLAMA_1B_STEP_S
+    assert 0.3 < step < 0.6 and estimates["llama-1b-amp"] == pytest.approx(
+        gpu_check.DRIVER_S + gpu_check.REPEATS * (gpu_check.PROCESS_S + 120 * step)
+    )
 
 
 def test_stages_are_chosen_by_stage_and_plan_names() -> None:
@@ -404,7 +412,8 @@ def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
         "cases": [case("resnet50", "default", 2950.0, 0.30, 0.0007),
                   case("resnet50", "boundary-sync", 2980.0, 0.30, 0.0007),
                   case("resnet50", "default", 3120.0, 0.31, 0.006, batch="bsmax"),
-                  case("bert", "default", 4100.0, 0.41, None, batch="bsmax")],
+                  case("bert", "default", 4100.0, 0.41, None, batch="bsmax"),
+                  case("llama", "1b", 2.9, 0.385, 0.001, batch="bs2")],
         "selftest": ["selftest 1n1g: truth 1600.00 samples/s, measured 1599.99, error 0.0010% "
                      "(ok, bound 0.05%)", "selftest on the local runtime: 3.1 s"],
         "parity": None,
@@ -412,6 +421,7 @@ def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
     verdicts = {row[0]: (row[2], row[3]) for row in gpu_check.goal_rows(summary)}
     assert verdicts["ResNet-50 AMP samples/s (best variant)"] == ("3,120", "met")
     assert verdicts["BERT-base AMP MFU"] == ("41.0%", "met")
+    assert verdicts["Llama 3.2 1B AMP MFU"] == ("38.5%", "MISSED")
     assert verdicts["kit vs device clock, worst case"] == ("0.600%", "MISSED")
     assert verdicts["selftest error, worst topology"] == ("0.0010%", "met")
     assert verdicts["kit / bare loop (parity)"] == ("not measured", "-")

@@ -22,7 +22,7 @@ from tests.cluster_fixtures import quiet
 from tests.real_frameworks import CaseRun, framework_env, run_case
 
 TINY = {"llama_size": "llama-tiny", "seq_len": 32}
-TORCHTITAN = Path(__file__).resolve().parents[1] / "published" / "llama3" / "torchtitan.yaml"
+PUBLISHED = Path(__file__).resolve().parents[1] / "published" / "llama3"
 
 
 @pytest.fixture(scope="module")
@@ -119,15 +119,17 @@ def test_llama_trains_and_its_tokens_per_second_match_the_logs(
 
 
 def check_release(run: CaseRun, tmp_path: Path) -> None:
-    """A version of the Llama session beside torchtitan's figures: released and audited, its
-    tables with tokens/s, its model cost the formula's (no torch needed)."""
+    """A version of the Llama session beside torchtitan's and NeMo's figures: released and
+    audited, its tables with tokens/s, its model cost the formula's (no torch needed)."""
     target = release(
         "v0.1-llama", [run.folder], reports_root=tmp_path / "reports", printer=quiet,
-        imports=[TORCHTITAN],
+        imports=[PUBLISHED / "torchtitan.yaml", PUBLISHED / "nemo.yaml"],
     )  # fmt: skip
     readme = (target / "README.md").read_text()
     assert "| tokens/s " in readme and "| tokens/s/device " in readme
+    assert "| peak GiB/device " in readme and "getrusage ru\\_maxrss" in readme
     assert "published by torchtitan (PyTorch)" in readme
+    assert "published by NVIDIA NeMo" in readme
     assert "6 x non-embedding parameters" in readme  # the cost's source, in the provenance
     assert audit(target).ok
 

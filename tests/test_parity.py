@@ -282,6 +282,56 @@ def test_sides_that_applied_different_options_are_refused() -> None:
     check_same_work(bare.model_copy(update={"options": {**options, "extra": 1}}), kit)
 
 
+LLAMA_TINY = {"llama_size": "llama-tiny", "seq_len": 32}
+TINY_LLAMA_PARAMETERS = 164_160
+
+
+def test_the_bare_llama_loop_applies_what_the_kits_llama_header_records() -> None:
+    """dlperf parity --model llama: the case planned as dlperf run plans it, the kit's header
+    handed over (vision, BERT and SGD keys left out), the bare Llama loop trains with every
+    option as the header records it (activation checkpointing included)."""
+    framework_env("pytorch")
+    request = prepare(ParityRequest(
+        "pytorch", model="llama", variant="small", batch_size=2, warmup_steps=1,
+        measured_steps=1, threads=1, options={**LLAMA_TINY, "activation_checkpointing": "full"},
+    ))  # fmt: skip
+    header = probe_header(request, run_process)
+    handed = handed_options(header, "llama")
+    assert handed["llama_size"] == "llama-tiny" and handed["seq_len"] == 32
+    assert handed["activation_checkpointing"] == "full" and handed["optimizer"] == "adamw"
+    assert not {"image_size", "momentum", "bert_layers", "parallelism"} & set(handed)
+    check_bare_options(request, handed, run_process)
+    finished = run_process(commands(request, handed)["bare"], 600)
+    assert finished.code == 0, finished.err[-3000:]
+    bare = read_bare(finished.out, load=0.0)
+    assert bare.model == "llama" and bare.parameters == TINY_LLAMA_PARAMETERS
+    options = header["options"]
+    assert options["parameters"] == TINY_LLAMA_PARAMETERS
+    kit = bare.model_copy(update={
+        "side": "kit", "options": handed, "parameters": options["parameters"],
+        "device": options["device"], "precision": options["precision"],
+    })  # fmt: skip
+    check_same_work(bare, kit)
+
+
+def test_the_bare_llama_loop_shards_with_fsdp2_under_torchrun() -> None:
+    """Two gloo processes: every block and the root sharded by fully_shard, one result line."""
+    python = framework_env("pytorch")
+    finished = subprocess.run(
+        [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "PyTorch/bare_loop.py", "--model", "llama", "--batch-size", "2", "--steps", "2",
+         "--warmup-steps", "1", "--precision", "amp", "--option", "llama_size=llama-tiny",
+         "--option", "seq_len=32", "--option", "num_threads=1"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    (line,) = [line for line in finished.stdout.splitlines() if '"dlperf-bare"' in line]
+    result = json.loads(line)
+    # the whole model's parameters over both shards; bf16 compute from the FSDP2 policy
+    assert result["parameters"] == TINY_LLAMA_PARAMETERS
+    assert result["applied"]["amp_dtype"] == "bfloat16" and math.isfinite(result["loss"])
+
+
 def test_the_bare_loop_is_handed_what_changes_the_computation() -> None:
     header = {"options": {"lr": 0.1, "channels_last": True, "seq_len": 128, "bert_layers": 12,
                           "loader_workers": 1, "num_threads": 2, "num_threads_source": "cores",
@@ -298,6 +348,13 @@ def test_a_bare_loop_refuses_what_it_cannot_mirror_in_one_line() -> None:
     applied = check_bare_options(request, {"channels_last": True, "lr": 0.5}, run_process)
     assert applied["channels_last"] is True and applied["lr"] == 0.5
     assert applied["optimizer_impl"] == "fused"  # its own defaults: the kit's
+    llama = prepare(ParityRequest("pytorch", model="llama", variant="small"))
+    for handed, reason in (
+        ({"optimizer": "sgd"}, "optimizer=sgd: the Llama loop trains with AdamW"),
+        ({"image_size": 32}, "image_size: the bare pytorch loop does not mirror 'image_size'"),
+    ):
+        with pytest.raises(ParityError, match=f"refuses the kit's case: --option {reason}"):
+            check_bare_options(llama, handed, run_process)
     for handed, reason in (
         ({"cuda_graphs": True}, "cuda_graphs=true: a bare loop does not capture its step"),
         ({"dali_mode": 1}, "dali_mode: the bare pytorch loop does not mirror 'dali_mode'"),

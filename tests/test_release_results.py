@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.model.measure import STRAGGLER_FIELDS, RepeatMeasurement
+from driver.model.measure import LOG_FACT_FIELDS, STRAGGLER_FIELDS, RepeatMeasurement
 from driver.release.results import (
     MEASUREMENT_FIELDS,
     Results,
@@ -51,9 +51,9 @@ def test_a_committed_versions_schema_says_how_its_cases_are_split(version: str) 
 
 
 def test_the_measurement_columns_come_from_the_model() -> None:
-    # Every field but the straggler facts, which records and `dlperf report` carry and the
-    # released results files (written before them) do not.
-    fields = [name for name in RepeatMeasurement.model_fields if name not in STRAGGLER_FIELDS]
+    # Every field but the straggler and peak memory facts, which records and `dlperf report`
+    # carry and the released results files (written before them) do not.
+    fields = [name for name in RepeatMeasurement.model_fields if name not in LOG_FACT_FIELDS]
     assert MEASUREMENT_FIELDS == (*fields, "interval_unstable")
     assert set(STRAGGLER_FIELDS) <= set(RepeatMeasurement.model_fields)
 

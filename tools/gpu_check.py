@@ -14,14 +14,14 @@ and moves its session into ``results/``, from where ``dlperf release`` publishes
     python3 tools/gpu_check.py plan [--cpu]           # the stages, their estimates, the plans
     python3 tools/gpu_check.py unpack ARCHIVE [--results results]
 
-``--stages`` takes stage names and plan names (``call1`` ... ``call4``, ``all``), comma-separated;
+``--stages`` takes stage names and plan names (``call1`` ... ``call5``, ``all``), comma-separated;
 the default is ``call1``: the node's facts (nvidia-smi, the processes already on the GPU, NVML,
 torch's view), PyTorch ResNet-50 1n1g AMP (bf16, channels_last) at 256, BERT-base seq 128 AMP at
 256, ``dlperf selftest`` and ``dlperf parity`` against a bare loop; every run stage also times
-its window by CUDA events. ``call2``-``call4`` hold the rest (TF32, CUDA graphs, boundary-only
-sync, torch.compile, both ``batch: max``). Without a GPU (``--cpu``, or none found) the same
-stages run at tiny shapes (``--profile gpu-check-cpu``): a rehearsal that leaves the GPU itself
-as the only unknown.
+its window by CUDA events. ``call2``-``call5`` hold the rest (TF32, CUDA graphs, boundary-only
+sync, torch.compile, both ``batch: max``, Llama 3.2 1B at seq 8192). Without a GPU (``--cpu``,
+or none found) the same stages run at tiny shapes (``--profile gpu-check-cpu``): a rehearsal
+that leaves the GPU itself as the only unknown.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ CPU_BUDGET_S = 3600.0
 GOALS = {
     "resnet50_amp_samples_s": 3000.0,
     "bert_amp_mfu": 0.35,
+    "llama_1b_amp_mfu": 0.40,
     "kit_vs_device_clock": 0.005,
     "selftest_error": 0.0005,
     "kit_over_bare": 0.98,
@@ -114,6 +115,14 @@ BERT_AMP_STEP_S = 256 / 3000  # batch 256
 # bisecting to a sixteenth).
 RN50_MAX_STEP_S, RN50_MAX_PROBES = 1000 / 2900, 8
 BERT_MAX_STEP_S, BERT_MAX_PROBES = 1100 / 3000, 10
+# Llama 3.2 1B, bf16, batch 2 x 8192 tokens: no published H100 rate to take, so the step from
+# the formula the kit's MFU uses (driver.bench.llama: 9.06e9 training FLOPs per token at 8192)
+# at 35% of the H100's dense bf16 989.4 TFLOP/s, below the 40% goal so that a slower first run
+# still fits its plan: 16,384 tokens / (0.35 x 989.4e12 / 9.06e9) = 0.43 s. Its AdamW state and
+# activations (~60 GB without checkpointing) fit an 80 GB card; the model builds in seconds.
+LLAMA_1B_TOKENS_PER_STEP = 2 * 8192
+LLAMA_1B_FLOPS_PER_TOKEN = 9.06e9
+LLAMA_1B_STEP_S = LLAMA_1B_TOKENS_PER_STEP * LLAMA_1B_FLOPS_PER_TOKEN / (0.35 * 989.4e12)
 
 
 @dataclass(frozen=True)
@@ -123,9 +132,14 @@ class Shapes:
     profile: str
     batch: int  # the fixed ResNet-50 batch
     bert_batch: int  # the fixed BERT batch
+    llama_batch: int  # the fixed Llama batch (sequences of the variant's seq_len)
     parity: list[str]  # parity's window and options
     selftest: list[str]
     budget_s: float
+
+    def batch_of(self, model: str) -> int:
+        """The fixed batch of a run stage's model."""
+        return {"bert": self.bert_batch, "llama": self.llama_batch}.get(model, self.batch)
 
 
 # BERT-base seq 128 AMP at 256: its activations take ~55 MB a sequence in bf16 (12 layers x
@@ -136,6 +150,7 @@ GPU = Shapes(
     profile="gpu-check",
     batch=256,
     bert_batch=256,
+    llama_batch=2,
     parity=["--batch", "256", "--rounds", "3", "--warmup-steps", "20", "--measured-steps", "100"],
     selftest=["--repeats", "3"],
     budget_s=GPU_BUDGET_S,
@@ -144,6 +159,7 @@ CPU = Shapes(
     profile="gpu-check-cpu",
     batch=4,
     bert_batch=4,
+    llama_batch=2,
     parity=["--batch", "4", "--rounds", "1", "--warmup-steps", "2", "--measured-steps", "3"],
     selftest=["--repeats", "1", "--topologies", "1n1g", "--step-time", "0.005"],
     budget_s=CPU_BUDGET_S,
@@ -165,7 +181,7 @@ class Stage:
         (on the GPU node both are its python3)."""
         kit = [sys.executable, "-m", "driver"]
         if self.kind == "run":
-            fixed = shapes.bert_batch if "bert" in self.run_args else shapes.batch
+            fixed = shapes.batch_of(self.run_args[1])
             batch = "max" if self.max_batch else str(fixed)
             return [*kit, "run", "--framework", "pytorch", "--profile", shapes.profile,
                     *self.run_args, "--batch", batch, "--python", python,
@@ -212,6 +228,8 @@ STAGES = (
     Stage("resnet50-amp-max", "run", "ResNet-50 AMP at batch: max",
           run_cost(RN50_MAX_STEP_S, probes=RN50_MAX_PROBES, probe_step_s=RN50_MAX_STEP_S),
           _run("resnet50", "on", "default"), max_batch=True),
+    Stage("llama-1b-amp", "run", "Llama 3.2 1B bf16, seq 8192, fixed batch 2 (MFU goal 40%)",
+          run_cost(LLAMA_1B_STEP_S), _run("llama", "on", "1b")),
 )  # fmt: skip
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
@@ -222,6 +240,7 @@ PLANS = {
     "call2": ("facts", "bert-amp-max"),
     "call3": ("facts", "resnet50-amp-max", "resnet50-amp-cuda-graphs"),
     "call4": ("facts", "resnet50-amp-compile", "resnet50-tf32", "resnet50-amp-boundary-sync"),
+    "call5": ("facts", "llama-1b-amp"),
 }
 DEFAULT_PLAN = "call1"
 
@@ -697,6 +716,10 @@ def flops_per_sample(model: str | None, options: dict[str, Any], python: str) ->
     interpreter (``python -m PyTorch.benchmark.flops``); None when it cannot count."""
     if not model:
         return None
+    if model == "llama":  # the formula every consumer of a Llama MFU uses (no torch needed)
+        from driver.bench.llama import training_flops_per_sample
+
+        return training_flops_per_sample(options)
     pairs = [f"--option={key}={options[key]}" for key in SHAPE_KEYS if options.get(key) is not None]
     key = (python, model, *pairs)
     if key not in _FLOPS:  # counted once per shape: the summary is rewritten after every stage
@@ -856,6 +879,8 @@ def goal_rows(summary: dict[str, Any]) -> list[list[str]]:
         ("ResNet-50 AMP samples/s (best variant)", GOALS["resnet50_amp_samples_s"],
          best("resnet50", "median"), False, "{:,.0f}"),
         ("BERT-base AMP MFU", GOALS["bert_amp_mfu"], best("bert", "mfu"), False, "{:.1%}"),
+        ("Llama 3.2 1B AMP MFU", GOALS["llama_1b_amp_mfu"], best("llama", "mfu"), False,
+         "{:.1%}"),
         ("kit vs device clock, worst case", GOALS["kit_vs_device_clock"],
          max(clock) if clock else None, True, "{:.3%}"),
         ("selftest error, worst topology", GOALS["selftest_error"],

@@ -219,6 +219,34 @@ def cpu_peak_memory() -> dict[str, Any] | None:
     return {"bytes": int(peak_kib) * 1024, "source": "getrusage ru_maxrss"}
 
 
+def nvml_process_memory(device: torch.device) -> int | None:
+    """This process's device memory in use by NVML's count (pynvml), or None where NVML, the
+    device or this process's entry cannot be read (no pynvml, another PID namespace). Read
+    after the last step: PyTorch's caching allocator still holds the largest reservation it
+    made, so this is the peak the device saw from the process (its CUDA context included)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            props = torch.cuda.get_device_properties(device)
+            # NVML finds the device by its PCI address, whatever CUDA_VISIBLE_DEVICES renumbered
+            address = (
+                f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+            )
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(address)
+            for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if process.pid == os.getpid() and isinstance(process.usedGpuMemory, int):
+                    return int(process.usedGpuMemory)
+            return None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # any NVML or property failure: NVML's figure is not available
+        return None
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """CUDA OOM, a cuBLAS/cuDNN allocation failure or missing workspace (loop.OOM_MESSAGES),
     the CPU allocator's refusal ("can't allocate memory"), or MemoryError."""
@@ -573,7 +601,9 @@ class TorchAdapter(Adapter):
     def peak_memory(self) -> dict[str, Any] | None:
         if self.torch_device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(self.torch_device)
-            return {"bytes": int(peak), "source": "torch.cuda.max_memory_allocated"}
+            found = {"bytes": int(peak), "source": "torch.cuda.max_memory_allocated"}
+            nvml = nvml_process_memory(self.torch_device)
+            return found if nvml is None else {**found, "nvml_bytes": nvml}
         return cpu_peak_memory()
 
     def device_timer(self) -> DeviceTimer | None:

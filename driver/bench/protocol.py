@@ -12,7 +12,8 @@ Every record is one JSON object on one line of stdout, tagged with ``"dlperf"``:
   With the ``step_sync: boundary`` option only the window's boundary steps are synchronised;
   the others carry ``"synced": false`` (their ``t`` is when the host queued them) and no loss.
 - ``end``:    after the last step; ``peak_memory`` (optional): the rank's peak device memory in
-  ``bytes`` and its ``source`` (e.g. ``torch.cuda.max_memory_allocated``).
+  ``bytes`` and its ``source`` (e.g. ``torch.cuda.max_memory_allocated``), and where NVML can
+  tell, ``nvml_bytes``: the process's device memory in use by NVML's count after the last step.
 - ``device-window``: optional, after ``end``: the measured window as the device's own clock
   timed it (``seconds``, from events recorded in the device's stream at the window's two ends;
   ``source``, e.g. ``cuda-events``), an independent check of the host timestamps.

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import yaml
 
+from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_per_sample
+from driver.bench.llama import MODEL as LLAMA
 from driver.files import write_text
 from driver.model.case import Case
 
@@ -53,6 +55,33 @@ def register_flop_count(model: str, count: FlopCount) -> None:
     FLOP_COUNTS[model] = count
 
 
+LLAMA_SEQ_LEN = 8192  # the matrix's, where a case names none
+
+
+def _llama_options(options: dict) -> dict:
+    return {"llama_size": DEFAULT_SIZE, "seq_len": LLAMA_SEQ_LEN, **options}
+
+
+def shape_key(model: str, options: dict) -> str:
+    """What a figure must share with a case beyond model and precision: a Llama figure holds
+    for its size and sequence length only (a 1B figure says nothing of 8B); "" otherwise."""
+    if model != LLAMA:
+        return ""
+    merged = _llama_options(options)
+    return f"{merged['llama_size']} at {merged['seq_len']} tokens"
+
+
+def _llama_flops(case: Case) -> float | None:
+    """Llama's training FLOPs per sequence, from the formula its MFU uses (no torch needed)."""
+    try:
+        return training_flops_per_sample(_llama_options(dict(case.options)))
+    except (LlamaOptionError, KeyError, TypeError, ValueError):
+        return None
+
+
+register_flop_count(LLAMA, _llama_flops)
+
+
 @dataclass(frozen=True)
 class Figure:
     """One measured or published throughput."""
@@ -65,6 +94,7 @@ class Figure:
     per_device: float  # samples/s per device
     where: str  # the file it came from
     case_id: str = ""  # the kit's case it measured ("" for a published figure)
+    shape: str = ""  # shape_key: a Llama figure's size and sequence length
 
 
 @dataclass(frozen=True)
@@ -121,6 +151,7 @@ def _session_figures(results: Path, limit: int = 2000) -> tuple[list[Figure], li
                     float(measured["throughput"]) / max(1, int(measured["world_size"])),
                     f"session {path.relative_to(results).parts[0]}",
                     record["case_id"],
+                    shape_key(header["model"], dict(header["options"])),
                 )
             )
             startup = _startup(
@@ -167,6 +198,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                         float(row["throughput_median"]) / max(1, int(row["devices"])),
                         str(path.relative_to(root)),
                         row["case_id"],
+                        shape_key(row["model"], _row_options(row)),
                     )
                 )
                 if row["flops_per_sample"]:
@@ -193,8 +225,9 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                         item["precision"],
                         str(item["hardware"]),
                         int(item["batch"]),
-                        float(item["throughput"]) / int(item["devices"]),
+                        _published_per_device(item),
                         str(path.relative_to(root)),
+                        shape=shape_key(item["model"], _figure_options(item)),
                     )
                 )
             except (KeyError, TypeError, ValueError, ZeroDivisionError):
@@ -207,6 +240,28 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
     else:
         startup, basis = DEFAULT_STARTUP_S, "assumed (no released run)"
     return Knowledge(figures, flops, peaks, startup, basis)
+
+
+def _row_options(row: dict[str, str]) -> dict:
+    """A released row's case options (a JSON cell), {} where it has none."""
+    try:
+        options = json.loads(row.get("options") or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return options if isinstance(options, dict) else {}
+
+
+def _figure_options(item: dict) -> dict:
+    """A published figure's Llama shape fields, as case options."""
+    return {key: item[key] for key in ("llama_size", "seq_len") if item.get(key) is not None}
+
+
+def _published_per_device(item: dict) -> float:
+    """Samples/s per device of a published figure: its throughput, or its tokens/s per device
+    over the sequence length (``dlperf import``'s conversion)."""
+    if item.get("tokens_per_device") is not None:
+        return float(item["tokens_per_device"]) / int(item["seq_len"])
+    return float(item["throughput"]) / int(item["devices"])
 
 
 def _words(text: str) -> set[str]:
@@ -229,6 +284,7 @@ def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]
         for f in figures
         if f.model == case.model
         and f.precision == case.precision
+        and f.shape == shape_key(case.model, dict(case.options))
         and _same_hardware(hardware, f.hardware)
     ]
     if not usable:

@@ -117,6 +117,9 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
             notes.append(
                 f"{s.case.id}: batch `max` resolved by search to {s.batch_size} per device."
             )
+    memory = peak_memory_note(summaries)
+    if memory:
+        notes.append(memory)
     published: dict[str, set[str]] = {}
     for s in summaries:
         if s.published_by:
@@ -222,6 +225,49 @@ TOKEN_COLUMNS = (
     ExtraColumn("tokens/s", _tokens_cell(False), after="samples/s"),
     ExtraColumn("tokens/s/device", _tokens_cell(True), after="samples/s"),
 )
+
+
+GIB = 2**30
+
+
+def _gib_cell(field: str) -> Callable[[CaseSummary], str]:
+    def cell(summary: CaseSummary) -> str:
+        peak = getattr(summary, field)
+        return "-" if peak is None else _fmt(peak / GIB)
+
+    return cell
+
+
+# The peak memory of the device that needed most, where the scripts recorded it: the
+# framework's count (its source in a note) and NVML's count of the process.
+PEAK_MEMORY_HEADER = "peak GiB/device"
+NVML_MEMORY_HEADER = "NVML GiB/device"
+MEMORY_COLUMNS = (
+    ExtraColumn(PEAK_MEMORY_HEADER, _gib_cell("peak_memory_bytes"), after="CV"),
+    ExtraColumn(NVML_MEMORY_HEADER, _gib_cell("peak_memory_nvml_bytes"), after="CV"),
+)
+
+
+def peak_memory_note(summaries: Sequence[CaseSummary]) -> str | None:
+    """What the peak memory columns hold, naming the counts the table's cases were read with."""
+    sources = sorted({s.peak_memory_source for s in summaries if s.peak_memory_bytes is not None})
+    if not sources:
+        return None
+    note = (
+        f"{PEAK_MEMORY_HEADER}: the largest peak of any rank over the case's repeats, as its "
+        f"script recorded it at the end of the run ({'; '.join(sources)})"
+        + (
+            "; getrusage ru_maxrss: a CPU rank's peak resident memory (the whole process)."
+            if any("ru_maxrss" in source for source in sources)
+            else "."
+        )
+    )
+    if any(s.peak_memory_nvml_bytes is not None for s in summaries):
+        note += (
+            f" {NVML_MEMORY_HEADER}: NVML's count of the process's device memory after the "
+            "last step (the caching allocator's largest reservation and the CUDA context)."
+        )
+    return note
 
 
 def table_title(summary: CaseSummary) -> str:
@@ -344,7 +390,8 @@ def _median_labels(summaries: list[CaseSummary]) -> list[str]:
 def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = ()) -> str:
     """One row per series and topology (rows of one device model together, labelled where the
     table has more than one), then the median and geometric mean across series."""
-    extras = [e for e in (*TOKEN_COLUMNS, *extra_columns) if any(e.cell(s) != "-" for s in group)]
+    candidates = (*TOKEN_COLUMNS, *MEMORY_COLUMNS, *extra_columns)
+    extras = [e for e in candidates if any(e.cell(s) != "-" for s in group)]
     columns: list[tuple[str, Callable[[CaseSummary], str] | None]] = []
     for base in BASE_COLUMNS:
         columns.append((base, None))
@@ -446,6 +493,9 @@ def report_row(summary: CaseSummary) -> dict[str, Any]:
         "slow_node_excess": summary.slow_node.excess if summary.slow_node else None,
         "superlinear": summary.superlinear,
         "superlinear_tolerance": summary.superlinear_tolerance,
+        "peak_memory_bytes": summary.peak_memory_bytes,
+        "peak_memory_source": summary.peak_memory_source or None,
+        "peak_memory_nvml_bytes": summary.peak_memory_nvml_bytes,
     }
 
 

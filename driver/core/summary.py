@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict
 
 from driver.model.case import Case
-from driver.model.measure import UNSTABLE_CV, CaseStats, case_stats, speedup
+from driver.model.measure import UNSTABLE_CV, CaseStats, RepeatMeasurement, case_stats, speedup
 from driver.model.results import RepeatRecord
 from driver.schema import StrictModel
 
@@ -278,6 +278,12 @@ class CaseSummary:
     slow_node: SlowNode | None = None
     # The CV of the measured 1n1g its speedup is against (None: no such baseline, or published).
     baseline_cv: float | None = None
+    # The largest peak memory of any device over the case's repeats, as the scripts recorded it
+    # (``driver.model.measure.PEAK_MEMORY_FIELDS``): the framework's count and its source, and
+    # NVML's; None where a repeat's logs state none (other models' scripts, upstream sources).
+    peak_memory_bytes: int | None = None
+    peak_memory_source: str = ""
+    peak_memory_nvml_bytes: int | None = None
 
     @property
     def superlinear_tolerance(self) -> float | None:
@@ -415,11 +421,28 @@ def summarize(
                 imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
                 fingerprint=fingerprint,
                 slow_node=slow_node_of(records_),
+                **peak_memory_of(measurements),
             )
         )
     _fill_speedups(summaries)
     summaries.sort(key=sort_key)
     return summaries
+
+
+def peak_memory_of(measurements: Sequence[RepeatMeasurement]) -> dict[str, Any]:
+    """A case's peak memory per device: the largest over its repeats, where every repeat's logs
+    state one (else None: a peak of some repeats only would understate it)."""
+    framework = [m.peak_memory_bytes for m in measurements]
+    nvml = [m.peak_memory_nvml_bytes for m in measurements]
+    sources = sorted({m.peak_memory_source for m in measurements if m.peak_memory_source})
+    whole = bool(framework) and all(b is not None for b in framework)
+    return {
+        "peak_memory_bytes": max(b for b in framework if b is not None) if whole else None,
+        "peak_memory_source": ", ".join(sources) if whole else "",
+        "peak_memory_nvml_bytes": (
+            max(b for b in nvml if b is not None) if nvml and None not in nvml else None
+        ),
+    }
 
 
 def sort_key(summary: CaseSummary) -> tuple:

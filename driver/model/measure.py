@@ -50,6 +50,12 @@ STRAGGLER_FIELDS = (
     "slowest_node_ranks",
     "slowest_node_excess",
 )
+# The largest peak memory of any rank, as the end records give it (framework's count and its
+# source; NVML's where every rank had it): per device, for the tables. Like the straggler facts,
+# facts of the records and of the tables, not columns of a release's results files.
+PEAK_MEMORY_FIELDS = ("peak_memory_bytes", "peak_memory_source", "peak_memory_nvml_bytes")
+# The fields a record written before them does not hold: the door fills them from its logs.
+LOG_FACT_FIELDS = (*STRAGGLER_FIELDS, *PEAK_MEMORY_FIELDS)
 
 
 class RepeatMeasurement(StrictModel):
@@ -76,6 +82,10 @@ class RepeatMeasurement(StrictModel):
     # a list, as JSON reads it back (a dump of the measurement equals its record's)
     slowest_node_ranks: list[Annotated[int, Field(ge=0)]] | None = None
     slowest_node_excess: Annotated[float, Field(ge=0)] | None = None
+    # ``PEAK_MEMORY_FIELDS``: None where a rank's end record states no peak memory.
+    peak_memory_bytes: Annotated[int, Field(ge=0)] | None = None
+    peak_memory_source: str | None = None
+    peak_memory_nvml_bytes: Annotated[int, Field(ge=0)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -96,17 +106,17 @@ class RepeatMeasurement(StrictModel):
         # facts in the headers): a record written before these fields existed, or of one rank,
         # reads and writes back as it was, byte for byte.
         data = handler(self)
-        for name in STRAGGLER_FIELDS:
+        for name in LOG_FACT_FIELDS:
             if data.get(name) is None:
                 data.pop(name, None)
         return data
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
-        """The columns of a release's results files: every field but the straggler facts (the
-        released versions were written before them and render as published; records and
-        ``dlperf report`` carry them)."""
-        fields = [name for name in cls.model_fields if name not in STRAGGLER_FIELDS]
+        """The columns of a release's results files: every field but the straggler and peak
+        memory facts (the released versions were written before them and render as published;
+        records, ``dlperf report`` and the tables carry them)."""
+        fields = [name for name in cls.model_fields if name not in LOG_FACT_FIELDS]
         return (*fields, *cls.model_computed_fields)
 
     def filled_from(self, derived: RepeatMeasurement) -> RepeatMeasurement:
@@ -117,7 +127,7 @@ class RepeatMeasurement(StrictModel):
         that misstates it disagrees with its logs)."""
         missing = {
             name: getattr(derived, name)
-            for name in STRAGGLER_FIELDS
+            for name in LOG_FACT_FIELDS
             if name not in self.model_fields_set
         }
         return self.model_copy(update=missing) if missing else self
@@ -190,6 +200,22 @@ def straggler_facts(parsed: ParsedLog, windows: Mapping[int, float]) -> dict[str
     return facts
 
 
+def peak_memory_facts(parsed: ParsedLog) -> dict[str, Any]:
+    """``PEAK_MEMORY_FIELDS`` from every rank's end record: the largest peak of any rank (the
+    device that needed most), the sources named, and NVML's largest where every rank gave one;
+    all None unless every rank that logged states its peak."""
+    facts: dict[str, Any] = dict.fromkeys(PEAK_MEMORY_FIELDS)
+    peaks = [log.peak_memory for log in parsed.ranks.values()]
+    if not peaks or any(peak is None for peak in peaks):
+        return facts
+    stated = [peak for peak in peaks if peak is not None]
+    facts["peak_memory_bytes"] = max(int(peak["bytes"]) for peak in stated)
+    facts["peak_memory_source"] = ", ".join(sorted({str(peak["source"]) for peak in stated}))
+    if all("nvml_bytes" in peak for peak in stated):
+        facts["peak_memory_nvml_bytes"] = max(int(peak["nvml_bytes"]) for peak in stated)
+    return facts
+
+
 def _measurement(**fields: Any) -> RepeatMeasurement:
     try:
         return RepeatMeasurement(**fields)
@@ -213,6 +239,7 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
             warmup_steps=window.warmup_steps,
             measured_steps=window.measured_steps,
             **straggler_facts(parsed, {}),  # written as None: no timestamps, nobody to name
+            **peak_memory_facts(parsed),
         )
     expected = parsed.world_size // parsed.samples_scale
     if len(parsed.ranks) != expected:
@@ -238,6 +265,7 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
         measured_steps=window.measured_steps,
         interval_cv=slice_cv(first_rank, window),
         **straggler_facts(parsed, windows),
+        **peak_memory_facts(parsed),
     )
 
 

@@ -84,6 +84,8 @@ class RankLog:
     points: list[StepPoint] = field(default_factory=list)
     header: dict[str, Any] = field(default_factory=dict)
     finished: bool = False  # the log says the rank ended normally
+    # The end record's ``peak_memory`` (``bytes``, ``source``, optional ``nvml_bytes``), if any.
+    peak_memory: dict[str, Any] | None = None
 
 
 @dataclass

@@ -103,6 +103,33 @@ def _apply(log: RankLog, record: dict, source: str, number: int, world_sizes: se
         )
     elif kind == "end":
         log.finished = True
+        if "peak_memory" in record:
+            log.peak_memory = _peak_memory(record["peak_memory"], log.rank)
+
+
+def _peak_memory(value: object, rank: int) -> dict[str, int | str]:
+    """An end record's ``peak_memory``: whole non-negative ``bytes`` (and ``nvml_bytes``, where
+    given) and a named ``source``; anything else is a malformed log."""
+    if not isinstance(value, dict):
+        raise LogParseError(
+            f"rank {rank}: peak_memory is {value!r}, not an object of bytes and source"
+        )
+
+    def count(name: str) -> int:
+        number = value.get(name)
+        if type(number) is not int or number < 0:
+            raise LogParseError(
+                f"rank {rank}: peak_memory.{name} is {number!r}, not a whole number of bytes >= 0"
+            )
+        return number
+
+    source = value.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise LogParseError(f"rank {rank}: peak_memory.source is {source!r}, not a name")
+    found: dict[str, int | str] = {"bytes": count("bytes"), "source": source}
+    if "nvml_bytes" in value:
+        found["nvml_bytes"] = count("nvml_bytes")
+    return found
 
 
 def _one_host_per_log(ranks: Mapping[int, RankLog], owner: Mapping[int, str]) -> None:

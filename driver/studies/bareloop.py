@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 TAG = "dlperf-bare"  # the key of the one result line a bare loop prints
+BARE_MODELS = ("resnet50", "llama")  # the models a bare loop trains (Llama: PyTorch only)
 # The options every loop mirrors, and their defaults when it is run by hand (the kit's).
 COMMON_OPTIONS: dict[str, Any] = {
     "image_size": 224,
@@ -94,7 +95,7 @@ def parse_args(
     parser = argparse.ArgumentParser(
         prog=f"{framework}/bare_loop.py", description=f"bare {framework} training loop"
     )
-    parser.add_argument("--model", choices=("resnet50",), required=True)
+    parser.add_argument("--model", choices=BARE_MODELS, required=True)
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--precision", choices=("fp32", "amp"), default="fp32")
     parser.add_argument("--warmup-steps", type=int, default=3)

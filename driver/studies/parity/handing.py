@@ -43,10 +43,14 @@ NOT_HANDED: dict[str, str] = {
     "parallelism": "one process: nothing to shard or reduce",
     "amp_effective": "a fact the kit's script measured (autocast's output dtype), not a setting",
 }
-# Shape options of the other models (the header records every shape option).
+# Shape options of the other models (the header records every shape option), and for Llama the
+# options its AdamW does not use (momentum).
 OTHER_MODEL_KEYS = {
     "resnet50": ("seq_len", "vocab_size", "bert_layers", "bert_hidden", "bert_heads",
                  "bert_intermediate", "max_predictions", "llama_size", "activation_checkpointing"),
+    "llama": ("image_size", "num_classes", "channels_last", "aux_logits", "vocab_size",
+              "bert_layers", "bert_hidden", "bert_heads", "bert_intermediate", "max_predictions",
+              "momentum"),
 }  # fmt: skip
 
 

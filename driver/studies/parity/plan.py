@@ -24,9 +24,8 @@ from driver.plugins import load
 from driver.runtimes.base import RuntimeConfigError
 from driver.runtimes.local import check_framework_python
 from driver.schema import ConfigError
+from driver.studies.bareloop import BARE_MODELS
 from driver.studies.parity.records import ParityError, ParityRequest
-
-BARE_MODELS = ("resnet50",)
 
 
 def prepare(request: ParityRequest) -> ParityRequest:
@@ -44,6 +43,8 @@ def prepare(request: ParityRequest) -> ParityRequest:
             f"--model {request.model}: the bare loops train {', '.join(BARE_MODELS)} "
             f"({framework.name} has {', '.join(framework.models)})"
         )
+    if request.model == "llama" and framework.name != "pytorch":
+        raise ParityError(f"--model llama: only PyTorch has a bare Llama loop ({framework.name})")
     if request.precision not in ("fp32", "amp"):
         raise ParityError(f"--precision {request.precision}: fp32 or amp")
     if request.rounds < 1:
