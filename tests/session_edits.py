@@ -12,6 +12,7 @@ from pathlib import Path
 
 from driver.model.measure import parse_logs
 from driver.model.results import rank_fingerprints
+from driver.parsers.base import LogParseError
 
 HeaderEdit = Callable[[dict], None]  # changes one rank's header in place
 
@@ -35,8 +36,12 @@ def rewrite_headers(folder: Path, edit: HeaderEdit) -> None:
     edit(record["header"])
     if record.get("fingerprints") is not None:  # as the runner takes them from the logs
         texts = {name: (folder / name).read_text() for name in record["logs"]}
-        facts = rank_fingerprints(parse_logs(record["parser"], texts))
-        record["fingerprints"] = [group.model_dump() for group in facts]
+        try:
+            facts = rank_fingerprints(parse_logs(record["parser"], texts))
+        except LogParseError:  # logs no parser reads (e.g. two hosts in one node's log):
+            pass  # the record keeps what was measured, and the door refuses the logs
+        else:
+            record["fingerprints"] = [group.model_dump() for group in facts]
     record_path.write_text(json.dumps(record))
 
 
