@@ -257,12 +257,13 @@ RECORDED = (
     Recorded("TensorFlow/bert/scripts/single_node_train.sh", (42, 58), "tensorflow-models", "bert",
              "amp", "real",
              ("--dtype", "--optimizer_type", "--use_next_sentence_label", "--max_seq_length",
-              "--max_predictions_per_seq", "--datasets_num_private_threads", "--enable_xla"),
+              "--max_predictions_per_seq", "--datasets_num_private_threads", "--enable_xla",
+              "--steps_per_loop"),
              (("DTYPE", "fp16"), ("enable_xla", "false"))),  # run_single_node.sh's arguments
     Recorded("TensorFlow/bert/scripts/single_node_train.sh", (42, 58), "tensorflow-models", "bert",
              "fp32", "real",
              ("--dtype", "--optimizer_type", "--use_next_sentence_label",
-              "--datasets_num_private_threads", "--enable_xla"),
+              "--datasets_num_private_threads", "--enable_xla", "--steps_per_loop"),
              (("DTYPE", "fp32"), ("enable_xla", "false"))),
 )  # fmt: skip
 # The kit's short spelling of a flag DLPerf spells long (the same argparse option).
@@ -306,6 +307,10 @@ PINNED_DEFAULTS: dict[tuple[str, str], str | None] = {
     ("tensorflow-models", "--dtype"): "fp32",  # official/utils/flags/_performance.py:144
     ("tensorflow-models", "--optimizer_type"): "adamw",
     ("tensorflow-models", "--use_next_sentence_label"): "true",
+    # DLPerf passes no --steps_per_loop (common_flags.py:51, default None): on a GPU the loop
+    # then runs one step per host loop, reading the loss after each (model_training_utils.py:
+    # 220-226, 481)
+    ("tensorflow-models", "--steps_per_loop"): "1",
     ("tensorflow-models", "--datasets_num_private_threads"): None,
     ("tensorflow-models", "--enable_xla"): None,
 }
