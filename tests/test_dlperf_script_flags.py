@@ -309,7 +309,7 @@ PINNED_DEFAULTS: dict[tuple[str, str], str | None] = {
     ("tensorflow-models", "--use_next_sentence_label"): "true",
     # DLPerf passes no --steps_per_loop (common_flags.py:51, default None): on a GPU the loop
     # then runs one step per host loop, reading the loss after each (model_training_utils.py:
-    # 220-226, 481)
+    # 220-226, 480)
     ("tensorflow-models", "--steps_per_loop"): "1",
     ("tensorflow-models", "--datasets_num_private_threads"): None,
     ("tensorflow-models", "--enable_xla"): None,
