@@ -173,6 +173,7 @@ class Recorded:
     variables: tuple[tuple[str, str], ...] = ()  # what the run's branch set (not read from lines)
     xla: bool = False
     exports: tuple[int, int] | None = None  # lines of ``export NAME=VALUE`` the run set
+    procs: int = 8  # GPUs of the node the kit's command is rendered for
 
 
 NGC = "NVIDIADeepLearningExamples"
@@ -249,6 +250,11 @@ RECORDED = (
              "resnet50", "amp", "real",
              ("--use_label_smoothing", "--label_smoothing_epsilon", "--reader_thread"),
              (("THREAD", "8"),), exports=(50, 50)),
+    # ... and 12 reader threads on one node of 3 or 4 GPUs (lines 22-28)
+    Recorded("PaddlePaddle/resnet50v1.5/scripts/single_node_train.sh", (60, 83), "paddle-models",
+             "resnet50", "fp32", "real", ("--reader_thread",), (("THREAD", "12"),), procs=4),
+    Recorded("PaddlePaddle/resnet50v1.5/scripts/single_node_train.sh", (60, 83), "paddle-models",
+             "resnet50", "amp", "real", ("--reader_thread",), (("THREAD", "12"),), procs=4),
     Recorded(f"{NGC}/PyTorch/resnet50v1.5/scripts/single_node_train.sh", (33, 45), "ngc-pytorch",
              "resnet50", "amp", "real", ("--amp", "--dynamic-loss-scale", "--memory-format",
              "--data-backend"), (("PREC", "--amp --dynamic-loss-scale"),)),  # line 16
@@ -388,7 +394,7 @@ def exported_by_kit(argv: list[str]) -> dict[str, str]:
 def differences(entry: Recorded) -> list[str]:
     """The compared flags whose value in the kit's command is not DLPerf's (unstated or not)."""
     theirs = recorded_flags(entry)
-    argv = rendered_case(entry)
+    argv = rendered_case(entry, procs=entry.procs)
     found = []
     for flag in entry.compared:
         dlperf = theirs.get(flag, PINNED_DEFAULTS.get((entry.source, flag), "false"))
@@ -401,7 +407,9 @@ def differences(entry: Recorded) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "entry", RECORDED, ids=lambda e: f"{e.source}-{e.model}-{e.precision}{'-xla' if e.xla else ''}"
+    "entry",
+    RECORDED,
+    ids=lambda e: f"{e.source}-{e.model}-{e.precision}{'-xla' if e.xla else ''}-{e.procs}g",
 )
 def test_the_kit_passes_dlperf_s_flags_or_states_why_not(entry: Recorded) -> None:
     theirs = recorded_flags(entry)
