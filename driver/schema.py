@@ -184,8 +184,6 @@ def one_line(what: str) -> Any:
 
 
 Line = one_line("one line of text (no newline, control or format character)")
-# A label that reaches tables and records (published figures, imported logs' facts).
-Label = one_line("one line of text (no newline, tab, control or format character)")
 # A link a table shows: http(s) only (no javascript: or data: link in a README), one line.
 Url = Annotated[
     text(r"https?://[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+", "an http(s) URL"),

@@ -173,6 +173,7 @@ class Recorded:
     variables: tuple[tuple[str, str], ...] = ()  # what the run's branch set (not read from lines)
     xla: bool = False
     exports: tuple[int, int] | None = None  # lines of ``export NAME=VALUE`` the run set
+    procs: int = 8  # GPUs of the node the kit's command is rendered for
 
 
 NGC = "NVIDIADeepLearningExamples"
@@ -213,11 +214,12 @@ RECORDED = (
              "oneflow-benchmark", "resnet50", "amp", "real",
              ("--use_fp16", "--channel_last", "--pad_output", "--fuse_bn_relu",
               "--fuse_bn_add_relu", "--nccl_fusion_threshold_mb", "--nccl_fusion_max_ops",
-              "--gpu_image_decoder")),
+              "--gpu_image_decoder"), exports=(23, 23)),  # NCCL_LAUNCH_MODE=PARALLEL
     Recorded("OneFlow/Classification/ConvNets/resnet50v1.5/scripts/rn50_train.sh", (26, 50),
              "oneflow-benchmark", "resnet50", "fp32", "real",
              ("--gpu_image_decoder", "--channel_last", "--pad_output", "--fuse_bn_relu",
-              "--fuse_bn_add_relu", "--nccl_fusion_threshold_mb", "--nccl_fusion_max_ops")),
+              "--fuse_bn_add_relu", "--nccl_fusion_threshold_mb", "--nccl_fusion_max_ops"),
+             exports=(23, 23)),
     Recorded(f"{NGC}/MxNet/Classification/RN50v1.5/runner.sh", (41, 41), "ngc-mxnet", "resnet50",
              "fp32", "synthetic", ("--dtype", "--input-layout", "--fuse-bn-relu",
              "--fuse-bn-add-relu"), exports=(70, 81)),
@@ -231,6 +233,28 @@ RECORDED = (
     Recorded(f"{NGC}/TensorFlow/Classification/ConvNets/resnet50v1.5/scripts/single_node_train.sh",
              (33, 38), "ngc-tf1", "resnet50", "amp", "real", ("--use_xla",),
              (("USE_XLA", "--use_xla"),), xla=True),  # line 23
+    # --label_smoothing 0.1 in every precision (line 34); 0.0 by default at the pin
+    # (33110132 utils/cmdline_helper.py:87)
+    Recorded(f"{NGC}/TensorFlow/Classification/ConvNets/resnet50v1.5/scripts/single_node_train.sh",
+             (33, 38), "ngc-tf1", "resnet50", "fp32", "real", ("--label_smoothing",)),
+    Recorded(f"{NGC}/TensorFlow/Classification/ConvNets/resnet50v1.5/scripts/single_node_train.sh",
+             (33, 38), "ngc-tf1", "resnet50", "amp", "real", ("--label_smoothing",)),
+    # paddle-models ResNet-50, both precisions: the command (lines 60-83) with label smoothing
+    # and 8 reader threads (THREAD at 8 GPUs, lines 22-28), and the memory fraction line 50
+    # exports without DALI
+    Recorded("PaddlePaddle/resnet50v1.5/scripts/single_node_train.sh", (60, 83), "paddle-models",
+             "resnet50", "fp32", "real",
+             ("--use_label_smoothing", "--label_smoothing_epsilon", "--reader_thread"),
+             (("THREAD", "8"),), exports=(50, 50)),
+    Recorded("PaddlePaddle/resnet50v1.5/scripts/single_node_train.sh", (60, 83), "paddle-models",
+             "resnet50", "amp", "real",
+             ("--use_label_smoothing", "--label_smoothing_epsilon", "--reader_thread"),
+             (("THREAD", "8"),), exports=(50, 50)),
+    # ... and 12 reader threads on one node of 3 or 4 GPUs (lines 22-28)
+    Recorded("PaddlePaddle/resnet50v1.5/scripts/single_node_train.sh", (60, 83), "paddle-models",
+             "resnet50", "fp32", "real", ("--reader_thread",), (("THREAD", "12"),), procs=4),
+    Recorded("PaddlePaddle/resnet50v1.5/scripts/single_node_train.sh", (60, 83), "paddle-models",
+             "resnet50", "amp", "real", ("--reader_thread",), (("THREAD", "12"),), procs=4),
     Recorded(f"{NGC}/PyTorch/resnet50v1.5/scripts/single_node_train.sh", (33, 45), "ngc-pytorch",
              "resnet50", "amp", "real", ("--amp", "--dynamic-loss-scale", "--memory-format",
              "--data-backend"), (("PREC", "--amp --dynamic-loss-scale"),)),  # line 16
@@ -239,12 +263,13 @@ RECORDED = (
     Recorded("TensorFlow/bert/scripts/single_node_train.sh", (42, 58), "tensorflow-models", "bert",
              "amp", "real",
              ("--dtype", "--optimizer_type", "--use_next_sentence_label", "--max_seq_length",
-              "--max_predictions_per_seq", "--datasets_num_private_threads", "--enable_xla"),
+              "--max_predictions_per_seq", "--datasets_num_private_threads", "--enable_xla",
+              "--steps_per_loop"),
              (("DTYPE", "fp16"), ("enable_xla", "false"))),  # run_single_node.sh's arguments
     Recorded("TensorFlow/bert/scripts/single_node_train.sh", (42, 58), "tensorflow-models", "bert",
              "fp32", "real",
              ("--dtype", "--optimizer_type", "--use_next_sentence_label",
-              "--datasets_num_private_threads", "--enable_xla"),
+              "--datasets_num_private_threads", "--enable_xla", "--steps_per_loop"),
              (("DTYPE", "fp32"), ("enable_xla", "false"))),
 )  # fmt: skip
 # The kit's short spelling of a flag DLPerf spells long (the same argparse option).
@@ -282,9 +307,16 @@ PINNED_DEFAULTS: dict[tuple[str, str], str | None] = {
     # run_pretraining.py:50 (True); --datasets_num_private_threads and --enable_xla are defined
     # by common_flags.py:95-96 but read only by run_classifier.py / run_squad_helper.py, never
     # by official/nlp/bert/run_pretraining.py.
+    # paddle-models b71cf632 PaddleCV/image_classification/utils/utility.py:133, :150
+    ("paddle-models", "--reader_thread"): "8",
+    ("paddle-models", "--label_smoothing_epsilon"): "0.1",
     ("tensorflow-models", "--dtype"): "fp32",  # official/utils/flags/_performance.py:144
     ("tensorflow-models", "--optimizer_type"): "adamw",
     ("tensorflow-models", "--use_next_sentence_label"): "true",
+    # DLPerf passes no --steps_per_loop (common_flags.py:51, default None): on a GPU the loop
+    # then runs one step per host loop, reading the loss after each (model_training_utils.py:
+    # 220-226, 480)
+    ("tensorflow-models", "--steps_per_loop"): "1",
     ("tensorflow-models", "--datasets_num_private_threads"): None,
     ("tensorflow-models", "--enable_xla"): None,
 }
@@ -342,10 +374,27 @@ def rendered_case(entry: Recorded, nodes: int = 1, procs: int = 8) -> list[str]:
     return UpstreamSource(spec).launch_argv(replace(case, data_dir="/data/x"), rank, 64)
 
 
+def exported_by_kit(argv: list[str]) -> dict[str, str]:
+    """The environment the kit's command sets: ``env NAME=VALUE ...`` before the argv (a flag
+    block's ``env``) and mpirun's ``-x NAME=VALUE``."""
+    ours: dict[str, str] = {}
+    if argv and argv[0] == "env":
+        for word in argv[1:]:
+            if "=" not in word or word.startswith("-"):
+                break
+            name, _, value = word.partition("=")
+            ours[name] = value
+    for i, word in enumerate(argv[:-1]):
+        if word == "-x" and "=" in argv[i + 1]:
+            name, _, value = argv[i + 1].partition("=")
+            ours[name] = value
+    return ours
+
+
 def differences(entry: Recorded) -> list[str]:
     """The compared flags whose value in the kit's command is not DLPerf's (unstated or not)."""
     theirs = recorded_flags(entry)
-    argv = rendered_case(entry)
+    argv = rendered_case(entry, procs=entry.procs)
     found = []
     for flag in entry.compared:
         dlperf = theirs.get(flag, PINNED_DEFAULTS.get((entry.source, flag), "false"))
@@ -358,7 +407,9 @@ def differences(entry: Recorded) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "entry", RECORDED, ids=lambda e: f"{e.source}-{e.model}-{e.precision}{'-xla' if e.xla else ''}"
+    "entry",
+    RECORDED,
+    ids=lambda e: f"{e.source}-{e.model}-{e.precision}{'-xla' if e.xla else ''}-{e.procs}g",
 )
 def test_the_kit_passes_dlperf_s_flags_or_states_why_not(entry: Recorded) -> None:
     theirs = recorded_flags(entry)
@@ -375,12 +426,7 @@ def test_the_kit_passes_dlperf_s_flags_or_states_why_not(entry: Recorded) -> Non
         lines = "\n".join(text[entry.exports[0] - 1 : entry.exports[1]])
         exported = dict(EXPORT.findall(lines))
         assert exported, f"{entry.script}:{entry.exports}: no export read"
-        argv = rendered_case(entry)
-        ours = dict(
-            argv[i + 1].split("=", 1)
-            for i, word in enumerate(argv[:-1])
-            if word == "-x" and "=" in argv[i + 1]
-        )
+        ours = exported_by_kit(rendered_case(entry))
         for name, value in exported.items():
             assert name in ours and same(ours[name], value), f"{name}={value}: the kit {ours}"
     for difference in differences(entry):

@@ -367,11 +367,6 @@ class CaseSummary:
         )
 
 
-def record_device_model(record: RepeatRecord) -> str:
-    """The device model a repeat ran on (its header's ``devices``)."""
-    return device_model(record.header.get("devices", []))
-
-
 def summarize(
     records: Iterable[tuple[Case, RepeatRecord] | tuple[Case, RepeatRecord, str]],
     published: Iterable[CaseSummary] = (),
@@ -385,7 +380,7 @@ def summarize(
     for case, record, *label in records:
         if record.ok and record.measurement is not None:
             fingerprint = label[0] if label else ""
-            key = (case.id, record_device_model(record), fingerprint)
+            key = (case.id, device_model(record.header.get("devices", [])), fingerprint)
             by_case.setdefault(key, (case, []))[1].append(record)
     summaries: list[CaseSummary] = list(published)
     for (_case_id, _device, fingerprint), (case, records_) in by_case.items():

@@ -74,14 +74,10 @@ def venv_environment(framework: Framework) -> dict[str, str]:
     return {"LD_LIBRARY_PATH": os.pathsep.join([*dirs, *([inherited] if inherited else [])])}
 
 
-def requirements_hash(framework: Framework) -> str:
-    return sha256_bytes(framework.cpu_requirements.read_bytes())
-
-
 def ensure_env(framework: Framework, log=print) -> Path:  # noqa: ANN001
     python = venv_python(framework)
     stamp = venv_path(framework) / STAMP
-    wanted = requirements_hash(framework)
+    wanted = sha256_bytes(framework.cpu_requirements.read_bytes())
     if python.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
         return python
     log(f"creating the {framework.display} environment in {venv_path(framework)} (once)")

@@ -6,12 +6,11 @@ started by ``horovodrun`` (it switches to Horovod's allreduce when horovodrun's 
 set); GPU images only, with its own GPU matrix in TensorFlow/horovod.
 """
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from driver.frameworks.base import FRAMEWORKS, Flag, Framework
 
-MODELS = ("resnet50", "inception3", "bert")
-SCRIPT = "TensorFlow/benchmark/train.py"
 # TensorFlow's C++ INFO lines (oneDNN banner, CPU features) would drown the protocol records.
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}
 # TensorFlow/benchmark/train.py's own options (its TF_OPTIONS), besides the shared ones.
@@ -27,8 +26,8 @@ TENSORFLOW = FRAMEWORKS.add(
         display="TensorFlow",
         folder="TensorFlow",
         module="tensorflow",
-        models=MODELS,
-        script=SCRIPT,
+        models=("resnet50", "inception3", "bert"),
+        script="TensorFlow/benchmark/train.py",
         launcher="spawn",
         has_xla=True,
         env=ENV,
@@ -38,16 +37,11 @@ TENSORFLOW = FRAMEWORKS.add(
 
 TENSORFLOW_HOROVOD = FRAMEWORKS.add(
     "tensorflow-horovod",
-    Framework(
+    replace(
+        TENSORFLOW,
         name="tensorflow-horovod",
         display="TensorFlow (Horovod)",
         folder="TensorFlow/horovod",
-        module="tensorflow",
-        models=MODELS,
-        script=SCRIPT,
         launcher="horovodrun",
-        has_xla=True,
-        env=ENV,
-        options=TF_OPTION_TYPES,
     ),
 )

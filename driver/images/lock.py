@@ -79,10 +79,6 @@ class LockFile(StrictModel):
     pins: dict[ImageRef, Pin] = {}
 
 
-def default_lock_path() -> Path:
-    return Path(os.environ.get("DLPERF_IMAGES_LOCK", REPO_LOCK))
-
-
 @dataclass
 class Lock:
     path: Path
@@ -110,7 +106,7 @@ class Lock:
 
 def load_lock(path: Path | str | None = None) -> Lock:
     """The one reader of ``images.lock`` (builds, the lock command, releases and audits)."""
-    path = Path(path) if path else default_lock_path()
+    path = Path(path or os.environ.get("DLPERF_IMAGES_LOCK", REPO_LOCK))
     if not path.exists():
         raise LockFileError(path, "(file)", "does not exist; `dlperf images lock` creates it")
     try:

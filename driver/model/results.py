@@ -383,11 +383,6 @@ class Session:
         self.write_record(plan.repeat_dir, record)
         return record
 
-    def repeat_dirs(self, case: Case) -> list[Path]:
-        """The case's repeat folders (failed attempts aside), with or without a record."""
-        folders = self.case_dir(case).glob("repeat-*")
-        return sorted(p for p in folders if p.is_dir() and ".failed-" not in p.name)
-
     def cases(self) -> Iterator[Case]:
         for path in sorted((self.root / "cases").rglob("case.json")):
             yield Case.from_dict(json.loads(path.read_text()))

@@ -214,12 +214,6 @@ def _csv_value(cell: str) -> Any:
     return cell.strip()
 
 
-def _control_character(cell: str) -> str | None:
-    """How a cell's first control or format character is named in an error (None: it has
-    none); a cell of any field, so that a number column cannot hide one either."""
-    return unsafe_character(cell)
-
-
 def _from_csv(content: str, path: Path) -> dict[str, Any]:
     """CSV: ``# schema: 1`` on a comment line (``#`` lines are comments: cite sources there),
     then a header row of figure fields and one figure per row."""
@@ -245,7 +239,7 @@ def _from_csv(content: str, path: Path) -> dict[str, Any]:
         return {"schema": schema, "figures": []}
     header = [cell.strip() for cell in rows[0]]
     for column, name in enumerate(header, 1):
-        what = _control_character(rows[0][column - 1].strip(" "))
+        what = unsafe_character(rows[0][column - 1].strip(" "))
         if what:
             raise ConfigError(path, f"header, column {column}", f"holds {what}; remove it")
         if not name:
@@ -265,7 +259,7 @@ def _from_csv(content: str, path: Path) -> dict[str, Any]:
             )
         figure = {}
         for name, cell in zip(header, row, strict=False):
-            what = _control_character(cell.strip(" "))
+            what = unsafe_character(cell.strip(" "))
             if what:
                 raise ConfigError(path, f"row {row_number}.{name}", f"holds {what}; remove it")
             if cell.strip():

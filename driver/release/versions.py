@@ -44,10 +44,6 @@ def released_versions(reports_root: Path) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def _cell(text: Any) -> str:
-    return markdown_cell(" ".join(str(text).split()))
-
-
 def index_text(reports_root: Path) -> str:
     lines = [
         "# Released report versions",
@@ -66,10 +62,11 @@ def index_text(reports_root: Path) -> str:
         kit = manifest.get("kit") or {}
         commit = str(kit.get("commit"))[:12] + (" (dirty)" if kit.get("dirty") else "")
         digest = sha256_bytes((reports_root / name / MANIFEST).read_bytes())
+        changelog = " ".join(str(manifest.get("changelog") or "First version.").split())
         lines.append(
             f"| [{name}]({name}/README.md) | {manifest.get('released_at')} | "
             f"{counts.get('cases')} | {counts.get('repeats')} | {sessions} | `{commit}` | "
-            f"{_cell(manifest.get('changelog') or 'First version.')} | `{digest}` |"
+            f"{markdown_cell(changelog)} | `{digest}` |"
         )
     return "\n".join(lines) + "\n"
 

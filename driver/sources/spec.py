@@ -66,7 +66,8 @@ PLACEHOLDERS = {
     "ssh_port": "the containers' sshd port (mpi-head sources)",
     "options": "the source's options, e.g. {options[dali]}",
 }
-CONDITION_KEYS = ("precision", "dataset", "xla", "distributed", "multinode")
+# procs: GPUs (processes) per node
+CONDITION_KEYS = ("precision", "dataset", "xla", "distributed", "multinode", "procs")
 
 
 class SourceError(ConfigError):

@@ -60,6 +60,21 @@ _PICK_GPUS = (
 )
 
 
+def launch_facts(case: Case, nodes: int, procs: int, launch: ModelLaunch) -> dict[str, Any]:
+    """What a flag block's or a refusal's ``when`` is matched against (CONDITION_KEYS and the
+    options): one place, for the choice of a launch and for its argv."""
+    return {
+        "precision": case.precision,
+        "dataset": case.dataset,
+        "xla": case.xla,
+        "distributed": nodes * procs > 1,
+        "multinode": nodes > 1,
+        "procs": procs,
+        **launch.options,
+        **case.options,
+    }
+
+
 def device_script(procs: int) -> str:
     """The node's devices narrowed to the case's, then the pre-flight check that it has them.
 
@@ -208,9 +223,7 @@ class UpstreamSource:
                 f"option(s) {', '.join(unknown)} (options: {', '.join(launch.options) or 'none'})"
             )
         refuse_unsupported(case, self.name, problems)
-        facts = {"precision": case.precision, "dataset": case.dataset, "xla": case.xla}
-        facts |= {"distributed": case.topology.world_size > 1, "multinode": case.topology.nodes > 1}
-        facts |= {**launch.options, **case.options}
+        facts = launch_facts(case, case.topology.nodes, case.topology.devices_per_node, launch)
         for refusal in launch.refused:
             if refusal.matches(facts):
                 raise ValueError(
@@ -263,14 +276,7 @@ class UpstreamSource:
         """The upstream launcher's argv for this node (what a user would type, filled in)."""
         launch = self.launch_for(case)
         context = self.context(case, rank, batch_size)
-        facts = {
-            "precision": case.precision,
-            "dataset": case.dataset,
-            "xla": case.xla,
-            "distributed": rank.world_size > 1,
-            "multinode": rank.nodes > 1,
-            **context["options"],
-        }
+        facts = launch_facts(case, rank.nodes, rank.procs_per_node, launch)
         items = list(launch.argv)
         env: list[str] = []
         for block in launch.flags:

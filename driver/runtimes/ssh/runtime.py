@@ -160,10 +160,6 @@ class SshRuntime:
         # The image's, or the node's own (plan_repeat knows one: the first node's).
         return self.platform.python(name) or self.inventory.nodes[0].python_for(name)
 
-    def workdir_on(self, code_dir: str) -> str:
-        """The code folder as the node's process sees it."""
-        return self.platform.workdir(code_dir)
-
     # -- --dry-run ---------------------------------------------------------------------------
     def describe(self, plan: RepeatPlan) -> list[str]:
         """Per node, the SSH target and the command it would run there, exactly as a run
@@ -176,7 +172,7 @@ class SshRuntime:
         ):
             node = remote.node
             code = code_dir(node.scratch_dir, bundle)
-            env = self.node_environment(command, node, self.workdir_on(code))
+            env = self.node_environment(command, node, self.platform.workdir(code))
             launch = Launch(index, remote, command, RUN_NAME, f"{node.scratch_dir}/runs/{RUN_NAME}")
             there = self.platform.command_line(
                 launch, env, code, framework, source, plan.case.image
@@ -459,7 +455,7 @@ class SshRuntime:
         def create(launch: Launch) -> None:
             workdir = prepared.code_dirs[launch.remote.node.name]
             env = self.node_environment(
-                launch.command, launch.remote.node, self.workdir_on(workdir)
+                launch.command, launch.remote.node, self.platform.workdir(workdir)
             )
             labelled = {**labels, "dlperf.node": launch.remote.node.name}
             self.platform.create(launch, env, prepared, labelled)

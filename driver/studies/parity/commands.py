@@ -24,10 +24,6 @@ BARE_SCRIPT = "bare_loop.py"  # beside each framework's benchmark folder: <Folde
 KIT_SESSION_PREFIX = "round-"
 
 
-def kit_runtime(request: ParityRequest) -> LocalRuntime:
-    return LocalRuntime(python_override=request.python)
-
-
 def threads_environment(request: ParityRequest) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(request.threads)} if request.threads else {}
 
@@ -53,7 +49,7 @@ def commands(
     bare = framework.path / BARE_SCRIPT
     if not bare.is_file():
         raise ParityError(f"{framework.name} has no bare loop ({bare} is missing)")
-    runtime = kit_runtime(request)
+    runtime = LocalRuntime(python_override=request.python)
     python = runtime.python(framework)
     if not Path(python).exists():
         raise ParityError(
