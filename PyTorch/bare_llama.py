@@ -48,7 +48,11 @@ OPTIONS: dict[str, Any] = {
     "compile": False,
     "compile_mode": "default",
     "cuda_graphs": False,
+    # auto: fsdp on several processes, none on one (the kit's auto for Llama); or fsdp, none
+    "parallelism": "auto",
+    "distributed_backend": None,  # as the kit: nccl on GPUs, gloo on CPUs (None: one process)
 }
+PARALLELISMS = ("auto", "none", "fsdp")
 REFUSALS = {
     "cuda_graphs": only(False, "a bare loop does not capture its step in a CUDA graph"),
     "xla": only(False, "PyTorch runs without XLA here"),
@@ -59,6 +63,12 @@ REFUSALS = {
     ),
     "amp_dtype": lambda value: (
         None if value in (None, "bfloat16", "float16") else "expected null, bfloat16 or float16"
+    ),
+    "parallelism": lambda value: (
+        None if value in PARALLELISMS else "the bare loop shards with FSDP2 only: auto, none or fsdp"
+    ),
+    "distributed_backend": lambda value: (
+        None if value in (None, "gloo", "nccl") else "expected null (one process), gloo or nccl"
     ),
     "activation_checkpointing": lambda value: (
         None if value in ("none", "selective", "full") else "expected none, selective or full"
@@ -109,6 +119,12 @@ def train(args: argparse.Namespace) -> None:
     torch.set_float32_matmul_precision("high" if options["tf32"] else "highest")
 
     sharded = world > 1
+    resolved = "fsdp" if sharded else "none"
+    if options["parallelism"] not in ("auto", resolved):
+        raise SystemExit(
+            f"bare_loop.py: error: --option parallelism={options['parallelism']}: {world} "
+            f"process(es) run {resolved} (start it with torchrun --nproc_per_node k to shard)"
+        )
     if sharded:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     torch.manual_seed(options["seed"])
@@ -191,10 +207,19 @@ def train(args: argparse.Namespace) -> None:
         loss = step()
     final_loss = float(loss.detach())  # the one host sync
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    if sharded:  # the slowest rank's window (as the kit measures), every rank's CPU time
+        windows = torch.tensor([seconds], dtype=torch.float64)
+        cpu = torch.tensor([cpu_seconds], dtype=torch.float64)
+        dist.all_reduce(windows, op=dist.ReduceOp.MAX)
+        dist.all_reduce(cpu, op=dist.ReduceOp.SUM)
+        seconds, cpu_seconds = float(windows), float(cpu)
 
     group = optimizer.param_groups[0]
     weight = model.tok_embeddings.weight
     size = next((name for name, known in LLAMA_SIZES.items() if known == model.shape), None)
+    from torch.distributed.fsdp import FSDPModule
+
+    fsdp = all(isinstance(m, FSDPModule) for m in (model, *model.layers))
     applied = {
         "device": str(weight.device),
         "amp_dtype": None if logits_dtype == torch.float32 else str(logits_dtype)[6:],
@@ -216,6 +241,8 @@ def train(args: argparse.Namespace) -> None:
         "compile": any(getattr(b, "_compiled_call_impl", None) for b in model.layers),
         "compile_mode": options["compile_mode"],
         "cuda_graphs": False,
+        "parallelism": "fsdp" if fsdp else "none",
+        "distributed_backend": dist.get_backend() if sharded else None,
         "zero_init_residual": False,
         "num_threads": torch.get_num_threads(),
         "seed": options["seed"],
@@ -226,7 +253,7 @@ def train(args: argparse.Namespace) -> None:
     if rank == 0:
         print_result(
             "pytorch", args, seconds=seconds, cpu_seconds=cpu_seconds, device=str(device),
-            loss=final_loss, parameters=parameters, applied=applied,
+            loss=final_loss, parameters=parameters, applied=applied, world_size=world,
         )  # fmt: skip
     if sharded:
         dist.destroy_process_group()

@@ -166,9 +166,11 @@ def print_result(
     device: str,
     loss: float,
     applied: Mapping[str, Any],
+    world_size: int = 1,
 ) -> None:
     """The one line ``dlperf parity`` reads: the measured steps' time (and the process's CPU
-    time over them), what ran, and the options as applied."""
+    time over them), what ran, and the options as applied. Several ranks: the slowest rank's
+    time, every rank's CPU time, ``world_size`` ranks of ``batch_size`` each."""
     record = {
         TAG: framework,
         "model": args.model,
@@ -179,6 +181,7 @@ def print_result(
         "parameters": int(parameters),
         "warmup_steps": args.warmup_steps,
         "steps": args.steps,
+        "world_size": world_size,
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
         "loss": loss,

@@ -38,6 +38,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
         precision=args.precision,
         variant=args.variant,
         xla=args.xla == "on",
+        topology=args.topology,
         profile=args.profile,
         options=dict(args.option or []),
         rounds=args.rounds,
@@ -74,6 +75,12 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         "--variant", default="default", help="the option variant of the framework's matrix"
     )
     parity.add_argument("--xla", choices=("on", "off"), default="off")
+    parity.add_argument(
+        "--topology",
+        default="1n1g",
+        help="1n1g, or 1n<k>g: k processes on this host, the kit's side as dlperf run shards "
+        "it, the bare loop under torchrun (the bare Llama loop: FSDP2)",
+    )
     parity.add_argument(
         "--profile", default="auto", help="the matrix profile, as for dlperf run (auto: by host)"
     )

@@ -43,7 +43,9 @@ def commands(
       node command of the same plan; started until its header before the rounds);
     - ``driver``: the ``dlperf run`` command of the kit side (its session name is set per round);
     - ``bare``: the bare loop with the same interpreter, environment and threads, and the
-      ``handed`` options (before the kit's header is known: the case's own options).
+      ``handed`` options (before the kit's header is known: the case's own options), under
+      ``torchrun --nproc_per_node k`` at 1n<k>g;
+    - ``bare_check``: the bare loop's option check (one process).
     """
     framework = FRAMEWORKS.get(request.framework)
     bare = framework.path / BARE_SCRIPT
@@ -61,8 +63,15 @@ def commands(
     threads = threads_environment(request)
     env = process_environment({**node.env, **threads})
     workdir = node.workdir or str(REPO_ROOT)
-    bare_argv = [
-        python, str(bare.relative_to(REPO_ROOT)),
+    processes = case.topology.world_size
+    # Several processes: torchrun on this host, as the kit's own launcher starts its ranks.
+    launcher = (
+        [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+        if processes > 1
+        else [python]
+    )
+    bare_script = [
+        str(bare.relative_to(REPO_ROOT)),
         "--model", request.model,
         "--batch-size", str(request.batch_size),
         "--precision", request.precision,
@@ -81,7 +90,9 @@ def commands(
         ),
         # Watched like the kit's driver, so that this process's once-a-second look at /proc
         # weighs on both sides alike.
-        "bare": SideCommand(bare_argv, env, workdir, watch=True),
+        "bare": SideCommand([*launcher, *bare_script], env, workdir, watch=True),
+        # Its option check: one process, before it loads the framework.
+        "bare_check": SideCommand([python, *bare_script, "--check-options"], env, workdir),
     }
 
 
@@ -92,7 +103,7 @@ def driver_argv(request: ParityRequest, case: Case, results: Path, session: str)
         "--framework", request.framework,
         "--profile", request.profile,
         "--model", case.model,
-        "--nodes", "1", "--gpus", "1",
+        "--nodes", "1", "--gpus", str(case.topology.world_size),
         "--batch", str(request.batch_size),
         "--amp", "on" if case.precision == "amp" else "off",
         "--xla", "on" if case.xla else "off",

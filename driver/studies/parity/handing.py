@@ -27,7 +27,7 @@ NOT_HANDED: dict[str, str] = {
     "warmup_steps": "an argument of its own",
     "total_steps": "the bare loop counts warm-up and measured steps",
     "global_batch_size": "one process",
-    "distributed_backend": "one process: no collective",
+    "distributed_backend": "one process: no collective (handed to the Llama loop, which shards)",
     "engine": "one process: no collective",
     "tf_config": "one process: no collective",
     "kvstore": "one process: no collective",
@@ -40,7 +40,7 @@ NOT_HANDED: dict[str, str] = {
     "parameters": "compared as the count each side built",
     "num_threads_source": "where the count came from; the count is handed",
     "step_sync": "how the kit times its steps (the bare loop syncs once, at the end)",
-    "parallelism": "one process: nothing to shard or reduce",
+    "parallelism": "one process: nothing to shard or reduce (handed to the Llama loop)",
     "amp_effective": "a fact the kit's script measured (autocast's output dtype), not a setting",
 }
 # Shape options of the other models (the header records every shape option), and for Llama the
@@ -53,11 +53,15 @@ OTHER_MODEL_KEYS = {
               "momentum"),
 }  # fmt: skip
 
+# Header options handed to one model's bare loop although NOT_HANDED lists them: the bare Llama
+# loop shards with FSDP2 under torchrun as the kit does (none on one process).
+HANDED_FOR_MODEL = {"llama": ("parallelism", "distributed_backend")}
+
 
 def handed_options(header: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The header's options that change the computation: what the bare loop must apply."""
     options = dict(header.get("options") or {})
-    skip = {*NOT_HANDED, *OTHER_MODEL_KEYS.get(model, ())}
+    skip = {*NOT_HANDED, *OTHER_MODEL_KEYS.get(model, ())} - set(HANDED_FOR_MODEL.get(model, ()))
     return {key: value for key, value in sorted(options.items()) if key not in skip}
 
 
@@ -85,8 +89,7 @@ def check_bare_options(
 ) -> dict[str, Any]:
     """The options the bare loop would apply (it refuses what it cannot mirror, before loading
     the framework)."""
-    bare = commands(request, handed)["bare"]
-    check = replace(bare, argv=[*bare.argv, "--check-options"])
+    check = commands(request, handed)["bare_check"]
     result = finished(runner(check, request.timeout_s))
     if result.code != 0:
         errors = [line for line in result.err.splitlines() if "error:" in line]

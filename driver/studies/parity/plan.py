@@ -19,7 +19,7 @@ from driver.core.matrix import (
 )
 from driver.core.session import choose_profile
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
-from driver.model.case import Case
+from driver.model.case import Case, Topology
 from driver.plugins import load
 from driver.runtimes.base import RuntimeConfigError
 from driver.runtimes.local import check_framework_python
@@ -45,6 +45,7 @@ def prepare(request: ParityRequest) -> ParityRequest:
         )
     if request.model == "llama" and framework.name != "pytorch":
         raise ParityError(f"--model llama: only PyTorch has a bare Llama loop ({framework.name})")
+    check_topology(request)
     if request.precision not in ("fp32", "amp"):
         raise ParityError(f"--precision {request.precision}: fp32 or amp")
     if request.rounds < 1:
@@ -75,6 +76,34 @@ def prepare(request: ParityRequest) -> ParityRequest:
     return request
 
 
+# The (framework, model) pairs whose bare loop shards over several processes on one host.
+SHARDING_BARE_LOOPS = {("pytorch", "llama"): "FSDP2 (fully_shard) under torchrun"}
+
+
+def check_topology(request: ParityRequest) -> Topology:
+    """``--topology``: 1n1g for every bare loop; 1n<k>g (k processes on this host, as ``dlperf
+    run`` starts them) where the bare loop shards as the kit does."""
+    try:
+        topology = Topology.parse(request.topology)
+    except ValueError as error:
+        raise ParityError(f"--topology {request.topology}: {error}") from None
+    if topology.world_size == 1:
+        return topology
+    if topology.nodes != 1:
+        raise ParityError(
+            f"--topology {request.topology}: parity runs on one host; use 1n<k>g (k processes)"
+        )
+    framework = FRAMEWORKS.get(request.framework).name
+    how = SHARDING_BARE_LOOPS.get((framework, request.model))
+    if how is None:
+        loops = ", ".join(f"{f} {m} ({h})" for (f, m), h in SHARDING_BARE_LOOPS.items())
+        raise ParityError(
+            f"--topology {request.topology}: the bare {framework} {request.model} loop "
+            f"runs one process and does not shard; only {loops} runs at 1n<k>g (or use 1n1g)"
+        )
+    return topology
+
+
 def plan_case(request: ParityRequest) -> tuple[Case, str]:
     """The one case ``dlperf run`` runs for this request on this host, and its profile."""
     framework = FRAMEWORKS.get(request.framework)
@@ -84,7 +113,7 @@ def plan_case(request: ParityRequest) -> tuple[Case, str]:
         overrides = overrides_from(
             {
                 "models": (request.model,),
-                "topologies": ("1n1g",),
+                "topologies": (request.topology,),
                 "batch_sizes": (request.batch_size,),
                 "precisions": (request.precision,),
                 "xla": request.xla,

@@ -84,13 +84,15 @@ def read_bare(stdout: str, load: float) -> SideRun:
         )
     record = records[0]
     try:
+        # Several ranks: the slowest rank's window, every rank's samples (as the kit measures).
         seconds, steps = float(record["seconds"]), int(record["steps"])
-        samples = steps * int(record["batch_size"])
+        world = int(record.get("world_size") or 1)
+        samples = steps * int(record["batch_size"]) * world
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"seconds {seconds} is not a positive finite number")
         applied = dict(record.get("applied") or record.get("options") or {})
         cpu_seconds, threads = record.get("cpu_seconds"), int(record.get("threads") or 0)
-        share = cpu_seconds / (seconds * threads) if cpu_seconds and threads else 0.0
+        share = cpu_seconds / (seconds * threads * world) if cpu_seconds and threads else 0.0
         return SideRun(
             side="bare",
             throughput=samples / seconds,

@@ -34,6 +34,7 @@ class ParityRequest:
     precision: str = "fp32"  # fp32 | amp
     variant: str = "default"  # the matrix's option variant
     xla: bool = False
+    topology: str = "1n1g"  # 1n<k>g: k processes on this host (the bare loop under torchrun)
     profile: str = AUTO  # as dlperf run: auto picks cpu-smoke on a CPU host, dlperf with GPUs
     options: Mapping[str, Any] = field(default_factory=dict)  # --option overrides (both sides)
     rounds: int = 5
@@ -119,6 +120,7 @@ class ParityResult(StrictModel):
     machine: str
     pairs: list[ParityPair]
     variant: str = "default"
+    topology: str = "1n1g"
     profile: str = ""
     case_id: str = ""
     handed: dict[str, Any] = {}  # every option handed to the bare loop, from the kit's header

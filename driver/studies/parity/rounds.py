@@ -78,7 +78,9 @@ def run_side(
     run = read_kit(session, case, request, load)
     window = kit_window(session, case, request)
     cost, benchmark_cpu_s = driver_cost(result.cpu, window)
-    share = benchmark_cpu_s / ((window[1] - window[0]) * threads) if benchmark_cpu_s else 0.0
+    # Every rank's CPU (the driver's descendants) over the cores of all ranks.
+    cores = threads * case.topology.world_size
+    share = benchmark_cpu_s / ((window[1] - window[0]) * cores) if benchmark_cpu_s else 0.0
     return run.model_copy(update={"driver": cost, "cpu_share": max(0.0, share)})
 
 
@@ -142,6 +144,7 @@ def run_parity(
         machine=machine_description(),
         pairs=pairs,
         variant=case.variant,
+        topology=case.topology.label,
         profile=profile,
         case_id=case.id,
         handed=handed,
