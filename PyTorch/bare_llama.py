@@ -65,7 +65,7 @@ REFUSALS = {
         None if value in (None, "bfloat16", "float16") else "expected null, bfloat16 or float16"
     ),
     "parallelism": lambda value: (
-        None if value in PARALLELISMS else "the bare loop shards with FSDP2 only: auto, none or fsdp"
+        None if value in PARALLELISMS else "the bare loop shards with FSDP2: auto, none or fsdp"
     ),
     "distributed_backend": lambda value: (
         None if value in (None, "gloo", "nccl") else "expected null (one process), gloo or nccl"

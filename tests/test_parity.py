@@ -163,6 +163,9 @@ def test_the_case_is_planned_as_dlperf_run_plans_it() -> None:
         (ParityRequest("tensorflow", options={"channels_last": True}), "no option"),
         (ParityRequest("pytorch", rounds=0), "--rounds"),
         (ParityRequest("pytorch", precision="fp8"), "--precision"),
+        (ParityRequest("pytorch", topology="1n2g"), "bare pytorch resnet50 loop runs one process"),
+        (ParityRequest("pytorch", model="llama", topology="2n2g"), "one host; use 1n<k>g"),
+        (ParityRequest("pytorch", model="llama", topology="two"), "--topology two: topology"),
     ],
 )
 def test_bad_requests_are_refused_with_the_reason(request_: ParityRequest, message: str) -> None:
@@ -299,7 +302,9 @@ def test_the_bare_llama_loop_applies_what_the_kits_llama_header_records() -> Non
     handed = handed_options(header, "llama")
     assert handed["llama_size"] == "llama-tiny" and handed["seq_len"] == 32
     assert handed["activation_checkpointing"] == "full" and handed["optimizer"] == "adamw"
-    assert not {"image_size", "momentum", "bert_layers", "parallelism"} & set(handed)
+    assert not {"image_size", "momentum", "bert_layers"} & set(handed)
+    # one process: nothing sharded on either side (handed, and compared, all the same)
+    assert handed["parallelism"] == "none" and handed["distributed_backend"] is None
     check_bare_options(request, handed, run_process)
     finished = run_process(commands(request, handed)["bare"], 600)
     assert finished.code == 0, finished.err[-3000:]
@@ -330,6 +335,51 @@ def test_the_bare_llama_loop_shards_with_fsdp2_under_torchrun() -> None:
     # the whole model's parameters over both shards; bf16 compute from the FSDP2 policy
     assert result["parameters"] == TINY_LLAMA_PARAMETERS
     assert result["applied"]["amp_dtype"] == "bfloat16" and math.isfinite(result["loss"])
+    assert result["applied"]["parallelism"] == "fsdp" and result["world_size"] == 2
+    assert result["applied"]["distributed_backend"] == "gloo"
+
+
+def test_llama_pair_at_1n2g_shards_both_sides_with_fsdp2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--topology 1n2g: dlperf run shards the kit's case over two gloo ranks, the bare loop runs
+    under torchrun with the options of the kit's header (FSDP2, its bf16 policy, the
+    checkpointing); each side over both ranks' samples and its slowest rank's window."""
+    framework_env("pytorch")
+    out_json = tmp_path / "parity.json"
+    code = main([
+        "parity", "--framework", "pytorch", "--model", "llama", "--variant", "small",
+        "--topology", "1n2g", "--batch", "2", "--precision", "amp", "--rounds", "1",
+        "--warmup-steps", "1", "--measured-steps", "2", "--kit-progress", "plain",
+        "--option", "llama_size=llama-tiny", "--option", "seq_len=32",
+        "--option", "activation_checkpointing=selective",
+        "--json", str(out_json), "--results", str(tmp_path / "results"),
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    result = json.loads(out_json.read_text())
+    assert result["topology"] == "1n2g" and "/1n2g/" in result["case_id"]
+    handed = result["handed"]
+    assert handed["parallelism"] == "fsdp" and handed["distributed_backend"] == "gloo"
+    assert handed["amp_dtype"] == "bfloat16" and handed["activation_checkpointing"] == "selective"
+    assert result["bare_command"][1:6] == [
+        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    ]  # fmt: skip
+    assert result["kit_command"][result["kit_command"].index("--gpus") + 1] == "2"
+    (pair,) = result["pairs"]
+    for side in ("bare", "kit"):
+        assert pair[side]["parameters"] == TINY_LLAMA_PARAMETERS
+        assert pair[side]["samples"] == 2 * 2 * 2  # two ranks x batch 2 x two steps
+        assert pair[side]["options"] == handed
+    record = json.loads(next(Path(pair["kit"]["session"]).rglob(RECORD)).read_text())
+    assert record["measurement"]["throughput"] == pair["kit"]["throughput"]
+    assert record["measurement"]["slowest_rank"] in (0, 1)
+    # Sides that sharded differently (or one that did not shard) are refused.
+    bare, kit = SideRun.model_validate(pair["bare"]), SideRun.model_validate(pair["kit"])
+    check_same_work(bare, kit)
+    unsharded = bare.model_copy(update={"options": {**bare.options, "parallelism": "none"}})
+    with pytest.raises(ParityError, match="differ in option parallelism: bare 'none'"):
+        check_same_work(unsharded, kit)
 
 
 def test_the_bare_loop_is_handed_what_changes_the_computation() -> None:
