@@ -10,7 +10,9 @@ each block and autocast in bf16 are applied in plain PyTorch as the options say.
 On one process the kit does not shard (``parallelism`` resolves to ``none`` on one rank) and
 neither does this loop. Started by ``torchrun`` with several processes, it shards every block
 and then the root with ``torch.distributed.fsdp.fully_shard`` (bf16 parameters, fp32 gradient
-reduction under ``--precision amp``) over one mesh of all ranks, each rank its own batch.
+reduction under ``--precision amp``) over one mesh of all ranks, each rank its own batch, as
+``dlperf parity --topology 1n<k>g`` starts it; its result line is then the slowest rank's window
+(``parallelism`` and ``distributed_backend`` as applied, compared with the kit's header).
 
     python PyTorch/bare_loop.py --model llama --batch-size 2 --steps 10 \\
         --option llama_size=llama-small --option seq_len=256
