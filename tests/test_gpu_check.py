@@ -246,6 +246,19 @@ def test_a_damaged_archive_is_refused_and_nothing_is_written(
     assert not (tmp_path / "escape.json").exists()
 
 
+def test_an_archive_cut_anywhere_is_not_whole(tmp_path: Path) -> None:
+    """Cut at any byte, the archive is refused as cut: a cut that falls on a member's header
+    once ended the tar stream without an error and read as an archive without a manifest (the
+    half-way cut above met it only when the compressed bytes fell so)."""
+    whole = gpu_check.archive_bytes(make_work(tmp_path))
+    archive, results = tmp_path / gpu_check.ARCHIVE, tmp_path / "results"
+    for cut in range(1, len(whole)):
+        archive.write_bytes(whole[:cut])
+        with pytest.raises(gpu_check.UnpackError, match="not a whole"):
+            gpu_check.unpack(archive, results)
+        assert not results.exists()
+
+
 def build(path: Path, members: list[tuple[str, bytes]], manifest: bytes | None = None) -> Path:
     """An archive of ``members`` with a manifest that matches them (or ``manifest`` as given)."""
     import hashlib

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gzip
 import hashlib
 import io
 import json
@@ -1027,6 +1028,25 @@ def _check_manifest(archive: Path, data: bytes) -> dict[str, dict[str, Any]]:
     return manifest
 
 
+def check_whole_gzip(archive: Path) -> None:
+    """Read the compressed stream to its end marker first: a gzip cut short can end the tar
+    stream at a member's header, where tarfile stops without an error, so that a truncated
+    archive would read as one without a manifest. Bounded like the unpacking (tar headers and
+    the manifest on top of the members' bytes)."""
+    limit = MAX_TOTAL_BYTES + MAX_MEMBERS * 2048 + MAX_MANIFEST_BYTES + 10240
+    size = 0
+    try:
+        with gzip.open(archive, "rb") as stream:
+            while chunk := stream.read(CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise UnpackError(f"{archive}: unpacks to over {MAX_TOTAL_BYTES} bytes")
+    except (EOFError, OSError, zlib.error) as error:
+        raise UnpackError(
+            f"{archive}: not a whole gpu-check archive ({error}); fetch it again"
+        ) from None
+
+
 def extract_checked(archive: Path, destination: Path) -> dict[str, dict[str, Any]]:
     """Stream ``archive`` into ``destination`` (an empty folder), every member checked before
     its bytes are written (a regular file at a plain relative path, not a folder of another
@@ -1034,6 +1054,7 @@ def extract_checked(archive: Path, destination: Path) -> dict[str, dict[str, Any
     :data:`MAX_TOTAL_BYTES`) and hashed as it is written; then every file held to the manifest
     (nothing missing or extra, each SHA-256 and size). Raises UnpackError; the caller removes
     ``destination`` then."""
+    check_whole_gzip(archive)
     seen: dict[str, tuple[str, int]] = {}
     folders: set[str] = set()
     manifest_data: bytes | None = None
