@@ -26,8 +26,8 @@ import time
 from typing import Any
 
 from driver.studies.bareloop import COMMON_OPTIONS, only, print_result
+from PyTorch.bare_loop import backward_and_step, optimizer_groups
 
-VISION_AND_SGD = ("image_size", "num_classes", "momentum")
 # What this loop mirrors and what it does when run by hand: the kit's defaults for Llama.
 OPTIONS: dict[str, Any] = {
     # AdamW has no momentum; image options are the vision models'.
@@ -156,16 +156,7 @@ def train(args: argparse.Namespace) -> None:
         fully_shard(model, mp_policy=policy)
         model.to_empty(device=device)
         model.initialize()
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    groups = [
-        {"params": decay, "weight_decay": options["weight_decay"]},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    impl = options["optimizer_impl"]
-    flavour = {"fused": impl == "fused" or None, "foreach": impl == "foreach" or None}
-    if impl == "loop":
-        flavour["foreach"] = False
+    groups, flavour = optimizer_groups(model, options)
     optimizer = torch.optim.AdamW(groups, lr=options["lr"], eps=1e-6, **flavour)
 
     torch.manual_seed(options["seed"] + rank)
@@ -183,19 +174,7 @@ def train(args: argparse.Namespace) -> None:
             logits = model(tokens)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
         logits_dtype = logits.dtype
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            if clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(params, clip)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, clip)
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=set_to_none)
+        backward_and_step(loss, optimizer, scaler, params, clip, set_to_none)
         return loss
 
     for _ in range(args.warmup_steps):

@@ -92,17 +92,7 @@ def main() -> int:
     layout = torch.channels_last if options["channels_last"] else torch.contiguous_format
     model = resnet50(num_classes=classes, zero_init_residual=options["zero_init_residual"])
     model = model.to(device, memory_format=layout).train()
-    # Biases and norm weights get no weight decay.
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    groups = [
-        {"params": decay, "weight_decay": options["weight_decay"]},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    impl = options["optimizer_impl"]
-    flavour = {"fused": impl == "fused" or None, "foreach": impl == "foreach" or None}
-    if impl == "loop":
-        flavour["foreach"] = False
+    groups, flavour = optimizer_groups(model, options)
     if options["optimizer"] == "sgd":
         optimizer: torch.optim.Optimizer = torch.optim.SGD(
             groups, lr=options["lr"], momentum=options["momentum"], **flavour
@@ -123,19 +113,7 @@ def main() -> int:
             logits = train_model(images)
             loss = F.cross_entropy(logits, labels)
         logits_dtype = logits.dtype
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            if clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=set_to_none)
+        backward_and_step(loss, optimizer, scaler, model.parameters(), clip, set_to_none)
         return loss
 
     for _ in range(args.warmup_steps):
@@ -213,6 +191,43 @@ def _tf32(torch: Any) -> bool:
 
 def _mode(options: dict[str, Any]) -> dict[str, Any]:
     return {} if options["compile_mode"] == "default" else {"mode": options["compile_mode"]}
+
+
+def optimizer_groups(model: Any, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+    """The parameter groups (biases and norm weights get no weight decay) and the optimizer's
+    implementation keywords (fused / foreach / a plain loop), as the kit's scripts make them."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    groups = [
+        {"params": decay, "weight_decay": options["weight_decay"]},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    impl = options["optimizer_impl"]
+    flavour = {"fused": impl == "fused" or None, "foreach": impl == "foreach" or None}
+    if impl == "loop":
+        flavour["foreach"] = False
+    return groups, flavour
+
+
+def backward_and_step(
+    loss: Any, optimizer: Any, scaler: Any, params: Any, clip: float, set_to_none: bool
+) -> None:
+    """Backward, gradient clipping (unscaled first under a GradScaler), the optimizer's step."""
+    import torch
+
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        if clip > 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=set_to_none)
 
 
 if __name__ == "__main__":
