@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from dataclasses import replace
 
 import pytest
 
-from driver.bench.protocol import StepLogger
+from driver.bench.protocol import StepLogger, print_weights_checksum
 from driver.model.case import Case, Topology
 from driver.model.measure import (
     STRAGGLER_FIELDS,
@@ -23,6 +24,8 @@ from driver.model.measure import (
 )
 from driver.parsers.base import LogParseError, ParsedLog, RankLog, StepPoint
 from driver.parsers.dlperf_jsonl import DlperfJsonlParser
+
+RANK_KEYS = ("rank", "world_size", "local_rank", "node_rank")
 
 
 def fake_log(rank: int, world: int, times: list[float], batch: int = 4, node_rank: int = 0) -> str:
@@ -100,6 +103,30 @@ def test_case_stats_and_speedup() -> None:
 def test_records_are_single_json_lines() -> None:
     for line in fake_log(0, 1, [0.0, 1.0]).splitlines()[1:]:
         assert json.loads(line)["dlperf"] in {"header", "begin", "step", "end"}
+
+
+class WriteRecorder(io.StringIO):
+    """A stream that keeps each write apart, as an unbuffered pipe shared by ranks does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_every_line_a_rank_prints_is_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two ranks share one pipe under PYTHONUNBUFFERED: a line written in two pieces can take a
+    # peer's line between them (seen in CI: rank 0's checksum line glued to rank 1's).
+    recorder = WriteRecorder()
+    monkeypatch.setattr(sys, "stdout", recorder)
+    print_weights_checksum(0, 1.5)
+    logger = StepLogger(framework="x", model="m", rank_env=dict.fromkeys(RANK_KEYS, 0))
+    logger.begin()
+    assert recorder.writes == ["dlperf-weights-checksum rank=0 sum=1.500000\n", recorder.writes[1]]
+    assert recorder.writes[1].endswith("}\n") and recorder.writes[1].count("\n") == 1
 
 
 def sparse_log(every: int, last: int, slow_from: int | None = None) -> RankLog:

@@ -232,8 +232,12 @@ def test_release_trains_for_real_through_the_kit(
     assert record.header["hostname"] == socket.gethostname()
     if model == "resnet50":  # the source's own Run stats imply the same figure
         assert "classifier_trainer.py" in text and len(TIME_HISTORY.findall(text)) == 2
-        figure = stamps_figure(text, batch, 10, 20)
-        assert record.throughput == pytest.approx(figure, rel=2e-3)
+        # TimeHistory prints seconds to 10 ms and starts an interval at the next batch's begin,
+        # the stamps at a batch's end: its window is the stamps' less the callbacks between two
+        # batches (a few ms; seen 8 ms on a loaded 2-core CI machine), then rounded.
+        window_s = measured * batch / record.throughput
+        stamps_s = measured * batch / stamps_figure(text, batch, 10, 20)
+        assert -0.005 - 1e-9 <= stamps_s - window_s <= 0.005 + 0.01 * stamps_s
     else:
         assert "Train Step: 30/30" in text and record.throughput > 0
     shutil.rmtree(tmp_path / "session")

@@ -104,8 +104,7 @@ class StepLogger:
 
     def _emit(self, kind: str, **fields: Any) -> None:
         record = {TAG: kind, "v": PROTOCOL_VERSION, "rank": self.rank, **fields}
-        self.stream.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-        self.stream.flush()
+        write_line(json.dumps(record, sort_keys=True, default=str), self.stream)
 
     def header(
         self,
@@ -196,7 +195,7 @@ def oom_exit(error: BaseException, rank: int, batch_size: int | None) -> NoRetur
     collective library shutdown) could hang instead of exiting.
     """
     line = oom_record(rank, batch_size, error)
-    print(line, flush=True)
+    write_line(line)
     message = json.loads(line)["message"]
     print(f"out of memory at batch size {batch_size}: {message}", file=sys.stderr)
     sys.stderr.flush()
@@ -205,4 +204,12 @@ def oom_exit(error: BaseException, rank: int, batch_size: int | None) -> NoRetur
 
 def print_weights_checksum(rank: int, value: float) -> None:
     """The line the tests compare across ranks: equal sums mean the gradients were reduced."""
-    print(f"dlperf-weights-checksum rank={rank} sum={value:.6f}", flush=True)
+    write_line(f"dlperf-weights-checksum rank={rank} sum={value:.6f}")
+
+
+def write_line(text: str, stream: TextIO | None = None) -> None:
+    """One line in one write: the kit runs Python unbuffered, where ``print`` writes the text and
+    its newline apart, and a peer rank's line on the same pipe can land between the two."""
+    stream = stream or sys.stdout
+    stream.write(text + "\n")
+    stream.flush()

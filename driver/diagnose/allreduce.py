@@ -30,7 +30,9 @@ ELEMENT_BYTES = 4  # float32, the gradient dtype of fp32 and AMP (fp32 master we
 
 
 def emit(kind: str, **fields: object) -> None:
-    print(json.dumps({TAG: kind, "v": 1, **fields}, sort_keys=True), flush=True)
+    # one write per line: ranks share an unbuffered pipe (see driver.bench.protocol.write_line)
+    sys.stdout.write(json.dumps({TAG: kind, "v": 1, **fields}, sort_keys=True) + "\n")
+    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,10 @@
 (one line, folded here)
 
 Each line times an interval of steps on the worker that prints it (seconds with two decimals);
-the intervals of one worker are contiguous, so their running sum is that worker's clock at each
-logged step boundary (the first interval starts at 0 s). Every node runs one worker of the
+the intervals of one worker follow each other, so their running sum is that worker's clock at
+each logged step boundary (the first interval starts at 0 s). An interval starts when its first
+batch begins, not when the previous one ended: the callbacks between two batches (a few ms) are
+left out of the clock. Every node runs one worker of the
 multi-worker strategy and logs its own lines (logging mode per-node); a gap between intervals,
 a step going back or a worker without lines is an error.
 
