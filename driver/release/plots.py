@@ -6,6 +6,7 @@ and one each for the ideal and all-reduce-bound lines every series draws in its 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,60 +97,34 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
         has_bound = False
         for index, (name, items) in enumerate(series.items()):
             style = _style(index)
-            color = style["color"]
-            points = [
-                (x_of[s.case.topology.label], s.efficiency)
-                for s in items
-                if s.efficiency is not None
-            ]
-            if points:
+            xs, ys = _percents(x_of, items, lambda s: s.efficiency)
+            if xs:
+                ax.plot(xs, ys, "-", **style, label=name)
+            xs, ys = _percents(x_of, items, lambda s: computed.rows[s.key].scaling_bound)
+            if xs:
                 ax.plot(
-                    [p[0] for p in points],
-                    [100 * p[1] for p in points],
-                    "-",
-                    **style,
-                    label=name,
-                )
-            bounds = [
-                (x_of[s.case.topology.label], computed.rows[s.key].scaling_bound)
-                for s in items
-            ]
-            bounds = [(x, b) for x, b in bounds if b is not None]
-            if bounds:
-                ax.plot(
-                    [b[0] for b in bounds],
-                    [100 * b[1] for b in bounds],
-                    "_",
-                    color=color,
-                    markersize=14,
-                    markeredgewidth=2,
-                    alpha=0.7,
+                    xs, ys, "_", color=style["color"], markersize=14, markeredgewidth=2, alpha=0.7
                 )
                 has_bound = True
-        shown = [100 * s.efficiency for s in group if s.efficiency is not None]
-        shown += [
-            100 * b
-            for s in group
-            if (b := computed.rows[s.key].scaling_bound) is not None
-        ]
+        shown = _percents(x_of, group, lambda s: s.efficiency)[1]
+        shown += _percents(x_of, group, lambda s: computed.rows[s.key].scaling_bound)[1]
         ax.set_ylim(
             max(0.0, min([50.0, *(v - 5 for v in shown)])), max([110.0, *(v + 5 for v in shown)])
         )
-        extra = [
-            Line2D([], [], color="grey", marker="_", markersize=14, markeredgewidth=2, ls="")
-        ]
-        _finish(
-            fig,
-            ax,
-            ticks,
-            "scaling efficiency (%)",
-            title,
-            out_dir / efficiency_file,
-            extra if has_bound else [],
-            [BOUND_LABEL],
-        )
+        bound = Line2D([], [], color="grey", marker="_", markersize=14, markeredgewidth=2, ls="")
+        ylabel = "scaling efficiency (%)"
+        extra = [bound] if has_bound else []
+        _finish(fig, ax, ticks, ylabel, title, out_dir / efficiency_file, extra, [BOUND_LABEL])
         written.append(efficiency_file)
     return written
+
+
+def _percents(
+    x_of: dict[str, int], items: list[CaseSummary], value: Callable[[CaseSummary], float | None]
+) -> tuple[list[int], list[float]]:
+    """x positions and percentages of the items whose ``value`` is known."""
+    known = [(x_of[s.case.topology.label], v) for s in items if (v := value(s)) is not None]
+    return [x for x, _v in known], [100 * v for _x, v in known]
 
 
 def _figure(plt: Any) -> tuple[Any, Any]:
