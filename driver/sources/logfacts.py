@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator
 
+from driver.launchers.base import NodeRank
 from driver.model.case import Case, Topology
 from driver.model.hardware import HardwareError, parse_hardware
 from driver.parsers._upstream import RunHeader
 from driver.registry import UnknownPlugin
 from driver.schema import ConfigError, StrictModel, load_document, validate
-from driver.sources.base import SOURCES
+from driver.sources.base import SOURCES, run_header
 from driver.text import FreeText
 
 VARIANT = "imported"
@@ -192,20 +193,12 @@ def case_and_header(source_name: str, facts: Facts) -> tuple[Case, RunHeader, st
         total_steps=facts.warmup_steps + facts.measured_steps,
         repeats=1,
     )
-    header = RunHeader(
-        source=source_name,
-        model=facts.model,
-        node_rank=0,
-        nodes=topology.nodes,
-        procs_per_node=topology.devices_per_node,
-        batch=facts.batch,
-        logging=facts.logging or launch.logging,
-        step_offset=launch.step_offset if facts.step_offset is None else facts.step_offset,
-        warmup_steps=facts.warmup_steps,
-        measured_steps=facts.measured_steps,
-        worker0_only=facts.worker0_only,
-        hardware=facts.hardware or "",
-    )
+    # node 0 of the run, as the kit would have launched it (no rendezvous: nothing connects)
+    rank = NodeRank(0, topology.nodes, topology.devices_per_node, master_addr="", master_port=0)
+    logging = facts.logging or launch.logging
+    step_offset = launch.step_offset if facts.step_offset is None else facts.step_offset
+    header = run_header(source_name, case, rank, facts.batch, logging, step_offset)
+    header = replace(header, worker0_only=facts.worker0_only, hardware=facts.hardware or "")
     return case, header, source.parser
 
 
