@@ -148,7 +148,8 @@ class FolderFiles(Mapping[str, bytes]):
             rel: path
             for rel, path in walk.files.items()
             if not rel.startswith(DERIVED + "/")
-            and not _temporary(path.name)
+            and not path.name.startswith(TEMP_PREFIX)
+            and not path.name.endswith(".tmp")
             and rel not in (SEAL, SEAL_SIGNATURE)
         }
         self._read: dict[str, bytes] = {}
@@ -186,10 +187,6 @@ class FolderFiles(Mapping[str, bytes]):
 
     def __len__(self) -> int:
         return len(self.paths)
-
-
-def _temporary(name: str) -> bool:
-    return name.startswith(TEMP_PREFIX) or name.endswith(".tmp")
 
 
 def read_record(files: Mapping[str, bytes], rel: str) -> RepeatRecord | None:
