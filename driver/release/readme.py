@@ -43,8 +43,7 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _pair(row: dict[str, Any], name: str, digits: int = 1) -> str:
-    median, top = row.get(f"{name}_median"), row.get(f"{name}_max")
+def _pair(median: float | None, top: float | None, digits: int = 1) -> str:
     if median is None and top is None:
         return "-"
     return f"{_num(median, digits)} / {_num(top, digits)}"
@@ -298,25 +297,10 @@ def _telemetry_per_case(computed: Computed) -> str:
         windows = sorted({str(t.get("telemetry_window")) for t in telemetry})
         row: list[Any] = [case_id, len(telemetry), ", ".join(windows)]
         for _header, name in metrics:
-            medians = [
-                t[f"telemetry_{name}_median"]
-                for t in telemetry
-                if t.get(f"telemetry_{name}_median") is not None
-            ]
-            maxima = [
-                t[f"telemetry_{name}_max"]
-                for t in telemetry
-                if t.get(f"telemetry_{name}_max") is not None
-            ]
-            row.append(
-                _pair(
-                    {
-                        "m_median": statistics.median(medians) if medians else None,
-                        "m_max": max(maxima) if maxima else None,
-                    },
-                    "m",
-                )
-            )
+            medians = [v for t in telemetry if (v := t.get(f"telemetry_{name}_median")) is not None]
+            maxima = [v for t in telemetry if (v := t.get(f"telemetry_{name}_max")) is not None]
+            median = statistics.median(medians) if medians else None
+            row.append(_pair(median, max(maxima, default=None)))
         rows.append(row)
     statuses = sorted({str(t.get("telemetry_status")) for t in computed.telemetry.values()})
     intro = (
