@@ -94,17 +94,13 @@ class Framework:
         if not self.script:  # frozen: the derived default is set once, here
             object.__setattr__(self, "script", f"{self.folder}/benchmark/train.py")
 
-    @property
-    def option_types(self) -> dict[str, Any]:
-        shared = {**SHAPE_OPTION_TYPES, **TRAINING_OPTION_TYPES} if self.shared_options else {}
-        return {**shared, **self.options}
-
     def check_option(self, name: str, value: Any) -> Any:
         """``value`` if ``name`` is an option of this framework's script and the value fits;
         else :class:`OptionError` saying what is allowed (with a did-you-mean)."""
         from driver.schema import did_you_mean
 
-        types = self.option_types
+        shared = {**SHAPE_OPTION_TYPES, **TRAINING_OPTION_TYPES} if self.shared_options else {}
+        types = {**shared, **self.options}
         if name not in types:
             raise OptionError(
                 f"{self.name} has no option {name!r}{did_you_mean(name, types)}; "
