@@ -213,6 +213,7 @@ def factor_report(
     if metric not in METRICS:
         raise SystemExit(f"--metric {metric!r}: one of {', '.join(METRICS)}")
     filters = parse_where(where)
+    head = {"factor": factor, "a": a, "b": b, "metric": metric, "where": dict(filters)}
     group_by = normalize_factor(by) if by else None
     pairs = factor_pairs(sides, factor, a, b, filters, metric)
     names = " + ".join(s.name for s in sides)
@@ -230,16 +231,7 @@ def factor_report(
         misses = near_misses(views, factor, a, b)
         if misses:
             out += ["", "The closest cases, and every factor in which they differ:", *misses]
-        empty = {
-            "factor": factor,
-            "a": a,
-            "b": b,
-            "metric": metric,
-            "where": dict(filters),
-            "pairs": [],
-            "median_ratio": None,
-            "groups": [],
-        }
+        empty = {**head, "pairs": [], "median_ratio": None, "groups": []}
         return empty, "\n".join(out) + "\n"
     others = _key_factors(factor)
     varying = [f for f in others if len({_value(p[0], f) for p in pairs}) > 1]
@@ -308,11 +300,7 @@ def factor_report(
             "read the ratio with them."
         )
     data = {
-        "factor": factor,
-        "a": a,
-        "b": b,
-        "metric": metric,
-        "where": dict(filters),
+        **head,
         "pairs": [
             {
                 "a_case": pa.case_id,

@@ -123,9 +123,12 @@ def _released_rows(root: Path) -> Iterable[tuple[Path, dict[str, str]]]:
                 yield path, row
 
 
-def _startup(wall: float, window_s: float, warmup: int, measured: int) -> float | None:
-    """A repeat's start-up: its wall time less its steps (warm-up at the measured pace)."""
-    spent = wall - window_s * (warmup + measured) / measured
+def _startup(times: dict, steps: dict) -> float | None:
+    """A repeat's start-up: its wall time (``times``: start to finish) less its steps
+    (``steps``: the measured window, warm-up at the measured pace)."""
+    warmup, measured = int(steps["warmup_steps"]), int(steps["measured_steps"])
+    wall = float(times["finished_at"]) - float(times["started_at"])
+    spent = wall - float(steps["duration_s"]) * (warmup + measured) / measured
     return spent if spent > 0 else None
 
 
@@ -154,13 +157,7 @@ def _session_figures(results: Path, limit: int = 2000) -> tuple[list[Figure], li
                     shape_key(header["model"], dict(header["options"])),
                 )
             )
-            startup = _startup(
-                float(record["finished_at"]) - float(record["started_at"]),
-                float(measured["duration_s"]),
-                int(measured["warmup_steps"]),
-                int(measured["measured_steps"]),
-            )
-            if startup is not None:
+            if (startup := _startup(record, measured)) is not None:
                 startups.append(startup)
         except (OSError, KeyError, TypeError, ValueError, ZeroDivisionError):
             continue  # an unfinished or older record: not a figure
@@ -204,13 +201,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                 if row["flops_per_sample"]:
                     flops.setdefault(row["model"], float(row["flops_per_sample"]))
             elif row["row"] == "repeat" and row["runtime"] == "local" and row["verdict"] == "ok":
-                startup = _startup(
-                    float(row["finished_at"]) - float(row["started_at"]),
-                    float(row["duration_s"]),
-                    int(row["warmup_steps"]),
-                    int(row["measured_steps"]),
-                )
-                if startup is not None:
+                if (startup := _startup(row, row)) is not None:
                     startups.append(startup)
         except (KeyError, ValueError):
             continue  # a row of another layout: not a figure

@@ -13,6 +13,7 @@ import textwrap
 from typing import Any
 
 from driver.files import KitWriteError
+from driver.frontend.args import lock_or_inventory_errors
 from driver.plugins import load_all
 from driver.registry import UnknownPlugin
 from driver.runtimes.base import RuntimeConfigError
@@ -26,6 +27,9 @@ TOOLS = (
     "attest_hardware", "parity", "listing", "data",
 )  # fmt: skip
 GROUPS = (("measure and publish", MISSION), ("tools", TOOLS))
+# Bad input a command does not catch itself: ``main`` prints it in one line and exits 2 (as it
+# does a bad images lock or inventory, whose errors are imported only when one is raised).
+ONE_LINE_ERRORS = (ConfigError, UnknownPlugin, RuntimeConfigError, KitWriteError)
 
 
 class _Listed:
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, UnknownPlugin, RuntimeConfigError, KitWriteError) as error:
+    except (*ONE_LINE_ERRORS, *lock_or_inventory_errors()) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:

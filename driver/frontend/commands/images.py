@@ -32,13 +32,9 @@ def cmd_images_base(args: argparse.Namespace) -> int:
     from driver.images.base import base_recipes, ensure_base, recipe_for
     from driver.images.lock import load_lock
 
-    try:
-        lock = load_lock(args.lock)
-        for name in args.names or sorted(base_recipes()):
-            ensure_base(lock, recipe_for(name), rebuild=args.rebuild)
-    except lock_or_inventory_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    lock = load_lock(args.lock)
+    for name in args.names or sorted(base_recipes()):
+        ensure_base(lock, recipe_for(name), rebuild=args.rebuild)
     return 0
 
 
@@ -48,32 +44,28 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     from driver.images.local_copy import OPTION, LocalCopyError, local_copies
     from driver.sources.upstream import SPECS
 
-    try:
-        # Every copy is checked before anything is built.
-        options = _build_options(args, local_copies(args.source_checkout or [], SPECS))
-        specs = discover(options.root)
-        names = args.names or [
-            name
-            for name, spec in sorted(specs.items())
-            if args.variant in (None, spec.variant or _shared_variant(name))
-        ]
-        order = build_order(specs, names)
-        for image, copy in options.local_copies.items():
-            if image not in order:
-                raise LocalCopyError(
-                    f"{OPTION} {copy.source}: its image {image} is not among the images to "
-                    f"build ({', '.join(names)}); add it: dlperf images build {image} ..."
-                )
-        failed = []
-        for name in names:  # one failing image (a registry out of reach) leaves the others
-            try:
-                build_images([name], options, make_base=not args.no_base)
-            except lock_or_inventory_errors() as error:
-                failed.append(name)
-                print(f"error: {name}: {error}", file=sys.stderr)
-    except lock_or_inventory_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    # Every copy is checked before anything is built.
+    options = _build_options(args, local_copies(args.source_checkout or [], SPECS))
+    specs = discover(options.root)
+    names = args.names or [
+        name
+        for name, spec in sorted(specs.items())
+        if args.variant in (None, spec.variant or _shared_variant(name))
+    ]
+    order = build_order(specs, names)
+    for image, copy in options.local_copies.items():
+        if image not in order:
+            raise LocalCopyError(
+                f"{OPTION} {copy.source}: its image {image} is not among the images to "
+                f"build ({', '.join(names)}); add it: dlperf images build {image} ..."
+            )
+    failed = []
+    for name in names:  # one failing image (a registry out of reach) leaves the others
+        try:
+            build_images([name], options, make_base=not args.no_base)
+        except lock_or_inventory_errors() as error:
+            failed.append(name)
+            print(f"error: {name}: {error}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -82,13 +74,9 @@ def cmd_images_lock(args: argparse.Namespace) -> int:
     from driver.images.lock import UNRESOLVED, load_lock
     from driver.images.registry import lock_images
 
-    try:
-        lock = load_lock(args.lock)
-        refs = [ref for spec in discover().values() for ref in spec.registry_refs]
-        status = lock_images(lock, refs)
-    except lock_or_inventory_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    lock = load_lock(args.lock)
+    refs = [ref for spec in discover().values() for ref in spec.registry_refs]
+    status = lock_images(lock, refs)
     return 1 if UNRESOLVED in status.values() else 0
 
 
@@ -99,27 +87,23 @@ def cmd_images_list(args: argparse.Namespace) -> int:
     from driver.images.lock import load_lock
 
     options = _build_options(args)
+    lock = load_lock(args.lock)
+    print(f"pins ({lock.path}):")
+    for ref, pin in sorted(lock.pins.items()):
+        print(f"  {ref:<45} {pin.digest:<71} {pin.source}")
     try:
-        lock = load_lock(args.lock)
-        print(f"pins ({lock.path}):")
-        for ref, pin in sorted(lock.pins.items()):
-            print(f"  {ref:<45} {pin.digest:<71} {pin.source}")
+        client = docker_client()
+    except lock_or_inventory_errors():
+        client = None
+    print("images:")
+    for name, spec in sorted(discover(options.root).items()):
         try:
-            client = docker_client()
-        except lock_or_inventory_errors():
-            client = None
-        print("images:")
-        for name, spec in sorted(discover(options.root).items()):
-            try:
-                tag = plan_images([name], options)[name].tag
-                found = image_id(client, tag) if client else None
-                state = f"built {found[:19]}" if found else "not built"
-            except lock_or_inventory_errors() as error:
-                tag, state = "-", f"cannot build: {error}"
-            print(f"  {name:<14} {tag:<36} {state}  ({spec.dockerfile.relative_to(options.root)})")
-    except lock_or_inventory_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+            tag = plan_images([name], options)[name].tag
+            found = image_id(client, tag) if client else None
+            state = f"built {found[:19]}" if found else "not built"
+        except lock_or_inventory_errors() as error:
+            tag, state = "-", f"cannot build: {error}"
+        print(f"  {name:<14} {tag:<36} {state}  ({spec.dockerfile.relative_to(options.root)})")
     return 0
 
 
@@ -130,28 +114,24 @@ def cmd_images_push(args: argparse.Namespace) -> int:
     from driver.images.push import push_images
 
     options = _build_options(args)
-    try:
-        inventory = load_inventory(args.inventory)
-        specs = discover(options.root)
-        variants = {node.container.variant for node in inventory.nodes}
-        names = args.names or [
-            n for n, s in sorted(specs.items()) if (s.variant or _shared_variant(n)) in variants
-        ]
-        images = []
-        for name in names:
-            try:
-                built = resolve_image(name, options)
-            except lock_or_inventory_errors() as error:
-                if args.names:
-                    raise
-                print(f"{name}: skipped ({error})")
-                continue
-            spec = specs[name]
-            images.append((built.tag, str(built.id), spec.variant or _shared_variant(name)))
-        results = push_images(inventory, images)
-    except lock_or_inventory_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    inventory = load_inventory(args.inventory)
+    specs = discover(options.root)
+    variants = {node.container.variant for node in inventory.nodes}
+    names = args.names or [
+        n for n, s in sorted(specs.items()) if (s.variant or _shared_variant(n)) in variants
+    ]
+    images = []
+    for name in names:
+        try:
+            built = resolve_image(name, options)
+        except lock_or_inventory_errors() as error:
+            if args.names:
+                raise
+            print(f"{name}: skipped ({error})")
+            continue
+        spec = specs[name]
+        images.append((built.tag, str(built.id), spec.variant or _shared_variant(name)))
+    results = push_images(inventory, images)
     return 1 if any(r.action == "failed" for r in results) else 0
 
 

@@ -16,7 +16,6 @@ from driver.frontend.args import (
     bounded_int,
     check_session_name,
     fraction,
-    lock_or_inventory_errors,
     option_pair,
 )
 
@@ -72,8 +71,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         slurm_scan_nodes,
         table,
     )  # fmt: skip
-    from driver.registry import UnknownPlugin
-    from driver.runtimes.base import RuntimeConfigError, make_runtime
+    from driver.runtimes.base import make_runtime
 
     results = Path(args.results)
     if results.exists() and not results.is_dir():
@@ -86,20 +84,12 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     if args.inventory is None and args.runtime != "slurm":
         print(f"error: --runtime {args.runtime} needs --inventory (the nodes)", file=sys.stderr)
         return 2
-    try:
-        runtime = make_runtime(args.runtime, inventory=args.inventory)
-        case = None if args.pairs_only else scan_case(args, args.runtime)
-    except (*lock_or_inventory_errors(), UnknownPlugin) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    runtime = make_runtime(args.runtime, inventory=args.inventory)
+    case = None if args.pairs_only else scan_case(args, args.runtime)
     session = check_session_name(args.session) if args.session else None
     root = Path(args.results) / (session or f"{time.strftime('%Y%m%d-%H%M%S')}-nodes")
     if args.runtime == "slurm":  # the nodes of the scan's job, each node a step of it
-        try:
-            nodes, on = slurm_scan_nodes(runtime, root, args.nodes)
-        except RuntimeConfigError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+        nodes, on = slurm_scan_nodes(runtime, root, args.nodes)
         node_runtimes = {node: on((node,)) for node in nodes}
 
         def runtimes_of(pairs: list[tuple[str, str]]) -> dict:

@@ -4,25 +4,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from driver.cluster.inventory import MAX_NODE_DEVICES
-from driver.frontend.args import bounded_int, lock_or_inventory_errors
+from driver.frontend.args import bounded_int
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from driver.cluster.preflight import failures, report
     from driver.frameworks.base import FRAMEWORKS
-    from driver.registry import UnknownPlugin
     from driver.runtimes.base import make_runtime
 
-    try:
-        runtime = make_runtime(args.runtime, inventory=args.inventory)
-        framework = FRAMEWORKS.canonical(args.framework)
-        checks, _images = runtime.preflight(runtime.remotes, framework, args.devices)
-    except (*lock_or_inventory_errors(), UnknownPlugin) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    runtime = make_runtime(args.runtime, inventory=args.inventory)
+    framework = FRAMEWORKS.canonical(args.framework)
+    checks, _images = runtime.preflight(runtime.remotes, framework, args.devices)
     print(report(checks))
     bad = failures(checks)
     print(f"{len(bad)} failed check(s)" if bad else "all nodes ready")
