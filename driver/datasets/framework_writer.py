@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from driver.datasets.imagenet import SPLITS, Image, add_common_arguments, prepare
+from driver.datasets.imagenet import SPLITS, Image, prepare
 from driver.schema import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,9 +55,8 @@ def write_splits(
 def shards_command(
     parser: argparse.ArgumentParser, fmt: str, writer: tuple[str, str], at: ShardPath
 ) -> None:
-    """Make ``parser`` (its ``--train-shards`` and ``--val-shards`` given) the command writing
-    ImageNet as ``fmt`` with :func:`write_splits`."""
-    add_common_arguments(parser)
+    """Make ``parser`` (its arguments given, ``--train-shards`` and ``--val-shards`` among them)
+    the command writing ImageNet as ``fmt`` with :func:`write_splits`."""
 
     def run(args: argparse.Namespace) -> int:
         counts = {"train": args.train_shards, "val": args.val_shards}

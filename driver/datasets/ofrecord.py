@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from driver.datasets.framework_writer import shards_command
+from driver.datasets.imagenet import add_common_arguments
 from driver.files import ensure_dir
 
 FOLDERS = {"train": "train", "val": "validation"}
@@ -23,6 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ofrecord", help="ImageNet OFRecord parts (OneFlow-Benchmark) from a JPEG tree"
     )
+    add_common_arguments(parser)
     parser.add_argument("--train-shards", type=int, default=256)
     parser.add_argument("--val-shards", type=int, default=256)
     shards_command(parser, "imagenet-ofrecord", ("oneflow", "ofrecord"), part_path)

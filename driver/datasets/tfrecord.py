@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from driver.datasets.framework_writer import shards_command
+from driver.datasets.imagenet import add_common_arguments
 
 NAMES = {"train": "train", "val": "validation"}
 
@@ -20,6 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "tfrecord", help="ImageNet TFRecords (tensorflow-models, NGC TF1) from a JPEG tree"
     )
+    add_common_arguments(parser)
     parser.add_argument("--train-shards", type=int, default=1024)
     parser.add_argument("--val-shards", type=int, default=128)
     shards_command(parser, "imagenet-tfrecord", ("tensorflow", "tfrecord"), shard_path)
