@@ -451,6 +451,14 @@ class Timeline:
                 )
         self.points.append((step, t, source, line))
 
+    def add_interval(self, line: StepLine, start: int, end: int) -> None:
+        """Steps ``start``..``end`` timed by ``line``'s ``secs`` (seconds): the running sum of the
+        intervals is the rank's clock, the first one starting at 0 s."""
+        where = line.log.name, line.number
+        if not self.points:
+            self.add(start, 0.0, *where)
+        self.add(end, self.points[-1][1] + float(line.match["secs"]), *where)
+
 
 def steplog(logs: Sequence[NodeLog], timelines: Mapping[int, Timeline], fmt: str) -> ParsedLog:
     """A ParsedLog of step boundaries, after checking every logging rank holds the window; each
