@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
 
 
 def _partial(path: str) -> str:
@@ -115,13 +116,18 @@ def ofrecord(shard: dict) -> None:
     os.replace(partial, shard["path"])
 
 
-def _bert_rows(shard: dict) -> tuple[object, int]:
-    """The shard's padded arrays (``bert_instances.features``, a ``.npz``) and their rows."""
+def _bert_rows(shard: dict, floats: Callable, ints: Callable) -> Iterator[dict]:
+    """The features of each row of the shard's padded arrays (``bert_instances.features``, a
+    ``.npz``, read now): ``masked_lm_weights`` made by ``floats``, the others by ``ints``."""
     import numpy as np
 
     with np.load(shard["features"]) as loaded:
         arrays = {name: loaded[name] for name in loaded.files}
-    return arrays, len(arrays["input_ids"])
+    kinds = {name: floats if name == "masked_lm_weights" else ints for name in arrays}
+    return (
+        {name: kinds[name](np.atleast_1d(values[row]).tolist()) for name, values in arrays.items()}
+        for row in range(len(arrays["input_ids"]))
+    )
 
 
 def _bert_done(shard: dict) -> None:
@@ -134,20 +140,15 @@ def bert_tfrecord(shard: dict) -> None:
     ``run_pretraining.py`` parses: int64 ``input_ids``, ``input_mask``, ``segment_ids``,
     ``masked_lm_positions``, ``masked_lm_ids``, ``next_sentence_labels`` and float
     ``masked_lm_weights``."""
-    import numpy as np
     import tensorflow as tf
 
-    arrays, rows = _bert_rows(shard)
+    rows = _bert_rows(
+        shard,
+        lambda value: tf.train.Feature(float_list=tf.train.FloatList(value=value)),
+        lambda value: tf.train.Feature(int64_list=tf.train.Int64List(value=value)),
+    )
     with tf.io.TFRecordWriter(shard["partial"]) as writer:
-        for row in range(rows):
-            features = {}
-            for name, values in arrays.items():
-                value = np.atleast_1d(values[row]).tolist()
-                features[name] = (
-                    tf.train.Feature(float_list=tf.train.FloatList(value=value))
-                    if name == "masked_lm_weights"
-                    else tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-                )
+        for features in rows:
             example = tf.train.Example(features=tf.train.Features(feature=features))
             writer.write(example.SerializeToString(deterministic=True))
     _bert_done(shard)
@@ -158,20 +159,15 @@ def bert_ofrecord(shard: dict) -> None:
     reads them as int32, ``masked_lm_weights`` as float), framed as ``ofrecord``."""
     import struct
 
-    import numpy as np
     from oneflow.core.record import record_pb2
 
-    arrays, rows = _bert_rows(shard)
+    rows = _bert_rows(
+        shard,
+        lambda value: record_pb2.Feature(float_list=record_pb2.FloatList(value=value)),
+        lambda value: record_pb2.Feature(int32_list=record_pb2.Int32List(value=value)),
+    )
     with open(shard["partial"], "wb") as out:
-        for row in range(rows):
-            features = {}
-            for name, values in arrays.items():
-                value = np.atleast_1d(values[row]).tolist()
-                features[name] = (
-                    record_pb2.Feature(float_list=record_pb2.FloatList(value=value))
-                    if name == "masked_lm_weights"
-                    else record_pb2.Feature(int32_list=record_pb2.Int32List(value=value))
-                )
+        for features in rows:
             payload = record_pb2.OFRecord(feature=features).SerializeToString(deterministic=True)
             out.write(struct.pack("<q", len(payload)))
             out.write(payload)

@@ -26,7 +26,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -270,15 +270,7 @@ def prepare_bert(args: argparse.Namespace) -> int:
     """Make the format's shards not yet there, its bert_config.json and the manifest; state
     what was made, sizes, times and the set's identity."""
     start = time.monotonic()
-    params = Parameters(
-        max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq,
-        masked_lm_prob=args.masked_lm_prob,
-        dupe_factor=args.dupe_factor,
-        short_seq_prob=args.short_seq_prob,
-        seed=args.seed,
-        lower_case=not args.cased,
-    )
+    params = Parameters(**{key: getattr(args, key) for key in OPTIONS}, lower_case=not args.cased)
     params.check()
     vocab = Vocabulary(args.vocab, params.lower_case)
     corpus = scan_corpus(args.corpus)
@@ -321,6 +313,8 @@ def prepare_bert(args: argparse.Namespace) -> int:
 
 
 JOB = ".dlperf-bert-job.json"
+# Parameters set by an option of the same name each (--max-seq-length ...; --cased: lower_case).
+OPTIONS = tuple(field.name for field in fields(Parameters) if field.name != "lower_case")
 
 
 def _claim(out: Path, job: dict[str, Any]) -> None:
@@ -374,14 +368,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("out", type=Path, help="the folder to write (made; resumed if there)")
         parser.add_argument("--shards", type=int, default=fmt.shards,
                             help=f"output shards (default {fmt.shards})")  # fmt: skip
-        parser.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length)
-        parser.add_argument(
-            "--max-predictions-per-seq", type=int, default=defaults.max_predictions_per_seq
-        )
-        parser.add_argument("--masked-lm-prob", type=float, default=defaults.masked_lm_prob)
-        parser.add_argument("--dupe-factor", type=int, default=defaults.dupe_factor)
-        parser.add_argument("--short-seq-prob", type=float, default=defaults.short_seq_prob)
-        parser.add_argument("--seed", type=int, default=defaults.seed)
+        for key in OPTIONS:
+            default = getattr(defaults, key)
+            parser.add_argument("--" + key.replace("_", "-"), type=type(default), default=default)
         parser.add_argument(
             "--cased", action="store_true", help="keep case and accents (a cased vocab.txt)"
         )

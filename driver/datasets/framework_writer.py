@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from driver.datasets.imagenet import Image
+from driver.datasets.imagenet import SPLITS, Image, prepare
 from driver.schema import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -25,15 +27,42 @@ def shard_plan(images: list[Image], shards: int, seed: int = 0) -> list[list[Ima
     return [ordered[i::count] for i in range(count)]
 
 
-def run_writer(framework: str, kind: str, shards: list[tuple[Path, list[Image]]]) -> None:
-    """Write every image shard not yet there with ``framework``'s writer."""
+# Where a split's n-th image shard of ``total`` goes in the folder ``out``: (out, split, n, total).
+ShardPath = Callable[[Path, str, int, int], Path]
+
+
+def write_splits(
+    writer: tuple[str, str], out: Path, images: list[Image], counts: dict[str, int], at: ShardPath
+) -> list[Path]:
+    """Each split's images in ``counts[split]`` shards at ``at``, every one not yet there
+    written by ``writer`` (a framework and its writer's kind); the shards' paths."""
+    shards: list[tuple[Path, list[Image]]] = []
+    for split in SPLITS:
+        part = [i for i in images if i.split == split]
+        if part:
+            plan = shard_plan(part, counts[split])
+            shards += [(at(out, split, n, len(plan)), group) for n, group in enumerate(plan)]
     job = {
         "shards": [
             {"path": str(path), "images": [[str(i.path), i.label, i.wnid] for i in images]}
             for path, images in shards
         ]
     }
-    run_job(framework, kind, job, shards[0][0].parent)
+    run_job(*writer, job, shards[0][0].parent)
+    return [path for path, _ in shards]
+
+
+def shards_command(
+    parser: argparse.ArgumentParser, fmt: str, writer: tuple[str, str], at: ShardPath
+) -> None:
+    """Make ``parser`` (its arguments given, ``--train-shards`` and ``--val-shards`` among them)
+    the command writing ImageNet as ``fmt`` with :func:`write_splits`."""
+
+    def run(args: argparse.Namespace) -> int:
+        counts = {"train": args.train_shards, "val": args.val_shards}
+        return prepare(args, fmt, lambda out, _c, im: write_splits(writer, out, im, counts, at))
+
+    parser.set_defaults(func=run)
 
 
 def run_job(framework: str, kind: str, job: dict, folder: Path) -> None:

@@ -7,26 +7,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from driver.datasets.framework_writer import run_writer, shard_plan
-from driver.datasets.imagenet import Image, add_common_arguments, prepare
+from driver.datasets.framework_writer import shards_command
+from driver.datasets.imagenet import add_common_arguments
+from driver.files import ensure_dir
 
 FOLDERS = {"train": "train", "val": "validation"}
 
 
-def make_parts(out: Path, images: list[Image], counts: dict[str, int]) -> list[Path]:
+def part_path(out: Path, split: str, n: int, _total: int) -> Path:
     """Parts named as the reader's ``part_name_suffix_length=5`` asks; their count is the
     ``--train_data_part_num`` / ``--val_data_part_num`` to give OneFlow-Benchmark."""
-    shards: list[tuple[Path, list[Image]]] = []
-    for split in ("train", "val"):
-        part = [i for i in images if i.split == split]
-        if not part:
-            continue
-        folder = out / FOLDERS[split]
-        folder.mkdir(parents=True, exist_ok=True)
-        plan = shard_plan(part, counts[split])
-        shards += [(folder / f"part-{n:05d}", group) for n, group in enumerate(plan)]
-    run_writer("oneflow", "ofrecord", shards)
-    return [path for path, _ in shards]
+    return ensure_dir(out / FOLDERS[split]) / f"part-{n:05d}"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,9 +27,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_common_arguments(parser)
     parser.add_argument("--train-shards", type=int, default=256)
     parser.add_argument("--val-shards", type=int, default=256)
-
-    def run(args: argparse.Namespace) -> int:
-        counts = {"train": args.train_shards, "val": args.val_shards}
-        return prepare(args, "imagenet-ofrecord", lambda out, _c, im: make_parts(out, im, counts))
-
-    parser.set_defaults(func=run)
+    shards_command(parser, "imagenet-ofrecord", ("oneflow", "ofrecord"), part_path)

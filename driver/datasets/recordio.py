@@ -7,18 +7,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from driver.datasets.framework_writer import run_writer, shard_plan
+from driver.datasets.framework_writer import write_splits
 from driver.datasets.imagenet import Image, add_common_arguments, prepare
 
 
 def make(out: Path, _classes: list[str], images: list[Image]) -> list[Path]:
-    shards = []
-    for split in ("train", "val"):
-        part = [i for i in images if i.split == split]
-        if part:
-            shards.append((out / f"{split}.rec", shard_plan(part, 1)[0]))
-    run_writer("mxnet", "recordio", shards)
-    return [f for rec, _ in shards for f in (rec, rec.with_suffix(".idx"))]
+    counts = {"train": 1, "val": 1}  # one .rec (and its .idx) a split
+    recs = write_splits(("mxnet", "recordio"), out, images, counts, _rec_path)
+    return [f for rec in recs for f in (rec, rec.with_suffix(".idx"))]
+
+
+def _rec_path(out: Path, split: str, _n: int, _total: int) -> Path:
+    return out / f"{split}.rec"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

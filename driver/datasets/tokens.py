@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.datasets.manifest import write_manifest
-from driver.files import ensure_dir, sha256_file, write_bytes
+from driver.files import sha256_file, write_bytes
 from driver.schema import ConfigError
 
 FORMAT = "tokens"
@@ -71,12 +71,11 @@ class Tokenizer:
             raise ConfigError(path, "tokenizer", f"not a tokenizers JSON file ({error})") from None
         self.kind, self.vocab_size = "tokenizers-json", int(loaded.get_vocab_size())
         self.sha256 = sha256_file(path)
-        eos = next(
+        self.eos_id = next(
             (loaded.token_to_id(t) for t in ("<|end_of_text|>", "</s>", "<|endoftext|>")
              if loaded.token_to_id(t) is not None),
             None,
         )  # fmt: skip
-        self.eos_id = eos
         self._encode = lambda text: loaded.encode(text, add_special_tokens=False).ids
 
     def encode(self, text: str) -> list[int]:
@@ -119,8 +118,7 @@ def make_token_file(texts: list[Path], tokenizer_spec: str, out: Path) -> dict[s
         documents += 1
     if sys.byteorder != "little":
         ids.byteswap()
-    ensure_dir(out)
-    write_bytes(out / TOKENS_FILE, ids.tobytes())
+    write_bytes(out / TOKENS_FILE, ids.tobytes())  # the folder made with it
     source = {
         "tokenizer": tokenizer.describe(),
         "vocab_size": tokenizer.vocab_size,

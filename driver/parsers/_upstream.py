@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,26 +267,16 @@ def node_logs(texts: Mapping[str, str], parser: str) -> list[NodeLog]:
     return [by_rank[rank] for rank in sorted(by_rank)]
 
 
-def split_prefix(text: str) -> tuple[str, int | None, int | None, str]:
-    """(kind, global rank, local rank, rest) of a line a launcher prefixed with its rank."""
-    for kind, pattern in (("mpi", _MPI_TAG), ("torchrun-global", _TORCHRUN_GLOBAL)):
-        match = pattern.match(text)
-        if match:
-            return kind, int(match[1]), None, text[match.end() :]
-    match = _TORCHRUN_LOCAL.match(text)
-    if match:
-        return "torchrun-local", None, int(match[1]), text[match.end() :]
-    return "", None, None, text
-
-
 def line_rank(log: NodeLog, text: str) -> tuple[int | None, str]:
     """The global rank a line belongs to (None: the line carries no rank prefix) and its text."""
-    _kind, global_rank, local_rank, rest = split_prefix(text)
-    if global_rank is not None:
-        return global_rank, rest
-    if local_rank is not None:
-        return log.header.node_rank * log.header.procs_per_node + local_rank, rest
-    return None, rest
+    for pattern in (_MPI_TAG, _TORCHRUN_GLOBAL, _TORCHRUN_LOCAL):
+        match = pattern.match(text)
+        if match:
+            rank = int(match[1])
+            if pattern is _TORCHRUN_LOCAL:  # a local rank: its node's first rank added
+                rank += log.header.node_rank * log.header.procs_per_node
+            return rank, text[match.end() :]
+    return None, text
 
 
 def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
@@ -308,28 +298,20 @@ def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
                 line=line,
             )
         return 0
-    if header.logging == "per-node":
-        if rank is not None and rank // header.procs_per_node != header.node_rank:
-            raise LogParseError(
-                f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
-                source=log.name,
-                line=line,
-            )
-        return header.node_rank
-    if rank is None:
+    if rank is None and header.logging == "per-process":
         raise LogParseError(
             "a step line without a rank prefix: with several processes per node their lines "
             "cannot be told apart (start the source with its rank-tagging launcher)",
             source=log.name,
             line=line,
         )
-    if rank // header.procs_per_node != header.node_rank:
+    if rank is not None and rank // header.procs_per_node != header.node_rank:
         raise LogParseError(
             f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
             source=log.name,
             line=line,
         )
-    return rank
+    return header.node_rank if header.logging == "per-node" else rank
 
 
 Matcher = Callable[[str], "re.Match[str] | None"]
@@ -469,9 +451,13 @@ class Timeline:
                 )
         self.points.append((step, t, source, line))
 
-
-def _check_window(header: RunHeader, rank: int, steps: Iterable[int]) -> None:
-    Window(header.warmup_steps, header.measured_steps).check(rank, steps)
+    def add_interval(self, line: StepLine, start: int, end: int) -> None:
+        """Steps ``start``..``end`` timed by ``line``'s ``secs`` (seconds): the running sum of the
+        intervals is the rank's clock, the first one starting at 0 s."""
+        where = line.log.name, line.number
+        if not self.points:
+            self.add(start, 0.0, *where)
+        self.add(end, self.points[-1][1] + float(line.match["secs"]), *where)
 
 
 def steplog(logs: Sequence[NodeLog], timelines: Mapping[int, Timeline], fmt: str) -> ParsedLog:
@@ -480,6 +466,7 @@ def steplog(logs: Sequence[NodeLog], timelines: Mapping[int, Timeline], fmt: str
     header = logs[0].header
     per_rank, scale = rank_batch(header)
     ranks: dict[int, RankLog] = {}
+    window = Window(header.warmup_steps, header.measured_steps)
     for rank in expected_ranks(header):
         timeline = timelines.get(rank)
         if timeline is None or not timeline.points:
@@ -487,7 +474,7 @@ def steplog(logs: Sequence[NodeLog], timelines: Mapping[int, Timeline], fmt: str
                 f"rank {rank} logged no steps ({fmt}; logging mode {header.logging}, "
                 f"{header.nodes} node(s) x {header.procs_per_node})"
             )
-        _check_window(header, rank, (p[0] for p in timeline.points))
+        window.check(rank, (p[0] for p in timeline.points))
         points, previous = [], None
         for step, t, _source, _line in timeline.points:
             samples = 0 if previous is None else (step - previous) * per_rank

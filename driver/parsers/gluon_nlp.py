@@ -44,7 +44,6 @@ class GluonNlpParser:
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
         timelines: dict[int, Timeline] = {}
-        clocks: dict[int, float] = {}
         ended: set[int] = set()
         for line in step_lines(logs, _match):
             key = line.rank
@@ -54,9 +53,5 @@ class GluonNlpParser:
             if key in ended:  # evaluation after training, in the training line's format
                 continue
             timeline = timelines.setdefault(key, Timeline(key))
-            if not timeline.points:
-                clocks[key] = 0.0
-                timeline.add(0, 0.0, line.log.name, line.number)
-            clocks[key] += float(line.match["secs"])
-            timeline.add(line.step, clocks[key], line.log.name, line.number)
+            timeline.add_interval(line, 0, line.step)
         return steplog(logs, timelines, self.name)

@@ -47,25 +47,21 @@ SPEED = re.compile(r"\bstep: (?P<step>-?\d+),.*?\bspeed: (?P<speed>\d+(?:\.\d+)?
 
 def _batch_timelines(logs: list[NodeLog]) -> dict[int, Timeline]:
     timelines: dict[int, Timeline] = {}
-    clocks: dict[int, float] = {}
     for line in step_lines(logs, BATCH.search, first_epoch=("epoch", "pass")):
         key, finished = line.rank, line.at("index")
         timeline = timelines.setdefault(key, Timeline(key))
-        if not timeline.points:
-            clocks[key] = 0.0
-            timeline.add(finished - 1, 0.0, line.log.name, line.number)
-        elif finished <= timeline.points[-1][0]:
+        last = timeline.points[-1][0] if timeline.points else finished - 1
+        if finished <= last:
             raise line.error(
                 f"trainer {key}: batch {line.match['index']} after step "
-                f"{timeline.points[-1][0]} (restarted or mixed output)"
+                f"{last} (restarted or mixed output)"
             )
-        elif timeline.points[-1][0] != finished - 1:
+        elif last != finished - 1:
             raise line.error(
                 f"trainer {key}: batch {line.match['index']} follows step "
-                f"{timeline.points[-1][0]}: every batch's time is needed (--print_step 1)"
+                f"{last}: every batch's time is needed (--print_step 1)"
             )
-        clocks[key] += float(line.match["secs"])
-        timeline.add(finished, clocks[key], line.log.name, line.number)
+        timeline.add_interval(line, finished - 1, finished)
     return timelines
 
 

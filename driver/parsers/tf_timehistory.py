@@ -71,25 +71,21 @@ class TimeHistoryParser:
     def parse(self, texts: Mapping[str, str]) -> ParsedLog:
         logs = node_logs(texts, self.name)
         timelines: dict[int, Timeline] = {}
-        clocks: dict[int, float] = {}
         for line in step_lines(logs, LINE.search):
             key, start, end = line.rank, line.at("start"), line.at("end")
             timeline = timelines.setdefault(key, Timeline(key))
-            if not timeline.points:
-                clocks[key] = 0.0
-                timeline.add(start, 0.0, line.log.name, line.number)
-            elif start < timeline.points[-1][0]:
+            last = timeline.points[-1][0] if timeline.points else start
+            if start < last:
                 raise line.error(
                     f"worker {key}: an interval from step {start} after step "
-                    f"{timeline.points[-1][0]} (restarted or mixed output)"
+                    f"{last} (restarted or mixed output)"
                 )
-            elif timeline.points[-1][0] != start:
+            elif last != start:
                 raise line.error(
                     f"worker {key}: an interval from step {start} after one that ended at "
-                    f"step {timeline.points[-1][0]} (a gap in the TimeHistory lines)"
+                    f"step {last} (a gap in the TimeHistory lines)"
                 )
-            clocks[key] += float(line.match["secs"])
-            timeline.add(end, clocks[key], line.log.name, line.number)
+            timeline.add_interval(line, start, end)
         if not timelines:
             timelines = _train_step_timelines(logs)
         if not timelines:
