@@ -22,6 +22,7 @@ shard is written whole or not at all and kept when there, so a stopped run resum
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -90,12 +91,14 @@ def _hdf5_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
 
     def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
         for number, arrays in batch:
-            # the partial's name holds no "training": the reader would take a leftover for data
-            partial = out / f".shard-{number:05d}.partial"
-            with h5py.File(partial, "w") as stream:
+            # made in memory, written by the kit's atomic writer: h5py meets a full disk as an
+            # error of its C library (then a crash), and its temporary name holds no "training"
+            # (the reader would take a leftover for data)
+            shard = io.BytesIO()
+            with h5py.File(shard, "w") as stream:
                 for name, dtype in dtypes.items():
                     stream.create_dataset(name, data=arrays[name], dtype=dtype, compression="gzip")
-            partial.replace(paths[number])
+            write_bytes(paths[number], shard.getvalue())
 
     return paths, write
 
@@ -163,11 +166,9 @@ def _gluonnlp_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
                 outputs[name] = column
             outputs["next_sentence_labels"] = arrays["next_sentence_labels"].astype(np.int32)
             outputs["valid_lengths"] = valid
-            ensure_dir(paths[number].parent)
-            partial = out / f".shard-{number:05d}.partial"
-            with partial.open("wb") as stream:
-                np.savez_compressed(stream, **outputs)
-            partial.replace(paths[number])
+            shard = io.BytesIO()
+            np.savez_compressed(shard, **outputs)
+            write_bytes(paths[number], shard.getvalue())
 
     return paths, write
 
@@ -205,14 +206,8 @@ def _paddle_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
                 fields = (original, arrays["segment_ids"][row, :length], range(length))
                 text = ";".join(" ".join(map(str, values)) for values in fields)
                 lines.append(f"{text};{int(is_next)}\n")
-            ensure_dir(paths[number].parent)
-            partial = out / f".shard-{number:05d}.partial"
-            with (
-                partial.open("wb") as raw,
-                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped,
-            ):
-                zipped.write("".join(lines).encode())  # mtime 0: the same bytes every run
-            partial.replace(paths[number])
+            # mtime 0: the same bytes every run
+            write_bytes(paths[number], gzip.compress("".join(lines).encode(), mtime=0))
 
     return paths, write
 

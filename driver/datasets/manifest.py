@@ -28,11 +28,12 @@ def manifest_bytes(fmt: str, files: dict[str, dict[str, Any]], source: dict[str,
 def write_manifest(
     folder: Path, fmt: str, files: list[Path] | list[str], source: dict[str, Any]
 ) -> str:
-    """Write ``folder/dlperf-dataset.json`` atomically over ``files`` (paths inside ``folder``,
-    absolute or relative to it) and return the SHA-256 of its bytes: the set's identity."""
+    """Write ``folder/dlperf-dataset.json`` atomically over ``files`` (paths inside ``folder``
+    as the caller holds them: absolute or relative to the working folder, as ``folder`` is) and
+    return the SHA-256 of its bytes: the set's identity."""
     folder = Path(folder)
     entries: dict[str, dict[str, Any]] = {}
-    for path in sorted(folder / name for name in files):
+    for path in sorted(map(Path, files)):
         relative = Path(path).resolve().relative_to(folder.resolve()).as_posix()
         entries[relative] = {"bytes": Path(path).stat().st_size, "sha256": sha256_file(path)}
     data = manifest_bytes(fmt, entries, source)

@@ -131,7 +131,7 @@ def make_token_file(texts: list[Path], tokenizer_spec: str, out: Path) -> dict[s
             for path in texts
         ],
     }
-    digest = write_manifest(out, FORMAT, [TOKENS_FILE], source)
+    digest = write_manifest(out, FORMAT, [out / TOKENS_FILE], source)
     return {**source, "manifest_sha256": digest}
 
 
