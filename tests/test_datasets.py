@@ -113,9 +113,12 @@ for path in sys.argv[1:]:
 """
 
 
-def test_tfrecord_shards_read_back_with_tensorflow(tree: Path, tmp_path: Path) -> None:
+def test_tfrecord_shards_read_back_with_tensorflow(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     python = framework_env("tensorflow")
-    out = tmp_path / "tfrecord"
+    monkeypatch.chdir(tmp_path)  # folders relative to where the command runs, the writer's too
+    tree, out = tree.relative_to(tmp_path), Path("tfrecord")
     identity = prepare("tfrecord", tree, out, "--train-shards", "2", "--val-shards", "1")
     names = sorted(p.name for p in out.iterdir() if p.name != MANIFEST)
     assert names == ["train-00000-of-00002", "train-00001-of-00002", "validation-00000-of-00001"]

@@ -187,7 +187,9 @@ def main(argv: list[str]) -> int:
     kind, job = argv
     write = WRITERS[kind]
     with open(job) as stream:
-        shards = json.load(stream)["shards"]
+        document = json.load(stream)
+    os.chdir(document["cwd"])  # the paths are the user's, relative to where the command ran
+    shards = document["shards"]
     for shard in shards:
         if not os.path.exists(shard["path"]):
             write(shard)

@@ -81,7 +81,7 @@ def run_job(framework: str, kind: str, job: dict, folder: Path) -> None:
             python, "(file)", f"is missing: make {framework}'s environment (`dlperf envs`) first"
         )
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as stream:
-        json.dump(job, stream)
+        json.dump({**job, "cwd": os.getcwd()}, stream)  # the writer runs from the repository
     try:
         done = subprocess.run(
             [str(python), "-m", "driver.datasets._writers", kind, stream.name],
