@@ -50,6 +50,7 @@ class Docker(ContainerPlatform):
     mount_point = WORKDIR
     runs_sources = True
     sees_only_mounts = True
+    image_python = "python3"  # the image's: our CPU images put /opt/venv first on PATH
     # docker's own init reaps the launcher's children and passes signals on.
     init: tuple[str, ...] = ("--init",)
 
@@ -71,9 +72,6 @@ class Docker(ContainerPlatform):
             image,
             gpus=remote.node.container.gpus,
         )
-
-    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
-        return "python3"  # the image's: our CPU images put /opt/venv first on PATH
 
     # -- images ----------------------------------------------------------------------------
     def image_for(

@@ -52,6 +52,7 @@ class SlurmOci(ContainerPlatform):
     transports = ("slurm",)
     prepare_timing = "bundle_s"
     runs_sources = True
+    image_python = "python3"  # the image's
     # Slurm 22.05 writes an OCI container's environment before it sets the per-task variables:
     # none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches the step's script.
     by_hostname = True
@@ -67,9 +68,6 @@ class SlurmOci(ContainerPlatform):
         self._checked = False
         self._made: dict[Path, dict[str, Any]] = {}  # session bundle -> its facts
         self._paths: dict[str, str | None] = {}  # source -> the PATH its config sets
-
-    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
-        return "python3"  # the image's
 
     def cache(self) -> Path:
         if self.config.oci_cache:

@@ -75,9 +75,7 @@ class Pyxis(ContainerPlatform):
     transports = ("slurm",)
     prepare_timing = "container_create_s"
     runs_sources = True
-
-    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
-        return "python3"  # the image's
+    image_python = "python3"  # the image's
 
     def check(self, session_root: Path) -> None:
         self.mounted_folders(session_root)
