@@ -81,6 +81,15 @@ class PrepareFailed(Exception):
         self.verdict, self.detail = verdict, detail
 
 
+def refuse_failed(checks: list[Check]) -> None:
+    """PrepareFailed naming every check that failed (a node SSH did not reach: lost), if any."""
+    bad = failures(checks)
+    if bad:
+        lost = any(check.name == "ssh" for check in bad)
+        detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
+        raise PrepareFailed(Verdict.NODE_LOST if lost else Verdict.FAILED, f"pre-flight: {detail}")
+
+
 RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
 
 
@@ -212,13 +221,12 @@ class SshRuntime:
         ``choice``: an upstream source's case's image, pinned or current."""
         images: dict[str, str] = {}
         checks: list[Check] = []
+        by_image: dict[str | None, list[Remote]] = {}
         for remote in remotes:
             image = self.platform.image_for(framework, remote.node, source, choice)
             if image:
                 images[remote.node.name] = image
-        by_image: dict[str | None, list[Remote]] = {}
-        for remote in remotes:
-            by_image.setdefault(images.get(remote.node.name), []).append(remote)
+            by_image.setdefault(image or None, []).append(remote)
         for image, group in by_image.items():
             checks += run_preflight(
                 group, engine=lambda remote, image=image: self.platform.engine(remote, image),
@@ -254,13 +262,7 @@ class SshRuntime:
             checks, images = self.preflight(remotes, framework, devices, source, choice)
         except Exception as error:  # noqa: BLE001 - e.g. no image built: one clear verdict
             raise PrepareFailed(Verdict.FAILED, f"pre-flight: {error}") from None
-        bad = failures(checks)
-        if bad:
-            lost = any(check.name == "ssh" for check in bad)
-            detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
-            raise PrepareFailed(
-                Verdict.NODE_LOST if lost else Verdict.FAILED, f"pre-flight: {detail}"
-            )
+        refuse_failed(checks)
         bundle = self.bundle()
         label = session_label(root)
 
@@ -309,18 +311,14 @@ class SshRuntime:
 
     def _check_devices(self, prepared: Prepared, remotes: list[Remote], devices: int) -> None:
         """This case's ranks per node against the devices each node showed at its pre-flight."""
-        bad = []
-        for remote in remotes:
-            check = devices_check(
+        refuse_failed([
+            devices_check(
                 remote.node.name, remote.node.container.variant,
                 prepared.devices.get(remote.node.name), "not counted at pre-flight", devices,
                 prepared.framework,
-            )  # fmt: skip
-            if not check.ok:
-                bad.append(check)
-        if bad:
-            detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
-            raise PrepareFailed(Verdict.FAILED, f"pre-flight: {detail}")
+            )
+            for remote in remotes
+        ])  # fmt: skip
 
     # -- one repeat ------------------------------------------------------------------------
     def node_environment(self, command: NodeCommand, node: Node, workdir: str) -> dict[str, str]:
