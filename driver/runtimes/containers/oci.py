@@ -92,19 +92,15 @@ class SlurmOci(ContainerPlatform):
         ``<source>-current``), else that image as built here (never ``default``: the source's
         code is only in its image). A one-line RuntimeConfigError naming the fields when
         neither is set."""
-        if source != "dlperf":
-            key = source_key(source, image)
+        keys = (framework, "default") if source == "dlperf" else (source_key(source, image),)
+        for key in keys:
             if key in self.config.oci_bundle:
                 return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
             if key in self.config.oci_image:
                 return "image", self.config.oci_image[key], f"slurm.oci_image.{key}"
+        if source != "dlperf":
             built = SourceImage.of(source, image)
             return "image", built.shown, f"the source's image {built.name}"
-        for key in (framework, "default"):
-            if key in self.config.oci_bundle:
-                return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
-            if key in self.config.oci_image:
-                return "image", self.config.oci_image[key], f"slurm.oci_image.{key}"
         raise RuntimeConfigError(
             f"{self.where}: slurm.oci_bundle: no OCI bundle for {framework!r}; set "
             f"slurm.oci_bundle.{framework} (a folder with config.json and its root folder, on a "

@@ -126,15 +126,12 @@ class Pyxis(ContainerPlatform):
         else the framework's GPU base by its images.lock digest in enroot's form
         (``registry#repository@sha256:...``), or for a source the squashfs of its built image
         (:meth:`squashfs`)."""
-        if source != "dlperf":
-            key = source_key(source, image)
+        keys = (framework, "default") if source == "dlperf" else (source_key(source, image),)
+        for key in keys:
             if key in self.config.image:
                 return self.config.image[key]
+        if source != "dlperf":
             return str(self.squashfs(SourceImage.of(source, image)))
-        if framework in self.config.image:
-            return self.config.image[framework]
-        if "default" in self.config.image:
-            return self.config.image["default"]
         from driver.images.catalog import discover, image_for
         from driver.images.lock import LockError, load_lock
 
