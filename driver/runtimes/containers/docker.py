@@ -84,12 +84,14 @@ class Docker(ContainerPlatform):
         if source != "dlperf":
             override = None
         key = (framework, source, image, override or node.container.variant)
-        if key not in self._images:
-            self._images[key] = (
-                self._resolve_override(override)
-                if override
-                else self._resolve_built(framework, node.container.variant, source, image)
-            )
+        if key not in self._images and override:
+            self._images[key] = self._resolve_override(override)
+        elif key not in self._images:
+            from driver.images.build import resolve_image
+
+            built = resolve_image(*self._built(framework, node.container.variant, source, image))
+            assert built.id is not None
+            self._images[key] = built.id
         return self._images[key]
 
     def _built(
@@ -104,13 +106,6 @@ class Docker(ContainerPlatform):
         if source != "dlperf":
             return source_image(source, image), options
         return image_for(framework, variant, discover(options.root)), options
-
-    def _resolve_built(self, framework: str, variant: str, source: str, image: str) -> str:
-        from driver.images.build import resolve_image
-
-        built = resolve_image(*self._built(framework, variant, source, image))
-        assert built.id is not None
-        return built.id
 
     def _resolve_override(self, ref: str) -> str:
         if ref.startswith("sha256:"):
