@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.files import sha256_bytes, sha256_file, write_text
+from driver.files import sha256_bytes, sha256_file, write_json, write_text
 from driver.frameworks.base import REPO_ROOT
 from driver.images.base import docker_client, ensure_base, image_id, recipe_for
 from driver.images.catalog import ImageSpec, build_order, discover
@@ -199,10 +199,6 @@ def state_dir(lock: Lock) -> Path:
     return lock.path.parent / ".dlperf"
 
 
-def _write_json(path: Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
 # -- planning -----------------------------------------------------------------------------------
 def _plan(
     name: str,
@@ -271,7 +267,7 @@ def plan_images(names: list[str], options: BuildOptions) -> dict[str, _Plan]:
     plans: dict[str, _Plan] = {}
     for name in build_order(specs, names):
         _plan(name, specs, lock, plans, options, cache)
-    _write_json(cache.path, {"files": cache.data})
+    write_json(cache.path, {"files": cache.data})
     return plans
 
 
@@ -468,6 +464,6 @@ def build_images(
             "wheels": [wheel.name for wheel in plan.wheels],
             **({"code": copy.provenance()} if copy else {}),
         }
-        _write_json(records_path, records)
-    _write_json(cache.path, {"files": cache.data})
+        write_json(records_path, records)
+    write_json(cache.path, {"files": cache.data})
     return results

@@ -113,6 +113,15 @@ class RuntimeConfigError(ValueError):
     """A runtime cannot be built from what the command line gave (clear, one line)."""
 
 
+class Failure(Exception):
+    """A repeat that could not start (its nodes not prepared, its job or step not made): its
+    verdict and why."""
+
+    def __init__(self, verdict: Verdict, detail: str) -> None:
+        super().__init__(detail)
+        self.verdict, self.detail = verdict, detail
+
+
 RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
 
 

@@ -302,24 +302,20 @@ def run_process_group(
             sampler = start_for_processes(repeat_dir, [p.pid for _, p, _ in processes])
         verdict, detail = Verdict.OK, ""
         deadline = time.monotonic() + timeout_s
-        while any(p.poll() is None for _, p, _ in processes):
+        while True:  # until a node fails, every node has exited, or the timeout
             failed = [(c, p) for c, p, _ in processes if p.poll() not in (None, 0)]
             if failed:
                 command, process = failed[0]
                 verdict = exit_verdict(process.returncode)
                 detail = f"node {command.node}: {describe_exit(process.returncode)}"
                 break
+            running = [p for _, p, _ in processes if p.poll() is None]
+            if not running:
+                break
             if time.monotonic() > deadline:
                 verdict, detail = Verdict.TIMEOUT, f"ran past the timeout of {timeout_s:.0f} s"
                 break
-            running = [p for _, p, _ in processes if p.poll() is None]
             wait_for_an_exit(running, deadline - time.monotonic())
-        else:
-            failed = [(c, p) for c, p, _ in processes if p.returncode != 0]
-            if failed:
-                command, process = failed[0]
-                verdict = exit_verdict(process.returncode)
-                detail = f"node {command.node}: {describe_exit(process.returncode)}"
     finally:  # also on KeyboardInterrupt, which then goes on up
         stop([p for _, p, _ in processes], groups=True)
         for handle in handles:

@@ -293,10 +293,6 @@ class SimulatedHosts:
         """The variables that point Slurm's clients at these hosts' cluster (and nothing else)."""
         return {"SLURM_CONF": str(self.conf)}
 
-    def client_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-        return {**env, **self.env}
-
     def run_in(
         self, name: str, argv: list[str], *, timeout: float = 60, **kwargs: Any
     ) -> subprocess.CompletedProcess:
@@ -375,8 +371,9 @@ class SimulatedHosts:
     def client(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """A Slurm client command (srun, sbatch, squeue, ...) against these hosts' cluster; run
         in its folder, where a job without --output writes its slurm-<id>.out."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, env=self.client_env(),
+            list(argv), capture_output=True, text=True, timeout=timeout, env={**env, **self.env},
             cwd=self.root,
         )  # fmt: skip
 

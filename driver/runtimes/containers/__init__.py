@@ -64,6 +64,8 @@ class ContainerPlatform:
     runs_sources: ClassVar[bool] = False
     # The node's process sees only what is mounted (a case's data_dir must be among them).
     sees_only_mounts: ClassVar[bool] = False
+    # The interpreter of the frameworks' scripts in every image; None: the host's.
+    image_python: ClassVar[str | None] = None
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -77,10 +79,10 @@ class ContainerPlatform:
         return self.context.slurm
 
     # -- every transport -------------------------------------------------------------------
-    def python(self, framework: str) -> str | None:  # noqa: ARG002 - an image's is per image
+    def python(self, framework: str) -> str | None:  # noqa: ARG002 - the same in every image
         """The interpreter of ``framework``'s scripts inside, or None: the host's (the
         transport knows where: the inventory's ``python``, the kit's venvs)."""
-        return None
+        return self.image_python
 
     def workdir(self, code: str) -> str:
         """The kit's code folder (``code`` where it lies) as the node's process sees it."""

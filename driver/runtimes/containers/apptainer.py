@@ -50,9 +50,7 @@ class Apptainer(NoContainer):
     transports = ("ssh", "slurm")
     sees_only_mounts = True
     prepare_timing = "sif_s"
-
-    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
-        return "python3"  # the image's
+    image_python = "python3"  # the image's
 
     def wrap(
         self, argv: list[str], image: str | None, mounts: Sequence[str], workdir: str, gpus: bool

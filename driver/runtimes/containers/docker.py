@@ -50,6 +50,7 @@ class Docker(ContainerPlatform):
     mount_point = WORKDIR
     runs_sources = True
     sees_only_mounts = True
+    image_python = "python3"  # the image's: our CPU images put /opt/venv first on PATH
     # docker's own init reaps the launcher's children and passes signals on.
     init: tuple[str, ...] = ("--init",)
 
@@ -72,9 +73,6 @@ class Docker(ContainerPlatform):
             gpus=remote.node.container.gpus,
         )
 
-    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
-        return "python3"  # the image's: our CPU images put /opt/venv first on PATH
-
     # -- images ----------------------------------------------------------------------------
     def image_for(
         self, framework: str, node: Node, source: str = "dlperf", image: str = "pinned"
@@ -86,12 +84,14 @@ class Docker(ContainerPlatform):
         if source != "dlperf":
             override = None
         key = (framework, source, image, override or node.container.variant)
-        if key not in self._images:
-            self._images[key] = (
-                self._resolve_override(override)
-                if override
-                else self._resolve_built(framework, node.container.variant, source, image)
-            )
+        if key not in self._images and override:
+            self._images[key] = self._resolve_override(override)
+        elif key not in self._images:
+            from driver.images.build import resolve_image
+
+            built = resolve_image(*self._built(framework, node.container.variant, source, image))
+            assert built.id is not None
+            self._images[key] = built.id
         return self._images[key]
 
     def _built(
@@ -106,13 +106,6 @@ class Docker(ContainerPlatform):
         if source != "dlperf":
             return source_image(source, image), options
         return image_for(framework, variant, discover(options.root)), options
-
-    def _resolve_built(self, framework: str, variant: str, source: str, image: str) -> str:
-        from driver.images.build import resolve_image
-
-        built = resolve_image(*self._built(framework, variant, source, image))
-        assert built.id is not None
-        return built.id
 
     def _resolve_override(self, ref: str) -> str:
         if ref.startswith("sha256:"):

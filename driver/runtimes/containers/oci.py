@@ -52,6 +52,7 @@ class SlurmOci(ContainerPlatform):
     transports = ("slurm",)
     prepare_timing = "bundle_s"
     runs_sources = True
+    image_python = "python3"  # the image's
     # Slurm 22.05 writes an OCI container's environment before it sets the per-task variables:
     # none of SLURM_NODEID, SLURM_PROCID or SLURMD_NODENAME reaches the step's script.
     by_hostname = True
@@ -67,9 +68,6 @@ class SlurmOci(ContainerPlatform):
         self._checked = False
         self._made: dict[Path, dict[str, Any]] = {}  # session bundle -> its facts
         self._paths: dict[str, str | None] = {}  # source -> the PATH its config sets
-
-    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
-        return "python3"  # the image's
 
     def cache(self) -> Path:
         if self.config.oci_cache:
@@ -94,19 +92,15 @@ class SlurmOci(ContainerPlatform):
         ``<source>-current``), else that image as built here (never ``default``: the source's
         code is only in its image). A one-line RuntimeConfigError naming the fields when
         neither is set."""
-        if source != "dlperf":
-            key = source_key(source, image)
+        keys = (framework, "default") if source == "dlperf" else (source_key(source, image),)
+        for key in keys:
             if key in self.config.oci_bundle:
                 return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
             if key in self.config.oci_image:
                 return "image", self.config.oci_image[key], f"slurm.oci_image.{key}"
+        if source != "dlperf":
             built = SourceImage.of(source, image)
             return "image", built.shown, f"the source's image {built.name}"
-        for key in (framework, "default"):
-            if key in self.config.oci_bundle:
-                return "bundle", self.config.oci_bundle[key], f"slurm.oci_bundle.{key}"
-            if key in self.config.oci_image:
-                return "image", self.config.oci_image[key], f"slurm.oci_image.{key}"
         raise RuntimeConfigError(
             f"{self.where}: slurm.oci_bundle: no OCI bundle for {framework!r}; set "
             f"slurm.oci_bundle.{framework} (a folder with config.json and its root folder, on a "

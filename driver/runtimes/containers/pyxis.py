@@ -75,9 +75,7 @@ class Pyxis(ContainerPlatform):
     transports = ("slurm",)
     prepare_timing = "container_create_s"
     runs_sources = True
-
-    def python(self, framework: str) -> str:  # noqa: ARG002 - the same in every image
-        return "python3"  # the image's
+    image_python = "python3"  # the image's
 
     def check(self, session_root: Path) -> None:
         self.mounted_folders(session_root)
@@ -128,15 +126,12 @@ class Pyxis(ContainerPlatform):
         else the framework's GPU base by its images.lock digest in enroot's form
         (``registry#repository@sha256:...``), or for a source the squashfs of its built image
         (:meth:`squashfs`)."""
-        if source != "dlperf":
-            key = source_key(source, image)
+        keys = (framework, "default") if source == "dlperf" else (source_key(source, image),)
+        for key in keys:
             if key in self.config.image:
                 return self.config.image[key]
+        if source != "dlperf":
             return str(self.squashfs(SourceImage.of(source, image)))
-        if framework in self.config.image:
-            return self.config.image[framework]
-        if "default" in self.config.image:
-            return self.config.image["default"]
         from driver.images.catalog import discover, image_for
         from driver.images.lock import LockError, load_lock
 

@@ -87,10 +87,8 @@ def hostnames(nodelist: str) -> list[str]:
 
 def fields(line: str) -> dict[str, str]:
     """``scontrol -o`` output (``Key=value Key2=value with spaces``) as a dict."""
-    found: dict[str, str] = {}
-    for match in re.finditer(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s+[A-Za-z][\w/:]*=|$)", line):
-        found[match.group(1)] = match.group(2)
-    return found
+    pairs = re.finditer(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s+[A-Za-z][\w/:]*=|$)", line)
+    return {match.group(1): match.group(2) for match in pairs}
 
 
 def node_address(name: str) -> str:
@@ -143,8 +141,7 @@ def show_job(job_id: str) -> JobInfo:
 
 def jobs_named(name: str) -> list[str]:
     """This user's jobs called ``name`` that are still in the queue."""
-    out = slurm("squeue", "--noheader", "--me", f"--name={name}", "--format=%i")
-    return out.split()
+    return slurm("squeue", "--noheader", "--me", f"--name={name}", "--format=%i").split()
 
 
 def cancel(job_id: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from driver.cluster.slurm import SlurmConfig
 from driver.files import write_text
-from driver.runtimes.base import Verdict, session_label
+from driver.runtimes.base import Failure, Verdict, session_label
 from driver.runtimes.slurm import client
 from driver.runtimes.slurm.render import HOLDER_SCRIPT, sbatch_argv
 
@@ -43,14 +43,6 @@ class Allocation:
     submitted_at: float = 0.0
     running_at: float = 0.0
     containers: set[str] = field(default_factory=set)  # pyxis containers made in this job
-
-
-class Failure(Exception):
-    """A repeat that could not start its step: its verdict and why."""
-
-    def __init__(self, verdict: Verdict, detail: str) -> None:
-        super().__init__(detail)
-        self.verdict, self.detail = verdict, detail
 
 
 class SessionJob:

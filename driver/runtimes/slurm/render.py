@@ -77,10 +77,6 @@ def srun_argv(
     return [*argv, *container_flags]
 
 
-def _env_words(env: dict[str, str]) -> list[str]:
-    return [f"{key}={value}" for key, value in sorted(env.items())]
-
-
 # Per task in device mode: the rank environment every framework script reads (as driver.spawn
 # and torchrun set it), from the step's own task ids.
 DEVICE_RANK_ENV = (
@@ -116,7 +112,7 @@ def step_script(
     for index, (command, log) in enumerate(zip(commands, logs, strict=True)):
         key = shlex.quote(command.node) if by_hostname else str(index)
         cd = f"cd {shlex.quote(command.workdir)} && " if command.workdir else ""
-        env = shlex.join(["env", *_env_words(command.env)])
+        env = shlex.join(["env", *(f"{k}={v}" for k, v in sorted(command.env.items()))])
         if device_tasks:
             env = f"{env} {DEVICE_RANK_ENV}"
         redirect = f">> {shlex.quote(log)} 2>&1"

@@ -183,11 +183,8 @@ class SlurmRuntime:
 
     def environment(self, framework: Framework) -> dict[str, str]:
         name = getattr(framework, "name", str(framework))
-        if self.python_override or name == "calibration":
-            return {}
-        if self.platform.python(name) is not None:  # the image's interpreter
-            return {}
-        if name in self.config.python:
+        in_image = self.platform.python(name) is not None  # the image's interpreter
+        if self.python_override or name == "calibration" or in_image or name in self.config.python:
             return {}
         return venv_environment(framework)
 

@@ -52,6 +52,7 @@ from driver.launchers.base import NodeRank
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RUNTIMES,
+    Failure,
     NodeOutcome,
     RepeatOutcome,
     RuntimeConfigError,
@@ -75,10 +76,13 @@ SETTLE_S = 5.0  # after a stop, how long attached channels get to flush the last
 RANK_KEYS = set(NodeRank(0, 1, 1, "", 0).environment())
 
 
-class PrepareFailed(Exception):
-    def __init__(self, verdict: Verdict, detail: str) -> None:
-        super().__init__(detail)
-        self.verdict, self.detail = verdict, detail
+def refuse_failed(checks: list[Check]) -> None:
+    """Failure naming every check that failed (a node SSH did not reach: lost), if any."""
+    bad = failures(checks)
+    if bad:
+        lost = any(check.name == "ssh" for check in bad)
+        detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
+        raise Failure(Verdict.NODE_LOST if lost else Verdict.FAILED, f"pre-flight: {detail}")
 
 
 RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
@@ -212,13 +216,12 @@ class SshRuntime:
         ``choice``: an upstream source's case's image, pinned or current."""
         images: dict[str, str] = {}
         checks: list[Check] = []
+        by_image: dict[str | None, list[Remote]] = {}
         for remote in remotes:
             image = self.platform.image_for(framework, remote.node, source, choice)
             if image:
                 images[remote.node.name] = image
-        by_image: dict[str | None, list[Remote]] = {}
-        for remote in remotes:
-            by_image.setdefault(images.get(remote.node.name), []).append(remote)
+            by_image.setdefault(image or None, []).append(remote)
         for image, group in by_image.items():
             checks += run_preflight(
                 group, engine=lambda remote, image=image: self.platform.engine(remote, image),
@@ -245,7 +248,7 @@ class SshRuntime:
             return cached
         started = time.monotonic()
         if source != "dlperf" and not self.platform.runs_sources:
-            raise PrepareFailed(
+            raise Failure(
                 Verdict.FAILED,
                 f"upstream source {source!r} runs in its own image, which container: "
                 f"{self.platform.name} does not run: set container: docker or podman",
@@ -253,14 +256,8 @@ class SshRuntime:
         try:
             checks, images = self.preflight(remotes, framework, devices, source, choice)
         except Exception as error:  # noqa: BLE001 - e.g. no image built: one clear verdict
-            raise PrepareFailed(Verdict.FAILED, f"pre-flight: {error}") from None
-        bad = failures(checks)
-        if bad:
-            lost = any(check.name == "ssh" for check in bad)
-            detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
-            raise PrepareFailed(
-                Verdict.NODE_LOST if lost else Verdict.FAILED, f"pre-flight: {detail}"
-            )
+            raise Failure(Verdict.FAILED, f"pre-flight: {error}") from None
+        refuse_failed(checks)
         bundle = self.bundle()
         label = session_label(root)
 
@@ -282,11 +279,11 @@ class SshRuntime:
         facts_by_node: dict[str, dict[str, Any]] = {}
         for remote, result, error in parallel(remotes, node_setup):
             if isinstance(error, NodeUnreachable):
-                raise PrepareFailed(Verdict.NODE_LOST, str(error))
+                raise Failure(Verdict.NODE_LOST, str(error))
             if isinstance(error, CodeSyncError):
-                raise PrepareFailed(Verdict.FAILED, str(error))
+                raise Failure(Verdict.FAILED, str(error))
             if error is not None:
-                raise PrepareFailed(Verdict.FAILED, f"node {remote.node.name}: {error}")
+                raise Failure(Verdict.FAILED, f"node {remote.node.name}: {error}")
             code, removed, facts = result
             code_dirs[remote.node.name] = code
             facts["swept"] = removed
@@ -309,18 +306,14 @@ class SshRuntime:
 
     def _check_devices(self, prepared: Prepared, remotes: list[Remote], devices: int) -> None:
         """This case's ranks per node against the devices each node showed at its pre-flight."""
-        bad = []
-        for remote in remotes:
-            check = devices_check(
+        refuse_failed([
+            devices_check(
                 remote.node.name, remote.node.container.variant,
                 prepared.devices.get(remote.node.name), "not counted at pre-flight", devices,
                 prepared.framework,
-            )  # fmt: skip
-            if not check.ok:
-                bad.append(check)
-        if bad:
-            detail = "; ".join(f"node {c.node}: {c.name}: {c.detail}" for c in bad)
-            raise PrepareFailed(Verdict.FAILED, f"pre-flight: {detail}")
+            )
+            for remote in remotes
+        ])  # fmt: skip
 
     # -- one repeat ------------------------------------------------------------------------
     def node_environment(self, command: NodeCommand, node: Node, workdir: str) -> dict[str, str]:
@@ -372,7 +365,7 @@ class SshRuntime:
             t0 = time.monotonic()
             try:
                 prepared = self.prepare(remotes, framework, root, devices, source, plan.case.image)
-            except PrepareFailed as failure:
+            except Failure as failure:
                 return RepeatOutcome(
                     failure.verdict, [], started, time.time(), failure.detail, extra
                 )
