@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from driver.frontend.commands.data import PREPARERS
 from driver.model.results import Session
 from driver.runtimes.local import LocalRuntime
 from driver.schema import ConfigError
+from tests.fs_faults import small_tmpfs
 from tests.real_frameworks import framework_env
 
 CLASSES = ("n01440764", "n01443537")
@@ -145,6 +147,27 @@ def test_tfrecord_shards_read_back_with_tensorflow(
         offsets = [tuple(map(int, entry.split())) for entry in entries]
         assert offsets[0][0] == 0 and sum(length for _o, length in offsets) == path.stat().st_size
         assert all(a[0] + a[1] == b[0] for a, b in zip(offsets, offsets[1:], strict=False))
+
+
+def test_a_full_disk_in_the_framework_writer_is_one_line_and_leaves_no_partial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # TensorFlow's own error (ResourceExhaustedError, not an OSError) in its environment: the
+    # kit shows the writer's one line, not the traceback and log around it.
+    framework_env("tensorflow")
+    noise = random.Random(3)
+    for split, count in (("train", 4), ("val", 1)):
+        folder = tmp_path / "noisy" / split / CLASSES[0]
+        folder.mkdir(parents=True)
+        for k in range(count):
+            pixels = bytes(noise.getrandbits(8) for _ in range(96 * 96 * 3))
+            Image.frombytes("RGB", (96, 96), pixels).save(folder / f"{CLASSES[0]}_{k}.JPEG")
+    with small_tmpfs(tmp_path / "disk", size="12k") as disk:
+        argv = ["data", "tfrecord", str(tmp_path / "noisy"), str(disk / "out")]
+        assert main([*argv, "--train-shards", "1", "--val-shards", "1"]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "writer failed:" in line and "No space left on device" in line, line
+        assert [p.name for p in (disk / "out").iterdir()] == []  # nothing half-written
 
 
 def test_a_tfrecord_cut_short_is_refused_naming_the_byte(tmp_path: Path) -> None:

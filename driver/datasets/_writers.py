@@ -17,6 +17,9 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
+# the line a failed writer leaves for the kit, which shows it alone (not the log around it)
+ERROR_TAG = "dlperf-writer-error:"
+
 
 def _partial(path: str) -> str:
     head, name = os.path.split(path)
@@ -191,10 +194,26 @@ def main(argv: list[str]) -> int:
     os.chdir(document["cwd"])  # the paths are the user's, relative to where the command ran
     shards = document["shards"]
     for shard in shards:
-        if not os.path.exists(shard["path"]):
+        if os.path.exists(shard["path"]):
+            continue
+        try:
             write(shard)
-            print(f"wrote {shard['path']}", flush=True)
+        except Exception as error:  # noqa: BLE001 - any failure (TensorFlow's are not OSError)
+            _remove_partials(shard)
+            print(f"{ERROR_TAG} {shard['path']}: {error}", file=sys.stderr, flush=True)
+            return 1
+        print(f"wrote {shard['path']}", flush=True)
     return 0
+
+
+def _remove_partials(shard: dict) -> None:
+    """The failed shard's half-written files: writing is one shard at a time, so every
+    ``.partial`` beside it is that shard's."""
+    folder = os.path.dirname(shard["path"]) or "."
+    names = [n for n in os.listdir(folder) if n.startswith(".") and n.endswith(".partial")]
+    for path in [*(os.path.join(folder, n) for n in names), shard.get("partial")]:
+        if path and os.path.exists(path):
+            os.unlink(path)
 
 
 if __name__ == "__main__":

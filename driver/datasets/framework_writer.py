@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from driver.datasets._writers import ERROR_TAG
 from driver.datasets.imagenet import SPLITS, Image, prepare
 from driver.schema import ConfigError
 
@@ -98,5 +99,7 @@ def run_job(framework: str, kind: str, job: dict, folder: Path) -> None:
     finally:
         Path(stream.name).unlink(missing_ok=True)
     if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if line.startswith(ERROR_TAG)]
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise ConfigError(folder, "(folder)", f"{framework}'s {kind} writer failed:\n{tail}")
+        cause = f" {said[-1][len(ERROR_TAG) :].strip()}" if said else f"\n{tail}"
+        raise ConfigError(folder, "(folder)", f"{framework}'s {kind} writer failed:{cause}")
