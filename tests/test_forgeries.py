@@ -122,6 +122,40 @@ def test_a_session_re_sealed_by_a_forger_is_not_signed_on_resume(
     assert ", not by the key signing now (ED25519 key SHA256:" in err
 
 
+@pytest.mark.parametrize("signs_now", ["lab", "other"])
+def test_a_case_the_session_sealed_is_carried_by_a_resume_that_selects_another(
+    signed: Path, tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture, signs_now: str
+) -> None:
+    """One session, one selection after another (a model per command, as the GPU check's
+    stages run): cases that an earlier run of the session measured and sealed are carried as
+    the seal holds them, signed again only by the key that signed them; a forged one is not."""
+    only_1n1g = replace(
+        selection_of(signed),
+        cases=[c for c in Session(signed).cases() if c.topology.label == "1n1g"],
+    )
+    key = lab if signs_now == "lab" else new_key(tmp_path, "other")
+    capsys.readouterr()
+    if signs_now == "other":  # the lab's cases are not another key's to sign
+        assert resume(signed, key, only_1n1g) == 2
+        err = capsys.readouterr().err
+        assert f"{CASE_1N2G}/repeat-01/record.json: in a case folder outside this run's" in err
+        return
+    sealed_before = load_seal((signed / SEAL).read_bytes(), SEAL).files
+    assert resume(signed, lab, only_1n1g) == 0, capsys.readouterr().err
+    assert "sealed:" in capsys.readouterr().out
+    resealed = load_seal((signed / SEAL).read_bytes(), SEAL)
+    carried = {r: e for r, e in sealed_before.items() if r.startswith(f"{CASE_2N2G}/")}
+    assert carried and all(resealed.files[r] == e for r, e in carried.items())
+    assert not resealed.adopted
+    # one of them forged afterwards: refused, named, the seal kept
+    speed_up_case(signed, CASE_1N2G.removeprefix("cases/"), 1.5)
+    before = seal_bytes(signed)
+    assert resume(signed, lab, only_1n1g) == 2
+    err = capsys.readouterr().err
+    assert f"{CASE_1N2G}/repeat-01/node0.log: in a case folder outside this run's" in err
+    assert seal_bytes(signed) == before
+
+
 def interrupt(folder: Path) -> None:
     """The record of a repeat the run's Ctrl-C stopped."""
     record = json.loads((folder / "record.json").read_text())

@@ -387,24 +387,68 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     rows = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [row["case_id"] for row in rows] == [case["case"]]
     assert rows[0]["throughput_median"] == pytest.approx(case["median"])
-    # a second command resumes the same session from the archive: the finished repeats stay
+    # a second command resumes the same session from the archive: the finished repeats stay,
+    # and a stage of another case runs into it beside them
     again = subprocess.run(
         [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(tmp_path / "out2"),
-         "--python", python, "--stages", "resnet50-amp", "--resume", str(out / gpu_check.ARCHIVE)],
+         "--python", python, "--stages", "resnet50-amp,bert-amp",
+         "--resume", str(out / gpu_check.ARCHIVE)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
     resumed = json.loads((tmp_path / "out2" / "summary.json").read_text())
-    assert [(s["name"], s["call"]) for s in resumed["stages"]] == [
-        ("facts", 1),
-        ("resnet50-amp", 1),
-        ("resnet50-amp", 2),
+    assert [(s["name"], s["call"], s["status"]) for s in resumed["stages"]] == [
+        ("facts", 1, "ok"),
+        ("resnet50-amp", 1, "ok"),
+        ("resnet50-amp", 2, "ok"),
+        ("bert-amp", 2, "ok"),
     ]
-    (same,) = resumed["cases"]
+    same, bert = sorted(resumed["cases"], key=lambda c: c["case"] != case["case"])
     assert same["throughputs"] == case["throughputs"]  # not measured again
+    assert bert["case"].startswith("bert/pytorch/1n1g/") and bert["repeats_ok"] == 2
     second = gpu_check.unpack(tmp_path / "out2" / gpu_check.ARCHIVE, tmp_path / "results2")
     assert (second / "facts" / "torch.json").is_file()  # call 1's facts carried on
     assert "already finished" in (second / "logs" / "resnet50-amp.log").read_text()
+
+
+def test_a_gpu_that_torch_does_not_see_is_reported_not_rehearsed(tmp_path: Path) -> None:
+    """nvidia-smi lists a GPU, and torch (here its CPU build) sees none: the facts run, every
+    other stage is skipped with torch's words, exit 3; the session resumes only as a GPU one."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+    smi.write_text(
+        '#!/bin/sh\n[ "$1" = -L ] || exit 9\n'
+        'echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1d2e3f40-aaaa-bbbb-cccc-000000000000)"\n'
+    )
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    python, out = framework_python(), tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "tools/gpu_check.py", "run", "--out", str(out), "--python", python,
+         "--stages", "facts,resnet50-amp"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "does not see GPU 0: NVIDIA H100 80GB HBM3: no GPU found" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "gpu" and summary["torch"]["cuda_available"] is False
+    facts, skipped = summary["stages"]
+    assert facts["name"] == "facts" and facts["status"] == "ok"
+    assert skipped["status"] == "skipped" and "does not see GPU 0" in skipped["detail"]
+    assert not (out / "summary.md").read_text().count("/bs")  # nothing ran
+    again = subprocess.run(
+        [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(tmp_path / "out2"),
+         "--python", python, "--stages", "facts", "--resume", str(out / gpu_check.ARCHIVE)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"gpu-check: error: --resume {out / gpu_check.ARCHIVE}: that session ran as gpu and "
+        "this command would run as cpu-rehearsal (--cpu); resume it on a node like the one it "
+        "ran on, or leave --resume out to start a new session"
+    ]
+    assert not (tmp_path / "out2" / gpu_check.ARCHIVE).exists()
 
 
 def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:

@@ -10,7 +10,8 @@
 # gpu-check.tar.gz (checked and unpacked at home by `python3 tools/gpu_check.py unpack`) and
 # console.log. Killing this script (any signal, SIGKILL included) stops every stage and
 # benchmark it started. Exit: 0 done (stages cut or skipped at the budget included), 1 a stage
-# failed, 2 a bad option, 3 the kit cannot start on this node (the reason is printed).
+# failed, 2 a bad option, 3 the kit cannot start on this node, or torch does not see the GPU
+# that nvidia-smi lists (the reason is printed; the facts are in the archive).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"

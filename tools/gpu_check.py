@@ -21,7 +21,8 @@ torch's view), PyTorch ResNet-50 1n1g AMP (bf16, channels_last) at 256, BERT-bas
 its window by CUDA events. ``call2``-``call5`` hold the rest (TF32, CUDA graphs, boundary-only
 sync, torch.compile, both ``batch: max``, Llama 3.2 1B at seq 8192). Without a GPU (``--cpu``,
 or none found) the same stages run at tiny shapes (``--profile gpu-check-cpu``): a rehearsal
-that leaves the GPU itself as the only unknown.
+that leaves the GPU itself as the only unknown. A GPU that ``nvidia-smi -L`` lists and torch
+does not see is no rehearsal: only the facts run, and the check exits 3 with torch's words.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ MANIFEST = "MANIFEST.json"
 SESSION = "gpu-check"
 SCRATCH = "tmp"  # the stages' TMPDIR inside the work folder: removed with it, not archived
 SCRATCH_VAR = "DLPERF_GPU_CHECK_SCRATCH"  # set by tools/gpu-check.sh
+MODES = {True: "gpu", False: "cpu-rehearsal"}  # a session's stages all run in one of them
 RESERVE_S = 25.0  # kept back for a stage's interrupt grace and the last archive
 INTERRUPT_GRACE_S = 20.0  # after SIGINT (the kit keeps finished repeats), then SIGKILL
 # About 7 minutes of stages: with the wheels' install, the GPU probe and the final summary
@@ -458,12 +460,26 @@ def smi_fields() -> str:
     return ",".join(SMI_QUERY)
 
 
-def framework_sees_gpu(python: str, env: dict[str, str]) -> bool:
-    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+def framework_sees_gpu(python: str, env: dict[str, str]) -> tuple[bool, str]:
+    """(torch under ``python`` sees a GPU, the probe's last words when it does not)."""
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no GPU found')"
     try:
-        return run_quiet([python, "-c", probe], env, 300)[0] == 0
+        code, stdout, stderr = run_quiet([python, "-c", probe], env, 300)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, str(error)
+    lines = [line.strip() for line in (stderr + stdout).splitlines() if line.strip()]
+    return code == 0, (lines[-1] if lines else f"exit {code}")[:300]
+
+
+def gpus_listed(env: dict[str, str]) -> str:
+    """The GPUs ``nvidia-smi -L`` lists ('' where it lists none or is missing): a node with
+    one that torch does not see is broken for the check, not a CPU to rehearse on."""
+    try:
+        code, stdout, _stderr = run_quiet(["nvidia-smi", "-L"], env, 60)
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return ""
+    gpus = [line.split(" (UUID")[0] for line in stdout.splitlines() if line.startswith("GPU ")]
+    return "; ".join(gpus) if code == 0 else ""
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -504,19 +520,36 @@ def _run_stages(
         "MPLCONFIGDIR": str(scratch / "mpl"),
     }
     results: list[StageResult] = []
-    call = 1
+    call, earlier_mode = 1, None
     if resume is not None:
-        results = resume_into(resume, work)
+        results, earlier_mode = resume_into(resume, work)
         call = max((r.call for r in results), default=0) + 1
+    # A node whose GPU torch does not see is reported, with its facts, not rehearsed on.
+    on_gpu, unseen = False, ""
+    if not args.cpu:
+        on_gpu, why = framework_sees_gpu(args.python, env)
+        listed = "" if on_gpu else gpus_listed(env)
+        if listed:
+            on_gpu, unseen = True, f"torch under {args.python} does not see {listed}: {why}"
+    mode = MODES[on_gpu]
+    if earlier_mode not in (None, mode):
+        why = "--cpu" if args.cpu else "torch sees no GPU here"
+        raise UsageError(
+            f"--resume {resume}: that session ran as {earlier_mode} and this command would run "
+            f"as {mode} ({why}); resume it on a node like the one it ran on, or leave "
+            "--resume out to start a new session"
+        )
+    if resume is not None:
         print(f"gpu-check: resumed {resume} ({len(results)} earlier stage(s)); call {call}")
-    on_gpu = not args.cpu and framework_sees_gpu(args.python, env)
     shapes = GPU if on_gpu else CPU
     budget = Budget(args.budget_s or shapes.budget_s)
     print(f"gpu-check: {'GPU' if on_gpu else 'CPU rehearsal'}, profile {shapes.profile}, "
           f"budget {budget.left():.0f} s, stages {', '.join(s.name for s in stages)}",
           flush=True)  # fmt: skip
+    if unseen:
+        print(f"gpu-check: {unseen}; only the facts run (--cpu rehearses on the CPU)", flush=True)
     for stage in stages:
-        why = decide(stage, budget.left(), on_gpu)
+        why = unseen if unseen and stage.kind != "facts" else decide(stage, budget.left(), on_gpu)
         if why:
             results.append(StageResult(stage.name, "skipped", detail=why, call=call))
             print(f"gpu-check: {stage.name}: skipped: {why}", flush=True)
@@ -544,13 +577,16 @@ def _run_stages(
         publish(work, out, results, on_gpu, shapes, None)
     summary = publish(work, out, results, on_gpu, shapes, args.python)
     print(summary["markdown"], flush=True)
+    if unseen:
+        return 3  # as tools/gpu-check.sh: the kit cannot run on this node
     # A stage cut or skipped at the budget is a planned outcome; only a failure is an error.
     return 1 if any(r.status == "failed" for r in results if r.call == call) else 0
 
 
-def resume_into(archive: Path, work: Path) -> list[StageResult]:
+def resume_into(archive: Path, work: Path) -> tuple[list[StageResult], str | None]:
     """An earlier call's archive, checked as ``unpack`` checks it, extracted into ``work``; its
-    stages as they ended (the session in ``results/`` resumes under ``dlperf run``)."""
+    stages as they ended (the session in ``results/`` resumes under ``dlperf run``) and the
+    mode they ran in."""
     extract_checked(archive, work)
     (work / MANIFEST).unlink(missing_ok=True)
     summary = read_summary(archive, work / "summary.json")
@@ -564,7 +600,8 @@ def resume_into(archive: Path, work: Path) -> list[StageResult]:
                 f"{archive}: summary.json stages[{index}] is not a stage result; use the "
                 "archive the check wrote"
             ) from None
-    return earlier
+    mode = summary.get("mode")
+    return earlier, mode if isinstance(mode, str) else None
 
 
 def _tail(log: Path, lines: int = 3) -> str:
@@ -797,7 +834,7 @@ def summarize(
             "hardware"
         ]
     summary: dict[str, Any] = {
-        "mode": "gpu" if on_gpu else "cpu-rehearsal",
+        "mode": MODES[on_gpu],
         "profile": shapes.profile,
         "host": platform.node(),
         "torch": facts,

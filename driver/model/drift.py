@@ -7,7 +7,8 @@ named; ``dlperf report`` too, saying who vouches for the session (:func:`seal_st
 The head node seals a session when its run ends (:func:`seal_session`: ``dlperf run``, a
 rehearsal, the selftest, ``import-logs``, ``attest-hardware``). A command that adds to a session
 first checks that it would sign only what it runs or verifies (:func:`unvouched`: no file the
-old seal does not hold as it is, none outside the run's cases); what a person vouches for
+old seal does not hold as it is; of a case outside the run's selection, only what the seal
+holds); what a person vouches for
 instead (``--adopt``) is recorded as ``adopted``. A resumed session is sealed again, replacing
 the old seal, only if everything the old seal covered is as it was (:func:`drift`) but what the
 kit itself changes (``session.json``'s runs grow; a repeat the seal holds as unfinished runs
@@ -199,38 +200,51 @@ def unvouched(
     root: Path, selected: Collection[str] | None, signer: str | None
 ) -> list[tuple[str, str]]:
     """What a command that resumes the session folder ``root`` would sign without having run or
-    verified it: (session-relative path, why), before anything runs. Every file of a case folder
-    outside ``selected`` (case ids; None: any case); every file the session's seal does not hold
-    as it is (added or changed since, a sealed repeat's verdict among them: see :func:`drift`),
-    or, where the command signs (``signer``: its key, as :func:`key_description` names it; None:
-    unsigned, the seal it writes vouches for nobody), every file but ``session.json`` that no
-    seal signed by that same key holds (an unsigned seal, or one of another key, is anyone's to
-    write). [] where the session may be resumed and sealed again."""
+    verified it: (session-relative path, why), before anything runs. Every file the session's
+    seal does not hold as it is (added or changed since, a sealed repeat's verdict among them:
+    see :func:`drift`), or, where the command signs (``signer``: its key, as
+    :func:`key_description` names it; None: unsigned, the seal it writes vouches for nobody),
+    every file but ``session.json`` that no seal signed by that same key holds (an unsigned
+    seal, or one of another key, is anyone's to write). A case folder outside ``selected``
+    (case ids; None: any case) is one the run does not measure: only what the seal holds of it,
+    as it is, is carried (an earlier run of the session measured it); the rest of it is named
+    as outside the selection. [] where the session may be resumed and sealed again."""
     files = FolderFiles(root)
-    out: dict[str, str] = {}
+    outside: set[str] = set()
     if selected is not None:
         prefixes = tuple(f"cases/{case_id}/" for case_id in selected)
-        for rel in files:
-            if rel.startswith("cases/") and not rel.startswith(prefixes):
-                out[rel] = "in a case folder outside this run's selection"
+        outside = {r for r in files if r.startswith("cases/") and not r.startswith(prefixes)}
+    out, carried = _seal_problems(root, files, signer)
+    for rel in outside:
+        if rel not in carried:
+            out[rel] = "in a case folder outside this run's selection"
+    return sorted(out.items())
+
+
+def _seal_problems(
+    root: Path, files: FolderFiles, signer: str | None
+) -> tuple[dict[str, str], set[str]]:
+    """:func:`unvouched` without the selection: (path: why, the files the seal holds as they
+    are, signed by ``signer`` where it signs)."""
     odd = odd_seal_files(root)
     if odd:  # neither is read: the run would sign over what it cannot check
-        return sorted({**out, **odd}.items())
+        return dict(odd), set()
+    out: dict[str, str] = {}
     path = Path(root) / SEAL
     if not path.is_file():
         if signature_path(path).is_file():
             out[SEAL_SIGNATURE] = f"a signature whose {SEAL} was removed"
         for rel in files if signer is not None else ():
             if rel != SESSION_JSON:
-                out.setdefault(rel, f"no seal covers it (the session has no {SEAL})")
-        return sorted(out.items())
+                out[rel] = f"no seal covers it (the session has no {SEAL})"
+        return out, set()
     old, signature = _old_seal(path)
     for rel, what in drift(old, signature, files, after_run=False):
         out.setdefault(rel, what)
     try:
         sealed = load_seal(old, SEAL)
     except SealError:
-        return sorted(out.items())  # named by drift
+        return out, set()  # named by drift
     for rel in files:
         if rel not in sealed.files:
             out.setdefault(rel, "added since the session was sealed, not by a run of the kit")
@@ -240,7 +254,7 @@ def unvouched(
         for rel in files:
             if rel != SESSION_JSON:
                 out.setdefault(rel, f"{seal_of}, not by the key signing now ({signer})")
-    return sorted(out.items())
+    return out, {rel for rel in sealed.files if rel in files and rel not in out}
 
 
 def _sealed_folders(sealed: SessionManifest) -> set[str]:
