@@ -14,6 +14,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -449,6 +450,55 @@ def test_a_gpu_that_torch_does_not_see_is_reported_not_rehearsed(tmp_path: Path)
         "ran on, or leave --resume out to start a new session"
     ]
     assert not (tmp_path / "out2" / gpu_check.ARCHIVE).exists()
+
+
+def test_a_gpu_repeat_is_read_with_its_device_clock_peak_and_nvml_samples(tmp_path: Path) -> None:
+    """What only a GPU writes, made by the kit's own writers: the rank's step log with the
+    ``device-window`` record (protocol.StepLogger) and NVML samples over the steps (the
+    telemetry sampler, on pynvml's calls with an H100's values); the summary reads the kit
+    against the device clock, the peak that MFU divides by, and the window's telemetry."""
+    from driver.bench.protocol import StepLogger
+    from driver.telemetry.sampler import TelemetrySampler
+    from tests.test_telemetry import FakeNvml
+
+    case_id = "resnet50/pytorch/1n1g/bs256/amp/synthetic"
+    repeat = tmp_path / "work" / "results" / gpu_check.SESSION / "cases" / case_id / "repeat-01"
+    repeat.mkdir(parents=True)
+    (repeat.parent / "case.json").write_text(json.dumps({"id": case_id}))
+    options = {"warmup_steps": 2, "total_steps": 6, "batch_size": 256, "precision": "amp",
+               "amp_dtype": "bfloat16"}  # fmt: skip
+    sampler = TelemetrySampler(repeat, {0: [os.getpid()]}, 0.01, nvml_module=FakeNvml())
+    started = time.time()
+    sampler.start()
+    with open(repeat / "node0.log", "w") as log:
+        steps = StepLogger(framework="pytorch", model="resnet50", stream=log,
+                           rank_env={"rank": 0, "world_size": 1, "local_rank": 0,
+                                     "node_rank": 0})  # fmt: skip
+        steps.header(versions={}, devices=["NVIDIA H100 80GB HBM3"], options=options)
+        steps.begin()
+        stamps = [steps.step(step, 256) for step in range(1, 7) if time.sleep(0.05) is None]
+        steps.end()
+        window = stamps[5] - stamps[1]
+        steps.device_window(window * 1.002, 4, "cuda-events")
+    sampler.stop()
+    header = next(gpu_check._rank0_records((repeat / "node0.log").read_text(), "header"))
+    (repeat / "record.json").write_text(json.dumps({
+        "verdict": "ok", "header": header, "started_at": started, "finished_at": time.time(),
+        "measurement": {"samples": 4 * 256, "throughput": 4 * 256 / window},
+    }))  # fmt: skip
+
+    summary = gpu_check.summarize(tmp_path / "work", [], True, gpu_check.GPU, None)
+    (row,) = summary["cases"]
+    assert row["device"] == "NVIDIA H100 80GB HBM3" and row["peak_tflops"] == 989.4  # bf16
+    assert row["kit_vs_device_clock"] == pytest.approx(0.002, rel=1e-6)
+    (telemetry,) = row["telemetry"]
+    assert telemetry["window"] == "steps" and telemetry["samples"] >= 5
+    assert telemetry["power_w_median"] == 650.0 and telemetry["sm_clock_mhz_median"] == 1980.0
+    assert telemetry["mem_used_mib_max"] == 1001.0 and telemetry["temp_c_max"] == 61.0
+    assert f"| {case_id} | 256     | 1/1  |" in summary["markdown"]
+    text = summary["markdown"]
+    assert "| 0.200%                | -     | 650.0 | 1,980.0  | 1,001.0       | 61.0 " in text
+    assert re.search(r"\| kit vs device clock, worst case +\| < 0.500% +\| 0.200% +\| met", text)
 
 
 def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:

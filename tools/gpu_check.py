@@ -670,79 +670,65 @@ def repeat_row(record_file: Path) -> dict[str, Any]:
     record = json.loads(record_file.read_text())
     measurement = record.get("measurement") or {}
     log = record_file.parent / "node0.log"
-    window = device_window(log) if log.exists() else None
+    text = log.read_text(errors="replace") if log.exists() else ""
+    window = device_window(text)
     samples = measurement.get("samples")
+    run = (record.get("started_at"), record.get("finished_at"))
     return {
         "verdict": record.get("verdict"),
         "throughput": measurement.get("throughput"),
         "header": record.get("header"),
         "device_throughput": samples / window if window and samples else None,
-        "telemetry": gpu_telemetry(record_file.parent, log),
+        "telemetry": gpu_telemetry(record_file.parent, host_window(text), run),
     }
 
 
-def device_window(log: Path) -> float | None:
-    """Seconds of the measured window by the device's clock (the rank-0 ``device-window``)."""
-    for line in log.read_text(errors="replace").splitlines():
-        if '"device-window"' in line:
+def _rank0_records(log_text: str, kind: str) -> Iterable[dict[str, Any]]:
+    """The protocol's ``kind`` records of rank 0 in a node log (other lines skipped)."""
+    for line in log_text.splitlines():
+        if f'"{kind}"' in line and '"dlperf"' in line and "{" in line:
             with contextlib.suppress(ValueError):
                 record = json.loads(line[line.index("{") :])
-                seconds = record.get("seconds")
-                if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
-                    return float(seconds)
+                if record.get("dlperf") == kind and record.get("rank", 0) == 0:
+                    yield record
+
+
+def device_window(log_text: str) -> float | None:
+    """Seconds of the measured window by the device's clock (the rank-0 ``device-window``)."""
+    for record in _rank0_records(log_text, "device-window"):
+        seconds = record.get("seconds")
+        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+            return float(seconds)
     return None
 
 
-def host_window(log: Path) -> tuple[float, float] | None:
+def host_window(log_text: str) -> tuple[float, float] | None:
     """(start, end) of the measured window on the host's monotonic clock, from the step log."""
-    header_options: dict[str, Any] = {}
-    times: dict[int, float] = {}
-    for line in log.read_text(errors="replace").splitlines():
-        if '"dlperf"' not in line or "{" not in line:
-            continue
-        with contextlib.suppress(ValueError):
-            record = json.loads(line[line.index("{") :])
-            if record.get("dlperf") == "header":
-                header_options = record.get("options") or {}
-            elif record.get("dlperf") == "step" and record.get("rank") == 0:
-                times[int(record["step"])] = float(record["t"])
-    warmup, total = header_options.get("warmup_steps"), header_options.get("total_steps")
-    if warmup in times and total in times:
-        return times[warmup], times[total]
-    return None
+    options = next(iter(_rank0_records(log_text, "header")), {}).get("options") or {}
+    times = {int(r["step"]): float(r["t"]) for r in _rank0_records(log_text, "step")}
+    warmup, total = options.get("warmup_steps"), options.get("total_steps")
+    return (times[warmup], times[total]) if warmup in times and total in times else None
 
 
-def gpu_telemetry(repeat_dir: Path, log: Path) -> dict[str, Any] | None:
-    """GPU power, SM clock, memory used and temperature over the window (NVML samples)."""
-    window = host_window(log) if log.exists() else None
-    samples: list[dict[str, Any]] = []
-    note = None
-    for path in sorted(repeat_dir.glob("telemetry-node*.jsonl")):
-        for line in path.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if record.get("kind") == "meta" and record.get("gpu") != "nvml":
-                    note = record.get("gpu")
-                if record.get("kind") == "gpu" and (
-                    window is None or window[0] <= record.get("mono", -1) <= window[1]
-                ):
-                    samples.append(record)
-    if not samples:
-        return {"note": note or "no GPU samples in the window"}
+def gpu_telemetry(
+    repeat_dir: Path, window: tuple[float, float] | None, run: tuple[Any, Any]
+) -> dict[str, Any]:
+    """The GPU's NVML samples over the measured window (the whole run on the wall clock where
+    the steps give none), median and maximum per metric as a release summarizes them."""
+    from driver.telemetry.summary import summarize_samples
 
-    def stat(key: str, pick: Callable[[list[float]], float]) -> float | None:
-        values = [s[key] for s in samples if isinstance(s.get(key), (int, float))]
-        return round(pick(values), 1) if values else None
-
-    return {
-        "samples": len(samples),
-        "power_w_mean": stat("power_w", statistics.fmean),
-        "power_w_max": stat("power_w", max),
-        "sm_clock_mhz_mean": stat("sm_clock_mhz", statistics.fmean),
-        "sm_pct_mean": stat("sm_pct", statistics.fmean),
-        "mem_used_mib_max": stat("mem_used_mib", max),
-        "temp_c_max": stat("temp_c", max),
+    files = {
+        path.name: path.read_text(errors="replace")
+        for path in sorted(repeat_dir.glob("telemetry-node*.jsonl"))
     }
+    whole = run if all(isinstance(t, (int, float)) for t in run) else None
+    summary = summarize_samples(files, {0: window} if window else None, whole)
+    prefix = "telemetry_gpu_"
+    gpu = {k.removeprefix(prefix): v for k, v in summary.items() if k.startswith(prefix)}
+    if not any(v is not None for v in gpu.values()):
+        status = summary["telemetry_status"]
+        return {"note": "no GPU samples in the window" if status == "nvml" else status}
+    return {"samples": summary["telemetry_samples"], "window": summary["telemetry_window"], **gpu}
 
 
 SHAPE_KEYS = ("image_size", "num_classes", "seq_len", "vocab_size", "bert_layers",
@@ -874,7 +860,7 @@ def markdown(summary: dict[str, Any]) -> str:
         rows.append([
             case["case"], case["batch"], f"{case['repeats_ok']}/{case['repeats']}",
             _num(case["median"]), _pct(case["kit_vs_device_clock"], 3), _pct(case["mfu"], 1),
-            _num(telemetry.get("power_w_mean")), _num(telemetry.get("sm_clock_mhz_mean")),
+            _num(telemetry.get("power_w_median")), _num(telemetry.get("sm_clock_mhz_median")),
             _num(telemetry.get("mem_used_mib_max")), _num(telemetry.get("temp_c_max")),
         ])  # fmt: skip
     if rows:
