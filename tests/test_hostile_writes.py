@@ -116,12 +116,16 @@ def test_a_full_disk_during_release_leaves_no_work_folder(tmp_path: Path) -> Non
 BERT_VOCAB = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", "the", "cat", "sat", "on", "mat", "."]
 
 
-@pytest.mark.parametrize("fmt", ["bert-hdf5", "bert-paddle"])
+@pytest.mark.parametrize(
+    ("fmt", "size"), [("bert-hdf5", "24k"), ("bert-paddle", "24k"), ("bert-tfrecord", "1700k")]
+)
 def test_a_full_disk_during_bert_data_says_so_and_leaves_no_partial_shard(
-    tmp_path: Path, fmt: str
+    tmp_path: Path, fmt: str, size: str
 ) -> None:
     # Room for the job note but not for a shard: the shard's own write meets the full disk
     # (h5py reported it as a RuntimeError from its C library and the process then crashed).
+    # bert-tfrecord: room for both shards' arrays handed to TensorFlow (~0.5 MB each), not for
+    # its records; the hand-over files stayed behind.
     rng = random.Random(1)
     words = BERT_VOCAB[5:10]
     sentences = [" ".join(rng.choice(words) for _ in range(8)) + " ." for _ in range(1200)]
@@ -129,14 +133,16 @@ def test_a_full_disk_during_bert_data_says_so_and_leaves_no_partial_shard(
     corpus, vocab = tmp_path / "corpus.txt", tmp_path / "vocab.txt"
     corpus.write_text("\n\n".join(documents) + "\n")
     vocab.write_text("\n".join(BERT_VOCAB) + "\n")
-    with small_tmpfs(tmp_path / "disk", size="24k") as disk:
+    with small_tmpfs(tmp_path / "disk", size=size) as disk:
         argv = ["data", fmt, str(corpus), str(vocab), str(disk / "out"), "--shards", "2",
                 "--max-seq-length", "32", "--max-predictions-per-seq", "5"]  # fmt: skip
         done = subprocess.run([sys.executable, "-m", "driver.frontend.cli", *argv],
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.returncode == 2 and "No space left" in done.stderr, done.stderr[-2000:]
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert f"error: {disk / 'out'}" in done.stderr  # the path, not errno's words alone
         # whole shards stay for a resume; nothing half-written, and no manifest over them
         left = {p.name for p in (disk / "out").rglob("*") if p.is_file()}
         assert ".dlperf-bert-job.json" in left and "dlperf-dataset.json" not in left, left
         assert not [name for name in left if ".partial" in name or ".dlperf-tmp-" in name], left
+        assert not [name for name in left if name.startswith(".shard-")], left  # the hand-over

@@ -105,19 +105,25 @@ def _hdf5_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
 
 def _framework_writer(framework: str, kind: str, out: Path, paths: list[Path]) -> Callable:
     """A batch of shards handed to ``_writers.py``'s ``kind`` in ``framework``'s environment,
-    their arrays as ``.npz`` files beside (removed by the writer once a shard is whole)."""
+    their arrays as ``.npz`` files beside (removed by the writer once a shard is whole, and
+    here whatever happened: a full disk must not leave them behind)."""
 
     def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
         import numpy as np
 
-        job = []
-        for number, arrays in batch:
-            npz = out / f".shard-{number:05d}.npz"
-            with npz.open("wb") as stream:
+        handed = [out / f".shard-{number:05d}.npz" for number, _arrays in batch]
+        try:
+            job = []
+            for (number, arrays), npz in zip(batch, handed, strict=True):
+                stream = io.BytesIO()  # written by the kit's writer: an error names the file
                 np.savez(stream, **arrays)
-            job.append({"path": str(paths[number]), "features": str(npz),
-                        "partial": str(out / f".shard-{number:05d}.partial")})  # fmt: skip
-        run_job(framework, kind, {"shards": job}, out)
+                write_bytes(npz, stream.getvalue())
+                job.append({"path": str(paths[number]), "features": str(npz),
+                            "partial": str(out / f".shard-{number:05d}.partial")})  # fmt: skip
+            run_job(framework, kind, {"shards": job}, out)
+        finally:
+            for npz in handed:
+                npz.unlink(missing_ok=True)
 
     return write
 
