@@ -101,6 +101,23 @@ def test_foreign_cases_are_not_signed_on_a_plain_resume(
     assert f"**{count} file(s) adopted, not measured:** {added[0]}/" in (
         (tmp_path / "r" / "report.md").read_text()
     )
+    # a release says so from the seal's own record, and an audit recomputes it from there
+    reports, allowed = tmp_path / "reports", str(tmp_path / "allowed_signers")
+    release = ["release", "v1.0", str(signed), "--reports", str(reports), "--no-flops",
+               "--allowed-signers", allowed]  # fmt: skip
+    assert main(release) == 0, capsys.readouterr().err
+    readme = (reports / "v1.0" / "README.md").read_text()
+    assert f"**Session `s`: {count} file(s) adopted, not measured**: whoever resumed" in readme
+    assert added[0].replace("_", "\\_") in readme
+    audit = ["audit", "v1.0", "--reports", str(reports), "--allowed-signers", allowed]
+    assert main(audit) == 0, capsys.readouterr().out
+    published = reports / "v1.0" / "manifest.json"
+    data = json.loads(published.read_text())
+    del data["signatures"]["sessions"]["s"]["adopted"]  # the mark taken out of the version
+    published.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    capsys.readouterr()
+    assert main(audit) == 1
+    assert "signatures.sessions" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("forger_signs", [True, False])

@@ -46,6 +46,9 @@ class SignatureStatus(StrictModel):
     principal: str | None = None  # the allowed-signers name of the key, where signed
     key: str | None = None  # ``ED25519 key SHA256:...``, where signed
     reason: str | None = None  # why unsigned
+    # a session's files its seal records as adopted (``dlperf run --adopt``: vouched for by a
+    # person, not measured); absent where none are, and in versions before the kit said so
+    adopted: list[str] | None = None
 
 
 class Signatures(StrictModel):

@@ -21,7 +21,7 @@ from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.release.signatures import SIGNED, VERSION_SIGNATURE
-from driver.text import markdown_cell, markdown_link
+from driver.text import markdown_cell, markdown_inline, markdown_link
 
 PLOTS_DIR = "plots"
 
@@ -128,6 +128,17 @@ def _signatures_section(manifest: dict[str, Any]) -> str:
         tablefmt="github",
         disable_numparse=True,
     )
+    for name, status in sorted(signatures["sessions"].items()):
+        adopted = status.get("adopted") or []
+        if adopted:  # the seal's own record: a person vouched for them on resume (--adopt)
+            shown = ", ".join(markdown_inline(rel) for rel in adopted[:5])
+            table += (
+                f"\n**Session `{name}`: {len(adopted)} file(s) adopted, not "
+                "measured**: whoever resumed it vouched for them (`dlperf run --adopt`), and "
+                f"this kit did not measure or verify them: {shown}"
+                + (f" and {len(adopted) - 5} more" if len(adopted) > 5 else "")
+                + " (all in its `session-manifest.json`, `adopted`).\n"
+            )
     return (
         f"{head} Each session's `session-manifest.json` (in its archive) holds the SHA-256 and "
         "size of every log and record and every rank's hardware fingerprint, sealed by the "

@@ -175,6 +175,8 @@ def session_signatures(members: Mapping[str, bytes], allowed: Path) -> Signature
                 out.sessions[session] = {
                     "status": SIGNED, "principal": signer.principal, "key": signer.key
                 }  # fmt: skip
+        if session in out.sessions and sealed.adopted:  # vouched for by a person (--adopt)
+            out.sessions[session]["adopted"] = sorted(sealed.adopted)
         for rel, what in changes(sealed, files, signed=signature is not None):
             out.problems.append((f"{session}/{rel}", what))
     return out
