@@ -703,9 +703,19 @@ def device_window(log_text: str) -> float | None:
 
 
 def host_window(log_text: str) -> tuple[float, float] | None:
-    """(start, end) of the measured window on the host's monotonic clock, from the step log."""
-    options = next(iter(_rank0_records(log_text, "header")), {}).get("options") or {}
-    times = {int(r["step"]): float(r["t"]) for r in _rank0_records(log_text, "step")}
+    """(start, end) of the measured window on the host's monotonic clock: rank 0's steps as the
+    kit's own parser reads them (None where the log does not parse)."""
+    from driver.parsers.base import LogParseError
+    from driver.parsers.dlperf_jsonl import DlperfJsonlParser
+
+    try:
+        rank = DlperfJsonlParser().parse({"node0.log": log_text}).ranks.get(0)
+    except (LogParseError, KeyError, TypeError, ValueError):
+        return None
+    if rank is None:
+        return None
+    options = rank.header.get("options") or {}
+    times = {point.step: point.t for point in rank.points}
     warmup, total = options.get("warmup_steps"), options.get("total_steps")
     return (times[warmup], times[total]) if warmup in times and total in times else None
 

@@ -5,9 +5,9 @@ the framework only: the driver's dependencies are not there), as::
 
 JOB.json: ``{"shards": [{"path": ..., "images": [[jpeg, label, wnid], ...]}]}``, or for BERT
 ``{"shards": [{"path": ..., "partial": ..., "features": NPZ}]}`` (the padded arrays of
-``bert_instances.features``). Each shard is written to a ``.partial`` file and renamed when
-whole; a shard already there is skipped, so an interrupted preparation resumes where it
-stopped.
+``bert_instances.features``, which the kit removes when the job ends). Each shard is
+written to a ``.partial`` file and renamed when whole; a shard already there is skipped, so an
+interrupted preparation resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -133,9 +133,6 @@ def _bert_rows(shard: dict, floats: Callable, ints: Callable) -> Iterator[dict]:
     )
 
 
-def _bert_done(shard: dict) -> None:
-    os.replace(shard["partial"], shard["path"])
-    os.remove(shard["features"])  # only once the shard is whole
 
 
 def bert_tfrecord(shard: dict) -> None:
@@ -154,7 +151,7 @@ def bert_tfrecord(shard: dict) -> None:
         for features in rows:
             example = tf.train.Example(features=tf.train.Features(feature=features))
             writer.write(example.SerializeToString(deterministic=True))
-    _bert_done(shard)
+    os.replace(shard["partial"], shard["path"])
 
 
 def bert_ofrecord(shard: dict) -> None:
@@ -174,7 +171,7 @@ def bert_ofrecord(shard: dict) -> None:
             payload = record_pb2.OFRecord(feature=features).SerializeToString(deterministic=True)
             out.write(struct.pack("<q", len(payload)))
             out.write(payload)
-    _bert_done(shard)
+    os.replace(shard["partial"], shard["path"])
 
 
 WRITERS = {

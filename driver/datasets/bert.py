@@ -105,8 +105,8 @@ def _hdf5_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
 
 def _framework_writer(framework: str, kind: str, out: Path, paths: list[Path]) -> Callable:
     """A batch of shards handed to ``_writers.py``'s ``kind`` in ``framework``'s environment,
-    their arrays as ``.npz`` files beside (removed by the writer once a shard is whole, and
-    here whatever happened: a full disk must not leave them behind)."""
+    their arrays as ``.npz`` files beside, removed here when the job ends, whatever happened
+    (a full disk must not leave them behind)."""
 
     def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
         import numpy as np
