@@ -481,7 +481,7 @@ def test_a_gpu_repeat_is_read_with_its_device_clock_peak_and_nvml_samples(tmp_pa
         window = stamps[5] - stamps[1]
         steps.device_window(window * 1.002, 4, "cuda-events")
     sampler.stop()
-    header = next(gpu_check._rank0_records((repeat / "node0.log").read_text(), "header"))
+    header = gpu_check.rank0_log((repeat / "node0.log").read_text()).header
     (repeat / "record.json").write_text(json.dumps({
         "verdict": "ok", "header": header, "started_at": started, "finished_at": time.time(),
         "measurement": {"samples": 4 * 256, "throughput": 4 * 256 / window},

@@ -9,13 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from driver.bench.protocol import StepLogger, print_weights_checksum
+from driver.bench.protocol import TAG, StepLogger, print_weights_checksum
 from driver.model.case import Case, Topology
 from driver.model.measure import (
     STRAGGLER_FIELDS,
     RepeatMeasurement,
     Window,
     case_stats,
+    device_clock_duration,
     measure_logs,
     measure_repeat,
     parse_logs,
@@ -288,3 +289,30 @@ def test_a_record_written_before_the_straggler_facts_takes_them_from_its_logs() 
     # the release columns are the fields the released versions were written with
     assert not set(STRAGGLER_FIELDS) & set(RepeatMeasurement.columns())
     assert "interval_unstable" in RepeatMeasurement.columns()
+
+
+def _rank_lines(rank: int, window_s: object | None) -> str:
+    lines = [{TAG: "header", "rank": rank, "world_size": 2}, {TAG: "begin", "rank": rank, "t": 1.0},
+             {TAG: "step", "rank": rank, "step": 1, "t": 2.0, "samples": 4},
+             {TAG: "end", "rank": rank, "steps": 1}]  # fmt: skip
+    if window_s is not None:
+        lines.append({TAG: "device-window", "rank": rank, "seconds": window_s, "steps": 1,
+                      "source": "calibration-wake"})  # fmt: skip
+    return "\n".join(json.dumps(line) for line in lines) + "\n"
+
+
+def test_the_device_clocks_window_is_the_longest_ranks_and_needs_every_rank() -> None:
+    both = DlperfJsonlParser().parse({"node0.log": _rank_lines(0, 0.98),
+                                      "node1.log": _rank_lines(1, 1.01)})  # fmt: skip
+    assert device_clock_duration(both) == 1.01
+    one = DlperfJsonlParser().parse({"node0.log": _rank_lines(0, 0.98),
+                                     "node1.log": _rank_lines(1, None)})  # fmt: skip
+    assert device_clock_duration(one) is None
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, "1.0", True, None, float("inf")])
+def test_a_malformed_device_window_is_a_malformed_log_naming_its_line(seconds: object) -> None:
+    text = _rank_lines(0, 1.0).replace('"seconds": 1.0', f'"seconds": {json.dumps(seconds)}')
+    with pytest.raises(LogParseError) as caught:
+        DlperfJsonlParser().parse({"node0.log": text})
+    assert str(caught.value).startswith("node0.log:5: rank 0: device-window seconds is")

@@ -670,8 +670,8 @@ def repeat_row(record_file: Path) -> dict[str, Any]:
     record = json.loads(record_file.read_text())
     measurement = record.get("measurement") or {}
     log = record_file.parent / "node0.log"
-    text = log.read_text(errors="replace") if log.exists() else ""
-    window = device_window(text)
+    rank0 = rank0_log(log.read_text(errors="replace") if log.exists() else "")
+    window = rank0.device_window_s if rank0 is not None else None
     samples = measurement.get("samples")
     run = (record.get("started_at"), record.get("finished_at"))
     return {
@@ -679,39 +679,25 @@ def repeat_row(record_file: Path) -> dict[str, Any]:
         "throughput": measurement.get("throughput"),
         "header": record.get("header"),
         "device_throughput": samples / window if window and samples else None,
-        "telemetry": gpu_telemetry(record_file.parent, host_window(text), run),
+        "telemetry": gpu_telemetry(record_file.parent, host_window(rank0), run),
     }
 
 
-def _rank0_records(log_text: str, kind: str) -> Iterable[dict[str, Any]]:
-    """The protocol's ``kind`` records of rank 0 in a node log (other lines skipped)."""
-    for line in log_text.splitlines():
-        if f'"{kind}"' in line and '"dlperf"' in line and "{" in line:
-            with contextlib.suppress(ValueError):
-                record = json.loads(line[line.index("{") :])
-                if record.get("dlperf") == kind and record.get("rank", 0) == 0:
-                    yield record
-
-
-def device_window(log_text: str) -> float | None:
-    """Seconds of the measured window by the device's clock (the rank-0 ``device-window``)."""
-    for record in _rank0_records(log_text, "device-window"):
-        seconds = record.get("seconds")
-        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
-            return float(seconds)
-    return None
-
-
-def host_window(log_text: str) -> tuple[float, float] | None:
-    """(start, end) of the measured window on the host's monotonic clock: rank 0's steps as the
-    kit's own parser reads them (None where the log does not parse)."""
+def rank0_log(log_text: str) -> Any:
+    """Rank 0 of a node log as the kit's own parser reads it (its steps, header and the
+    device clock's window); None where the log does not parse."""
     from driver.parsers.base import LogParseError
     from driver.parsers.dlperf_jsonl import DlperfJsonlParser
 
     try:
-        rank = DlperfJsonlParser().parse({"node0.log": log_text}).ranks.get(0)
+        return DlperfJsonlParser().parse({"node0.log": log_text}).ranks.get(0)
     except (LogParseError, KeyError, TypeError, ValueError):
         return None
+
+
+def host_window(rank: Any) -> tuple[float, float] | None:
+    """(start, end) of the measured window on the host's monotonic clock: rank 0's steps
+    (``rank0_log``), None without them."""
     if rank is None:
         return None
     options = rank.header.get("options") or {}

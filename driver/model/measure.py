@@ -200,6 +200,16 @@ def straggler_facts(parsed: ParsedLog, windows: Mapping[int, float]) -> dict[str
     return facts
 
 
+def device_clock_duration(parsed: ParsedLog) -> float | None:
+    """The measured window as the devices' own clocks timed it (``device-window`` records): the
+    longest rank's, as the kit's figure takes the longest rank's host window; None unless every
+    rank logged one. Samples over it are the throughput by the device's clock."""
+    windows = [log.device_window_s for log in parsed.ranks.values()]
+    if not windows or any(window is None for window in windows):
+        return None
+    return max(window for window in windows if window is not None)
+
+
 def peak_memory_facts(parsed: ParsedLog) -> dict[str, Any]:
     """``PEAK_MEMORY_FIELDS`` from every rank's end record: the largest peak of any rank (the
     device that needed most), the sources named, and NVML's largest where every rank gave one;

@@ -86,6 +86,8 @@ class RankLog:
     finished: bool = False  # the log says the rank ended normally
     # The end record's ``peak_memory`` (``bytes``, ``source``, optional ``nvml_bytes``), if any.
     peak_memory: dict[str, Any] | None = None
+    # The ``device-window`` record: the measured window by the device's own clock (seconds).
+    device_window_s: float | None = None
 
 
 @dataclass

@@ -7,6 +7,7 @@ protocol line that does not decode, a step out of order, or a rank seen in two l
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 
 from driver.bench.protocol import TAG
@@ -105,6 +106,11 @@ def _apply(log: RankLog, record: dict, source: str, number: int, world_sizes: se
         log.finished = True
         if "peak_memory" in record:
             log.peak_memory = _peak_memory(record["peak_memory"], log.rank)
+    elif kind == "device-window":
+        seconds = record["seconds"]
+        if type(seconds) not in (int, float) or not math.isfinite(seconds) or seconds <= 0:
+            raise LogParseError(f"rank {log.rank}: device-window seconds is {seconds!r}, not > 0")
+        log.device_window_s = float(seconds)
 
 
 def _peak_memory(value: object, rank: int) -> dict[str, int | str]:
