@@ -92,21 +92,21 @@ images: $(STAMP)
 	$(DLPERF) images build $(IMAGES) $(if $(VARIANT),--variant $(VARIANT)) \
 		$(foreach copy,$(SOURCE_CHECKOUTS),--source-checkout $(copy))
 
-# The suite on TEST_WORKERS pytest-xdist workers: tests that start docker, or sshd, Slurm and
-# namespaces, run one after another in a group each, the rest spread over all; then the few
+# The suite on TEST_WORKERS pytest-xdist workers: the modules whose tests start docker, sshd,
+# Slurm or namespaces run one after another on one worker, the rest spread over all; then the few
 # `timing` tests alone, in one process (tests/conftest.py says why). TEST_WORKERS=0: no xdist.
 # `make test-fast`: the edit loop's tier, no daemons, images or framework environments.
 # pytest exits 5 when a selection holds no test: a phase PYTEST_ARGS leaves empty is no failure,
 # both phases empty is.
 TEST_WORKERS ?= 2
 LINTED := driver tests tools PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples
-xdist = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+xdist = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 PYTEST := $(VENV)/bin/python -m pytest
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	@$(PYTEST) $(xdist) -m "not timing" $(PYTEST_ARGS); first=$$?; \
-	  $(PYTEST) -p no:xdist -m timing $(PYTEST_ARGS); second=$$?; \
+	  $(PYTEST) -m timing $(PYTEST_ARGS); second=$$?; \
 	  for rc in $$first $$second; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done; \
 	  [ $$first -eq 0 ] || [ $$second -eq 0 ] || { echo "make test: no test selected" >&2; exit 5; }
 

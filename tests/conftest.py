@@ -1,16 +1,16 @@
 """Shared fixtures, and where each test runs. Cluster fixtures (real sshd nodes, docker) live in
 tests/cluster_fixtures.py.
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``). Every test that
-starts daemons (marked ``daemons`` here) runs in one of two groups, each on one worker, one test
-after another: ``docker`` (the engine, its image builds, podman) and ``daemons`` (sshd, Slurm,
-network namespaces). So no two tests share an engine, a cluster or a node pool at once, and each
-session-scoped cluster or image is made once; the image builds (mostly downloads and unpacking)
-overlap the clusters' waits. The rest (training in real frameworks, releases, audits, parsers)
-spreads over both workers. The rehearsals and selftests hold the kit to what the workload itself
-delivered (``dlperf selftest``'s truth), so the other worker's load lengthens their windows
-without failing them. The few tests that time the host's own scheduling (wake-ups, a barrier's
-release: marked ``timing``) run after the others, in one process, with nothing beside them.
+``make test`` runs the suite on two pytest-xdist workers. Every module with a test that starts
+daemons (docker and its image builds, podman, sshd, Slurm, network namespaces: DAEMON_MODULES)
+runs on one worker, as one unit, one test after another: no two tests share an engine, a cluster,
+a subnet or a node pool at once, and each session-scoped cluster or image is made once. The rest
+(training in real frameworks, releases, audits, parsers) spreads over both workers, module by
+module, so that their CPU work overlaps the daemons' waits (image downloads, cluster starts).
+The rehearsals and selftests hold the kit to what the workload itself delivered (``dlperf
+selftest``'s truth), so the other worker's load lengthens their windows without failing them.
+The few tests that time the host's own scheduling (wake-ups, a barrier's release: marked
+``timing``) run after the others, in one process, with nothing beside them.
 
 ``make test-fast`` leaves out the ``daemons`` and ``frameworks`` tests (a framework's
 environment, an image build): the edit loop's tier. A test in that tier that reaches for a
@@ -33,14 +33,21 @@ pytest_plugins = (
 )
 
 
-# Fixtures (transitively) that start a daemon, and modules whose tests start their own.
+# Fixtures (transitively) that start a daemon.
 DAEMON_FIXTURES = frozenset(
     {"docker_engine", "_ssh_node_pool", "slurm_cluster", "slurm_hosts", "simulated_hosts",
      "loopback_hosts", "can_make_hosts", "node_without_sftp"}
 )  # fmt: skip
-DAEMON_MODULES = frozenset(
-    {"test_simhosts", "test_slurm_cluster", "test_rehearse_run", "test_cluster_podman"}
-)  # fmt: skip
+# Modules whose tests start their daemons themselves (no fixture tells).
+SELF_STARTING_MODULES = frozenset({"test_simhosts", "test_slurm_cluster", "test_rehearse_run"})
+# Every module with a daemon test: under xdist, each such module runs in the one ``daemons``
+# unit of work (DaemonsTogether). Collection fails, naming this list, for a module missing here.
+DAEMON_MODULES = SELF_STARTING_MODULES | {
+    "test_cluster_docker", "test_cluster_podman", "test_cluster_process", "test_cluster_push",
+    "test_images", "test_inventory", "test_llama_runs", "test_local_copy", "test_nodescan",
+    "test_preflight", "test_rehearsal", "test_release_slow_node", "test_slow_node",
+    "test_slurm_oci", "test_slurm_runtime", "test_slurm_upstream_runs",
+}  # fmt: skip
 # Modules whose tests time the host's own scheduling (wake-ups, barriers): run after the rest.
 TIMING_MODULES = frozenset({"test_calibration"})
 # Modules whose tests train in a framework's environment (.venvs) or an upstream source's.
@@ -52,19 +59,44 @@ FRAMEWORK_MODULES = frozenset(
 FAST_TIER = os.environ.get("DLPERF_TEST_TIER") == "fast"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unlisted = set()
     for item in items:
-        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if module in DAEMON_MODULES or DAEMON_FIXTURES & fixtures:
+        module = module_of(item.nodeid)
+        uses = DAEMON_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses or module in SELF_STARTING_MODULES:
             item.add_marker(pytest.mark.daemons)
-            engine = "docker_engine" in fixtures or module == "test_cluster_podman"
-            item.add_marker(pytest.mark.xdist_group("docker" if engine else "daemons"))
+            if module not in DAEMON_MODULES:
+                unlisted.add(f"{item.nodeid.split('::')[0]} ({', '.join(sorted(uses))})")
         if module in FRAMEWORK_MODULES:
             item.add_marker(pytest.mark.frameworks)
         if module in TIMING_MODULES:
             item.add_marker(pytest.mark.timing)
+    if unlisted:
+        raise pytest.UsageError(
+            f"{', '.join(sorted(unlisted))}: starts daemons through these fixtures; add the "
+            "module to DAEMON_MODULES in tests/conftest.py, so that under xdist it runs in the "
+            "daemons unit, never beside another cluster"
+        )
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent where it is not loaded
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Modules in DAEMON_MODULES make one unit of work, run by one worker in order; every other
+    module is a unit of its own (its module-scoped fixtures made once), spread over the workers
+    as they free up. pytest-xdist's own ``--dist loadgroup`` would do it by marks, but it names
+    the group in ``item._nodeid``, which pytest 9 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class DaemonsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "daemons" if module_of(nodeid) in DAEMON_MODULES else nodeid.split("::")[0]
+
+    return DaemonsTogether(config, log)
 
 
 def require_real(reason: str) -> None:

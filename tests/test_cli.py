@@ -135,11 +135,12 @@ def test_selftest_at_sixteen_ranks_on_two_nodes_stays_within_five_hundredths_of_
     """A cluster's shape rehearsed on the local runtime (`--topologies`): with 8-32 ranks on
     this 2-core host the error was 0.07-0.56% before the calibration's barrier and shifted
     deadlines (the slowest rank's window ended while its peers started or exited, 5-15 ms
-    late); now 0.001-0.01% on a calm machine. 8 s windows: with other jobs saturating the
-    machine the slowest of 16 ranks may still wake 1-8 ms late at the window's end
-    (docs/clusters.md). What the barrier and the shifted deadlines do is tested in
-    tests/test_calibration.py."""
-    code = main(["selftest", "--topologies", "2n16g", "--repeats", "3", "--step-time", "0.08"])
+    late); now 0.001-0.01% on a calm machine. With other jobs saturating the machine the
+    slowest of 16 ranks may still wake 1-8 ms late at the window's end: that is the host's
+    lateness, which the selftest prints apart from the kit's error (its truth is what the
+    workload delivered by its own clock). What the barrier and the shifted deadlines do is
+    tested in tests/test_calibration.py."""
+    code = main(["selftest", "--topologies", "2n16g", "--repeats", "3", "--step-time", "0.02"])
     out = capsys.readouterr().out
     errors = {
         match[1]: float(match[2]) / 100

@@ -353,7 +353,7 @@ def test_selftest_across_two_nodes_in_containers_is_within_the_bound(
     from driver.core.selftest import ERROR_BOUND, run_selftest
 
     [result] = run_selftest(
-        step_time=0.02, repeats=2, measured_steps=150, topologies=("2n4g",), runtime=runtime,
+        step_time=0.02, repeats=3, measured_steps=100, topologies=("2n4g",), runtime=runtime,
         printer=quiet,
     )  # fmt: skip
     assert result.error < ERROR_BOUND, result

@@ -325,16 +325,19 @@ def test_steps_run_in_runc_containers_on_both_nodes(
 
 def test_calibration_in_oci_containers_measures_its_truth(oci_runtime: SlurmRuntime) -> None:
     """The calibration workload, 2 nodes x 2 processes, each node's launcher and ranks in a
-    runc container: the measured throughput within 0.5% of the known one."""
-    from driver.core.selftest import run_selftest
+    runc container: the kit's figure within its bound (0.05%) of what the workload delivered
+    by its own clock. A runc container cannot raise its ranks' priority, so the host wakes
+    them later than on the host (the lateness printed apart, not the kit's): 3 repeats, the
+    median, as `dlperf selftest` takes it."""
+    from driver.core.selftest import ERROR_BOUND, run_selftest
 
     lines: list[str] = []
     (result,) = run_selftest(
-        step_time=0.05, topologies=("2n4g",), repeats=1, measured_steps=200,
+        step_time=0.02, topologies=("2n4g",), repeats=3, measured_steps=100,
         runtime=oci_runtime, printer=lines.append,
     )  # fmt: skip
     print("\n".join(lines), f"error {result.error:.5%}")
-    assert result.error < 0.005, lines
+    assert result.error < ERROR_BOUND, lines
 
 
 def test_a_node_without_oci_conf_fails_the_step_with_the_reason(
