@@ -250,14 +250,20 @@ def _resolve_batch(
     if case.batch_size != "max":
         return int(case.batch_size)
     path = session.case_dir(case) / "max-batch.json"
-    if path.exists():
+    # a batch size found earlier is taken only where the run may sign it (its seal held it as
+    # it is): one written into the folder since is no measurement of this kit's
+    if path.exists() and (session.warrant is None or session.warrant.holds(path)):
         import json
 
         return json.loads(path.read_text())["batch_size"]
-    if resolver is None:  # the search runs its probes through this module's run_plan
-        found = search_max_batch(case, session, runtime, run_plan, printer)
-    else:
-        found = resolver(case)
+    try:
+        if resolver is None:  # the search runs its probes through this module's run_plan
+            found = search_max_batch(case, session, runtime, run_plan, printer)
+        else:
+            found = resolver(case)
+    finally:  # its probes are the run's, interrupted or not
+        session.wrote(session.case_dir(case) / "batch-search")
     if found is not None:
         write_json(path, {"batch_size": found})
+        session.wrote(path)
     return found

@@ -24,7 +24,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver.files import sha256_bytes
 from driver.model.results import RECORD, RankFacts
@@ -56,6 +56,9 @@ from driver.signing import (
     verify_bytes,
 )
 
+if TYPE_CHECKING:
+    from driver.model.warrant import Warrant
+
 NODE_LOG = re.compile(r"^node\d+\.log$")
 _UNFINISHED_PROBE = re.compile(r"^cases/.+/batch-search/[^/]+$")
 _SET_ASIDE = re.compile(r"\.(failed|old)-\d+$")
@@ -70,8 +73,25 @@ class Sealed:
     written: bool
     key: str | None = None  # the signing key's description where signed
     drift: list[str] = field(default_factory=list)
+    # files the run neither wrote nor carried from its seal (``Warrant.unsigned_files``)
+    refused: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
+        if self.refused:
+            shown = self.refused[:20]
+            more = len(self.refused) - len(shown)
+            return (
+                f"{self.path.parent}: nothing signed: the session holds files this run neither "
+                "wrote nor carried from its seal (written into the folder while it ran, by "
+                "someone else):\n  "
+                + "\n  ".join(shown)
+                + (f"\n  and {more} more" if more > 0 else "")
+                + f"\nThe old seal, if any, stays as it was; every file this run wrote is kept "
+                f"in {self.path.parent}. To publish them, remove the files named above and "
+                "either resume the session with --adopt PATH for what this run wrote (sealed as "
+                "adopted, not measured) or run the cases again into a new session "
+                "(--session NEW)"
+            )
         if not self.written:
             return (
                 f"{self.path} not renewed: the session changed since it was sealed ("
@@ -85,13 +105,20 @@ class Sealed:
         return f"sealed: {self.path} ({how})"
 
 
-def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None = None) -> Sealed:
+def seal_session(
+    root: Path,
+    key: Path | None,
+    adopted: Mapping[str, str] | None = None,
+    warrant: Warrant | None = None,
+) -> Sealed:
     """Seal the session folder ``root`` (``driver.model.seal``), or seal it again where its
     last seal still holds (:func:`drift`); signed with ``key`` where given; ``adopted``: files
     a person vouched for before the run (:func:`unvouched`), recorded as such, with those the
-    old seal recorded. Raises SigningError where the key does not sign,
-    KitWriteError where the seal cannot be written; returns without writing where the session
-    drifted from its last seal."""
+    old seal recorded. ``warrant``: the run's (``driver.model.warrant``), which checked the
+    session before it ran and was told what it wrote: the seal is written only where it holds
+    nothing else (its adopted files are the ``adopted``). Raises SigningError where the key
+    does not sign, KitWriteError where the seal cannot be written; returns without writing
+    where the session drifted from its last seal, or holds what the run may not sign."""
     root = Path(root)
     path = root / SEAL
     files = FolderFiles(root)
@@ -100,8 +127,21 @@ def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None
     odd = odd_seal_files(root)
     if odd:
         return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
-    if path.is_file():
-        old, signature = _old_seal(path)
+    if warrant is not None:
+        refused = [f"{rel}: {what}" for rel, what in warrant.unsigned_files(files)]
+        if refused:
+            return Sealed(path, written=False, refused=refused)
+        if warrant.old is not None:
+            previous = {
+                "sha256": sha256_bytes(warrant.old),
+                "signed_by_key": intact_key(warrant.old, warrant.signature, SESSION_NAMESPACE)
+                if warrant.signature
+                else None,
+            }
+        earlier = warrant.sealed.adopted if warrant.sealed is not None else {}
+        adopted = {**earlier, **warrant.adopted}
+    elif path.is_file():
+        old, signature = old_seal(path)
         problems = [f"{rel}: {what}" for rel, what in drift(old, signature, files)
                     if rel not in adopted]  # fmt: skip
         if problems:
@@ -117,7 +157,7 @@ def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None
     return Sealed(path, written=True, key=key_description(key) if key is not None else None)
 
 
-def _old_seal(path: Path) -> tuple[bytes, bytes | None]:
+def old_seal(path: Path) -> tuple[bytes, bytes | None]:
     """A seal's bytes and its signature's, if any (both regular files: ``odd_seal_files``)."""
     signature = signature_path(path)
     return path.read_bytes(), signature.read_bytes() if signature.is_file() else None
@@ -200,61 +240,12 @@ def unvouched(
     root: Path, selected: Collection[str] | None, signer: str | None
 ) -> list[tuple[str, str]]:
     """What a command that resumes the session folder ``root`` would sign without having run or
-    verified it: (session-relative path, why), before anything runs. Every file the session's
-    seal does not hold as it is (added or changed since, a sealed repeat's verdict among them:
-    see :func:`drift`), or, where the command signs (``signer``: its key, as
-    :func:`key_description` names it; None: unsigned, the seal it writes vouches for nobody),
-    every file but ``session.json`` that no seal signed by that same key holds (an unsigned
-    seal, or one of another key, is anyone's to write). A case folder outside ``selected``
-    (case ids; None: any case) is one the run does not measure: only what the seal holds of it,
-    as it is, is carried (an earlier run of the session measured it); the rest of it is named
-    as outside the selection. [] where the session may be resumed and sealed again."""
-    files = FolderFiles(root)
-    outside: set[str] = set()
-    if selected is not None:
-        prefixes = tuple(f"cases/{case_id}/" for case_id in selected)
-        outside = {r for r in files if r.startswith("cases/") and not r.startswith(prefixes)}
-    out, carried = _seal_problems(root, files, signer)
-    for rel in outside:
-        if rel not in carried:
-            out[rel] = "in a case folder outside this run's selection"
-    return sorted(out.items())
+    verified it: (session-relative path, why), before anything runs; [] where the session may
+    be resumed and sealed again. :class:`driver.model.warrant.Warrant` decides it (the one
+    object that a run asks again when it seals)."""
+    from driver.model.warrant import Warrant
 
-
-def _seal_problems(
-    root: Path, files: FolderFiles, signer: str | None
-) -> tuple[dict[str, str], set[str]]:
-    """:func:`unvouched` without the selection: (path: why, the files the seal holds as they
-    are, signed by ``signer`` where it signs)."""
-    odd = odd_seal_files(root)
-    if odd:  # neither is read: the run would sign over what it cannot check
-        return dict(odd), set()
-    out: dict[str, str] = {}
-    path = Path(root) / SEAL
-    if not path.is_file():
-        if signature_path(path).is_file():
-            out[SEAL_SIGNATURE] = f"a signature whose {SEAL} was removed"
-        for rel in files if signer is not None else ():
-            if rel != SESSION_JSON:
-                out[rel] = f"no seal covers it (the session has no {SEAL})"
-        return out, set()
-    old, signature = _old_seal(path)
-    for rel, what in drift(old, signature, files, after_run=False):
-        out.setdefault(rel, what)
-    try:
-        sealed = load_seal(old, SEAL)
-    except SealError:
-        return out, set()  # named by drift
-    for rel in files:
-        if rel not in sealed.files:
-            out.setdefault(rel, "added since the session was sealed, not by a run of the kit")
-    by = intact_key(old, signature, SESSION_NAMESPACE) if signature is not None else None
-    if signer is not None and by != signer:
-        seal_of = f"its seal is signed by {by}" if by else "its seal is not signed"
-        for rel in files:
-            if rel != SESSION_JSON:
-                out.setdefault(rel, f"{seal_of}, not by the key signing now ({signer})")
-    return out, {rel for rel in sealed.files if rel in files and rel not in out}
+    return sorted(Warrant(root, selected, signer).problems.items())
 
 
 def _sealed_folders(sealed: SessionManifest) -> set[str]:
