@@ -197,3 +197,37 @@ def test_an_empty_adopt_is_refused(
     assert "error: --adopt '': an empty path (an unset make variable, ADOPT=) would adopt" in err
     assert "name the file or folder you vouch for (`--adopt .` for all of it)" in err
     assert seal_bytes(root) == before
+
+
+def test_adopted_rows_carry_the_mark_in_the_results_files(
+    tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A case a person adopted on resume (``--adopt``) is published signed, as the session is,
+    but its rows in results.csv and results.json say adopted, not only the README; the audit
+    recomputes the mark."""
+    import csv
+
+    from driver.frontend.cli import main
+
+    root = Path(shutil.copytree(cached_session(), tmp_path / "results" / "s"))
+    shutil.rmtree(root / CASE_2N2G)
+    assert seal_session(root, lab).written
+    selection = selection_of(root)
+    shutil.copytree(cached_session() / CASE_2N2G, root / CASE_2N2G)  # not measured by this run
+    assert resume(root, lab, selection, adopt=[CASE_2N2G]) == 0, capsys.readouterr().err
+    reports, allowed = tmp_path / "reports", str(tmp_path / "allowed_signers")
+    release = ["release", "v1.0", str(root), "--reports", str(reports), "--no-flops",
+               "--allowed-signers", allowed]  # fmt: skip
+    assert main(release) == 0, capsys.readouterr().err
+    data = json.loads((reports / "v1.0" / "results.json").read_text())
+    two_nodes = "calibration/calibration/2n2g/bs8/fp32/synthetic"
+    for row in data["cases"]:
+        assert row.get("adopted") is (True if row["case_id"] == two_nodes else None), row
+    for row in data["repeats"]:
+        assert row.get("adopted") is (True if row["case_id"] == two_nodes else None), row
+    with (reports / "v1.0" / "results.csv").open() as rows:
+        marks = {(r["row"], r["case_id"], r["adopted"]) for r in csv.DictReader(rows)}
+    assert ("case", two_nodes, "true") in marks and ("repeat", two_nodes, "true") in marks
+    assert all(mark == "" for _row, case, mark in marks if case != two_nodes)
+    audit = ["audit", "v1.0", "--reports", str(reports), "--allowed-signers", allowed]
+    assert main(audit) == 0, capsys.readouterr().out
