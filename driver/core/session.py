@@ -244,6 +244,7 @@ def run_session(
         },
         warrant=warrant,
     )
+    warrant.scratch = tuple(getattr(runtime, "session_scratch", ()))  # Slurm's job output
     session.note_run({"argv": argv, "profile": profile, "runtime": runtime.name, **where})
     if setting is not None:
         for name, text in setting.files.items():

@@ -68,6 +68,9 @@ class Warrant:
         self.adopted: dict[str, str] = {}  # path -> why no seal covered it
         self.written: dict[str, str] = {}  # path -> SHA-256 as this run wrote it
         self._digests: dict[str, str] = {}  # every file as the check found it
+        # folders of the session the runtime writes into while its jobs run (Slurm's job
+        # output), asynchronously: a new file there is taken as the run's when it seals
+        self.scratch: tuple[str, ...] = ()
         if not self.new:
             self._check(selected)
 
@@ -228,6 +231,8 @@ class Warrant:
             origin = _origin(rel)
             if digest in (self.written.get(rel), self.vouched.get(rel)):
                 continue
+            if rel not in self.vouched and rel.startswith(tuple(f"{d}/" for d in self.scratch)):
+                continue  # the runtime's own output (its jobs write it, not the kit)
             if origin != rel and digest in (self.written.get(origin), self.vouched.get(origin)):
                 continue  # set aside by the kit (``.failed-K``, ``.old-K``) as it was
             if rel in self.written:
