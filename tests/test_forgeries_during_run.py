@@ -231,3 +231,21 @@ def test_adopted_rows_carry_the_mark_in_the_results_files(
     assert all(mark == "" for _row, case, mark in marks if case != two_nodes)
     audit = ["audit", "v1.0", "--reports", str(reports), "--allowed-signers", allowed]
     assert main(audit) == 0, capsys.readouterr().out
+
+
+def test_a_session_json_put_in_between_the_check_and_the_session_is_written_anew(
+    tmp_path: Path,
+) -> None:
+    """Attack 3 in the moment between the check and the session's opening: the session.json
+    the check did not vouch for is not the session's provenance; the run writes its own."""
+    import platform
+
+    from driver.model.warrant import Warrant
+
+    root = tmp_path / "results" / "new"
+    warrant = Warrant(root, None, "ED25519 key SHA256:lab")
+    root.mkdir(parents=True)
+    (root / "session.json").write_text(json.dumps({"head_node": "dgx-h100-07"}))
+    Session.open(root, {"runtime": "local"}, warrant=warrant)
+    meta = json.loads((root / "session.json").read_text())
+    assert meta["head_node"] == platform.node() and meta["runtime"] == "local"

@@ -282,7 +282,10 @@ class Session:
             )
         ensure_dir(session.root / "cases")
         meta_path = session.root / "session.json"
-        if not meta_path.exists():
+        # a session.json the run's warrant did not vouch for (one put in the folder since its
+        # check) is not this session's provenance: written anew
+        unvouched = warrant is not None and "session.json" not in warrant.vouched
+        if not meta_path.exists() or unvouched:
             write_json(
                 meta_path,
                 {
