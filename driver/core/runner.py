@@ -136,6 +136,7 @@ def run_repeat(
         interrupted = True
         now = time.time()
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
+    runtime_wrote(session, runtime)
     # read and parsed once: verdict, measurement, checksums, cache drop, the ranks' headers
     logs = RepeatLogs.read(directory)
     verdict = refine_verdict(outcome, logs)
@@ -159,6 +160,14 @@ def run_repeat(
     if interrupted:
         raise KeyboardInterrupt
     return record
+
+
+def runtime_wrote(session: Session, runtime: Runtime) -> None:
+    """Tell the run's warrant what ``runtime`` wrote into the session folder itself (its
+    ``session_writes``: an SSH runtime's node provenance), so that the seal takes it as the
+    run's."""
+    for name in getattr(runtime, "session_writes", ()):
+        session.wrote(session.root / name)
 
 
 def _provenance_extra(case: Case, logs: RepeatLogs) -> dict[str, Any] | None:
@@ -263,6 +272,7 @@ def _resolve_batch(
             found = resolver(case)
     finally:  # its probes are the run's, interrupted or not
         session.wrote(session.case_dir(case) / "batch-search")
+        runtime_wrote(session, runtime)
     if found is not None:
         write_json(path, {"batch_size": found})
         session.wrote(path)

@@ -253,10 +253,12 @@ def run_session(
         print(setting.note)
     print(f"session: {session.root}")
     if before_matrix is not None:
+        from driver.core.runner import runtime_wrote
         from driver.diagnose.probes import PROBE_DIR
 
         before_matrix(session.root, runtime, [case.topology for case in cases])
         session.wrote(session.root / PROBE_DIR)
+        runtime_wrote(session, runtime)
     started = time.monotonic()
     try:
         summary = run_cases(cases, session, runtime, progress=progress)
