@@ -249,3 +249,10 @@ def test_a_session_json_put_in_between_the_check_and_the_session_is_written_anew
     Session.open(root, {"runtime": "local"}, warrant=warrant)
     meta = json.loads((root / "session.json").read_text())
     assert meta["head_node"] == platform.node() and meta["runtime"] == "local"
+
+
+def test_the_session_tells_the_warrant_of_the_folder_the_probes_write() -> None:
+    from driver.core.session import PROBES
+    from driver.diagnose.probes import PROBE_DIR
+
+    assert PROBES == PROBE_DIR

@@ -141,7 +141,9 @@ class SessionSetting:
     note: str = ""
 
 
-# Work a session does on its runtime before the matrix (``--probe``: the all-reduce probes).
+# Work a session does on its runtime before the matrix (``--probe``: the all-reduce probes),
+# and the folder of the session it writes (``driver.diagnose.probes.PROBE_DIR``, a floor above)
+PROBES = "probes"
 BeforeMatrix = Callable[[Path, Runtime, list[Topology]], object]
 
 
@@ -254,10 +256,9 @@ def run_session(
     print(f"session: {session.root}")
     if before_matrix is not None:
         from driver.core.runner import runtime_wrote
-        from driver.diagnose.probes import PROBE_DIR
 
         before_matrix(session.root, runtime, [case.topology for case in cases])
-        session.wrote(session.root / PROBE_DIR)
+        session.wrote(session.root / PROBES)
         runtime_wrote(session, runtime)
     started = time.monotonic()
     try:
@@ -342,7 +343,7 @@ def seal(root: Path, key: Path | None, warrant: Warrant | None = None) -> bool:
     from driver.model.drift import seal_session
 
     try:
-        sealed = seal_session(root, key, warrant=warrant)
+        sealed = seal_session(root, key) if warrant is None else warrant.seal(key)
     except (SigningError, KitWriteError) as error:
         print(f"error: sealing {root}: {error}", file=sys.stderr)
         return False

@@ -6,7 +6,7 @@ named; ``dlperf report`` too, saying who vouches for the session (:func:`seal_st
 
 The head node seals a session when its run ends (:func:`seal_session`: ``dlperf run``, a
 rehearsal, the selftest, ``import-logs``, ``attest-hardware``). A command that adds to a session
-first checks that it would sign only what it runs or verifies (:func:`unvouched`: no file the
+first checks that it would sign only what it runs or verifies (``driver.model.warrant``: no file the
 old seal does not hold as it is; of a case outside the run's selection, only what the seal
 holds); what a person vouches for
 instead (``--adopt``) is recorded as ``adopted``. A resumed session is sealed again, replacing
@@ -21,10 +21,10 @@ edit. Every file is read once per check (:class:`~driver.model.seal.FolderFiles`
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from driver.files import sha256_bytes
 from driver.model.results import RECORD, RankFacts
@@ -55,9 +55,6 @@ from driver.signing import (
     signature_path,
     verify_bytes,
 )
-
-if TYPE_CHECKING:
-    from driver.model.warrant import Warrant
 
 NODE_LOG = re.compile(r"^node\d+\.log$")
 _UNFINISHED_PROBE = re.compile(r"^cases/.+/batch-search/[^/]+$")
@@ -105,20 +102,14 @@ class Sealed:
         return f"sealed: {self.path} ({how})"
 
 
-def seal_session(
-    root: Path,
-    key: Path | None,
-    adopted: Mapping[str, str] | None = None,
-    warrant: Warrant | None = None,
-) -> Sealed:
+def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None = None) -> Sealed:
     """Seal the session folder ``root`` (``driver.model.seal``), or seal it again where its
     last seal still holds (:func:`drift`); signed with ``key`` where given; ``adopted``: files
-    a person vouched for before the run (:func:`unvouched`), recorded as such, with those the
-    old seal recorded. ``warrant``: the run's (``driver.model.warrant``), which checked the
-    session before it ran and was told what it wrote: the seal is written only where it holds
-    nothing else (its adopted files are the ``adopted``). Raises SigningError where the key
-    does not sign, KitWriteError where the seal cannot be written; returns without writing
-    where the session drifted from its last seal, or holds what the run may not sign."""
+    a person vouched for before the run, recorded as such, with those the old seal recorded.
+    A run seals through its warrant instead (``driver.model.warrant.Warrant.seal``: what it
+    checked before it ran, and what it wrote). Raises SigningError where the key does not
+    sign, KitWriteError where the seal cannot be written; returns without writing where the
+    session drifted from its last seal."""
     root = Path(root)
     path = root / SEAL
     files = FolderFiles(root)
@@ -127,31 +118,35 @@ def seal_session(
     odd = odd_seal_files(root)
     if odd:
         return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
-    if warrant is not None:
-        refused = [f"{rel}: {what}" for rel, what in warrant.unsigned_files(files)]
-        if refused:
-            return Sealed(path, written=False, refused=refused)
-        if warrant.old is not None:
-            previous = {
-                "sha256": sha256_bytes(warrant.old),
-                "signed_by_key": intact_key(warrant.old, warrant.signature, SESSION_NAMESPACE)
-                if warrant.signature
-                else None,
-            }
-        earlier = warrant.sealed.adopted if warrant.sealed is not None else {}
-        adopted = {**earlier, **warrant.adopted}
-    elif path.is_file():
+    if path.is_file():
         old, signature = old_seal(path)
         problems = [f"{rel}: {what}" for rel, what in drift(old, signature, files)
                     if rel not in adopted]  # fmt: skip
         if problems:
             return Sealed(path, written=False, drift=problems)
-        previous = {
-            "sha256": sha256_bytes(old),
-            "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
-        }
+        previous = previous_seal(old, signature)
         adopted = {**load_seal(old, SEAL).adopted, **adopted}
-    data = seal_text(manifest_of(root.name, files, previous, adopted))
+    return write_session_seal(root, files, key, previous, adopted)
+
+
+def previous_seal(old: bytes, signature: bytes | None) -> dict[str, Any]:
+    """What a new seal says of the one it replaces: its SHA-256 and the key that signed it."""
+    return {
+        "sha256": sha256_bytes(old),
+        "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
+    }
+
+
+def write_session_seal(
+    root: Path,
+    files: FolderFiles,
+    key: Path | None,
+    previous: dict[str, Any] | None,
+    adopted: Mapping[str, str],
+) -> Sealed:
+    """Write the seal of ``files`` (signed with ``key`` where given) into ``root``."""
+    path = Path(root) / SEAL
+    data = seal_text(manifest_of(Path(root).name, files, previous, adopted))
     signature = sign_bytes(data, key, SESSION_NAMESPACE) if key is not None else None
     write_seal(path, data, signature)
     return Sealed(path, written=True, key=key_description(key) if key is not None else None)
@@ -169,7 +164,7 @@ def drift(
     """What changed in a session since the seal ``old`` (with its signature, if any) other than
     what the kit itself changes when it resumes a session, as (session-relative path, what
     happened); [] when it may be sealed again. ``after_run``: False before a run
-    (:func:`unvouched`), when nothing may have changed in place yet."""
+    (``driver.model.warrant``), when nothing may have changed in place yet."""
     try:
         sealed = load_seal(old, SEAL)
     except SealError as error:
@@ -234,18 +229,6 @@ def _record_change(sealed: SessionManifest, files: Mapping[str, bytes], rel: str
     now = getattr(record, name) if record is not None else "unreadable"
     was = getattr(repeat, name)
     return "" if now == was else f"{name} {was} sealed, {now} now"
-
-
-def unvouched(
-    root: Path, selected: Collection[str] | None, signer: str | None
-) -> list[tuple[str, str]]:
-    """What a command that resumes the session folder ``root`` would sign without having run or
-    verified it: (session-relative path, why), before anything runs; [] where the session may
-    be resumed and sealed again. :class:`driver.model.warrant.Warrant` decides it (the one
-    object that a run asks again when it seals)."""
-    from driver.model.warrant import Warrant
-
-    return sorted(Warrant(root, selected, signer).problems.items())
 
 
 def _sealed_folders(sealed: SessionManifest) -> set[str]:

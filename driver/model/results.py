@@ -39,7 +39,6 @@ from driver.model.measure import RepeatMeasurement
 from driver.schema import StrictModel, schema_version, strict_json
 
 if TYPE_CHECKING:
-    from driver.model.warrant import Warrant
     from driver.parsers.base import ParsedLog
 
 RECORD = "record.json"
@@ -247,12 +246,28 @@ class Planned(Protocol):
     parser: str
 
 
+class Vouching(Protocol):
+    """What a session asks of the run's warrant (``driver.model.warrant.Warrant``, which reads
+    this module: named here by what it does, so that neither imports the other back)."""
+
+    vouched: dict[str, str]  # session-relative path -> SHA-256, as the check before the run
+
+    @property
+    def sealed_verdicts(self) -> dict[str, str]: ...
+
+    def finished(self, folder: Path, record_bytes: bytes) -> bool: ...
+
+    def holds(self, path: Path) -> bool: ...
+
+    def wrote(self, path: Path, record: RepeatRecord | None = None) -> None: ...
+
+
 class Session:
     def __init__(
         self,
         root: Path,
         sealed_verdicts: Mapping[str, str] | None = None,
-        warrant: Warrant | None = None,
+        warrant: Vouching | None = None,
     ) -> None:
         self.root = Path(root)
         # What the run may sign (``driver.model.warrant``, made by the caller before the run:
@@ -271,7 +286,7 @@ class Session:
         root: Path,
         meta: dict[str, Any] | None = None,
         sealed_verdicts: Mapping[str, str] | None = None,
-        warrant: Warrant | None = None,
+        warrant: Vouching | None = None,
     ) -> Session:
         session = cls(root, sealed_verdicts, warrant)
         if session.root.is_symlink():

@@ -274,7 +274,7 @@ def manifest_of(
     adopted: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The seal of a session named ``name`` holding ``files`` (``adopted``: those a person
-    vouched for, see ``driver.model.drift.unvouched``). A node log's SHA-256 is the one its
+    vouched for, see ``driver.model.warrant``). A node log's SHA-256 is the one its
     record holds (the runner hashed the bytes it read; the door checks the log against it, so a
     log changed since is refused there and named against this seal): no log is read here. Every
     other file, and a log no record hashes, is hashed from its bytes."""

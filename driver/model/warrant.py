@@ -20,9 +20,16 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from driver.files import sha256_bytes
-from driver.model.drift import drift, old_seal
+from driver.model.drift import (
+    Sealed,
+    drift,
+    old_seal,
+    previous_seal,
+    write_session_seal,
+)
 from driver.model.results import RECORD, RepeatRecord
 from driver.model.seal import (
     SEAL,
@@ -44,6 +51,16 @@ def _origin(rel: str) -> str:
     """Where a file in a folder the kit set aside (``repeat-03.failed-1/...``) was before."""
     parts = PurePosixPath(rel).parts
     return "/".join([_ASIDE.sub("", part) for part in parts[:-1]] + [parts[-1]])
+
+
+def unvouched(
+    root: Path, selected: Collection[str] | None, signer: str | None
+) -> list[tuple[str, str]]:
+    """What a command that adds to the session folder ``root`` would sign without having run
+    or verified it: (session-relative path, why), before anything runs; [] where the session
+    may be resumed and sealed again (:class:`Warrant`'s check, for the commands that keep no
+    warrant through their run: ``import-logs``, ``attest-hardware``)."""
+    return sorted(Warrant(root, selected, signer).problems.items())
 
 
 class AdoptError(ValueError):
@@ -248,3 +265,22 @@ class Warrant:
                 continue  # a folder the run wrote again (an interrupted probe run again)
             out.append((rel, "removed during the run, not by it"))
         return out
+
+    def seal(self, key: Path | None) -> Sealed:
+        """Seal the session (signed with ``key`` where given) over what this run wrote and what
+        it carried or adopted, the old seal named as ``previous``; nothing written where the
+        session holds anything else (``Sealed.refused``) or its seal is not a regular file.
+        Raises SigningError, KitWriteError as ``write_session_seal`` does."""
+        path = self.root / SEAL
+        odd = odd_seal_files(self.root)
+        if odd:
+            return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
+        files = FolderFiles(self.root)
+        refused = [f"{rel}: {what}" for rel, what in self.unsigned_files(files)]
+        if refused:
+            return Sealed(path, written=False, refused=refused)
+        previous: dict[str, Any] | None = None
+        if self.old is not None:
+            previous = previous_seal(self.old, self.signature)
+        earlier = self.sealed.adopted if self.sealed is not None else {}
+        return write_session_seal(self.root, files, key, previous, {**earlier, **self.adopted})
