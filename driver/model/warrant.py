@@ -261,8 +261,11 @@ class Warrant:
         for rel in sorted(self.vouched):
             if rel in files or self.vouched[rel] in aside.get(rel, ()):
                 continue
-            if any(PurePosixPath(w).parent == PurePosixPath(rel).parent for w in self.written):
-                continue  # a folder the run wrote again (an interrupted probe run again)
+            parent = PurePosixPath(rel).parent
+            if "batch-search" in parent.parts and any(
+                PurePosixPath(w).parent == parent for w in self.written
+            ):
+                continue  # a probe's folder the run wrote again (an interrupted probe)
             out.append((rel, "removed during the run, not by it"))
         return out
 
