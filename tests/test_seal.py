@@ -17,7 +17,7 @@ import pytest
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
 from driver.core.session import Selection, run_session
-from driver.model.drift import changes, seal_session, seal_state, unvouched
+from driver.model.drift import changes, seal_session, seal_state
 from driver.model.results import Session
 from driver.model.seal import (
     SEAL,
@@ -27,6 +27,7 @@ from driver.model.seal import (
     load_seal,
     sealed_verdicts,
 )
+from driver.model.warrant import unvouched
 from driver.runtimes.local import LocalRuntime
 from driver.signing import SESSION_NAMESPACE, verify
 from tests.forgery import speed_up

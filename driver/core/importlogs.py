@@ -51,7 +51,7 @@ def check_target(session_root: Path, signer: str | None) -> None:
     only what it adds: a session ``dlperf run`` made, or one holding files its seal does not
     (added or changed since; where it signs, any file no seal of the same key holds), is refused
     before anything is imported."""
-    from driver.model.drift import unvouched
+    from driver.model.warrant import unvouched
 
     root = Path(session_root)
     if not root.exists():

@@ -136,6 +136,7 @@ def run_repeat(
         interrupted = True
         now = time.time()
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
+    runtime_wrote(session, runtime)
     # read and parsed once: verdict, measurement, checksums, cache drop, the ranks' headers
     logs = RepeatLogs.read(directory)
     verdict = refine_verdict(outcome, logs)
@@ -159,6 +160,14 @@ def run_repeat(
     if interrupted:
         raise KeyboardInterrupt
     return record
+
+
+def runtime_wrote(session: Session, runtime: Runtime) -> None:
+    """Tell the run's warrant what ``runtime`` wrote into the session folder itself (its
+    ``session_writes``: an SSH runtime's node provenance), so that the seal takes it as the
+    run's."""
+    for name in getattr(runtime, "session_writes", ()):
+        session.wrote(session.root / name)
 
 
 def _provenance_extra(case: Case, logs: RepeatLogs) -> dict[str, Any] | None:
@@ -250,14 +259,21 @@ def _resolve_batch(
     if case.batch_size != "max":
         return int(case.batch_size)
     path = session.case_dir(case) / "max-batch.json"
-    if path.exists():
+    # a batch size found earlier is taken only where the run may sign it (its seal held it as
+    # it is): one written into the folder since is no measurement of this kit's
+    if path.exists() and (session.warrant is None or session.warrant.holds(path)):
         import json
 
         return json.loads(path.read_text())["batch_size"]
-    if resolver is None:  # the search runs its probes through this module's run_plan
-        found = search_max_batch(case, session, runtime, run_plan, printer)
-    else:
-        found = resolver(case)
+    try:
+        if resolver is None:  # the search runs its probes through this module's run_plan
+            found = search_max_batch(case, session, runtime, run_plan, printer)
+        else:
+            found = resolver(case)
+    finally:  # its probes are the run's, interrupted or not
+        session.wrote(session.case_dir(case) / "batch-search")
+        runtime_wrote(session, runtime)
     if found is not None:
         write_json(path, {"batch_size": found})
+        session.wrote(path)
     return found

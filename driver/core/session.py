@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver.core.estimate import CaseEstimate
 from driver.core.matrix import (
@@ -29,10 +29,12 @@ from driver.core.matrix import (
 from driver.files import KitWriteError, write_text
 from driver.frameworks.base import FRAMEWORKS
 from driver.model.case import Case, Topology
-from driver.model.seal import SEAL, sealed_verdicts
 from driver.runtimes.base import Runtime, RuntimeConfigError
 from driver.schema import did_you_mean
 from driver.signing import SigningError, key_description, usable_key
+
+if TYPE_CHECKING:
+    from driver.model.warrant import Warrant
 
 AUTO = "auto"
 CPU_PROFILE = "cpu-smoke"
@@ -139,7 +141,9 @@ class SessionSetting:
     note: str = ""
 
 
-# Work a session does on its runtime before the matrix (``--probe``: the all-reduce probes).
+# Work a session does on its runtime before the matrix (``--probe``: the all-reduce probes),
+# and the folder of the session it writes (``driver.diagnose.probes.PROBE_DIR``, a floor above)
+PROBES = "probes"
 BeforeMatrix = Callable[[Path, Runtime, list[Topology]], object]
 
 
@@ -200,8 +204,8 @@ def run_session(
         print(f"error: {error}", file=sys.stderr)
         return 2
     signer = key_description(key) if key is not None else None
-    adopted = check_resume(root, {case.id for case in cases}, adopt or [], signer)
-    if adopted is None:
+    warrant = check_resume(root, {case.id for case in cases}, adopt or [], signer)
+    if warrant is None:
         return 2
     print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
     if selection.note:
@@ -240,21 +244,27 @@ def run_session(
             **where,
             **({"framework_python": framework_python} if framework_python else {}),
         },
-        sealed_verdicts(root),
+        warrant=warrant,
     )
+    warrant.scratch = tuple(getattr(runtime, "session_scratch", ()))  # Slurm's job output
     session.note_run({"argv": argv, "profile": profile, "runtime": runtime.name, **where})
     if setting is not None:
         for name, text in setting.files.items():
             write_text(session.root / name, text)
+            session.wrote(session.root / name)
         print(setting.note)
     print(f"session: {session.root}")
     if before_matrix is not None:
+        from driver.core.runner import runtime_wrote
+
         before_matrix(session.root, runtime, [case.topology for case in cases])
+        session.wrote(session.root / PROBES)
+        runtime_wrote(session, runtime)
     started = time.monotonic()
     try:
         summary = run_cases(cases, session, runtime, progress=progress)
     except KeyboardInterrupt:
-        seal(session.root, key, adopted)  # what finished is sealed; a resume seals it again
+        seal(session.root, key, warrant)  # what finished is sealed; a resume seals it again
         print(
             f"interrupted; finished repeats are kept in {session.root}; rerun with "
             f"--session {root.name} to resume",
@@ -268,7 +278,7 @@ def run_session(
             disconnect()
     if estimates is not None:
         record_estimate(session.root, estimates, time.monotonic() - started)
-    sealed = seal(session.root, key, adopted)
+    sealed = seal(session.root, key, warrant)
     verified = verify_sessions([session.root])  # the table shows what the logs give
     summaries = summarize(verified.records)
     print()
@@ -325,19 +335,21 @@ def record_estimate(root: Path, estimates: list[CaseEstimate], wall_s: float) ->
     )
 
 
-def seal(root: Path, key: Path | None, adopted: dict[str, str] | None = None) -> bool:
+def seal(root: Path, key: Path | None, warrant: Warrant | None = None) -> bool:
     """Seal the session folder ``root`` (``driver.model.seal``, signed with ``key`` where
-    given; ``adopted``: what :func:`check_resume` let a person vouch for) and say how; False,
-    said on stderr, where the seal could not be written or renewed (the session changed since
-    its last seal)."""
+    given; ``warrant``: the run's, from :func:`check_resume`: what it may sign) and say how;
+    False, said on stderr, where the seal could not be written or renewed (the session
+    changed since its last seal, or holds files the run neither wrote nor carried)."""
     from driver.model.drift import seal_session
 
     try:
-        sealed = seal_session(root, key, adopted)
+        sealed = seal_session(root, key) if warrant is None else warrant.seal(key)
     except (SigningError, KitWriteError) as error:
         print(f"error: sealing {root}: {error}", file=sys.stderr)
         return False
-    if not sealed.written:
+    if sealed.refused:
+        print(f"error: {sealed.describe()}", file=sys.stderr)
+    elif not sealed.written:
         print(f"warning: {sealed.describe()}", file=sys.stderr)
     else:
         print(sealed.describe())
@@ -360,49 +372,31 @@ SHOWN = 20  # paths named one by one in a refusal; the rest counted
 
 def check_resume(
     root: Path, selected: set[str], adopt: list[str], signer: str | None
-) -> dict[str, str] | None:
-    """Before ``dlperf run`` resumes the session folder ``root``: the run signs only what it
+) -> Warrant | None:
+    """Before ``dlperf run`` runs into the session folder ``root``: the run signs only what it
     runs or verifies. Every file outside the selected cases' folders, every file its seal does
     not hold as it is (added, changed, a sealed repeat's verdict changed) and, where the run
-    signs (``signer``), every file no seal of that key holds is refused, named, with the fix;
-    unless ``adopt`` (session-relative or absolute paths) covers it: then it is shown and
-    returned (path -> what it is), for the seal to record as adopted, not measured. None, said
+    signs (``signer``), every file no seal of that key holds (``session.json`` too) is refused,
+    named, with the fix; unless ``adopt`` (session-relative or absolute paths; never empty)
+    covers it: then it is shown, for the seal to record as adopted, not measured. Returns the
+    run's :class:`Warrant` (told what the run writes, asked again when it seals); None, said
     on stderr, where the run must not start."""
     from driver.core.importlogs import is_import_session
-    from driver.model.drift import unvouched
+    from driver.model.warrant import AdoptError, Warrant
 
-    if not root.is_dir() or root.is_symlink():
-        if adopt:
-            print(f"error: --adopt: {root} is a new session; there is nothing to adopt",
-                  file=sys.stderr)  # fmt: skip
-            return None
-        return {}  # a new session (Session.open refuses a symlink)
-    if is_import_session(root):
+    if not (not root.is_dir() or root.is_symlink()) and is_import_session(root):
         print(
             f"error: {root}: a session of `dlperf import-logs`; `dlperf run` resumes only "
             "sessions it ran: run into another --session",
             file=sys.stderr,
         )
         return None
-    adopt_prefixes = []
-    for text in adopt:
-        path = Path(text) if Path(text).is_absolute() else root / text
-        try:
-            rel = path.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            print(f"error: --adopt {text}: not inside the session {root}", file=sys.stderr)
-            return None
-        if not path.exists():
-            print(f"error: --adopt {text}: no such file or folder in {root}", file=sys.stderr)
-            return None
-        adopt_prefixes.append("" if rel == "." else rel)
-    refused, adopted = [], {}
-    for rel, what in unvouched(root, selected, signer):
-        covered = any(not p or rel == p or rel.startswith(p + "/") for p in adopt_prefixes)
-        if covered and not rel.startswith(SEAL):  # a seal or .sig that does not hold: never
-            adopted[rel] = what
-        else:
-            refused.append(f"{rel}: {what}")
+    warrant = Warrant(root, selected, signer)
+    try:
+        refused = warrant.adopt(adopt)
+    except AdoptError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None
     if refused:
         print(
             f"error: {root}: resuming it would sign what this run neither ran nor verified "
@@ -415,11 +409,11 @@ def check_resume(
             file=sys.stderr,
         )
         return None
-    if adopted:
+    if warrant.adopted:
         print(
-            f"adopting {len(adopted)} file(s) of {root} that this kit did not measure or "
-            "verify: you vouch for them, and the seal records them as adopted, not measured:"
+            f"adopting {len(warrant.adopted)} file(s) of {root} that this kit did not measure "
+            "or verify: you vouch for them, and the seal records them as adopted, not measured:"
         )
-        for rel, what in adopted.items():
+        for rel, what in warrant.adopted.items():
             print(f"  {rel}: {what}")
-    return adopted
+    return warrant

@@ -190,6 +190,9 @@ class CaseRow(StrictModel):
     session_signature: Annotated[str | None, RELEASE] = None  # "signed" or "unsigned"
     session_signed_by: Annotated[str | None, RELEASE] = None  # the allowed-signers principal
     version_signature: Annotated[str | None, RELEASE] = None  # "signed" or "unsigned"
+    # files of the case a person vouched for on resume (``dlperf run --adopt``): adopted, not
+    # measured by this kit, whatever the session's signature (written only where true)
+    adopted: Annotated[bool | None, RELEASE] = None
 
     def dump(self) -> dict[str, Any]:
         """The row as its file holds it. A report's row: every column but the release columns.
@@ -210,7 +213,7 @@ class CaseRow(StrictModel):
 # Release columns that results schema 2 added (driver.release.results; written only where set).
 SCHEMA_2_FIELDS = (
     "superlinear", "superlinear_reason", "session_signature", "session_signed_by",
-    "version_signature",
+    "version_signature", "adopted",
 )  # fmt: skip
 RELEASE_FIELDS = tuple(
     name for name, info in CaseRow.model_fields.items() if RELEASE in info.metadata

@@ -6,7 +6,7 @@ named; ``dlperf report`` too, saying who vouches for the session (:func:`seal_st
 
 The head node seals a session when its run ends (:func:`seal_session`: ``dlperf run``, a
 rehearsal, the selftest, ``import-logs``, ``attest-hardware``). A command that adds to a session
-first checks that it would sign only what it runs or verifies (:func:`unvouched`: no file the
+first checks that it would sign only what it runs or verifies (``driver.model.warrant``: no file the
 old seal does not hold as it is; of a case outside the run's selection, only what the seal
 holds); what a person vouches for
 instead (``--adopt``) is recorded as ``adopted``. A resumed session is sealed again, replacing
@@ -21,7 +21,7 @@ edit. Every file is read once per check (:class:`~driver.model.seal.FolderFiles`
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -70,8 +70,25 @@ class Sealed:
     written: bool
     key: str | None = None  # the signing key's description where signed
     drift: list[str] = field(default_factory=list)
+    # files the run neither wrote nor carried from its seal (``Warrant.unsigned_files``)
+    refused: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
+        if self.refused:
+            shown = self.refused[:20]
+            more = len(self.refused) - len(shown)
+            return (
+                f"{self.path.parent}: nothing signed: the session holds files this run neither "
+                "wrote nor carried from its seal (written into the folder while it ran, by "
+                "someone else):\n  "
+                + "\n  ".join(shown)
+                + (f"\n  and {more} more" if more > 0 else "")
+                + f"\nThe old seal, if any, stays as it was; every file this run wrote is kept "
+                f"in {self.path.parent}. To publish them, remove the files named above and "
+                "either resume the session with --adopt PATH for what this run wrote (sealed as "
+                "adopted, not measured) or run the cases again into a new session "
+                "(--session NEW)"
+            )
         if not self.written:
             return (
                 f"{self.path} not renewed: the session changed since it was sealed ("
@@ -88,10 +105,11 @@ class Sealed:
 def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None = None) -> Sealed:
     """Seal the session folder ``root`` (``driver.model.seal``), or seal it again where its
     last seal still holds (:func:`drift`); signed with ``key`` where given; ``adopted``: files
-    a person vouched for before the run (:func:`unvouched`), recorded as such, with those the
-    old seal recorded. Raises SigningError where the key does not sign,
-    KitWriteError where the seal cannot be written; returns without writing where the session
-    drifted from its last seal."""
+    a person vouched for before the run, recorded as such, with those the old seal recorded.
+    A run seals through its warrant instead (``driver.model.warrant.Warrant.seal``: what it
+    checked before it ran, and what it wrote). Raises SigningError where the key does not
+    sign, KitWriteError where the seal cannot be written; returns without writing where the
+    session drifted from its last seal."""
     root = Path(root)
     path = root / SEAL
     files = FolderFiles(root)
@@ -101,23 +119,40 @@ def seal_session(root: Path, key: Path | None, adopted: Mapping[str, str] | None
     if odd:
         return Sealed(path, written=False, drift=[f"{rel}: {why}" for rel, why in odd.items()])
     if path.is_file():
-        old, signature = _old_seal(path)
+        old, signature = old_seal(path)
         problems = [f"{rel}: {what}" for rel, what in drift(old, signature, files)
                     if rel not in adopted]  # fmt: skip
         if problems:
             return Sealed(path, written=False, drift=problems)
-        previous = {
-            "sha256": sha256_bytes(old),
-            "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
-        }
+        previous = previous_seal(old, signature)
         adopted = {**load_seal(old, SEAL).adopted, **adopted}
-    data = seal_text(manifest_of(root.name, files, previous, adopted))
+    return write_session_seal(root, files, key, previous, adopted)
+
+
+def previous_seal(old: bytes, signature: bytes | None) -> dict[str, Any]:
+    """What a new seal says of the one it replaces: its SHA-256 and the key that signed it."""
+    return {
+        "sha256": sha256_bytes(old),
+        "signed_by_key": intact_key(old, signature, SESSION_NAMESPACE) if signature else None,
+    }
+
+
+def write_session_seal(
+    root: Path,
+    files: FolderFiles,
+    key: Path | None,
+    previous: dict[str, Any] | None,
+    adopted: Mapping[str, str],
+) -> Sealed:
+    """Write the seal of ``files`` (signed with ``key`` where given) into ``root``."""
+    path = Path(root) / SEAL
+    data = seal_text(manifest_of(Path(root).name, files, previous, adopted))
     signature = sign_bytes(data, key, SESSION_NAMESPACE) if key is not None else None
     write_seal(path, data, signature)
     return Sealed(path, written=True, key=key_description(key) if key is not None else None)
 
 
-def _old_seal(path: Path) -> tuple[bytes, bytes | None]:
+def old_seal(path: Path) -> tuple[bytes, bytes | None]:
     """A seal's bytes and its signature's, if any (both regular files: ``odd_seal_files``)."""
     signature = signature_path(path)
     return path.read_bytes(), signature.read_bytes() if signature.is_file() else None
@@ -129,7 +164,7 @@ def drift(
     """What changed in a session since the seal ``old`` (with its signature, if any) other than
     what the kit itself changes when it resumes a session, as (session-relative path, what
     happened); [] when it may be sealed again. ``after_run``: False before a run
-    (:func:`unvouched`), when nothing may have changed in place yet."""
+    (``driver.model.warrant``), when nothing may have changed in place yet."""
     try:
         sealed = load_seal(old, SEAL)
     except SealError as error:
@@ -194,67 +229,6 @@ def _record_change(sealed: SessionManifest, files: Mapping[str, bytes], rel: str
     now = getattr(record, name) if record is not None else "unreadable"
     was = getattr(repeat, name)
     return "" if now == was else f"{name} {was} sealed, {now} now"
-
-
-def unvouched(
-    root: Path, selected: Collection[str] | None, signer: str | None
-) -> list[tuple[str, str]]:
-    """What a command that resumes the session folder ``root`` would sign without having run or
-    verified it: (session-relative path, why), before anything runs. Every file the session's
-    seal does not hold as it is (added or changed since, a sealed repeat's verdict among them:
-    see :func:`drift`), or, where the command signs (``signer``: its key, as
-    :func:`key_description` names it; None: unsigned, the seal it writes vouches for nobody),
-    every file but ``session.json`` that no seal signed by that same key holds (an unsigned
-    seal, or one of another key, is anyone's to write). A case folder outside ``selected``
-    (case ids; None: any case) is one the run does not measure: only what the seal holds of it,
-    as it is, is carried (an earlier run of the session measured it); the rest of it is named
-    as outside the selection. [] where the session may be resumed and sealed again."""
-    files = FolderFiles(root)
-    outside: set[str] = set()
-    if selected is not None:
-        prefixes = tuple(f"cases/{case_id}/" for case_id in selected)
-        outside = {r for r in files if r.startswith("cases/") and not r.startswith(prefixes)}
-    out, carried = _seal_problems(root, files, signer)
-    for rel in outside:
-        if rel not in carried:
-            out[rel] = "in a case folder outside this run's selection"
-    return sorted(out.items())
-
-
-def _seal_problems(
-    root: Path, files: FolderFiles, signer: str | None
-) -> tuple[dict[str, str], set[str]]:
-    """:func:`unvouched` without the selection: (path: why, the files the seal holds as they
-    are, signed by ``signer`` where it signs)."""
-    odd = odd_seal_files(root)
-    if odd:  # neither is read: the run would sign over what it cannot check
-        return dict(odd), set()
-    out: dict[str, str] = {}
-    path = Path(root) / SEAL
-    if not path.is_file():
-        if signature_path(path).is_file():
-            out[SEAL_SIGNATURE] = f"a signature whose {SEAL} was removed"
-        for rel in files if signer is not None else ():
-            if rel != SESSION_JSON:
-                out[rel] = f"no seal covers it (the session has no {SEAL})"
-        return out, set()
-    old, signature = _old_seal(path)
-    for rel, what in drift(old, signature, files, after_run=False):
-        out.setdefault(rel, what)
-    try:
-        sealed = load_seal(old, SEAL)
-    except SealError:
-        return out, set()  # named by drift
-    for rel in files:
-        if rel not in sealed.files:
-            out.setdefault(rel, "added since the session was sealed, not by a run of the kit")
-    by = intact_key(old, signature, SESSION_NAMESPACE) if signature is not None else None
-    if signer is not None and by != signer:
-        seal_of = f"its seal is signed by {by}" if by else "its seal is not signed"
-        for rel in files:
-            if rel != SESSION_JSON:
-                out.setdefault(rel, f"{seal_of}, not by the key signing now ({signer})")
-    return out, {rel for rel in sealed.files if rel in files and rel not in out}
 
 
 def _sealed_folders(sealed: SessionManifest) -> set[str]:

@@ -246,12 +246,39 @@ class Planned(Protocol):
     parser: str
 
 
+class Vouching(Protocol):
+    """What a session asks of the run's warrant (``driver.model.warrant.Warrant``, which reads
+    this module: named here by what it does, so that neither imports the other back)."""
+
+    vouched: dict[str, str]  # session-relative path -> SHA-256, as the check before the run
+
+    @property
+    def sealed_verdicts(self) -> dict[str, str]: ...
+
+    def finished(self, folder: Path, record_bytes: bytes) -> bool: ...
+
+    def holds(self, path: Path) -> bool: ...
+
+    def wrote(self, path: Path, record: RepeatRecord | None = None) -> None: ...
+
+
 class Session:
-    def __init__(self, root: Path, sealed_verdicts: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        sealed_verdicts: Mapping[str, str] | None = None,
+        warrant: Vouching | None = None,
+    ) -> None:
         self.root = Path(root)
+        # What the run may sign (``driver.model.warrant``, made by the caller before the run:
+        # the seal is built from this store, not below it); told what the session writes, and
+        # asked whether a repeat already in the folder is finished.
+        self.warrant = warrant
         # Repeat folder -> the verdict the session's seal holds (model/seal.py's
-        # ``sealed_verdicts``, read by the caller: the seal is built from this store, not below it).
-        self.sealed_verdicts: Mapping[str, str] = sealed_verdicts or {}
+        # ``sealed_verdicts``), the warrant's where one is given.
+        self.sealed_verdicts: Mapping[str, str] = (
+            warrant.sealed_verdicts if warrant is not None else sealed_verdicts or {}
+        )
 
     @classmethod
     def open(
@@ -259,8 +286,9 @@ class Session:
         root: Path,
         meta: dict[str, Any] | None = None,
         sealed_verdicts: Mapping[str, str] | None = None,
+        warrant: Vouching | None = None,
     ) -> Session:
-        session = cls(root, sealed_verdicts)
+        session = cls(root, sealed_verdicts, warrant)
         if session.root.is_symlink():
             raise KitWriteError(
                 session.root,
@@ -269,7 +297,10 @@ class Session:
             )
         ensure_dir(session.root / "cases")
         meta_path = session.root / "session.json"
-        if not meta_path.exists():
+        # a session.json the run's warrant did not vouch for (one put in the folder since its
+        # check) is not this session's provenance: written anew
+        unvouched = warrant is not None and "session.json" not in warrant.vouched
+        if not meta_path.exists() or unvouched:
             write_json(
                 meta_path,
                 {
@@ -292,6 +323,13 @@ class Session:
             {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kit": kit_revision(), **facts}
         )
         write_json(self.root / "session.json", {**meta, "runs": runs})
+        self.wrote(self.root / "session.json")
+
+    def wrote(self, path: Path, record: RepeatRecord | None = None) -> None:
+        """Tell the run's warrant, if any, that ``path`` (a file or folder) is as the run wrote
+        it (``record``: a repeat's, whose logs' SHA-256 it holds)."""
+        if self.warrant is not None:
+            self.warrant.wrote(path, record)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -309,6 +347,7 @@ class Session:
         path = directory / "case.json"
         if not path.exists():
             write_json(path, case.to_dict())
+            self.wrote(path)
 
     def finished(self, case: Case, repeat: int) -> RepeatRecord | None:
         path = self.repeat_dir(case, repeat) / RECORD
@@ -323,6 +362,11 @@ class Session:
             return None
         if not record.ok:
             return None
+        if self.warrant is not None:
+            # Finished only where the seal it replaces vouched for it, or this run wrote it:
+            # a record that appeared in the folder while the run went on is nobody's to sign.
+            ok = self.warrant.finished(path.parent, path.read_bytes())
+            return record if ok else None
         # A repeat its seal holds as not finished (interrupted, failed) runs again, whatever
         # its record says now: an ``ok`` written into it since is not a repeat this kit ran.
         folder = path.parent.relative_to(self.root).as_posix()
@@ -381,6 +425,7 @@ class Session:
             extra={**outcome.extra, **(extra or {})},
         )
         self.write_record(plan.repeat_dir, record)
+        self.wrote(plan.repeat_dir, record)
         return record
 
     def cases(self) -> Iterator[Case]:

@@ -249,6 +249,24 @@ def session_json_of(files: Mapping[str, bytes]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def seal_digests(
+    files: Mapping[str, bytes],
+    records: Mapping[str, tuple[str, RepeatRecord]] | None = None,
+) -> dict[str, str]:
+    """Session-relative path -> the SHA-256 a seal of ``files`` holds for it: a node log's is
+    the one its record holds (the runner hashed the bytes it read; the door checks the log
+    against it), so no log is read; every other file's is hashed from its bytes. The seal and
+    what decides whether a run may sign (``driver.model.warrant``) both take it from here."""
+    records = repeat_records(files) if records is None else records
+    recorded = {
+        f"{folder}/{log}": digest
+        for folder, (_rel, record) in records.items()
+        for log, digest in record.log_sha256.items()
+        if _SHA256.fullmatch(digest)
+    }
+    return {rel: recorded.get(rel) or sha256_bytes(files[rel]) for rel in files}
+
+
 def manifest_of(
     name: str,
     files: FolderFiles,
@@ -256,18 +274,13 @@ def manifest_of(
     adopted: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The seal of a session named ``name`` holding ``files`` (``adopted``: those a person
-    vouched for, see ``driver.model.drift.unvouched``). A node log's SHA-256 is the one its
+    vouched for, see ``driver.model.warrant``). A node log's SHA-256 is the one its
     record holds (the runner hashed the bytes it read; the door checks the log against it, so a
     log changed since is refused there and named against this seal): no log is read here. Every
     other file, and a log no record hashes, is hashed from its bytes."""
     kept = {rel: what for rel, what in (adopted or {}).items() if rel in files}
     records = repeat_records(files)
-    recorded = {
-        f"{folder}/{log}": digest
-        for folder, (_rel, record) in records.items()
-        for log, digest in record.log_sha256.items()
-        if _SHA256.fullmatch(digest)
-    }
+    digests = seal_digests(files, records)
     return {
         "schema": SEAL_SCHEMA,
         "kind": SEAL_KIND,
@@ -277,10 +290,7 @@ def manifest_of(
         "kit": kit_revision(),
         "previous": previous,
         "session_json": session_json_of(files),
-        "files": {
-            rel: {"sha256": recorded.get(rel) or sha256_bytes(files[rel]), "bytes": files.size(rel)}
-            for rel in sorted(files)
-        },
+        "files": {rel: {"sha256": digests[rel], "bytes": files.size(rel)} for rel in sorted(files)},
         "repeats": {
             folder: sealed_repeat(files, rel, record).model_dump()
             for folder, (rel, record) in records.items()

@@ -52,8 +52,18 @@ class Marks:
             superlinear=summary.superlinear,
             superlinear_reason=self.superlinear.get(summary.case_id) if summary.superlinear
             else None,
+            adopted=any(p.startswith(f"cases/{summary.case_id}/") for p in status.get(
+                "adopted", [])) or None,
         )  # fmt: skip
         return out
+
+    def adopted_repeat(self, folder: str) -> bool:
+        """Whether the repeat ``folder`` (``<session>/cases/<case>/repeat-NN``) holds a file its
+        session's seal records as adopted, or its case's ``case.json`` is one."""
+        session, _, rel = folder.partition("/")
+        case_json = rel.rpartition("/")[0] + "/case.json"
+        adopted = self.sessions.get(session, {}).get("adopted", [])
+        return any(p == case_json or p.startswith(rel + "/") for p in adopted)
 
 
 @dataclass
@@ -80,6 +90,7 @@ class Computed:
     titles: dict[str, str]  # case id -> table title
     attested: set[str] = field(default_factory=set)  # sessions' hardware.json members
     telemetry: dict[str, dict[str, Any]] = field(default_factory=dict)  # folder -> summary
+    adopted: set[str] = field(default_factory=set)  # repeat folders with adopted files
 
 
 def compute(dataset: Dataset, config: Config) -> Computed:
@@ -97,6 +108,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
     for r in repeats:
         headers.setdefault(r.case.id, r.written.header)
     titles = {s.case_id: table_title(s) for s in summaries}
+    marks = config.marks
     rows = {
         s.key: s.row(
             # a published figure: no MFU, bound or reference of ours
@@ -123,6 +135,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
         titles=titles,
         attested={m for m in dataset.members if m.count("/") == 1 and m.endswith(ATTESTED)},
         telemetry={r.folder: telemetry_summary(r) for r in repeats},
+        adopted={r.folder for r in repeats if marks and marks.adopted_repeat(r.folder)},
     )
 
 

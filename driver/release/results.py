@@ -59,9 +59,13 @@ class ReleaseRepeatRow(StrictModel):
     error: str | None
     measurement: RepeatMeasurement | None
     telemetry: dict[str, Any]
+    # a file of the repeat (or its case.json) a person vouched for on resume (``--adopt``):
+    # adopted, not measured by this kit; written only where true
+    adopted: bool | None = None
 
     def dump(self) -> dict[str, Any]:
-        out = self.model_dump(exclude={"measurement", "telemetry"})
+        unset = {"adopted"} if self.adopted is None else set()
+        out = self.model_dump(exclude={"measurement", "telemetry", *unset})
         measured = self.measurement.model_dump() if self.measurement else {}
         out.update({name: measured.get(name) for name in MEASUREMENT_FIELDS})
         out.update({name: self.telemetry.get(name) for name in TELEMETRY_FIELDS})
@@ -145,9 +149,12 @@ class Results(StrictModel):
             raise ResultsError(f"{path}: not a readable results file ({error})") from None
 
 
-def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepeatRow:
+def repeat_row(
+    repeat: VerifiedRepeat, telemetry: dict[str, Any], adopted: bool = False
+) -> ReleaseRepeatRow:
     """A verified repeat's row: its record's fields of the same name as the row's, where it
-    was read from, the measurement its logs give and its telemetry summary."""
+    was read from, the measurement its logs give, its telemetry summary and, where its session
+    adopted files of it, the mark."""
     return ReleaseRepeatRow(
         **repeat.written.model_dump(include=RECORD_FIELDS),
         session=session_of(repeat),
@@ -156,6 +163,7 @@ def repeat_row(repeat: VerifiedRepeat, telemetry: dict[str, Any]) -> ReleaseRepe
         error=None,  # the door lets no repeat through whose logs give no measurement
         measurement=repeat.measurement,
         telemetry=telemetry,
+        adopted=adopted or None,
     )
 
 
@@ -164,7 +172,10 @@ def results_data(computed: Computed, version: str, schema: int = RESULTS_SCHEMA)
         schema=schema,
         version=version,
         cases=[computed.rows[s.key] for s in computed.summaries],
-        repeats=[repeat_row(r, computed.telemetry[r.folder]) for r in computed.repeats],
+        repeats=[
+            repeat_row(r, computed.telemetry[r.folder], r.folder in computed.adopted)
+            for r in computed.repeats
+        ],
     )
 
 

@@ -63,8 +63,8 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from driver.model.drift import unvouched
     from driver.model.seal import configured_signer
+    from driver.model.warrant import unvouched
     from driver.signing import SigningError
 
     try:

@@ -88,6 +88,9 @@ class SlurmRuntime:
     # make_runtime hands it the cluster file (its slurm: section); a file with only that
     # section is enough, also inside an allocation.
     cluster_file = "optional"  # its slurm: section; inside an allocation, defaults do
+    # what its jobs write into the session folder (their output, ``slurm/job-<id>.out``) while
+    # the run goes on, not through the kit: the run's warrant takes it as the run's
+    session_scratch = ("slurm",)
 
     def __init__(
         self,

@@ -95,6 +95,9 @@ class SshRuntime:
     name = "ssh"
     cluster_file = "required"  # the inventory lists the nodes (make_runtime)
     platform_name: str | None = None  # a spelling's own platform (docker, process)
+    # what it writes into the session folder itself while a repeat runs (each node's
+    # provenance facts, ``provenance/<node>.json``): the runner tells the run's warrant
+    session_writes = ("provenance",)
 
     # A node whose sshd has not answered for this long is lost (hung, or its network gone).
     silence_limit_s = 30.0
