@@ -28,6 +28,7 @@ from driver.frontend.args import (
     bounded_int,
     check_session_name,
     csv_items,
+    free_text,
     option_pair,
     signing_key_option,
 )
@@ -318,6 +319,7 @@ def _selection_arguments(run: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     run.add_argument(
         "--hardware",
+        type=free_text("label"),  # printed with the estimate: held to every label's rules
         help="the nodes' device as the estimate looks it up (e.g. H100, A100, 'AMD EPYC'); "
         "default: this host's GPUs or CPU for the local runtime, else none",
     )
