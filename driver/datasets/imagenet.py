@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.datasets.manifest import claim, write_manifest
+from driver.datasets.manifest import claim, is_member_name, write_manifest
 from driver.files import KitWriteError, ensure_dir, write_bytes
 from driver.schema import ConfigError
 
@@ -72,6 +72,12 @@ def scan(source: Path, splits: tuple[str, ...] = SPLITS) -> tuple[list[str], lis
             inside(class_dir, root)
             for path in sorted(class_dir.iterdir()):
                 if path.suffix.lower() in IMAGE_SUFFIXES:
+                    if not is_member_name(path.name):  # a manifest could not name it
+                        raise ConfigError(
+                            class_dir,
+                            repr(path.name),
+                            "a file name with a control character or a backslash; rename it",
+                        )
                     real = inside(path, root)
                     if not stat.S_ISREG(real.stat().st_mode):
                         if real.is_dir():

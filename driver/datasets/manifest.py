@@ -42,6 +42,12 @@ def write_manifest(
             raise ConfigError(
                 path, "(file)", f"leads out of {folder} (a symlink?); give a folder of files"
             ) from None
+        if not is_member_name(relative):  # what read_manifest would refuse, refused now
+            raise ConfigError(
+                folder,
+                repr(relative),
+                "a file name with a backslash or a control character; rename the source file",
+            )
         entries[relative] = {"bytes": Path(path).stat().st_size, "sha256": sha256_file(path)}
     data = manifest_bytes(fmt, entries, source)
     write_bytes(folder / MANIFEST, data)
