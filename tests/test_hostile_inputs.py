@@ -111,3 +111,28 @@ def test_a_peak_memory_beyond_the_devices_memory_is_refused(tmp_path: Path) -> N
     assert refusals and all("peak_memory.bytes" in r and "GiB is more than its device" in r
                             for r in refusals), refusals  # fmt: skip
     assert any(CASE_1N2G in r for r in refusals)
+
+
+GLUON = Path(__file__).parent / "fixtures" / "upstream" / "real" / "gluon-nlp" / "bert.log"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expect"),
+    [
+        ("--topology", "1n1000000000g", "at most 1024 nodes and 64 devices per node"),
+        ("--topology", "2000n2000g", "at most 1024 nodes"),
+        ("--batch", "1000000000", "less than or equal to 1000000,"),
+        ("--warmup-steps", "1000000000000", "less than or equal to 10000000,"),
+        ("--step-offset", "9" * 20, "less than or equal to 10000000,"),
+    ],
+)
+def test_imported_facts_past_their_bound_name_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, expect: str
+) -> None:
+    argv = ["import-logs", "--source", "gluon-nlp", "--logs", str(GLUON), "--model", "bert",
+            "--batch", "4", "--dataset", "synthetic", "--warmup-steps", "9",
+            "--measured-steps", "20", "--results", str(tmp_path), "--session", "s"]  # fmt: skip
+    at = argv.index(flag) if flag in argv else len(argv)
+    argv = [*argv[:at], *argv[at + 2 :]] if flag in argv else argv
+    refused([*argv, flag, value], capsys, expect)
+    assert not (tmp_path / "s").exists()
