@@ -136,3 +136,28 @@ def test_imported_facts_past_their_bound_name_it(
     argv = [*argv[:at], *argv[at + 2 :]] if flag in argv else argv
     refused([*argv, flag, value], capsys, expect)
     assert not (tmp_path / "s").exists()
+
+
+TF1_BERT = Path(__file__).parent / "fixtures" / "upstream" / "ngc-tf1" / "bert-rate.node0.log"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp"])
+def test_an_imported_log_that_logs_a_step_twice_is_refused_unless_amp(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], precision: str
+) -> None:
+    """TF1 BERT's rate lines: a repeated 'Step = N' is an AMP loss-scale overflow iteration,
+    counted; in an FP32 run it can only be an edit, which moved the figure silently."""
+    lines = TF1_BERT.read_text().splitlines(keepends=True)[1:]  # without the kit's header
+    at = next(i for i, line in enumerate(lines) if "Rank =  0 :: Step =      6 " in line)
+    lines.insert(at + 1, lines[at])
+    log = tmp_path / "bert.log"
+    log.write_text("".join(lines))
+    argv = ["import-logs", "--source", "ngc-tf1", "--logs", str(log), "--model", "bert",
+            "--topology", "1n2g", "--batch", "16", "--warmup-steps", "4", "--measured-steps", "8",
+            "--step-offset", "0", "--logging", "rank0", "--precision", precision,
+            "--results", str(tmp_path), "--session", "s"]  # fmt: skip
+    if precision == "fp32":
+        refused(argv, capsys, str(log), "logged twice", "fp32 run")
+        assert not (tmp_path / "s").exists()
+    else:
+        assert main(argv) == 0

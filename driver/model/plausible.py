@@ -174,6 +174,20 @@ def check_peak_memory(parsed: ParsedLog) -> None:
                 )
 
 
+def check_repeated_steps(parsed: ParsedLog, precision: str) -> None:
+    """A rate line that repeats the previous step label is one AMP loss-scale overflow iteration
+    (the update skipped, the work done: counted); an FP32 run has no loss scale, so there the
+    same step logged twice is an edited or mixed log, whose extra line would move the figure."""
+    repeated = parsed.meta.get("overflow_iterations")
+    if repeated and precision != "amp":
+        raise Implausible(
+            f"{repeated} step(s) of the measured window logged twice (a repeated step label, "
+            f"which only an AMP loss-scale overflow prints) in a {precision} run: the log was "
+            "edited or mixed with another; give the log as the run wrote it (or precision: amp "
+            "if the run used AMP)"
+        )
+
+
 def measure_checked(
     case: Case, parser: str, texts: Mapping[str, str], batch_size: int
 ) -> tuple[RepeatMeasurement, ParsedLog]:
@@ -191,4 +205,5 @@ def measure_checked(
         ),
     )
     check_measurement(measurement, case.topology.world_size, batch_size)
+    check_repeated_steps(parsed, case.precision)
     return measurement, parsed
