@@ -16,7 +16,7 @@ from PIL import Image
 
 from driver.core.runner import run_cases
 from driver.core.selftest import calibration_cases
-from driver.datasets.manifest import MANIFEST, dataset_sha256, read_manifest
+from driver.datasets.manifest import JOB, MANIFEST, dataset_sha256, read_manifest
 from driver.frontend.cli import main
 from driver.frontend.commands.data import PREPARERS
 from driver.model.results import Session
@@ -122,7 +122,7 @@ def test_tfrecord_shards_read_back_with_tensorflow(
     monkeypatch.chdir(tmp_path)  # folders relative to where the command runs, the writer's too
     tree, out = tree.relative_to(tmp_path), Path("tfrecord")
     identity = prepare("tfrecord", tree, out, "--train-shards", "2", "--val-shards", "1")
-    names = sorted(p.name for p in out.iterdir() if p.name != MANIFEST)
+    names = sorted(p.name for p in out.iterdir() if p.name not in (MANIFEST, JOB))
     assert names == ["train-00000-of-00002", "train-00001-of-00002", "validation-00000-of-00001"]
     done = subprocess.run(
         [python, "-c", READ_TFRECORD, *(str(out / n) for n in names)],
@@ -167,7 +167,8 @@ def test_a_full_disk_in_the_framework_writer_is_one_line_and_leaves_no_partial(
         assert main([*argv, "--train-shards", "1", "--val-shards", "1"]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert "writer failed:" in line and "No space left on device" in line, line
-        assert [p.name for p in (disk / "out").iterdir()] == []  # nothing half-written
+        # nothing half-written: only the note of what the folder is being made of
+        assert [p.name for p in (disk / "out").iterdir()] == [JOB]
 
 
 def test_a_tfrecord_cut_short_is_refused_naming_the_byte(tmp_path: Path) -> None:

@@ -376,7 +376,7 @@ def test_wordpiece_lower_cases_and_splits(corpus: tuple[Path, Path]) -> None:
         ("not UTF-8", "corpus.txt: line 2: is not UTF-8"),
         ("a FIFO", "corpus.txt: (file): is not a regular file"),
         ("no corpus", "corpus.txt: (file): does not exist"),
-        ("sequence too short", "--max-seq-length: must be 5 or more"),
+        ("sequence too short", "--max-seq-length: must be 5 to 512"),
     ],
 )
 def test_bad_input_is_refused_naming_file_and_field(

@@ -25,6 +25,8 @@ from driver.core.estimate import (
 )
 from driver.frontend.cli import main
 from driver.model.case import Case, Topology
+from driver.model.measure import RepeatMeasurement
+from driver.model.results import RepeatRecord
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 COLUMNS = (
@@ -160,15 +162,22 @@ def test_a_run_records_its_estimate_beside_what_it_took(tmp_path: Path) -> None:
     assert row["seconds"] > 0 and row["actual_s"] > 0 and recorded["wall_s"] >= row["actual_s"]
 
 
-def _record(folder: Path, throughput: float) -> None:
+def _record(folder: Path, throughput: float | str, **times: float) -> Path:
+    """A finished repeat's record.json, as the runner writes one (the kit's record type)."""
     folder.mkdir(parents=True)
     header = {"model": "resnet50", "framework": "pytorch", "options": {"precision": "fp32"},
               "devices": ["AMD EPYC"]}
-    measured = {"throughput": throughput, "world_size": 1, "duration_s": 9.0,
-                "warmup_steps": 10, "measured_steps": 90}
-    record = {"header": header, "measurement": measured, "verdict": "ok", "batch_size": 8,
-              "case_id": "x", "started_at": 0.0, "finished_at": 20.0}  # fmt: skip
-    (folder / "record.json").write_text(json.dumps(record))
+    measured = {"throughput": 1.0, "samples": 720, "duration_s": 9.0, "ranks": 1,
+                "world_size": 1, "warmup_steps": 10, "measured_steps": 90}
+    record = RepeatRecord(
+        case_id="x", repeat=1, verdict="ok", batch_size=8, started_at=0.0, finished_at=20.0,
+        commands=[], exit_codes={}, logs=[], parser="dlperf-jsonl",
+        measurement=RepeatMeasurement(**measured), header=header,
+    ).to_dict()  # fmt: skip
+    record.update(times)
+    text = json.dumps(record).replace('"throughput": 1.0', f'"throughput": {throughput}')
+    (folder / "record.json").write_text(text)
+    return folder / "record.json"
 
 
 def test_the_users_sessions_are_read_newest_first_up_to_the_limit(tmp_path: Path) -> None:
@@ -226,3 +235,88 @@ def test_a_llama_figure_holds_for_its_size_and_sequence_only() -> None:
     other = estimate_case(case(model=LLAMA, batch=2, precision="amp", options=short), "H100",
                           knowledge)  # fmt: skip
     assert "GFLOP/sample" in other.basis
+
+
+PLAN = ["plan", "--model", "resnet50", "--profile", "cpu-smoke", "--variant", "default",
+        "--amp", "off", "--repeats", "1", "--hardware", "AMD EPYC"]  # fmt: skip
+
+
+@pytest.mark.parametrize("throughput", ["0", "-5.0", "NaN", "Infinity", "1e-250", "1e300"])
+def test_a_forged_figure_under_results_is_left_out_with_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], throughput: str
+) -> None:
+    """One record with throughput 0, negative, NaN or absurd made every `run` and `plan`
+    traceback before anything ran, or print a negative or 260-digit estimate."""
+    bad = _record(tmp_path / "forged" / "cases" / "c" / "repeat-1", throughput)
+    assert main([*PLAN, "--results", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "session forged" not in out and "Traceback" not in err
+    [warning] = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert str(bad) in warning and "left out of the estimate" in warning
+    for line in out.splitlines()[1:]:
+        shown = line.split()[0]
+        assert shown == "?" or (not shown.startswith("-") and len(shown) <= 12), line
+
+
+def test_times_no_run_has_are_left_out_with_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = _record(tmp_path / "s" / "cases" / "c" / "repeat-1", 2.0, finished_at=1e15)
+    figures, startups = _session_figures_of(tmp_path)
+    assert (figures, startups) == ([], [])
+    assert str(bad) in capsys.readouterr().err
+
+
+def _session_figures_of(results: Path) -> tuple[list, list]:
+    from driver.core.estimate import _session_figures
+
+    return _session_figures(results)
+
+
+def test_a_fifo_or_unreadable_record_is_skipped_without_hanging(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "s" / "cases" / "c" / "repeat-1"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "record.json")
+    (tmp_path / "t" / "cases" / "c" / "repeat-1").mkdir(parents=True)
+    (tmp_path / "t" / "cases" / "c" / "repeat-1" / "record.json").write_bytes(b"\xff{")
+    done = subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", *PLAN, "--results", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, done.stderr
+    assert any("s/cases/c/repeat-1/record.json" in w and "not a regular file" in w
+               for w in warnings)  # fmt: skip
+    assert any("t/cases/c/repeat-1/record.json" in w for w in warnings)
+
+
+def test_a_figure_past_the_devices_peak_cannot_make_a_time_limit_look_ample(
+    kit: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1e7 samples/s of ResNet-50 (12 GFLOP each) on one H100 is 120 PFLOP/s: forged. Taken,
+    it made a job fit a time limit the honest estimate (from the peak) exceeds."""
+    results = tmp_path / "results"
+    path = _record(results / "forged" / "cases" / "c" / "repeat-1", 1e7)
+    record = json.loads(path.read_text())
+    record["header"].update(devices=["NVIDIA H100"], options={"precision": "amp"})
+    path.write_text(json.dumps(record))
+    knowledge = load_knowledge(kit, results=results)
+    estimates = [estimate_case(case(batch=2560, precision="amp"), "H100", knowledge)]
+    assert "peaks.yaml" in estimates[0].basis
+    assert time_limit_problem(estimates, 30, "cluster.yaml") is not None
+    assert "past the device's peak" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", ["H100\x1b[2J", "H100\nfake line", "x" * 300, "<b>H100</b>"])
+def test_hardware_is_held_to_the_rules_of_every_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main([*PLAN[:-2], "--hardware", label, "--results", str(tmp_path)])
+    assert stopped.value.code == 2
+    assert "--hardware" in capsys.readouterr().err

@@ -280,6 +280,22 @@ class SlurmConfig(StrictModel):
                     f"{'them' if len(named.split(', ')) > 1 else 'it'} (pyxis runs slurm.image; "
                     "none runs no container): set container: oci, or drop them"
                 )
+        if self.container in ("oci", "none") and self.image:
+            raise ValueError(
+                f"image ({', '.join(sorted(self.image))}) given with container: "
+                f"{self.container}, which never reads it (oci runs oci_image or oci_bundle; "
+                "none runs no container): set container: pyxis, or drop image"
+            )
+        if self.container == "none":
+            relative = sorted(name for name, path in self.python.items() if path[:1] != "/")
+            if relative:
+                name = relative[0]
+                raise ValueError(
+                    f"python.{name}: {self.python[name]!r} is not an absolute path: with "
+                    "container: none each node starts it from the job's folder and its own "
+                    "PATH, not the interpreter you checked; give the absolute path of the "
+                    "environment's python (e.g. /shared/venvs/pytorch/bin/python)"
+                )
         return self
 
     @field_validator("extra_sbatch_args", mode="before")

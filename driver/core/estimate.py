@@ -21,7 +21,9 @@ import csv
 import json
 import math
 import re
+import stat
 import statistics
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from itertools import islice
@@ -33,12 +35,19 @@ from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_pe
 from driver.bench.llama import MODEL as LLAMA
 from driver.files import write_text
 from driver.model.case import Case
+from driver.model.plausible import Implausible, check_throughput
+from driver.model.results import RecordError, RepeatRecord, load_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
 # on recent GPUs with AMP; lower is the cautious side for booking.
 ASSUMED_MFU = 0.3
 DEFAULT_STARTUP_S = 30.0  # when no released run of the kit shows its start-up
+# A repeat's start-up (a process started, a framework imported, a model built) is taken as 1 s
+# at least and a day at most: a record past that holds times no run has.
+MIN_STARTUP_S = 1.0
+MAX_STARTUP_S = 24 * 3600.0
+MAX_RECORD_BYTES = 64 << 20  # a record is kilobytes; a larger file is not one
 SEARCH_PROBES = 8  # batch=max: doubling from 16, then bisecting (driver.core.batchsearch)
 SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
 PEAK_KEYS = {"fp32": "fp32", "amp": "bf16"}
@@ -123,44 +132,96 @@ def _released_rows(root: Path) -> Iterable[tuple[Path, dict[str, str]]]:
                 yield path, row
 
 
-def _startup(times: dict, steps: dict) -> float | None:
+def _startup(times: dict, steps: dict, where: str = "") -> float | None:
     """A repeat's start-up: its wall time (``times``: start to finish) less its steps
-    (``steps``: the measured window, warm-up at the measured pace)."""
+    (``steps``: the measured window, warm-up at the measured pace). None where that is not a
+    start-up: not positive, or not finite; an Implausible naming ``where`` past a day."""
     warmup, measured = int(steps["warmup_steps"]), int(steps["measured_steps"])
     wall = float(times["finished_at"]) - float(times["started_at"])
     spent = wall - float(steps["duration_s"]) * (warmup + measured) / measured
-    return spent if spent > 0 else None
+    if not math.isfinite(spent) or spent <= 0:
+        return None
+    if spent > MAX_STARTUP_S:
+        raise Implausible(
+            f"a start-up of {spent:.3g} s (wall time less the steps) is over a day: the "
+            "record's times are wrong"
+        )
+    return spent
 
 
-def _session_figures(results: Path, limit: int = 2000) -> tuple[list[Figure], list[float]]:
+def _warn(where: object, why: object) -> None:
+    print(f"warning: {where}: {why}; left out of the estimate", file=sys.stderr)
+
+
+def _read_record(path: Path) -> RepeatRecord:
+    """A session's ``record.json`` read through the kit's record type: a FIFO, a device or a
+    file too large to be a record is refused before any read (a FIFO would block it)."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise RecordError(f"{path}: cannot be read ({error.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise RecordError(f"{path}: not a regular file (a FIFO, a device?)")
+    if info.st_size > MAX_RECORD_BYTES:
+        raise RecordError(f"{path}: {info.st_size} bytes, more than a record ({MAX_RECORD_BYTES})")
+    return load_record(path)
+
+
+def _record_figure(record: RepeatRecord, where: str) -> Figure:
+    """The figure of a finished repeat's record (its header's model, framework, precision and
+    devices; its measured per-device throughput, held to ``plausible``'s bounds)."""
+    measured, header = record.measurement, record.header
+    assert measured is not None
+    options = header.get("options")
+    devices = header.get("devices") or []
+    if not (
+        isinstance(header.get("model"), str)
+        and isinstance(header.get("framework"), str)
+        and isinstance(options, dict)
+        and isinstance(options.get("precision"), str)
+        and isinstance(devices, list)
+        and all(isinstance(d, str) for d in devices)
+    ):
+        raise RecordError("field header: no model, framework, options.precision or devices")
+    check_throughput(measured.throughput, measured.world_size)
+    return Figure(
+        header["model"],
+        header["framework"],
+        options["precision"],
+        " ".join(devices),
+        record.batch_size,
+        measured.throughput / measured.world_size,
+        where,
+        record.case_id,
+        shape_key(header["model"], dict(options)),
+    )
+
+
+def _session_figures(
+    results: Path, limit: int = 2000, warn: Callable[[object, object], None] = _warn
+) -> tuple[list[Figure], list[float]]:
     """Figures and start-ups of the finished repeats of the sessions under ``results`` (the
     user's own earlier runs: measured on the very hardware), newest sessions first and at most
     ``limit`` records read: every ``dlperf run`` starts with this, so its cost must not grow with
-    the user's history."""
+    the user's history. Each record is read through the kit's record type and its figures held
+    to the plausibility bounds: one that fails (a FIFO, an unreadable or malformed file, a zero,
+    negative or non-finite throughput, times no run has) is left out with one warning naming
+    it (``warn``), never a traceback."""
     figures, startups = [], []
     for path in islice(_newest_records(results), limit):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            header, measured = record["header"], record["measurement"]
-            if record["verdict"] != "ok" or not measured:
-                continue
-            figures.append(
-                Figure(
-                    header["model"],
-                    header["framework"],
-                    header["options"]["precision"],
-                    " ".join(header.get("devices") or []),
-                    int(record["batch_size"]),
-                    float(measured["throughput"]) / max(1, int(measured["world_size"])),
-                    f"session {path.relative_to(results).parts[0]}",
-                    record["case_id"],
-                    shape_key(header["model"], dict(header["options"])),
-                )
-            )
-            if (startup := _startup(record, measured)) is not None:
-                startups.append(startup)
-        except (OSError, KeyError, TypeError, ValueError, ZeroDivisionError):
-            continue  # an unfinished or older record: not a figure
+            record = _read_record(path)
+            if not record.ok or record.measurement is None:
+                continue  # an unfinished or failed repeat: no figure, nothing wrong
+            figure = _record_figure(record, f"session {path.relative_to(results).parts[0]}")
+            startup = _startup(record.model_dump(), record.measurement.model_dump(), str(path))
+        except (RecordError, Implausible, ZeroDivisionError) as error:
+            message = str(error).removeprefix(f"{path}: ")  # named once, by the warning
+            warn(path, message)
+            continue
+        figures.append(figure)
+        if startup is not None:
+            startups.append(startup)
     return figures, startups
 
 
@@ -168,8 +229,14 @@ def _newest_records(results: Path) -> Iterator[Path]:
     """Every ``record.json`` under ``results``, the sessions last changed first (a name given
     with ``--session`` sorts anywhere); an older session is walked only while the newer ones
     did not reach the limit."""
-    sessions = [path for path in results.iterdir() if path.is_dir()]
-    for session in sorted(sessions, key=lambda path: path.stat().st_mtime, reverse=True):
+    sessions = []
+    for path in results.iterdir():
+        try:
+            if path.is_dir():
+                sessions.append((path.stat().st_mtime, path))
+        except OSError:
+            continue  # vanished, or a symlink loop: no session
+    for _mtime, session in sorted(sessions, key=lambda item: item[0], reverse=True):
         yield from sorted(session.glob("cases/**/record.json"))
 
 
@@ -185,6 +252,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
         try:
             if row["row"] == "case" and row["throughput_median"]:
                 devices = json.loads(row["device_names"] or "[]")
+                check_throughput(float(row["throughput_median"]), int(row["devices"]))
                 figures.append(
                     Figure(
                         row["model"],
@@ -203,12 +271,15 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
             elif row["row"] == "repeat" and row["runtime"] == "local" and row["verdict"] == "ok":
                 if (startup := _startup(row, row)) is not None:
                     startups.append(startup)
-        except (KeyError, ValueError):
+        except Implausible as error:
+            _warn(f"{path.relative_to(root)} ({row.get('case_id') or row.get('row')})", error)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
             continue  # a row of another layout: not a figure
     for path in sorted(root.glob("published/*/*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         for item in data.get("figures", []):
             try:
+                check_throughput(_published_per_device(item), 1, "per-device throughput")
                 figures.append(
                     Figure(
                         item["model"],
@@ -221,16 +292,42 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                         shape=shape_key(item["model"], _figure_options(item)),
                     )
                 )
-            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            except Implausible as error:
+                _warn(path.relative_to(root), error)
+            except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
                 continue  # not a figure the estimate can use
     peaks_file = root / "reports" / "peaks.yaml"
     peaks = yaml.safe_load(peaks_file.read_text())["devices"] if peaks_file.exists() else []
+    figures = _within_peaks(figures, flops, peaks)
     if startups:
-        startup = statistics.median(startups)
+        startup = max(MIN_STARTUP_S, statistics.median(startups))
         basis = f"{startup:.0f} s, the median of {len(startups)} measured repeats"
     else:
         startup, basis = DEFAULT_STARTUP_S, "assumed (no released run)"
     return Knowledge(figures, flops, peaks, startup, basis)
+
+
+def _within_peaks(
+    figures: list[Figure], flops: dict[str, float], peaks: list[dict]
+) -> list[Figure]:
+    """The figures no faster than their device can compute: samples/s per device times the
+    model's training FLOPs per sample at most the device's dense peak (reports/peaks.yaml). A
+    figure past it is a forged or mislabelled one, left out with a warning naming it (it would
+    make a Slurm job's time limit look ample)."""
+    kept = []
+    for figure in figures:
+        per_sample = flops.get(figure.model)
+        peak = _peak_tflops(figure.hardware, figure.precision, peaks) if figure.hardware else None
+        if per_sample and peak and figure.per_device * per_sample > peak * 1e12:
+            _warn(
+                figure.where,
+                f"{figure.model} at {figure.per_device:.4g} samples/s per {figure.hardware} is "
+                f"{figure.per_device * per_sample / 1e12:.4g} TFLOP/s, past the device's peak "
+                f"{peak:g} TFLOP/s: no run measures that",
+            )
+            continue
+        kept.append(figure)
+    return kept
 
 
 def _row_options(row: dict[str, str]) -> dict:

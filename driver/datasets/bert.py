@@ -40,9 +40,9 @@ from driver.datasets.bert_instances import (
     scan_corpus,
     shard_instances,
 )
-from driver.datasets.framework_writer import run_job
+from driver.datasets.framework_writer import check_shards, run_job
 from driver.datasets.imagenet import _size
-from driver.datasets.manifest import write_manifest
+from driver.datasets.manifest import claim, write_manifest
 from driver.files import ensure_dir, write_bytes
 from driver.schema import ConfigError
 
@@ -273,6 +273,7 @@ def prepare_bert(args: argparse.Namespace) -> int:
     start = time.monotonic()
     params = Parameters(**{key: getattr(args, key) for key in OPTIONS}, lower_case=not args.cased)
     params.check()
+    check_shards("--shards", args.shards)
     vocab = Vocabulary(args.vocab, params.lower_case)
     corpus = scan_corpus(args.corpus)
     spans = corpus.shard_ranges(args.shards)
@@ -321,16 +322,8 @@ OPTIONS = tuple(field.name for field in fields(Parameters) if field.name != "low
 def _claim(out: Path, job: dict[str, Any]) -> None:
     """Note what the shards in ``out`` are made from, before making any: a later run resumes
     only the same job, never mixing shards of another corpus, vocabulary or parameters."""
-    path = out / JOB
-    text = json.dumps(job, sort_keys=True, indent=1) + "\n"
-    if path.is_file() and path.read_text() != text:
-        raise ConfigError(
-            path,
-            "(file)",
-            "names another corpus, vocabulary, format or parameters than this run's: the "
-            "shards there are of that job; give another output folder, or empty this one",
-        )
-    write_bytes(path, text.encode())
+    rest = {key: value for key, value in job.items() if key != "format"}
+    claim(out, job["format"], rest, note=JOB)  # the note's bytes as before: folders resume
 
 
 def _source_facts(corpus: Corpus, vocab: Vocabulary, params: Parameters) -> dict[str, Any]:

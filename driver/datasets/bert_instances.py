@@ -29,6 +29,8 @@ from driver.schema import ConfigError, parse_json
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
 COMMAND_LINE = "command line"
+MAX_SEQ_LENGTH = 512  # BERT-base's max_position_embeddings
+MAX_DUPE_FACTOR = 100  # bertPrep.py's is 5: each copy is the corpus's instances once more
 
 
 @dataclass(frozen=True)
@@ -46,16 +48,20 @@ class Parameters:
     lower_case: bool = True
 
     def check(self) -> None:
-        if self.max_seq_length < 5:  # [CLS] A [SEP] B [SEP] with A and B one token at least
-            raise ConfigError(COMMAND_LINE, "--max-seq-length", "must be 5 or more")
+        if not 5 <= self.max_seq_length <= MAX_SEQ_LENGTH:
+            # [CLS] A [SEP] B [SEP] with A and B one token at least; at most the positions the
+            # bert_config.json written beside holds (max_position_embeddings)
+            raise ConfigError(
+                COMMAND_LINE, "--max-seq-length", f"must be 5 to {MAX_SEQ_LENGTH}"
+            )
         if not 1 <= self.max_predictions_per_seq <= self.max_seq_length:
             raise ConfigError(
                 COMMAND_LINE, "--max-predictions-per-seq", "must be 1 to --max-seq-length"
             )
         if not 0.0 < self.masked_lm_prob <= 1.0:
             raise ConfigError(COMMAND_LINE, "--masked-lm-prob", "must be in (0, 1]")
-        if self.dupe_factor < 1:
-            raise ConfigError(COMMAND_LINE, "--dupe-factor", "must be 1 or more")
+        if not 1 <= self.dupe_factor <= MAX_DUPE_FACTOR:
+            raise ConfigError(COMMAND_LINE, "--dupe-factor", f"must be 1 to {MAX_DUPE_FACTOR}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise ConfigError(COMMAND_LINE, "--short-seq-prob", "must be in [0, 1]")
 

@@ -10,7 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from driver.datasets.manifest import dataset_sha256, read_manifest, write_manifest
+from driver.datasets.manifest import (
+    claim,
+    dataset_sha256,
+    read_manifest,
+    verify_files,
+    write_manifest,
+)
 from driver.files import ensure_dir, write_text
 from driver.schema import ConfigError
 
@@ -48,14 +54,16 @@ def run(args: argparse.Namespace) -> int:
             "format",
             f"is {manifest['format']!r}; give a folder `dlperf data tfrecord` made",
         )
-    out = ensure_dir(args.out)
-    files = []
-    for name in sorted(manifest["files"]):
-        target = out / f"{name}.idx"
-        if not target.exists():  # resumable: each index is written whole or not at all
-            write_text(target, record_index(Path(args.source) / name))
-        files.append(target)
+    shards = verify_files(args.source, manifest)  # every name inside the folder, unchanged
     source = {"dataset": "imagenet-tfrecord", "tfrecord_sha256": dataset_sha256(args.source)}
+    out = ensure_dir(args.out)
+    claim(out, "dali-tfrecord-index", {"source": source})
+    files = []
+    for shard in shards:
+        target = out / f"{shard.relative_to(args.source).as_posix()}.idx"
+        if not target.exists():  # resumable: each index is written whole or not at all
+            write_text(target, record_index(shard))
+        files.append(target)
     identity = write_manifest(out, "dali-tfrecord-index", files, source)
     print(
         f"dali-tfrecord-index: {len(files)} index files in {out}, "

@@ -18,6 +18,16 @@ from driver.schema import ConfigError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+MAX_SHARDS = 65536  # ImageNet's 1.28 M train images at 20 an image shard; BERT's 256 many times
+
+
+def check_shards(option: str, count: int) -> None:
+    """A shard count given on the command line: 1 to MAX_SHARDS, named before any framework
+    environment is looked for."""
+    if not 1 <= count <= MAX_SHARDS:
+        raise ConfigError("command line", option, f"is {count}: give 1 to {MAX_SHARDS}")
+
+
 def shard_plan(images: list[Image], shards: int, seed: int = 0) -> list[list[Image]]:
     """``images`` in ``shards`` parts of near-equal size; train shuffled once with a fixed seed
     (as build_imagenet_data.py does, so no shard holds one class), val in order."""
@@ -61,7 +71,14 @@ def shards_command(
 
     def run(args: argparse.Namespace) -> int:
         counts = {"train": args.train_shards, "val": args.val_shards}
-        return prepare(args, fmt, lambda out, _c, im: write_splits(writer, out, im, counts, at))
+        for split, count in counts.items():
+            check_shards(f"--{split}-shards", count)
+        return prepare(
+            args,
+            fmt,
+            lambda out, _c, im: write_splits(writer, out, im, counts, at),
+            {"shards": counts},
+        )
 
     parser.set_defaults(func=run)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.datasets.manifest import write_manifest
-from driver.files import ensure_dir
+from driver.datasets.manifest import claim, is_member_name, write_manifest
+from driver.files import KitWriteError, ensure_dir, write_bytes
 from driver.schema import ConfigError
 
 SPLITS = ("train", "val")
@@ -45,9 +46,11 @@ def scan(source: Path, splits: tuple[str, ...] = SPLITS) -> tuple[list[str], lis
     source = Path(source)
     if not source.is_dir():
         raise ConfigError(source, "(folder)", "is not a folder; give the unpacked ImageNet tree")
+    root = source.resolve()
     train = source / "train"
     if not train.is_dir():
         raise ConfigError(train, "(folder)", "is missing: the tree holds train/<wnid>/*.JPEG")
+    inside(train, root)
     classes = sorted(p.name for p in train.iterdir() if p.is_dir())
     if not classes:
         raise ConfigError(train, "(folder)", "holds no class folders (train/<wnid>/*.JPEG)")
@@ -62,15 +65,49 @@ def scan(source: Path, splits: tuple[str, ...] = SPLITS) -> tuple[list[str], lis
                 f"is missing: the tree holds {split}/<wnid>/*.JPEG (sort the validation images "
                 "into class folders first, as pytorch/examples asks)",
             )
+        inside(folder, root)
         for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
             if class_dir.name not in index:
                 raise ConfigError(class_dir, "(folder)", "is a class that train/ does not have")
+            inside(class_dir, root)
             for path in sorted(class_dir.iterdir()):
-                if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
+                if path.suffix.lower() in IMAGE_SUFFIXES:
+                    if not is_member_name(path.name):  # a manifest could not name it
+                        raise ConfigError(
+                            class_dir,
+                            repr(path.name),
+                            "a file name with a control character or a backslash; rename it",
+                        )
+                    real = inside(path, root)
+                    if not stat.S_ISREG(real.stat().st_mode):
+                        if real.is_dir():
+                            continue  # a folder named like an image: not an image
+                        raise ConfigError(
+                            path, "(file)", "is not a regular file (a FIFO, a device); remove it"
+                        )
                     images.append(Image(split, class_dir.name, path, index[class_dir.name]))
     if not images:
         raise ConfigError(source, "(folder)", "holds no .JPEG images in the splits asked for")
     return classes, images
+
+
+def inside(path: Path, root: Path) -> Path:
+    """``path`` with its symlinks followed, which must stay inside the tree ``root`` (resolved):
+    a link leading out (or nowhere) is a ConfigError naming it, never followed or copied."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise ConfigError(
+            path, "(file)", "is a dangling or looping symlink; remove it or fix its target"
+        ) from None
+    if not real.is_relative_to(root):
+        raise ConfigError(
+            path,
+            "(file)",
+            f"is a symlink leading out of the tree (to {real}); copy the file into the tree "
+            "or remove the link",
+        )
+    return real
 
 
 def source_facts(source: Path, classes: list[str], images: list[Image]) -> dict[str, Any]:
@@ -110,15 +147,24 @@ def prepare(
     args: argparse.Namespace,
     fmt: str,
     make: Callable[[Path, list[str], list[Image]], list[Path]],
+    job: dict[str, Any] | None = None,
+    check: Callable[[list[Image]], None] | None = None,
 ) -> int:
     """Scan, make the format's files (``make`` skips what a former run finished: each file
-    is written whole or not at all), write the manifest, and state sizes, time and identity."""
+    is written whole or not at all), write the manifest, and state sizes, time and identity.
+    The output folder is claimed first (``manifest.claim``): one holding another set, or files
+    of its own, is refused; ``job`` holds the options that shape the files (shard counts);
+    ``check`` refuses images the format cannot hold, before anything is written."""
     start = time.monotonic()
     classes, images = scan(args.source, splits_of(args.splits))
+    if check:
+        check(images)
+    facts = source_facts(args.source, classes, images)
     out = ensure_dir(args.out)
+    claim(out, fmt, {"source": facts, **(job or {})})
     files = make(out, classes, images)
     made = time.monotonic()
-    identity = write_manifest(out, fmt, files, source_facts(args.source, classes, images))
+    identity = write_manifest(out, fmt, files, facts)
     total = sum(p.stat().st_size for p in files)
     print(
         f"{fmt}: {len(images)} images of {len(classes)} classes -> {len(files)} files, "
@@ -147,10 +193,14 @@ def place(source: Path, target: Path) -> Path:
     partial = target.with_name(f".{target.name}.partial")
     partial.unlink(missing_ok=True)
     try:
-        os.link(source, partial)
+        os.link(source.resolve(), partial)  # a symlink (inside the tree) as its target
     except OSError:
-        partial.write_bytes(source.read_bytes())
-    os.replace(partial, target)
+        return write_bytes(target, source.read_bytes())  # a full disk names the target
+    try:
+        os.replace(partial, target)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        raise KitWriteError(target, error) from None
     return target
 
 

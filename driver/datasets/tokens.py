@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from driver.datasets.manifest import write_manifest
-from driver.files import sha256_file, write_bytes
+from driver.datasets.manifest import claim, write_manifest
+from driver.files import ensure_dir, sha256_file, write_bytes
 from driver.schema import ConfigError
 
 FORMAT = "tokens"
@@ -89,6 +89,8 @@ class Tokenizer:
 def read_texts(paths: Iterable[Path]) -> list[tuple[Path, str]]:
     texts = []
     for path in paths:
+        if path.exists() and not path.is_file():  # a FIFO or device: the read could block
+            raise ConfigError(path, "text", "is not a regular file; give the text files")
         try:
             texts.append((path, path.read_text(encoding="utf-8")))
         except FileNotFoundError:
@@ -118,7 +120,6 @@ def make_token_file(texts: list[Path], tokenizer_spec: str, out: Path) -> dict[s
         documents += 1
     if sys.byteorder != "little":
         ids.byteswap()
-    write_bytes(out / TOKENS_FILE, ids.tobytes())  # the folder made with it
     source = {
         "tokenizer": tokenizer.describe(),
         "vocab_size": tokenizer.vocab_size,
@@ -131,6 +132,8 @@ def make_token_file(texts: list[Path], tokenizer_spec: str, out: Path) -> dict[s
             for path in texts
         ],
     }
+    claim(ensure_dir(out), FORMAT, {"source": source})  # never over another set
+    write_bytes(out / TOKENS_FILE, ids.tobytes())
     digest = write_manifest(out, FORMAT, [out / TOKENS_FILE], source)
     return {**source, "manifest_sha256": digest}
 

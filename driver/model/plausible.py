@@ -139,6 +139,55 @@ def check_one_machine(parsed: ParsedLog) -> None:
         )
 
 
+def device_memory_bytes(header: Mapping[str, Any]) -> int | None:
+    """The memory of one device of the rank whose header this is, from its fingerprint: the
+    largest GPU it lists, else (processes on a CPU) the host's memory, rounded up to the next
+    whole GiB (the fingerprint holds whole GiB, rounded down); None where it says neither."""
+    facts = header.get("fingerprint")
+    if not isinstance(facts, Mapping):
+        return None
+    gpus = [g.get("memory_mib") for g in facts.get("gpus") or [] if isinstance(g, Mapping)]
+    sizes = [size for size in gpus if isinstance(size, int) and not isinstance(size, bool)]
+    if sizes:
+        return max(sizes) * 2**20
+    host = facts.get("memory_gib")
+    if isinstance(host, int) and not isinstance(host, bool) and host > 0 and not facts.get("gpus"):
+        return (host + 1) * 2**30
+    return None
+
+
+def check_peak_memory(parsed: ParsedLog) -> None:
+    """Every rank's stated peak memory (its end record's bytes, NVML's too) at most one device's
+    memory as its own fingerprint gives it: more is no measurement (a forged or mixed log)."""
+    for rank in sorted(parsed.ranks):
+        log = parsed.ranks[rank]
+        limit = device_memory_bytes(log.header) if log.peak_memory else None
+        if limit is None or log.peak_memory is None:
+            continue
+        for name in ("bytes", "nvml_bytes"):
+            stated = log.peak_memory.get(name)
+            if isinstance(stated, int) and stated > limit:
+                raise Implausible(
+                    f"rank {rank}: peak_memory.{name} {stated / 2**30:.4g} GiB is more than its "
+                    f"device's {limit / 2**30:.4g} GiB (its fingerprint): no run uses more "
+                    "memory than its device has; the log was edited or mixed with another"
+                )
+
+
+def check_repeated_steps(parsed: ParsedLog, precision: str) -> None:
+    """A rate line that repeats the previous step label is one AMP loss-scale overflow iteration
+    (the update skipped, the work done: counted); an FP32 run has no loss scale, so there the
+    same step logged twice is an edited or mixed log, whose extra line would move the figure."""
+    repeated = parsed.meta.get("overflow_iterations")
+    if repeated and precision != "amp":
+        raise Implausible(
+            f"{repeated} step(s) of the measured window logged twice (a repeated step label, "
+            f"which only an AMP loss-scale overflow prints) in a {precision} run: the log was "
+            "edited or mixed with another; give the log as the run wrote it (or precision: amp "
+            "if the run used AMP)"
+        )
+
+
 def measure_checked(
     case: Case, parser: str, texts: Mapping[str, str], batch_size: int
 ) -> tuple[RepeatMeasurement, ParsedLog]:
@@ -152,7 +201,9 @@ def measure_checked(
             check_parsed(parsed, window, batch_size),
             check_finished(parsed),
             check_one_machine(parsed),
+            check_peak_memory(parsed),
         ),
     )
     check_measurement(measurement, case.topology.world_size, batch_size)
+    check_repeated_steps(parsed, case.precision)
     return measurement, parsed

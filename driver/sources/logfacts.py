@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator
 
+from driver.core.matrix import MAX_STEPS, parse_topology
 from driver.launchers.base import NodeRank
 from driver.model.case import Case, Topology
 from driver.model.hardware import HardwareError, parse_hardware
@@ -34,6 +35,9 @@ from driver.text import FreeText
 VARIANT = "imported"
 
 
+MAX_BATCH = 1_000_000  # the matrix's per-device bound (driver.core.matrix._batch)
+
+
 class ImportLogsError(ValueError):
     """Bad facts or logs: the message names the file, the field and the fix."""
 
@@ -43,15 +47,15 @@ class Facts(StrictModel):
 
     model: str
     topology: str = "1n1g"  # <nodes>n<total devices>g, as DLPerf writes it
-    batch: int = Field(ge=1)  # per device
+    batch: int = Field(ge=1, le=MAX_BATCH)  # per device, as the matrix bounds it
     precision: Literal["fp32", "amp"] = "fp32"
     dataset: Literal["synthetic", "real"] = "synthetic"
     xla: bool = False
-    warmup_steps: int = Field(ge=0)
-    measured_steps: int = Field(ge=1)
+    warmup_steps: int = Field(ge=0, le=MAX_STEPS)
+    measured_steps: int = Field(ge=1, le=MAX_STEPS)
     worker0_only: bool = False
     logging: Literal["rank0", "per-node", "per-process"] | None = None  # default: the source's
-    step_offset: int | None = Field(default=None, ge=0)  # default: the source's
+    step_offset: int | None = Field(default=None, ge=0, le=MAX_STEPS)  # default: the source's
     note: FreeText("note") = ""  # where the logs come from (kept in the record)
     # What the logs ran on (``NVIDIA V100-SXM2-16GB``): their machine and device model. Without
     # it they stay "unknown device" and are set beside no measured case.
@@ -121,7 +125,7 @@ def load_facts(path: Path | None, overrides: dict[str, Any]) -> Facts:
         fix = f" (set it in the facts file or with {flag})" if fact in FACT_FLAGS else ""
         raise ImportLogsError(f"{error}{fix}") from None
     try:
-        Topology.parse(facts.topology)
+        parse_topology(facts.topology)  # the matrix's bounds: 1024 nodes, 64 devices a node
     except ValueError as error:
         raise ImportLogsError(f"{where}: topology: {error}") from None
     for fact in Facts.model_fields:

@@ -14,7 +14,9 @@ from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
     MAX_CASES,
+    MAX_DEVICES_PER_NODE,
     MAX_EXPANDED_CASES,
+    MAX_NODES,
     MatrixError,
     check_case_count,
     overrides_from,
@@ -28,6 +30,7 @@ from driver.frontend.args import (
     bounded_int,
     check_session_name,
     csv_items,
+    free_text,
     option_pair,
     signing_key_option,
 )
@@ -56,13 +59,28 @@ def _precisions(amp: str | None) -> tuple[str, ...]:
     return choices[key]
 
 
-def _topologies(nodes: int | None, gpus: int | None) -> tuple[str, ...]:
+def _count(flag: str, text: str | None, high: int) -> int | None:
+    """A count given as ``--nodes``/``--gpus``: plain digits (no sign, space, underscore or
+    exponent: `` 1``, ``+1``, ``1e9`` are typos or forged), 1 to ``high``."""
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise MatrixError(
+            COMMAND_LINE, flag, f"{text!r}: give a count of plain digits (e.g. 2), no spaces"
+        )
+    value = int(text[:12]) if len(text) <= 12 else high + 1
+    if not 1 <= value <= high:
+        shown = text if len(text) <= 12 else f"{text[:12]}... ({len(text)} digits)"
+        raise MatrixError(COMMAND_LINE, flag, f"is {shown}: give 1 to {high}")
+    return value
+
+
+def _topologies(nodes_text: str | None, gpus_text: str | None) -> tuple[str, ...]:
     """NODES and GPUS (devices per node) from make; either alone keeps the other at 1."""
-    if nodes is None and gpus is None:
+    if nodes_text is None and gpus_text is None:
         return ()
-    for flag, value in (("--nodes", nodes), ("--gpus", gpus)):
-        if value is not None and value <= 0:
-            raise MatrixError(COMMAND_LINE, flag, f"must be a positive count, got {value}")
+    nodes = _count("--nodes", nodes_text, MAX_NODES)
+    gpus = _count("--gpus", gpus_text, MAX_DEVICES_PER_NODE)
     nodes = 1 if nodes is None else nodes
     gpus = 1 if gpus is None else gpus
     return (f"{nodes}n{nodes * gpus}g",)
@@ -251,8 +269,11 @@ def _selection_arguments(run: argparse.ArgumentParser) -> None:
         "--profile", default=AUTO, help=f"'{DLPERF_PROFILE}', a profile of the matrix, or '{AUTO}'"
     )
     run.add_argument("--model", help="comma-separated models", action=Once)
-    run.add_argument("--nodes", type=int, action=Once)
-    run.add_argument("--gpus", type=int, help="devices (processes on CPU) per node", action=Once)
+    run.add_argument("--nodes", action=Once, help=f"nodes, 1 to {MAX_NODES}")
+    run.add_argument(
+        "--gpus", action=Once,
+        help=f"devices (processes on CPU) per node, 1 to {MAX_DEVICES_PER_NODE}",
+    )  # fmt: skip
     run.add_argument("--batch", help="per-device batch sizes, comma-separated, or max", action=Once)
     run.add_argument("--amp", help="on, off or both", action=Once)
     run.add_argument("--xla", choices=("on", "off"))
@@ -318,6 +339,7 @@ def _selection_arguments(run: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     run.add_argument(
         "--hardware",
+        type=free_text("label"),  # printed with the estimate: held to every label's rules
         help="the nodes' device as the estimate looks it up (e.g. H100, A100, 'AMD EPYC'); "
         "default: this host's GPUs or CPU for the local runtime, else none",
     )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from driver.cluster.preflight import Engine
 from driver.frameworks.base import REPO_ROOT
 from driver.images import export
-from driver.runtimes.base import Verdict
+from driver.runtimes.base import RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS
 from driver.runtimes.containers.none import NoContainer
 from driver.runtimes.slurm.job import Failure
@@ -66,8 +66,8 @@ class Apptainer(NoContainer):
         self, framework: str, node: Node, source: str = "dlperf", image: str = "pinned"
     ) -> str:
         image = node.container.image.get(framework) or node.container.image.get("default")
-        if not image:
-            raise ValueError(
+        if not image:  # one line for the CLI (it was a traceback), a ValueError still
+            raise RuntimeConfigError(
                 f"{self.where}: container.image.{framework}: apptainer over SSH runs an image "
                 "file on every node; set container.image (a .sif path there, e.g. made by "
                 "`apptainer build pytorch.sif docker-daemon://<image>`)"
