@@ -42,6 +42,17 @@ def _git(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
 
 
+def kit_knows(version: Path, text: str) -> bool:
+    """Whether the command-line code of the kit that released ``version`` holds ``text`` (an
+    option it knows), False where that kit is not here to ask."""
+    try:
+        commit, _dirty = released_commit(version)
+    except ReleasedKitError:
+        return False
+    found = _git("grep", "-q", "-F", "-e", text, commit, "--", "driver/frontend")
+    return found.returncode == 0
+
+
 def audit_with_released_kit(version: Path, reports: Path, extra_args: list[str]) -> int:
     """Run ``dlperf audit`` of the releasing kit on ``version``; returns its exit code."""
     with released_tree(version) as (tree, commit):
