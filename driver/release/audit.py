@@ -202,9 +202,10 @@ def _run_signatures(state: AuditState, expected_version: str | None, allowed: Pa
         return
     manifest_bytes, manifest = read
     members: dict[str, bytes] = {}
+    present = {p.relative_to(state.dir).as_posix() for p in state.dir.rglob("*") if p.is_file()}
     for archive, entry in sorted(manifest["archives"].items()):
         path = state.dir / archive
-        if not path.is_file():
+        if archive not in present:  # only a file of the folder: never a path out of it
             state.add(archive, "presence", "missing", "listed in the manifest")
             continue
         if sha256_file(path) != entry.get("sha256"):  # its seal is then not the one signed
