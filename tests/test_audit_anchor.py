@@ -180,3 +180,18 @@ def test_require_signed_refuses_a_signature_only_the_reports_folder_trusts(
     mine = tmp_path / "my_signers"
     allow(mine, "lab@example.org", lab)
     assert audit(version, require_signed=True, allowed_signers=mine).ok
+
+
+def test_a_readme_of_layout_5_is_re_rendered_by_the_kit_that_released_it(
+    stranger_version: Path,
+) -> None:
+    """This kit escapes every free-text cell and line (README layout 6): a layout-5 README,
+    whose notes, machines and node versions an older kit escaped otherwise, is held byte for
+    byte to what its own kit re-renders, not to this kit's rendering."""
+    report = audit(stranger_version)
+    assert report.ok, report.text()
+    assert any(
+        "README layout 5 (this kit writes 6): re-rendered byte for byte by the kit that "
+        "released it: identical" in note
+        for note in report.notes
+    ), report.notes

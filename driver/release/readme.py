@@ -63,10 +63,15 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
 # like with like; telemetry per case. 5: who signed the version and each session (a
 # "Signatures" section; "unsigned" where nobody did), and a case measured above 100% efficiency
 # beyond its noise tolerance marked in every table with the reason it was released with.
+# 6: 5 with every free-text cell and line escaped by ``markdown_inline`` as the results tables
+# are (the machines and signatures tables, who signed, each node's devices and versions, a
+# probe's backend, a reference's names, an excluded repeat's detail: a label holding
+# ``[x](url)``, ``**``, ``_`` or ``|`` is text there).
 # (1: one column group per series, every repeat's telemetry, the nearest reference whatever its
 # device; 2: the long tables by device model; 3: split by machine, without the slow-node notes;
-# 4: 3 with them, before signatures and the superlinear mark.)
-README_LAYOUT = 5
+# 4: 3 with them, before signatures and the superlinear mark; 5: 6 with those cells escaped
+# for ``|`` and HTML only, or not at all.)
+README_LAYOUT = 6
 README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
 
 
