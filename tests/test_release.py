@@ -79,17 +79,17 @@ def test_manifest_records_provenance_and_every_checksum(released: Path, session:
     assert manifest["counts"] == {"sessions": 1, "cases": 3, "repeats": 9, "raw_files": len(kept)}
     assert manifest["sessions"][0]["name"] == session.name
     # the README layout: every layout of the versions released so far, and none beyond
-    assert manifest["readme_layout"] == 5
+    assert manifest["readme_layout"] == 6
     # results.json's own schema, named in the manifest too
     assert (
         manifest["results_schema"]
         == json.loads((released / "results.json").read_text())["schema"]
         == 2
     )
-    for layout in (1, 2, 3, 4):
+    for layout in (1, 2, 3, 4, 5):
         assert validate({**manifest, "readme_layout": layout}) == []
-    assert validate({**manifest, "readme_layout": 6}) == [
-        "field 'readme_layout': 6 is not allowed; allowed values: 1, 2, 3, 4, 5"
+    assert validate({**manifest, "readme_layout": 7}) == [
+        "field 'readme_layout': 7 is not allowed; allowed values: 1, 2, 3, 4, 5, 6"
     ]
 
 
@@ -305,7 +305,7 @@ def test_a_version_from_the_committed_sessions_reads_at_a_glance(tmp_path: Path)
     )  # fmt: skip
     readme = (target / "README.md").read_text()
     manifest = json.loads((target / "manifest.json").read_text())
-    assert manifest["readme_layout"] == 5
+    assert manifest["readme_layout"] == 6
     throughput = readme.split("## Summary")[1].split("## Beside published results")[0]
     tables = table_blocks(throughput)
     # which machine each session ran on, a summary per model, a table per model/precision/batch

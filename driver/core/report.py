@@ -30,7 +30,7 @@ from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ra
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
 from driver.model.measure import UNSTABLE_CV
-from driver.text import markdown_cell, markdown_inline
+from driver.text import markdown_inline
 
 MODEL_NAMES = {
     "resnet50": "ResNet-50 v1.5",
@@ -527,7 +527,7 @@ def write_report(
         "csv": out_dir / "report.csv",
         "json": out_dir / "report.json",
     }
-    heading = markdown_cell(title)
+    heading = markdown_inline(title)
     body = f"# {heading}\n\n{preamble}\n\n" if preamble else f"# {heading}\n\n"
     notes = [
         f"Refused (left out of every table; the logs are the truth): {problem}"

@@ -255,7 +255,9 @@ def allowed_signers_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--require-signed",
         action="store_true",
-        help="refuse (fail) any session or version that no trusted key signed",
+        help="refuse (fail) any session or version that no trusted key signed (audit: trusted "
+        "by a file from outside the reports folder: --allowed-signers, $DLPERF_ALLOWED_SIGNERS "
+        "or ~/.config/dlperf/allowed_signers)",
     )
 
 

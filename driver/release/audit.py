@@ -74,6 +74,7 @@ from driver.release.results import (
     results_schema,
 )
 from driver.release.signatures import (
+    ALLOWED_SIGNERS_VARIABLE,
     SIGNED,
     VERSION_SIGNATURE,
     Signatures,
@@ -81,6 +82,7 @@ from driver.release.signatures import (
     describe,
     session_signatures,
     trust_anchor,
+    user_allowed_signers,
     version_signature,
 )
 from driver.release.versions import index_digest
@@ -105,15 +107,21 @@ def audit(
     reports_root: Path | None = None,
     allowed_signers: Path | TrustAnchor | None = None,
     require_signed: bool = False,
+    signatures_only: bool = False,
 ) -> AuditReport:
     """Audit one version folder; never raises for a bad version (the findings say why).
     Signatures are checked against ``allowed_signers``, else the file from outside the reports
     folder (``driver.release.signatures.trust_anchor``), else ``allowed_signers`` in
     ``reports_root`` or beside the version folder, which the verdict then names.
-    ``require_signed``: an unsigned version or session is a finding."""
+    ``require_signed``: an unsigned version or session is a finding, and so is a signature
+    that only the reports folder's own allowed_signers trusts (git's model: trust is a list the
+    reader keeps, not one shipped with the data). ``signatures_only``: check the seals and
+    signatures and nothing else (``dlperf audit --kit released``: the kit that released the
+    version recomputes the numbers, this one checks who vouches for them against the
+    auditor's file, whatever that kit knows of it)."""
     started = time.perf_counter()
     version_dir = Path(version_dir)
-    report = AuditReport(version_dir=version_dir)
+    report = AuditReport(version_dir=version_dir, signatures_only=signatures_only)
     state = AuditState(version_dir, report)
     try:
         trust = allowed_signers
@@ -125,9 +133,14 @@ def audit(
         return report
     report.trust = trust.verdict()
     try:
-        _run(state, expected_version, images_lock, recompute_flops, reports_root, trust.path)
+        if signatures_only:
+            _run_signatures(state, expected_version, trust.path)
+        else:
+            _run(state, expected_version, images_lock, recompute_flops, reports_root, trust.path)
         for unsigned in report.unsigned if require_signed else []:
             state.add(unsigned, "signature", "unsigned", "signed (--require-signed)")
+        if require_signed and trust.own:
+            state.add(str(trust.path), "--require-signed", OWN_ANCHOR, _outside_anchor())
         # the verdict names the version's own file where it decided something: a signature
         # verified, or one that did not verify against it
         checked = len(report.signatures) > len(report.unsigned) or any(
@@ -139,26 +152,35 @@ def audit(
     return report
 
 
-def _run(
-    state: AuditState,
-    expected_version: str | None,
-    images_lock: Path | None,
-    recompute_flops: bool,
-    reports_root: Path | None,
-    allowed: Path,
-) -> None:
+OWN_ANCHOR = (
+    "the only allowed-signers file is the reports folder's own, which comes with the data it "
+    "vouches for (whoever can write the versions can write it): it proves no signature"
+)
+
+
+def _outside_anchor() -> str:
+    return (
+        "signatures checked against a file of keys you hold yourself: name it with "
+        f"--allowed-signers FILE, ${ALLOWED_SIGNERS_VARIABLE} or {user_allowed_signers()}"
+    )
+
+
+def _manifest(state: AuditState, expected_version: str | None) -> tuple[bytes, dict] | None:
+    """The version's manifest (its bytes and its content) when it reads and is well formed,
+    else None with the findings that say why; the version it names checked against the
+    folder's and ``expected_version``."""
     directory, report = state.dir, state.report
     try:
         manifest_bytes = (directory / MANIFEST).read_bytes()
         manifest = json.loads(manifest_bytes)
     except (OSError, ValueError) as error:
         state.add(MANIFEST, "the file", "unreadable", f"a JSON manifest ({error})")
-        return
+        return None
     problems = validate(manifest)
     for problem in problems:
         state.add(MANIFEST, "schema", problem, "a valid manifest")
     if problems:
-        return
+        return None
     report.version = manifest["version"]
     # A version is what its manifest says: a copy unpacked under another folder name is the
     # same version (noted); only a version the caller named explicitly must match.
@@ -169,6 +191,48 @@ def _run(
             f"the folder name {directory.name!r} differs from the version its manifest names "
             f"({manifest['version']!r}): audited as {manifest['version']}"
         )
+    return manifest_bytes, manifest
+
+
+def _run_signatures(state: AuditState, expected_version: str | None, allowed: Path) -> None:
+    """The seals and signatures of a version, and nothing else: each session's files against
+    its seal and signature, the version's signature, each against ``allowed``."""
+    read = _manifest(state, expected_version)
+    if read is None:
+        return
+    manifest_bytes, manifest = read
+    members: dict[str, bytes] = {}
+    present = {p.relative_to(state.dir).as_posix() for p in state.dir.rglob("*") if p.is_file()}
+    for archive, entry in sorted(manifest["archives"].items()):
+        path = state.dir / archive
+        if archive not in present:  # only a file of the folder: never a path out of it
+            state.add(archive, "presence", "missing", "listed in the manifest")
+            continue
+        if sha256_file(path) != entry.get("sha256"):  # its seal is then not the one signed
+            state.add(archive, "sha256", entry.get("sha256"), sha256_file(path))
+        try:
+            members.update(read_archive(path))
+        except Exception as error:  # a corrupted archive: tarfile/gzip/zlib errors
+            state.add(
+                archive, "archive", f"unreadable ({type(error).__name__}: {error})", "readable"
+            )
+    signatures = session_signatures(members, allowed)
+    _check_signatures(state, manifest_bytes, manifest, signatures, allowed)
+
+
+def _run(
+    state: AuditState,
+    expected_version: str | None,
+    images_lock: Path | None,
+    recompute_flops: bool,
+    reports_root: Path | None,
+    allowed: Path,
+) -> None:
+    directory, report = state.dir, state.report
+    read = _manifest(state, expected_version)
+    if read is None:
+        return
+    manifest_bytes, manifest = read
 
     # 1-2: the files of the folder, and their checksums.
     recorded = manifest.get("signatures")  # README layout 5 on
@@ -323,7 +387,12 @@ def _check_signatures(
         for problem in problems:
             state.add(VERSION_SIGNATURE, "signature", problem, "a good signature")
         shown = dict(version, principal=signer.principal) if signer else version
-        report.signatures.append(f"version {describe(shown)}")
+        if problems and version.get("status") == SIGNED:  # a claim, not a verified signature
+            report.signatures.append(
+                f"version NOT verified against {allowed}: its manifest says {describe(shown)}"
+            )
+        else:
+            report.signatures.append(f"version {describe(shown)}")
         if version.get("status") != SIGNED:
             report.unsigned.append(MANIFEST)
         if signer is not None and signer.principal != version.get("principal"):

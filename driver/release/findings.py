@@ -55,6 +55,7 @@ class AuditReport:
     unsigned: list[str] = field(default_factory=list)  # the version and sessions no key signed
     trust: str = ""  # which allowed-signers file the signatures were checked against
     trust_own: bool = False  # the version's own: said in the verdict
+    signatures_only: bool = False  # only its seals and signatures checked (--kit released)
     counts: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -75,6 +76,8 @@ class AuditReport:
         by_table: dict[str, list[Finding]] = defaultdict(list)
         for finding in self.findings:
             by_table[finding.table].append(finding)
+        if self.signatures_only:
+            return self._signatures_text()
         out = [f"audit {self.version_dir} (version {self.version or '?'}): {self.summary_line()}"]
         version_findings = by_table.pop(VERSION_LEVEL, [])
         out.append(
@@ -101,8 +104,24 @@ class AuditReport:
             verdict = f"INCOMPLETE ({len(self.skipped)} check(s) that could fail skipped, above)"
         else:
             verdict = "PASS"
-        own = " (signatures trusted by the version's own allowed_signers)" if self.trust_own else ""
-        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s{own}")
+        out.append(f"verdict: {verdict} in {self.elapsed_s:.2f} s{self._own()}")
+        return "\n".join(out)
+
+    def _own(self) -> str:
+        own = " (signatures trusted by the version's own allowed_signers)"
+        return own if self.trust_own else ""
+
+    def _signatures_text(self) -> str:
+        """The report of a check of seals and signatures only, by this kit."""
+        out = [
+            f"signatures of {self.version_dir} (version {self.version or '?'}), checked by this "
+            f"kit: {self.trust or 'no allowed-signers file'}"
+        ]
+        out += [f"      {f}" for f in self.findings]
+        out += [f"  signature: {line}" for line in self.signatures]
+        out += [f"  note: {n}" for n in self.notes]
+        verdict = f"FAIL ({len(self.findings)} difference(s))" if self.findings else "PASS"
+        out.append(f"signatures verdict: {verdict}{self._own()}")
         return "\n".join(out)
 
 

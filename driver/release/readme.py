@@ -63,10 +63,15 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
 # like with like; telemetry per case. 5: who signed the version and each session (a
 # "Signatures" section; "unsigned" where nobody did), and a case measured above 100% efficiency
 # beyond its noise tolerance marked in every table with the reason it was released with.
+# 6: 5 with every free-text cell and line escaped by ``markdown_inline`` as the results tables
+# are (the machines and signatures tables, who signed, each node's devices and versions, a
+# probe's backend, a reference's names, an excluded repeat's detail: a label holding
+# ``[x](url)``, ``**``, ``_`` or ``|`` is text there).
 # (1: one column group per series, every repeat's telemetry, the nearest reference whatever its
 # device; 2: the long tables by device model; 3: split by machine, without the slow-node notes;
-# 4: 3 with them, before signatures and the superlinear mark.)
-README_LAYOUT = 5
+# 4: 3 with them, before signatures and the superlinear mark; 5: 6 with those cells escaped
+# for ``|`` and HTML only, or not at all.)
+README_LAYOUT = 6
 README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
 
 
@@ -85,7 +90,7 @@ def _machines_section(computed: Computed) -> str:
         rows.setdefault((session, repeat.fingerprint), set()).add(source)
     table = tabulate(
         [
-            [f"`{markdown_cell(s)}`", markdown_cell(m), ", ".join(sorted(how))]
+            [f"`{markdown_cell(s)}`", markdown_inline(m), ", ".join(sorted(how))]
             for (s, m), how in sorted(rows.items())
         ],
         headers=["session", "machine", "known from"],
@@ -106,8 +111,8 @@ def _signatures_section(manifest: dict[str, Any]) -> str:
     version = signatures["version"]
     if version["status"] == SIGNED:
         head = (
-            f"This version is signed by {markdown_cell(version['principal'])} "
-            f"({markdown_cell(version['key'])}): `{VERSION_SIGNATURE}`, namespace "
+            f"This version is signed by {markdown_inline(version['principal'])} "
+            f"({markdown_inline(version['key'])}): `{VERSION_SIGNATURE}`, namespace "
             "`dlperf-release`, over `manifest.json`, which holds the SHA-256 of every other file."
         )
     else:
@@ -118,10 +123,10 @@ def _signatures_section(manifest: dict[str, Any]) -> str:
     rows = []
     for name, status in sorted(signatures["sessions"].items()):
         if status["status"] == SIGNED:
-            rows.append([f"`{name}`", "signed", markdown_cell(status["principal"]),
-                         markdown_cell(status["key"])])  # fmt: skip
+            rows.append([f"`{name}`", "signed", markdown_inline(status["principal"]),
+                         markdown_inline(status["key"])])  # fmt: skip
         else:
-            rows.append([f"`{name}`", "**unsigned**", "-", markdown_cell(status["reason"])])
+            rows.append([f"`{name}`", "**unsigned**", "-", markdown_inline(status["reason"])])
     table = tabulate(
         rows,
         headers=["session", "signature", "signed by", "key"],
@@ -244,9 +249,9 @@ def _references_section(computed: Computed) -> str:
                 s.case_id,
                 _num(s.stats.median, 2),
                 _num(e.per_device, 2),
-                markdown_cell(f"{e.reference_framework} ({e.reference_id})"),
-                markdown_cell(e.reference_hardware),
-                markdown_cell(config),
+                markdown_inline(f"{e.reference_framework} ({e.reference_id})"),
+                markdown_inline(e.reference_hardware),
+                markdown_inline(config),
                 _num(e.reference_per_device, 2),
                 "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
                 markdown_link(e.reference_source, e.reference_link),
@@ -336,18 +341,23 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
     for s in manifest["sessions"]:
         kit = s.get("kit") or {}
         dirty = " (dirty)" if kit.get("dirty") else ""
+        said = {k: markdown_inline(s.get(k)) for k in ("created", "head_node", "profile",
+                                                      "runtime")}  # fmt: skip
         out.append(
-            f"- `{s['name']}`: created {s.get('created')}, head node {s.get('head_node')}, "
-            f"profile {s.get('profile')}, runtime {s.get('runtime')}, kit "
+            f"- `{s['name']}`: created {said['created']}, head node {said['head_node']}, "
+            f"profile {said['profile']}, runtime {said['runtime']}, kit "
             f"`{kit.get('commit')}`{dirty}; archive `{s['archive']}` "
             f"({s['files']} files)"
         )
     out.append("\nNodes (from every rank's log header):\n")
     for host, node in sorted(manifest["nodes"].items()):
+        # from every rank's log header: a device's or framework's name is free text
         versions = ", ".join(f"{k} {v}" for k, v in sorted(node.get("versions", {}).items()))
+        devices = markdown_inline(", ".join(node.get("devices", [])) or "-")
+        frameworks = markdown_inline(", ".join(node.get("frameworks", [])))
         out.append(
-            f"- `{host}`: devices {', '.join(node.get('devices', [])) or '-'}; "
-            f"frameworks {', '.join(node.get('frameworks', []))}; {versions or 'no versions'}"
+            f"- `{host}`: devices {devices}; frameworks {frameworks}; "
+            f"{markdown_inline(versions or 'no versions')}"
         )
     images = manifest["images"]
     out.append("\nImages pinned in images.lock:\n")
@@ -382,13 +392,14 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
         out.append("\nAll-reduce probes:\n")
         for p in probes:
             out.append(
-                f"- `{p['session']}` {p['topology']}: {p['backend']}, busbw "
+                f"- `{p['session']}` {p['topology']}: {markdown_inline(p['backend'])}, busbw "
                 f"{p['busbw_gbps']:.3f} GB/s at {p['busbw_at_bytes']} bytes (`{p['log']}`)"
             )
     if manifest["excluded_repeats"]:
         out.append("\nRepeats left out (not finished ok):\n")
         for e in manifest["excluded_repeats"]:
-            out.append(f"- `{e['session']}/{e['folder']}`: {e['verdict']} {e['detail']}".rstrip())
+            said = markdown_inline(f"{e['verdict']} {e['detail']}".rstrip())
+            out.append(f"- `{e['session']}/{e['folder']}`: {said}")
     return "\n".join(out) + "\n"
 
 

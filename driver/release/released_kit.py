@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,17 @@ def _git(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
 
 
+def kit_knows(version: Path, text: str) -> bool:
+    """Whether the command-line code of the kit that released ``version`` holds ``text`` (an
+    option it knows), False where that kit is not here to ask."""
+    try:
+        commit, _dirty = released_commit(version)
+    except ReleasedKitError:
+        return False
+    found = _git("grep", "-q", "-F", "-e", text, commit, "--", "driver/frontend")
+    return found.returncode == 0
+
+
 def audit_with_released_kit(version: Path, reports: Path, extra_args: list[str]) -> int:
     """Run ``dlperf audit`` of the releasing kit on ``version``; returns its exit code."""
     with released_tree(version) as (tree, commit):
@@ -69,6 +81,33 @@ def _env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree)}
 
 
+_LAYOUT_LINE = re.compile(r"^README_LAYOUT = (\d+)$", re.MULTILINE)
+
+
+def _check_layout(version: Path, commit: str) -> None:
+    """ReleasedKitError where the kit at ``commit`` writes another README layout than the
+    version's manifest names (a release from a tree with uncommitted changes, or an edited
+    manifest): that kit would hand the README to "the kit that released it", itself, without
+    end. A kit from before layouts were numbered in its code is run as it is."""
+    shown = _git("show", f"{commit}:driver/release/readme.py")
+    match = _LAYOUT_LINE.search(shown.stdout) if shown.returncode == 0 else None
+    if match is None:
+        return
+    try:
+        named = int(json.loads((version / "manifest.json").read_text()).get("readme_layout", 1))
+    except (OSError, ValueError, TypeError, AttributeError) as error:
+        raise ReleasedKitError(
+            f"{version}/manifest.json: readme_layout unreadable ({error})"
+        ) from None
+    if named != int(match[1]):
+        raise ReleasedKitError(
+            f"{version}/manifest.json: readme_layout is {named}, but the kit commit it names "
+            f"({commit[:12]}) writes README layout {match[1]}: released from a tree with "
+            "uncommitted changes, or the manifest was edited; that kit cannot re-render this "
+            "README (audit with the current kit: drop --kit released)"
+        )
+
+
 @contextmanager
 def released_tree(version: Path, quiet: bool = False) -> Iterator[tuple[Path, str]]:
     """A temporary ``git worktree`` of the kit commit that released ``version``, and the
@@ -79,6 +118,7 @@ def released_tree(version: Path, quiet: bool = False) -> Iterator[tuple[Path, st
             f"{version}: released by kit commit {commit[:12]}, which this repository does not "
             "hold (fetch it, or audit with the current kit: drop --kit released)"
         )
+    _check_layout(version, commit)
     if dirty and not quiet:
         print(
             f"note: {version.name} was released from a tree with uncommitted changes; auditing "

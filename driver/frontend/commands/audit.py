@@ -58,20 +58,46 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _audit_with_released_kits(targets: list[Path], reports: Path, args: argparse.Namespace) -> int:
-    from driver.release.released_kit import ReleasedKitError, audit_with_released_kit
+    """Each version audited by the kit that released it (its numbers, tables and files), and
+    its seals and signatures by this kit against the auditor's allowed-signers file
+    (``--allowed-signers``, ``$DLPERF_ALLOWED_SIGNERS``, the per-user file) with
+    ``--require-signed``: an older kit may not know that file or that option, and a version's
+    own allowed_signers comes with the data it vouches for."""
+    from driver.release.audit import audit
+    from driver.release.released_kit import ReleasedKitError, audit_with_released_kit, kit_knows
+    from driver.release.signatures import trust_anchor
 
     extra = [*(["--images-lock", args.images_lock] if args.images_lock else [])]
     extra += ["--cached-flops"] if args.cached_flops else []
     failed = 0
     for target in targets:
+        anchor = trust_anchor(args.allowed_signers, target.parent)  # readable: checked above
+        here: list[str] = []
         # only a kit that signs (README layout 5 on) knows --allowed-signers
-        signs = _layout(target) >= SIGNING_LAYOUT and args.allowed_signers
-        here = ["--allowed-signers", str(Path(args.allowed_signers).resolve())] if signs else []
+        if _layout(target) >= SIGNING_LAYOUT and (args.allowed_signers or not anchor.own):
+            here += ["--allowed-signers", str(anchor.path.resolve())]
+        if args.require_signed and kit_knows(target, "--require-signed"):
+            here += ["--require-signed"]
         try:
-            failed += audit_with_released_kit(target, reports, extra + here) != 0
+            code = audit_with_released_kit(target, reports, extra + here)
+            released = "PASS" if code == 0 else f"FAIL (exit {code})"
         except ReleasedKitError as error:
             print(f"error: {error}", file=sys.stderr)
-            failed += 1
+            code, released = 1, "could not run"
+        signed = audit(
+            target,
+            allowed_signers=anchor,
+            require_signed=args.require_signed,
+            signatures_only=True,
+        )
+        print(signed.text())
+        ok = code == 0 and signed.ok
+        print(
+            f"verdict of {target.name}: {'PASS' if ok else 'FAIL'} (the kit that released it: "
+            f"{released}; its seals and signatures, checked by this kit: "
+            f"{'PASS' if signed.ok else 'FAIL'})"
+        )
+        failed += not ok
     return 1 if failed else 0
 
 

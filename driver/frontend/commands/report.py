@@ -78,19 +78,19 @@ def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]
     sealed, Markdown) and the problems (one line each, naming the file)."""
     from driver.model.drift import seal_state
     from driver.model.seal import adopted_files
-    from driver.text import markdown_cell
+    from driver.text import markdown_cell, markdown_inline
 
     lines, problems = [], []
     for root in sessions:
         state = seal_state(root, allowed_signers)
-        line = f"- `{markdown_cell(root.name)}`: {markdown_cell(state.how)}"
+        line = f"- `{markdown_cell(root.name)}`: {markdown_inline(state.how)}"  # a signer's name
         adopted = adopted_files(root)  # vouched for on resume (--adopt), not measured
         if adopted:
-            line += f"; **{len(adopted)} file(s) adopted, not measured:** " + markdown_cell(
+            line += f"; **{len(adopted)} file(s) adopted, not measured:** " + markdown_inline(
                 ", ".join(sorted(adopted)[:5]) + (" ..." if len(adopted) > 5 else "")
             )
         if state.problems:
-            shown = "; ".join(markdown_cell(p) for p in state.problems[:5])
+            shown = "; ".join(markdown_inline(p) for p in state.problems[:5])
             more = f" (and {len(state.problems) - 5} more)" if len(state.problems) > 5 else ""
             line += f". **Changed since sealed:** {shown}{more}"
         lines.append(line)
