@@ -1,12 +1,14 @@
 """Shared fixtures, and where each test runs. Cluster fixtures (real sshd nodes, docker) live in
 tests/cluster_fixtures.py.
 
-``make test`` runs the suite on two pytest-xdist workers. Every module with a test that starts
-daemons (docker and its image builds, podman, sshd, Slurm, network namespaces: DAEMON_MODULES)
-runs on one worker, as one unit, one test after another: no two tests share an engine, a cluster,
-a subnet or a node pool at once, and each session-scoped cluster or image is made once. The rest
-(training in real frameworks, releases, audits, parsers) spreads over both workers, module by
-module, so that their CPU work overlaps the daemons' waits (image downloads, cluster starts).
+``make test`` runs the suite on two pytest-xdist workers. The modules with a test that starts
+daemons form two units of work, each run by one worker, one test after another: ``docker`` (the
+engine, its image builds, podman, Slurm's OCI containers) and ``daemons`` (sshd nodes, Slurm
+clusters, simulated hosts). No two tests share an engine, a cluster or a node pool at once, each
+session-scoped image or node pool is made once per unit, and the two units' clusters never meet
+(their own namespaces, links and claimed subnets). The rest (training in real frameworks,
+releases, audits, parsers) spreads over both workers module by module, so that their CPU work
+overlaps the daemons' waits (image downloads, cluster starts).
 The rehearsals and selftests hold the kit to what the workload itself delivered (``dlperf
 selftest``'s truth), so the other worker's load lengthens their windows without failing them.
 The few tests that time the host's own scheduling (wake-ups, a barrier's release: marked
@@ -40,13 +42,21 @@ DAEMON_FIXTURES = frozenset(
 )  # fmt: skip
 # Modules whose tests start their daemons themselves (no fixture tells).
 SELF_STARTING_MODULES = frozenset({"test_simhosts", "test_slurm_cluster", "test_rehearse_run"})
-# Every module with a daemon test: under xdist, each such module runs in the one ``daemons``
-# unit of work (DaemonsTogether). Collection fails, naming this list, for a module missing here.
+# Every module with a daemon test belongs to one of two units of work; under xdist each unit runs
+# on one worker, one test after another (DaemonsTogether), the two side by side. Collection
+# fails, naming these lists, for a module missing here.
+# - docker: the engine and its image builds (and what needs an image: podman, Slurm's OCI
+#   containers, the upstream sources' images under Slurm);
+DOCKER_MODULES = frozenset(
+    {"test_cluster_docker", "test_cluster_podman", "test_cluster_push", "test_images",
+     "test_local_copy", "test_slurm_oci", "test_slurm_upstream_runs"}
+)  # fmt: skip
+# - daemons: sshd nodes, Slurm clusters and simulated hosts without docker. Clusters of the two
+#   units coexist: each its own namespaces, link and subnet (claimed: simhosts.free_subnet).
 DAEMON_MODULES = SELF_STARTING_MODULES | {
-    "test_cluster_docker", "test_cluster_podman", "test_cluster_process", "test_cluster_push",
-    "test_images", "test_inventory", "test_llama_runs", "test_local_copy", "test_nodescan",
+    "test_cluster_process", "test_inventory", "test_llama_runs", "test_nodescan",
     "test_preflight", "test_rehearsal", "test_release_slow_node", "test_slow_node",
-    "test_slurm_oci", "test_slurm_runtime", "test_slurm_upstream_runs",
+    "test_slurm_runtime",
 }  # fmt: skip
 # Modules whose tests time the host's own scheduling (wake-ups, barriers): run after the rest.
 TIMING_MODULES = frozenset({"test_calibration"})
@@ -70,8 +80,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         uses = DAEMON_FIXTURES & set(getattr(item, "fixturenames", ()))
         if uses or module in SELF_STARTING_MODULES:
             item.add_marker(pytest.mark.daemons)
-            if module not in DAEMON_MODULES:
-                unlisted.add(f"{item.nodeid.split('::')[0]} ({', '.join(sorted(uses))})")
+            unit = DOCKER_MODULES if "docker_engine" in uses else DOCKER_MODULES | DAEMON_MODULES
+            if module not in unit:
+                listing = "DOCKER_MODULES" if "docker_engine" in uses else "DAEMON_MODULES"
+                unlisted.add(f"{item.nodeid.split('::')[0]} ({', '.join(sorted(uses))}: "
+                             f"{listing})")  # fmt: skip
         if module in FRAMEWORK_MODULES:
             item.add_marker(pytest.mark.frameworks)
         if module in TIMING_MODULES:
@@ -79,22 +92,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unlisted:
         raise pytest.UsageError(
             f"{', '.join(sorted(unlisted))}: starts daemons through these fixtures; add the "
-            "module to DAEMON_MODULES in tests/conftest.py, so that under xdist it runs in the "
-            "daemons unit, never beside another cluster"
+            "module to the list named in tests/conftest.py, so that under xdist it runs in that "
+            "unit of work, never beside a test that shares its engine or cluster"
         )
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent where it is not loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Modules in DAEMON_MODULES make one unit of work, run by one worker in order; every other
-    module is a unit of its own (its module-scoped fixtures made once), spread over the workers
-    as they free up. pytest-xdist's own ``--dist loadgroup`` would do it by marks, but it names
-    the group in ``item._nodeid``, which pytest 9 no longer reads."""
+    """The modules of DOCKER_MODULES make one unit of work, those of DAEMON_MODULES another, each
+    run by one worker in order; every other module is a unit of its own (its module-scoped
+    fixtures made once), spread over the workers as they free up. pytest-xdist's own ``--dist
+    loadgroup`` would do it by marks, but it names the group in ``item._nodeid``, which pytest 9
+    no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
 
     class DaemonsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "daemons" if module_of(nodeid) in DAEMON_MODULES else nodeid.split("::")[0]
+            module = module_of(nodeid)
+            if module in DOCKER_MODULES:
+                return "docker"
+            return "daemons" if module in DAEMON_MODULES else nodeid.split("::")[0]
 
     return DaemonsTogether(config, log)
 

@@ -6,8 +6,9 @@ hypervisor) wakes late at a window's end is the host's lateness, printed apart, 
 error (a clean-clone CI run on the AVX2 EPYC failed 2n16g at 0.0676% of the deadlines' rate
 that way, 1.35 ms of a 2 s window, before the selftest told the two apart).
 
-One Slurm cluster for the module (its hosts run sshd too, for the process runtime); the docker
-runtime gets loopback hosts (its containers use the engine's network and clock).
+One Slurm cluster for the module (its hosts run sshd too, for the process runtime). The docker
+runtime's rehearsal is in tests/test_cluster_docker.py, beside the engine's other tests, on
+loopback hosts (its containers use the engine's network and clock).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from driver.cluster.slurm import SlurmConfig
 from driver.core.selftest import ERROR_BOUND, SelftestResult, run_selftest
 from driver.model.results import Session
 from driver.runtimes.slurm.runtime import SlurmRuntime
-from driver.runtimes.ssh.runtime import DockerRuntime, ProcessRuntime
+from driver.runtimes.ssh.runtime import ProcessRuntime
 
 if TYPE_CHECKING:  # imported by pytest_plugins first, so pytest rewrites its asserts
     from driver.testbed.simhosts import SimulatedHosts
@@ -145,24 +146,3 @@ def test_slurm_runtime_rehearses_4n32g(
         runtime.close()
     assert slurm_hosts.drained() == []
     assert_ranks_on_four_hosts(results, slurm_hosts, own_clocks=True)
-
-
-def test_docker_runtime_rehearses_4n32g(
-    loopback_hosts: SimulatedHosts, cpu_python_image: str, image_options, tmp_path: Path
-) -> None:
-    """Containers come from the one docker engine: this machine's network and clock, so only
-    the ranks' count per node is asserted, not their clocks. A container has no CAP_SYS_NICE
-    (and this machine's runc cannot set an rtprio limit), so the calibration's window ends
-    wait at the default priority and are late by the host's load (0.05-0.06% of a 0.8 s
-    window at load 11 here, 1.3 ms at 2n16g in a full CI run): a 4 s window (200 steps) keeps
-    that well inside the bound."""
-    inventory = loopback_hosts.write_inventory(
-        tmp_path / "hosts.yaml",
-        devices=8,
-        python=None,
-        container={"variant": "cpu"},
-    )
-    results = tmp_path / "session"
-    runtime = DockerRuntime(inventory, build_options=image_options)
-    assert_within_bound(rehearse(runtime, results, measured_steps=200))
-    assert_ranks_on_four_hosts(results, loopback_hosts, own_clocks=False)

@@ -254,3 +254,24 @@ def test_cost_curve_small_end_through_process(
     table = capsys.readouterr().out
     assert "| 2       | 2n2g" in table and "launch_s" in table and "overhead s/case" in table
     assert curve_table([point], "process") in table
+
+
+def test_two_runs_starting_hosts_at_once_never_share_a_subnet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subnet is claimed (a file with the claimer's pid) from its choice until its hosts
+    stop: a second choice meanwhile, by this process or another test worker, takes the next
+    free one; a claim whose process is gone is taken over."""
+    if not shutil.which("ip"):
+        require_real("no ip (apt-get install iproute2)")
+    monkeypatch.setattr(simhosts, "SUBNET_CLAIMS", tmp_path / "claims")
+    first, second = simhosts.free_subnet(), simhosts.free_subnet()
+    assert first != second
+    assert (tmp_path / "claims" / first).read_text() == str(os.getpid())
+    simhosts.release_subnet(first)
+    assert simhosts.free_subnet() == first
+    dead = subprocess.Popen(["true"])  # a pid that has exited
+    dead.wait()
+    for prefix in (first, second):
+        (tmp_path / "claims" / prefix).write_text(str(dead.pid))
+    assert simhosts.free_subnet() == first  # the dead claimer's subnet, taken over

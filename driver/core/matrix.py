@@ -34,7 +34,12 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from driver.bench.llama import LlamaOptionError, check_case_options
 from driver.frameworks.base import FRAMEWORKS, OptionError
-from driver.model.case import Case, Topology
+from driver.model.case import (
+    MAX_STEPS,
+    Case,
+    Topology,
+    parse_topology,
+)
 from driver.plugins import load
 from driver.schema import (
     ConfigError,
@@ -43,7 +48,6 @@ from driver.schema import (
     OptionName,
     StrictModel,
     did_you_mean,
-    fullmatch,
     load_document,
     one_of,
     text,
@@ -56,9 +60,6 @@ PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
 ONOFF = {"on": True, "off": False, True: True, False: False}
 DLPERF_PROFILE = "dlperf"
-MAX_NODES = 1024
-MAX_DEVICES_PER_NODE = 64
-MAX_STEPS = 10_000_000
 MAX_REPEATS = 1000
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 # One dlperf run selects at most MAX_CASES cases unless it says it means more (--max-cases): a
@@ -94,24 +95,6 @@ def _batch(value: Any) -> int | str:
     if type(value) is not int or not 0 < value <= 1_000_000:
         raise ValueError(f"must be a positive integer (at most 1000000) or 'max', got {value!r}")
     return value
-
-
-def parse_topology(label: Any) -> Topology:
-    """``<nodes>n<total devices>g`` within :data:`MAX_NODES` x :data:`MAX_DEVICES_PER_NODE`."""
-    bound = f"at most {MAX_NODES} nodes and {MAX_DEVICES_PER_NODE} devices per node"
-    if isinstance(label, str) and fullmatch(r"[0-9]+n[0-9]+g", label) and not fullmatch(
-        r"[0-9]{1,7}n[0-9]{1,9}g", label
-    ):  # the form, with counts too long to be read: the bound, not the form, is at fault
-        shown = label if len(label) <= 40 else f"{label[:40]}... ({len(label)} characters)"
-        raise ValueError(f"topology {shown!r}: {bound}")
-    if not isinstance(label, str) or not fullmatch(r"[0-9]{1,7}n[0-9]{1,9}g", label):
-        raise ValueError(
-            f"topology {label!r} is not of the form <nodes>n<total devices>g (e.g. 2n16g)"
-        )
-    topology = Topology.parse(label)  # ValueError: total not a positive multiple of nodes
-    if topology.nodes > MAX_NODES or topology.devices_per_node > MAX_DEVICES_PER_NODE:
-        raise ValueError(f"topology {label!r}: {bound}")
-    return topology
 
 
 def _topology_label(label: Any) -> str:

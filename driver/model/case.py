@@ -132,3 +132,28 @@ class Case:
         fields_ = {k: v for k, v in data.items() if k != "id"}
         fields_["topology"] = Topology.parse(fields_["topology"])
         return cls(**fields_)
+
+
+# A matrix's (and an imported log's) bounds: a topology and a step count past them is a typo or an
+# attack, never a cluster.
+MAX_NODES = 1024
+MAX_DEVICES_PER_NODE = 64
+MAX_STEPS = 10_000_000
+
+
+def parse_topology(label: Any) -> Topology:
+    """``<nodes>n<total devices>g`` within :data:`MAX_NODES` x :data:`MAX_DEVICES_PER_NODE`."""
+    bound = f"at most {MAX_NODES} nodes and {MAX_DEVICES_PER_NODE} devices per node"
+    if isinstance(label, str) and re.fullmatch(r"[0-9]+n[0-9]+g", label) and not re.fullmatch(
+        r"[0-9]{1,7}n[0-9]{1,9}g", label
+    ):  # the form, with counts too long to be read: the bound, not the form, is at fault
+        shown = label if len(label) <= 40 else f"{label[:40]}... ({len(label)} characters)"
+        raise ValueError(f"topology {shown!r}: {bound}")
+    if not isinstance(label, str) or not re.fullmatch(r"[0-9]{1,7}n[0-9]{1,9}g", label):
+        raise ValueError(
+            f"topology {label!r} is not of the form <nodes>n<total devices>g (e.g. 2n16g)"
+        )
+    topology = Topology.parse(label)  # ValueError: total not a positive multiple of nodes
+    if topology.nodes > MAX_NODES or topology.devices_per_node > MAX_DEVICES_PER_NODE:
+        raise ValueError(f"topology {label!r}: {bound}")
+    return topology

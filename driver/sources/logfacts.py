@@ -22,9 +22,8 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator
 
-from driver.core.matrix import MAX_STEPS, parse_topology
 from driver.launchers.base import NodeRank
-from driver.model.case import Case, Topology
+from driver.model.case import MAX_STEPS, Case, Topology, parse_topology
 from driver.model.hardware import HardwareError, parse_hardware
 from driver.parsers._upstream import RunHeader
 from driver.registry import UnknownPlugin

@@ -93,14 +93,55 @@ def _run(argv: list[str], check: bool = True, **kwargs: Any) -> subprocess.Compl
     return result
 
 
+# A subnet is taken once its hosts' link has an address; until then a claim file (the claimer's
+# pid) keeps two runs that start hosts at once (two rehearsals, two test workers) off the same one.
+SUBNET_CLAIMS = Path("/run/dlperf-subnets")
+
+
 def free_subnet() -> str:
-    """A 10.251.X prefix that no address or route of this machine uses."""
+    """A 10.251.X prefix that no address or route of this machine uses and no live process has
+    claimed, claimed for this one (released by :meth:`SimulatedHosts.stop`; a claim whose
+    process is gone is taken over). Without root (a dry run) nothing is claimed."""
     used = _run(["ip", "-4", "addr"]).stdout + _run(["ip", "-4", "route"]).stdout
+    try:
+        SUBNET_CLAIMS.mkdir(parents=True, exist_ok=True)
+        claims = os.access(SUBNET_CLAIMS, os.W_OK)
+    except OSError:
+        claims = False
     for third in range(7, 250):
         prefix = f"10.251.{third}"
-        if f"{prefix}." not in used:
+        if f"{prefix}." not in used and (not claims or _claim(SUBNET_CLAIMS / prefix)):
             return prefix
     raise SimulatedHostsError("no free 10.251.X.0/24 subnet for simulated hosts")
+
+
+def _claim(path: Path) -> bool:
+    for _ in range(2):  # a stale claim is removed, then taken like a free one
+        try:
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(path.read_text() or 0)
+            except (OSError, ValueError):
+                owner = 0
+            if owner and Path(f"/proc/{owner}").exists():
+                return False
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(handle, "w") as claim:
+            claim.write(str(os.getpid()))
+        return True
+    return False
+
+
+def release_subnet(prefix: str) -> None:
+    """Give back this process's claim on ``prefix`` (a claim of another process stays)."""
+    path = SUBNET_CLAIMS / prefix
+    try:
+        if int(path.read_text()) == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 def _ns_inode(pid: int | str, kind: str) -> int | None:
@@ -677,6 +718,13 @@ class SimulatedHosts:
     # -- removing ----------------------------------------------------------------------------
     def stop(self) -> None:
         """Cancel every job, stop every daemon and job step, remove namespaces and links."""
+        try:
+            self._stop()
+        finally:
+            if self.subnet:
+                release_subnet(self.subnet)
+
+    def _stop(self) -> None:
         if (ctld := self.daemons.get("slurmctld")) is not None and ctld.poll() is None:
             self.client("scancel", "--full", "--user=root", timeout=30)
             deadline = time.monotonic() + 15

@@ -14,9 +14,7 @@ from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
     MAX_CASES,
-    MAX_DEVICES_PER_NODE,
     MAX_EXPANDED_CASES,
-    MAX_NODES,
     MatrixError,
     check_case_count,
     overrides_from,
@@ -34,7 +32,7 @@ from driver.frontend.args import (
     option_pair,
     signing_key_option,
 )
-from driver.model.case import Case
+from driver.model.case import MAX_DEVICES_PER_NODE, MAX_NODES, Case
 from driver.model.hardware import cpu_native_bf16
 from driver.runtimes.base import make_runtime
 from driver.schema import did_you_mean
