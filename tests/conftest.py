@@ -15,8 +15,8 @@ The few tests that time the host's own scheduling (wake-ups, a barrier's release
 ``timing``) run after the others, in one process, with nothing beside them.
 
 ``make test-fast`` leaves out the ``daemons`` and ``frameworks`` tests (a framework's
-environment, an image build): the edit loop's tier. A test in that tier that reaches for a
-framework's environment fails, naming the mark it lacks.
+environment, an image build) and the ``slow`` corpora: the edit loop's tier. A test in that
+tier that reaches for a framework's environment fails, naming the mark it lacks.
 """
 
 from __future__ import annotations
@@ -61,10 +61,14 @@ DAEMON_MODULES = SELF_STARTING_MODULES | {
 # Modules whose tests time the host's own scheduling (wake-ups, barriers): run after the rest.
 TIMING_MODULES = frozenset({"test_calibration"})
 # Modules whose tests train in a framework's environment (.venvs) or an upstream source's.
+# PyTorch's included (the kit's .venv holds torch too: the models and the benchmark script's
+# real steps), and the data writers that run in TensorFlow's, OneFlow's and Paddle's.
 FRAMEWORK_MODULES = frozenset(
     {"test_tensorflow", "test_paddle", "test_mxnet", "test_oneflow", "test_tf32",
-     "test_pypi_upstream", "test_datasets_bert", "test_parity", "test_llama_runs",
-     "test_release_beside_published", "test_gpu_check"}
+     "test_pypi_upstream", "test_datasets", "test_datasets_bert", "test_datasets_tokens",
+     "test_parity", "test_llama_runs", "test_release_beside_published", "test_gpu_check",
+     "test_pytorch_benchmark", "test_pytorch_models", "test_pytorch_data", "test_mfu",
+     "test_release_probe", "test_llama_model"}
 )  # fmt: skip
 FAST_TIER = os.environ.get("DLPERF_TEST_TIER") == "fast"
 

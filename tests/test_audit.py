@@ -341,6 +341,7 @@ def test_a_version_released_by_an_unknown_commit_is_a_clear_error(
     assert "which this repository does not hold" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 41 s on the 2-core AVX2 EPYC, in make test
 def test_every_committed_version_passes_with_the_kit_that_released_it() -> None:
     """The versions under reports/ as committed: recomputed from their raw logs by their own
     kit, so a later change to the renderer never breaks them."""
@@ -365,6 +366,7 @@ def skip_beyond_a_shallow_clone(commit: str, name: str) -> None:
         pytest.skip(f"{name}: kit commit {commit[:12]} is beyond this shallow clone's depth")
 
 
+@pytest.mark.slow  # 10 s on the 2-core AVX2 EPYC, in make test
 def test_every_committed_version_passes_the_default_audit(capsys: pytest.CaptureFixture) -> None:
     """``make audit`` as a reader runs it: this kit recomputes every version under reports/
     from its raw logs (an older README re-rendered by the kit that released it). Loading

@@ -842,6 +842,7 @@ def all_cases(root: Path) -> list[HostileCase]:
     ]
 
 
+@pytest.mark.slow  # 25 s on the 2-core AVX2 EPYC, in make test
 def test_hostile_config_corpus(tmp_path: Path) -> None:
     cases = all_cases(tmp_path)
     kinds = run_corpus(cases).print_summary("config")

@@ -518,6 +518,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return editable_copy(cached_session(), tmp_path_factory.mktemp("provenance") / "session")
 
 
+@pytest.mark.slow  # 39 s on the 2-core AVX2 EPYC, in make test
 def test_the_provenance_corpus_names_every_case_and_lets_nothing_through(
     session: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

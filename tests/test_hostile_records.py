@@ -725,6 +725,7 @@ def hostile_case(case: Hostile, session: Path, version: Path, scratch: Path) -> 
     return HostileCase(case.name, refusing(run_audit), (named,), (Refused,))
 
 
+@pytest.mark.slow  # 105 s on the 2-core AVX2 EPYC, in make test
 def test_the_corpus_is_refused_clearly_by_name(
     session: Path, version: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

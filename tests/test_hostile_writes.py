@@ -92,6 +92,7 @@ def cases(session: Path, scratch: Path, stack: ExitStack) -> Iterator[HostileCas
             )
 
 
+@pytest.mark.slow  # 25 s on the 2-core AVX2 EPYC, in make test
 def test_every_writing_command_refuses_an_unwritable_place_clearly(tmp_path: Path) -> None:
     session = tmp_path / "session"
     shutil.copytree(cached_session(), session)
