@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from driver.schema import ConfigError
 
 CLEAR, ACCEPTED, VAGUE, TRACEBACK, SILENT = "clear", "accepted", "vague", "traceback", "silent"
@@ -120,3 +122,15 @@ def cli_subprocess(argv: Sequence[str], cwd: Path | None = None, timeout: float 
     if done.returncode == 2:
         raise CliRefusal(done.stderr.strip())
     return done
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *expect: str) -> str:
+    """``dlperf ARGV`` exits 2 with one line holding every ``expect``; the line."""
+    from driver.frontend.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for text in expect:
+        assert text in err, err
+    return err

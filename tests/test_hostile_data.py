@@ -21,6 +21,7 @@ from driver.datasets.manifest import JOB, MANIFEST, manifest_bytes
 from driver.files import sha256_file
 from driver.frontend.cli import main
 from tests.fs_faults import small_tmpfs
+from tests.hostile import refused
 
 WNID = "n01440764"
 
@@ -35,16 +36,6 @@ def tree(tmp_path: Path) -> Path:
         for k in range(count):
             Image.new("RGB", (16 + k, 16), (k, 0, 0)).save(folder / f"{WNID}_{k}.JPEG")
     return root
-
-
-def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *expect: str) -> str:
-    """``dlperf ARGV`` exits 2 with one line holding every ``expect``; the line."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for text in expect:
-        assert text in err, err
-    return err
 
 
 def cli(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

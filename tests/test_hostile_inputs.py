@@ -12,20 +12,12 @@ import pytest
 from driver.cluster.slurm import load_slurm_config
 from driver.frontend.cli import main
 from driver.schema import ConfigError
+from tests.hostile import refused
 from tests.test_peak_memory import CASE_1N2G, session_with_peaks
 
 DRY_RUN = ["run", "--dry-run", "--profile", "cpu-smoke", "--framework", "pytorch",
            "--model", "resnet50", "--variant", "default", "--amp", "off",
            "--repeats", "1"]  # fmt: skip
-
-
-def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *expect: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for text in expect:
-        assert text in err, err
-    return err
 
 
 @pytest.mark.parametrize(
