@@ -59,7 +59,7 @@ DAEMON_MODULES = SELF_STARTING_MODULES | {
     "test_slurm_runtime",
 }  # fmt: skip
 # Modules whose tests time the host's own scheduling (wake-ups, barriers): run after the rest.
-TIMING_MODULES = frozenset({"test_calibration"})
+TIMING_MODULES = frozenset({"test_calibration", "test_slow_node"})
 # Modules whose tests train in a framework's environment (.venvs) or an upstream source's.
 # PyTorch's included (the kit's .venv holds torch too: the models and the benchmark script's
 # real steps), and the data writers that run in TensorFlow's, OneFlow's and Paddle's.

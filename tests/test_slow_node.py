@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from driver.core.runner import run_cases
+from driver.core.summary import SLOW_NODE_EXCESS
 from driver.frontend.cli import main
 from driver.model.measure import STRAGGLER_FIELDS
 from driver.model.results import Session
@@ -22,14 +23,15 @@ from tests.cluster_fixtures import calibration_case, quiet
 SLOWDOWN = 1.2
 
 
-def run_session(inventory: Path, root: Path, **options: object) -> Session:
+def run_session(inventory: Path, root: Path, repeats: int = 2, **options: object) -> Session:
     """Two repeats of 2n4g (2 ranks per node), 40 measured steps of 20 ms: 0.8 s windows, so
     that a late wake-up of a few ms stays far under the 2% rule."""
-    case = calibration_case("2n4g", repeats=2, measured_steps=40, step_time=0.02, **options)
+    case = calibration_case("2n4g", repeats=repeats, measured_steps=40, step_time=0.02,
+                            **options)  # fmt: skip
     session = Session.open(root)
     summary = run_cases([case], session, make_runtime("process", inventory=inventory),
                         printer=quiet)  # fmt: skip
-    assert summary.ok and summary.finished == 2, summary.failed
+    assert summary.ok and summary.finished == repeats, summary.failed
     return session
 
 
@@ -61,11 +63,16 @@ def test_the_slow_node_is_named_by_its_records_and_the_report(
     row = json.loads((tmp_path / "slow-report" / "report.json").read_text())[0]
     assert row["slow_node"] == "node1" and row["slow_node_ranks"] == "2-3"
 
-    even = run_session(inventory, tmp_path / "even")
+    # Even nodes: the kit names no slow node. One repeat may still end late on either node (a
+    # rank woken 48 ms late at a 0.8 s window's end, 5.7%, in a CI run with the other xdist
+    # worker busy): the slow-node rule wants more than half of the repeats, so 3 of them here.
+    even = run_session(inventory, tmp_path / "even", repeats=3)
+    excesses = []
     for path in sorted(even.root.glob("cases/**/repeat-*/record.json")):
         measured = json.loads(path.read_text())["measurement"]
         assert set(STRAGGLER_FIELDS) <= set(measured)
-        assert measured["slowest_node_excess"] < 0.02, measured  # windows equal within 2%
+        excesses.append(measured["slowest_node_excess"])
+    assert sum(excess > SLOW_NODE_EXCESS for excess in excesses) <= 1, excesses
     out = report(even.root, capsys)
     assert "slow node" not in out, out
     row = json.loads((tmp_path / "even-report" / "report.json").read_text())[0]
