@@ -95,8 +95,8 @@ images: $(STAMP)
 # The suite on TEST_WORKERS pytest-xdist workers: the modules whose tests start docker, sshd,
 # Slurm or namespaces run one after another on one worker, the rest spread over all; then the few
 # `timing` tests alone, in one process (tests/conftest.py says why). TEST_WORKERS=0: no xdist.
-# `make test-fast`: the edit loop's tier, no daemons, images, framework environments or `slow`
-# corpora.
+# `make test-fast`: the edit loop's tier, no daemons, images, framework environments, `slow`
+# corpora or `timing` tests.
 # pytest exits 5 when a selection holds no test: a phase PYTEST_ARGS leaves empty is no failure,
 # both phases empty is.
 TEST_WORKERS ?= 2
@@ -113,7 +113,7 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
-	DLPERF_TEST_TIER=fast $(PYTEST) $(xdist) -m "not daemons and not frameworks and not slow" $(PYTEST_ARGS)
+	DLPERF_TEST_TIER=fast $(PYTEST) $(xdist) -m "not daemons and not frameworks and not slow and not timing" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

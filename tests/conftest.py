@@ -15,8 +15,9 @@ The few tests that time the host's own scheduling (wake-ups, a barrier's release
 ``timing``) run after the others, in one process, with nothing beside them.
 
 ``make test-fast`` leaves out the ``daemons`` and ``frameworks`` tests (a framework's
-environment, an image build) and the ``slow`` corpora: the edit loop's tier. A test in that
-tier that reaches for a framework's environment fails, naming the mark it lacks.
+environment, an image build), the ``slow`` corpora and the ``timing`` tests: the edit loop's
+tier. A test in that tier that reaches for a framework's environment fails, naming the mark it
+lacks (a module's tests are marked here, a lone test by its own decorator).
 """
 
 from __future__ import annotations

@@ -241,6 +241,7 @@ def test_a_session_path_is_refused_and_nothing_is_written(
     assert not (tmp_path / "r").exists() and not any(tmp_path.iterdir())
 
 
+@pytest.mark.frameworks  # makes or finds every environment
 def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
     capsys: pytest.CaptureFixture,
 ) -> None:
@@ -262,6 +263,7 @@ def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
     assert out.startswith("pytorch: ") and "/pytorch/bin/python" in out
 
 
+@pytest.mark.frameworks  # runs PyTorch from its environment
 def test_python_points_the_local_runtime_at_an_existing_framework_install(
     capsys: pytest.CaptureFixture, tmp_path: Path
 ) -> None:

@@ -151,6 +151,7 @@ def test_plan_under_slurm_checks_time_limit(
     assert "torch.distributed.run" not in captured.out  # plan prints no commands
 
 
+@pytest.mark.frameworks  # runs PyTorch from its environment
 def test_a_run_records_its_estimate_beside_what_it_took(tmp_path: Path) -> None:
     argv = ["run", "--model", "resnet50", "--profile", "cpu-smoke", "--variant", "default",
             "--amp", "off", "--repeats", "1", "--warmup-steps", "1", "--measured-steps", "2",

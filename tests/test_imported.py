@@ -447,6 +447,7 @@ def test_a_fifo_as_import_file_is_refused_without_reading_it(tmp_path: Path) -> 
     assert isinstance(outcome[0], ConfigError) and "FIFO" in str(outcome[0])
 
 
+@pytest.mark.timing  # times a ratio of two runs: alone, after the rest
 def test_import_time_grows_linearly_with_the_figures(tmp_path: Path) -> None:
     """Time of n and 5n figures (CPU time of this process, the least of two tries, so that
     other processes on a shared machine weigh little): about 5x where it is linear; 25x where it
