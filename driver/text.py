@@ -132,6 +132,24 @@ def markdown_inline(value: Any) -> str:
     return markdown_cell(str(value).translate(_INLINE))
 
 
+def markdown_code(value: Any, *, cell: bool = False) -> str:
+    """``value`` as one Markdown code span that its own text cannot end: fenced by one backtick
+    more than the longest run of backticks it holds (a name holding a backtick would otherwise
+    close the span and let what follows render live), padded with a space where it starts or
+    ends with one; a control or format character shown as its code point. In a table cell
+    (``cell``) a ``|`` is escaped, which a table strips before it reads the span."""
+    text = "".join(
+        f"U+{ord(c):04X}" if unicodedata.category(c) in REFUSED_CATEGORIES else c
+        for c in str(value)
+    )
+    if cell:
+        text = text.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 # What stays as it is in a link's target: the characters a URL needs; every other one (``( ) [
 # ] < > | " '`` and spaces among them) percent-encoded, so it cannot end the link or the cell.
 _URL_SAFE = ":/?#@!$&*+,;=%~-._"

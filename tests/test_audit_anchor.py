@@ -22,6 +22,7 @@ from driver.frameworks.base import REPO_ROOT
 from driver.frontend.cli import main
 from driver.model.drift import seal_session
 from driver.release.audit import audit
+from driver.release.readme import README_LAYOUT
 from driver.release.release import release
 from driver.release.signatures import VERSION_SIGNATURE
 from tests.synth import cached_session
@@ -185,13 +186,13 @@ def test_require_signed_refuses_a_signature_only_the_reports_folder_trusts(
 def test_a_readme_of_layout_5_is_re_rendered_by_the_kit_that_released_it(
     stranger_version: Path,
 ) -> None:
-    """This kit escapes every free-text cell and line (README layout 6): a layout-5 README,
+    """This kit escapes every free-text cell and line (README layout 6 on): a layout-5 README,
     whose notes, machines and node versions an older kit escaped otherwise, is held byte for
     byte to what its own kit re-renders, not to this kit's rendering."""
     report = audit(stranger_version)
     assert report.ok, report.text()
     assert any(
-        "README layout 5 (this kit writes 6): re-rendered byte for byte by the kit that "
+        f"README layout 5 (this kit writes {README_LAYOUT}): re-rendered byte for byte by the kit that "
         "released it: identical" in note
         for note in report.notes
     ), report.notes
@@ -225,5 +226,5 @@ def test_a_layout_its_kit_does_not_write_is_refused_not_audited_without_end(
         pytest.fail("the audit handed the README from kit to kit without end")
     assert child.returncode == 1, out
     assert "readme_layout is 5, but the kit commit it names" in out, out
-    assert "writes README layout 6" in out, out
+    assert f"writes README layout {README_LAYOUT}" in out, out
     assert "skipped: README.md is of README layout 5" in out, out

@@ -16,6 +16,7 @@ from driver.files import sha256_bytes, sha256_file
 from driver.frontend.cli import main
 from driver.release.audit import audit
 from driver.release.manifest import FIELDS, validate
+from driver.release.readme import README_LAYOUT
 from driver.release.release import ReleaseError, release
 from driver.release.versions import index_digest, released_versions
 from tests.session_edits import rewrite_headers
@@ -79,17 +80,17 @@ def test_manifest_records_provenance_and_every_checksum(released: Path, session:
     assert manifest["counts"] == {"sessions": 1, "cases": 3, "repeats": 9, "raw_files": len(kept)}
     assert manifest["sessions"][0]["name"] == session.name
     # the README layout: every layout of the versions released so far, and none beyond
-    assert manifest["readme_layout"] == 6
+    assert manifest["readme_layout"] == README_LAYOUT
     # results.json's own schema, named in the manifest too
     assert (
         manifest["results_schema"]
         == json.loads((released / "results.json").read_text())["schema"]
         == 2
     )
-    for layout in (1, 2, 3, 4, 5):
+    for layout in range(1, README_LAYOUT):
         assert validate({**manifest, "readme_layout": layout}) == []
-    assert validate({**manifest, "readme_layout": 7}) == [
-        "field 'readme_layout': 7 is not allowed; allowed values: 1, 2, 3, 4, 5, 6"
+    assert validate({**manifest, "readme_layout": 8}) == [
+        "field 'readme_layout': 8 is not allowed; allowed values: 1, 2, 3, 4, 5, 6, 7"
     ]
 
 
@@ -305,7 +306,7 @@ def test_a_version_from_the_committed_sessions_reads_at_a_glance(tmp_path: Path)
     )  # fmt: skip
     readme = (target / "README.md").read_text()
     manifest = json.loads((target / "manifest.json").read_text())
-    assert manifest["readme_layout"] == 6
+    assert manifest["readme_layout"] == README_LAYOUT
     throughput = readme.split("## Summary")[1].split("## Beside published results")[0]
     tables = table_blocks(throughput)
     # which machine each session ran on, a summary per model, a table per model/precision/batch

@@ -116,3 +116,32 @@ def test_a_line_break_in_a_label_is_refused_naming_the_file_and_field(tmp_path: 
     message = str(refused.value)
     assert "node0.log" in message and "header field 'fingerprint.cpu_model'" in message
     assert "U+000A LINE FEED" in message and "remove it" in message
+
+
+BACKTICKED = "x` [click](evil.example) **bold** `y"  # closes a one-backtick span
+
+
+def test_a_name_holding_a_backtick_cannot_end_its_code_span(tmp_path: Path) -> None:
+    """A session folder and a host named with a backtick: each was shown in a span of one
+    backtick, which the name's own backtick closed, so the link after it rendered live (README
+    layout 6). Now each span is fenced by one backtick more than the name holds."""
+
+    def edit(header: dict) -> None:
+        header["hostname"] = BACKTICKED
+
+    session = Path(shutil.copytree(cached_session(), tmp_path / "results" / f"run{BACKTICKED}"))
+    rewrite_session_headers(session, edit)
+    assert seal_session(session, None).written
+    version = release("v1.0", [session], reports_root=tmp_path / "reports", compute_flops=False,
+                      printer=lambda _line: None)  # fmt: skip
+    readme = (version / "README.md").read_text()
+    fenced = f"``run{BACKTICKED}``"
+    assert f"- ``{BACKTICKED}``: devices" in readme  # the node, in the provenance section
+    assert f"- {fenced}: created" in readme  # the session, there too
+    assert f"| {fenced} |" in readme  # the machines and signatures tables
+    spans = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")  # a code span, as CommonMark reads one
+    outside = spans.sub("", readme)  # the text that renders as Markdown
+    assert "evil.example" not in outside, [s for s in readme.splitlines() if "evil" in s]
+    inert(outside, "README.md")  # and no table row widened by a ``|``
+    report = audit(version)
+    assert report.ok, report.text()

@@ -83,7 +83,7 @@ def test_a_layout_4_readme_names_the_slow_node_from_the_logs(
                        slowdown=SLOWDOWN).root  # fmt: skip
     version = publish(slow, tmp_path / "reports")
     manifest = json.loads((version / "manifest.json").read_text())
-    assert README_LAYOUT == 6 and manifest["readme_layout"] == 6 and validate(manifest) == []
+    assert manifest["readme_layout"] == README_LAYOUT and validate(manifest) == []
     readme = (version / "README.md").read_text()
     notes = [line for line in throughput_notes(readme) if NOTE.fullmatch(line)]
     assert len(notes) == 1, throughput_notes(readme)
@@ -140,7 +140,7 @@ def test_an_even_session_names_nobody(inventory_file, tmp_path: Path) -> None:
     inventory = inventory_file(defaults={"python": sys.executable})
     even = run_session(inventory, tmp_path / "results" / "even").root
     version = publish(even, tmp_path / "reports")
-    assert json.loads((version / "manifest.json").read_text())["readme_layout"] == 6
+    assert json.loads((version / "manifest.json").read_text())["readme_layout"] == README_LAYOUT
     readme = (version / "README.md").read_text()
     assert "slow node" not in readme
     assert CASE in readme  # the multi-node case is there, with no note

@@ -98,3 +98,20 @@ def test_a_link_that_is_not_http_is_shown_as_text() -> None:
     from driver.text import markdown_link
 
     assert markdown_link("x", "javascript:alert(1)") == "x (javascript:alert(1))"
+
+
+@pytest.mark.parametrize(
+    ("value", "cell", "span"),
+    [
+        ("run-1", False, "`run-1`"),
+        ("a`b", False, "``a`b``"),  # one backtick more than the longest run
+        ("a``b`", False, "``` a``b` ```"),  # padded: it ends with a backtick
+        ("a|b", True, "`a\\|b`"),  # a table strips the backslash before it reads the span
+        ("a|b", False, "`a|b`"),
+        ("a\nb", False, "`aU+000Ab`"),  # no line break ends the list item or the row
+    ],
+)
+def test_a_code_span_cannot_be_ended_by_its_own_text(value: str, cell: bool, span: str) -> None:
+    from driver.text import markdown_code
+
+    assert markdown_code(value, cell=cell) == span

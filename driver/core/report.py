@@ -30,7 +30,7 @@ from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ra
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
 from driver.model.measure import UNSTABLE_CV
-from driver.text import markdown_inline
+from driver.text import markdown_code, markdown_inline
 
 MODEL_NAMES = {
     "resnet50": "ResNet-50 v1.5",
@@ -105,7 +105,7 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
             f"{w} warm-up + {m} measured steps, {r} repeats" for w, m, r in sorted(steps)
         )
         notes.append(
-            f"Profile `{profile}` ({shown}): a smoke profile, not the DLPerf protocol "
+            f"Profile {markdown_code(profile)} ({shown}): a smoke profile, not the DLPerf protocol "
             "(20 warm-up + 100 measured steps, median of 7)."
         )
     if any(s.case.xla for s in summaries):

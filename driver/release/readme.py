@@ -21,7 +21,7 @@ from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.release.signatures import SIGNED, VERSION_SIGNATURE
-from driver.text import markdown_cell, markdown_inline, markdown_link
+from driver.text import markdown_code, markdown_inline, markdown_link
 
 PLOTS_DIR = "plots"
 
@@ -66,12 +66,15 @@ def _extra_cell(computed: Computed, key: str) -> Callable[[CaseSummary], str]:
 # 6: 5 with every free-text cell and line escaped by ``markdown_inline`` as the results tables
 # are (the machines and signatures tables, who signed, each node's devices and versions, a
 # probe's backend, a reference's names, an excluded repeat's detail: a label holding
-# ``[x](url)``, ``**``, ``_`` or ``|`` is text there).
+# ``[x](url)``, ``**``, ``_`` or ``|`` is text there). 7: 6 with every code span fenced by
+# ``markdown_code`` (a session, host, path or case named with a backtick cannot end its span
+# and let what follows render live; a ``|`` in a table's span escaped).
 # (1: one column group per series, every repeat's telemetry, the nearest reference whatever its
 # device; 2: the long tables by device model; 3: split by machine, without the slow-node notes;
 # 4: 3 with them, before signatures and the superlinear mark; 5: 6 with those cells escaped
-# for ``|`` and HTML only, or not at all.)
-README_LAYOUT = 6
+# for ``|`` and HTML only, or not at all; 6: 7 with code spans of one backtick whatever
+# they held.)
+README_LAYOUT = 7
 README_LAYOUTS = tuple(range(1, README_LAYOUT + 1))  # the layouts a manifest may name
 
 
@@ -90,7 +93,7 @@ def _machines_section(computed: Computed) -> str:
         rows.setdefault((session, repeat.fingerprint), set()).add(source)
     table = tabulate(
         [
-            [f"`{markdown_cell(s)}`", markdown_inline(m), ", ".join(sorted(how))]
+            [markdown_code(s, cell=True), markdown_inline(m), ", ".join(sorted(how))]
             for (s, m), how in sorted(rows.items())
         ],
         headers=["session", "machine", "known from"],
@@ -112,7 +115,7 @@ def _signatures_section(manifest: dict[str, Any]) -> str:
     if version["status"] == SIGNED:
         head = (
             f"This version is signed by {markdown_inline(version['principal'])} "
-            f"({markdown_inline(version['key'])}): `{VERSION_SIGNATURE}`, namespace "
+            f"({markdown_inline(version['key'])}): {markdown_code(VERSION_SIGNATURE)}, namespace "
             "`dlperf-release`, over `manifest.json`, which holds the SHA-256 of every other file."
         )
     else:
@@ -122,11 +125,12 @@ def _signatures_section(manifest: dict[str, Any]) -> str:
         )
     rows = []
     for name, status in sorted(signatures["sessions"].items()):
+        shown = markdown_code(name, cell=True)
         if status["status"] == SIGNED:
-            rows.append([f"`{name}`", "signed", markdown_inline(status["principal"]),
-                         markdown_inline(status["key"])])  # fmt: skip
+            principal, key = markdown_inline(status["principal"]), markdown_inline(status["key"])
+            rows.append([shown, "signed", principal, key])
         else:
-            rows.append([f"`{name}`", "**unsigned**", "-", markdown_inline(status["reason"])])
+            rows.append([shown, "**unsigned**", "-", markdown_inline(status["reason"])])
     table = tabulate(
         rows,
         headers=["session", "signature", "signed by", "key"],
@@ -138,7 +142,7 @@ def _signatures_section(manifest: dict[str, Any]) -> str:
         if adopted:  # the seal's own record: a person vouched for them on resume (--adopt)
             shown = ", ".join(markdown_inline(rel) for rel in adopted[:5])
             table += (
-                f"\n**Session `{name}`: {len(adopted)} file(s) adopted, not "
+                f"\n**Session {markdown_code(name)}: {len(adopted)} file(s) adopted, not "
                 "measured**: whoever resumed it vouched for them (`dlperf run --adopt`), and "
                 f"this kit did not measure or verify them: {shown}"
                 + (f" and {len(adopted) - 5} more" if len(adopted) > 5 else "")
@@ -333,7 +337,8 @@ def _telemetry_per_case(computed: Computed) -> str:
 def _provenance_section(manifest: dict[str, Any]) -> str:
     release_kit = manifest["kit"]
     out = [
-        f"Released with kit `{release_kit.get('commit')}` (dirty: {release_kit.get('dirty')}), "
+        f"Released with kit {markdown_code(release_kit.get('commit'))} "
+        f"(dirty: {release_kit.get('dirty')}), "
         + ", ".join(f"{k} {v}" for k, v in sorted(manifest["release_tool"].items()))
         + ".\n",
         "Sessions:\n",
@@ -344,9 +349,10 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
         said = {k: markdown_inline(s.get(k)) for k in ("created", "head_node", "profile",
                                                       "runtime")}  # fmt: skip
         out.append(
-            f"- `{s['name']}`: created {said['created']}, head node {said['head_node']}, "
+            f"- {markdown_code(s['name'])}: created {said['created']}, "
+            f"head node {said['head_node']}, "
             f"profile {said['profile']}, runtime {said['runtime']}, kit "
-            f"`{kit.get('commit')}`{dirty}; archive `{s['archive']}` "
+            f"{markdown_code(kit.get('commit'))}{dirty}; archive {markdown_code(s['archive'])} "
             f"({s['files']} files)"
         )
     out.append("\nNodes (from every rank's log header):\n")
@@ -356,13 +362,14 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
         devices = markdown_inline(", ".join(node.get("devices", [])) or "-")
         frameworks = markdown_inline(", ".join(node.get("frameworks", [])))
         out.append(
-            f"- `{host}`: devices {devices}; frameworks {frameworks}; "
+            f"- {markdown_code(host)}: devices {devices}; frameworks {frameworks}; "
             f"{markdown_inline(versions or 'no versions')}"
         )
     images = manifest["images"]
     out.append("\nImages pinned in images.lock:\n")
     if images.get("digests"):
-        out += [f"- `{name}`: `{digest}`" for name, digest in sorted(images["digests"].items())]
+        for name, digest in sorted(images["digests"].items()):
+            out.append(f"- {markdown_code(name)}: {markdown_code(digest)}")
     else:
         out.append(f"- {images.get('note', 'none')}")
     if images.get("ran"):
@@ -374,17 +381,21 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
                 if digest in unlisted
                 else "listed"
             )
-            out.append(f"- `{digest}` ({where})")
+            out.append(f"- {markdown_code(digest)} ({where})")
     out.append("\nConfig files (copies in `config/`):\n")
     for path, entry in sorted(manifest["config_files"].items()):
-        out.append(f"- `{path}` (from `{entry['source']}`): sha256 `{entry['sha256']}`")
+        out.append(
+            f"- {markdown_code(path)} (from {markdown_code(entry['source'])}): "
+            f"sha256 {markdown_code(entry['sha256'])}"
+        )
     if manifest["model_costs"]:
         out.append("\nModel cost (from the model definitions):\n")
         for key, cost in sorted(manifest["model_costs"].items()):
             # a formula's cost (Llama) needs no torch; a counted one names the torch that counted
             counted_by = f", torch {cost['torch']}" if "torch" in cost else ""
             out.append(
-                f"- `{key}`: {cost['flops_per_sample'] / 1e9:.3f} GFLOP per training sample, "
+                f"- {markdown_code(key)}: {cost['flops_per_sample'] / 1e9:.3f} GFLOP "
+                "per training sample, "
                 f"{cost['parameters']} parameters ({cost['source']}{counted_by})"
             )
     probes = manifest.get("probes") or []
@@ -392,14 +403,16 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
         out.append("\nAll-reduce probes:\n")
         for p in probes:
             out.append(
-                f"- `{p['session']}` {p['topology']}: {markdown_inline(p['backend'])}, busbw "
-                f"{p['busbw_gbps']:.3f} GB/s at {p['busbw_at_bytes']} bytes (`{p['log']}`)"
+                f"- {markdown_code(p['session'])} {markdown_inline(p['topology'])}: "
+                f"{markdown_inline(p['backend'])}, busbw {p['busbw_gbps']:.3f} GB/s at "
+                f"{p['busbw_at_bytes']} bytes ({markdown_code(p['log'])})"
             )
     if manifest["excluded_repeats"]:
         out.append("\nRepeats left out (not finished ok):\n")
         for e in manifest["excluded_repeats"]:
             said = markdown_inline(f"{e['verdict']} {e['detail']}".rstrip())
-            out.append(f"- `{e['session']}/{e['folder']}`: {said}")
+            where = markdown_code(f"{e['session']}/{e['folder']}")
+            out.append(f"- {where}: {said}")
     return "\n".join(out) + "\n"
 
 
@@ -408,14 +421,15 @@ def _changes_section(manifest: dict[str, Any]) -> str:
     previous = manifest.get("previous")
     out = [manifest.get("changelog") or "First version."]
     if previous:
-        out.append(f"\nChanges against `{previous}` (computed):\n")
+        out.append(f"\nChanges against {markdown_code(previous)} (computed):\n")
         for case_id in changes.get("added", []):
-            out.append(f"- added `{case_id}`")
+            out.append(f"- added {markdown_code(case_id)}")
         for case_id in changes.get("removed", []):
-            out.append(f"- removed `{case_id}`")
+            out.append(f"- removed {markdown_code(case_id)}")
         for c in changes.get("changed", []):
             out.append(
-                f"- `{c['case_id']}`: median {c['previous_median']:.2f} -> {c['median']:.2f} "
+                f"- {markdown_code(c['case_id'])}: median {c['previous_median']:.2f} -> "
+                f"{c['median']:.2f} "
                 f"samples/s (x{c['ratio']:.4f})"
             )
         if len(out) == 2:
@@ -426,15 +440,16 @@ def _changes_section(manifest: dict[str, Any]) -> str:
 def readme_text(computed: Computed, manifest: dict[str, Any]) -> str:
     version = manifest["version"]
     kit = manifest["kit"]
-    sessions = ", ".join(f"`{s['name']}`" for s in manifest["sessions"])
+    sessions = ", ".join(markdown_code(s['name']) for s in manifest["sessions"])
     dirty = " (dirty tree)" if kit.get("dirty") else ""
     repeats = sum(1 for r in computed.repeats if r.measurement is not None)
     published = sum(1 for s in computed.summaries if s.published_by)
     of_them = f" ({published} of them published figures, `config/published/`)" if published else ""
     head = (
         f"# {manifest['title']}\n\n"
-        f"Version `{version}`, released {manifest['released_at']} by `dlperf release` from "
-        f"{sessions}; kit `{str(kit.get('commit'))[:12]}`{dirty}. "
+        f"Version {markdown_code(version)}, released {manifest['released_at']} by "
+        "`dlperf release` from "
+        f"{sessions}; kit {markdown_code(str(kit.get('commit'))[:12])}{dirty}. "
         f"{len(computed.summaries)} cases{of_them}, {repeats} repeats.\n\n"
         f"Every number here is recomputed from the raw logs in `raw/` by "
         f"`dlperf audit reports/{version}`. `manifest.json` holds the SHA-256 of every raw file "

@@ -14,7 +14,7 @@ from typing import Any
 
 from driver.files import sha256_bytes, write_text
 from driver.release.manifest import MANIFEST
-from driver.text import markdown_cell
+from driver.text import markdown_cell, markdown_code
 
 INDEX = "README.md"
 # fullmatch: ``$`` would also match before a final newline ("v9.9\n" as a folder name)
@@ -58,15 +58,18 @@ def index_text(reports_root: Path) -> str:
     ]
     for name, manifest in released_versions(reports_root):
         counts = manifest.get("counts", {})
-        sessions = ", ".join(f"`{s.get('name')}`" for s in manifest.get("sessions", []))
+        sessions = ", ".join(
+            markdown_code(s.get("name"), cell=True) for s in manifest.get("sessions", [])
+        )
         kit = manifest.get("kit") or {}
         commit = str(kit.get("commit"))[:12] + (" (dirty)" if kit.get("dirty") else "")
         digest = sha256_bytes((reports_root / name / MANIFEST).read_bytes())
         changelog = " ".join(str(manifest.get("changelog") or "First version.").split())
         lines.append(
             f"| [{name}]({name}/README.md) | {manifest.get('released_at')} | "
-            f"{counts.get('cases')} | {counts.get('repeats')} | {sessions} | `{commit}` | "
-            f"{markdown_cell(changelog)} | `{digest}` |"
+            f"{counts.get('cases')} | {counts.get('repeats')} | {sessions} | "
+            f"{markdown_code(commit, cell=True)} | "
+            f"{markdown_cell(changelog)} | {markdown_code(digest, cell=True)} |"
         )
     return "\n".join(lines) + "\n"
 

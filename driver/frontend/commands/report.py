@@ -78,12 +78,12 @@ def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]
     sealed, Markdown) and the problems (one line each, naming the file)."""
     from driver.model.drift import seal_state
     from driver.model.seal import adopted_files
-    from driver.text import markdown_cell, markdown_inline
+    from driver.text import markdown_code, markdown_inline
 
     lines, problems = [], []
     for root in sessions:
         state = seal_state(root, allowed_signers)
-        line = f"- `{markdown_cell(root.name)}`: {markdown_inline(state.how)}"  # a signer's name
+        line = f"- {markdown_code(root.name)}: {markdown_inline(state.how)}"  # a signer's name
         adopted = adopted_files(root)  # vouched for on resume (--adopt), not measured
         if adopted:
             line += f"; **{len(adopted)} file(s) adopted, not measured:** " + markdown_inline(
