@@ -192,8 +192,8 @@ def test_a_readme_of_layout_5_is_re_rendered_by_the_kit_that_released_it(
     report = audit(stranger_version)
     assert report.ok, report.text()
     assert any(
-        f"README layout 5 (this kit writes {README_LAYOUT}): re-rendered byte for byte by the kit that "
-        "released it: identical" in note
+        f"README layout 5 (this kit writes {README_LAYOUT}): re-rendered byte for byte by the "
+        "kit that released it: identical" in note
         for note in report.notes
     ), report.notes
 

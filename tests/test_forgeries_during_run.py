@@ -112,6 +112,37 @@ def test_a_strangers_repeats_written_during_the_run_are_not_taken_as_finished(
     assert (root / CASE_1N1G / "repeat-02/record.json").is_file()  # nothing the lab ran is lost
 
 
+class IntoTheRepeat(LocalRuntime):
+    """The local runtime, and someone who drops files into the folder of the repeat it runs,
+    while it runs: a file of a name the kit never writes, and a log of a node the case has not."""
+
+    def run(self, plan: RepeatPlan):  # noqa: ANN201 - the runtime's outcome
+        outcome = super().run(plan)
+        (plan.repeat_dir / "notes.md").write_text("[results](http://evil.example)\n")
+        (plan.repeat_dir / "node7.log").write_text("step 1 100.0 samples/s\n")
+        return outcome
+
+
+def test_files_slipped_into_a_repeat_folder_while_it_runs_are_not_signed(
+    tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The run takes as its own, in a repeat's folder, its record, the logs the record hashes
+    and the files the kit writes beside them (telemetry): not whatever else is there when the
+    record is written. Before, the whole folder was taken as the run's and signed."""
+    root = tmp_path / "results" / "new"
+    capsys.readouterr()
+    code = run(root, lab, IntoTheRepeat(), cases("1n1g", repeats=1))
+    err = capsys.readouterr().err
+    assert code == 1, err
+    repeat = f"{CASE_1N1G}/repeat-01"
+    for name in ("notes.md", "node7.log"):
+        assert f"{repeat}/{name}: written into the session during the run, not by it" in err
+    assert f"{repeat}/record.json: " not in err and f"{repeat}/telemetry-node0.jsonl" not in err
+    assert "Traceback" not in err
+    assert not (root / SEAL).exists()
+    assert (root / repeat / "record.json").is_file()  # the lab's repeat stays
+
+
 @pytest.mark.parametrize("session", ["new", "resumed"])
 def test_whole_cases_written_during_the_run_outside_its_selection_are_not_signed(
     tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture, session: str

@@ -20,7 +20,13 @@ from driver.files import write_text
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
-from driver.model.results import RepeatLogs, RepeatRecord, Session, write_json
+from driver.model.results import (
+    RUNTIME_ERROR_LOG,
+    RepeatLogs,
+    RepeatRecord,
+    Session,
+    write_json,
+)
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.plugins import load
 from driver.runtimes.base import (
@@ -70,7 +76,6 @@ def cache_drop_status(logs: RepeatLogs) -> dict[str, str]:
     return status
 
 
-RUNTIME_ERROR_LOG = "runtime-error.txt"
 
 
 def launch(plan: RepeatPlan, runtime: Runtime) -> RepeatOutcome:
@@ -99,7 +104,7 @@ def launch(plan: RepeatPlan, runtime: Runtime) -> RepeatOutcome:
 def run_plan(plan: RepeatPlan, runtime: Runtime) -> tuple[RepeatOutcome, Verdict]:
     """``launch``, and the verdict its logs refine (what the batch search's probes need)."""
     outcome = launch(plan, runtime)
-    return outcome, refine_verdict(outcome, RepeatLogs.read(plan.repeat_dir))
+    return outcome, refine_verdict(outcome, RepeatLogs.read(plan.repeat_dir, len(plan.commands)))
 
 
 def evaluate(
@@ -138,7 +143,7 @@ def run_repeat(
         outcome = RepeatOutcome(Verdict.INTERRUPTED, [], now, now, INTERRUPTED_DETAIL)
     runtime_wrote(session, runtime)
     # read and parsed once: verdict, measurement, checksums, cache drop, the ranks' headers
-    logs = RepeatLogs.read(directory)
+    logs = RepeatLogs.read(directory, len(plan.commands))
     verdict = refine_verdict(outcome, logs)
     measurement, parsed, detail = None, None, outcome.detail
     if verdict == Verdict.OK:

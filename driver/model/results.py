@@ -37,11 +37,25 @@ from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Case
 from driver.model.measure import RepeatMeasurement
 from driver.schema import StrictModel, schema_version, strict_json
+from driver.telemetry.summary import node_of
 
 if TYPE_CHECKING:
     from driver.parsers.base import ParsedLog
 
 RECORD = "record.json"
+# What the kit itself writes into a repeat's folder besides its record and the logs the record
+# hashes: an interruption's facts (``runtimes.base``), a runtime's traceback (``core.runner``),
+# srun's own messages (``runtimes.slurm.step``) and the telemetry sampler's file per node. A
+# run takes these, and nothing else it finds there, as its own when it seals.
+INTERRUPTED = "interrupted.json"
+RUNTIME_ERROR_LOG = "runtime-error.txt"
+SRUN_LOG = "srun.log"
+
+
+def kit_repeat_file(name: str) -> bool:
+    """Whether ``name`` (a file at the top of a repeat's folder) is one the kit writes there
+    besides its record and logs."""
+    return name in (INTERRUPTED, RUNTIME_ERROR_LOG, SRUN_LOG) or node_of(name) is not None
 # 1: the first released versions; 2: adds ``log_sha256`` (the logs a record was measured from);
 # 3: adds ``fingerprints`` (every rank's fingerprint facts, as the runner parsed them).
 SCHEMA_VERSION = 3
@@ -204,8 +218,15 @@ class RepeatLogs:
     data: dict[str, bytes]
 
     @classmethod
-    def read(cls, folder: Path) -> RepeatLogs:
-        return cls({path.name: path.read_bytes() for path in sorted(folder.glob("node*.log"))})
+    def read(cls, folder: Path, nodes: int | None = None) -> RepeatLogs:
+        """The logs in ``folder``; with ``nodes`` (the plan's node count, where the kit ran the
+        repeat) only ``node0.log`` .. ``node<nodes-1>.log``: a ``node7.log`` that someone put
+        in a 1-node repeat's folder is neither measured nor hashed as the run's."""
+        if nodes is None:
+            paths = sorted(folder.glob("node*.log"))
+        else:
+            paths = [folder / f"node{i}.log" for i in range(nodes)]
+        return cls({path.name: path.read_bytes() for path in paths if path.is_file()})
 
     @cached_property
     def texts(self) -> dict[str, str]:

@@ -30,7 +30,7 @@ from driver.model.drift import (
     previous_seal,
     write_session_seal,
 )
-from driver.model.results import RECORD, RepeatRecord
+from driver.model.results import RECORD, RepeatRecord, kit_repeat_file
 from driver.model.seal import (
     SEAL,
     SEAL_SIGNATURE,
@@ -214,11 +214,18 @@ class Warrant:
         if path.is_file():
             self.written[self._rel(path)] = sha256_bytes(path.read_bytes())
             return
-        logs = record.log_sha256 if record is not None else {}
+        if record is None:  # a folder the run wrote all of (a batch search, its probes)
+            for file in walk_session(path).files.values():
+                self.written[self._rel(file)] = sha256_bytes(file.read_bytes())
+            return
+        # A repeat's folder: its record, the logs the record hashes (as the runner read them)
+        # and the files the kit writes beside them (telemetry, srun's messages). Anything else
+        # in it was put there by someone else while the repeat ran: not the run's, so the
+        # seal names it.
         for rel, file in walk_session(path).files.items():
-            if rel in logs:
-                self.written[self._rel(file)] = logs[rel]
-            else:
+            if rel in record.log_sha256:
+                self.written[self._rel(file)] = record.log_sha256[rel]
+            elif rel == RECORD or kit_repeat_file(rel):
                 self.written[self._rel(file)] = sha256_bytes(file.read_bytes())
 
     def _rel(self, path: Path) -> str:

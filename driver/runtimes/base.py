@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from driver.files import write_json
+from driver.model.results import INTERRUPTED
 from driver.registry import Registry
 
 if TYPE_CHECKING:
@@ -183,5 +184,5 @@ def raise_interrupted(repeat_dir: Path, detail: str, extra: dict[str, Any]) -> N
     """After an interrupted repeat's cleanup: what it found (exit codes, unreachable nodes) is
     kept beside the logs, and the interrupt goes on (the runner records the repeat as
     interrupted from the exception alone)."""
-    write_json(repeat_dir / "interrupted.json", {"detail": detail, "extra": extra})
+    write_json(repeat_dir / INTERRUPTED, {"detail": detail, "extra": extra})
     raise KeyboardInterrupt

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from driver.bench.protocol import EXIT_OOM
+from driver.model.results import SRUN_LOG
 from driver.runtimes.base import Verdict
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm import client
@@ -65,7 +66,7 @@ class Step:
         if not inside_allocation:
             # srun --jobid from outside: nothing of another job may leak into the step.
             env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-        srun_log = repeat_dir / "srun.log"
+        srun_log = repeat_dir / SRUN_LOG
         with srun_log.open("wb") as own:  # srun's own messages (task exits, cancels)
             process = subprocess.Popen(
                 argv,
