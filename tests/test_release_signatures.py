@@ -288,9 +288,13 @@ def test_require_signed_refuses_a_signed_session_downgraded_to_unsigned(
     (session / SEAL_SIGNATURE).unlink()
     (session / "session-manifest.json").unlink()
     assert seal_session(session, None).written
-    allowed = str(reports / "allowed_signers")
+    allowed = str(shutil.copyfile(reports / "allowed_signers", tmp_path / "my_signers"))
     argv = ["release", "v1.0", str(session), "--reports", str(reports), "--no-flops",
             "--allowed-signers", allowed, "--signing-key", str(key)]  # fmt: skip
+    code, text = cli([*argv[:6], "--signing-key", str(key), "--require-signed"])
+    assert code == 2, text  # the reports folder's own list: it proves no signature
+    assert f"--require-signed: {reports / 'allowed_signers'}: the only allowed-signers " in text
+    assert "a file of keys you hold yourself: name it with --allowed-signers FILE" in text
     code, text = cli([*argv, "--require-signed"])
     assert code == 2 and "--require-signed: these sessions are not signed" in text, text
     assert "  run: sealed, not signed: no session-manifest.json.sig" in text
@@ -299,7 +303,8 @@ def test_require_signed_refuses_a_signed_session_downgraded_to_unsigned(
     assert code == 2 and "--require-signed: the version would be unsigned" in text, text
     code, text = cli(argv)  # without it: released, marked unsigned
     assert code == 0, text
-    code, text = cli(["audit", "v1.0", "--reports", str(reports), "--require-signed"])
+    code, text = cli(["audit", "v1.0", "--reports", str(reports), "--require-signed",
+                      "--allowed-signers", allowed])  # fmt: skip
     assert code == 1 and "run/session-manifest.json: signature: published 'unsigned'" in text
     code, text = cli(["audit", "v1.0", "--reports", str(reports)])
     assert code == 0, text
@@ -322,8 +327,10 @@ def test_require_signed_refuses_an_attested_machine_on_an_unsigned_session(
     code, text = cli(["attest-hardware", str(session), "--label", "8x H100 80GB HBM3",
                       "--source", "the forger says so"])  # fmt: skip
     assert code == 0, text
+    allowed = shutil.copyfile(reports / "allowed_signers", tmp_path / "my_signers")
     argv = ["release", "v1.0", str(session), "--reports", str(reports), "--no-flops",
-            "--signing-key", str(tmp_path / "lab"), "--require-signed"]  # fmt: skip
+            "--signing-key", str(tmp_path / "lab"), "--require-signed",
+            "--allowed-signers", str(allowed)]  # fmt: skip
     code, text = cli(argv)
     assert code == 2 and "--require-signed: these sessions are not signed" in text, text
     assert "  imported: " in text and not (reports / "v1.0").exists()

@@ -74,15 +74,15 @@ from driver.release.results import (
     results_schema,
 )
 from driver.release.signatures import (
-    ALLOWED_SIGNERS_VARIABLE,
+    OWN_ANCHOR,
     SIGNED,
     VERSION_SIGNATURE,
     Signatures,
     TrustAnchor,
     describe,
+    outside_anchor,
     session_signatures,
     trust_anchor,
-    user_allowed_signers,
     version_signature,
 )
 from driver.release.versions import index_digest
@@ -140,7 +140,7 @@ def audit(
         for unsigned in report.unsigned if require_signed else []:
             state.add(unsigned, "signature", "unsigned", "signed (--require-signed)")
         if require_signed and trust.own:
-            state.add(str(trust.path), "--require-signed", OWN_ANCHOR, _outside_anchor())
+            state.add(str(trust.path), "--require-signed", OWN_ANCHOR, outside_anchor())
         # the verdict names the version's own file where it decided something: a signature
         # verified, or one that did not verify against it
         checked = len(report.signatures) > len(report.unsigned) or any(
@@ -150,19 +150,6 @@ def audit(
     finally:
         report.elapsed_s = time.perf_counter() - started
     return report
-
-
-OWN_ANCHOR = (
-    "the only allowed-signers file is the reports folder's own, which comes with the data it "
-    "vouches for (whoever can write the versions can write it): it proves no signature"
-)
-
-
-def _outside_anchor() -> str:
-    return (
-        "signatures checked against a file of keys you hold yourself: name it with "
-        f"--allowed-signers FILE, ${ALLOWED_SIGNERS_VARIABLE} or {user_allowed_signers()}"
-    )
 
 
 def _manifest(state: AuditState, expected_version: str | None) -> tuple[bytes, dict] | None:

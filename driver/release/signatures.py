@@ -85,6 +85,21 @@ class TrustAnchor:
         return f"trusted by {self.path} ({self.source})"
 
 
+# Why a signature checked against the reports folder's own list proves nothing to a reader.
+OWN_ANCHOR = (
+    "the only allowed-signers file is the reports folder's own, which comes with the data it "
+    "vouches for (whoever can write the versions can write it): it proves no signature"
+)
+
+
+def outside_anchor() -> str:
+    """What ``--require-signed`` needs where the only anchor is :data:`OWN_ANCHOR`."""
+    return (
+        "signatures checked against a file of keys you hold yourself: name it with "
+        f"--allowed-signers FILE, ${ALLOWED_SIGNERS_VARIABLE} or {user_allowed_signers()}"
+    )
+
+
 def trust_anchor(explicit: str | Path | None, reports_root: Path) -> TrustAnchor:
     """The allowed-signers file a release or an audit of ``reports_root`` trusts:
     ``explicit`` (``--allowed-signers``), else ``$DLPERF_ALLOWED_SIGNERS``, else the per-user

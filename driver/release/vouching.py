@@ -14,7 +14,16 @@ from typing import Any
 
 from driver.core.summary import SUPERLINEAR_FLOOR
 from driver.release.compute import Computed
-from driver.release.signatures import OUTSIDE, OWN, SIGNED, UNSIGNED, TrustAnchor, trust_anchor
+from driver.release.signatures import (
+    OUTSIDE,
+    OWN,
+    OWN_ANCHOR,
+    SIGNED,
+    UNSIGNED,
+    TrustAnchor,
+    outside_anchor,
+    trust_anchor,
+)
 from driver.schema import did_you_mean
 from driver.signing import RELEASE_NAMESPACE, Signer, SigningError, signer_of_key
 from driver.text import check_free_text
@@ -65,6 +74,11 @@ def vouching_for(
         trust = trust_anchor(allowed_signers, reports_root)
     except SigningError as error:
         raise VouchingError(str(error)) from None
+    if require_signed and trust.own:
+        raise VouchingError(
+            f"--require-signed: {trust.path}: {OWN_ANCHOR}; a release that requires signatures "
+            f"needs {outside_anchor()}"
+        )
     if require_signed and key is None:
         raise VouchingError(
             "--require-signed: the version would be unsigned; give --signing-key (or "
