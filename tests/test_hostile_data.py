@@ -113,7 +113,7 @@ def test_raw_refuses_a_symlinked_jpeg_leading_out_and_follows_one_inside(
     link = tree / "train" / WNID / "linked.JPEG"
     link.symlink_to(tmp_path / "elsewhere.JPEG")
     out = tmp_path / "raw"
-    refused(["data", "raw", str(tree), str(out)], capsys, "linked.JPEG", "leading out of the tree")
+    refused(["data", "raw", str(tree), str(out)], capsys, "linked.JPEG", f"leading out of {tree}")
     assert not out.exists() or not list(out.rglob("*.JPEG"))
     # a link inside the tree is followed: the output holds the image, not a link
     link.unlink()

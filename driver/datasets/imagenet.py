@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.datasets.manifest import claim, is_member_name, write_manifest
+from driver.datasets.manifest import claim, is_member_name, resolved_inside, write_manifest
 from driver.files import KitWriteError, ensure_dir, write_bytes
 from driver.schema import ConfigError
 
@@ -92,22 +92,13 @@ def scan(source: Path, splits: tuple[str, ...] = SPLITS) -> tuple[list[str], lis
 
 
 def inside(path: Path, root: Path) -> Path:
-    """``path`` with its symlinks followed, which must stay inside the tree ``root`` (resolved):
-    a link leading out (or nowhere) is a ConfigError naming it, never followed or copied."""
-    try:
-        real = path.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise ConfigError(
-            path, "(file)", "is a dangling or looping symlink; remove it or fix its target"
-        ) from None
-    if not real.is_relative_to(root):
-        raise ConfigError(
-            path,
-            "(file)",
-            f"is a symlink leading out of the tree (to {real}); copy the file into the tree "
-            "or remove the link",
-        )
-    return real
+    """``path`` with its symlinks followed, which must stay inside the source tree ``root``."""
+    return resolved_inside(
+        path,
+        root,
+        missing="is a dangling or looping symlink; remove it or fix its target",
+        outside="copy the file into the tree or remove the link",
+    )
 
 
 def source_facts(source: Path, classes: list[str], images: list[Image]) -> dict[str, Any]:

@@ -118,6 +118,21 @@ def is_member_name(name: str) -> bool:
     )
 
 
+def resolved_inside(path: Path, root: Path, missing: str, outside: str) -> Path:
+    """``path`` with its symlinks followed, which must stay inside the tree ``root``: a link
+    leading out of it is a ConfigError saying ``outside`` (the fix), one leading nowhere or in
+    a loop ``missing``; never followed or read. The one check every data command makes of a
+    file name it reads (a source tree's, a manifest's)."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise ConfigError(path, "(file)", missing) from None
+    if not real.is_relative_to(Path(root).resolve()):
+        why = f"is a symlink leading out of {root} (to {real}); {outside}"
+        raise ConfigError(path, "(file)", why)
+    return real
+
+
 def member(folder: Path, name: str, manifest: Path | None = None) -> Path:
     """The path of the manifest entry ``name`` in ``folder``, checked: inside the folder once
     symlinks are followed, and a regular file (a FIFO would block a read). A ConfigError names
@@ -127,14 +142,12 @@ def member(folder: Path, name: str, manifest: Path | None = None) -> Path:
     if not is_member_name(name):
         raise ConfigError(where, f"files.{name!r}", "is not a relative path inside the folder")
     path = folder / name
-    try:
-        real = path.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise ConfigError(
-            path, "(file)", "is missing (or a dangling symlink); re-run `dlperf data`"
-        ) from None
-    if not real.is_relative_to(folder.resolve()):
-        raise ConfigError(path, "(file)", f"is a symlink leading out of {folder}; re-run it")
+    real = resolved_inside(
+        path,
+        folder,
+        missing="is missing (or a dangling symlink); re-run `dlperf data`",
+        outside="re-run `dlperf data`",
+    )
     if not stat.S_ISREG(real.stat().st_mode):
         raise ConfigError(path, "(file)", "is not a regular file (a FIFO?); re-run `dlperf data`")
     return path
