@@ -223,3 +223,83 @@ def test_a_measured_case_pairs_with_torchtitan_s_published_figure_of_the_same_ca
     assert paired == {("8b", "1n8g"), ("8b-compile", "1n8g")}
     ratio = next(r for a, _b, r in pairs if a.fields["variant"] == "8b")
     assert ratio == pytest.approx(0.8 * 8 * 8192 / 8 / 5762)
+
+
+# --- model-parallel accounting (issue #49) ---------------------------------------------------
+
+
+def seventy_b_logs(seconds_per_step: float) -> dict[str, str]:
+    """4n32g logs of the 70b variant (tensor-parallel 8) at batch 1, as the kit launches it."""
+    case = case_of("4n32g", "70b")
+    times = [round(1.0 + step * seconds_per_step, 3) for step in range(1, 121)]
+    out = {}
+    for node in range(4):
+        header = header_line(UpstreamSource(SPEC).header(case, node_rank(case, node), 1))
+        lines = [header, f"[default0]:[titan] {stamp(0)} - root - INFO - node {node} starts",
+                 *("[default0]:" + step_line(s, t, 1) for s, t in enumerate(times, 1))]  # fmt: skip
+        out[f"node{node}.log"] = "\n".join(lines) + "\n"
+    return out
+
+
+def test_the_70b_case_counts_its_four_tensor_parallel_replicas_not_32_devices() -> None:
+    """llama3_70b trains tensor-parallel 8: 4n32g at batch 1 is 4 sequences a step. At 2.0 s a
+    step that is 2.00 samples/s; the kit once counted batch x 32 devices, 16.00."""
+    case = case_of("4n32g", "70b")
+    header = UpstreamSource(SPEC).header(case, node_rank(case, 0), 1)
+    assert header.tensor_parallel == 8 and header.to_dict()["tensor_parallel"] == 8
+    assert "tensor_parallel" not in UpstreamSource(SPEC).header(
+        case_of("4n32g", "8b"), node_rank(case, 0), 2
+    ).to_dict()  # a header without model parallelism reads as before
+    parsed = PARSERS.get("torchtitan")().parse(seventy_b_logs(2.0))
+    assert parsed.model_parallel == 8
+    measured = measure_repeat(parsed, Window(20, 100))
+    assert measured.throughput == pytest.approx(2.00, rel=1e-9)
+    assert measured.samples == 100 * 4
+
+
+def test_degrees_that_do_not_divide_the_devices_are_refused_before_the_run() -> None:
+    from dataclasses import replace
+
+    case = case_of("1n8g", "8b")
+    with pytest.raises(ValueError, match=r"tensor_parallel 3 .* do not divide the world size 8"):
+        UpstreamSource(SPEC).launch_for(replace(case, options={**case.options,
+                                                               "tensor_parallel": 3}))  # fmt: skip
+    with pytest.raises(ValueError, match=r"option tensor_parallel 0 \(an integer >= 1\)"):
+        UpstreamSource(SPEC).launch_for(replace(case, options={**case.options,
+                                                               "tensor_parallel": 0}))  # fmt: skip
+
+
+def test_a_header_whose_degrees_do_not_divide_its_world_is_refused_with_its_line() -> None:
+    texts = seventy_b_logs(2.0)
+    texts = {n: t.replace('"tensor_parallel":8', '"tensor_parallel":12') for n, t in texts.items()}
+    with pytest.raises(LogParseError) as refused:
+        PARSERS.get("torchtitan")().parse(texts)
+    assert "node0.log:1" in str(refused.value)
+    assert "tensor_parallel 12" in str(refused.value) and "world size 32" in str(refused.value)
+
+
+def test_an_imported_tensor_parallel_log_counts_replicas(tmp_path: Path) -> None:
+    """The issue's fabricated 4n32g torchtitan log at batch 1 and 2.0 s a step: with
+    ``tensor_parallel: 8`` in --facts it imports at 2.00 samples/s (16.00 before); degrees that
+    do not divide the topology are refused naming where they came from."""
+    from driver.core.importlogs import import_run
+    from driver.sources.logfacts import ImportLogsError, load_facts
+
+    paths = []
+    for name, text in seventy_b_logs(2.0).items():
+        path = tmp_path / name
+        path.write_text("\n".join(text.splitlines()[1:]) + "\n")  # the kit's header dropped
+        paths.append(path)
+    facts_file = tmp_path / "facts.yaml"
+    facts_file.write_text("model: llama\ntopology: 4n32g\nbatch: 1\nprecision: amp\n"
+                          "dataset: real\nwarmup_steps: 20\nmeasured_steps: 100\n"
+                          "tensor_parallel: 8\n")  # fmt: skip
+    record = import_run(tmp_path / "s", "torchtitan", load_facts(facts_file, {}), paths)
+    assert record.verdict == "ok", record.detail
+    assert record.measurement.throughput == pytest.approx(2.00, rel=1e-9)
+    with pytest.raises(ImportLogsError) as refused:
+        import_run(tmp_path / "t", "torchtitan",
+                   load_facts(facts_file, {"tensor_parallel": None, "pipeline_parallel": 3}),
+                   paths)  # fmt: skip
+    message = str(refused.value)
+    assert "--pipeline-parallel on the command line" in message and "world size 32" in message

@@ -261,6 +261,12 @@ def measure_repeat(parsed: ParsedLog, window: Window) -> RepeatMeasurement:
     for log in parsed.ranks.values():
         samples, windows[log.rank] = _rank_window(log, window)
         total_samples += samples * parsed.samples_scale
+    if total_samples % parsed.model_parallel:
+        raise LogParseError(
+            f"the window holds {total_samples} device-samples, not a multiple of the "
+            f"{parsed.model_parallel} devices of one model-parallel replica"
+        )
+    total_samples //= parsed.model_parallel  # samples count replicas, not devices
     longest = max(windows.values(), default=0.0)
     if total_samples <= 0:
         raise LogParseError("the measured window holds no samples")

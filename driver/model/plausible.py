@@ -78,20 +78,28 @@ def check_parsed(parsed: ParsedLog, window: Window, batch_size: int) -> None:
             previous = point
 
 
-def check_measurement(measurement: RepeatMeasurement, world_size: int, batch_size: int) -> None:
-    """The window as a whole: bounded throughput, and (timestamps used) exactly batch x world
-    size samples per measured step."""
+def check_measurement(
+    measurement: RepeatMeasurement, world_size: int, batch_size: int, model_parallel: int = 1
+) -> None:
+    """The window as a whole: bounded throughput, and (timestamps used) exactly batch x
+    data-parallel replicas (world size / ``model_parallel``) samples per measured step."""
     check_throughput(measurement.throughput, world_size)
     if measurement.reported_by_source:
         return
     if measurement.duration_s <= 0:
         raise Implausible(f"the measured window lasts {measurement.duration_s} s")
-    expected = batch_size * world_size * measurement.measured_steps
+    replicas = world_size // model_parallel
+    expected = batch_size * replicas * measurement.measured_steps
     if measurement.samples != expected:
+        of = (
+            f"{world_size} device(s)"
+            if model_parallel == 1
+            else f"{replicas} data-parallel replica(s) of {model_parallel} devices"
+        )
+        per = "per device" if model_parallel == 1 else "per replica"
         raise Implausible(
             f"the window holds {measurement.samples} samples in {measurement.measured_steps} "
-            f"measured steps of {world_size} device(s), but batch {batch_size} per device makes "
-            f"{expected}"
+            f"measured steps of {of}, but batch {batch_size} {per} makes {expected}"
         )
 
 
@@ -204,6 +212,6 @@ def measure_checked(
             check_peak_memory(parsed),
         ),
     )
-    check_measurement(measurement, case.topology.world_size, batch_size)
+    check_measurement(measurement, case.topology.world_size, batch_size, parsed.model_parallel)
     check_repeated_steps(parsed, case.precision)
     return measurement, parsed

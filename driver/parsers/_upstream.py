@@ -43,6 +43,10 @@ HEADER_MARK = "DLPERF-UPSTREAM "
 # HOST_PROBE): the head renders the header, only the node knows its hostname, devices, hardware.
 HOST_MARK = "DLPERF-HOST "
 LOGGING_MODES = ("rank0", "per-node", "per-process")
+# Model-parallel degrees a run header may state (each 1 where absent): the devices one
+# data-parallel replica spans are their product, and samples are counted per replica, never
+# per device (torchtitan's llama3_70b trains tensor-parallel 8: 4n32g holds 4 replicas).
+PARALLEL_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel")
 _HEADER_FIELDS: dict[str, type] = {
     "source": str,
     "model": str,
@@ -78,10 +82,18 @@ class RunHeader:
     # imported logs: the hardware they ran on, as the user states it (optional header field;
     # the machine's label, and its device model where the node printed no host line)
     hardware: str = ""
+    tensor_parallel: int = 1  # PARALLEL_FIELDS, optional header fields
+    pipeline_parallel: int = 1
+    context_parallel: int = 1
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
+
+    @property
+    def model_parallel(self) -> int:
+        """The devices one data-parallel replica spans."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
 
     @property
     def window(self) -> tuple[int, int]:
@@ -92,6 +104,7 @@ class RunHeader:
         return (
             self.source, self.model, self.nodes, self.procs_per_node, self.batch, self.logging,
             self.step_offset, self.warmup_steps, self.measured_steps, self.worker0_only,
+            self.tensor_parallel, self.pipeline_parallel, self.context_parallel,
         )  # fmt: skip
 
     def to_dict(self) -> dict:
@@ -100,6 +113,9 @@ class RunHeader:
             data["worker0_only"] = True
         if self.hardware:
             data.update(hardware=self.hardware, devices=[self.hardware])
+        for name in PARALLEL_FIELDS:  # written only where not 1: older headers read as before
+            if getattr(self, name) != 1:
+                data[name] = getattr(self, name)
         return data
 
 
@@ -148,7 +164,17 @@ def _decode_header(text: str, source: str, number: int) -> RunHeader:
             source=source,
             line=number,
         )
-    header = RunHeader(**values, worker0_only=worker0_only, hardware=hardware)
+    parallel = {}
+    for name in PARALLEL_FIELDS:
+        degree = data.get(name, 1)
+        if not isinstance(degree, int) or isinstance(degree, bool) or degree < 1:
+            raise LogParseError(
+                f"run header field {name!r} must be an integer >= 1, got {degree!r}",
+                source=source,
+                line=number,
+            )
+        parallel[name] = degree
+    header = RunHeader(**values, worker0_only=worker0_only, hardware=hardware, **parallel)
     if header.logging not in LOGGING_MODES:
         raise LogParseError(
             f"run header logging {header.logging!r} is not one of {', '.join(LOGGING_MODES)}",
@@ -159,7 +185,25 @@ def _decode_header(text: str, source: str, number: int) -> RunHeader:
         0 <= header.node_rank < header.nodes
     ):
         raise LogParseError(f"run header is inconsistent: {data}", source=source, line=number)
+    problem = parallel_problem(header.world_size, parallel)
+    if problem:
+        raise LogParseError(f"run header: {problem}", source=source, line=number)
     return header
+
+
+def parallel_problem(world_size: int, degrees: Mapping[str, int]) -> str | None:
+    """Why model-parallel ``degrees`` (PARALLEL_FIELDS -> degree) cannot lay out ``world_size``
+    devices, or None: their product must divide it (every replica spans the same devices)."""
+    product = 1
+    for name in PARALLEL_FIELDS:
+        product *= degrees.get(name, 1)
+    if world_size % product == 0:
+        return None
+    shown = " x ".join(f"{name} {degrees.get(name, 1)}" for name in PARALLEL_FIELDS)
+    return (
+        f"{shown} = {product} devices per data-parallel replica do not divide the world size "
+        f"{world_size}; give degrees whose product divides it"
+    )
 
 
 def _decode_host(text: str, source: str, number: int) -> dict[str, Any]:
@@ -493,6 +537,7 @@ def steplog(logs: Sequence[NodeLog], timelines: Mapping[int, Timeline], fmt: str
         ranks=ranks,
         world_size=header.world_size,
         samples_scale=scale,
+        model_parallel=header.model_parallel,
         meta=_meta(header, fmt),
     )
 

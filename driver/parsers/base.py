@@ -97,6 +97,9 @@ class ParsedLog:
     # Upstream logs often come from rank 0 only: the samples of one rank times this factor are
     # the global samples. 1 when every rank logged its own steps.
     samples_scale: int = 1
+    # Devices one data-parallel replica spans (tensor x pipeline x context parallel): ranks of
+    # one replica process the same samples, so the global samples are divided by it.
+    model_parallel: int = 1
     # A source that prints only a rate (no timestamps) fills this and no points.
     reported_throughput: float | None = None
     reported_note: str = ""

@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 from driver.bench import fingerprint
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
-from driver.parsers._upstream import RunHeader
+from driver.parsers._upstream import PARALLEL_FIELDS, RunHeader, parallel_problem
 from driver.registry import Registry
 
 L = TypeVar("L")  # a source's per-model launch record
@@ -79,7 +79,30 @@ def run_header(
         step_offset=step_offset,
         warmup_steps=warmup,
         measured_steps=measured,
+        **parallel_degrees(case),
     )
+
+
+def parallel_degrees(case: Case) -> dict[str, int]:
+    """The case's model-parallel degrees (options ``tensor_parallel``, ``pipeline_parallel``,
+    ``context_parallel``; 1 where absent), as the run header states them: what the source's
+    config trains with, so that samples are counted per data-parallel replica."""
+    return {name: case.options.get(name, 1) for name in PARALLEL_FIELDS}
+
+
+def parallel_degree_problems(case: Case) -> list[str]:
+    """What is wrong with the case's model-parallel degrees: not an integer >= 1, or a product
+    that does not divide its devices."""
+    degrees = parallel_degrees(case)
+    bad = [
+        f"option {name} {value!r} (an integer >= 1)"
+        for name, value in degrees.items()
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1
+    ]
+    if bad:
+        return bad
+    problem = parallel_problem(case.topology.world_size, degrees)
+    return [f"{problem} ({case.topology.label})"] if problem else []
 
 
 def model_launch(launches: Mapping[str, L], case: Case, source: str, models: Iterable[str]) -> L:

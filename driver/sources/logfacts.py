@@ -25,7 +25,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from driver.launchers.base import NodeRank
 from driver.model.case import MAX_STEPS, Case, Topology, parse_topology
 from driver.model.hardware import HardwareError, parse_hardware
-from driver.parsers._upstream import RunHeader
+from driver.parsers._upstream import PARALLEL_FIELDS, RunHeader, parallel_problem
 from driver.registry import UnknownPlugin
 from driver.schema import ConfigError, StrictModel, load_document, validate
 from driver.sources.base import SOURCES, run_header
@@ -35,6 +35,7 @@ VARIANT = "imported"
 
 
 MAX_BATCH = 1_000_000  # the matrix's per-device bound (driver.core.matrix._batch)
+MAX_DEGREE = 65_536  # a model-parallel degree: the most devices a topology holds (1024 x 64)
 
 
 class ImportLogsError(ValueError):
@@ -59,6 +60,11 @@ class Facts(StrictModel):
     # What the logs ran on (``NVIDIA V100-SXM2-16GB``): their machine and device model. Without
     # it they stay "unknown device" and are set beside no measured case.
     hardware: FreeText("label") | None = None
+    # The run's model-parallel degrees (its config's; 1: none): ``batch`` is then per
+    # data-parallel replica (torchtitan's local batch), and samples count replicas, not devices.
+    tensor_parallel: int = Field(default=1, ge=1, le=MAX_DEGREE)
+    pipeline_parallel: int = Field(default=1, ge=1, le=MAX_DEGREE)
+    context_parallel: int = Field(default=1, ge=1, le=MAX_DEGREE)
     # where each fact came from ("--batch on the command line", "facts.yaml: batch"), for errors
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -92,6 +98,9 @@ FACT_FLAGS = {  # CLI flag -> Facts field
     "step_offset": "step_offset",
     "note": "note",
     "hardware": "hardware",
+    "tensor_parallel": "tensor_parallel",
+    "pipeline_parallel": "pipeline_parallel",
+    "context_parallel": "context_parallel",
 }
 
 
@@ -200,8 +209,15 @@ def case_and_header(source_name: str, facts: Facts) -> tuple[Case, RunHeader, st
     rank = NodeRank(0, topology.nodes, topology.devices_per_node, master_addr="", master_port=0)
     logging = facts.logging or launch.logging
     step_offset = launch.step_offset if facts.step_offset is None else facts.step_offset
+    degrees = {name: getattr(facts, name) for name in PARALLEL_FIELDS}
+    problem = parallel_problem(topology.world_size, degrees)
+    if problem:
+        named = [facts.origin(name) for name in PARALLEL_FIELDS if degrees[name] != 1]
+        raise ImportLogsError(f"{', '.join(named)}: {problem} ({topology.label})")
     header = run_header(source_name, case, rank, facts.batch, logging, step_offset)
-    header = replace(header, worker0_only=facts.worker0_only, hardware=facts.hardware or "")
+    header = replace(
+        header, worker0_only=facts.worker0_only, hardware=facts.hardware or "", **degrees
+    )
     return case, header, source.parser
 
 

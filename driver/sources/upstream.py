@@ -35,6 +35,7 @@ from driver.sources.base import (
     SOURCES,
     data_and_precision_problems,
     model_launch,
+    parallel_degree_problems,
     refuse_unsupported,
     run_header,
 )
@@ -222,6 +223,7 @@ class UpstreamSource:
             problems.append(
                 f"option(s) {', '.join(unknown)} (options: {', '.join(launch.options) or 'none'})"
             )
+        problems += parallel_degree_problems(case)
         refuse_unsupported(case, self.name, problems)
         facts = launch_facts(case, case.topology.nodes, case.topology.devices_per_node, launch)
         for refusal in launch.refused:

@@ -100,6 +100,13 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         "--hardware",
         help="what the logs ran on, e.g. 'NVIDIA V100-SXM2-16GB' (default: unknown device)",
     )
+    for degree in ("tensor", "pipeline", "context"):
+        parser.add_argument(
+            f"--{degree}-parallel",
+            type=int,
+            help=f"the run's {degree}-parallel degree (default 1); --batch is then per "
+            "data-parallel replica",
+        )
     parser.add_argument("--results", default=str(RESULTS))
     parser.add_argument("--session", required=True, help="session name under --results")
     parser.set_defaults(func=cmd_import_logs)
