@@ -90,6 +90,30 @@ def test_release_costs_use_the_formula_without_counting() -> None:
     assert 5.7e10 < per_token < 5.9e10
 
 
+def test_a_tied_output_projection_counts_as_torchtitan_counts_it_since_4ed3c536() -> None:
+    """Llama 3.2 1B ties its output projection to the embeddings; the projection still runs, so
+    torchtitan counts it since 4ed3c536: 1.0636e10 FLOPs a token at 8192, 8.713e4 GFLOP a
+    sample (the kit's 9.06e9 before, 15% low). An untied size counts the same either way; a
+    version released with the older count is recomputed by it (its manifest names it)."""
+    from driver.bench.llama import FLOPS_FORMULA, FLOPS_FORMULA_BEFORE_4ED3C536
+    from driver.release.mfu import formula_costs
+
+    one_b = {"llama_size": "llama3-1b", "seq_len": 8192}
+    assert training_flops_per_token(LLAMA_SIZES["llama3-1b"], 8192) == pytest.approx(1.0636e10,
+                                                                                    rel=1e-4)
+    assert training_flops_per_sample(one_b) / 1e9 == pytest.approx(8.713e4, rel=1e-4)
+    older = training_flops_per_token(LLAMA_SIZES["llama3-1b"], 8192, tied_output_counted=False)
+    assert older == pytest.approx(9.06e9, rel=1e-3)
+    eight_b = LLAMA_SIZES["llama3-8b"]
+    assert training_flops_per_token(eight_b, 8192) == training_flops_per_token(eight_b, 8192,
+                                                                               False)
+    key = cost_key("llama", one_b)
+    assert formula_costs([("llama", one_b)])[key]["source"] == FLOPS_FORMULA
+    before = formula_costs([("llama", one_b)], FLOPS_FORMULA_BEFORE_4ED3C536)[key]
+    assert before["flops_per_sample"] == older * 8192
+    assert before["source"] == FLOPS_FORMULA_BEFORE_4ED3C536
+
+
 def test_training_step_lowers_the_loss_and_is_causal() -> None:
     torch.manual_seed(0)
     opts = options()

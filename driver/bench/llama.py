@@ -12,14 +12,20 @@ key/value heads, vocabulary 128,256; Llama 3.2 1B ties the output projection to 
 embeddings. The ``llama-tiny`` and ``llama-small`` sizes are ours, for tests and CPU smoke runs.
 
 FLOPs per token (training: forward + backward), the formula of PaLM (Chowdhery et al. 2022,
-appendix B) as torchtitan computes it (``get_nparams_and_flops``)::
+appendix B) as torchtitan computes it (``get_nparams_and_flops``, torchtitan/models/utils.py)::
 
     6 x N + 12 x layers x heads x head_dim x seq_len
 
-where N is the number of (distinct) parameters less the token-embedding table: the output
-projection counts when untied; when tied it is the embedding table and does not count, as in
-torchtitan. The attention term counts the full (not causal-halved) score and value matmuls.
-Recomputation by activation checkpointing is not counted (model FLOPs, not hardware FLOPs).
+where N is the number of parameters that take part in a matmul: every distinct parameter but
+the token-embedding table (a lookup), and the output projection whether untied or tied to that
+table, since a tied projection still runs. torchtitan counts the tied projection since commit
+4ed3c536 (2026-05-08, "Fix weight tying parameter accounting": "keep tied lm_head weights
+included in FLOPs accounting because the output projection still runs"); before it, and in the
+kit's releases before this count, a tied projection did not count (``tied_output_counted``
+False; :data:`FLOPS_FORMULA_BEFORE_4ED3C536`), which puts Llama 3.2 1B's FLOPs 15% lower at
+8,192 tokens (9.06e9 against 1.0636e10 a token), and its MFU with them. The attention term
+counts the full (not causal-halved) score and value matmuls. Recomputation by activation
+checkpointing is not counted (model FLOPs, not hardware FLOPs).
 """
 
 from __future__ import annotations
@@ -30,6 +36,13 @@ from typing import Any
 
 MODEL = "llama"
 FLOPS_FORMULA = (
+    "6 x matmul parameters (all but the token embedding; a tied output projection counts) + "
+    "12 x layers x heads x head_dim x seq_len per token (PaLM, Chowdhery et al. 2022, appendix "
+    "B; torchtitan get_nparams_and_flops since 4ed3c536)"
+)
+# The count of the kit's releases before torchtitan's 4ed3c536 was followed: a tied output
+# projection not counted. A version released with it is audited with it (its manifest names it).
+FLOPS_FORMULA_BEFORE_4ED3C536 = (
     "6 x non-embedding parameters + 12 x layers x heads x head_dim x seq_len per token "
     "(PaLM, Chowdhery et al. 2022, appendix B; torchtitan get_nparams_and_flops)"
 )
@@ -82,6 +95,12 @@ class LlamaShape:
 
     def non_embedding_parameters(self) -> int:
         return self.parameters() - self.embedding_parameters()
+
+    def matmul_parameters(self, tied_output_counted: bool = True) -> int:
+        """The parameters a token's forward pass multiplies by: all but the embedding table,
+        and a tied output projection once more (it is that table, and it runs)."""
+        tied = self.embedding_parameters() if self.tied_embeddings and tied_output_counted else 0
+        return self.non_embedding_parameters() + tied
 
 
 # Published sizes (see the module docstring) and ours for CPUs and tests.
@@ -170,16 +189,26 @@ def resolve_parallelism(model: str, requested: str, ranks: int) -> str:
     return requested
 
 
-def training_flops_per_token(shape: LlamaShape, seq_len: int) -> float:
+def training_flops_per_token(
+    shape: LlamaShape, seq_len: int, tied_output_counted: bool = True
+) -> float:
     """Training (forward + backward) model FLOPs per token: see the module docstring."""
     attention = 12 * shape.layers * shape.heads * shape.head_dim * seq_len
-    return float(6 * shape.non_embedding_parameters() + attention)
+    return float(6 * shape.matmul_parameters(tied_output_counted) + attention)
 
 
-def training_flops_per_sample(options: Mapping[str, Any]) -> float:
+def training_flops_per_sample(
+    options: Mapping[str, Any], tied_output_counted: bool = True
+) -> float:
     """FLOPs of one training sequence (``seq_len`` tokens) of the size in ``options``."""
     seq_len = int(options["seq_len"])
-    return training_flops_per_token(llama_shape(options), seq_len) * seq_len
+    shape = llama_shape(options)
+    return training_flops_per_token(shape, seq_len, tied_output_counted) * seq_len
+
+
+# Each count's words, as a release's manifest records them (``model_costs[...].source``) ->
+# whether it counts a tied output projection: an audit recomputes a version by its own count.
+FLOPS_FORMULAS = {FLOPS_FORMULA: True, FLOPS_FORMULA_BEFORE_4ED3C536: False}
 
 
 def tokens_per_sample(model: str, options: Mapping[str, Any]) -> int | None:

@@ -457,9 +457,13 @@ def _check_flops(state: AuditState, manifest: dict[str, Any], recompute: bool) -
     except ImportError:
         state.report.notes.append("model FLOPs: cached values used (no torch here)")
         return
-    from driver.release.mfu import compute_model_costs
+    from driver.bench.llama import FLOPS_FORMULAS
+    from driver.release.mfu import compute_model_costs, formula_costs
 
     fresh = compute_model_costs((c["model"], c["options"]) for c in costs.values())
+    for formula in FLOPS_FORMULAS:  # a formula's cost by the count the version was released with
+        counted = [(c["model"], c["options"]) for c in costs.values() if c.get("source") == formula]
+        fresh.update(formula_costs(counted, formula))
     for key, cost in sorted(costs.items()):
         for name in ("flops_per_sample", "parameters"):
             if fresh.get(key, {}).get(name) != cost.get(name):

@@ -23,7 +23,12 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from driver.bench.contract import SHAPE_OPTIONS
-from driver.bench.llama import FLOPS_FORMULA, llama_shape, training_flops_per_sample
+from driver.bench.llama import (
+    FLOPS_FORMULA,
+    FLOPS_FORMULAS,
+    llama_shape,
+    training_flops_per_sample,
+)
 from driver.bench.llama import MODEL as LLAMA
 from driver.frameworks.base import REPO_ROOT
 from driver.schema import (
@@ -140,8 +145,11 @@ def compute_model_costs(
     return costs
 
 
-def formula_costs(wanted: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """FLOPs per sample and parameters of the formula models (Llama), from their sizes."""
+def formula_costs(
+    wanted: Iterable[tuple[str, Mapping[str, Any]]], formula: str = FLOPS_FORMULA
+) -> dict[str, dict[str, Any]]:
+    """FLOPs per sample and parameters of the formula models (Llama), from their sizes, by the
+    count ``formula`` names (one of ``FLOPS_FORMULAS``: a version is audited by its own)."""
     costs: dict[str, dict[str, Any]] = {}
     for model, options in wanted:
         if model not in FORMULA_MODELS:
@@ -151,9 +159,9 @@ def formula_costs(wanted: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, 
         costs[cost_key(model, options)] = {
             "model": model,
             "options": shaped,
-            "flops_per_sample": training_flops_per_sample(resolved),
+            "flops_per_sample": training_flops_per_sample(resolved, FLOPS_FORMULAS[formula]),
             "parameters": llama_shape(resolved).parameters(),
-            "source": FLOPS_FORMULA,
+            "source": formula,
         }
     return costs
 
