@@ -73,8 +73,12 @@ needs_torch = pytest.mark.skipif(not has_torch(), reason="torch is not installed
 
 def test_devices_match_their_peaks() -> None:
     assert match_device(H100, PEAKS)["name"] == "H100 SXM"
-    assert match_device("NVIDIA H100 PCIe", PEAKS) is None  # other peaks; not in the table
     assert match_device("NVIDIA H200", PEAKS)["peaks"]["bf16"] == 989.4
+    # the PCIe and NVL parts have their own peaks (an H200 NVL was matched as an SXM H200)
+    assert match_device("NVIDIA H100 PCIe", PEAKS)["peaks"]["bf16"] == 756.5
+    assert match_device("NVIDIA H100 NVL", PEAKS)["peaks"]["bf16"] == 835.5
+    assert match_device("NVIDIA H200 NVL", PEAKS)["peaks"]["bf16"] == 835.5
+    assert match_device("NVIDIA H100 96GB HBM2e", PEAKS) is None  # no data sheet: MFU "-"
     assert match_device("NVIDIA A100-SXM4-80GB", PEAKS)["peaks"]["tf32"] == 156.0
     assert match_device("Tesla V100-SXM2-16GB", PEAKS)["peaks"] == {"fp16": 125.0, "fp32": 15.7}
     assert match_device("AMD EPYC 9B14", PEAKS) is None and match_device(None, PEAKS) is None
