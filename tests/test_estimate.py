@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -321,3 +322,43 @@ def test_hardware_is_held_to_the_rules_of_every_label(
         main([*PLAN[:-2], "--hardware", label, "--results", str(tmp_path)])
     assert stopped.value.code == 2
     assert "--hardware" in capsys.readouterr().err
+
+
+# --- the Llama day (issue #49) ---------------------------------------------------------------
+
+
+def test_the_llama_matrix_on_the_readme_cluster_plans_within_a_day_of_8_hours(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """PyTorch's Llama matrix on 4 x 8 H100 (the README's Slurm example): 100 hours with the
+    DLPerf protocol, batch max planned at 32 and the CPU runs' 6 s start-up; with the LLM
+    protocol, the memory estimate's batch and start-ups by size, at most 8 h."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text((EXAMPLES / "slurm-4n32g.yaml").read_text().replace("04:00:00", "08:00:00"))
+    argv = ["plan", "--runtime", "slurm", "--inventory", str(cluster), "--hardware", "H100",
+            "--framework", "pytorch", "--model", "llama", "--results", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    total = next(line for line in out.splitlines() if "total, 25 case(s)" in line)
+    hours, minutes = re.match(r"\s*(\d+)h(\d+)m", total).groups()
+    assert int(hours) * 60 + int(minutes) <= 8 * 60, total
+    assert "measured at batch 32" not in out  # no Llama max planned at twice 16
+    eight_b = next(line for line in out.splitlines() if "1n8g/bs2/amp/synthetic/8b " in line)
+    assert "start-up 60 s per repeat (assumed for llama3-8b on GPUs)" in eight_b
+    assert "by the memory estimate it needs 82.7 GiB of the device's 80 GiB" in eight_b
+    assert "median of 4" in eight_b  # torchtitan's bf16 rows only: no Float8 figure
+
+
+def test_the_memory_estimate_holds_torchtitans_published_peak_and_sizes_batch_max() -> None:
+    from driver.bench.llama import LLAMA_SIZES, largest_batch, training_memory_bytes
+
+    state, per_sequence = training_memory_bytes(LLAMA_SIZES["llama3-8b"], 8192, 1, 8, "selective")
+    assert (state + 2 * per_sequence) / 2**30 == pytest.approx(82.4, rel=0.01)  # published
+    eight_b = {"llama_size": "llama3-8b", "seq_len": 8192, "activation_checkpointing": "selective"}
+    assert largest_batch(eight_b, 8, 8, 80 * 2**30) == 1  # batch 2 is a 96 GB figure
+    assert largest_batch(eight_b, 8, 8, 96 * 2**30) == 2
+    full = {**eight_b, "activation_checkpointing": "full"}
+    assert largest_batch(full, 8, 8, 80 * 2**30) > largest_batch(eight_b, 8, 8, 80 * 2**30)
+    seventy_b = {"llama_size": "llama3-70b", "seq_len": 8192, "activation_checkpointing": "full"}
+    assert largest_batch(seventy_b, 1, 1, 80 * 2**30) == 0  # its state alone is 1 TB
+    assert largest_batch(seventy_b, 32, 8, 80 * 2**30) >= 1

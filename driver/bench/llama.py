@@ -216,3 +216,60 @@ def tokens_per_sample(model: str, options: Mapping[str, Any]) -> int | None:
     if model != MODEL:
         return None
     return int(options.get("seq_len") or 0) or None
+
+
+# --- memory, for planning ------------------------------------------------------------------
+# Training state a parameter costs, in bytes: fp32 master weight and gradient, and AdamW's two
+# fp32 moments (bf16 weights for the compute are gathered one block at a time under FSDP).
+STATE_BYTES_PER_PARAMETER = 4 + 4 + 8
+# Activations kept per layer and token, in bytes per unit of the model width, by checkpointing
+# mode. none: Korthikanti et al. 2022 (arXiv:2205.05198, section 4) count 34 x width bytes a
+# layer a token for a transformer layer in 16-bit, without the attention-score term a fused
+# (flash) attention never stores. selective: 28, fitted to the one published peak there is,
+# torchtitan's Llama 3.1 8B (82.4 GiB at batch 2, sequence 8192, FSDP on 8 GPUs, op-level
+# selective checkpointing, no compile: published/llama3/torchtitan.yaml), which this model
+# then gives within 1%. full: each layer's input (2 x width) kept, one layer recomputed at a
+# time with all of its activations.
+ACTIVATION_BYTES_PER_WIDTH = {"none": 34, "selective": 28, "full": 2}
+# The loss's logits: bf16 outputs and their fp32 copy for the cross entropy, per token.
+LOGIT_BYTES_PER_VOCAB = 2 + 4
+USABLE_MEMORY = 0.9  # the share of a device's memory a plan counts on (allocator, CUDA context)
+
+
+def memory_shards(options: Mapping[str, Any], ranks: int, ranks_per_node: int) -> int:
+    """Over how many ranks the training state is sharded: all of them under FSDP (Llama's
+    default on several ranks), a node's under HSDP, none under DDP or on one rank."""
+    parallelism = resolve_parallelism(MODEL, str(options.get("parallelism", "auto")), ranks)
+    return {"fsdp": ranks, "hsdp": ranks_per_node}.get(parallelism, 1)
+
+
+def training_memory_bytes(
+    shape: LlamaShape, seq_len: int, batch: int, shards: int, checkpointing: str
+) -> tuple[float, float]:
+    """(bytes of training state a device holds, bytes of activations per sequence) for a
+    planning estimate (see the constants above): not a measurement, and no substitute for
+    ``batch_size: max``'s search, which starts near it."""
+    state = shape.parameters() * STATE_BYTES_PER_PARAMETER / max(shards, 1)
+    kept = ACTIVATION_BYTES_PER_WIDTH[checkpointing] * shape.dim * seq_len * shape.layers
+    if checkpointing == "full":  # the layer being recomputed holds its whole activations
+        kept += ACTIVATION_BYTES_PER_WIDTH["none"] * shape.dim * seq_len
+    logits = LOGIT_BYTES_PER_VOCAB * shape.vocab_size * seq_len
+    del batch  # per sequence: the caller multiplies
+    return float(state), float(kept + logits)
+
+
+def largest_batch(
+    options: Mapping[str, Any], ranks: int, ranks_per_node: int, device_bytes: float
+) -> int:
+    """The largest per-device batch that fits ``device_bytes`` by :func:`training_memory_bytes`
+    (0 where not even one sequence does; the training state alone may not)."""
+    shape = llama_shape(options)
+    state, per_sequence = training_memory_bytes(
+        shape,
+        int(options["seq_len"]),
+        1,
+        memory_shards(options, ranks, ranks_per_node),
+        str(options.get("activation_checkpointing", "none")),
+    )
+    room = device_bytes * USABLE_MEMORY - state
+    return max(0, int(room // per_sequence))

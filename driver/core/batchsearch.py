@@ -46,6 +46,10 @@ GPU_START = {
     ("inception3", "amp"): 128,
     ("bert", "fp32"): 32,
     ("bert", "amp"): 64,
+    # Llama's matrix batch: at sequence 8192 a device holds a few sequences (the plan's memory
+    # estimate, driver.bench.llama.largest_batch), so the search starts there, not at 16
+    ("llama", "fp32"): 2,
+    ("llama", "amp"): 2,
 }
 MARGIN = 0.95  # measured at this share of the largest fit when a probe ran out of memory
 CEILING = 4096  # on CPU nothing runs out of memory early; stop there

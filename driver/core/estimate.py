@@ -49,8 +49,20 @@ MIN_STARTUP_S = 1.0
 MAX_STARTUP_S = 24 * 3600.0
 MAX_RECORD_BYTES = 64 << 20  # a record is kilobytes; a larger file is not one
 SEARCH_PROBES = 8  # batch=max: doubling from 16, then bisecting (driver.core.batchsearch)
+# Llama's search on a GPU starts at the matrix's fixed batch (batchsearch.GPU_START) and the
+# largest batch is a few sequences: one doubling that fails, one or two bisections.
+LLAMA_SEARCH_PROBES = 3
+# A Llama repeat's start on GPUs (process group, the model built and sharded, the first
+# all-gathers) and a torch.compile warm-up, per size: assumed, not measured (no run of the kit
+# on a GPU yet, and neither torchtitan nor NeMo publish one); the CPU runs' start-up does not
+# stand for them. A measured start-up longer than these wins.
+ASSUMED_LLAMA_STARTUP_S = {"llama3-1b": 30.0, "llama3-8b": 60.0, "llama3-70b": 180.0}
+ASSUMED_COMPILE_S = 120.0
 SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
 PEAK_KEYS = {"fp32": "fp32", "amp": "bf16"}
+# A published figure of FP8 linear layers (NeMo's 8b-fp8, torchtitan's 8b-compile-float8) is
+# imported as precision amp and marked so in its variant: the estimate of a bf16 case skips it.
+FP8_VARIANT = re.compile(r"fp8|float8", re.IGNORECASE)
 NOISE_WORDS = {"processor", "cpu"}  # in CPU model names, naming no model
 
 # Training FLOPs of one sample of a case (forward + backward), or None where not known.
@@ -278,6 +290,8 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
     for path in sorted(root.glob("published/*/*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         for item in data.get("figures", []):
+            if FP8_VARIANT.search(str(item.get("variant", ""))):
+                continue  # an FP8 run (precision amp, marked in its variant) times no bf16 step
             try:
                 check_throughput(_published_per_device(item), 1, "per-device throughput")
                 figures.append(
@@ -441,17 +455,94 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     "H100" or "AMD EPYC"), its batch search included."""
     searched = case.batch_size == "max"
     # batch=max: its size is found at run time; the estimate takes twice the smallest fixed
-    # batch the searches start from (a GPU's max is usually well above it).
+    # batch the searches start from (a GPU's max is usually well above it); a Llama case's, the
+    # largest batch its memory estimate fits on the device.
     batch = 2 * 16 if searched else int(case.batch_size)
+    probes, startup, notes = SEARCH_PROBES, knowledge.startup_s, []
+    if case.model == LLAMA:
+        batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
     step, basis = step_seconds(case, batch, hardware, knowledge)
     if step is None:
-        return CaseEstimate(case.id, None, None, basis)
+        return CaseEstimate(case.id, None, None, "; ".join([basis, *notes]))
     _warmup, _measured, total_steps = case.window_for(batch)
-    seconds = case.repeats * (knowledge.startup_s + total_steps * step)
+    seconds = case.repeats * (startup + total_steps * step)
     if searched:
-        seconds += SEARCH_PROBES * (knowledge.startup_s + SEARCH_STEPS * step)
-        basis += f"; batch search of {SEARCH_PROBES} probes, measured at batch {batch}"
-    return CaseEstimate(case.id, seconds, step, basis)
+        seconds += probes * (startup + SEARCH_STEPS * step)
+        basis += f"; batch search of {probes} probes, measured at batch {batch}"
+    return CaseEstimate(case.id, seconds, step, "; ".join([basis, *notes]))
+
+
+def _llama_plan(
+    case: Case, batch: int, hardware: str, knowledge: Knowledge
+) -> tuple[int, int, float, list[str]]:
+    """A Llama case's (batch, search probes, start-up per repeat, notes): its batch ``max``
+    from the memory estimate where the device's memory is known, its fit said where it is not
+    sure, its start-up by size (assumed) where the kit has measured none as long."""
+    from driver.bench.llama import (
+        USABLE_MEMORY,
+        largest_batch,
+        llama_shape,
+        memory_shards,
+        training_memory_bytes,
+    )
+
+    options = dict(case.options)
+    topology = case.topology
+    notes = []
+    size = str(options.get("llama_size", DEFAULT_SIZE))
+    assumed = ASSUMED_LLAMA_STARTUP_S.get(size, 0.0)
+    assumed += ASSUMED_COMPILE_S if options.get("compile") else 0.0
+    startup = knowledge.startup_s
+    if hardware and _peak_tflops(hardware, case.precision, knowledge.peaks) and assumed > startup:
+        startup = assumed  # a GPU: the CPU runs' start-up does not stand for it
+        notes.append(f"start-up {assumed:.0f} s per repeat (assumed for {size} on GPUs)")
+    memory = _device_memory(hardware, knowledge.peaks) if hardware else None
+    if memory is None or "seq_len" not in options:
+        return (2 if case.batch_size == "max" else batch), LLAMA_SEARCH_PROBES, startup, notes
+    shards = memory_shards(options, topology.world_size, topology.devices_per_node)
+    checkpointing = str(options.get("activation_checkpointing", "none"))
+    state, per_sequence = training_memory_bytes(
+        llama_shape(options), int(options["seq_len"]), 1, shards, checkpointing
+    )
+    gib = 2**30
+    if case.batch_size == "max":
+        batch = largest_batch(options, topology.world_size, topology.devices_per_node, memory)
+        if batch < 1:
+            notes.append(
+                f"by the memory estimate not one sequence fits {memory / gib:.0f} GiB "
+                f"({state / gib:.0f} GiB of training state, {per_sequence / gib:.1f} GiB a "
+                "sequence): planned at batch 1, which may run out of memory"
+            )
+            batch = 1
+        else:
+            notes.append(f"batch {batch} by the memory estimate on {memory / gib:.0f} GiB")
+    elif state > memory * USABLE_MEMORY:
+        notes.append(
+            f"cannot fit: by the memory estimate its training state alone (weights, gradients "
+            f"and AdamW moments over {shards} shard(s)) is {state / gib:.1f} GiB of the device's "
+            f"{memory / gib:.0f} GiB; give it more devices to shard over"
+        )
+    else:
+        need = state + batch * per_sequence
+        if need > memory:
+            notes.append(
+                f"by the memory estimate it needs {need / gib:.1f} GiB of the device's "
+                f"{memory / gib:.0f} GiB: it may run out of memory (a larger device, full "
+                "checkpointing, more devices to shard over, or batch_size: max)"
+            )
+    return batch, LLAMA_SEARCH_PROBES, startup, notes
+
+
+def _device_memory(hardware: str, peaks: list[dict]) -> float | None:
+    """One device's memory in bytes (``reports/peaks.yaml``'s ``memory_gib``), where known."""
+    for device in peaks:
+        if any(
+            m.lower() in hardware.lower() or hardware.lower() in m.lower()
+            for m in device.get("match", [])
+        ):
+            gib = device.get("memory_gib")
+            return float(gib) * 2**30 if isinstance(gib, (int, float)) else None
+    return None
 
 
 def estimate_cases(

@@ -58,6 +58,9 @@ class DevicePeaks(StrictModel):
     name: Annotated[FreeText("label"), Field(min_length=1)]
     match: Annotated[list[Annotated[FreeText("label"), Field(min_length=1)]], Field(min_length=1)]
     peaks: dict[Annotated[Any, one_of("bf16", "fp16", "tf32", "fp32")], Peak]
+    # one device's memory where every part the entry matches has the same (the estimate's
+    # memory check of a Llama case); absent where the name does not tell (A100 40 or 80 GB)
+    memory_gib: Annotated[FiniteFloat, Field(gt=0, le=100_000)] | None = None
     source: FreeText("name")
     link: Url
 
