@@ -76,6 +76,7 @@ def test_each_node_starts_torchtitan_under_torchrun_with_the_case_in_its_flags(
         launcher = argv[: argv.index("torchtitan.train") + 1]
         assert launcher == [
             "env", "PYTHONPATH=/workspace/src/torchtitan-0.3.0",
+            "PYTORCH_ALLOC_CONF=expandable_segments:True",  # as its run_train.sh sets it
             "torchrun", "--nnodes", str(nodes), "--node_rank", str(node),
             "--nproc_per_node", str(procs), "--master_addr", "10.0.0.11",
             "--master_port", "29500", "--local-ranks-filter", "0", "--tee", "3",

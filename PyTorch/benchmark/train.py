@@ -426,6 +426,11 @@ class TorchAdapter(Adapter):
     def setup(self) -> bool:
         if self.args.xla == "on":
             raise OptionError("--xla on: the PyTorch scripts do not support XLA (no torch_xla)")
+        if self.args.model == "llama":
+            # As torchtitan's run_train.sh runs it: the caching allocator grows its segments
+            # instead of fragmenting at 8192-token activations. Read at CUDA's first
+            # allocation, so set before the device is touched; a value given wins.
+            os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")
         self.torch_device = resolve_device(self.args.device)
         # torchrun exports OMP_NUM_THREADS=1 to its workers when it is unset and
         # nproc-per-node > 1; a launcher that wants more threads per process must export it.
