@@ -125,3 +125,30 @@ def test_a_reason_only_stands_beside_a_superlinear_case(tmp_path: Path) -> None:
     assert refusal({CASE: "  "}) == (
         f"--superlinear {CASE}: the reason is empty; say why the case scales above 100%"
     )
+
+
+def test_a_case_above_its_devices_peak_is_refused_naming_what_its_mfu_is_made_of() -> None:
+    """MFU above 100% (issue #49): torchtitan's 70B counted per device instead of per
+    tensor-parallel replica came out 8x too fast, about 199% of an H100's bf16 peak; a release
+    refuses such a case, naming its throughput, FLOPs, devices and peak."""
+    from types import SimpleNamespace
+
+    from driver.release.vouching import VouchingError, check_mfu
+
+    def row(case_id: str, throughput: float) -> SimpleNamespace:
+        flops, devices, peak = 3.944e15, 32, 989.4
+        return SimpleNamespace(
+            case_id=case_id, throughput_median=throughput, flops_per_sample=flops,
+            devices=devices, peak_tflops=peak, peak_device="H100 SXM", peak_precision="bf16",
+            mfu=throughput * flops / (devices * peak * 1e12),
+        )  # fmt: skip
+
+    honest = row("llama/pytorch/4n32g/bs1/amp/real/70b", 2.0)
+    check_mfu(SimpleNamespace(rows={"a": honest}))  # 24.9%: released
+    forged = row("llama/pytorch/4n32g/bs1/amp/real/70b-x", 16.0)
+    with pytest.raises(VouchingError) as refused:
+        check_mfu(SimpleNamespace(rows={"a": honest, "b": forged}))
+    message = str(refused.value)
+    assert "llama/pytorch/4n32g/bs1/amp/real/70b-x: MFU 199.3%" in message
+    assert "16 samples/s x 3.944e+15 FLOP a sample over 32 x 989.4 TFLOP/s" in message
+    assert "/70b:" not in message and "tensor_parallel" in message

@@ -292,6 +292,11 @@ def _run(
     _check_flops(state, manifest, recompute_flops)
     _check_signatures(state, manifest_bytes, manifest, signatures, allowed)
     _check_superlinear(state, computed, manifest)
+    for row in sorted(computed.rows.values(), key=lambda r: r.case_id):
+        if row.mfu is not None and row.mfu > 1.0:  # no run reaches its devices' peak
+            state.add("results.json", f"{row.case_id}.mfu", f"{row.mfu:.4f}",
+                      "at most 1 (100% of the devices' dense peak): a count or a peak is wrong",
+                      row.case_id)  # fmt: skip
 
     # 5: manifest parts recomputed from the raw data and the config copies.
     derived = derived_parts(dataset, computed, directory)

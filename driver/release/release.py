@@ -68,6 +68,7 @@ from driver.release.versions import VERSION, released_versions, write_index
 from driver.release.vouching import (
     Vouching,
     VouchingError,
+    check_mfu,
     check_required_signatures,
     check_superlinear,
     vouching_for,
@@ -505,6 +506,7 @@ def _checked_computation(
     computed = compute(dataset, config)
     with _refused_as_release_error(VouchingError):
         check_superlinear(computed, vouching.superlinear)
+        check_mfu(computed)
     mixed = _cases_on_several_devices(computed)
     if mixed:
         raise ReleaseError(

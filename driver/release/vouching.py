@@ -120,6 +120,30 @@ def check_required_signatures(
         )
 
 
+def check_mfu(computed: Computed) -> None:
+    """A measured case above 100% of its devices' dense peak (model FLOPs utilization) is no
+    measurement: its throughput, its FLOP count or its device's peak is wrong (a model-parallel
+    run counted per device instead of per replica, a log edited to be faster). Refused, as a
+    superlinear scaling is without a reason, naming each case and what its MFU is made of."""
+    over = sorted(
+        (row for row in computed.rows.values() if row.mfu is not None and row.mfu > 1.0),
+        key=lambda row: row.case_id,
+    )
+    if over:
+        raise VouchingError(
+            "measured above 100% of its devices' dense peak (MFU), which no run reaches: check "
+            "the case's logs, its model-parallel degrees (a tensor-parallel run states "
+            "tensor_parallel, or its samples are counted per device) and the device's entry "
+            "in reports/peaks.yaml:\n"
+            + "\n".join(
+                f"  {row.case_id}: MFU {row.mfu:.1%} ({row.throughput_median:.6g} samples/s x "
+                f"{row.flops_per_sample:.4g} FLOP a sample over {row.devices} x "
+                f"{row.peak_tflops:g} TFLOP/s, {row.peak_device} {row.peak_precision})"
+                for row in over
+            )
+        )
+
+
 def check_superlinear(computed: Computed, reasons: Mapping[str, str]) -> None:
     """A measured case above 100% efficiency beyond its noise tolerance is published only with
     a reason (``--superlinear CASE REASON``); a reason for any other case is a mistake."""
