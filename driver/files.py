@@ -14,14 +14,16 @@ folders with :func:`remove_tree`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 TEMP_PREFIX = ".dlperf-tmp-"
 
@@ -86,8 +88,11 @@ def ensure_dir(path: Path) -> Path:
     return path
 
 
-def write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+@contextlib.contextmanager
+def atomic_file(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary file that appears at ``path`` whole or not at all: written into a temporary
+    file in the same folder, synced and renamed over ``path`` when the block ends; removed
+    where the block raises (a full disk names ``path``, as a KitWriteError)."""
     path = Path(path)
     ensure_dir(path.parent)
     if path.is_dir():
@@ -96,16 +101,24 @@ def write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> Path:
     try:
         handle, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
         with os.fdopen(handle, "wb") as out:
-            out.write(data)
+            yield out
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp_name, mode if mode is not None else 0o644)
         os.replace(tmp_name, path)
+        tmp_name = ""
     except OSError as error:
+        raise KitWriteError(path, error) from None
+    finally:
         if tmp_name:
             Path(tmp_name).unlink(missing_ok=True)
-        raise KitWriteError(path, error) from None
-    return path
+
+
+def write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    with atomic_file(path, mode=mode) as out:
+        out.write(data)
+    return Path(path)
 
 
 def write_text(path: Path, text: str, *, mode: int | None = None) -> Path:

@@ -57,7 +57,7 @@ def test_byte_level_token_file_and_its_manifest(tmp_path: Path, corpus: list[Pat
     assert entry["bytes"] == 4 * len(expected)
     source = manifest["source"]
     assert (source["vocab_size"], source["eos_id"], source["tokens"]) == (257, 256, len(expected))
-    assert source["texts"][0]["sha256"] == hashlib.sha256(corpus[0].read_bytes()).hexdigest()
+    assert source["inputs"][0]["sha256"] == hashlib.sha256(corpus[0].read_bytes()).hexdigest()
 
 
 def test_a_tokenizers_json_file_encodes_every_document_then_its_end_of_text(
@@ -163,3 +163,108 @@ def test_llama_trains_on_the_token_file(tmp_path: Path, corpus: list[Path]) -> N
     assert done.returncode == 2
     assert "token 100 (byte offset 400) is 513" in done.stderr
     assert '"step"' not in done.stdout
+
+
+# --- corpus scale (issue #49) ----------------------------------------------------------------
+
+
+def megatron_read(prefix: Path) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Megatron's indexed data set read as megatron-core 0.14.0's _IndexReader reads it: the
+    header, then lengths (int32), byte offsets (int64), document indices (int64)."""
+    index = (prefix.parent / f"{prefix.name}.idx").read_bytes()
+    assert index[:9] == b"MMIDIDX\x00\x00"
+    version, code = int.from_bytes(index[9:17], "little"), index[17]
+    sequences = int.from_bytes(index[18:26], "little")
+    documents = int.from_bytes(index[26:34], "little")
+    assert version == 1 and documents == sequences + 1
+    dtype = {8: np.uint16, 4: np.int32}[code]
+    at = 34
+    lengths = np.frombuffer(index, np.int32, sequences, at)
+    pointers = np.frombuffer(index, np.int64, sequences, at + 4 * sequences)
+    doc_index = np.frombuffer(index, np.int64, documents, at + 12 * sequences)
+    assert doc_index.tolist() == list(range(documents)) and len(index) == at + 20 * sequences + 8
+    data = np.fromfile(prefix.parent / f"{prefix.name}.bin", dtype=dtype)
+    itemsize = np.dtype(dtype).itemsize
+    docs = [data[p // itemsize : p // itemsize + n] for p, n in zip(pointers, lengths, strict=True)]
+    return lengths, docs
+
+
+def test_a_corpus_of_100000_documents_streams_into_both_formats(tmp_path: Path) -> None:
+    """A folder of JSON lines (one plain, one gzipped), a parquet file and a text file: 100,003
+    documents, tokenized as a stream into tokens.bin and Megatron's .bin/.idx, the same ids in
+    both; the manifest names the inputs' identity, not 100,003 documents."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = tmp_path / "corpus"
+    (corpus / "shard-b").mkdir(parents=True)
+    texts = [f"document {i}: tokens per second, {'x' * (i % 37)}" for i in range(100_000)]
+    (corpus / "shard-a.jsonl").write_text(
+        "".join(json.dumps({"text": t, "url": "u"}) + "\n" for t in texts[:60_000])
+    )
+    with gzip.open(corpus / "shard-b" / "part.jsonl.gz", "wt", encoding="utf-8") as out:
+        out.writelines(json.dumps({"text": t}) + "\n" for t in texts[60_000:])
+    pq.write_table(pa.table({"text": ["ünïcödé", "parquet row"]}), corpus / "shard-c.parquet")
+    single = tmp_path / "one.txt"
+    single.write_text("one document\n\nin two paragraphs")
+    out = tmp_path / "tokens"
+    assert main(["data", "tokens", str(corpus), str(single), "--out", str(out)]) == 0
+    expected = [*texts, "ünïcödé", "parquet row", single.read_text()]
+    flat = np.fromfile(out / "tokens.bin", dtype="<u4")
+    lengths, docs = megatron_read(out / "megatron_text_document")
+    assert len(docs) == len(expected) == 100_003
+    for index in (0, 59_999, 60_000, 99_999, 100_000, 100_002):  # each input's first and last
+        assert docs[index].tolist() == [*expected[index].encode(), 256], index
+    assert int(lengths.sum()) == len(flat) and np.array_equal(np.concatenate(docs), flat)
+    manifest = json.loads((out / "dlperf-dataset.json").read_text())
+    source = manifest["source"]
+    assert (source["documents"], source["input_files"]) == (100_003, 4)
+    assert source["megatron"] == {"prefix": "megatron_text_document", "dtype": "uint16"}
+    assert len(source["inputs"]) == 4 and len(json.dumps(manifest)) < 10_000
+    assert set(manifest["files"]) == {"tokens.bin", "megatron_text_document.bin",
+                                      "megatron_text_document.idx"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("bad.jsonl", '{"text": "a"}\n{"body": "b"}\n', "line 2: has no 'text' string"),
+        ("bad.jsonl", '{"text": "a"}\nnot json\n', "line 2: not JSON"),
+        ("cut.jsonl.gz", None, "cannot be read to its end"),
+        ("notes.csv", "a,b\n", "is of no kind the command reads"),
+    ],
+)
+def test_a_bad_corpus_file_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, name: str, content: str | None, fragment: str
+) -> None:
+    import gzip
+
+    path = tmp_path / name
+    if content is None:  # a gzip stream cut in the middle
+        whole = gzip.compress(b"".join(b'{"text": "%d"}\n' % (i * 7919) for i in range(5000)))
+        path.write_bytes(whole[: len(whole) // 2])
+    else:
+        path.write_text(content)
+    out = tmp_path / "tokens"
+    assert main(["data", "tokens", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and fragment in err and "Traceback" not in err
+    assert not (out / "tokens.bin").exists()  # nothing half-written is left as the set
+
+
+def test_the_kits_own_llama_selects_real_data_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """docs/llama.md's real-data command: the matrix lists synthetic Llama cases only, and
+    `--dataset real` was refused ("in no selected matrix"); with --data-dir the kit's own
+    scripts' cases run on it. Without --data-dir the refusal names the flag to add."""
+    argv = ["run", "--framework", "pytorch", "--model", "llama", "--dataset", "real", "--option",
+            "llama_size=llama-tiny", "--option", "seq_len=256", "--dry-run"]  # fmt: skip
+    assert main([*argv, "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "llama/pytorch/1n1g/bs2/fp32/real/small" in out and "/synthetic/" not in out
+    assert "--dataset real" in out and f"--data-dir {tmp_path}" in out
+    assert main(argv) == 2
+    assert "--dataset: 'real' needs --data-dir" in capsys.readouterr().err

@@ -60,6 +60,7 @@ PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
 ONOFF = {"on": True, "off": False, True: True, False: False}
 DLPERF_PROFILE = "dlperf"
+KIT_SOURCE = "dlperf"  # a case of the kit's own scripts (``source:`` of a matrix)
 MAX_REPEATS = 1000
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 # One dlperf run selects at most MAX_CASES cases unless it says it means more (--max-cases): a
@@ -485,6 +486,15 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
             raise MatrixError(COMMAND_LINE, f"--option {name}", error.message) from None
     selected = [c for c in cases if not overrides.models or c.model in overrides.models]
     selected = [c for c in selected if not overrides.variants or c.variant in overrides.variants]
+    if overrides.data_dir is not None:
+        # The kit's own scripts read the data asked for from --data-dir, whatever data set the
+        # matrix lists: their case runs on it (an upstream source's runs only what it lists).
+        selected = [
+            replace(c, dataset=d) if c.source == KIT_SOURCE else c
+            for c in selected
+            for d in (overrides.datasets if c.source == KIT_SOURCE and overrides.datasets
+                      else (c.dataset,))
+        ]  # fmt: skip
     selected = [c for c in selected if not overrides.datasets or c.dataset in overrides.datasets]
     selected = [c for c in selected if overrides.xla is None or c.xla == overrides.xla]
 

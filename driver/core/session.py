@@ -20,6 +20,7 @@ from driver.core.estimate import CaseEstimate
 from driver.core.matrix import (
     COMMAND_LINE,
     DLPERF_PROFILE,
+    KIT_SOURCE,
     MatrixError,
     Overrides,
     UnknownProfile,
@@ -115,10 +116,19 @@ def _check_selection(cases: list[Case], overrides: Overrides) -> None:
     """A --model, --variant, --dataset or --xla that no matrix has is a mistake, not an empty
     selection."""
     xla = () if overrides.xla is None else ("on" if overrides.xla else "off",)
+    datasets = {c.dataset for c in cases}
+    if overrides.data_dir is not None and any(c.source == KIT_SOURCE for c in cases):
+        datasets.add("real")  # the kit's own scripts read it from --data-dir (apply_overrides)
+    elif "real" in overrides.datasets and "real" not in datasets:
+        raise MatrixError(
+            COMMAND_LINE,
+            "--dataset",
+            "'real' needs --data-dir (the folder `dlperf data` made) for the kit's own scripts",
+        )
     for flag, asked, known in (
         ("--model", overrides.models, {c.model for c in cases}),
         ("--variant", overrides.variants, {c.variant for c in cases}),
-        ("--dataset", overrides.datasets, {c.dataset for c in cases}),
+        ("--dataset", overrides.datasets, datasets),
         ("--xla", xla, {"on" if c.xla else "off" for c in cases}),
     ):
         for name in asked:
