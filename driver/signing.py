@@ -32,6 +32,9 @@ from driver.files import write_bytes
 
 SESSION_NAMESPACE = "dlperf-session"
 RELEASE_NAMESPACE = "dlperf-release"
+# A refused seal's list of what the run wrote (driver.model.warrant): never a seal's namespace,
+# so a claim's signature cannot be taken for a seal's, nor the other way round.
+CLAIM_NAMESPACE = "dlperf-session-claim"
 SIGNATURE_SUFFIX = ".sig"
 KEY_VARIABLE = "DLPERF_SIGNING_KEY"  # path of the private key that signs, when configured
 _PRINCIPAL = re.compile(r'Good "[^"]+" signature for (?P<principal>.+?) with (?P<key>.+)$')

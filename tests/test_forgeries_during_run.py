@@ -105,11 +105,27 @@ def test_a_strangers_repeats_written_during_the_run_are_not_taken_as_finished(
         "not by it"
     ) in err
     assert f"{CASE_1N2G}/case.json: written into the session during the run, not by it" in err
-    assert "To publish them, remove the files named above" in err
+    assert "To publish them as measured, remove the files named above" in err
     assert not (root / SEAL).exists() and not (root / SEAL_SIGNATURE).exists()
     ours = json.loads((root / CASE_1N2G / "repeat-01/record.json").read_text())
     assert ours["verdict"] == "ok" and ours["started_at"] != theirs["started_at"]
     assert (root / CASE_1N1G / "repeat-02/record.json").is_file()  # nothing the lab ran is lost
+    # The lab removes what the seal named and runs the same command: its own repeats, held by
+    # the claim its key signed, are finished; nothing runs again; the seal is signed, and no
+    # row is marked adopted (they were measured, by this kit, under this key).
+    for rel in ("case.json", "repeat-01.failed-1", "repeat-02.failed-1"):
+        target = root / CASE_1N2G / rel
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    claim = json.loads((root / "session-claim.json").read_text())
+    assert f"{CASE_1N2G}/case.json" in claim["refused"]
+    assert (root / "session-claim.json.sig").is_file()
+    capsys.readouterr()
+    code = run(root, lab, LocalRuntime(), cases("1n1g", "1n2g", repeats=2))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.count("already finished") == 4 and "repeat 1/2: ok" not in out
+    assert (root / SEAL_SIGNATURE).is_file() and not (root / "session-claim.json").exists()
+    assert json.loads((root / SEAL).read_text()).get("adopted", {}) == {}
 
 
 class IntoTheRepeat(LocalRuntime):
@@ -287,3 +303,34 @@ def test_the_session_tells_the_warrant_of_the_folder_the_probes_write() -> None:
     from driver.diagnose.probes import PROBE_DIR
 
     assert PROBES == PROBE_DIR
+
+
+def test_a_claim_another_key_signed_or_nobody_signed_vouches_for_nothing(
+    tmp_path: Path, lab: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A stranger who writes their repeats into a session and a session-claim.json listing them
+    (signed with their own key, or unsigned) gets nothing carried: the lab's signed run takes a
+    claim only of its own key, over the seal the session holds."""
+    import hashlib
+
+    from driver.signing import CLAIM_NAMESPACE, sign_bytes
+
+    root = tmp_path / "results" / "s"
+    copy_repeats(root, CASE_1N2G, [1, 2])
+    files = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*") if p.is_file()
+    }  # fmt: skip
+    claim = {"kind": "dlperf-session-claim", "schema": 1, "session": "s", "seal_sha256": None,
+             "files": files, "adopted": {}, "refused": []}  # fmt: skip
+    data = json.dumps(claim).encode()
+    stranger = new_key(tmp_path, "stranger")
+    for signature in (sign_bytes(data, stranger, CLAIM_NAMESPACE), None):
+        (root / "session-claim.json").write_bytes(data)
+        sig = root / "session-claim.json.sig"
+        sig.write_bytes(signature) if signature else sig.unlink(missing_ok=True)
+        capsys.readouterr()
+        code = run(root, lab, LocalRuntime(), cases("1n2g", repeats=2))
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert f"{CASE_1N2G}/repeat-01/record.json: no seal covers it" in err

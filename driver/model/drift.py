@@ -72,6 +72,7 @@ class Sealed:
     drift: list[str] = field(default_factory=list)
     # files the run neither wrote nor carried from its seal (``Warrant.unsigned_files``)
     refused: list[str] = field(default_factory=list)
+    claim: str | None = None  # where the refused run listed what it wrote (``Warrant.seal``)
 
     def describe(self) -> str:
         if self.refused:
@@ -84,10 +85,17 @@ class Sealed:
                 + "\n  ".join(shown)
                 + (f"\n  and {more} more" if more > 0 else "")
                 + f"\nThe old seal, if any, stays as it was; every file this run wrote is kept "
-                f"in {self.path.parent}. To publish them, remove the files named above and "
-                "either resume the session with --adopt PATH for what this run wrote (sealed as "
-                "adopted, not measured) or run the cases again into a new session "
-                "(--session NEW)"
+                f"in {self.path.parent}"
+                + (
+                    f", and listed with its SHA-256 in {self.claim} (signed by the same key "
+                    "where the run signed). To publish them as measured, remove the files named "
+                    "above and run the same command again: the run's own repeats are taken as "
+                    "finished from the claim and sealed"
+                    if self.claim
+                    else ". To publish them, remove the files named above and resume the "
+                    "session with --adopt PATH for what this run wrote (sealed as adopted, not "
+                    "measured), or run the cases again into a new session (--session NEW)"
+                )
             )
         if not self.written:
             return (

@@ -47,6 +47,10 @@ SEAL = "session-manifest.json"
 SEAL_SIGNATURE = SEAL + SIGNATURE_SUFFIX
 SEAL_SCHEMA = 1
 SEAL_KIND = "dlperf-session"
+# What a run whose seal was refused wrote, signed by its key (driver.model.warrant): the kit's
+# bookkeeping beside the seal, never sealed itself, consumed by the next seal.
+CLAIM = "session-claim.json"
+CLAIM_SIGNATURE = CLAIM + SIGNATURE_SUFFIX
 SESSION_JSON = "session.json"
 DERIVED = "report"  # the session's tables, written from the rest: never sealed
 REPEAT_FOLDER = re.compile(r"^cases/.+/repeat-\d+(\.failed-\d+)?$")
@@ -111,7 +115,8 @@ def odd_seal_files(root: Path) -> dict[str, str]:
     before any open: a read of a FIFO blocks until someone writes to it, and a symlink would
     bring in a file from outside the session."""
     odd: dict[str, str] = {}
-    for name, what in ((SEAL, "the seal"), (SEAL_SIGNATURE, "the seal's signature")):
+    for name, what in ((SEAL, "the seal"), (SEAL_SIGNATURE, "the seal's signature"),
+                       (CLAIM, "the claim"), (CLAIM_SIGNATURE, "the claim's signature")):
         try:
             mode = os.lstat(Path(root) / name).st_mode
         except FileNotFoundError:
@@ -150,7 +155,7 @@ class FolderFiles(Mapping[str, bytes]):
             if not rel.startswith(DERIVED + "/")
             and not path.name.startswith(TEMP_PREFIX)
             and not path.name.endswith(".tmp")
-            and rel not in (SEAL, SEAL_SIGNATURE)
+            and rel not in (SEAL, SEAL_SIGNATURE, CLAIM, CLAIM_SIGNATURE)
         }
         self._read: dict[str, bytes] = {}
         # symlinks and special files: never sealed, never released (a link named report, the

@@ -17,12 +17,14 @@ seal bytes, so they cannot disagree.
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from collections.abc import Collection
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from driver.files import sha256_bytes
+from driver.files import KitWriteError, sha256_bytes, write_bytes
 from driver.model.drift import (
     Sealed,
     drift,
@@ -32,6 +34,8 @@ from driver.model.drift import (
 )
 from driver.model.results import RECORD, RepeatRecord, kit_repeat_file
 from driver.model.seal import (
+    CLAIM,
+    CLAIM_SIGNATURE,
     SEAL,
     SEAL_SIGNATURE,
     FolderFiles,
@@ -42,7 +46,14 @@ from driver.model.seal import (
     seal_digests,
 )
 from driver.model.walk import walk_session
-from driver.signing import SESSION_NAMESPACE, intact_key, signature_path
+from driver.signing import (
+    CLAIM_NAMESPACE,
+    SESSION_NAMESPACE,
+    SigningError,
+    intact_key,
+    sign_bytes,
+    signature_path,
+)
 
 _ASIDE = re.compile(r"\.(failed|old)-\d+$")  # a folder the kit set aside to run it again
 
@@ -83,6 +94,7 @@ class Warrant:
         self.problems: dict[str, str] = {}
         self.vouched: dict[str, str] = {}  # path -> SHA-256 as the check found it
         self.adopted: dict[str, str] = {}  # path -> why no seal covered it
+        self.claimed: list[str] = []  # what a refused run's claim carried (``_claimed``)
         self.written: dict[str, str] = {}  # path -> SHA-256 as this run wrote it
         self._digests: dict[str, str] = {}  # every file as the check found it
         # folders of the session the runtime writes into while its jobs run (Slurm's job
@@ -139,10 +151,41 @@ class Warrant:
             for rel in files:
                 if rel.startswith("cases/") and not rel.startswith(prefixes) and rel not in carried:
                     out[rel] = "in a case folder outside this run's selection"
-        self.problems = out
         digests = seal_digests(files)
+        self.claimed = self._claimed(out, digests)
+        self.problems = out
         self.vouched = {rel: digests[rel] for rel in files if rel not in out}
         self._digests = digests
+
+    def _claimed(self, out: dict[str, str], digests: dict[str, str]) -> list[str]:
+        """Take out of ``out`` what the session's claim holds as it is: the files a run of the
+        key signing now wrote or carried before its seal was refused (a stranger's files in
+        the folder then). A claim counts only signed by that key (unsigned: only for an
+        unsigned run) and written over the seal the session holds now; the files it holds,
+        as they were, are carried as measured, its adopted ones as adopted. Returns them."""
+        path = self.root / CLAIM
+        if not path.is_file():
+            return []
+        data = path.read_bytes()
+        signature = signature_path(path)
+        signed = signature.read_bytes() if signature.is_file() else None
+        by = intact_key(data, signed, CLAIM_NAMESPACE) if signed is not None else None
+        if by != self.signer:
+            return []  # another key's claim, or an unsigned one for a signed run: not ours
+        try:
+            claim = json.loads(data)
+            files, adopted = dict(claim["files"]), dict(claim.get("adopted") or {})
+            over = claim["seal_sha256"]
+        except (ValueError, KeyError, TypeError):
+            return []
+        if over != (sha256_bytes(self.old) if self.old is not None else None):
+            return []  # a claim over another seal than the one the session holds
+        taken = sorted(rel for rel in out if rel in files and files[rel] == digests.get(rel))
+        for rel in taken:
+            if rel in adopted:
+                self.adopted[rel] = adopted[rel]
+            del out[rel]
+        return taken
 
     def adopt(self, paths: list[str]) -> list[str]:
         """Adopt what the check refused under ``paths`` (session-relative or absolute; ``.``
@@ -288,9 +331,39 @@ class Warrant:
         files = FolderFiles(self.root)
         refused = [f"{rel}: {what}" for rel, what in self.unsigned_files(files)]
         if refused:
-            return Sealed(path, written=False, refused=refused)
+            self._write_claim(key, refused)
+            return Sealed(path, written=False, refused=refused, claim=CLAIM)
         previous: dict[str, Any] | None = None
         if self.old is not None:
             previous = previous_seal(self.old, self.signature)
         earlier = self.sealed.adopted if self.sealed is not None else {}
-        return write_session_seal(self.root, files, key, previous, {**earlier, **self.adopted})
+        sealed = write_session_seal(self.root, files, key, previous, {**earlier, **self.adopted})
+        for name in (CLAIM, CLAIM_SIGNATURE):  # consumed: the seal holds what it claimed
+            (self.root / name).unlink(missing_ok=True)
+        return sealed
+
+    def _write_claim(self, key: Path | None, refused: list[str]) -> None:
+        """What this run wrote and carried, as it held them, in ``session-claim.json`` (signed
+        with ``key``): the next run of the same key carries them as measured once the files
+        the seal refused are gone, so nothing the lab ran is lost to a stranger's file."""
+        held = {**self.vouched, **self.written}
+        strangers = {line.split(": ", 1)[0] for line in refused}
+        claim = {
+            "kind": "dlperf-session-claim",
+            "schema": 1,
+            "session": self.root.name,
+            "seal_sha256": sha256_bytes(self.old) if self.old is not None else None,
+            "files": {rel: held[rel] for rel in sorted(held) if rel not in strangers},
+            "adopted": dict(sorted(self.adopted.items())),
+            "refused": sorted(strangers),
+        }
+        data = (json.dumps(claim, indent=1, sort_keys=True) + "\n").encode()
+        try:
+            signature = sign_bytes(data, key, CLAIM_NAMESPACE) if key is not None else None
+            write_bytes(self.root / CLAIM, data)
+            if signature is not None:
+                write_bytes(self.root / CLAIM_SIGNATURE, signature)
+            else:
+                (self.root / CLAIM_SIGNATURE).unlink(missing_ok=True)
+        except (SigningError, KitWriteError, OSError) as error:  # the refusal still stands
+            print(f"warning: {self.root / CLAIM} not written: {error}", file=sys.stderr)
