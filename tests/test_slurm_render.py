@@ -569,3 +569,38 @@ def test_clean_leftovers_without_a_controller_says_so(
     monkeypatch.setenv("SLURM_CONF", str(conf))
     done = SlurmRuntime(config=SlurmConfig()).clean_leftovers(tmp_path / "session")
     assert len(done) == 1 and done[0].startswith("could not look for leftover Slurm jobs: squeue")
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "mounted"),
+    [
+        ("/shared/data/imagenet/raw", "/shared/data/imagenet/raw:/shared/data/imagenet/raw:ro"),
+        ("/data/imagenet", None),  # slurm.mounts' /data already holds it
+        (None, None),
+    ],
+)
+def test_a_cases_data_folder_is_mounted_into_its_pyxis_container(
+    tmp_path: Path, data_dir: str | None, mounted: str | None
+) -> None:
+    """The README's compare recipe passes /shared/data/imagenet/raw to containers that mounted
+    /data only: the script found no data. The case's data folder is mounted read-only at its own
+    path (apptainer and OCI under Slurm too), unless a slurm.mounts entry holds it; a path pyxis
+    would split is refused, naming the case."""
+    from dataclasses import replace
+
+    from driver.runtimes.base import RuntimeConfigError
+
+    runtime = SlurmRuntime(config=GPU_CLUSTER)
+    plan = four_by_eight_plan(runtime)
+    plan = replace(plan, case=replace(plan.case, dataset="real", data_dir=data_dir))
+    flags = runtime.platform.srun_flags(plan, tmp_path / "session")
+    mounts = next(f for f in flags if f.startswith("--container-mounts=")).split("=", 1)[1]
+    entries = mounts.split(",")
+    assert "/data:/data:ro" in entries
+    if mounted:
+        assert entries[-1] == mounted
+    else:
+        assert not any(e.startswith((data_dir or "@", "/shared")) for e in entries)
+    bad = replace(plan, case=replace(plan.case, data_dir="/shared/a,b"))
+    with pytest.raises(RuntimeConfigError, match=r"the data folder /shared/a,b holds ','"):
+        runtime.platform.srun_flags(bad, tmp_path / "session")

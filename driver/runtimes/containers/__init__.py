@@ -78,6 +78,19 @@ class ContainerPlatform:
         assert self.context.slurm is not None
         return self.context.slurm
 
+    def data_mounts(self, plan: RepeatPlan) -> list[str]:
+        """The case's data folder, for a Slurm container that sees only what is mounted: at its
+        own path, read-only, unless a ``slurm.mounts`` entry already holds it (the script
+        reads ``--data-dir`` inside the container; unmounted, it found no data)."""
+        data = plan.case.data_dir
+        if not data:
+            return []
+        targets = [mount.split(":")[1] for mount in self.config.mounts if ":" in mount]
+        folder = data.rstrip("/") or "/"
+        if any(folder == t.rstrip("/") or folder.startswith(t.rstrip("/") + "/") for t in targets):
+            return []
+        return [f"{data}:{data}:ro"]
+
     # -- every transport -------------------------------------------------------------------
     def python(self, framework: str) -> str | None:  # noqa: ARG002 - the same in every image
         """The interpreter of ``framework``'s scripts inside, or None: the host's (the

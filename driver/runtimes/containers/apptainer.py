@@ -100,6 +100,7 @@ class Apptainer(NoContainer):
     def step_argv(self, plan: RepeatPlan, argv: list[str], session_root: Path) -> list[str]:
         session, kit = str(Path(session_root).absolute()), str(REPO_ROOT)
         mounts = [f"{kit}:{kit}:ro", f"{session}:{session}", *self.config.mounts]
+        mounts += self.data_mounts(plan)
         image, _ = self.slurm_image(plan.framework)
         return self.wrap(argv, image, mounts, kit, bool(self.config.gpus_per_node))
 

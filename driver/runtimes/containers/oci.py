@@ -214,6 +214,7 @@ class SlurmOci(ContainerPlatform):
         session, kit = str(session_root.absolute()), str(REPO_ROOT)
         mounts = [oci.Mount(kit, kit, read_only=True), oci.Mount(session, session)]
         mounts += [oci.parse_mount(mount) for mount in self.config.mounts]
+        mounts += [oci.parse_mount(mount) for mount in self.data_mounts(plan)]
         what = f"{self.where}: {field_name}"
         fix = "fix the path, or name an image (slurm.oci_image)"
         try:

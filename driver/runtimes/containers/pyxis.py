@@ -105,6 +105,12 @@ class Pyxis(ContainerPlatform):
         session, kit = self.mounted_folders(session_root)
         mounts = [f"{kit}:{kit}:ro", f"{session}:{session}"]
         mounts += self.config.mounts
+        for mount in self.data_mounts(plan):
+            check_mount_path(
+                mount.split(":")[0], f"{plan.case_id}: the data folder",
+                "give a data_dir whose path has neither (a symlink to it will do)",
+            )  # fmt: skip
+            mounts.append(mount)
         source = plan.source != "dlperf"
         return Container(
             image=self.image_for(plan.framework, plan.source, plan.case.image),
