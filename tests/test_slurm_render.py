@@ -604,3 +604,25 @@ def test_a_cases_data_folder_is_mounted_into_its_pyxis_container(
     bad = replace(plan, case=replace(plan.case, data_dir="/shared/a,b"))
     with pytest.raises(RuntimeConfigError, match=r"the data folder /shared/a,b holds ','"):
         runtime.platform.srun_flags(bad, tmp_path / "session")
+
+
+def test_the_clusters_rank_settings_reach_every_rank_and_never_the_kits_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """slurm.env (NCCL, UCX, IB settings) is passed to every rank of every step (and so kept in
+    each record's commands); a variable the kit sets for a rank is refused, naming it."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    env = {"NCCL_IB_HCA": "mlx5_0,mlx5_1", "UCX_TLS": "rc,sm", "NCCL_DEBUG": 1}
+    runtime = SlurmRuntime(config=GPU_CLUSTER.model_copy(update={"env": {**env,
+                                                                         "NCCL_DEBUG": "1"}}))
+    plan = four_by_eight_plan(runtime)
+    commands = runtime._node_commands(plan, None)
+    assert len(commands) == 4
+    for command in commands:
+        assert {k: command.env[k] for k in env} == {**env, "NCCL_DEBUG": "1"}
+        assert command.env["DLPERF_NNODES"] == "4"  # the rank's own, untouched
+    step = runtime.describe(plan)[8]
+    assert "NCCL_IB_HCA=mlx5_0,mlx5_1" in step and "UCX_TLS=rc,sm" in step
+    for name in ("MASTER_PORT", "DLPERF_NODE_RANK", "PYTHONPATH"):
+        with pytest.raises(ValueError, match=f"{name}: set by the kit for every rank"):
+            SlurmConfig(env={name: "x"})

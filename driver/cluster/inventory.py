@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from driver.cluster.slurm import SlurmConfig
+from driver.cluster.slurm import RankEnvironment, SlurmConfig
 from driver.schema import ConfigError, StrictModel, load_document, number, one_of, text, validate
 
 
@@ -65,13 +65,11 @@ _IFNAME = r"[A-Za-z0-9_.:@][A-Za-z0-9_.:@-]{0,30}"
 _IFNAMES = rf"[\^=]?{_IFNAME}(?:,{_IFNAME})*"
 _SIZE = r"[0-9]{1,12}(?:\.[0-9]{1,6})?[bkmgBKMG]?"
 _GPUS = r"all|[1-9][0-9]{0,2}|device=[A-Za-z0-9-]{1,64}(?:,[A-Za-z0-9-]{1,64})*"
-_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _DOCKER_HOST = r"(?:unix|tcp|ssh|fd|npipe)://[^\s\x00-\x1f\x7f]{1,1024}"
 _ABSOLUTE = r"/[^\x00-\x1f\x7f]{0,4095}"  # no newline, NUL or other control character
 _FILE = r"[^\x00-\x1f\x7f-][^\x00-\x1f\x7f]{0,4095}"
 _COMMAND = r"[^\x00-\x1f\x7f\s-][^\x00-\x1f\x7f]{0,4095}"  # an interpreter; never "-..."
 _IMAGE = r"/?[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}"
-_VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]{0,65536}"  # an env value: any text on one line
 
 
 def _host(value: Any) -> str:
@@ -116,14 +114,6 @@ def _mount(value: Any) -> str:
         raise ValueError(f"must be 'source:target[:ro|rw]' with absolute paths, got {value!r}")
     if len(parts) == 3 and parts[2] not in ("ro", "rw"):
         raise ValueError(f"mode {parts[2]!r} is not allowed; allowed values: ro, rw")
-    return value
-
-
-def _env_value(value: Any) -> str:
-    if type(value) in (int, float):
-        return str(value)
-    if not isinstance(value, str) or re.fullmatch(_VALUE, value) is None:
-        raise ValueError(f"must be a string (one line) or a number, got {value!r}")
     return value
 
 
@@ -236,10 +226,7 @@ class NodeDefaults(StrictModel):
     min_free_gb: number(0, 1e6, "a number >= 0 (GB)", integer=False) = 5
     python: _by_framework("an interpreter path", _COMMAND) = {"default": "python3"}
     docker_host: text(_DOCKER_HOST, "a URL such as unix:///var/run/docker.sock") | None = None
-    env: dict[
-        text(_ENV_NAME, "a valid environment variable name"),
-        Annotated[Any, AfterValidator(_env_value)],
-    ] = {}
+    env: RankEnvironment = {}
     container: ContainerSettings = ContainerSettings()
 
     @field_validator("ssh", mode="before")

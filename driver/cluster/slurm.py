@@ -62,6 +62,31 @@ MAX_TIME_LIMIT_S = 365 * 24 * 3600
 # One word of an option value: no whitespace or control characters (a value is one argv item,
 # but a newline would still split an #SBATCH line or a log line that quotes it).
 Word = text(r"[^\s\x00-\x1f\x7f]+", "one word (no spaces or control characters)")
+
+# The ranks' own settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, UCX_TLS, ...): a name, and a value
+# on one line (a number is taken as its text). Passed to every rank of every repeat and kept in
+# each record's commands; what the kit sets for a rank (its DLPERF_*, MASTER_* and rank
+# variables, PYTHONPATH) is never overridden by them.
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]{0,65536}"  # any text on one line
+
+
+def _env_value(value: Any) -> str:
+    if type(value) in (int, float):
+        return str(value)
+    if not isinstance(value, str) or re.fullmatch(_VALUE, value) is None:
+        raise ValueError(f"must be a string (one line) or a number, got {value!r}")
+    return value
+
+
+KIT_SET_VARIABLES = frozenset({
+    "PYTHONPATH", "PYTHONUNBUFFERED", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+    "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+})  # fmt: skip
+RankEnvironment = dict[
+    text(_ENV_NAME, "a valid environment variable name"),
+    Annotated[Any, AfterValidator(_env_value)],
+]
 TimeLimit = text(
     TIME_LIMIT,
     "a Slurm time limit: minutes (90), HH:MM:SS (04:00:00) or D-HH:MM:SS (1-00:00:00)",
@@ -252,6 +277,7 @@ class SlurmConfig(StrictModel):
     extra_sbatch_args: list[SbatchOption] = []
     python: dict[_framework_key(), Word] = {}
     queue_timeout_s: number(1, 30 * 24 * 3600, "seconds, 1 to 30 days", integer=False) = 24 * 3600.0
+    env: RankEnvironment = {}  # every rank's (NCCL, UCX, IB settings), recorded in provenance
 
     @field_validator("time_limit", mode="before")
     @classmethod
@@ -267,6 +293,20 @@ class SlurmConfig(StrictModel):
             )
         if re.fullmatch(TIME_LIMIT, value):
             time_limit_seconds(value)  # each field within its range, the whole within bounds
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _not_the_kits(cls, value: dict[str, str]) -> dict[str, str]:
+        kits = sorted(
+            name for name in value
+            if name.startswith("DLPERF_") or name in KIT_SET_VARIABLES
+        )  # fmt: skip
+        if kits:
+            raise ValueError(
+                f"{', '.join(kits)}: set by the kit for every rank (its code, its rank and "
+                "rendezvous); leave them out of env"
+            )
         return value
 
     @model_validator(mode="after")

@@ -209,7 +209,9 @@ class SlurmRuntime:
         commands = []
         for command in plan.commands:
             argv = [fill(arg, addresses) for arg in command.argv]
-            env = {key: fill(value, addresses) for key, value in command.env.items()}
+            # the cluster's own settings (slurm.env) first: the rank's own never give way
+            env = {**self.config.env}
+            env.update({key: fill(value, addresses) for key, value in command.env.items()})
             if self.config.tasks == "device":
                 argv = self._task_argv(plan, argv, env)
             argv = self.platform.step_argv(plan, argv, Path(plan.session_root))
