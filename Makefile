@@ -23,6 +23,12 @@ SIGNING_KEY ?=
 # FRAMEWORK_PYTHON=/usr/bin/python3: an interpreter that already holds the framework (a GPU
 # machine's own CUDA build) runs the scripts instead of .venvs/<framework> (local runtime).
 FRAMEWORK_PYTHON ?=
+# HARDWARE="NVIDIA H100 80GB HBM3": the nodes' device for the estimate before the run and, under
+# Slurm, its time-limit guard (--hardware); exported to dlperf, never through a shell's quoting.
+HARDWARE ?=
+ifneq ($(HARDWARE),)
+export DLPERF_HARDWARE := $(HARDWARE)
+endif
 # REHEARSE=on (as root): the cases on simulated hosts of this machine, one per node of the largest
 # case, each its own address, hostname and clock (docs/clusters.md); no INVENTORY.
 REHEARSE ?=

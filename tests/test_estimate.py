@@ -362,3 +362,36 @@ def test_the_memory_estimate_holds_torchtitans_published_peak_and_sizes_batch_ma
     seventy_b = {"llama_size": "llama3-70b", "seq_len": 8192, "activation_checkpointing": "full"}
     assert largest_batch(seventy_b, 1, 1, 80 * 2**30) == 0  # its state alone is 1 TB
     assert largest_batch(seventy_b, 32, 8, 80 * 2**30) >= 1
+
+
+def test_the_time_limit_guard_applies_without_hardware_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make llama-pytorch RUNTIME=slurm ...` passed no --hardware, nothing was estimated and a
+    99-hour selection went to sbatch under a 4-hour limit. The device is named by the cluster
+    file's slurm.hardware or make's HARDWARE= ($DLPERF_HARDWARE); a GPU job nothing of which
+    can be estimated is refused before it is submitted (a dry run and a plan warn)."""
+    from types import SimpleNamespace
+
+    from driver.cluster.slurm import SlurmConfig
+    from driver.core.estimate import CaseEstimate
+    from driver.frontend.commands.run import time_limit_refusal
+
+    monkeypatch.delenv("DLPERF_HARDWARE", raising=False)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text((EXAMPLES / "slurm-4n32g.yaml").read_text() + "  hardware: H100\n")
+    argv = ["plan", "--runtime", "slurm", "--inventory", str(cluster), "--framework", "pytorch",
+            "--model", "llama", "--results", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 2  # 6-7 hours do not fit the example's 4: the guard applies
+    captured = capsys.readouterr()
+    assert "estimate on H100" in captured.out and "exceeds slurm.time_limit 4h00m" in captured.err
+    monkeypatch.setenv("DLPERF_HARDWARE", "NVIDIA H100 80GB HBM3")
+    assert main([*argv[:4], str(EXAMPLES / "slurm-4n32g.yaml"), *argv[5:]]) == 2
+    assert "estimate on NVIDIA H100 80GB HBM3" in capsys.readouterr().out
+    gpu_job = SimpleNamespace(name="slurm", config=SlurmConfig(gpus_per_node=8))
+    blind = [CaseEstimate("x", None, None, "no hardware")]
+    assert "name the nodes' device with --hardware" in time_limit_refusal(gpu_job, "c", blind)
+    assert time_limit_refusal(gpu_job, "c", blind, submitting=False) == ""
+    assert "warning: nothing of the selection can be estimated" in capsys.readouterr().err
+    cpu_job = SimpleNamespace(name="slurm", config=SlurmConfig())  # the test cluster: no GPUs
+    assert time_limit_refusal(cpu_job, "c", blind) == ""

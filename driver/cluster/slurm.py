@@ -52,6 +52,7 @@ from driver.schema import (
     text,
     validate,
 )
+from driver.text import FreeText
 
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch --time); whole-text match.
 # Never UNLIMITED (nor 0, which Slurm also reads as no limit: SlurmConfig._finite_time_limit):
@@ -278,6 +279,9 @@ class SlurmConfig(StrictModel):
     python: dict[_framework_key(), Word] = {}
     queue_timeout_s: number(1, 30 * 24 * 3600, "seconds, 1 to 30 days", integer=False) = 24 * 3600.0
     env: RankEnvironment = {}  # every rank's (NCCL, UCX, IB settings), recorded in provenance
+    # The nodes' device as the plan looks it up (e.g. "H100", "NVIDIA H100 80GB HBM3"): the
+    # estimate and its time-limit guard apply without --hardware (make cannot pass it).
+    hardware: FreeText("label") | None = None
 
     @field_validator("time_limit", mode="before")
     @classmethod

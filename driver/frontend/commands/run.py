@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -172,7 +173,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         return rehearse(selection, root, before_matrix=before_matrix, **session)
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
-    refused = time_limit_refusal(runtime, args.inventory, estimates)
+    submitting = not (args.dry_run or getattr(args, "estimate_only", False))
+    refused = time_limit_refusal(runtime, args.inventory, estimates, submitting)
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
@@ -193,13 +195,36 @@ def session_estimate(args: argparse.Namespace, cases: list[Case], here: bool) ->
     """The expected wall time of ``cases``, printed now (``dlperf plan`` prints nothing else)."""
     from driver.core.estimate import estimate_cases, load_knowledge, plan_lines
 
-    hardware = args.hardware if args.hardware is not None else (host_hardware() if here else "")
+    hardware = named_hardware(args) or (host_hardware() if here else "")
     knowledge = load_knowledge(results=Path(args.results))
     estimates = estimate_cases(cases, hardware, knowledge)
     print(f"estimate on {hardware or 'unnamed hardware'} (before the run; driver.core.estimate):")
     for line in plan_lines(estimates, knowledge.startup_basis):
         print(f"  {line}")
     return estimates
+
+
+HARDWARE_VARIABLE = "DLPERF_HARDWARE"  # make's HARDWARE=, exported without a shell's quoting
+
+
+def named_hardware(args: argparse.Namespace) -> str:
+    """The nodes' device as the user named it: --hardware, else $DLPERF_HARDWARE (make's
+    HARDWARE=), else the Slurm section's ``hardware``; "" where none names it."""
+    if args.hardware is not None:
+        return args.hardware
+    from driver.text import check_free_text
+
+    variable = os.environ.get(HARDWARE_VARIABLE, "").strip()
+    if variable:
+        try:
+            return check_free_text(variable, "label")
+        except ValueError as error:
+            raise MatrixError(COMMAND_LINE, f"${HARDWARE_VARIABLE}", str(error)) from None
+    if getattr(args, "runtime", None) == "slurm" and getattr(args, "inventory", None):
+        from driver.cluster.slurm import load_slurm_config
+
+        return load_slurm_config(args.inventory).hardware or ""
+    return ""
 
 
 def host_hardware() -> str:
@@ -210,14 +235,31 @@ def host_hardware() -> str:
     return " ".join(sorted(set(gpu_names()))) or cpu_model_name()
 
 
-def time_limit_refusal(runtime: object, where: str | None, estimates: SessionEstimate) -> str:
-    """Under Slurm, why the session's job cannot fit its ``time_limit`` (empty: it fits)."""
+def time_limit_refusal(
+    runtime: object, where: str | None, estimates: SessionEstimate, submitting: bool = True
+) -> str:
+    """Under Slurm, why the session's job cannot fit its ``time_limit`` (empty: it fits); a GPU
+    job of which nothing can be estimated is refused where it would be submitted, and said
+    as a warning where not (a dry run, a plan)."""
     from driver.core.estimate import time_limit_problem
 
-    limit = getattr(getattr(runtime, "config", None), "time_limit", None)
+    config = getattr(runtime, "config", None)
+    limit = getattr(config, "time_limit", None)
     if runtime.name != "slurm" or limit is None:  # type: ignore[attr-defined]
         return ""
     from driver.cluster.slurm import time_limit_seconds
+
+    if getattr(config, "gpus_per_node", None) and estimates and all(
+        e.seconds is None for e in estimates
+    ):  # a GPU job of unknown length: the guard cannot apply, so nothing is submitted blind
+        unknown = (
+            f"nothing of the selection can be estimated, so its fit in slurm.time_limit "
+            f"{limit} ({where or 'slurm:'}) is unknown: name the nodes' device with --hardware, "
+            "slurm.hardware in the cluster file, or HARDWARE= with make (e.g. H100)"
+        )
+        if submitting:
+            return unknown
+        print(f"warning: {unknown}", file=sys.stderr)
 
     return time_limit_problem(estimates, time_limit_seconds(limit), where or "slurm:") or ""
 
