@@ -395,3 +395,22 @@ def test_the_time_limit_guard_applies_without_hardware_on_the_command_line(
     assert "warning: nothing of the selection can be estimated" in capsys.readouterr().err
     cpu_job = SimpleNamespace(name="slurm", config=SlurmConfig())  # the test cluster: no GPUs
     assert time_limit_refusal(cpu_job, "c", blind) == ""
+
+
+def test_nodes_and_gpus_leave_out_what_no_device_could_hold_instead_of_rewriting_it() -> None:
+    """`--nodes 1 --gpus 1` once put Llama 3.1 8B and 70B on one GPU; now a case whose training
+    state and one sequence need more than the largest device of reports/peaks.yaml is left
+    out, in one line; what fits some device (1B, 8B with full checkpointing on an H200) stays."""
+    from driver.core.matrix import Overrides
+    from driver.core.session import select_cases
+
+    matrix = Path(__file__).parents[1] / "PyTorch" / "matrix.yaml"
+    selection = select_cases([matrix], "dlperf", "test",
+                             Overrides(topologies=("1n1g",), models=("llama",)))  # fmt: skip
+    kept = {c.variant for c in selection.cases}
+    assert {"1b", "1b-compile", "8b-full-ac"} <= kept
+    assert not kept & {"8b", "8b-compile", "70b", "8b-hsdp"}
+    assert "left out: on the topology given, by the memory estimate" in selection.note
+    assert "the largest 141 GiB" in selection.note
+    untouched = select_cases([matrix], "dlperf", "test", Overrides(models=("llama",)))
+    assert "70b" in {c.variant for c in untouched.cases} and not untouched.note

@@ -533,6 +533,14 @@ def _llama_plan(
     return batch, LLAMA_SEARCH_PROBES, startup, notes
 
 
+def largest_device_memory(root: Path = REPO_ROOT) -> float | None:
+    """The largest device memory ``reports/peaks.yaml`` lists, in bytes (None: it lists none)."""
+    path = root / "reports" / "peaks.yaml"
+    devices = yaml.safe_load(path.read_text()).get("devices", []) if path.is_file() else []
+    sizes = [d["memory_gib"] for d in devices if isinstance(d.get("memory_gib"), (int, float))]
+    return max(sizes) * 2**30 if sizes else None
+
+
 def _device_memory(hardware: str, peaks: list[dict]) -> float | None:
     """One device's memory in bytes (``reports/peaks.yaml``'s ``memory_gib``), where known."""
     for device in peaks:

@@ -109,7 +109,58 @@ def select_cases(
         cases += apply_overrides(matrix.cases, overrides)
     _check_selection(loaded, overrides)
     cases, note = leave_out_emulated_amp(cases, profile, overrides, native_bf16)
+    if overrides.topologies:
+        cases, unfit = leave_out_unfit(cases)
+        note = "; ".join(line for line in (note, unfit) if line)
     return Selection(cases, profile, why, descriptions, bool(overrides.topologies), note)
+
+
+def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
+    """Cases that --nodes/--gpus put on a topology no device could hold them on (Llama 3.1 8B
+    and 70B on one GPU), left out, not run to an out-of-memory: by the memory estimate
+    (``driver.bench.llama``) on the largest device ``reports/peaks.yaml`` lists. Returns the
+    cases kept and the one line naming those left out (empty when none was)."""
+    from driver.bench.llama import MODEL as LLAMA
+    from driver.bench.llama import (
+        LlamaOptionError,
+        llama_shape,
+        memory_shards,
+        training_memory_bytes,
+    )
+    from driver.core.estimate import largest_device_memory
+
+    largest = largest_device_memory()
+    if largest is None:
+        return cases, ""
+    kept, left = [], []
+    for case in cases:
+        options = dict(case.options)
+        if case.model != LLAMA or "seq_len" not in options:
+            kept.append(case)
+            continue
+        topology = case.topology
+        try:
+            state, per_sequence = training_memory_bytes(
+                llama_shape(options),
+                int(options["seq_len"]),
+                1,
+                memory_shards(options, topology.world_size, topology.devices_per_node),
+                str(options.get("activation_checkpointing", "none")),
+            )
+        except LlamaOptionError:
+            kept.append(case)  # named where the case's options are checked
+            continue
+        batch = 1 if case.batch_size == "max" else int(case.batch_size)  # max: at least one
+        need = state + batch * per_sequence
+        (left if need > largest else kept).append(case)
+    if not left:
+        return cases, ""
+    shown = ", ".join(case.id for case in left[:3]) + (" ..." if len(left) > 3 else "")
+    return kept, (
+        f"{len(left)} case(s) left out: on the topology given, by the memory estimate, no "
+        f"device of reports/peaks.yaml (the largest {largest / 2**30:.0f} GiB) holds them "
+        f"({shown}); give more nodes or GPUs"
+    )
 
 
 def _check_selection(cases: list[Case], overrides: Overrides) -> None:
