@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -196,16 +197,22 @@ OptionName = text(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "an option name: letters, digi
 # Reading -------------------------------------------------------------------------------------
 
 
+def stat_of(path: Path, field: str = "(file)", missing: str = "does not exist") -> os.stat_result:
+    """``path``'s status (symlinks followed), or a ConfigError naming it: ``missing`` where it
+    does not exist, the system's reason where it cannot be read."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        raise ConfigError(path, field, missing) from None
+    except OSError as error:
+        raise ConfigError(path, field, f"cannot be read: {error.strerror}") from None
+
+
 def read_text(path: Path | str) -> str:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(path, "(file)", "is a directory; give the path of a file")
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ConfigError(path, "(file)", "does not exist") from None
-    except OSError as error:
-        raise ConfigError(path, "(file)", f"cannot be read: {error.strerror}") from None
+    size = stat_of(path).st_size
     if size > MAX_BYTES:
         raise ConfigError(path, "(file)", f"is {size} bytes; a config file is at most {MAX_BYTES}")
     try:

@@ -65,7 +65,7 @@ from typing import IO, Any
 
 from driver.datasets.manifest import claim, resolved_inside, write_manifest
 from driver.files import atomic_file, ensure_dir, sha256_file
-from driver.schema import ConfigError
+from driver.schema import ConfigError, stat_of
 
 FORMAT = "tokens"
 TOKENS_FILE = "tokens.bin"
@@ -169,12 +169,7 @@ def input_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def _checked(path: Path) -> Path:
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ConfigError(path, "text", "no such file; give the files to tokenize") from None
-    except OSError as error:
-        raise ConfigError(path, "text", f"cannot be read ({error.strerror})") from None
+    mode = stat_of(path, "text", "no such file; give the files to tokenize").st_mode
     if not stat.S_ISREG(mode):  # a FIFO or a device: a read could block
         raise ConfigError(path, "text", "is not a regular file; give the files to tokenize")
     if _kind(path) is None:

@@ -38,6 +38,7 @@ from driver.schema import (
     one_of,
     parse_yaml,
     read_text,
+    stat_of,
     validate,
 )
 from driver.text import FreeText, unsafe_character
@@ -303,12 +304,7 @@ def load_import(path: Path | str) -> ImportFile:
 def _refuse_non_file(path: Path) -> None:
     """A FIFO, socket or device given as an import file is refused before it is opened: a
     read of a FIFO blocks until something writes to it (forever, when nothing does)."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ConfigError(path, "(file)", "does not exist") from None
-    except OSError as error:
-        raise ConfigError(path, "(file)", f"cannot be read: {error.strerror}") from None
+    mode = stat_of(path).st_mode
     if stat.S_ISDIR(mode):
         raise ConfigError(path, "(file)", "is a directory; give the path of a file")
     if not stat.S_ISREG(mode):
