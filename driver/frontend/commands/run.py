@@ -198,7 +198,7 @@ def session_estimate(args: argparse.Namespace, cases: list[Case], here: bool) ->
     hardware = named_hardware(args) or (host_hardware() if here else "")
     knowledge = load_knowledge(results=Path(args.results))
     estimates = estimate_cases(cases, hardware, knowledge)
-    print(f"estimate on {hardware or 'unnamed hardware'} (before the run; driver.core.estimate):")
+    print(f"estimate on {hardware or 'unnamed hardware'} (before the run):")
     for line in plan_lines(estimates, knowledge.startup_basis):
         print(f"  {line}")
     return estimates
