@@ -107,6 +107,18 @@ def test_the_report_shows_the_peak_per_device_where_recorded(tmp_path: Path) -> 
     assert row_json["peak_memory_nvml_bytes"] == 4 * GIB
 
 
+def test_the_terminal_gets_the_tables_as_text_and_the_file_as_markdown(tmp_path: Path) -> None:
+    """The closing table a run prints is for a terminal: aligned columns, headings and notes
+    without Markdown's escapes (a series [channels_last] showed as \\[channels\\_last\\]);
+    report.md keeps the Markdown, its escapes included."""
+    root = session_with_peaks(tmp_path, lambda rank: None)
+    summaries = summarize(verify_sessions([root]).records)
+    markdown, plain = markdown_tables(summaries), markdown_tables(summaries, plain=True)
+    assert "| series" in markdown and "\\_" in markdown
+    assert "|" not in plain and "\\" not in plain and "###" not in plain
+    assert "samples/s" in plain and '- [default] options: {"step_time": 0.01}' in plain
+
+
 def test_a_peak_of_some_ranks_only_is_no_peak() -> None:
     folder = cached_session() / "cases" / CASE_1N2G / "repeat-01"
     record = json.loads((folder / "record.json").read_text())

@@ -301,15 +301,17 @@ def markdown_tables(
     after_table: Callable[[str, list[CaseSummary]], str] | None = None,
     extra_notes: Sequence[str] = (),
     name_slow_nodes: bool = True,
+    plain: bool = False,
 ) -> str:
     """Every table: one row per series and topology, split by machine (else by device model),
     with median and geometric-mean rows across series. ``name_slow_nodes``: a note per case
-    that one node held back (``driver.core.summary.SlowNode``)."""
+    that one node held back (``driver.core.summary.SlowNode``). ``plain``: for a terminal, not
+    a Markdown file: aligned columns, headings and notes as text, nothing escaped."""
     out: list[str] = []
     hashes = "#" * heading_level
     for title, group in tables(summaries):
-        out.append(f"{hashes} {title}\n")
-        out.append(long_table(group, extra_columns))
+        out.append(f"{title}\n{'=' * len(title)}" if plain else f"{hashes} {title}\n")
+        out.append(long_table(group, extra_columns, plain=plain))
         out.append("")
         if after_table is not None:
             out.append(after_table(title, group))
@@ -327,7 +329,8 @@ def markdown_tables(
         )
     if notes:
         out.append("Notes:\n")
-        out.extend(f"- {markdown_inline(note)}" for note in notes)  # they quote free text
+        shown = str if plain else markdown_inline  # they quote free text
+        out.extend(f"- {shown(note)}" for note in notes)
         out.append("")
     return "\n".join(out)
 
@@ -387,9 +390,13 @@ def _median_labels(summaries: list[CaseSummary]) -> list[str]:
     return [MEDIAN_LABEL for _title, group in tables(summaries) if across_series(group)]
 
 
-def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = ()) -> str:
+def long_table(
+    group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = (), plain: bool = False
+) -> str:
     """One row per series and topology (rows of one device model together, labelled where the
-    table has more than one), then the median and geometric mean across series."""
+    table has more than one), then the median and geometric mean across series; ``plain``: as
+    text for a terminal (see :func:`markdown_tables`)."""
+    text = str if plain else markdown_inline
     candidates = (*TOKEN_COLUMNS, *MEMORY_COLUMNS, *extra_columns)
     extras = [e for e in candidates if any(e.cell(s) != "-" for s in group)]
     columns: list[tuple[str, Callable[[CaseSummary], str] | None]] = []
@@ -412,18 +419,19 @@ def long_table(group: list[CaseSummary], extra_columns: Sequence[ExtraColumn] = 
             "efficiency": efficiency_cell(s),
             "CV": "-" if s.published_by else f"{s.stats.cv:.2%}",
         }
-        row: list[Any] = [markdown_inline(s.identity)] if device_column else []
-        row += [markdown_inline(series_name(s)), s.case.topology.nodes, s.case.topology.world_size]
+        row: list[Any] = [text(s.identity)] if device_column else []
+        row += [text(series_name(s)), s.case.topology.nodes, s.case.topology.world_size]
         row += [base_cells[title] if cell is None else cell(s) for title, cell in columns]
         rows.append(row)
     for device, (nodes, devices), count, speedups, efficiencies in across_series(group):
         for label, reduce in ((MEDIAN_LABEL, statistics.median), (GEOMEAN_LABEL, _geomean)):
-            row = [markdown_inline(device)] if device_column else []
+            row = [text(device)] if device_column else []
             row += [f"{label} ({count} series)", nodes, devices]
             cells = {"speedup": _fmt(reduce(speedups)), "efficiency": f"{reduce(efficiencies):.2%}"}
             row += [cells.get(title, "") for title, _ in columns]
             rows.append(row)
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    style = "simple" if plain else "github"
+    return tabulate(rows, headers=headers, tablefmt=style, disable_numparse=True)
 
 
 def _headline(candidates: list[CaseSummary]) -> CaseSummary | None:

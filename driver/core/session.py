@@ -343,7 +343,7 @@ def run_session(
     verified = verify_sessions([session.root])  # the table shows what the logs give
     summaries = summarize(verified.records)
     print()
-    print(markdown_tables(summaries) if summaries else "no finished repeats")
+    print(markdown_tables(summaries, plain=True) if summaries else "no finished repeats")
     try:
         paths = write_report(
             summaries,
