@@ -87,36 +87,6 @@ def test_dllogger_truncated_log_is_cut_short() -> None:
     fails("dllogger", "ngc-pytorch", "truncated", "cut short", "holds steps 1..9")
 
 
-@pytest.mark.parametrize("backend", ["json", "plain"])
-def test_dllogger_an_iteration_logged_twice_is_refused_with_its_lines(backend: str) -> None:
-    """A step's second record with other metrics (another verbosity level) is the same
-    logging call; the same record twice, 1 ms apart, was once dropped without a word."""
-    load_all()
-    texts = logs("ngc-pytorch", "ok")
-    text = texts["node0.log"]
-    if backend == "plain":  # the same run as StdOutBackend prints it
-        text = "\n".join(
-            line
-            if not line.startswith("DLLL") or '"step": [0, ' not in line
-            else "DLL 2023-11-14 22:13:{:06.3f} - Epoch: 0 Iteration: {} {}".format(
-                float(line.split('"timestamp": "')[1].split('"')[0]) % 60,
-                line.split('"step": [0, ')[1].split("]")[0],
-                line.split('"data": ')[1].rstrip("}"),
-            )
-            for line in text.splitlines()
-            if not line.startswith("DLL ")  # the fixture's own StdOutBackend line
-        )
-    lines = text.splitlines()
-    at = next(i for i, line in enumerate(lines) if "[0, 6]" in line or "Iteration: 6 " in line)
-    again = lines[at].replace(".000000", ".001000").replace(".500000", ".501000")
-    edited = "\n".join([*lines[: at + 1], again, *lines[at + 1 :]]) + "\n"
-    with pytest.raises(LogParseError) as caught:
-        PARSERS.get("dllogger")().parse({**texts, "node0.log": edited})
-    message = str(caught.value)
-    assert f"node0.log:{at + 2}" in message and f"(line {at + 1} and this one)" in message
-    assert "logged twice with the same metrics" in message
-
-
 def test_dllogger_broken_record() -> None:
     message = fails("dllogger", "ngc-pytorch", "malformed", "broken DLLogger record")
     assert "node0.log:" in message

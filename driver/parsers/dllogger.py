@@ -5,10 +5,9 @@ DLLogger's JSONStreamBackend writes one ``DLLL <json>`` line per record with the
 ``type: LOG`` and a step that is an int (TF1 BERT: the 1-based step) or ``[epoch, iteration]``
 (ConvNets, PyTorch BERT); ``PARAMETER``, epoch summaries ``[epoch]``, validation
 ``[epoch, iteration, val_iteration]`` and the final ``[]`` are not steps. A step logged twice in a
-row (one record per verbosity level, each with its own metrics) keeps its first timestamp; the
-same record of a step twice (the same metrics) is an iteration logged twice, refused. The run
-header's ``step_offset`` turns the logged index into steps finished (0 for 1-based indices, 1
-for 0-based ones). Global rank 0 writes the records; the node command prints the JSON file after
+row (one record per verbosity level) keeps its first timestamp. The run header's
+``step_offset`` turns the logged index into steps finished (0 for 1-based indices, 1 for
+0-based ones). Global rank 0 writes the records; the node command prints the JSON file after
 the run, so a record from another rank or node is a mixed log.
 
 DLLogger's StdOutBackend prints the same records as plain text, the time first::
@@ -76,12 +75,8 @@ def train_step(step: Any) -> int | None:
     return None
 
 
-# (line, rank, iteration, epoch, timestamp, what it logged) of each training record
-Record = tuple[int, int | None, int, int | None, float, str]
-
-
-def _json_records(log: NodeLog) -> Iterator[Record]:
-    """Each DLLogger JSON training record (what it logged: its ``data``, as JSON)."""
+def _json_records(log: NodeLog) -> Iterator[tuple[int, int | None, int, int | None, float]]:
+    """(line, rank, iteration, epoch, timestamp) of each DLLogger JSON training record."""
     for number, raw in log.lines:
         rank, text = line_rank(log, raw)
         at = text.find(MARK)
@@ -105,10 +100,10 @@ def _json_records(log: NodeLog) -> Iterator[Record]:
                 "a training record without a numeric timestamp", source=log.name, line=number
             ) from None
         epoch = record["step"][0] if isinstance(record["step"], list) else None
-        yield number, rank, index, epoch, stamp, json.dumps(record.get("data"), sort_keys=True)
+        yield number, rank, index, epoch, stamp
 
 
-def _plain_records(log: NodeLog) -> Iterator[Record]:
+def _plain_records(log: NodeLog) -> Iterator[tuple[int, int | None, int, int | None, float]]:
     """The same from StdOutBackend lines (``DLL <date> <time> - Epoch: E Iteration: I ...``)."""
     for number, raw in log.lines:
         rank, text = line_rank(log, raw)
@@ -118,19 +113,18 @@ def _plain_records(log: NodeLog) -> Iterator[Record]:
         # The log's wall clock (local time, no zone): only differences of it are used.
         stamp = datetime.fromisoformat(match["stamp"]).replace(tzinfo=timezone.utc).timestamp()
         epoch = int(match["epoch"]) if match["epoch"] is not None else None
-        yield number, rank, int(match["index"]), epoch, stamp, match["rest"].strip()
+        yield number, rank, int(match["index"]), epoch, stamp
 
 
-Records = Callable[[NodeLog], Iterator[Record]]
+Records = Callable[[NodeLog], Iterator[tuple[int, int | None, int, int | None, float]]]
 
 
 def _timelines(logs: list[NodeLog], records: Records) -> dict[int, Timeline]:
     header = logs[0].header
     timelines: dict[int, Timeline] = {}
     epochs: set[int] = set()
-    logged: dict[tuple[int, str], int] = {}  # (rank, what a record of its last step logged) -> line
     for log in logs:
-        for number, rank, index, epoch, stamp, what in records(log):
+        for number, rank, index, epoch, stamp in records(log):
             if epoch is not None:
                 if epoch < 0:
                     raise LogParseError(
@@ -161,18 +155,7 @@ def _timelines(logs: list[NodeLog], records: Records) -> dict[int, Timeline]:
                         source=log.name,
                         line=number,
                     )
-                if (key, what) in logged:
-                    raise LogParseError(
-                        f"step {index} logged twice with the same metrics (line "
-                        f"{logged[key, what]} and this one): a logging call writes a step's "
-                        "metrics once; the log was edited or two runs' output mixed",
-                        source=log.name,
-                        line=number,
-                    )
-                logged[key, what] = number
                 continue
-            logged = {k: v for k, v in logged.items() if k[0] != key}
-            logged[key, what] = number
             timeline.add(finished, stamp, log.name, number)
     return timelines
 
