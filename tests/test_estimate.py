@@ -343,6 +343,12 @@ def test_the_llama_matrix_on_the_readme_cluster_plans_within_a_day_of_8_hours(
     hours, minutes = re.match(r"\s*(\d+)h(\d+)m", total).groups()
     assert int(hours) * 60 + int(minutes) <= 8 * 60, total
     assert "measured at batch 32" not in out  # no Llama max planned at twice 16
+    # beside the wall time, what the day costs in devices: used by the cases, and held by a
+    # job that keeps 4 x 8 devices throughout (the total's hours x 32)
+    costs = next(line for line in out.splitlines() if "device-hours:" in line)
+    used, held = (float(n.replace(",", "")) for n in re.findall(r"([\d,]+\.\d) ", costs))
+    assert held == pytest.approx((int(hours) + int(minutes) / 60) * 32, abs=0.6)
+    assert 0 < used < held and "largest topology's 32 devices" in costs
     eight_b = next(line for line in out.splitlines() if "1n8g/bs2/amp/synthetic/8b " in line)
     assert "start-up 60 s per repeat (assumed for llama3-8b on GPUs)" in eight_b
     assert "by the memory estimate it needs 82.7 GiB of the device's 80 GiB" in eight_b

@@ -124,6 +124,7 @@ class CaseEstimate:
     seconds: float | None  # None: nothing to estimate from
     step_s: float | None
     basis: str  # where the step time came from, in words
+    devices: int = 1  # the case's devices, for the device-hours it uses
 
 
 @dataclass(frozen=True)
@@ -463,13 +464,17 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
         batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
     step, basis = step_seconds(case, batch, hardware, knowledge)
     if step is None:
-        return CaseEstimate(case.id, None, None, "; ".join([basis, *notes]))
+        return CaseEstimate(
+            case.id, None, None, "; ".join([basis, *notes]), case.topology.world_size
+        )
     _warmup, _measured, total_steps = case.window_for(batch)
     seconds = case.repeats * (startup + total_steps * step)
     if searched:
         seconds += probes * (startup + SEARCH_STEPS * step)
         basis += f"; batch search of {probes} probes, measured at batch {batch}"
-    return CaseEstimate(case.id, seconds, step, "; ".join([basis, *notes]))
+    return CaseEstimate(
+        case.id, seconds, step, "; ".join([basis, *notes]), case.topology.world_size
+    )
 
 
 def _llama_plan(
@@ -581,6 +586,15 @@ def plan_lines(estimates: list[CaseEstimate], startup_basis: str = "") -> list[s
     tail = f"; {unknown} case(s) not estimated: at least that" if unknown else ""
     start = f"; start-up per repeat: {startup_basis}" if startup_basis else ""
     lines.append(f"{total:>8}  total, {len(estimates)} case(s){tail}{start}")
+    known = [e for e in estimates if e.seconds is not None]
+    if known and max(e.devices for e in known) > 1:
+        used = sum(e.seconds * e.devices for e in known) / 3600  # type: ignore[operator]
+        held = total_seconds(estimates) * max(e.devices for e in estimates) / 3600
+        lines.append(
+            f"{'':>8}  device-hours: {used:,.1f} used by the cases, {held:,.1f} held by a job "
+            f"that keeps the largest topology's {max(e.devices for e in estimates)} devices "
+            "throughout (a Slurm session's job)"
+        )
     return lines
 
 
