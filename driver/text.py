@@ -113,7 +113,11 @@ def markdown_cell(value: Any) -> str:
     """``value`` as the text of one Markdown table cell: ``|`` and HTML escaped, and any
     character :func:`check_free_text` refuses that reached here (older data) shown as its code
     point."""
-    text = str(value).translate(_MARKDOWN)
+    return _code_points(str(value).translate(_MARKDOWN))
+
+
+def _code_points(text: str) -> str:
+    """``text`` with each character :func:`check_free_text` refuses shown as its code point."""
     if unsafe_character(text) is None:
         return text
     return "".join(
@@ -138,10 +142,7 @@ def markdown_code(value: Any, *, cell: bool = False) -> str:
     close the span and let what follows render live), padded with a space where it starts or
     ends with one; a control or format character shown as its code point. In a table cell
     (``cell``) a ``|`` is escaped, which a table strips before it reads the span."""
-    text = "".join(
-        f"U+{ord(c):04X}" if unicodedata.category(c) in REFUSED_CATEGORIES else c
-        for c in str(value)
-    )
+    text = _code_points(str(value))
     if cell:
         text = text.replace("|", "\\|")
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)

@@ -358,7 +358,7 @@ def test_the_llama_matrix_on_the_readme_cluster_plans_within_a_day_of_8_hours(
 def test_the_memory_estimate_holds_torchtitans_published_peak_and_sizes_batch_max() -> None:
     from driver.bench.llama import LLAMA_SIZES, largest_batch, training_memory_bytes
 
-    state, per_sequence = training_memory_bytes(LLAMA_SIZES["llama3-8b"], 8192, 1, 8, "selective")
+    state, per_sequence = training_memory_bytes(LLAMA_SIZES["llama3-8b"], 8192, 8, "selective")
     assert (state + 2 * per_sequence) / 2**30 == pytest.approx(82.4, rel=0.01)  # published
     eight_b = {"llama_size": "llama3-8b", "seq_len": 8192, "activation_checkpointing": "selective"}
     assert largest_batch(eight_b, 8, 8, 80 * 2**30) == 1  # batch 2 is a 96 GB figure

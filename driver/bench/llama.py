@@ -244,7 +244,7 @@ def memory_shards(options: Mapping[str, Any], ranks: int, ranks_per_node: int) -
 
 
 def training_memory_bytes(
-    shape: LlamaShape, seq_len: int, batch: int, shards: int, checkpointing: str
+    shape: LlamaShape, seq_len: int, shards: int, checkpointing: str
 ) -> tuple[float, float]:
     """(bytes of training state a device holds, bytes of activations per sequence) for a
     planning estimate (see the constants above): not a measurement, and no substitute for
@@ -254,8 +254,20 @@ def training_memory_bytes(
     if checkpointing == "full":  # the layer being recomputed holds its whole activations
         kept += ACTIVATION_BYTES_PER_WIDTH["none"] * shape.dim * seq_len
     logits = LOGIT_BYTES_PER_VOCAB * shape.vocab_size * seq_len
-    del batch  # per sequence: the caller multiplies
     return float(state), float(kept + logits)
+
+
+def case_memory_bytes(
+    options: Mapping[str, Any], ranks: int, ranks_per_node: int
+) -> tuple[float, float]:
+    """:func:`training_memory_bytes` of a case's options (``seq_len`` given) on ``ranks``
+    ranks, ``ranks_per_node`` a node: (training state a device holds, bytes a sequence)."""
+    return training_memory_bytes(
+        llama_shape(options),
+        int(options["seq_len"]),
+        memory_shards(options, ranks, ranks_per_node),
+        str(options.get("activation_checkpointing", "none")),
+    )
 
 
 def largest_batch(
@@ -263,13 +275,6 @@ def largest_batch(
 ) -> int:
     """The largest per-device batch that fits ``device_bytes`` by :func:`training_memory_bytes`
     (0 where not even one sequence does; the training state alone may not)."""
-    shape = llama_shape(options)
-    state, per_sequence = training_memory_bytes(
-        shape,
-        int(options["seq_len"]),
-        1,
-        memory_shards(options, ranks, ranks_per_node),
-        str(options.get("activation_checkpointing", "none")),
-    )
+    state, per_sequence = case_memory_bytes(options, ranks, ranks_per_node)
     room = device_bytes * USABLE_MEMORY - state
     return max(0, int(room // per_sequence))

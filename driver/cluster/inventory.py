@@ -368,7 +368,8 @@ def load_inventory(path: Path | str, *, check_files: bool = True) -> Inventory:
     return parse_inventory(data, path, check_files=check_files)
 
 
-def _inside(folder: str, parent: str) -> bool:
+def inside_folder(folder: str, parent: str) -> bool:
+    """Whether the path ``folder`` is ``parent`` or lies under it (as text, no I/O)."""
     folder, parent = folder.rstrip("/") or "/", parent.rstrip("/") or "/"
     return folder == parent or folder.startswith(parent if parent == "/" else parent + "/")
 
@@ -380,9 +381,9 @@ def check_container_data_dir(inventory: Inventory, data_dir: str) -> None:
     the first node that lacks it and the fix."""
     for index, node in enumerate(inventory.nodes):
         targets = [m.split(":")[1] for m in node.container.mounts]
-        if node.data_dir and _inside(data_dir, node.data_dir):
+        if node.data_dir and inside_folder(data_dir, node.data_dir):
             continue
-        if any(_inside(data_dir, target) for target in targets):
+        if any(inside_folder(data_dir, target) for target in targets):
             continue
         raise InventoryError(
             inventory.path,

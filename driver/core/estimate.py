@@ -411,14 +411,21 @@ def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]
     )
 
 
-def _peak_tflops(hardware: str, precision: str, peaks: list[dict]) -> float | None:
+def _device_entry(hardware: str, peaks: list[dict]) -> dict | None:
+    """The first ``reports/peaks.yaml`` entry a hardware name matches (either way round: "H100"
+    names the SXM entry, "NVIDIA H100 80GB HBM3" holds its match)."""
     for device in peaks:
         if any(
             m.lower() in hardware.lower() or hardware.lower() in m.lower()
             for m in device.get("match", [])
         ):
-            return device.get("peaks", {}).get(PEAK_KEYS.get(precision, precision))
+            return device
     return None
+
+
+def _peak_tflops(hardware: str, precision: str, peaks: list[dict]) -> float | None:
+    peaks_of = (_device_entry(hardware, peaks) or {}).get("peaks", {})
+    return peaks_of.get(PEAK_KEYS.get(precision, precision))
 
 
 def _flops(case: Case, knowledge: Knowledge) -> float | None:
@@ -483,13 +490,7 @@ def _llama_plan(
     """A Llama case's (batch, search probes, start-up per repeat, notes): its batch ``max``
     from the memory estimate where the device's memory is known, its fit said where it is not
     sure, its start-up by size (assumed) where the kit has measured none as long."""
-    from driver.bench.llama import (
-        USABLE_MEMORY,
-        largest_batch,
-        llama_shape,
-        memory_shards,
-        training_memory_bytes,
-    )
+    from driver.bench.llama import USABLE_MEMORY, case_memory_bytes, largest_batch, memory_shards
 
     options = dict(case.options)
     topology = case.topology
@@ -505,10 +506,7 @@ def _llama_plan(
     if memory is None or "seq_len" not in options:
         return (2 if case.batch_size == "max" else batch), LLAMA_SEARCH_PROBES, startup, notes
     shards = memory_shards(options, topology.world_size, topology.devices_per_node)
-    checkpointing = str(options.get("activation_checkpointing", "none"))
-    state, per_sequence = training_memory_bytes(
-        llama_shape(options), int(options["seq_len"]), 1, shards, checkpointing
-    )
+    state, per_sequence = case_memory_bytes(options, topology.world_size, topology.devices_per_node)
     gib = 2**30
     if case.batch_size == "max":
         batch = largest_batch(options, topology.world_size, topology.devices_per_node, memory)
@@ -548,14 +546,8 @@ def largest_device_memory(root: Path = REPO_ROOT) -> float | None:
 
 def _device_memory(hardware: str, peaks: list[dict]) -> float | None:
     """One device's memory in bytes (``reports/peaks.yaml``'s ``memory_gib``), where known."""
-    for device in peaks:
-        if any(
-            m.lower() in hardware.lower() or hardware.lower() in m.lower()
-            for m in device.get("match", [])
-        ):
-            gib = device.get("memory_gib")
-            return float(gib) * 2**30 if isinstance(gib, (int, float)) else None
-    return None
+    gib = (_device_entry(hardware, peaks) or {}).get("memory_gib")
+    return float(gib) * 2**30 if isinstance(gib, (int, float)) else None
 
 
 def estimate_cases(

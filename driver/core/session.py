@@ -121,12 +121,7 @@ def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
     (``driver.bench.llama``) on the largest device ``reports/peaks.yaml`` lists. Returns the
     cases kept and the one line naming those left out (empty when none was)."""
     from driver.bench.llama import MODEL as LLAMA
-    from driver.bench.llama import (
-        LlamaOptionError,
-        llama_shape,
-        memory_shards,
-        training_memory_bytes,
-    )
+    from driver.bench.llama import LlamaOptionError, case_memory_bytes
     from driver.core.estimate import largest_device_memory
 
     largest = largest_device_memory()
@@ -140,12 +135,8 @@ def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
             continue
         topology = case.topology
         try:
-            state, per_sequence = training_memory_bytes(
-                llama_shape(options),
-                int(options["seq_len"]),
-                1,
-                memory_shards(options, topology.world_size, topology.devices_per_node),
-                str(options.get("activation_checkpointing", "none")),
+            state, per_sequence = case_memory_bytes(
+                options, topology.world_size, topology.devices_per_node
             )
         except LlamaOptionError:
             kept.append(case)  # named where the case's options are checked

@@ -85,9 +85,10 @@ class ContainerPlatform:
         data = plan.case.data_dir
         if not data:
             return []
+        from driver.cluster.inventory import inside_folder
+
         targets = [mount.split(":")[1] for mount in self.config.mounts if ":" in mount]
-        folder = data.rstrip("/") or "/"
-        if any(folder == t.rstrip("/") or folder.startswith(t.rstrip("/") + "/") for t in targets):
+        if any(inside_folder(data, target) for target in targets):
             return []
         return [f"{data}:{data}:ro"]
 
