@@ -107,6 +107,8 @@ def atomic_file(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
         os.chmod(tmp_name, mode if mode is not None else 0o644)
         os.replace(tmp_name, path)
         tmp_name = ""
+    except KitWriteError:
+        raise  # an inner file's, already named (one atomic_file inside another)
     except OSError as error:
         raise KitWriteError(path, error) from None
     finally:

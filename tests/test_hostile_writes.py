@@ -153,3 +153,20 @@ def test_a_full_disk_during_bert_data_says_so_and_leaves_no_partial_shard(
         assert ".dlperf-bert-job.json" in left and "dlperf-dataset.json" not in left, left
         assert not [name for name in left if ".partial" in name or ".dlperf-tmp-" in name], left
         assert not [name for name in left if name.startswith(".shard-")], left  # the hand-over
+
+
+def test_a_full_disk_during_data_tokens_names_one_file_and_leaves_no_output(
+    tmp_path: Path,
+) -> None:
+    """The token file and Megatron's data set are streamed into atomic files nested in one
+    another: a full disk is said once, naming the file that met it (the outer file wrapped the
+    inner one's error in its own before), and none of the outputs is left half-written."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(f'{{"text": "document {i} {"x" * 40}"}}\n' for i in range(5000)))
+    with small_tmpfs(tmp_path / "disk", size="64k") as disk:
+        done = subprocess.run([sys.executable, "-m", "driver.frontend.cli", "data", "tokens",
+                               str(corpus), "--out", str(disk / "out")],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 2 and "No space left" in done.stderr, done.stderr
+        assert done.stderr.count("cannot be written") == 1 and "Traceback" not in done.stderr
+        assert sorted(p.name for p in (disk / "out").iterdir()) == [".dlperf-job.json"]
