@@ -166,6 +166,7 @@ def check_case_options(model: str, options: Mapping[str, Any], ranks: int) -> No
             "activation_checkpointing",
             f"{checkpointing!r} is not one of {', '.join(CHECKPOINTING)}",
         )
+    check_fsdp_size(model, parallelism, options.get("fsdp_size", 0), ranks)
     if model != MODEL:
         if parallelism in ("fsdp", "hsdp"):
             raise LlamaOptionError(
@@ -177,6 +178,28 @@ def check_case_options(model: str, options: Mapping[str, Any], ranks: int) -> No
     problems = llama_shape(options).problems()
     if problems:
         raise LlamaOptionError("llama_size", "; ".join(problems))
+
+
+def check_fsdp_size(model: str, parallelism: str, fsdp_size: Any, ranks: int) -> None:
+    """JAX's ``fsdp_size`` (the mesh axis a parameter is sharded over; 0: by the parallelism)
+    must divide the case's devices, and shards only where the parallelism shards."""
+    if fsdp_size in (0, None):
+        return
+    if isinstance(fsdp_size, bool) or not isinstance(fsdp_size, int) or fsdp_size < 0:
+        raise LlamaOptionError("fsdp_size", f"must be an integer >= 0, got {fsdp_size!r}")
+    if ranks % fsdp_size:
+        raise LlamaOptionError(
+            "fsdp_size",
+            f"a mesh axis of {fsdp_size} does not divide the case's {ranks} devices; give a "
+            f"divisor of {ranks} (or 0: the parallelism's own)",
+        )
+    sharded = parallelism in ("fsdp", "hsdp") or (parallelism == "auto" and model == MODEL)
+    if fsdp_size > 1 and not sharded:
+        raise LlamaOptionError(
+            "fsdp_size",
+            f"{fsdp_size} shards parameters, which parallelism {parallelism} of {model} does "
+            "not; use parallelism fsdp or hsdp (llama), or fsdp_size 0",
+        )
 
 
 def resolve_parallelism(model: str, requested: str, ranks: int) -> str:

@@ -1,0 +1,72 @@
+"""dlperf JAX training benchmark: ResNet-50 v1.5, BERT-base pre-training and Llama 3 in Flax.
+
+The JAX adapter of ``driver.bench.loop.run_benchmark`` (``JAX.benchmark.adapter``): the same
+``--total-steps`` steps, window and records as every framework's script. One process per
+device, started by the kit's spawner; several processes join through
+``jax.distributed.initialize`` (gloo collectives on CPU, NCCL on GPU) and train one
+``jax.jit``-compiled step over a device mesh, the training state donated to it:
+
+- ``ddp`` (ResNet-50, BERT, and Llama when asked): the step is ``shard_map``-ped over the mesh,
+  each device its own batch (BatchNorm statistics per device, as DDP), the gradients averaged;
+- ``fsdp`` / ``hsdp`` (Llama's default on several devices): the parameters and optimizer state
+  are sharded over the mesh's fsdp axis and XLA's partitioner gathers and scatters them.
+
+AMP is bfloat16 compute with float32 parameters and optimizer state (no loss scaling). A
+step's time ends after ``jax.block_until_ready`` on its outputs.
+
+    python JAX/benchmark/train.py --model resnet50 --batch-size 64 --total-steps 120 \
+        --precision amp
+
+Options (``--option key=value``, all recorded in the header): the shape options of
+``driver.bench.contract.SHAPE_OPTIONS``, the shared training knobs of
+``driver.bench.contract.TRAINING_OPTIONS`` and :data:`JAX_OPTIONS`. An allocator failure prints
+``{"dlperf": "oom", ...}`` and exits with 86.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from driver.bench.contract import MODELS  # noqa: E402
+from driver.bench.loop import Adapter, Run, run_benchmark  # noqa: E402
+
+JAX_MODELS = tuple(model for model in MODELS if model != "inception3")
+JAX_OPTIONS: dict[str, Any] = {
+    "parallelism": "auto",  # auto: fsdp for llama on several devices, ddp for the others
+    "fsdp_size": 0,  # the mesh's fsdp axis; 0: every device (fsdp) or a node's (hsdp)
+    "activation_checkpointing": "none",  # llama: none | selective | full
+    "zero_init_residual": False,  # ResNet-50: zero gamma of each block's last BatchNorm
+}
+
+
+def cpu_thread_flags(existing: str, threads: int) -> str:
+    """``XLA_FLAGS`` with the CPU client's intra-op thread pool sized to ``threads`` (a flag
+    already given wins: the user's setting is kept)."""
+    if "intra_op_parallelism_threads" in existing:
+        return existing
+    pool = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
+    return f"{existing} {pool}".strip()
+
+
+def make_adapter(run: Run) -> Adapter:
+    # XLA reads XLA_FLAGS once, when its CPU client starts: the threads go in before JAX loads.
+    os.environ["XLA_FLAGS"] = cpu_thread_flags(os.environ.get("XLA_FLAGS", ""), run.threads)
+    from JAX.benchmark.adapter import JaxAdapter
+
+    return JaxAdapter(run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_benchmark(
+        make_adapter, argv, description="dlperf JAX training benchmark", models=JAX_MODELS
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
