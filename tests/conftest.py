@@ -69,7 +69,7 @@ FRAMEWORK_MODULES = frozenset(
      "test_pypi_upstream", "test_datasets", "test_datasets_bert", "test_datasets_tokens",
      "test_parity", "test_llama_runs", "test_release_beside_published", "test_gpu_check",
      "test_pytorch_benchmark", "test_pytorch_models", "test_pytorch_data", "test_mfu",
-     "test_release_probe", "test_llama_model"}
+     "test_release_probe", "test_llama_model", "test_jax"}
 )  # fmt: skip
 FAST_TIER = os.environ.get("DLPERF_TEST_TIER") == "fast"
 

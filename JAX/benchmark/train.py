@@ -25,6 +25,7 @@ Options (``--option key=value``, all recorded in the header): the shape options 
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.bench.contract import MODELS  # noqa: E402
+from driver.bench.contract import MODELS, OptionError  # noqa: E402
 from driver.bench.loop import Adapter, Run, run_benchmark  # noqa: E402
 
 JAX_MODELS = tuple(model for model in MODELS if model != "inception3")
@@ -54,7 +55,22 @@ def cpu_thread_flags(existing: str, threads: int) -> str:
     return f"{existing} {pool}".strip()
 
 
+def refuse_unsupported(args: argparse.Namespace) -> None:
+    """What the JAX scripts do not do, refused from the arguments alone (before JAX loads)."""
+    if args.xla == "on":
+        raise OptionError(
+            "--xla on: JAX compiles every step with XLA (jax.jit) already; --xla is "
+            "TensorFlow's switch, leave it off"
+        )
+    if args.precision == "amp" and args.amp_dtype == "fp16":
+        raise OptionError(
+            "--amp-dtype fp16: the JAX scripts train AMP in bfloat16 (no loss scaling); "
+            "use --amp-dtype bf16 or auto"
+        )
+
+
 def make_adapter(run: Run) -> Adapter:
+    refuse_unsupported(run.args)
     # XLA reads XLA_FLAGS once, when its CPU client starts: the threads go in before JAX loads.
     os.environ["XLA_FLAGS"] = cpu_thread_flags(os.environ.get("XLA_FLAGS", ""), run.threads)
     from JAX.benchmark.adapter import JaxAdapter

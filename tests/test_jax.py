@@ -1,0 +1,156 @@
+"""JAX (Flax + Optax): real training steps at tiny shapes through the driver, 1 and 2
+processes, and the bad input refused before anything runs.
+
+The 2-process case joins its processes with ``jax.distributed.initialize`` (the coordinator at
+the kit's MASTER_ADDR:MASTER_PORT) and averages gradients over gloo. Llama's sharded runs (1n2g
+and two sshd nodes) are in tests/test_llama_runs.py, beside PyTorch's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from driver.bench.llama import LlamaOptionError
+from driver.core.matrix import MatrixError, apply_overrides, load_matrix, overrides_from
+from driver.frameworks.base import FRAMEWORKS
+from driver.plugins import load_all
+from JAX.benchmark.mesh import MeshPlan, plan_mesh, shard_dimension
+from tests.real_frameworks import framework_env, run_case, run_python, run_script
+
+SCRIPT = "JAX/benchmark/train.py"
+TINY_RESNET = ["--option", "image_size=32", "--option", "num_classes=10"]
+
+
+@pytest.fixture(scope="module")
+def jax_python() -> str:
+    return framework_env("jax")
+
+
+def headers(logs: str) -> list[dict]:
+    lines = [line[line.index("{") :] for line in logs.splitlines() if '"dlperf": "header"' in line]
+    return [json.loads(line) for line in lines]
+
+
+# --------------------------------------------------------------------------------------------
+# The mesh plan (no JAX needed)
+
+
+def test_the_mesh_follows_the_parallelism() -> None:
+    assert plan_mesh("resnet50", "auto", 0, 1, 1) == MeshPlan("none", 1, 1)
+    assert plan_mesh("bert", "auto", 0, 4, 2) == MeshPlan("ddp", 4, 1)
+    assert plan_mesh("llama", "auto", 0, 4, 2) == MeshPlan("fsdp", 1, 4)
+    assert plan_mesh("llama", "hsdp", 0, 4, 2) == MeshPlan("hsdp", 2, 2)  # a node's devices
+    assert plan_mesh("llama", "fsdp", 2, 8, 8) == MeshPlan("fsdp", 4, 2)
+
+
+def test_a_parameter_is_split_along_its_largest_divisible_dimension() -> None:
+    assert shard_dimension((64, 192), 2) == 1
+    assert shard_dimension((512, 64), 4) == 0
+    assert shard_dimension((64,), 1) is None  # no fsdp axis: replicated
+    assert shard_dimension((3, 5), 2) is None  # indivisible: replicated
+    assert shard_dimension((), 2) is None  # a scalar (the optimizer's step count)
+
+
+@pytest.mark.parametrize(
+    ("model", "parallelism", "fsdp_size", "ranks", "words"),
+    [
+        ("llama", "fsdp", 3, 4, "does not divide the case's 4 devices"),
+        ("bert", "ddp", 2, 2, "shards parameters"),
+        ("llama", "fsdp", -1, 2, "integer >= 0"),
+    ],
+)
+def test_a_mesh_that_cannot_be_is_refused_naming_fsdp_size(
+    model: str, parallelism: str, fsdp_size: int, ranks: int, words: str
+) -> None:
+    with pytest.raises(LlamaOptionError, match=words) as caught:
+        plan_mesh(model, parallelism, fsdp_size, ranks, ranks)
+    assert caught.value.field == "fsdp_size"
+
+
+def test_the_driver_refuses_bad_jax_input_before_anything_runs() -> None:
+    load_all()
+    cases = load_matrix(FRAMEWORKS.get("jax").matrix_file, "cpu-smoke").cases
+    llama = [c for c in cases if c.model == "llama" and c.topology.world_size == 2]
+    with pytest.raises(MatrixError, match=r"--option fsdp_size: a mesh axis of 3 does not divide"):
+        apply_overrides(llama, overrides_from({"options": {"fsdp_size": 3}}))
+    with pytest.raises(MatrixError, match=r"--option channels_last: jax has no option"):
+        apply_overrides(cases, overrides_from({"options": {"channels_last": True}}))
+    assert {c.model for c in cases} == {"resnet50", "bert", "llama"}
+
+
+# --------------------------------------------------------------------------------------------
+# Real training
+
+
+def test_single_process_resnet50_amp_computes_in_bfloat16(tmp_path: Path, jax_python: str) -> None:
+    run = run_case(
+        tmp_path, "jax", "resnet50", "1n1g", precision="amp", batch_size=2,
+        options={"image_size": 32}, measured_steps=2,
+    )  # fmt: skip
+    header = run.records[0].header
+    options = header["options"]
+    assert options["amp_dtype"] == "bfloat16" and options["amp_effective"]
+    assert options["parallelism"] == "none" and options["mesh"] == {"data": 1, "fsdp": 1}
+    # torchvision's ResNet-50 at 10 classes has the same count: the same network.
+    assert options["parameters"] == 23_528_522
+    assert header["versions"]["jax"] == "0.10.2" and header["versions"]["flax"] == "0.12.8"
+    [end] = [line for line in run.logs().splitlines() if '"dlperf": "end"' in line]
+    peak = json.loads(end[end.index("{") :])["peak_memory"]
+    assert peak["source"] == "getrusage ru_maxrss" and peak["bytes"] > 100e6  # jaxlib alone
+
+
+def test_two_processes_average_their_gradients_over_gloo(tmp_path: Path, jax_python: str) -> None:
+    options = {"grad_clip": 0, "weights_checksum": True}
+    run = run_case(tmp_path, "jax", "bert", "1n2g", options=options, measured_steps=2)
+    run.assert_ranks_in_sync(2)  # different data per rank, same weights: gradients reduced
+    found = headers(run.logs())
+    assert sorted(h["rank"] for h in found) == [0, 1]
+    for header in found:
+        options = header["options"]
+        assert options["distributed_backend"] == "gloo" and options["parallelism"] == "ddp"
+        assert options["mesh"] == {"data": 2, "fsdp": 1}
+        assert options["num_threads"] == 1  # 2 cores split between 2 processes
+    assert run.records[0].measurement.ranks == run.records[0].measurement.world_size == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input the script refuses itself (exit 2, one line naming the flag)
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--precision", "amp", "--amp-dtype", "fp16"], "--amp-dtype fp16"),
+        (["--xla", "on"], "--xla on"),
+        (["--device", "gpu"], "--device gpu, but this JAX build has only the cpu backend"),
+    ],
+)
+def test_the_script_refuses_what_it_cannot_train(
+    jax_python: str, extra: list[str], words: str
+) -> None:
+    args = ["--model", "resnet50", "--batch-size", "2", "--total-steps", "1", *TINY_RESNET]
+    done = run_script(jax_python, SCRIPT, [*args, *extra])
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert words in done.stderr
+
+
+def test_out_of_memory_prints_the_record_and_exits_86(jax_python: str) -> None:
+    code = """
+import JAX.benchmark.models as models
+import JAX.benchmark.train as bench
+
+def exhausted(*_args):
+    raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4.0GiB")
+
+models.build_model = exhausted
+import JAX.benchmark.adapter as adapter
+adapter.build_model = exhausted  # fails inside the adapter, as a real allocation would
+bench.main(["--model", "resnet50", "--batch-size", "4096", "--total-steps", "2"])
+"""
+    done = run_python(jax_python, code)
+    assert done.returncode == 86, done.stderr[-2000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record["dlperf"] == "oom" and record["batch_size"] == 4096
