@@ -1,5 +1,6 @@
-"""Llama trained for real through the driver at a tiny size: one process, FSDP2 and DDP over
-two gloo processes; tokens/s checked against a count of our own from the raw logs."""
+"""Llama trained for real through the driver at a tiny size, in PyTorch and in JAX: one
+process, sharded (FSDP2; JAX's fsdp mesh) and data-parallel over two gloo processes, and over
+two sshd nodes; tokens/s checked against a count of our own from the raw logs."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "published" / "llama3"
 @pytest.fixture(scope="module")
 def python() -> str:
     return framework_env("pytorch")
+
+
+@pytest.fixture(scope="module")
+def jax_python() -> str:
+    return framework_env("jax")
+
+
+def framework_python(framework: str, request: pytest.FixtureRequest) -> str:
+    """The framework's environment, made once per module by its fixture."""
+    return request.getfixturevalue("python" if framework == "pytorch" else f"{framework}_python")
 
 
 def step_records(run: CaseRun) -> list[dict[str, Any]]:
@@ -85,24 +96,34 @@ def check_tokens(run: CaseRun) -> None:
 
 
 @pytest.mark.parametrize(
-    ("topology", "precision", "extra", "parallelism"),
+    ("framework", "topology", "precision", "extra", "parallelism"),
     [
-        ("1n1g", "amp", {"activation_checkpointing": "selective"}, "none"),
-        ("1n2g", "amp", {}, "fsdp"),
-        ("1n2g", "fp32", {"parallelism": "ddp", "activation_checkpointing": "full"}, "ddp"),
+        ("pytorch", "1n1g", "amp", {"activation_checkpointing": "selective"}, "none"),
+        ("pytorch", "1n2g", "amp", {}, "fsdp"),
+        (
+            "pytorch",
+            "1n2g",
+            "fp32",
+            {"parallelism": "ddp", "activation_checkpointing": "full"},
+            "ddp",
+        ),
+        # JAX: parameters sharded over a 2-device mesh, full rematerialisation of each block.
+        ("jax", "1n2g", "amp", {"activation_checkpointing": "full"}, "fsdp"),
     ],
 )
 def test_llama_trains_and_its_tokens_per_second_match_the_logs(
     tmp_path: Path,
-    python: str,
+    request: pytest.FixtureRequest,
+    framework: str,
     topology: str,
     precision: str,
     extra: dict[str, Any],
     parallelism: str,
 ) -> None:
+    framework_python(framework, request)
     options = {**TINY, **extra, "weights_checksum": True}
     run = run_case(
-        tmp_path, "pytorch", "llama", topology, precision=precision, batch_size=2, options=options
+        tmp_path, framework, "llama", topology, precision=precision, batch_size=2, options=options
     )
     header = header_options(run)
     assert header["parallelism"] == parallelism
@@ -112,8 +133,11 @@ def test_llama_trains_and_its_tokens_per_second_match_the_logs(
     check_tokens(run)
     peaks = peak_memory_by_rank(run)
     assert sorted(peaks) == list(range(run.case.topology.world_size))
-    for peak in peaks.values():  # a CPU rank's peak resident memory: torch alone is > 100 MB
+    for peak in peaks.values():  # a CPU rank's peak resident memory: torch or jaxlib > 100 MB
         assert peak["source"] == "getrusage ru_maxrss" and peak["bytes"] > 100e6
+    if framework == "jax":  # the mesh the parallelism stands for: 2 devices, one fsdp axis
+        assert header["mesh"] == {"data": 1, "fsdp": 2}
+        assert header["distributed_backend"] == "gloo"
     if topology == "1n1g":
         check_release(run, tmp_path)
 
@@ -142,18 +166,30 @@ SLOW = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize(
-    ("topology", "parallelism"),
-    [("2n2g", "fsdp"), pytest.param("2n4g", "hsdp", marks=SLOW)],
+    ("framework", "topology", "parallelism"),
+    [
+        ("pytorch", "2n2g", "fsdp"),
+        ("jax", "2n2g", "fsdp"),
+        pytest.param("pytorch", "2n4g", "hsdp", marks=SLOW),
+        pytest.param("jax", "2n4g", "hsdp", marks=SLOW),
+    ],
 )
 def test_llama_sharded_over_two_sshd_nodes(
-    inventory_file, tmp_path: Path, python: str, topology: str, parallelism: str
+    inventory_file,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    framework: str,
+    topology: str,
+    parallelism: str,
 ) -> None:
     """FSDP2 (or HSDP: shards within a node, replicas across) over two real sshd nodes (gloo
-    over their network namespaces), through the process runtime, as on a cluster."""
+    over their network namespaces), through the process runtime, as on a cluster; in JAX, the
+    processes joined by jax.distributed.initialize at the kit's coordinator address."""
+    python = framework_python(framework, request)
     runtime = ProcessRuntime(inventory_file(defaults={"python": python}))
     case = Case(
         model="llama",
-        framework="pytorch",
+        framework=framework,
         topology=Topology.parse(topology),
         batch_size=2,
         precision="amp",
