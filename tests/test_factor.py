@@ -104,3 +104,28 @@ def test_amp_dtype_on_an_upstream_source_is_refused_naming_it() -> None:
     case = Case("resnet50", "pytorch", Topology(1, 1), 128, "amp", "real", source="ngc-pytorch")
     with pytest.raises(MatrixError, match="--amp-dtype.*ngc-pytorch.*run their own AMP"):
         apply_overrides([case], Overrides(amp_dtype="fp16"))
+
+
+def test_pytorch_and_jax_pair_on_the_same_case_without_their_libraries_named() -> None:
+    """The framework factor: PyTorch's and JAX's runs of one case (the same model, batch,
+    precision, topology and variant of their matrices) pair; each brings its own libraries, so
+    those are not a difference worth naming, but an AMP dtype that differs still is."""
+    torch_case = Case("resnet50", "pytorch", Topology(1, 8), 256, "amp", "synthetic")
+    jax_case = replace(torch_case, framework="jax")
+    data = "ab" * 32  # the same data set on both sides
+    torch_run = measured(torch_case, 2000.0, "bfloat16", {"torch": "2.13.0"}, data)
+    jax_run = measured(jax_case, 1800.0, "bfloat16", {"jax": "0.10.2"}, data)
+    sides = [
+        side_of_summaries("pytorch", "session", [torch_run]),
+        side_of_summaries("jax", "session", [jax_run]),
+    ]
+    report, text = factor_report(sides, "framework", "pytorch", "jax")
+    [pair] = report["pairs"]
+    assert pair["a_case"] == torch_case.id and pair["b_case"] == jax_case.id
+    assert report["median_ratio"] == 0.9 and pair["also_differs"] == []
+    assert "also differs" not in text
+    fp16 = replace(jax_run, amp_dtype="float16")
+    report, _ = factor_report(
+        [sides[0], side_of_summaries("jax", "session", [fp16])], "framework", "pytorch", "jax"
+    )
+    assert report["pairs"][0]["also_differs"] == ["amp_dtype: bfloat16 vs float16"]

@@ -159,6 +159,8 @@ def also_differs(a: CaseView, b: CaseView, factor: str) -> list[str]:
     for name in PROVENANCE:
         if name == factor or (name == "amp_dtype" and factor == "precision"):
             continue  # AMP vs FP32 brings its dtype with it
+        if name == "software" and factor == "framework":
+            continue  # PyTorch vs JAX brings its own libraries (each in its environment)
         value_a, value_b = str(a.fields.get(name, "unknown")), str(b.fields.get(name, "unknown"))
         if value_a == value_b and (value_a not in UNKNOWN or one_publisher):
             continue  # equal (FP32's "-" too), or one publisher's own setup on both sides
