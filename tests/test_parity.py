@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import math
 import subprocess
 import sys
@@ -42,6 +43,10 @@ from driver.studies.parity.records import DriverCost, ParityPair, SideRun
 from tests.real_frameworks import framework_env
 
 TINY = {"image_size": 32, "num_classes": 10}
+SLOW = pytest.mark.skipif(
+    not os.environ.get("DLPERF_SLOW_TESTS"),
+    reason="a minute or more on a 2-core CPU; set DLPERF_SLOW_TESTS=1",
+)
 TINY_RESNET_PARAMETERS = 23_528_522  # ResNet-50 v1.5 with a 10-class head
 
 
@@ -422,6 +427,9 @@ def test_a_bare_loop_refuses_what_it_cannot_mirror_in_one_line() -> None:
         ("paddle", "amp", "default"),
         ("mxnet", "amp", "default"),
         ("oneflow", "fp32", "graph"),
+        # JAX compiles ResNet-50 twice here (the kit's initializers, the bare step): about a
+        # minute on a 2-core CPU, so with the slow tests only.
+        pytest.param("jax", "amp", "default", marks=SLOW),
     ],
 )
 def test_each_bare_loop_applies_what_its_kits_header_records(
