@@ -76,7 +76,7 @@ inception3-%: $(STAMP)
 bert-%: $(STAMP)
 	$(call bench,bert,$*)
 
-# Llama 3 (PyTorch only: make llama-pytorch; docs/llama.md).
+# Llama 3 (PyTorch and JAX: make llama-pytorch, make llama-jax; docs/llama.md).
 llama-%: $(STAMP)
 	$(call bench,llama,$*)
 
