@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from driver.studies.bareloop import COMMON_OPTIONS, only, parse_args, print_result  # noqa: E402
 
+CPUS = set(os.sched_getaffinity(0))
 OPTIONS: dict[str, Any] = {
     **COMMON_OPTIONS,
     "device": "auto",  # auto: a GPU when JAX has one; cpu; gpu
@@ -28,6 +29,7 @@ OPTIONS: dict[str, Any] = {
     "compiled": "jax.jit, state donated",
     "checkpoint_policy": None,  # Llama's remat; none for ResNet-50
     "data_format": "NHWC",
+    "cpu_affinity": None,  # the CPUs the kit's process ran on (None: the threads decide)
 }
 REFUSALS = {
     "device": lambda value: None if value in ("auto", "cpu", "gpu") else "expected cpu or gpu",
@@ -39,6 +41,11 @@ REFUSALS = {
     "compiled": only("jax.jit, state donated", "the bare step is one jit with donated state"),
     "checkpoint_policy": only(None, "ResNet-50 is not rematerialised"),
     "data_format": only("NHWC", "the Flax ResNet-50 is NHWC"),
+    "cpu_affinity": lambda value: (
+        None
+        if value is None or (isinstance(value, list) and value and set(value) <= CPUS)
+        else f"expected a list of this host's CPUs {sorted(CPUS)}"
+    ),
     "xla": only(False, "--xla is TensorFlow's switch (JAX always compiles with XLA)"),
 }
 
@@ -46,8 +53,13 @@ REFUSALS = {
 def main() -> int:
     args = parse_args("jax", options=OPTIONS, refusals=REFUSALS)
     options = args.options
-    pool = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={args.threads}"
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {pool}".strip()
+    # XLA's CPU client sizes its thread pools to the CPUs the process may use: the kit's CPUs
+    # where it handed them, else the first ``threads`` of ours.
+    allowed = sorted(os.sched_getaffinity(0))
+    if options["cpu_affinity"]:
+        os.sched_setaffinity(0, options["cpu_affinity"])
+    elif 0 < args.threads < len(allowed):
+        os.sched_setaffinity(0, allowed[: args.threads])
 
     import jax
     import jax.numpy as jnp
@@ -115,6 +127,7 @@ def main() -> int:
         "compiled": "jax.jit, state donated",
         "checkpoint_policy": None,
         "data_format": "NHWC",
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if device.platform == "cpu" else None,
         "xla": False,
         "image_size": int(images.shape[1]),
         "num_classes": int(state[0]["Dense_0"]["kernel"].shape[-1]),

@@ -9,13 +9,15 @@ and two sshd nodes) are in tests/test_llama_runs.py, beside PyTorch's.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from driver.bench.llama import LlamaOptionError
 from driver.core.matrix import MatrixError, apply_overrides, load_matrix, overrides_from
-from driver.frameworks.base import FRAMEWORKS
+from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.plugins import load_all
 from JAX.benchmark.mesh import MeshPlan, plan_mesh, shard_dimension
 from tests.real_frameworks import framework_env, run_case, run_python, run_script
@@ -70,6 +72,26 @@ def test_a_mesh_that_cannot_be_is_refused_naming_fsdp_size(
     assert caught.value.field == "fsdp_size"
 
 
+def test_a_process_s_threads_are_a_slice_of_the_cpus_it_may_use() -> None:
+    """XLA sizes its CPU thread pools to the process's CPU affinity: a process of 1 thread on a
+    host of several CPUs gets one of its own, by local rank (run in a child: it pins itself)."""
+    code = (
+        "import os; from JAX.benchmark.train import pin_threads; "
+        "allowed = sorted(os.sched_getaffinity(0)); "
+        "print(allowed, pin_threads(1, 1), sorted(os.sched_getaffinity(0)), "
+        "pin_threads(len(allowed), 0))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    allowed, chosen, after, unpinned = done.stdout.strip().split("] ", 3)
+    cpus = [int(c) for c in allowed.strip("[").split(",")]
+    if len(cpus) < 2:
+        pytest.skip("one CPU: nothing to split")
+    assert chosen == f"[{cpus[1]}" and after == f"[{cpus[1]}"
+    assert unpinned == "None"  # as many threads as CPUs: nothing to pin
+
+
 def test_the_driver_refuses_bad_jax_input_before_anything_runs() -> None:
     load_all()
     cases = load_matrix(FRAMEWORKS.get("jax").matrix_file, "cpu-smoke").cases
@@ -113,6 +135,8 @@ def test_two_processes_average_their_gradients_over_gloo(tmp_path: Path, jax_pyt
         assert options["distributed_backend"] == "gloo" and options["parallelism"] == "ddp"
         assert options["mesh"] == {"data": 2, "fsdp": 1}
         assert options["num_threads"] == 1  # 2 cores split between 2 processes
+        assert len(options["cpu_affinity"]) == 1  # ... each pinned to its own
+    assert len({h["options"]["cpu_affinity"][0] for h in found}) == 2
     assert run.records[0].measurement.ranks == run.records[0].measurement.world_size == 2
 
 

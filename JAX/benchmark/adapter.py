@@ -328,6 +328,8 @@ class JaxAdapter(Adapter):
             "compiled": "jax.jit, state donated",
             "checkpoint_policy": (REMAT_POLICIES.get(checkpointing) if model == "llama" else None),
             "data_format": "NHWC" if model in IMAGE_MODELS else None,
+            # The CPUs XLA's thread pools were sized to (train.pin_threads).
+            "cpu_affinity": None if self.on_gpu else sorted(os.sched_getaffinity(0)),
         }
 
     def barrier(self) -> None:

@@ -46,13 +46,17 @@ JAX_OPTIONS: dict[str, Any] = {
 }
 
 
-def cpu_thread_flags(existing: str, threads: int) -> str:
-    """``XLA_FLAGS`` with the CPU client's intra-op thread pool sized to ``threads`` (a flag
-    already given wins: the user's setting is kept)."""
-    if "intra_op_parallelism_threads" in existing:
-        return existing
-    pool = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
-    return f"{existing} {pool}".strip()
+def pin_threads(threads: int, local_rank: int) -> list[int] | None:
+    """XLA's CPU client sizes its thread pools to the CPUs this process may run on (it has no
+    thread-count flag): a process meant to use fewer threads gets a slice of its own of those
+    CPUs, by local rank. Returns the CPUs chosen, or None when it may use all of them."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads <= 0 or threads >= len(allowed):
+        return None
+    first = (local_rank * threads) % len(allowed)
+    chosen = [allowed[(first + offset) % len(allowed)] for offset in range(threads)]
+    os.sched_setaffinity(0, chosen)
+    return chosen
 
 
 def refuse_unsupported(args: argparse.Namespace) -> None:
@@ -71,8 +75,8 @@ def refuse_unsupported(args: argparse.Namespace) -> None:
 
 def make_adapter(run: Run) -> Adapter:
     refuse_unsupported(run.args)
-    # XLA reads XLA_FLAGS once, when its CPU client starts: the threads go in before JAX loads.
-    os.environ["XLA_FLAGS"] = cpu_thread_flags(os.environ.get("XLA_FLAGS", ""), run.threads)
+    # Before JAX loads: its CPU client sizes its thread pools once, when it starts.
+    pin_threads(run.threads, run.local_rank)
     from JAX.benchmark.adapter import JaxAdapter
 
     return JaxAdapter(run)
