@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import flax
@@ -86,6 +88,26 @@ def mesh_devices(world_size: int, local_rank: int, distributed: bool) -> list[An
             f"case asks one per process ({world_size}): --gpus is more than the nodes expose"
         )
     return devices
+
+
+def use_compilation_cache() -> str | None:
+    """A folder where XLA keeps what it compiled, so that the next repeat of a case (a new
+    process) loads its programs instead of compiling them again: only its warm-up gets shorter,
+    the measured window runs the same program. JAX_COMPILATION_CACHE_DIR wins (JAX reads it
+    itself); else beside the interpreter's environment, where that is writable (not in a
+    read-only image)."""
+    given = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if given:
+        return given
+    folder = Path(sys.prefix) / "dlperf-xla-cache"
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(folder, os.W_OK):
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    return str(folder)
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,6 +233,7 @@ class JaxAdapter(Adapter):
             jax.config.update("jax_platforms", "cpu")
         # CPU processes reduce over gloo (set before the CPU client starts; GPUs use NCCL).
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        self.compilation_cache = use_compilation_cache()
         if run.distributed:
             join_processes(run.rank, run.world_size, run.local_rank, args.device != "cpu")
             run.rank, run.world_size = jax.process_index(), jax.process_count()
@@ -326,6 +349,7 @@ class JaxAdapter(Adapter):
                 else None
             ),
             "compiled": "jax.jit, state donated",
+            "compilation_cache": self.compilation_cache,
             "checkpoint_policy": (REMAT_POLICIES.get(checkpointing) if model == "llama" else None),
             "data_format": "NHWC" if model in IMAGE_MODELS else None,
             # The CPUs XLA's thread pools were sized to (train.pin_threads).

@@ -42,6 +42,7 @@ NOT_HANDED: dict[str, str] = {
     "step_sync": "how the kit times its steps (the bare loop syncs once, at the end)",
     "parallelism": "one process: nothing to shard or reduce (handed to the Llama loop)",
     "amp_effective": "a fact the kit's script measured (autocast's output dtype), not a setting",
+    "compilation_cache": "where JAX keeps compiled programs: the warm-up's length, not the step",
 }
 # Shape options of the other models (the header records every shape option), and for Llama the
 # options its AdamW does not use (momentum).
