@@ -352,6 +352,38 @@ def test_pytorch_resnet50_two_nodes_two_processes(
     assert cluster_env.drained() == []
 
 
+def test_jax_llama_sharded_over_two_slurm_nodes(cluster_env: SlurmCluster, tmp_path: Path) -> None:
+    """JAX under Slurm: each node's process joins the others with jax.distributed.initialize at
+    the coordinator the runtime exports (MASTER_ADDR:MASTER_PORT, n1's NodeAddr), Llama's
+    parameters sharded over the 2-device mesh, gloo between the node namespaces."""
+    from driver.core.runner import run_cases
+    from driver.model.case import Case, Topology
+    from driver.model.results import Session
+    from tests.real_frameworks import CaseRun, framework_env
+
+    framework_env("jax")
+    case = Case(
+        model="llama", framework="jax", topology=Topology.parse("2n2g"), batch_size=2,
+        precision="amp", dataset="synthetic", warmup_steps=1, measured_steps=2, total_steps=3,
+        repeats=1, timeout_s=300,
+        options={"llama_size": "llama-tiny", "seq_len": 32, "weights_checksum": True},
+        profile="test",
+    )  # fmt: skip
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    session = Session.open(tmp_path / "session")
+    try:
+        summary = run_cases([case], session, runtime, printer=lambda _line: None)
+    finally:
+        runtime.close()
+    run = CaseRun(case, [r for _, r, _ in session.records(include_failed=True)], session.root)
+    assert summary.ok, f"{summary.failed}\n{run.logs()[-4000:]}"
+    (record,) = run.records
+    assert record.runtime == "slurm" and record.extra["slurm"]["nodes"] == ["n1", "n2"]
+    assert record.header["options"]["mesh"] == {"data": 1, "fsdp": 2}
+    run.assert_ranks_in_sync(2)
+    assert cluster_env.drained() == []
+
+
 def test_inside_an_allocation_steps_go_into_it(cluster_env: SlurmCluster, tmp_path: Path) -> None:
     """The kit started by a batch job (SLURM_JOB_ID set): every repeat is a step of that job,
     no job of its own is submitted. `dlperf selftest --runtime slurm` from the job's script."""
