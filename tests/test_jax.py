@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.bench.llama import LlamaOptionError
+from driver.bench.llama import LLAMA_SIZES, LlamaOptionError
 from driver.core.matrix import MatrixError, apply_overrides, load_matrix, overrides_from
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.plugins import load_all
@@ -105,6 +105,29 @@ def test_the_driver_refuses_bad_jax_input_before_anything_runs() -> None:
 
 # --------------------------------------------------------------------------------------------
 # Real training
+
+
+def test_the_full_size_models_have_pytorch_s_parameter_counts(jax_python: str) -> None:
+    """BERT-base, Llama 3 8B and 1B (tied) built at the kit's shapes, traced without memory
+    (jax.eval_shape): the counts of PyTorch's models and of driver.bench.llama."""
+    code = """
+import jax, jax.numpy as jnp, numpy as np
+from driver.bench.contract import SHAPE_OPTIONS
+from JAX.benchmark.models import build_model, init_variables, synthetic_batch
+for name, extra in (("bert", {}), ("llama", {"llama_size": "llama3-8b"}),
+                    ("llama", {"llama_size": "llama3-1b"})):
+    options = {**SHAPE_OPTIONS, **extra, "seq_len": 16}
+    module = build_model(name, options, jnp.bfloat16)
+    sample = synthetic_batch(name, options, 1, 0)
+    shapes = jax.eval_shape(lambda: init_variables(name, module, sample, jax.random.PRNGKey(0)))
+    print(sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(shapes["params"])))
+"""
+    done = run_python(jax_python, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bert, llama_8b, llama_1b = (int(line) for line in done.stdout.split())
+    assert bert == 110_106_428  # BERT-base with its 512-row position table, as PyTorch's
+    assert llama_8b == LLAMA_SIZES["llama3-8b"].parameters() == 8_030_261_248
+    assert llama_1b == LLAMA_SIZES["llama3-1b"].parameters() == 1_235_814_400
 
 
 def test_single_process_resnet50_amp_computes_in_bfloat16(tmp_path: Path, jax_python: str) -> None:
