@@ -106,7 +106,7 @@ images: $(STAMP)
 # pytest exits 5 when a selection holds no test: a phase PYTEST_ARGS leaves empty is no failure,
 # both phases empty is.
 TEST_WORKERS ?= 2
-LINTED := driver tests tools PyTorch TensorFlow PaddlePaddle MxNet OneFlow NVIDIADeepLearningExamples
+LINTED := driver tests tools PyTorch TensorFlow PaddlePaddle MxNet OneFlow JAX NVIDIADeepLearningExamples
 xdist = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 PYTEST := $(VENV)/bin/python -m pytest
 
