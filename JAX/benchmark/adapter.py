@@ -249,7 +249,13 @@ class JaxAdapter(Adapter):
         args, run = self.args, self.run
         if options["dali"]:
             raise OptionError("dali=true: the JAX scripts have no DALI pipeline (synthetic data)")
-        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", run.world_size))
+        # The devices of a node (hsdp's fsdp axis): the spawner's LOCAL_WORLD_SIZE, else what
+        # every runtime exports (one task per device under Slurm sets no LOCAL_WORLD_SIZE).
+        per_node = int(
+            os.environ.get("LOCAL_WORLD_SIZE")
+            or os.environ.get("DLPERF_NPROC_PER_NODE")
+            or run.world_size
+        )
         try:
             check_case_options(args.model, options, run.world_size)
             self.plan = plan_mesh(
