@@ -18,6 +18,7 @@ from typing import Any
 PACKAGES = (
     "torch", "tensorflow", "tensorflow-cpu", "keras", "paddlepaddle", "paddlepaddle-gpu",
     "mxnet", "oneflow", "horovod", "numpy", "nvidia-ml-py", "nvidia-dali-cuda120",
+    "jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "flax", "optax",
 )  # fmt: skip
 
 
