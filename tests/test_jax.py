@@ -73,6 +73,20 @@ def test_a_mesh_that_cannot_be_is_refused_naming_fsdp_size(
     assert caught.value.field == "fsdp_size"
 
 
+@pytest.mark.parametrize("profile", ["dlperf", "cpu-smoke"])
+def test_every_jax_case_has_a_pytorch_twin_for_the_framework_factor(profile: str) -> None:
+    """`dlperf factor --factor framework` pairs cases equal in all but the framework: each JAX
+    case of the matrix is one of PyTorch's (model, topology, batch, precision, variant)."""
+    load_all()
+
+    def ids(framework: str) -> set[str]:
+        cases = load_matrix(FRAMEWORKS.get(framework).matrix_file, profile).cases
+        return {case.id.replace(f"/{framework}/", "/") for case in cases}
+
+    jax_cases = ids("jax")
+    assert jax_cases and jax_cases <= ids("pytorch")
+
+
 def test_a_process_s_threads_are_a_slice_of_the_cpus_it_may_use() -> None:
     """XLA sizes its CPU thread pools to the process's CPU affinity: a process of 1 thread on a
     host of several CPUs gets one of its own, by local rank (run in a child: it pins itself)."""
