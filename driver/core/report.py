@@ -135,6 +135,14 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
             f"{UNKNOWN_DEVICE_MARK}: published on hardware that names no device model the kit "
             f"knows ({', '.join(unknown)}): as the publisher wrote it, unchecked."
         )
+    against = sorted({s.baseline_topology for s in summaries if s.baseline_topology})
+    if against:
+        notes.append(
+            f"(vs {', '.join(against)}): speedup and efficiency against the smallest topology "
+            "of the series, where it has no 1n1g case (a model that does not fit one "
+            "device): its devices count as one unit, so 4n32g against 1n8g scales perfectly "
+            "at 4.00 and 100%."
+        )
     if any(s.reported_by_source for s in summaries):
         notes.append("(r): throughput as reported by the source's own log (no step timestamps).")
     for s in summaries:
@@ -185,7 +193,10 @@ def efficiency_cell(summary: CaseSummary) -> str:
 
 
 def speedup_cell(summary: CaseSummary) -> str:
-    return _fmt(summary.speedup) + (f" {SUPERLINEAR_MARK}" if summary.superlinear else "")
+    against = f" (vs {summary.baseline_topology})" if summary.baseline_topology else ""
+    return (
+        _fmt(summary.speedup) + against + (f" {SUPERLINEAR_MARK}" if summary.superlinear else "")
+    )
 
 
 @dataclass(frozen=True)
@@ -372,10 +383,14 @@ def across_series(
 ) -> list[tuple[str, tuple[int, int], int, list[float], list[float]]]:
     """(device model, (nodes, devices), series, speedups, efficiencies) per device model and
     multi-device topology where two or more series have a speedup: the rows of the median and
-    geometric mean across series. Never across device models."""
+    geometric mean across series. Never across device models, and only speedups against 1n1g
+    (one against 1n8g is another unit)."""
     cells: dict[tuple[str, tuple[int, int]], list[CaseSummary]] = defaultdict(list)
     for s in group:
-        if s.speedup is not None and s.efficiency is not None and s.case.topology.world_size > 1:
+        against_1n1g = s.baseline_topology is None
+        if against_1n1g and s.speedup is not None and s.efficiency is not None and (
+            s.case.topology.world_size > 1
+        ):
             cells[(s.identity, _topology(s))].append(s)
     out = []
     for (device, topology), items in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1][1])):
