@@ -58,6 +58,16 @@ LLAMA_SEARCH_PROBES = 3
 # stand for them. A measured start-up longer than these wins.
 ASSUMED_LLAMA_STARTUP_S = {"llama3-1b": 30.0, "llama3-8b": 60.0, "llama3-70b": 180.0}
 ASSUMED_COMPILE_S = 120.0
+# The other models' repeat start on GPUs (the container, the framework's CUDA and NCCL set-up,
+# cuDNN's autotuning in the first steps), on one node and across nodes: assumed, not measured,
+# where the kit's measured start-up (CPU runs) is shorter.
+ASSUMED_GPU_STARTUP_S = {"one node": 30.0, "several nodes": 60.0}
+# One framework image made a container on every node of a Slurm job under pyxis (an NGC image
+# of 10-20 GB pulled and squashed by enroot, the nodes in parallel): once per image and job,
+# assumed, not measured.
+ASSUMED_IMAGE_IMPORT_S = 300.0
+# A validation sample costs its forward pass: a third of a training sample's FLOPs.
+VALIDATION_COST = 1 / 3
 SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
 PEAK_KEYS = {"fp32": "fp32", "amp": "bf16"}
 # A published figure of FP8 linear layers (NeMo's 8b-fp8, torchtitan's 8b-compile-float8) is
@@ -125,6 +135,8 @@ class CaseEstimate:
     step_s: float | None
     basis: str  # where the step time came from, in words
     devices: int = 1  # the case's devices, for the device-hours it uses
+    # "case", or "setup": a session's own cost that is no case's (a pyxis image import)
+    kind: str = "case"
 
 
 @dataclass(frozen=True)
@@ -469,12 +481,28 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     probes, startup, notes = SEARCH_PROBES, knowledge.startup_s, []
     if case.model == LLAMA:
         batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
+    elif hardware and _peak_tflops(hardware, case.precision, knowledge.peaks):
+        where = "one node" if case.topology.nodes == 1 else "several nodes"
+        if ASSUMED_GPU_STARTUP_S[where] > startup:
+            startup = ASSUMED_GPU_STARTUP_S[where]  # a GPU: the CPU runs' start-up is shorter
+            notes.append(f"start-up {startup:.0f} s per repeat (assumed for GPUs on {where})")
     step, basis = step_seconds(case, batch, hardware, knowledge)
     if step is None:
         return CaseEstimate(
             case.id, None, None, "; ".join([basis, *notes]), case.topology.world_size
         )
     _warmup, _measured, total_steps = case.window_for(batch)
+    epoch = _source_epoch(case)
+    if epoch is not None:
+        trained, validated = epoch
+        global_batch = batch * case.topology.world_size
+        total_steps = math.ceil(trained / global_batch) + VALIDATION_COST * math.ceil(
+            validated / global_batch
+        )
+        notes.append(
+            f"its code trains a whole epoch per repeat ({trained:,} samples, then "
+            f"{validated:,} validated): {total_steps:,.0f} steps' time"
+        )
     seconds = case.repeats * (startup + total_steps * step)
     if searched:
         seconds += probes * (startup + SEARCH_STEPS * step)
@@ -482,6 +510,42 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     return CaseEstimate(
         case.id, seconds, step, "; ".join([basis, *notes]), case.topology.world_size
     )
+
+
+def _source_epoch(case: Case) -> tuple[int, int] | None:
+    """(samples trained, samples validated) per run of an upstream source whose pinned code
+    trains a whole epoch whatever the window (``epoch_samples`` in its source.yaml); None for
+    the others."""
+    from driver.sources.base import SOURCES
+
+    if case.source not in SOURCES:
+        return None
+    launches = getattr(getattr(SOURCES.get(case.source)(), "spec", None), "launches", {})
+    launch = launches.get(case.model)
+    if launch is None or launch.epoch_samples is None:
+        return None
+    return int(launch.epoch_samples), int(launch.validation_samples)
+
+
+def image_import_estimates(cases: Iterable[Case], devices: int) -> list[CaseEstimate]:
+    """Under pyxis, the job's first step of each framework image makes its named container on
+    every node at once: one import per image per job (:data:`ASSUMED_IMAGE_IMPORT_S`), held by
+    the job's ``devices``. Upstream sources' images are imported once on the login node
+    beforehand (``make images``), not in the job."""
+    from driver.core.matrix import KIT_SOURCE
+
+    frameworks = sorted({case.framework for case in cases if case.source == KIT_SOURCE})
+    return [
+        CaseEstimate(
+            f"image import: {framework} (pyxis, every node at once)",
+            ASSUMED_IMAGE_IMPORT_S,
+            None,
+            "assumed: an NGC image of 10-20 GB pulled and squashed by enroot, once per job",
+            devices,
+            kind="setup",
+        )
+        for framework in frameworks
+    ]
 
 
 def _llama_plan(
@@ -577,7 +641,10 @@ def plan_lines(estimates: list[CaseEstimate], startup_basis: str = "") -> list[s
     total = duration(total_seconds(estimates))
     tail = f"; {unknown} case(s) not estimated: at least that" if unknown else ""
     start = f"; start-up per repeat: {startup_basis}" if startup_basis else ""
-    lines.append(f"{total:>8}  total, {len(estimates)} case(s){tail}{start}")
+    cases = sum(e.kind == "case" for e in estimates)
+    setup = len(estimates) - cases
+    also = f" and {setup} image import(s)" if setup else ""
+    lines.append(f"{total:>8}  total, {cases} case(s){also}{tail}{start}")
     known = [e for e in estimates if e.seconds is not None]
     if known and max(e.devices for e in known) > 1:
         used = sum(e.seconds * e.devices for e in known) / 3600  # type: ignore[operator]

@@ -153,6 +153,11 @@ class ModelLaunch(StrictModel):
     xla: bool = False
     options: dict[OptionName, Any] = {}
     collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
+    # Code that trains a whole epoch per run whatever the window asks (pytorch/examples'
+    # main.py): the samples of that epoch and of the validation pass after it, so that the
+    # plan prices a repeat by them, not by the window's steps.
+    epoch_samples: number(1, 10**10, "an integer >= 1") | None = None
+    validation_samples: number(0, 10**10, "an integer >= 0") = 0
     argv: Annotated[list[Word], Field(min_length=1)]
     flags: list[FlagBlock] = []
     refused: list[Refusal] = []
