@@ -69,7 +69,9 @@ def kit(tmp_path: Path) -> Path:
     figure = {"framework": "mxnet", "model": "resnet50", "hardware": "Tesla V100-SXM2-16GB",
               "devices": 8, "batch": 128, "precision": "fp32", "throughput": 2560.0}  # fmt: skip
     (published / "figures.yaml").write_text(yaml.safe_dump({"figures": [figure]}))
-    peaks = {"devices": [{"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0}}]}
+    h100 = {"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0},
+            "source": "the test's round figure", "link": "https://example.com/"}  # fmt: skip
+    peaks = {"schema": 1, "unit": "TFLOP/s", "devices": [h100]}
     (tmp_path / "reports" / "peaks.yaml").write_text(yaml.safe_dump(peaks))
     return tmp_path
 

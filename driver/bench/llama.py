@@ -206,6 +206,18 @@ def training_flops_per_sample(
     return training_flops_per_token(shape, seq_len, tied_output_counted) * seq_len
 
 
+def training_flops_if_formula(model: str, options: Mapping[str, Any]) -> float | None:
+    """:func:`training_flops_per_sample` where a model's FLOPs are this formula of its sizes
+    (Llama; ``options`` with the shape defaults), None for a model counted from its definition
+    or options that name no shape."""
+    if model != MODEL:
+        return None
+    try:
+        return training_flops_per_sample(options)
+    except (KeyError, TypeError, ValueError):  # LlamaOptionError is a ValueError
+        return None
+
+
 # Each count's words, as a release's manifest records them (``model_costs[...].source``) ->
 # whether it counts a tied output projection: an audit recomputes a version by its own count.
 FLOPS_FORMULAS = {FLOPS_FORMULA: True, FLOPS_FORMULA_BEFORE_4ED3C536: False}

@@ -35,6 +35,7 @@ from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_pe
 from driver.bench.llama import MODEL as LLAMA
 from driver.files import write_text
 from driver.model.case import Case
+from driver.model.peaks import load_peaks, match_device, planned_precision
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
 
@@ -69,7 +70,6 @@ ASSUMED_IMAGE_IMPORT_S = 300.0
 # A validation sample costs its forward pass: a third of a training sample's FLOPs.
 VALIDATION_COST = 1 / 3
 SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
-PEAK_KEYS = {"fp32": "fp32", "amp": "bf16"}
 # A published figure of FP8 linear layers (NeMo's 8b-fp8, torchtitan's 8b-compile-float8) is
 # imported as precision amp and marked so in its variant: the estimate of a bf16 case skips it.
 FP8_VARIANT = re.compile(r"fp8|float8", re.IGNORECASE)
@@ -323,8 +323,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                 _warn(path.relative_to(root), error)
             except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
                 continue  # not a figure the estimate can use
-    peaks_file = root / "reports" / "peaks.yaml"
-    peaks = yaml.safe_load(peaks_file.read_text())["devices"] if peaks_file.exists() else []
+    peaks = load_peaks(root / "reports" / "peaks.yaml")
     figures = _within_peaks(figures, flops, peaks)
     if startups:
         startup = max(MIN_STARTUP_S, statistics.median(startups))
@@ -426,18 +425,12 @@ def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]
 def _device_entry(hardware: str, peaks: list[dict]) -> dict | None:
     """The first ``reports/peaks.yaml`` entry a hardware name matches (either way round: "H100"
     names the SXM entry, "NVIDIA H100 80GB HBM3" holds its match)."""
-    for device in peaks:
-        if any(
-            m.lower() in hardware.lower() or hardware.lower() in m.lower()
-            for m in device.get("match", [])
-        ):
-            return device
-    return None
+    return match_device(hardware, peaks, either_way=True)
 
 
 def _peak_tflops(hardware: str, precision: str, peaks: list[dict]) -> float | None:
-    peaks_of = (_device_entry(hardware, peaks) or {}).get("peaks", {})
-    return peaks_of.get(PEAK_KEYS.get(precision, precision))
+    entry = _device_entry(hardware, peaks) or {}
+    return (entry.get("peaks") or {}).get(planned_precision(precision, entry))
 
 
 def _flops(case: Case, knowledge: Knowledge) -> float | None:
@@ -602,8 +595,7 @@ def _llama_plan(
 
 def largest_device_memory(root: Path = REPO_ROOT) -> float | None:
     """The largest device memory ``reports/peaks.yaml`` lists, in bytes (None: it lists none)."""
-    path = root / "reports" / "peaks.yaml"
-    devices = yaml.safe_load(path.read_text()).get("devices", []) if path.is_file() else []
+    devices = load_peaks(root / "reports" / "peaks.yaml")
     sizes = [d["memory_gib"] for d in devices if isinstance(d.get("memory_gib"), (int, float))]
     return max(sizes) * 2**30 if sizes else None
 
