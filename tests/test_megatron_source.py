@@ -316,3 +316,20 @@ def test_every_rendered_command_parses_with_the_release_s_own_argparse() -> None
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert [json.loads(line) for line in run.stdout.splitlines()] == expected
+
+
+# --- the plan of its cases ------------------------------------------------------------------
+
+
+def test_the_plan_counts_a_step_s_samples_over_replicas() -> None:
+    """A step trains batch x replicas sequences: NVIDIA's own figures give back their own step
+    times (12.27 s and 14.66 s as printed; the plan takes the median of a size's figures, 12.32
+    s and 14.67 s over its scales); counted over devices, the 70B's was 32 x longer."""
+    from driver.core.estimate import estimate_case, load_knowledge
+
+    knowledge = load_knowledge(REPO_ROOT)
+    eight = estimate_case(case_of("1n8g", "8b"), "H100", knowledge)
+    seventy = estimate_case(case_of("8n64g", "70b"), "H100", knowledge)
+    assert "published/llama3/megatron.yaml" in eight.basis
+    assert eight.step_s == pytest.approx(128 * 8192 / 85459, rel=1e-2)  # 12.27 s
+    assert seventy.step_s == pytest.approx(128 * 8192 / 71526, rel=1e-2)  # 14.66 s

@@ -10,7 +10,7 @@ the interval timer stopped with a barrier and ``torch.cuda.synchronize()`` on ev
 of that iteration on the device. The kit measures the window from those timestamps and never
 reads ``elapsed time per iteration``, an average over the logging interval.
 
-Megatron-Core 0.16.0 and later print microseconds (``%H:%M:%S.%f``); 0.15 and earlier printed
+Megatron-Core 0.16.0 and later print microseconds (``%H:%M:%S.%f``); 0.14 and 0.15 printed
 whole seconds. A log of whole seconds (``dlperf import-logs`` of an older run) is read with each
 boundary truncated to its second, so the window's duration is off by less than one second: it
 is refused where the window is shorter than :data:`SECOND_STAMPED_MIN_WINDOW_S` (the error
@@ -89,8 +89,8 @@ def _check_second_window(parsed: ParsedLog) -> None:
             span = times[last] - times[first]
             if span < SECOND_STAMPED_MIN_WINDOW_S:
                 raise LogParseError(
-                    f"rank {rank}: the timestamps are whole seconds (Megatron-Core before "
-                    f"0.16) and the window from step {first} to {last} spans {span:.0f} s: "
+                    f"rank {rank}: the timestamps are whole seconds (Megatron-Core 0.15 "
+                    f"or older) and the window from step {first} to {last} spans {span:.0f} s: "
                     f"under {SECOND_STAMPED_MIN_WINDOW_S:.0f} s their truncation could move "
                     "the figure by more than 1%; measure more steps"
                 )
