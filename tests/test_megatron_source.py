@@ -333,3 +333,26 @@ def test_the_plan_counts_a_step_s_samples_over_replicas() -> None:
     assert "published/llama3/megatron.yaml" in eight.basis
     assert eight.step_s == pytest.approx(128 * 8192 / 85459, rel=1e-2)  # 12.27 s
     assert seventy.step_s == pytest.approx(128 * 8192 / 71526, rel=1e-2)  # 14.66 s
+
+
+def test_an_imported_megatron_log_counts_the_last_rank_s_iterations_over_replicas(
+    tmp_path: Path,
+) -> None:
+    """Logs of a 8n64g 70B run the kit did not launch (no run header), with its layout in
+    --facts: 40 iterations of GBS 128 at 14.66 s each import at 128 / 14.66 samples/s."""
+    from driver.core.importlogs import import_run
+    from driver.sources.logfacts import load_facts
+
+    times = [round(5.0 + step * 14.66, 6) for step in range(1, 61)]
+    paths = []
+    for name, text in megatron_logs("8n64g", "70b", times).items():
+        path = tmp_path / name
+        path.write_text("\n".join(text.splitlines()[1:]) + "\n")  # the kit's header dropped
+        paths.append(path)
+    facts = tmp_path / "facts.yaml"
+    facts.write_text("model: llama\ntopology: 8n64g\nbatch: 64\nprecision: amp\n"
+                     "warmup_steps: 20\nmeasured_steps: 40\ntensor_parallel: 4\n"
+                     "pipeline_parallel: 4\ncontext_parallel: 2\n")  # fmt: skip
+    record = import_run(tmp_path / "s", "megatron", load_facts(facts, {}), paths)
+    assert record.verdict == "ok", record.detail
+    assert record.measurement.throughput == pytest.approx(128 / 14.66, rel=1e-9)
