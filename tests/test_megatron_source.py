@@ -356,3 +356,19 @@ def test_an_imported_megatron_log_counts_the_last_rank_s_iterations_over_replica
     record = import_run(tmp_path / "s", "megatron", load_facts(facts, {}), paths)
     assert record.verdict == "ok", record.detail
     assert record.measurement.throughput == pytest.approx(128 / 14.66, rel=1e-9)
+
+
+def test_only_the_last_rank_s_lines_count_and_unprefixed_lines_are_refused() -> None:
+    """logging last-rank: another rank's copy of an iteration line is not the run's (skipped);
+    without torchrun's rank prefix the last rank's lines cannot be told apart (refused)."""
+    times = step_times(12.27)
+    logs = megatron_logs("1n8g", "8b", times)
+    stray = "[default0]:" + iteration_line(25, 60, 1.0)  # rank 0 at another time entirely
+    end = "[default0]:[after"
+    assert end in logs["node0.log"]
+    logs["node0.log"] = logs["node0.log"].replace(end, stray + "\n" + end)
+    measured = measure_repeat(PARSERS.get("megatron")().parse(logs), Window(20, 40))
+    assert measured.throughput == pytest.approx(40 * 128 / (40 * 12.27 + 0.5), rel=1e-9)
+    bare = {k: v.replace("[default7]:", "") for k, v in megatron_logs("1n8g", "8b", times).items()}
+    with pytest.raises(LogParseError, match="without a rank prefix"):
+        PARSERS.get("megatron")().parse(bare)
