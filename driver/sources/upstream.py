@@ -259,7 +259,7 @@ class UpstreamSource:
             "node_batch": batch_size * procs,
             "global_batch": batch_size * replicas,
             "steps": total + launch.extra_steps,
-            "run_samples": (total + launch.extra_steps) * batch_size * rank.world_size,
+            "run_samples": (total + launch.extra_steps) * batch_size * replicas,
             "warmup": warmup,
             "measured": measured,
             "log_every": launch.log_every,
