@@ -141,6 +141,15 @@ def _check_release_install(spec: SourceSpec, text: str) -> None:
     assert install and install[1] == folder, f"{spec.dockerfile}: the wheel goes to {folder}"
     assert "--require-hashes" in install[0] and "--no-deps" in install[0]
     assert "git clone" not in text and spec.commit is None and not spec.commits
+    # The repository's files the wheel lacks: fetched at their commit, refused unless each has
+    # its recorded sha256, and kept beside the release (where the model runs).
+    owner_name = spec.repository.removeprefix("https://github.com/")
+    for pinned in release.files:
+        base = f"https://raw.githubusercontent.com/{owner_name}/{pinned.commit}"
+        assert base in text and pinned.path in text, (spec.dockerfile, pinned.path)
+        assert f"'{pinned.sha256}  {pinned.path}'" in text, (spec.dockerfile, pinned.path)
+    if release.files:
+        assert "sha256sum --check --strict" in text and f"WORKDIR {folder}" in text
     for launch in spec.launches.values():
         assert launch.commit is None and launch.directory == folder, launch
         assert f"PYTHONPATH={folder}" in launch.argv

@@ -293,6 +293,19 @@ def case_memory_bytes(
     return state, per_sequence * (COMPILED_ACTIVATION_SHARE if options.get("compile") else 1.0)
 
 
+def resident_sequences(options: Mapping[str, Any], batch: int) -> float:
+    """Sequences whose activations a device holds at once, for the estimate: the per-device
+    batch, or, for a source that accumulates micro-batches over a model-parallel layout
+    (Megatron-LM: options ``micro_batch``, ``tensor_parallel``, ``context_parallel``), one
+    micro-batch split over TP x CP (sequence parallelism shards a tensor-parallel layer's
+    activations, context parallelism the sequence; a pipeline stage's 1F1B schedule holds up to
+    PP micro-batches of its 1/PP of the layers, about one micro-batch of all of them)."""
+    if "micro_batch" not in options:
+        return float(batch)
+    split = int(options.get("tensor_parallel", 1)) * int(options.get("context_parallel", 1))
+    return int(options["micro_batch"]) / max(split, 1)
+
+
 def largest_batch(
     options: Mapping[str, Any], ranks: int, ranks_per_node: int, device_bytes: float
 ) -> int:

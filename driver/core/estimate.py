@@ -38,6 +38,7 @@ from driver.model.case import Case
 from driver.model.peaks import load_peaks, match_device, planned_precision
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
+from driver.parsers._upstream import PARALLEL_FIELDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
@@ -442,18 +443,21 @@ def _flops(case: Case, knowledge: Knowledge) -> float | None:
 def step_seconds(
     case: Case, batch: int, hardware: str, knowledge: Knowledge
 ) -> tuple[float | None, str]:
-    """Seconds of one training step of ``case`` at per-device ``batch`` on ``hardware``, and
-    where the figure came from."""
+    """Seconds of one training step of ``case`` at ``batch`` on ``hardware``, and where the
+    figure came from. ``batch`` is a data-parallel replica's: a model-parallel layout's devices
+    (the case's ``tensor_parallel`` x ``pipeline_parallel`` x ``context_parallel``) share each
+    replica's samples, so a step trains batch x world / that product samples."""
     figure = _nearest_figure(case, batch, hardware, knowledge.figures)
+    batch_per_device = batch / math.prod(int(case.options.get(n, 1)) for n in PARALLEL_FIELDS)
     if figure is not None:
-        return batch / figure.per_device, (
+        return batch_per_device / figure.per_device, (
             f"{figure.framework} bs{figure.batch_per_device} on {figure.hardware}: "
             f"{figure.per_device:.3g} samples/s per device ({figure.where})"
         )
     flops = _flops(case, knowledge)
     peak = _peak_tflops(hardware, case.precision, knowledge.peaks) if hardware else None
     if flops and peak:
-        return batch * flops / (peak * 1e12 * ASSUMED_MFU), (
+        return batch_per_device * flops / (peak * 1e12 * ASSUMED_MFU), (
             f"{flops / 1e9:.3g} GFLOP/sample at {ASSUMED_MFU:.0%} of {peak:g} TFLOP/s "
             "(reports/peaks.yaml)"
         )
@@ -547,7 +551,13 @@ def _llama_plan(
     """A Llama case's (batch, search probes, start-up per repeat, notes): its batch ``max``
     from the memory estimate where the device's memory is known, its fit said where it is not
     sure, its start-up by size (assumed) where the kit has measured none as long."""
-    from driver.bench.llama import USABLE_MEMORY, case_memory_bytes, largest_batch, memory_shards
+    from driver.bench.llama import (
+        USABLE_MEMORY,
+        case_memory_bytes,
+        largest_batch,
+        memory_shards,
+        resident_sequences,
+    )
 
     options = dict(case.options)
     topology = case.topology
@@ -583,7 +593,7 @@ def _llama_plan(
             f"{memory / gib:.0f} GiB; give it more devices to shard over"
         )
     else:
-        need = state + batch * per_sequence
+        need = state + resident_sequences(options, batch) * per_sequence
         if need > memory:
             notes.append(
                 f"by the memory estimate it needs {need / gib:.1f} GiB of the device's "

@@ -121,7 +121,7 @@ def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
     (``driver.bench.llama``) on the largest device ``reports/peaks.yaml`` lists. Returns the
     cases kept and the one line naming those left out (empty when none was)."""
     from driver.bench.llama import MODEL as LLAMA
-    from driver.bench.llama import LlamaOptionError, case_memory_bytes
+    from driver.bench.llama import LlamaOptionError, case_memory_bytes, resident_sequences
     from driver.core.estimate import largest_device_memory
 
     largest = largest_device_memory()
@@ -142,7 +142,7 @@ def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
             kept.append(case)  # named where the case's options are checked
             continue
         batch = 1 if case.batch_size == "max" else int(case.batch_size)  # max: at least one
-        need = state + batch * per_sequence
+        need = state + resident_sequences(options, batch) * per_sequence
         (left if need > largest else kept).append(case)
     if not left:
         return cases, ""
