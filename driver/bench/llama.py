@@ -295,15 +295,14 @@ def case_memory_bytes(
 
 def resident_sequences(options: Mapping[str, Any], batch: int) -> float:
     """Sequences whose activations a device holds at once, for the estimate: the per-device
-    batch, or, for a source that accumulates micro-batches over a model-parallel layout
-    (Megatron-LM: options ``micro_batch``, ``tensor_parallel``, ``context_parallel``), one
-    micro-batch split over TP x CP (sequence parallelism shards a tensor-parallel layer's
-    activations, context parallelism the sequence; a pipeline stage's 1F1B schedule holds up to
-    PP micro-batches of its 1/PP of the layers, about one micro-batch of all of them)."""
+    batch, or, for a source that accumulates micro-batches (Megatron-LM: option
+    ``micro_batch``), one micro-batch (a pipeline stage's 1F1B schedule holds up to PP
+    micro-batches of its 1/PP of the layers, about one micro-batch of all of them). Their
+    split over tensor and context parallelism is :func:`case_memory_bytes`'s bytes a
+    sequence."""
     if "micro_batch" not in options:
         return float(batch)
-    split = int(options.get("tensor_parallel", 1)) * int(options.get("context_parallel", 1))
-    return int(options["micro_batch"]) / max(split, 1)
+    return float(int(options["micro_batch"]))
 
 
 def largest_batch(
