@@ -17,17 +17,15 @@ import pytest
 
 from driver.analysis.compare import load_side, side_of_summaries
 from driver.analysis.factor import factor_pairs
-from driver.core.matrix import load_matrix
 from driver.core.summary import CaseSummary
 from driver.frameworks.base import REPO_ROOT
-from driver.launchers.base import NodeRank
-from driver.model.case import Case
 from driver.model.measure import Window, case_stats, measure_repeat
 from driver.parsers._upstream import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries
 from driver.sources.upstream import SPECS, UpstreamSource
+from tests.llm_sources import SourceCases, node_rank, value
 
 load_all()
 
@@ -36,27 +34,8 @@ PUBLISHED = REPO_ROOT / "published" / "llama3" / "torchtitan.yaml"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def cases() -> list[Case]:
-    return load_matrix(SPEC.matrix_file).cases
-
-
-def case_of(topology: str, variant: str) -> Case:
-    return next(c for c in cases() if c.topology.label == topology and c.variant == variant)
-
-
-def node_rank(case: Case, node: int) -> NodeRank:
-    addrs = tuple(f"10.0.0.{11 + i}" for i in range(case.topology.nodes))
-    topo = case.topology
-    return NodeRank(node, topo.nodes, topo.devices_per_node, addrs[0], 29500, addrs)
-
-
-def argv_of(case: Case, node: int) -> list[str]:
-    return UpstreamSource(SPEC).launch_argv(case, node_rank(case, node), int(case.batch_size))
-
-
-def value(argv: list[str], flag: str) -> str:
-    assert argv.count(flag) == 1, (flag, argv)
-    return argv[argv.index(flag) + 1]
+SOURCE = SourceCases(SPEC)
+cases, case_of, argv_of = SOURCE.cases, SOURCE.case_of, SOURCE.argv_of
 
 
 # --- the commands ---------------------------------------------------------------------------
