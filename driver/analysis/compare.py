@@ -243,7 +243,7 @@ def min_p_value(m: int, n: int) -> float:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CompareVerdict:
     ratio: float
     p_value: float | None
     threshold: float
@@ -251,13 +251,13 @@ class Verdict:
     tested: bool  # the U test could reach alpha and took part
 
 
-def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> Verdict:
+def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> CompareVerdict:
     """B against A (higher throughput is better)."""
     sa, sb = case_stats(a), case_stats(b)
     ratio = sb.median / sa.median
     threshold = max(2 * sa.cv, 2 * sb.cv, MIN_CHANGE)
     if len(a) < 2 or len(b) < 2:
-        return Verdict(ratio, None, threshold, "inconclusive (1 repeat)", False)
+        return CompareVerdict(ratio, None, threshold, "inconclusive (1 repeat)", False)
     _u, p = mann_whitney(a, b)
     tested = min_p_value(len(a), len(b)) <= alpha
     disjoint = sa.maximum < sb.minimum or sb.maximum < sa.minimum
@@ -266,7 +266,7 @@ def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> Verdict:
         label = "within noise"
     else:
         label = "faster" if ratio > 1 else "slower"
-    return Verdict(ratio, p, threshold, label, tested)
+    return CompareVerdict(ratio, p, threshold, label, tested)
 
 
 # --------------------------------------------------------------------------------------------

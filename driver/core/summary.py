@@ -182,7 +182,8 @@ class CaseRow(StrictModel):
     row: Annotated[Literal["case"] | None, RELEASE] = None  # a release's results rows say so
     repeat_throughputs: Annotated[list[float] | None, RELEASE] = None
     table: Annotated[str | None, RELEASE] = None
-    fingerprint: Annotated[str | None, RELEASE] = None  # the machine (release.by_machine)
+    # the machine, where a release splits cases by it (release.results.results_by_machine)
+    fingerprint: Annotated[str | None, RELEASE] = None
     # Results schema 2 on: a measured case above 100% efficiency beyond its noise tolerance, and
     # the reason it was released with; who signed the case's session and the version.
     superlinear: Annotated[bool | None, RELEASE] = None

@@ -22,7 +22,8 @@ def load_config(
     version_dir: Path, model_costs: dict[str, dict[str, Any]], by_machine: bool = False
 ) -> Config:
     """The version's config copies; an import file that does not load raises ConfigError.
-    ``by_machine``: the version's results split cases by machine (``results.by_machine``)."""
+    ``by_machine``: the version's results split cases by machine
+    (``results.results_by_machine``)."""
     published = []
     for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
         published += figure_summaries(path)
