@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from driver.core.estimate import CaseEstimate
 from driver.core.matrix import (
@@ -197,6 +197,21 @@ class SessionSetting:
 # and the folder of the session it writes (``driver.diagnose.probes.PROBE_DIR``, a floor above)
 PROBES = "probes"
 BeforeMatrix = Callable[[Path, Runtime, list[Topology]], object]
+
+
+class SessionOptions(TypedDict, total=False):
+    """:func:`run_session`'s options beyond the selection, the runtime and the folder: what a
+    run's command line asks, handed on whole by those that start a session another way (the
+    rehearsal on simulated hosts)."""
+
+    argv: Required[list[str]]
+    dry_run: bool
+    progress: str
+    setting: SessionSetting | None
+    before_matrix: BeforeMatrix | None
+    signing_key: str | Path | None
+    adopt: list[str] | None
+    estimates: list[CaseEstimate] | None
 
 
 def run_session(
