@@ -283,7 +283,11 @@ class SlurmRuntime:
         that needs more GPUs per node than the session's job asks for, an upstream source
         where its code is not (``slurm.container: none`` runs no image; a PyPI source has no
         image, only its environment ``.venvs/<source>`` on the nodes), and a source that
-        starts its own launcher on every node given one task per GPU."""
+        starts its own launcher on every node given one task per GPU; and what the container
+        platform refuses (pyxis or enroot too old for what the plan asks)."""
+        refused = self.platform.refused(plan)
+        if refused:
+            return refused
         gpus = self.config.gpus_per_node
         if gpus and plan.devices_per_node > gpus:
             return (
