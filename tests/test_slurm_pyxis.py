@@ -187,3 +187,151 @@ def test_enroot_is_the_pinned_release() -> None:
     assert shutil.which("enroot")
     out = subprocess.run(["enroot", "version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "4.1.2"
+
+
+# -- refused before submitting: pyxis or enroot too old, a pin the registry no longer serves ----
+PYXIS_HELP = """#!/bin/sh
+[ "$1" = "--help" ] || { echo "$0 $*" >> "$CALLS"; exit 1; }
+echo "Usage: srun [OPTIONS(0)...]"
+for flag in $PYXIS_FLAGS; do echo "      --container-$flag=..."; done
+exit 0
+"""
+ALL_FLAGS = "image name mounts workdir writable env"
+
+
+@pytest.fixture
+def stand_in_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """srun answering --help with the pyxis flags in $PYXIS_FLAGS, sbatch and any other srun
+    call only recording that it was made; no enroot on PATH unless a test puts one there."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in ("srun", "sbatch"):
+        (folder / name).write_text(PYXIS_HELP)
+        (folder / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    monkeypatch.setenv("CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("PYXIS_FLAGS", ALL_FLAGS)
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    return folder
+
+
+def calibration_plan(root: Path):  # noqa: ANN201 - RepeatPlan
+    from tests.test_slurm_oci import plan_for
+
+    return plan_for(root, [["python3", "-V"], ["python3", "-V"]])
+
+
+def submitted(tmp_path: Path) -> list[str]:
+    calls = tmp_path / "calls"
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_a_pyxis_without_a_flag_the_source_needs_is_refused_before_submitting(
+    stand_in_cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upstream source's fresh container per step is writable: pyxis before 0.11.0 has no
+    --container-writable (its args.c at each tag)."""
+    from tests.test_slurm_upstream import SPECS, plans
+
+    monkeypatch.setenv("PYXIS_FLAGS", "image name mounts workdir")
+    runtime = SlurmRuntime(config=SlurmConfig(container="pyxis", time_limit="5"))
+    plan = plans(runtime, SPECS["ngc-pytorch"])[0]
+    outcome = runtime.run(plan)
+    assert outcome.detail == (
+        f"{plan.case_id}: this cluster's srun has no --container-writable, which pyxis added in "
+        "0.11.0: upgrade pyxis to 0.11.0 or later (built against this cluster's Slurm), or set "
+        "slurm.container: none"
+    )
+    assert submitted(tmp_path) == []
+    monkeypatch.setenv("PYXIS_FLAGS", ALL_FLAGS)
+    assert SlurmRuntime(config=SlurmConfig(container="pyxis")).platform.refused(plan) == ""
+
+
+@pytest.mark.parametrize(("version", "refused"), [("3.5.0", True), ("4.1.2", False), ("", False)])
+def test_a_digest_reference_needs_enroot_4(
+    stand_in_cluster: Path, tmp_path: Path, version: str, refused: bool
+) -> None:
+    """slurm.image with a digest: this host's enroot 3.x refuses it before any job; 4.x takes
+    it; no enroot here: the nodes' version cannot be read, which is said, not refused."""
+    if version:
+        (stand_in_cluster / "enroot").write_text(f"#!/bin/sh\necho {version}\n")
+        (stand_in_cluster / "enroot").chmod(0o755)
+    image = "nvcr.io#nvidia/pytorch@sha256:" + "1" * 64
+    said: list[str] = []
+    config = SlurmConfig(container="pyxis", image={"calibration": image}, time_limit="5")
+    runtime = SlurmRuntime(config=config, printer=said.append)
+    plan = calibration_plan(tmp_path)
+    outcome = runtime.run(plan)
+    if refused:
+        assert outcome.detail == (
+            f"{plan.case_id}: the image {image} holds a digest, which enroot parses from 4.0.0 "
+            "on; this host's enroot is 3.5.0 (3.x answers 'Invalid image reference'): give "
+            "slurm.image.calibration as registry#repository:tag, or upgrade enroot to 4.0.0 or "
+            "later"
+        )
+        assert submitted(tmp_path) == []
+    else:  # past the check: the stand-in sbatch is asked (and fails)
+        assert "enroot parses" not in outcome.detail
+        assert submitted(tmp_path)[0].split()[0] == str(stand_in_cluster / "sbatch")
+    assert bool([line for line in said if "cannot be read from here" in line]) == (not version)
+
+
+@pytest.fixture
+def registry() -> Iterator[str]:
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from tests.test_images import FakeRegistry
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("served", ["pinned", "moved", "unreachable"])
+def test_the_pinned_digest_is_checked_against_the_registry_before_submitting(
+    stand_in_cluster: Path, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    served: str,
+) -> None:  # fmt: skip
+    """The kit renders the pinned tag; before the job, the registry (a real HTTP server here,
+    speaking the v2 API with a token challenge) is asked which digest the tag names: the pin
+    goes on, a moved tag is refused with the fix, an unreachable registry is said and recorded."""
+    from driver.runtimes.containers.pyxis import Pyxis
+    from driver.runtimes.slurm.job import Allocation
+    from tests.test_images import DIGEST_A, DIGEST_B
+
+    host = registry if served != "unreachable" else "127.0.0.1:9"  # discard port: nobody
+    ref = f"{host}/team/base:1"  # FakeRegistry serves DIGEST_B for it
+    pin = DIGEST_B if served == "pinned" else DIGEST_A
+    monkeypatch.setattr(Pyxis, "pinned_base", staticmethod(lambda framework: (ref, pin)))
+    said: list[str] = []
+    runtime = SlurmRuntime(config=SlurmConfig(container="pyxis", time_limit="5"),
+                           printer=said.append)  # fmt: skip
+    plan = calibration_plan(tmp_path)
+    platform = runtime.platform
+    assert platform.container(plan, plan.session_root).image == f"{host}#team/base:1"
+    assert platform.refused(plan) == ""  # a dry run asks no registry
+    refusal = platform.refused(plan, submitting=True)
+    if served == "moved":
+        assert refusal == (
+            f"{plan.case_id}: {ref} is pinned in images.lock to {DIGEST_A}, but the registry "
+            f"serves {DIGEST_B} for it: re-pin it (`dlperf images lock`) once the new image is "
+            "the one to measure, or set slurm.image.calibration to the image wanted"
+        )
+        assert runtime.run(plan).detail == refusal and submitted(tmp_path) == []
+        return
+    assert refusal == ""
+    allocation = Allocation("1", ["n1", "n2"], ["a", "b"], "p", 1, owned=True)
+    allocation.containers.add("dlperf-calibration")  # made: nothing to run for it
+    facts = platform.prepare(plan, allocation)
+    assert facts is not None and facts["pinned"] == f"{ref}@{pin}"
+    assert facts["image"] == f"{host}#team/base:1"
+    if served == "pinned":
+        assert facts["digest_check"] == "matched" and said == []
+    else:
+        assert facts["digest_check"].startswith(f"not checked: {ref}: {host} not reachable")
+        assert said == [f"pyxis: the pinned digest of {ref} was not checked "
+                        f"({facts['digest_check'].removeprefix('not checked: ')})"]  # fmt: skip

@@ -205,9 +205,10 @@ class ContainerPlatform:
         wraps it)."""
         return argv
 
-    def refused(self, plan: RepeatPlan) -> str:  # noqa: ARG002
+    def refused(self, plan: RepeatPlan, *, submitting: bool = False) -> str:  # noqa: ARG002
         """Why this platform on this cluster cannot run the plan ("" when it can), asked
-        before any job is submitted (a plug-in too old for what the plan asks of it)."""
+        before any job is submitted (a plug-in too old for what the plan asks of it);
+        ``submitting``: for a real run, not a dry run (which asks nothing of the network)."""
         return ""
 
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:  # noqa: ARG002

@@ -124,10 +124,10 @@ class Pyxis(ContainerPlatform):
     def check(self, session_root: Path) -> None:
         self.mounted_folders(session_root)
 
-    def refused(self, plan: RepeatPlan) -> str:
+    def refused(self, plan: RepeatPlan, *, submitting: bool = False) -> str:
         """Before any job: a pyxis without a flag the step needs, an enroot too old for a
-        digest in the image reference, or a pinned tag the registry now serves as another
-        digest."""
+        digest in the image reference, or (``submitting``) a pinned tag the registry now
+        serves as another digest."""
         container = self.container(plan, plan.session_root)
         help_text = self.srun_help()
         if help_text:
@@ -145,7 +145,7 @@ class Pyxis(ContainerPlatform):
             refusal = self.enroot_digest_refusal(plan, image)
             if refusal:
                 return refusal
-        pinned = self.pinned_base(plan.framework) if self.uses_pin(plan) else None
+        pinned = self.pinned_base(plan.framework) if submitting and self.uses_pin(plan) else None
         if pinned is not None:
             found = self.check_digest(*pinned)
             if found.startswith("moved"):
@@ -349,8 +349,9 @@ class Pyxis(ContainerPlatform):
         container = self.container(plan, plan.session_root)
         if self.uses_pin(plan):  # what the registry said of the pin, before the job
             ref, digest = self.pinned_base(plan.framework)
+            found = self._digest_checks.get(ref, "not checked: no registry was asked")
             made = {**made, "image": container.image, "pinned": f"{ref}@{digest}",
-                    "digest_check": self.check_digest(ref, digest)}  # fmt: skip
+                    "digest_check": found}  # fmt: skip
         if container.name is None or container.name in allocation.containers:
             return made or None
         try:
