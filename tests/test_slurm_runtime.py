@@ -255,9 +255,9 @@ def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluste
 
 
 # The real pyxis runs on a cluster of its own (test_slurm_pyxis.py). This stand-in srun answers
-# `--help` with pyxis's flags (so `container: auto` picks pyxis), records each call's container flags and the call's last
-# argument, and hands the rest to the real srun: the runtime's pyxis path runs for real, with
-# the nodes' own python3 standing in for the image's.
+# `--help` with pyxis's flags (so `container: auto` picks pyxis), records each call's container
+# flags and the call's last argument, and hands the rest to the real srun: the runtime's pyxis
+# path runs for real, with the nodes' own python3 standing in for the image's.
 PYXIS_STAND_IN = """#!/bin/sh
 if [ "$1" = "--help" ]; then
   "$REAL_SRUN" --help
