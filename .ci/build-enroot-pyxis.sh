@@ -13,9 +13,10 @@
 # - enroot 3.5.0's src/ is kept beside them: the tests run the reference parsing of both
 #   releases (3.x takes no digest) on every image reference the kit renders.
 #
-# Each tarball is GitHub's archive of the release tag; its sha256 is that of the tar stream
-# (`gzip -dc FILE | sha256sum`), which is what `git archive` writes for the tag, computed here from
-# the tags themselves; the gzip layer over it is not promised to stay byte-identical.
+# Each tarball is GitHub's archive of the release tag, checked before anything is built by the
+# sha256 of its files (tree_sha256: every file's sha256 and path, every symlink's target), not of
+# the archive's bytes: GitHub does not promise byte-identical archives over time, and the pins
+# were computed from the tags themselves (`git archive` of each tag, unpacked).
 # Idempotent: a release already installed (its stamp file) is not built again, and a tarball
 # already in the cache folder is not downloaded again. DLPERF_SOURCE_CACHE names that folder
 # (default /var/cache/dlperf/sources); a machine without GitHub can be given the tarballs there.
@@ -33,18 +34,29 @@ SOURCES=${DLPERF_SOURCE_CACHE:-/var/cache/dlperf/sources}
 SHARE=/usr/local/share/dlperf
 PYXIS_STAMP=/usr/local/share/pyxis/dlperf-build
 
-# file  url  sha256 of the tar stream
+# file  url  tree_sha256 of its files
 TARBALLS=(
-    "enroot-v${ENROOT_VERSION}.tar.gz https://github.com/NVIDIA/enroot/archive/refs/tags/v${ENROOT_VERSION}.tar.gz aa67095a002fef365e9404d8a336beeb4e5e36409a0e0b682bd7496861dea0d3"
-    "enroot-v${ENROOT_OLD_VERSION}.tar.gz https://github.com/NVIDIA/enroot/archive/refs/tags/v${ENROOT_OLD_VERSION}.tar.gz 87440ac372da7f33d282fec818eadb456abc1d571483a30efe17cd934d2606e0"
-    "makeself-release-2.4.5.tar.gz https://github.com/megastep/makeself/archive/refs/tags/release-2.4.5.tar.gz 19f627fcbab2e4eb147b2d6c8a84947120cc62e47b9b327e3296ac4a37960a3f"
-    "kernel-headers-v4.19.88-1.tar.gz https://github.com/sabotage-linux/kernel-headers/archive/refs/tags/v4.19.88-1.tar.gz 142b7c6cb8e25ae5534f2e86f37f248c3d81044f8854a5147b7d028b32dfb15c"
-    "pyxis-v${PYXIS_VERSION}.tar.gz https://github.com/NVIDIA/pyxis/archive/refs/tags/v${PYXIS_VERSION}.tar.gz b406327c172809248d6015a4c514a1ab7974a6a132b5e70b191d6ac5ab2523d0"
+    "enroot-v${ENROOT_VERSION}.tar.gz https://github.com/NVIDIA/enroot/archive/refs/tags/v${ENROOT_VERSION}.tar.gz 417e3fd63b9de725e09f7eaab2200f67992a6ab77b31a372583324019137b06f"
+    "enroot-v${ENROOT_OLD_VERSION}.tar.gz https://github.com/NVIDIA/enroot/archive/refs/tags/v${ENROOT_OLD_VERSION}.tar.gz 4b6eef736f85953d3b25f3dd2f8430fa875cb695dc6501e3800530f6f140c06c"
+    "makeself-release-2.4.5.tar.gz https://github.com/megastep/makeself/archive/refs/tags/release-2.4.5.tar.gz 8487ca1f724727ed0844feb2588849ae69c6e5c0d64947cc694bc9cc76969c8f"
+    "kernel-headers-v4.19.88-1.tar.gz https://github.com/sabotage-linux/kernel-headers/archive/refs/tags/v4.19.88-1.tar.gz 2dddc341b07edb19374445a92af3021cb4b18bbedf19fde48e6334ecec7cbb43"
+    "pyxis-v${PYXIS_VERSION}.tar.gz https://github.com/NVIDIA/pyxis/archive/refs/tags/v${PYXIS_VERSION}.tar.gz 462f8425fbbad073a8d2242885fe55ee19d2fe618266edbd091eb3babc854152"
 )
 
-# The tarball FILE, downloaded unless cached, checked against its pinned sum; its path.
-source_tarball() {
-    local wanted=$1 file url sum got
+# What a release's files are, whatever the tar headers around them: the sha256 of a listing of
+# each file's sha256 and path and each symlink's target, in byte order.
+tree_sha256() {
+    (
+        cd "$1"
+        find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+        find . -type l -printf '%p -> %l\n' | LC_ALL=C sort
+    ) | sha256sum | cut -c1-64
+}
+
+# The release in tarball FILE (downloaded unless cached) unpacked into DEST, once its files are
+# what is pinned; DEST is replaced. A mismatch removes the download and stops.
+source_tree() {
+    local wanted=$1 dest=$2 file url sum got unpacked
     for entry in "${TARBALLS[@]}"; do
         read -r file url sum <<<"$entry"
         [ "$file" = "$wanted" ] || continue
@@ -54,14 +66,18 @@ source_tarball() {
             $SUDO curl -fsSL --retry 3 -o "$SOURCES/$file.part" "$url"
             $SUDO mv "$SOURCES/$file.part" "$SOURCES/$file"
         fi
-        got=$(gzip -dc "$SOURCES/$file" | sha256sum | cut -c1-64)
+        unpacked=$(mktemp -d "$build/unpack.XXXXXX")
+        tar -xzf "$SOURCES/$file" -C "$unpacked" --strip-components=1
+        got=$(tree_sha256 "$unpacked")
         if [ "$got" != "$sum" ]; then
-            echo "setup-system: $SOURCES/$file: tar sha256 $got, pinned $sum; removed it," \
-                 "run again to download it afresh" >&2
+            echo "setup-system: $SOURCES/$file: its files hash to $got, pinned $sum;" \
+                 "removed it, run again to download it afresh" >&2
             $SUDO rm -f "$SOURCES/$file"
             exit 1
         fi
-        echo "$SOURCES/$file"
+        rm -rf "$dest"
+        mkdir -p "$(dirname "$dest")"
+        mv "$unpacked" "$dest"
         return 0
     done
     echo "setup-system: no pinned tarball $wanted" >&2
@@ -78,10 +94,9 @@ trap 'rm -rf "$build"' EXIT
 # enroot 3.5.0's and the pinned enroot's src/, for the reference-parsing tests.
 for version in "$ENROOT_OLD_VERSION" "$ENROOT_VERSION"; do
     if [ ! -f "$SHARE/enroot-$version/src/docker.sh" ]; then
-        tarball=$(source_tarball "enroot-v$version.tar.gz")
+        source_tree "enroot-v$version.tar.gz" "$build/enroot-$version-release"
         $SUDO mkdir -p "$SHARE/enroot-$version"
-        $SUDO tar -xzf "$tarball" -C "$SHARE/enroot-$version" --strip-components=1 \
-            "enroot-$version/src"
+        $SUDO cp -r "$build/enroot-$version-release/src" "$SHARE/enroot-$version/"
     fi
 done
 
@@ -90,12 +105,10 @@ if [ "$(enroot version 2>/dev/null || true)" = "$ENROOT_VERSION" ]; then
     echo "setup-system: enroot $ENROOT_VERSION already installed"
 else
     echo "setup-system: building enroot $ENROOT_VERSION"
-    tar -xzf "$(source_tarball "enroot-v$ENROOT_VERSION.tar.gz")" -C "$build"
     src="$build/enroot-$ENROOT_VERSION"
-    tar -xzf "$(source_tarball makeself-release-2.4.5.tar.gz)" -C "$src/deps/makeself" \
-        --strip-components=1
-    tar -xzf "$(source_tarball kernel-headers-v4.19.88-1.tar.gz)" -C "$src/deps/linux-headers" \
-        --strip-components=1
+    source_tree "enroot-v$ENROOT_VERSION.tar.gz" "$src"
+    source_tree makeself-release-2.4.5.tar.gz "$src/deps/makeself"
+    source_tree kernel-headers-v4.19.88-1.tar.gz "$src/deps/linux-headers"
     # Not a git checkout: the Makefile's `git submodule update` fails, ignored by make ("-").
     FORCE_GLIBC=1 make -C "$src" -j "$(nproc)" all LDLIBS="-l:libbsd.a -l:libbsd.so.0" >"$build/enroot-make.log" 2>&1 || {
         tail -n 40 "$build/enroot-make.log" >&2
@@ -112,8 +125,8 @@ if [ -f /usr/local/lib/slurm/spank_pyxis.so ] &&
     echo "setup-system: pyxis $PYXIS_VERSION for Slurm $slurm already installed"
 else
     echo "setup-system: building pyxis $PYXIS_VERSION against Slurm $slurm"
-    tar -xzf "$(source_tarball "pyxis-v$PYXIS_VERSION.tar.gz")" -C "$build"
     src="$build/pyxis-$PYXIS_VERSION"
+    source_tree "pyxis-v$PYXIS_VERSION.tar.gz" "$src"
     make -C "$src" -j "$(nproc)" >"$build/pyxis-make.log" 2>&1 || {
         tail -n 40 "$build/pyxis-make.log" >&2
         exit 1

@@ -74,7 +74,7 @@ class SlurmCluster(SimulatedHosts):
     each host when ``sshd=True``, for the SSH runtimes on the same hosts).
 
     ``pyxis=True``: slurmd and srun load pyxis (a ``plugstack.conf`` beside ``slurm.conf``, read
-    where Slurm's clients and daemons start), and every node has a folder of its own at
+    where Slurm's clients and daemons start), and every node has a tmpfs of its own at
     ``<root>/local`` (``node_local``) where pyxis keeps its runtime files and enroot, through
     :meth:`enroot_env`, its data, cache and runtime folders: a container is unpacked per node, as
     on node-local disks (one shared folder would have both nodes unpack into one directory)."""
@@ -114,7 +114,7 @@ class SlurmCluster(SimulatedHosts):
         and so on. ENROOT_LOGIN_SHELL=no: Debian's /etc/profile, which a login shell reads,
         sets root's PATH anew, dropping the kit's CPU image's /opt/venv/bin."""
         local = self.node_local
-        return {
+        return {  # the folders under it are made by enroot and pyxis as needed
             "XDG_DATA_HOME": f"{local}/data", "XDG_CACHE_HOME": f"{local}/cache",
             "XDG_RUNTIME_DIR": f"{local}/run", "XDG_CONFIG_HOME": f"{local}/config",
             "ENROOT_LOGIN_SHELL": "no",

@@ -1,8 +1,9 @@
 """pyxis and enroot for real: the 2-node test cluster with NVIDIA's pyxis plug-in loaded by
 slurmd and srun, enroot (both built by .ci/setup-system.sh from their pinned releases), and the
-kit's PyTorch CPU image imported once with ``enroot import dockerd://``; the calibration workload
-and a ResNet-50 case run through the kit's pyxis platform (``srun --container-image
---container-name``), each node unpacking the image into its own folder.
+kit's CPU images imported once each with ``enroot import dockerd://`` (``cpu-python`` for the
+calibration workload, ``pytorch-cpu`` for ResNet-50: the smallest that run each); both run
+through the kit's pyxis platform (``srun --container-image --container-name``), each node
+unpacking the image into its own tmpfs.
 
 Run as root inside the simulated hosts' namespaces, enroot needs nothing more: it makes a user
 namespace of its own for every container (``/proc/sys/user/max_user_namespaces`` is far above
@@ -37,28 +38,34 @@ SQUASH_OPTIONS = "-noI -noD -noF -noX -no-duplicates"
 
 
 @pytest.fixture(scope="module")
-def pytorch_squashfs(
+def squashfs(
     pyxis_cluster: SlurmCluster, image_options, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """The kit's PyTorch CPU image (Python, torch: enough for the calibration workload and
-    ResNet-50) as the squashfs pyxis reads, made once by ``enroot import dockerd://``."""
+) -> Iterator[dict[str, Path]]:
+    """The kit's CPU images as the squashfs files pyxis reads, each made once by ``enroot
+    import dockerd://``: ``cpu-python`` (Python alone: the calibration workload) and
+    ``pytorch-cpu`` (torch: ResNet-50). Removed after the module."""
     from driver.images.build import build_images
 
-    tag = build_images(["pytorch-cpu"], image_options, make_base=True)["pytorch-cpu"].tag
+    built = build_images(["cpu-python", "pytorch-cpu"], image_options, make_base=True)
     folder = tmp_path_factory.mktemp("enroot-import")
-    target = folder / "pytorch-cpu.sqsh"
     env = {**os.environ, **pyxis_cluster.enroot_env(), "ENROOT_SQUASH_OPTIONS": SQUASH_OPTIONS}
     for key in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME"):
         env[key] = str(folder / key.lower())  # this host's own, not a node's
-    started = time.monotonic()
-    made = subprocess.run(
-        ["enroot", "import", "--output", str(target), f"dockerd://{tag}"],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
-    size = target.stat().st_size / 2**20
-    print(f"enroot import dockerd://{tag}: {time.monotonic() - started:.1f} s, {size:.0f} MiB")
-    return target
+    made = {}
+    for name, image in built.items():
+        target = folder / f"{name}.sqsh"
+        started = time.monotonic()
+        done = subprocess.run(
+            ["enroot", "import", "--output", str(target), f"dockerd://{image.tag}"],
+            env=env, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        size = target.stat().st_size / 2**20
+        took = time.monotonic() - started
+        print(f"enroot import dockerd://{image.tag}: {took:.1f} s, {size:.0f} MiB")
+        made[name] = target
+    yield made
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -74,9 +81,9 @@ def pyxis_env(pyxis_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> S
 
 
 @pytest.fixture
-def pyxis_runtime(pyxis_env: SlurmCluster, pytorch_squashfs: Path) -> Iterator[SlurmRuntime]:
-    config = SlurmConfig(time_limit="15", container="pyxis",
-                         image={"default": str(pytorch_squashfs)})  # fmt: skip
+def pyxis_runtime(pyxis_env: SlurmCluster, squashfs: dict[str, Path]) -> Iterator[SlurmRuntime]:
+    images = {"calibration": str(squashfs["cpu-python"]), "pytorch": str(squashfs["pytorch-cpu"])}
+    config = SlurmConfig(time_limit="15", container="pyxis", image=images)
     runtime = SlurmRuntime(config=config, printer=print)
     yield runtime
     runtime.close()
@@ -84,11 +91,12 @@ def pyxis_runtime(pyxis_env: SlurmCluster, pytorch_squashfs: Path) -> Iterator[S
 
 
 def node_containers(cluster: SlurmCluster) -> dict[str, list[str]]:
-    """The containers pyxis made on each node (enroot's data folder there)."""
+    """The containers pyxis made on each node (enroot's data folder in the node's own tmpfs)."""
+    data = f"{cluster.node_local}/data/enroot"
     found = {}
     for host in cluster.hosts:
-        data = host.root / "local" / "data" / "enroot"
-        found[host.name] = sorted(p.name for p in data.iterdir()) if data.is_dir() else []
+        listed = subprocess.run([*host.enter(), "ls", data], capture_output=True, text=True)
+        found[host.name] = sorted(listed.stdout.split())
     return found
 
 
@@ -124,7 +132,7 @@ def test_calibration_through_pyxis_measures_its_truth(
     for path in records:
         slurm = json.loads(path.read_text())["extra"]["slurm"]
         assert slurm["container"] == "pyxis" and slurm["nodes"] == ["n1", "n2"]
-        assert f"--container-image={pyxis_runtime.config.image['default']}" in slurm["srun"]
+        assert f"--container-image={pyxis_runtime.config.image['calibration']}" in slurm["srun"]
         assert "--container-name=dlperf-calibration" in slurm["srun"]
 
 
@@ -168,14 +176,14 @@ def test_pytorch_resnet50_through_pyxis(
 
 
 def test_the_container_runs_in_a_user_namespace_of_its_own(
-    pyxis_env: SlurmCluster, pytorch_squashfs: Path
+    pyxis_env: SlurmCluster, squashfs: dict[str, Path]
 ) -> None:
     """What enroot needs as root here, seen from inside: a user namespace of its own (root
     inside maps to root outside: no subordinate ids needed), below the host's limit."""
     limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
     assert limit > 1
     step = pyxis_env.client(
-        "srun", "-N1", f"--container-image={pytorch_squashfs}", "sh", "-c",
+        "srun", "-N1", f"--container-image={squashfs['cpu-python']}", "sh", "-c",
         "cat /proc/self/uid_map; readlink /proc/self/ns/user", timeout=300,
     )  # fmt: skip
     uid_map, user_ns = step.stdout.split("\n")[:2]
