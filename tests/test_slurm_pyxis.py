@@ -136,6 +136,30 @@ def test_calibration_through_pyxis_measures_its_truth(
         assert "--container-name=dlperf-calibration" in slurm["srun"]
 
 
+def test_dlperf_selftest_through_pyxis_from_a_cluster_file(
+    pyxis_env: SlurmCluster, squashfs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The command a user types, `dlperf selftest --runtime slurm --inventory FILE`, with the
+    cluster file naming pyxis and the image: the same steps through the front door."""
+    import sys
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        "slurm:\n  container: pyxis\n  time_limit: '10'\n"
+        f"  image: {{calibration: {squashfs['cpu-python']}}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "driver.frontend.cli", "selftest", "--runtime", "slurm",
+         "--inventory", str(cluster), "--topologies", "2n4g", "--repeats", "1",
+         "--step-time", "0.02"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    print(done.stdout[-3000:], done.stderr[-3000:])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "selftest 2n4g: truth" in done.stdout and "(ok, bound" in done.stdout
+    assert pyxis_env.drained() == []
+
+
 def test_pytorch_resnet50_through_pyxis(
     pyxis_runtime: SlurmRuntime, pyxis_env: SlurmCluster, tmp_path: Path
 ) -> None:
