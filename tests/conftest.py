@@ -39,7 +39,7 @@ pytest_plugins = (
 # Fixtures (transitively) that start a daemon.
 DAEMON_FIXTURES = frozenset(
     {"docker_engine", "_ssh_node_pool", "slurm_cluster", "slurm_hosts", "simulated_hosts",
-     "loopback_hosts", "can_make_hosts", "node_without_sftp"}
+     "loopback_hosts", "can_make_hosts", "node_without_sftp", "pyxis_cluster"}
 )  # fmt: skip
 # Modules whose tests start their daemons themselves (no fixture tells).
 SELF_STARTING_MODULES = frozenset({"test_simhosts", "test_slurm_cluster", "test_rehearse_run"})
@@ -47,10 +47,10 @@ SELF_STARTING_MODULES = frozenset({"test_simhosts", "test_slurm_cluster", "test_
 # on one worker, one test after another (DaemonsTogether), the two side by side. Collection
 # fails, naming these lists, for a module missing here.
 # - docker: the engine and its image builds (and what needs an image: podman, Slurm's OCI
-#   containers, the upstream sources' images under Slurm);
+#   containers, pyxis's enroot imports, the upstream sources' images under Slurm);
 DOCKER_MODULES = frozenset(
     {"test_cluster_docker", "test_cluster_podman", "test_cluster_push", "test_images",
-     "test_local_copy", "test_slurm_oci", "test_slurm_upstream_runs"}
+     "test_local_copy", "test_slurm_oci", "test_slurm_pyxis", "test_slurm_upstream_runs"}
 )  # fmt: skip
 # - daemons: sshd nodes, Slurm clusters and simulated hosts without docker. Clusters of the two
 #   units coexist: each its own namespaces, link and subnet (claimed: simhosts.free_subnet).
