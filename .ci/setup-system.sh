@@ -26,27 +26,13 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 # podman: the second engine the SSH transport runs (tests/test_cluster_podman.py).
 command -v podman >/dev/null 2>&1 || need+=(podman)
-# enroot's and pyxis's builds (below) and enroot's runtime tools: gcc and make for both,
-# Slurm's spank.h of the installed release for pyxis (pyxis must be built against the Slurm it
-# loads into), Debian's libbsd (strlcpy for enroot's helpers) and what enroot's import and start call (curl, gawk, jq, parallel, mksquashfs,
-# zstd; pigz is used when present).
-command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
-command -v make >/dev/null 2>&1 || need+=(make)
-[ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
-[ -f /usr/include/bsd/string.h ] || need+=(libbsd-dev)
-command -v mksquashfs >/dev/null 2>&1 || need+=(squashfs-tools)
-command -v parallel >/dev/null 2>&1 || need+=(parallel)
-command -v jq >/dev/null 2>&1 || need+=(jq)
-command -v zstd >/dev/null 2>&1 || need+=(zstd)
-command -v gawk >/dev/null 2>&1 || need+=(gawk)
-command -v pigz >/dev/null 2>&1 || need+=(pigz)
-command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "setup-system: installing ${need[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
+# enroot and pyxis from their release tarballs where they can be had (else said, and skipped).
 bash "$(dirname "$0")/build-enroot-pyxis.sh"
 
 # sshd refuses to start without its privilege-separation directory.

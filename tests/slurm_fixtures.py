@@ -38,7 +38,7 @@ from driver.testbed.simhosts import (
 from driver.testbed.simhosts import (
     sweep_stale as _sweep_stale,
 )
-from tests.conftest import require_real
+from tests.conftest import require_github_build, require_real
 
 NODES = ("n1", "n2")
 # What .ci/setup-system.sh builds (.ci/build-enroot-pyxis.sh): the pinned enroot and pyxis.
@@ -57,11 +57,12 @@ def slurm_missing() -> str | None:
 
 def pyxis_missing() -> str | None:
     """None when the test cluster can load pyxis and run enroot, else why not."""
+    built_where = "built by .ci/build-enroot-pyxis.sh where their GitHub tarballs can be had"
     if not PYXIS_PLUGIN.is_file():
-        return f"pyxis is not installed ({PYXIS_PLUGIN}): run .ci/setup-system.sh"
+        return f"pyxis is not installed ({PYXIS_PLUGIN}; {built_where})"
     enroot = shutil.which("enroot")
     if not enroot:
-        return "enroot is not installed: run .ci/setup-system.sh"
+        return f"enroot is not installed ({built_where})"
     version = subprocess.run([enroot, "version"], capture_output=True, text=True).stdout.strip()
     if version != ENROOT_VERSION:
         return f"enroot {version or '?'} is installed, the tests pin {ENROOT_VERSION}: run " \
@@ -186,9 +187,12 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 @pytest.fixture(scope="module")
 def pyxis_cluster() -> Iterator[SlurmCluster]:
     """The two-node cluster with pyxis loaded by slurmd and srun, enroot's folders per node."""
-    why = slurm_missing() or pyxis_missing()
+    why = slurm_missing()
     if why:
         require_real(why)
+    why = pyxis_missing()
+    if why:
+        require_github_build(why)
     sweep_stale()
     cluster = SlurmCluster(_root("pyxis"), prefix=f"dlps{os.getpid()}", pyxis=True)
     yield from _started(cluster)  # type: ignore[misc]

@@ -19,7 +19,7 @@ import pytest
 from driver.images.lock import load_lock
 from driver.images.registry import DOCKER_HUB, parse_reference
 from driver.runtimes.containers.pyxis import enroot_reference
-from tests.conftest import require_real
+from tests.conftest import require_github_build
 from tests.slurm_fixtures import ENROOT_SOURCES, ENROOT_VERSION
 
 RELEASES = ("3.5.0", ENROOT_VERSION)
@@ -55,7 +55,7 @@ def enroot_parse(release: str, uri: str, scratch: Path) -> dict[str, str]:
     message when it refuses the reference."""
     src = ENROOT_SOURCES / f"enroot-{release}" / "src"
     if not (src / "docker.sh").is_file():
-        require_real(f"enroot {release}'s sources are not in {src}: run .ci/setup-system.sh")
+        require_github_build(f"enroot {release}'s sources are not in {src} (.ci/setup-system.sh)")
     done = subprocess.run(["bash", "-c", HARNESS, "harness", str(src), uri, str(scratch)],
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     if done.returncode != 0:

@@ -216,6 +216,12 @@ def test_the_container_runs_in_a_user_namespace_of_its_own(
 
 
 def test_enroot_is_the_pinned_release() -> None:
+    from tests.conftest import require_github_build
+    from tests.slurm_fixtures import pyxis_missing
+
+    why = pyxis_missing()
+    if why and "is installed, the tests pin" not in why:  # another release: that is the failure
+        require_github_build(why)
     assert shutil.which("enroot")
     out = subprocess.run(["enroot", "version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "4.1.2"
