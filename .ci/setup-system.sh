@@ -32,6 +32,9 @@ if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
+# enroot and pyxis from their release tarballs where they can be had (else said, and skipped).
+bash "$(dirname "$0")/build-enroot-pyxis.sh"
+
 # sshd refuses to start without its privilege-separation directory.
 $SUDO mkdir -p /run/sshd
 

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from driver.studies.bareloop import COMMON_OPTIONS, only, print_result
-from PyTorch.bare_loop import backward_and_step, optimizer_groups
+from PyTorch.bare_steps import backward_and_step, optimizer_groups
 
 # What this loop mirrors and what it does when run by hand: the kit's defaults for Llama.
 OPTIONS: dict[str, Any] = {

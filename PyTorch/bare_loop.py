@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 
 from driver.studies.bareloop import COMMON_OPTIONS, only, parse_args, print_result  # noqa: E402
+from PyTorch.bare_steps import backward_and_step, optimizer_groups  # noqa: E402
 
 # What this loop mirrors and what it does when run by hand: PyTorch's good defaults, the kit's.
 OPTIONS: dict[str, Any] = {
@@ -191,43 +192,6 @@ def _tf32(torch: Any) -> bool:
 
 def _mode(options: dict[str, Any]) -> dict[str, Any]:
     return {} if options["compile_mode"] == "default" else {"mode": options["compile_mode"]}
-
-
-def optimizer_groups(model: Any, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
-    """The parameter groups (biases and norm weights get no weight decay) and the optimizer's
-    implementation keywords (fused / foreach / a plain loop), as the kit's scripts make them."""
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    groups = [
-        {"params": decay, "weight_decay": options["weight_decay"]},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    impl = options["optimizer_impl"]
-    flavour = {"fused": impl == "fused" or None, "foreach": impl == "foreach" or None}
-    if impl == "loop":
-        flavour["foreach"] = False
-    return groups, flavour
-
-
-def backward_and_step(
-    loss: Any, optimizer: Any, scaler: Any, params: Any, clip: float, set_to_none: bool
-) -> None:
-    """Backward, gradient clipping (unscaled first under a GradScaler), the optimizer's step."""
-    import torch
-
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        if clip > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        loss.backward()
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=set_to_none)
 
 
 if __name__ == "__main__":

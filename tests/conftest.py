@@ -39,7 +39,7 @@ pytest_plugins = (
 # Fixtures (transitively) that start a daemon.
 DAEMON_FIXTURES = frozenset(
     {"docker_engine", "_ssh_node_pool", "slurm_cluster", "slurm_hosts", "simulated_hosts",
-     "loopback_hosts", "can_make_hosts", "node_without_sftp"}
+     "loopback_hosts", "can_make_hosts", "node_without_sftp", "pyxis_cluster"}
 )  # fmt: skip
 # Modules whose tests start their daemons themselves (no fixture tells).
 SELF_STARTING_MODULES = frozenset({"test_simhosts", "test_slurm_cluster", "test_rehearse_run"})
@@ -47,10 +47,10 @@ SELF_STARTING_MODULES = frozenset({"test_simhosts", "test_slurm_cluster", "test_
 # on one worker, one test after another (DaemonsTogether), the two side by side. Collection
 # fails, naming these lists, for a module missing here.
 # - docker: the engine and its image builds (and what needs an image: podman, Slurm's OCI
-#   containers, the upstream sources' images under Slurm);
+#   containers, pyxis's enroot imports, the upstream sources' images under Slurm);
 DOCKER_MODULES = frozenset(
     {"test_cluster_docker", "test_cluster_podman", "test_cluster_push", "test_images",
-     "test_local_copy", "test_slurm_oci", "test_slurm_upstream_runs"}
+     "test_local_copy", "test_slurm_oci", "test_slurm_pyxis", "test_slurm_upstream_runs"}
 )  # fmt: skip
 # - daemons: sshd nodes, Slurm clusters and simulated hosts without docker. Clusters of the two
 #   units coexist: each its own namespaces, link and subnet (claimed: simhosts.free_subnet).
@@ -125,6 +125,17 @@ def require_real(reason: str) -> None:
     """Skip a test that needs a real engine/daemon, but fail under CI (DLPERF_REQUIRE_REAL=1)."""
     if os.environ.get("DLPERF_REQUIRE_REAL") == "1":
         pytest.fail(f"required in CI but unavailable: {reason}")
+    pytest.skip(reason)
+
+
+def require_github_build(reason: str) -> None:
+    """Skip a test of enroot or pyxis where they are not built. They come only from GitHub
+    (on no package registry, and their code is not copied into the kit), which CI's machines do
+    not reach: ``.ci/build-enroot-pyxis.sh`` builds them where their release tarballs can be
+    had and says so where not. A skip even under DLPERF_REQUIRE_REAL; a failure under
+    DLPERF_REQUIRE_PYXIS=1 (a machine given the tarballs, on which they must run)."""
+    if os.environ.get("DLPERF_REQUIRE_PYXIS") == "1":
+        pytest.fail(f"required here (DLPERF_REQUIRE_PYXIS=1) but unavailable: {reason}")
     pytest.skip(reason)
 
 

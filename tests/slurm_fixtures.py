@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from driver.files import write_text
 from driver.testbed.simhosts import (
     SimulatedHosts,
     free_subnet,
@@ -36,9 +38,13 @@ from driver.testbed.simhosts import (
 from driver.testbed.simhosts import (
     sweep_stale as _sweep_stale,
 )
-from tests.conftest import require_real
+from tests.conftest import require_github_build, require_real
 
 NODES = ("n1", "n2")
+# What .ci/setup-system.sh builds (.ci/build-enroot-pyxis.sh): the pinned enroot and pyxis.
+PYXIS_PLUGIN = Path("/usr/local/lib/slurm/spank_pyxis.so")
+ENROOT_VERSION = "4.1.2"
+ENROOT_SOURCES = Path("/usr/local/share/dlperf")  # enroot-<version>/src of 3.5.0 and 4.1.2
 CPUS_PER_NODE = 8  # declared (config_overrides): 4 nodes x 8 tasks fit on a 2-core machine
 REHEARSAL_HOSTS = 4
 _free_subnet = free_subnet
@@ -49,9 +55,30 @@ def slurm_missing() -> str | None:
     return missing_requirements(slurm=True, sshd=False)
 
 
+def pyxis_missing() -> str | None:
+    """None when the test cluster can load pyxis and run enroot, else why not."""
+    built_where = "built by .ci/build-enroot-pyxis.sh where their GitHub tarballs can be had"
+    if not PYXIS_PLUGIN.is_file():
+        return f"pyxis is not installed ({PYXIS_PLUGIN}; {built_where})"
+    enroot = shutil.which("enroot")
+    if not enroot:
+        return f"enroot is not installed ({built_where})"
+    version = subprocess.run([enroot, "version"], capture_output=True, text=True).stdout.strip()
+    if version != ENROOT_VERSION:
+        return f"enroot {version or '?'} is installed, the tests pin {ENROOT_VERSION}: run " \
+            ".ci/setup-system.sh"  # fmt: skip
+    return None
+
+
 class SlurmCluster(SimulatedHosts):
     """A running test cluster: simulated hosts with slurmd, slurmctld and munged (and sshd on
-    each host when ``sshd=True``, for the SSH runtimes on the same hosts)."""
+    each host when ``sshd=True``, for the SSH runtimes on the same hosts).
+
+    ``pyxis=True``: slurmd and srun load pyxis (a ``plugstack.conf`` beside ``slurm.conf``, read
+    where Slurm's clients and daemons start), and every node has a tmpfs of its own at
+    ``<root>/local`` (``node_local``) where pyxis keeps its runtime files and enroot, through
+    :meth:`enroot_env`, its data, cache and runtime folders: a container is unpacked per node, as
+    on node-local disks (one shared folder would have both nodes unpack into one directory)."""
 
     def __init__(
         self,
@@ -61,12 +88,38 @@ class SlurmCluster(SimulatedHosts):
         nodes: tuple[str, ...] = NODES,
         *,
         sshd: bool = False,
+        pyxis: bool = False,
         **options: Any,
     ) -> None:
+        self.pyxis = pyxis
+        if pyxis:
+            options["node_local"] = Path(root) / "local"
         super().__init__(
             root=Path(root), names=tuple(nodes), prefix=prefix, subnet=subnet, slurm=True,
             sshd=sshd, cpus=CPUS_PER_NODE, **options,
         )  # fmt: skip
+
+    def _write_slurm_config(self) -> None:
+        super()._write_slurm_config()
+        if self.pyxis:
+            # slurmd loads the plug-in as it starts: runtime_path must exist on each node then.
+            write_text(
+                self.root / "plugstack.conf",
+                f"required {PYXIS_PLUGIN} runtime_path={self.node_local}/pyxis\n",
+            )
+
+    def enroot_env(self) -> dict[str, str]:
+        """What points enroot at the node-local folders, passed through the job's environment
+        (pyxis hands enroot the job's variables but refuses ENROOT_*_PATH from it; enroot's
+        defaults for those paths are XDG_* folders): ENROOT_DATA_PATH is <local>/data/enroot
+        and so on. ENROOT_LOGIN_SHELL=no: Debian's /etc/profile, which a login shell reads,
+        sets root's PATH anew, dropping the kit's CPU image's /opt/venv/bin."""
+        local = self.node_local
+        return {  # the folders under it are made by enroot and pyxis as needed
+            "XDG_DATA_HOME": f"{local}/data", "XDG_CACHE_HOME": f"{local}/cache",
+            "XDG_RUNTIME_DIR": f"{local}/run", "XDG_CONFIG_HOME": f"{local}/config",
+            "ENROOT_LOGIN_SHELL": "no",
+        }  # fmt: skip
 
     def kill_node(self, node: str) -> list[int]:
         """The node "loses power": every process in it (slurmd and its job steps) is killed at
@@ -128,6 +181,20 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         require_real(why)
     sweep_stale()
     cluster = SlurmCluster(_root("slurm"), prefix=f"dlps{os.getpid()}")
+    yield from _started(cluster)  # type: ignore[misc]
+
+
+@pytest.fixture(scope="module")
+def pyxis_cluster() -> Iterator[SlurmCluster]:
+    """The two-node cluster with pyxis loaded by slurmd and srun, enroot's folders per node."""
+    why = slurm_missing()
+    if why:
+        require_real(why)
+    why = pyxis_missing()
+    if why:
+        require_github_build(why)
+    sweep_stale()
+    cluster = SlurmCluster(_root("pyxis"), prefix=f"dlps{os.getpid()}", pyxis=True)
     yield from _started(cluster)  # type: ignore[misc]
 
 

@@ -290,6 +290,42 @@ def test_gluonnlp_files_hold_the_same_instances_in_its_vocabulary_ids(
     assert "vocab.txt: (file): is a vocab.txt: gluon-nlp's run reads ids" in capsys.readouterr().err
 
 
+def test_the_kit_s_own_shards_read_back_with_its_pytorch_reader(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``bert-kit``: the kit's own BERT format (PyTorch/README.md), read by the script's own
+    reader and dataset, holding the same instances as the hdf5 shards, -1 where a label pads."""
+    from PyTorch.benchmark.data import BertShardDataset, read_bert_shards
+
+    hdf5 = tmp_path / "hdf5"
+    make("bert-hdf5", corpus, hdf5)
+    out = tmp_path / "kit"
+    make("bert-kit", corpus, out)
+    assert sorted(read_manifest(out)["files"]) == [
+        "shard_00000.npz", "shard_00001.npz", "vocab.txt"
+    ]  # fmt: skip
+    arrays, meta = read_bert_shards(out)
+    assert meta["seq_len"] == 32 and meta["max_predictions"] == 5
+    assert meta["vocab_size"] == len(corpus[1].read_text().splitlines())
+    assert {name: str(a.dtype) for name, a in arrays.items()} == {
+        "input_ids": "int32", "segment_ids": "int8", "input_mask": "int8",
+        "masked_lm_positions": "int32", "masked_lm_ids": "int32", "next_sentence_labels": "int8",
+    }  # fmt: skip
+    padded = arrays["masked_lm_ids"] == -1
+    assert padded.any() and not (arrays["masked_lm_positions"][padded]).any()
+    check_instances({**arrays, "masked_lm_ids": np.where(padded, 0, arrays["masked_lm_ids"])},
+                    corpus)  # fmt: skip
+    reference = read_hdf5(hdf5)
+    # hdf5 pads positions with 0 ([CLS], never masked): the kit's labels are -1 there
+    labels = np.where(reference["masked_lm_positions"] > 0, reference["masked_lm_ids"], -1)
+    assert rows(arrays) == rows({**reference, "masked_lm_ids": labels})
+    options = {"seq_len": 32, "max_predictions": 5, "vocab_size": meta["vocab_size"]}
+    batch = BertShardDataset(str(out), options)[[0, 1, 2]]
+    assert tuple(batch["input_ids"].shape) == (3, 32)
+    with pytest.raises(ValueError, match="seq_len"):
+        BertShardDataset(str(out), {**options, "seq_len": 64})
+
+
 def test_paddle_lines_parse_as_its_reader_reads_them(
     corpus: tuple[Path, Path], tmp_path: Path, capsys
 ) -> None:  # noqa: ANN001

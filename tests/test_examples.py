@@ -90,5 +90,5 @@ def test_the_slurm_quick_start_plans_pyxis_steps_in_the_pinned_ngc_image(
     )  # fmt: skip
     assert "sbatch --parsable" in out and "--partition=gpu" in out and "--nodes=4" in out
     assert "--gpus-per-node=8" in out
-    assert "--container-image=nvcr.io#nvidia/pytorch@sha256:" in out
+    assert "'--container-image=nvcr.io#nvidia/pytorch:25.04-py3' " in out
     assert "--nproc-per-node=8" in out

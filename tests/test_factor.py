@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from driver.analysis.compare import load_side, side_of_summaries
+from driver.analysis.compare import attention_of, load_side, side_of_summaries
 from driver.analysis.factor import factor_report
 from driver.core.command import script_argv
 from driver.core.matrix import Overrides, apply_overrides
@@ -129,3 +129,25 @@ def test_pytorch_and_jax_pair_on_the_same_case_without_their_libraries_named() -
         [sides[0], side_of_summaries("jax", "session", [fp16])], "framework", "pytorch", "jax"
     )
     assert report["pairs"][0]["also_differs"] == ["amp_dtype: bfloat16 vs float16"]
+
+
+def test_torchtitan_s_flex_attention_beside_its_published_sdpa_figure_is_named(
+    tmp_path: Path,
+) -> None:
+    """torchtitan 0.3.0 trains with FlexAttention; its published figures ran SDPA: a pair of
+    the two says so, and the kit's own Llama (SDPA) beside the same figure does not."""
+    from driver.core.matrix import load_matrix
+
+    published = Path(__file__).parents[1] / "published" / "llama3" / "torchtitan.yaml"
+    matrix = Path(__file__).parents[1] / "PyTorch" / "upstream" / "torchtitan" / "matrix.yaml"
+    wanted = "llama/pytorch/1n8g/bs2/amp/real/8b/src-torchtitan"
+    case = next(c for c in load_matrix(matrix).cases if c.id == wanted)
+    mine = side_of_summaries("h100", "session", [measured(case, 6.0, "bfloat16", {})])
+    theirs = load_side(str(published), tmp_path, tmp_path)
+    data, _text = factor_report([mine, theirs], "device", "NVIDIA H100 96GB HBM2e", H100)
+    pair = next(p for p in data["pairs"] if p["a_case"] == case.id)
+    assert "attention: sdpa vs flex" in pair["also_differs"]
+    kit_own = replace(case, source="dlperf", options={"llama_size": "llama3-8b", "seq_len": 8192})
+    assert attention_of(measured(kit_own, 6.0, "bfloat16", {}).row()) == "sdpa"
+    resnet = Case("resnet50", "pytorch", Topology(1, 8), 128, "amp", "real")
+    assert attention_of(measured(resnet, 6.0, "bfloat16", {}).row()) == "-"

@@ -26,8 +26,8 @@ from driver.cluster.slurm import load_slurm_config
 from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import load_lock
+from driver.model.peaks import load_peaks
 from driver.release.manifest import validate as validate_manifest
-from driver.release.mfu import load_peaks
 from driver.release.references import load_references
 from driver.schema import ConfigError
 from driver.sources.spec import load_spec

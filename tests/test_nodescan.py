@@ -113,15 +113,16 @@ def test_one_pair_cannot_tell_which_node_and_a_failed_probe_is_named() -> None:
     assert "n2+n3, n3+n4" in verdicts["n3"].detail
     assert verdicts["n2"].verdict == "ok" and "pair n2+n3 FAILED" in verdicts["n2"].detail
     text = pair_table(pairs)
-    assert f"FAILED: {why}" in text and "| n1+n2 " in text
+    assert f"FAILED: {why}" in text and text.splitlines()[2].startswith("n1+n2 ")
+    assert "|" not in text and "---" in text.splitlines()[1]  # a terminal's table, not Markdown
     # The node table: throughput columns beside the link columns, one row per node.
     results = [NodeResult(n, (100.0,)) for n in ("n1", "n2", "n3", "n4")]
     both = table(judge(results), links=list(verdicts.values()))
     header = both.splitlines()[0]
     assert "samples/s (median)" in header and "busbw GB/s (pairs' median)" in header
-    assert "| FAILED " in next(line for line in both.splitlines() if line.startswith("| n3 "))
+    assert " FAILED " in next(line for line in both.splitlines() if line.startswith("n3 "))
     pairs_only = table([], links=list(verdicts.values()))
-    assert "samples/s" not in pairs_only and "| SLOW" not in pairs_only
+    assert "samples/s" not in pairs_only and " SLOW" not in pairs_only
     assert isinstance(verdicts["n1"], LinkVerdict)
 
 
@@ -169,13 +170,9 @@ def test_a_slowed_node_is_named_and_the_others_are_not(
     )
     assert scan(inventory, tmp_path, "slow_node=node1", "slowdown=1.25", pairs=False) == 1
     out = capsys.readouterr().out
-    rows = {
-        line.split("|")[1].strip(): line
-        for line in out.splitlines()
-        if line.startswith("| node") and "samples/s" not in line  # the rows, not the header
-    }
+    rows = node_rows(out)
     assert set(rows) == {"node0", "node1"}, out
-    assert "| SLOW " in rows["node1"] and "| ok " in rows["node0"], out
+    assert rows["node1"][4] == "SLOW" and rows["node0"][4] == "ok", out
     assert "nodes to look at: node1" in out
     # Each node's repeats are an ordinary session: records, logs, provenance of that node.
     [scan_root] = (tmp_path / "results").iterdir()
@@ -219,14 +216,40 @@ def test_even_nodes_are_all_within_range_and_one_pair_cannot_tell_which(
     assert float(rows["node0"][5]) == pytest.approx(result["busbw_gbps"], abs=1e-4)
 
 
+def is_dashes(line: str) -> bool:
+    return line.startswith("-") and not set(line) - {"-", " "}
+
+
+def terminal_tables(out: str) -> list[list[list[str]]]:
+    """Every plain-text table the command printed (a header, a line of dashes per column,
+    rows until a line that is not one): each a list of rows, the header first, cut at the
+    columns the dashes mark."""
+    lines, tables = out.splitlines(), []
+    for number, line in enumerate(lines):
+        if not is_dashes(line) or number == 0:
+            continue
+        spans, start = [], 0
+        for dashes in line.split(" "):
+            if dashes:
+                spans.append((start, start + len(dashes)))
+            start += len(dashes) + 1
+        table = []
+        for at in range(number - 1, len(lines)):
+            row = lines[at]
+            if at == number:
+                continue  # the dashes
+            ends = not row.strip() or row.startswith(("nodes to look", "pairs whose", "every"))
+            if ends or (at > number and at + 1 < len(lines) and is_dashes(lines[at + 1])):
+                break  # the table's end, or the next table's header
+            table.append([row[a:b].strip() for a, b in spans[:-1]] + [row[spans[-1][0] :].strip()])
+        tables.append(table)
+    return tables
+
+
 def node_rows(out: str) -> dict[str, list[str]]:
     """The node table's rows by node: its cells (node first)."""
-    rows = {}
-    for line in out.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and "+" not in cells[0] and cells[0] not in ("node", "pair"):
-            rows[cells[0]] = cells
-    return rows
+    [table] = [t for t in terminal_tables(out) if t[0][0] == "node"]
+    return {row[0]: row for row in table[1:]}
 
 
 def test_a_bad_threshold_or_session_is_refused(
@@ -271,13 +294,14 @@ def test_a_failed_probe_is_a_failed_pair_named_with_why(
                    "--pairs-only", "--results", str(tmp_path / "results")])  # fmt: skip
     captured = capsys.readouterr()
     assert status == 1 and "Traceback" not in captured.out + captured.err
-    [line] = [line for line in captured.out.splitlines() if line.startswith("| node0+node1 ")]
-    assert "FAILED: ProbeError: probe 2n2g: failed" in line, captured.out
+    [pairs] = [t for t in terminal_tables(captured.out) if t[0][0] == "pair"]
+    [row] = [row for row in pairs if row[0] == "node0+node1"]
+    assert "FAILED: ProbeError: probe 2n2g: failed" in row[-1], captured.out
     rows = node_rows(captured.out)
     assert {node: row[3] for node, row in rows.items()} == {"node0": "FAILED", "node1": "FAILED"}
     assert "samples/s" not in captured.out  # --pairs-only: no 1n1g case
     assert "pairs whose probe failed: node0+node1" in captured.out
-    assert "cannot import torch" in line  # the why: the runtime's check on every node
+    assert "cannot import torch" in row[-1]  # the why: the runtime's check on every node
 
 
 def test_a_real_framework_scans_its_matrix_case_on_one_device() -> None:

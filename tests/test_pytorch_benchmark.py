@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from driver.bench.contract import SHAPE_OPTIONS, TRAINING_OPTIONS
 from driver.bench.protocol import EXIT_OOM
-from PyTorch.benchmark.make_bert_shards import make_bert_shards
+from driver.frontend.cli import main as cli_main
 from PyTorch.benchmark.make_fake_imagenet import make_fake_imagenet
 from PyTorch.benchmark.train import PYTORCH_OPTIONS
 
@@ -74,15 +74,16 @@ def shard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bert")
     corpus = root / "corpus.txt"
     corpus.write_text(CORPUS * 4, encoding="utf-8")
+    # a vocab.txt of the corpus's own words and punctuation (lower case), the specials first
+    words = sorted(set(re.findall(r"\w+|[^\w\s]", CORPUS.lower())))
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     shape = TINY["bert"]
-    make_bert_shards(
-        [corpus],
-        root / "shards",
-        seq_len=shape["seq_len"],
-        max_predictions=shape["max_predictions"],
-        vocab_size=shape["vocab_size"],
-        dupe_factor=2,
-    )
+    assert len(words) + 5 <= shape["vocab_size"]
+    argv = ["data", "bert-kit", str(corpus), str(vocab), str(root / "shards"), "--shards", "2",
+            "--max-seq-length", str(shape["seq_len"]), "--dupe-factor", "2",
+            "--max-predictions-per-seq", str(shape["max_predictions"])]  # fmt: skip
+    assert cli_main(argv) == 0
     return root / "shards"
 
 

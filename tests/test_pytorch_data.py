@@ -18,35 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from driver.bench.contract import parse_benchmark_args, resolve_options
 from PyTorch.benchmark import train
 from PyTorch.benchmark.data import (
-    BertShardDataset,
     ImageFolderDataset,
     collate_images,
     find_images,
     random_resized_crop_box,
-    read_bert_shards,
-)
-from PyTorch.benchmark.make_bert_shards import (
-    CLS,
-    MASK,
-    SEP,
-    WordPiece,
-    build_vocab,
-    make_bert_shards,
 )
 from PyTorch.benchmark.make_fake_imagenet import make_fake_imagenet
-from PyTorch.benchmark.models.bert import IGNORE_INDEX
-
-CORPUS = """The quick brown fox jumps over the lazy dog.
-A second sentence follows the first one here.
-Benchmarks measure training throughput in samples per second.
-
-Another document starts after a blank line.
-It has sentences about convolutional networks and transformers.
-Every step logs a timestamp after a device synchronisation.
-Throughput comes from the timestamps of the measured window.
-
-A third document is short.
-"""
 
 
 def test_random_resized_crop_box_stays_inside_the_image() -> None:
@@ -70,49 +47,6 @@ def test_fake_imagenet_decodes_to_crops(tmp_path: Path) -> None:
     assert batch["images"].is_contiguous(memory_format=torch.channels_last)
     normalized, _ = ImageFolderDataset(str(tmp_path), 24, normalize=True)[0]
     assert normalized.dtype == np.float32 and abs(float(normalized.mean())) < 3
-
-
-def test_wordpiece_splits_unknown_words_into_known_pieces() -> None:
-    vocab = build_vocab(["the cat sat", "the cat"], size=200)
-    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer = WordPiece(vocab)
-    ids = tokenizer.encode("The cats!")
-    pieces = [vocab[i] for i in ids]
-    assert pieces == ["the", "cat", "##s", "[UNK]"]  # "!" never seen: unknown
-
-
-def test_bert_shards_follow_the_format(tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(CORPUS * 3, encoding="utf-8")
-    paths = make_bert_shards(
-        [corpus], tmp_path / "shards", seq_len=32, max_predictions=5, shard_size=8, dupe_factor=2
-    )
-    assert len(paths) >= 2 and (tmp_path / "shards" / "vocab.txt").exists()
-    arrays, meta = read_bert_shards(tmp_path / "shards")
-    assert meta["seq_len"] == 32 and meta["max_predictions"] == 5
-    ids, mask, segments = arrays["input_ids"], arrays["input_mask"], arrays["segment_ids"]
-    assert ids.shape[1] == 32 and arrays["masked_lm_positions"].shape[1] == 5
-    assert set(np.unique(arrays["next_sentence_labels"])) <= {0, 1}
-    for row in range(len(ids)):
-        length = int(mask[row].sum())
-        assert ids[row, 0] == CLS and ids[row, length - 1] == SEP
-        assert not ids[row, length:].any() and not mask[row, length:].any()
-        assert segments[row, 0] == 0 and segments[row, length - 1] == 1
-        labels = arrays["masked_lm_ids"][row]
-        real = labels != IGNORE_INDEX
-        positions = arrays["masked_lm_positions"][row][real]
-        assert 1 <= real.sum() <= 5 and (np.diff(positions) > 0).all()
-        assert all(0 < p < length for p in positions)
-        assert all(ids[row, p] not in (CLS, SEP) for p in positions)
-    masked_share = np.mean(
-        [ids[r, p] == MASK for r in range(len(ids)) for p in arrays["masked_lm_positions"][r][:1]]
-    )
-    assert masked_share > 0.5  # ~80% of the predictions are [MASK]
-    options = {"seq_len": 32, "max_predictions": 5, "vocab_size": meta["vocab_size"]}
-    batch = BertShardDataset(str(tmp_path / "shards"), options)[[0, 1, 2]]
-    assert batch["input_ids"].dtype == torch.int64 and batch["input_ids"].shape == (3, 32)
-    with pytest.raises(ValueError, match="seq_len"):
-        BertShardDataset(str(tmp_path / "shards"), {**options, "seq_len": 64})
 
 
 def resolved(args: argparse.Namespace, world_size: int) -> dict[str, Any]:

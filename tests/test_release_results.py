@@ -14,9 +14,9 @@ from driver.release.results import (
     MEASUREMENT_FIELDS,
     Results,
     ResultsError,
-    by_machine,
     csv_text,
     json_text,
+    results_by_machine,
     results_schema,
 )
 
@@ -45,9 +45,9 @@ def test_a_committed_versions_schema_says_how_its_cases_are_split(version: str) 
     results = Results.load(REPORTS / version / "results.json")
     assert results.schema_ == results_schema(manifest) == 1
     split = [("fingerprint" in row.dump()) for row in results.cases]
-    assert split == [by_machine(manifest)] * len(split)
-    assert by_machine(manifest) == (version >= "v0.4")
-    assert by_machine({**manifest, "results_schema": 2})  # a version of schema 2: always
+    assert split == [results_by_machine(manifest)] * len(split)
+    assert results_by_machine(manifest) == (version >= "v0.4")
+    assert results_by_machine({**manifest, "results_schema": 2})  # a version of schema 2: always
 
 
 def test_the_measurement_columns_come_from_the_model() -> None:

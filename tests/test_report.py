@@ -167,3 +167,33 @@ def test_the_tables_name_a_slow_node_and_release_readmes_do_not() -> None:
     assert (row["slow_node"], row["slow_node_ranks"], row["slow_node_excess"]) == (
         "gpu-b", "2-3", 0.123
     )
+
+
+def test_a_llama_session_table_shows_mfu_by_the_formula_and_other_models_none() -> None:
+    """Llama's FLOPs are a formula of its sizes (8.713e4 GFLOP per 8192-token sample of Llama
+    3.2 1B), so a session's table shows its MFU against the device's bf16 peak with no release
+    and no torch; a model counted from its definition (ResNet-50) gets none until a release."""
+    from driver.core.report import markdown_tables, session_mfu
+    from driver.core.summary import CaseSummary
+    from driver.model.case import Case, Topology
+    from driver.model.measure import case_stats
+
+    def summary(case: Case, rate: float, device: str) -> CaseSummary:
+        return CaseSummary(
+            case=case, stats=case_stats([rate, rate]), batch_size=int(case.batch_size),
+            speedup=None, efficiency=None, throughputs=[rate, rate],
+            devices=[device] * case.topology.world_size, amp_dtype="bfloat16",
+        )  # fmt: skip
+
+    options = {"llama_size": "llama3-1b", "seq_len": 8192}
+    llama = Case("llama", "pytorch", Topology(1, 1), 2, "amp", "synthetic", options=options)
+    # 5 sequences a second of 8.713e13 FLOPs on one H100 SXM (989.4 TFLOP/s bf16): 44.0%
+    on_h100 = summary(llama, 5.0, "NVIDIA H100 80GB HBM3")
+    assert session_mfu(on_h100) == pytest.approx(5.0 * 8.7127e13 / 989.4e12, rel=1e-3)
+    text = markdown_tables([on_h100], plain=True)
+    header, _dashes, row = text.splitlines()[2:5]
+    assert "MFU" in header and "44.0%" in row
+    assert session_mfu(summary(llama, 5.0, "AMD EPYC 9B14")) is None  # no peak for a CPU
+    resnet = Case("resnet50", "pytorch", Topology(1, 1), 256, "amp", "synthetic")
+    plain = markdown_tables([summary(resnet, 3000.0, "NVIDIA H100 80GB HBM3")], plain=True)
+    assert "MFU" not in plain.splitlines()[2]

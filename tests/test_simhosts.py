@@ -251,9 +251,34 @@ def test_cost_curve_small_end_through_process(
     assert point.nodes_side_s is not None and point.driver_s is not None
     assert point.nodes_side_s + point.driver_s == pytest.approx(point.result.overhead_s, abs=1e-6)
     assert point.driver_s < point.result.overhead_s
+    # After the run: the door over the sealed session and a release of it, timed
+    assert point.door_s is not None and 0 < point.door_s < 60
+    assert point.release_s is not None and 0 < point.release_s < 300
     table = capsys.readouterr().out
     assert "| 2       | 2n2g" in table and "launch_s" in table and "overhead s/case" in table
-    assert curve_table([point], "process") in table
+    assert curve_table([point], "process") in table and "release s" in table
+
+
+def test_the_kit_s_own_parts_are_fitted_by_a_line_and_read_at_1024_nodes() -> None:
+    """Points on a line in N read back exactly (largest miss 0%); a part measured at one node
+    count alone has no line."""
+    from driver.core.selftest import SelftestResult
+    from driver.testbed.costcurve import CurvePoint, extrapolation
+
+    def point(nodes: int) -> CurvePoint:
+        result = SelftestResult(f"{nodes}n{nodes}g", 1.0, 1.0, overhead_s=1.0,
+                                phases={"nodes_process_s": 2.0 + 0.5})  # fmt: skip
+        return CurvePoint(nodes, result, 1.0, repeat_steps_s=2.0, door_s=0.01 * nodes,
+                          release_s=3.0 + 0.1 * nodes)  # fmt: skip
+
+    lines = extrapolation([point(8), point(16), point(32), point(64)])
+    assert len(lines) == 3  # the driver's part, the door, the release
+    door = next(line for line in lines if line.startswith("the door"))
+    assert "10.00 ms per node" in door and "largest miss of the line 0%" in door
+    assert door.endswith("at 1,024 nodes 10.2 s")
+    release = next(line for line in lines if line.startswith("a release"))
+    assert "3.000 s + 100.00 ms per node" in release and release.endswith("105.4 s")
+    assert extrapolation([point(8)]) == []
 
 
 def test_two_runs_starting_hosts_at_once_never_share_a_subnet(

@@ -175,13 +175,15 @@ def test_holder_script_only_holds() -> None:
     assert HOLDER_SCRIPT.startswith("#!/bin/sh\n") and "exec sleep infinity" in HOLDER_SCRIPT
 
 
-def test_pyxis_image_comes_from_images_lock_by_digest() -> None:
+def test_pyxis_image_comes_from_images_lock_by_its_tag() -> None:
+    """The pinned tag in enroot's form, no digest (enroot 3.x refuses one; the digest is
+    checked against the registry before submitting: tests/test_enroot_references.py)."""
     from driver.images.lock import load_lock
 
     runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
     image = runtime.platform.image_for("pytorch")
-    digest = load_lock().get("nvcr.io/nvidia/pytorch:25.04-py3").digest
-    assert image == f"nvcr.io#nvidia/pytorch@{digest}"
+    assert load_lock().get("nvcr.io/nvidia/pytorch:25.04-py3").resolved
+    assert image == "nvcr.io#nvidia/pytorch:25.04-py3"
     override = SlurmRuntime(config=GPU_CLUSTER).platform.image_for("pytorch")
     assert override == f"nvcr.io#nvidia/pytorch@{DIGEST}"
 

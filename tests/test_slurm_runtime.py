@@ -254,14 +254,15 @@ def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluste
     assert cluster_env.drained() == []
 
 
-# pyxis is not packaged in Debian. This stand-in srun answers `--help` with pyxis's flag (so
-# `container: auto` picks pyxis), records each call's container flags and the call's last
-# argument, and hands the rest to the real srun: the runtime's pyxis path runs for real, with
-# the nodes' own python3 standing in for the image's.
+# The real pyxis runs on a cluster of its own (test_slurm_pyxis.py). This stand-in srun answers
+# `--help` with pyxis's flags (so `container: auto` picks pyxis), records each call's container
+# flags and the call's last argument, and hands the rest to the real srun: the runtime's pyxis
+# path runs for real, with the nodes' own python3 standing in for the image's.
 PYXIS_STAND_IN = """#!/bin/sh
 if [ "$1" = "--help" ]; then
   "$REAL_SRUN" --help
   echo "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH"
+  for flag in name mounts workdir writable; do echo "      --container-$flag"; done
   exit 0
 fi
 n=$#; i=0; flags=""; last=""

@@ -17,7 +17,8 @@ wrapper, unchanged) -> the slurm runtime -> the source's parser -> the record.
   ``mpi: none``: Debian's Slurm here has no libpmix), through the stand-in pyxis srun, with a
   stand-in for the program mpirun would start.
 
-pyxis is not packaged in Debian: its lines are rendered in ``test_slurm_upstream.py``.
+Under pyxis the sources' lines are rendered in ``test_slurm_upstream.py``; the real pyxis and
+enroot (built by .ci/setup-system.sh) run the kit's own scripts in ``test_slurm_pyxis.py``.
 """
 
 from __future__ import annotations

@@ -138,3 +138,28 @@ def test_summarize_names_the_slow_node_of_each_case() -> None:
 def test_rank_ranges_are_runs() -> None:
     assert rank_ranges([7, 0, 1, 2, 3, 5]) == "0-3, 5, 7"
     assert rank_ranges([4]) == "4"
+
+
+def test_a_llama_series_with_no_1n1g_scales_against_its_smallest_topology_labelled() -> None:
+    """Llama 3.1 8B does not fit one device: torchtitan's own published 1n8g and 16n128g
+    figures (5,762 and 5,605 tokens/s per GPU) give 15.56x and 97.3% against 1n8g, said so in
+    the cell and a note; a ResNet-50 series with no 1n1g still shows no speedup."""
+    from driver.core.report import markdown_tables
+    from driver.release.imported import figure_summaries
+
+    figures = REPORTS.parent / "published" / "llama3" / "torchtitan.yaml"
+    plain = [s for s in figure_summaries(figures) if s.case.variant == "8b"]
+    assert sorted(s.case.topology.label for s in plain) == ["16n128g", "1n8g"]
+    eight, many = sorted(summarize([], published=plain), key=lambda s: s.case.topology.world_size)
+    assert eight.speedup == 1.0 and eight.baseline_topology == "1n8g"
+    assert many.speedup is not None and many.efficiency is not None
+    assert round(many.speedup, 2) == round(16 * 5605 / 5762, 2) == 15.56
+    assert round(many.efficiency, 3) == round(5605 / 5762, 3) == 0.973
+    assert many.baseline_topology == "1n8g"
+    text = markdown_tables([eight, many], plain=True)
+    assert "15.56 (vs 1n8g)" in text and "97.28%" in text
+    assert "against the smallest topology of the series" in text
+    two, four = case(Topology(1, 2)), case(Topology(2, 2))
+    records = [(two, record(two, 1, 190.0)), (four, record(four, 1, 360.0))]
+    for summary in summarize(records):
+        assert summary.speedup is None and summary.baseline_topology is None

@@ -17,17 +17,15 @@ import pytest
 
 from driver.analysis.compare import load_side, side_of_summaries
 from driver.analysis.factor import factor_pairs
-from driver.core.matrix import load_matrix
 from driver.core.summary import CaseSummary
 from driver.frameworks.base import REPO_ROOT
-from driver.launchers.base import NodeRank
-from driver.model.case import Case
 from driver.model.measure import Window, case_stats, measure_repeat
 from driver.parsers._upstream import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries
 from driver.sources.upstream import SPECS, UpstreamSource
+from tests.llm_sources import SourceCases, node_rank, value
 
 load_all()
 
@@ -36,27 +34,8 @@ PUBLISHED = REPO_ROOT / "published" / "llama3" / "torchtitan.yaml"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def cases() -> list[Case]:
-    return load_matrix(SPEC.matrix_file).cases
-
-
-def case_of(topology: str, variant: str) -> Case:
-    return next(c for c in cases() if c.topology.label == topology and c.variant == variant)
-
-
-def node_rank(case: Case, node: int) -> NodeRank:
-    addrs = tuple(f"10.0.0.{11 + i}" for i in range(case.topology.nodes))
-    topo = case.topology
-    return NodeRank(node, topo.nodes, topo.devices_per_node, addrs[0], 29500, addrs)
-
-
-def argv_of(case: Case, node: int) -> list[str]:
-    return UpstreamSource(SPEC).launch_argv(case, node_rank(case, node), int(case.batch_size))
-
-
-def value(argv: list[str], flag: str) -> str:
-    assert argv.count(flag) == 1, (flag, argv)
-    return argv[argv.index(flag) + 1]
+SOURCE = SourceCases(SPEC)
+cases, case_of, argv_of = SOURCE.cases, SOURCE.case_of, SOURCE.argv_of
 
 
 # --- the commands ---------------------------------------------------------------------------
@@ -87,7 +66,7 @@ def test_each_node_starts_torchtitan_under_torchrun_with_the_case_in_its_flags(
         assert value(argv, "--config") == case.options["config"]
         assert value(argv, "--training.local-batch-size") == str(case.batch_size)
         assert value(argv, "--training.seq-len") == "8192"
-        assert value(argv, "--training.steps") == "120"  # 20 warm-up + 100 measured
+        assert value(argv, "--training.steps") == "50"  # the LLM protocol: 10 warm-up + 40
         assert value(argv, "--metrics.log-freq") == "1"
         assert value(argv, "--hf-assets-path") == f"{case.data_dir}/tokenizer"
         assert value(argv, "--dataloader.dataset-path") == f"{case.data_dir}/c4"
@@ -122,6 +101,37 @@ def test_a_case_the_release_cannot_run_is_refused_before_it_starts() -> None:
         upstream.launch_for(replace(case, precision="fp32"))
     with pytest.raises(ValueError, match="dropout"):
         upstream.launch_for(replace(case, options={**case.options, "dropout": 0.1}))
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "flex_flash", "varlen"])
+def test_an_attention_backend_the_release_cannot_select_is_refused_with_its_reason(
+    attention: str,
+) -> None:
+    from dataclasses import replace
+
+    upstream = UpstreamSource(SPEC)
+    case = case_of("1n8g", "8b")
+    assert upstream.launch_for(case) is not None  # flex, the release's own, runs
+    with pytest.raises(ValueError, match=r"config_utils\.py:97-101.*trainer\.py:75-77"):
+        upstream.launch_for(replace(case, options={**case.options, "attention": attention}))
+
+
+def test_the_published_like_8b_case_needs_a_96gb_part_and_its_80gb_sibling_fits() -> None:
+    """torchtitan's published 1n8g run without compile peaked at 82.4 GiB on H100 96GB: the
+    plan says it may not fit an H100 80GB; local batch 1 (llama3_8b's own default) and the
+    compiled run (77.0 GiB published) do; at 4n32g FSDP shards the state and it fits."""
+    from driver.core.estimate import estimate_case, load_knowledge
+
+    knowledge = load_knowledge()
+    by_id = {c.id: c for c in cases()}
+
+    def note(case_id: str) -> str:
+        return estimate_case(by_id[case_id], "H100", knowledge).basis
+
+    assert "may run out of memory" in note("llama/pytorch/1n8g/bs2/amp/real/8b/src-torchtitan")
+    for fits in ("1n8g/bs1/amp/real/8b", "1n8g/bs2/amp/real/8b-compile", "4n32g/bs2/amp/real/8b",
+                 "4n32g/bs1/amp/real/70b"):  # fmt: skip
+        assert "out of memory" not in note(f"llama/pytorch/{fits}/src-torchtitan"), fits
 
 
 # --- the parser -----------------------------------------------------------------------------

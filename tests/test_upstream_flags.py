@@ -358,6 +358,21 @@ def pinned_reader(source: str, model: str) -> tuple[str, Callable[[str], bytes |
         assert hashlib.sha256(data).hexdigest() == spec.release.sha256, f"{wheel}: not the pin"
         with ZipFile(io.BytesIO(data)) as archive:
             members = {name: archive.read(name) for name in archive.namelist()}
+        if not spec.release.files:
+            return spec.release.file, members.get
+        # The repository's files the wheel lacks (Megatron-LM's pretrain_gpt.py): read from the
+        # snapshot at their commit and held to their recorded sha256.
+        repo = mirror_for(spec)
+        if repo is None:
+            pytest.skip(f"no snapshot of {spec.repository} for the files the wheel lacks")
+        for pinned in spec.release.files:
+            shown = subprocess.run(
+                ["git", "-C", str(repo), "show", f"{pinned.commit}:{pinned.path}"],
+                capture_output=True, check=False,
+            )  # fmt: skip
+            assert shown.returncode == 0, f"{pinned.path} at {pinned.commit[:12]}"
+            assert hashlib.sha256(shown.stdout).hexdigest() == pinned.sha256, pinned.path
+            members[pinned.path] = shown.stdout
         return spec.release.file, members.get
     repo = mirror_for(spec)
     if repo is None:

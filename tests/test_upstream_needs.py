@@ -50,7 +50,22 @@ def variant_matches(variant: str, case: Any) -> bool:
     dali = case.options.get("dali")
     if dali is not None and ("dali" in words or "nodali" in words):
         return ("dali" if dali else "nodali") in words
+    if any(word in ATTENTION_BACKENDS for word in words[2:]):
+        return case.options.get("attention") in words
     return True
+
+
+# Attention backends a variant label may name (torchtitan's refused "amp real sdpa").
+ATTENTION_BACKENDS = ("sdpa", "flex_flash", "varlen")
+
+
+def refused_options(words: list[str], case: Any) -> dict[str, Any]:
+    """The options of a case asking for the refused variant ``words``: its attention backend,
+    else DALI on or off."""
+    attention = [word for word in words[2:] if word in ATTENTION_BACKENDS]
+    if attention:
+        return {**case.options, "attention": attention[0]}
+    return {"dali": "dali" in words}
 
 
 @pytest.mark.parametrize(("source", "model"), entries())
@@ -189,7 +204,7 @@ def test_the_matrix_holds_no_refused_variant_and_asking_for_one_is_refused(
             precision=words[0],
             dataset=words[1],
             data_dir="/data/x",
-            options={"dali": "dali" in words},
+            options=refused_options(words, case_for(source, model)),
             topology=Topology(1, 1),
         )
         because = SPECS[source].launches[model].refused[0].because

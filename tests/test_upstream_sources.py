@@ -141,6 +141,15 @@ def _check_release_install(spec: SourceSpec, text: str) -> None:
     assert install and install[1] == folder, f"{spec.dockerfile}: the wheel goes to {folder}"
     assert "--require-hashes" in install[0] and "--no-deps" in install[0]
     assert "git clone" not in text and spec.commit is None and not spec.commits
+    # The repository's files the wheel lacks: fetched at their commit, refused unless each has
+    # its recorded sha256, and kept beside the release (where the model runs).
+    owner_name = spec.repository.removeprefix("https://github.com/")
+    for pinned in release.files:
+        base = f"https://raw.githubusercontent.com/{owner_name}/{pinned.commit}"
+        assert base in text and pinned.path in text, (spec.dockerfile, pinned.path)
+        assert f"'{pinned.sha256}  {pinned.path}'" in text, (spec.dockerfile, pinned.path)
+    if release.files:
+        assert "sha256sum --check --strict" in text and f"WORKDIR {folder}" in text
     for launch in spec.launches.values():
         assert launch.commit is None and launch.directory == folder, launch
         assert f"PYTHONPATH={folder}" in launch.argv
@@ -249,7 +258,9 @@ def test_matrix_cases_render_for_four_nodes(spec: SourceSpec) -> None:
             header = json.loads(command.argv[4][len(HEADER_MARK) :])
             assert header["node_rank"] == node_rank and header["nodes"] == 4
             assert header["procs_per_node"] == 8 and header["batch"] == batch
-            assert header["warmup_steps"] == case.warmup_steps == 20
+            # DLPerf's protocol; an LLM source's own (docs/llama.md): 10 warm-up steps
+            warmup = 10 if case.model == "llama" else 20
+            assert header["warmup_steps"] == case.warmup_steps == warmup
 
 
 def test_seed_rows_covered_by_the_matrices() -> None:

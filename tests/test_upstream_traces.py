@@ -32,7 +32,7 @@ from driver.core.runner import run_plan
 from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Topology
 from driver.model.measure import Window, measure_repeat
-from driver.parsers._upstream import header_line
+from driver.parsers._upstream import PARALLEL_FIELDS, header_line
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 from driver.plugins import load_all
 from driver.runtimes.base import Verdict
@@ -149,6 +149,12 @@ def _asctime(seconds: float) -> str:
     return stamp.strftime("%Y-%m-%d %H:%M:%S,") + f"{stamp.microsecond // 1000:03d}"
 
 
+def _megatron_time(seconds: float) -> str:
+    """Megatron-LM's iteration-line clock (``%Y-%m-%d %H:%M:%S.%f``, microseconds)."""
+    stamp = datetime(2026, 11, 25, 10, 0, 0) + timedelta(seconds=seconds)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 def _prefix(kind: str, stream: str, global_rank: int, local_rank: int) -> str:
     if kind == "mpirun":
         return f"[1,{global_rank}]<{stream}>:"
@@ -176,7 +182,11 @@ def build_logs(
     script, printed as its own log says (its option set, e.g. ctl: true)."""
     spec, entry = SPECS[source], trace_of(source)["models"][model]
     log = entry[named]["log"] if named else entry["log"]
-    case = replace(case_for(source, model), topology=topology, precision=precision)
+    case = case_for(source, model)
+    # The small topologies hold no model-parallel layout: one replica per device here (the
+    # degrees' accounting is tested with the sources that state them).
+    options = {k: v for k, v in case.options.items() if k not in PARALLEL_FIELDS}
+    case = replace(case, topology=topology, precision=precision, options=options)
     if named:
         case = replace(case, variant=named, options={named: True})
     upstream = UpstreamSource(spec)
@@ -200,6 +210,10 @@ def build_logs(
         elif log["printing"] == "node":
             for node in range(nodes) if printing_node is None else [printing_node]:
                 node_lines[node].append(text)
+        elif log["printing"] == "last-rank":  # Megatron's print_rank_last
+            node, local = divmod(world - 1, procs)
+            stream = log.get("stream", "stdout")
+            node_lines[node].append(_prefix(log["prefix"], stream, world - 1, local) + text)
         else:  # every rank prints
             for global_rank in range(world):
                 node, local = divmod(global_rank, procs)
@@ -265,6 +279,7 @@ def _values(
         "paddle_speed": rate / global_batch * nodes,
         "absl": _absl(now),
         "asctime": _asctime(now),
+        "datetime": _megatron_time(now),
         "steps": steps,
     }
 

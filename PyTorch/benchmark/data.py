@@ -11,7 +11,7 @@ device by default (``normalize_on=device``), like NVIDIA's PyTorch reference: a 
 host-to-device bytes and no float work in the workers. ``normalize_on=loader`` normalises in
 numpy in the workers instead.
 
-BERT: ``*.npz`` shards written by ``make_bert_shards.py`` (see :data:`BERT_FEATURES`).
+BERT: ``*.npz`` shards written by ``dlperf data bert-kit`` (see :data:`BERT_FEATURES`).
 """
 
 from __future__ import annotations

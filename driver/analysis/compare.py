@@ -19,6 +19,8 @@ from typing import Any
 from scipy.stats import mannwhitneyu
 from tabulate import tabulate
 
+from driver.bench.llama import MODEL as LLAMA
+from driver.core.matrix import KIT_SOURCE
 from driver.core.summary import CaseRow, CaseSummary
 from driver.model.measure import CaseStats, case_stats
 
@@ -59,6 +61,20 @@ def software_label(versions: dict[str, Any]) -> str:
     )
 
 
+def attention_of(row: CaseRow) -> str:
+    """The attention kernel a Llama case trained with: an upstream source's ``attention``
+    option (torchtitan 0.3.0's flex), the kit's own script's causal SDPA, a published
+    figure's where its file says; "-" for the other models, which have no choice of it."""
+    if row.model != LLAMA:
+        return "-"
+    given = row.options.get("attention")
+    if given:
+        return str(given)
+    if row.source == KIT_SOURCE:
+        return "sdpa"
+    return "as published" if row.published_by else "unknown"
+
+
 def _fields(
     row: CaseRow,
     machine: str = "",
@@ -76,6 +92,7 @@ def _fields(
         # a source's current image and what differs from its pinned one (a published figure:
         # the pinned code as its publisher ran it)
         "image": image or "pinned",
+        "attention": attention_of(row),
         "model": row.model,
         "framework": row.framework,
         "source": row.source,
@@ -226,7 +243,7 @@ def min_p_value(m: int, n: int) -> float:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CompareVerdict:
     ratio: float
     p_value: float | None
     threshold: float
@@ -234,13 +251,13 @@ class Verdict:
     tested: bool  # the U test could reach alpha and took part
 
 
-def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> Verdict:
+def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> CompareVerdict:
     """B against A (higher throughput is better)."""
     sa, sb = case_stats(a), case_stats(b)
     ratio = sb.median / sa.median
     threshold = max(2 * sa.cv, 2 * sb.cv, MIN_CHANGE)
     if len(a) < 2 or len(b) < 2:
-        return Verdict(ratio, None, threshold, "inconclusive (1 repeat)", False)
+        return CompareVerdict(ratio, None, threshold, "inconclusive (1 repeat)", False)
     _u, p = mann_whitney(a, b)
     tested = min_p_value(len(a), len(b)) <= alpha
     disjoint = sa.maximum < sb.minimum or sb.maximum < sa.minimum
@@ -249,7 +266,7 @@ def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> Verdict:
         label = "within noise"
     else:
         label = "faster" if ratio > 1 else "slower"
-    return Verdict(ratio, p, threshold, label, tested)
+    return CompareVerdict(ratio, p, threshold, label, tested)
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,8 +54,9 @@ CROSS_PUBLISHER = ("device", "hardware", "machine", "source")
 # them (an H100's bf16 AMP beside DLPerf's fp16 V100 figure is no pure device ratio): AMP's
 # autocast dtype, an upstream source's image (its current image beside the pinned code's
 # figure: the software its ``current_image.differs`` names), the software versions, the data
-# set's identity (``dlperf data``).
-PROVENANCE = ("amp_dtype", "image", "software", "data")
+# set's identity (``dlperf data``), a Llama case's attention kernel (torchtitan 0.3.0's
+# FlexAttention beside its published SDPA figures).
+PROVENANCE = ("amp_dtype", "image", "software", "data", "attention")
 UNKNOWN = ("unknown", "as published", "no manifest")
 _TRUTH = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 

@@ -229,6 +229,18 @@ def training_flops_per_sample(
     return training_flops_per_token(shape, seq_len, tied_output_counted) * seq_len
 
 
+def training_flops_if_formula(model: str, options: Mapping[str, Any]) -> float | None:
+    """:func:`training_flops_per_sample` where a model's FLOPs are this formula of its sizes
+    (Llama; ``options`` with the shape defaults), None for a model counted from its definition
+    or options that name no shape."""
+    if model != MODEL:
+        return None
+    try:
+        return training_flops_per_sample(options)
+    except (KeyError, TypeError, ValueError):  # LlamaOptionError is a ValueError
+        return None
+
+
 # Each count's words, as a release's manifest records them (``model_costs[...].source``) ->
 # whether it counts a tied output projection: an audit recomputes a version by its own count.
 FLOPS_FORMULAS = {FLOPS_FORMULA: True, FLOPS_FORMULA_BEFORE_4ED3C536: False}
@@ -256,6 +268,10 @@ STATE_BYTES_PER_PARAMETER = 4 + 4 + 8
 ACTIVATION_BYTES_PER_WIDTH = {"none": 34, "selective": 28, "full": 2}
 # The loss's logits: bf16 outputs and their fp32 copy for the cross entropy, per token.
 LOGIT_BYTES_PER_VOCAB = 2 + 4
+# torch.compile fuses elementwise ops and keeps fewer of their outputs: torchtitan's published
+# pair (the same 1n8g run with and without compile, 77.0 and 82.4 GiB, published/llama3/
+# torchtitan.yaml) keeps 0.92 of the activations once the 15.0 GiB of training state is taken off.
+COMPILED_ACTIVATION_SHARE = 0.92
 USABLE_MEMORY = 0.9  # the share of a device's memory a plan counts on (allocator, CUDA context)
 
 
@@ -267,17 +283,21 @@ def memory_shards(options: Mapping[str, Any], ranks: int, ranks_per_node: int) -
 
 
 def training_memory_bytes(
-    shape: LlamaShape, seq_len: int, shards: int, checkpointing: str
+    shape: LlamaShape, seq_len: int, shards: int, checkpointing: str, model_parallel: int = 1
 ) -> tuple[float, float]:
     """(bytes of training state a device holds, bytes of activations per sequence) for a
     planning estimate (see the constants above): not a measurement, and no substitute for
-    ``batch_size: max``'s search, which starts near it."""
+    ``batch_size: max``'s search, which starts near it. ``model_parallel`` (tensor x context
+    parallel degrees) splits a sequence's activations: tensor parallelism with sequence
+    parallelism and a parallel loss (torchtitan's and Megatron's defaults) keeps 1/t of every
+    activation and of the logits (Korthikanti et al. 2022, section 4.2.2), context parallelism
+    1/c of the tokens."""
     state = shape.parameters() * STATE_BYTES_PER_PARAMETER / max(shards, 1)
     kept = ACTIVATION_BYTES_PER_WIDTH[checkpointing] * shape.dim * seq_len * shape.layers
     if checkpointing == "full":  # the layer being recomputed holds its whole activations
         kept += ACTIVATION_BYTES_PER_WIDTH["none"] * shape.dim * seq_len
     logits = LOGIT_BYTES_PER_VOCAB * shape.vocab_size * seq_len
-    return float(state), float(kept + logits)
+    return float(state), float(kept + logits) / max(model_parallel, 1)
 
 
 def case_memory_bytes(
@@ -285,12 +305,27 @@ def case_memory_bytes(
 ) -> tuple[float, float]:
     """:func:`training_memory_bytes` of a case's options (``seq_len`` given) on ``ranks``
     ranks, ``ranks_per_node`` a node: (training state a device holds, bytes a sequence)."""
-    return training_memory_bytes(
+    split = int(options.get("tensor_parallel", 1)) * int(options.get("context_parallel", 1))
+    state, per_sequence = training_memory_bytes(
         llama_shape(options),
         int(options["seq_len"]),
         memory_shards(options, ranks, ranks_per_node),
         str(options.get("activation_checkpointing", "none")),
+        split,
     )
+    return state, per_sequence * (COMPILED_ACTIVATION_SHARE if options.get("compile") else 1.0)
+
+
+def resident_sequences(options: Mapping[str, Any], batch: int) -> float:
+    """Sequences whose activations a device holds at once, for the estimate: the per-device
+    batch, or, for a source that accumulates micro-batches (Megatron-LM: option
+    ``micro_batch``), one micro-batch (a pipeline stage's 1F1B schedule holds up to PP
+    micro-batches of its 1/PP of the layers, about one micro-batch of all of them). Their
+    split over tensor and context parallelism is :func:`case_memory_bytes`'s bytes a
+    sequence."""
+    if "micro_batch" not in options:
+        return float(batch)
+    return float(int(options["micro_batch"]))
 
 
 def largest_batch(

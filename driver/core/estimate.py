@@ -35,8 +35,10 @@ from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_pe
 from driver.bench.llama import MODEL as LLAMA
 from driver.files import write_text
 from driver.model.case import Case
+from driver.model.peaks import load_peaks, match_device, planned_precision
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
+from driver.parsers._upstream import PARALLEL_FIELDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
@@ -58,8 +60,17 @@ LLAMA_SEARCH_PROBES = 3
 # stand for them. A measured start-up longer than these wins.
 ASSUMED_LLAMA_STARTUP_S = {"llama3-1b": 30.0, "llama3-8b": 60.0, "llama3-70b": 180.0}
 ASSUMED_COMPILE_S = 120.0
+# The other models' repeat start on GPUs (the container, the framework's CUDA and NCCL set-up,
+# cuDNN's autotuning in the first steps), on one node and across nodes: assumed, not measured,
+# where the kit's measured start-up (CPU runs) is shorter.
+ASSUMED_GPU_STARTUP_S = {"one node": 30.0, "several nodes": 60.0}
+# One framework image made a container on every node of a Slurm job under pyxis (an NGC image
+# of 10-20 GB pulled and squashed by enroot, the nodes in parallel): once per image and job,
+# assumed, not measured.
+ASSUMED_IMAGE_IMPORT_S = 300.0
+# A validation sample costs its forward pass: a third of a training sample's FLOPs.
+VALIDATION_COST = 1 / 3
 SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
-PEAK_KEYS = {"fp32": "fp32", "amp": "bf16"}
 # A published figure of FP8 linear layers (NeMo's 8b-fp8, torchtitan's 8b-compile-float8) is
 # imported as precision amp and marked so in its variant: the estimate of a bf16 case skips it.
 FP8_VARIANT = re.compile(r"fp8|float8", re.IGNORECASE)
@@ -125,6 +136,8 @@ class CaseEstimate:
     step_s: float | None
     basis: str  # where the step time came from, in words
     devices: int = 1  # the case's devices, for the device-hours it uses
+    # "case", or "setup": a session's own cost that is no case's (a pyxis image import)
+    kind: str = "case"
 
 
 @dataclass(frozen=True)
@@ -311,8 +324,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                 _warn(path.relative_to(root), error)
             except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
                 continue  # not a figure the estimate can use
-    peaks_file = root / "reports" / "peaks.yaml"
-    peaks = yaml.safe_load(peaks_file.read_text())["devices"] if peaks_file.exists() else []
+    peaks = load_peaks(root / "reports" / "peaks.yaml")
     figures = _within_peaks(figures, flops, peaks)
     if startups:
         startup = max(MIN_STARTUP_S, statistics.median(startups))
@@ -414,18 +426,12 @@ def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]
 def _device_entry(hardware: str, peaks: list[dict]) -> dict | None:
     """The first ``reports/peaks.yaml`` entry a hardware name matches (either way round: "H100"
     names the SXM entry, "NVIDIA H100 80GB HBM3" holds its match)."""
-    for device in peaks:
-        if any(
-            m.lower() in hardware.lower() or hardware.lower() in m.lower()
-            for m in device.get("match", [])
-        ):
-            return device
-    return None
+    return match_device(hardware, peaks, either_way=True)
 
 
 def _peak_tflops(hardware: str, precision: str, peaks: list[dict]) -> float | None:
-    peaks_of = (_device_entry(hardware, peaks) or {}).get("peaks", {})
-    return peaks_of.get(PEAK_KEYS.get(precision, precision))
+    entry = _device_entry(hardware, peaks) or {}
+    return (entry.get("peaks") or {}).get(planned_precision(precision, entry))
 
 
 def _flops(case: Case, knowledge: Knowledge) -> float | None:
@@ -437,18 +443,21 @@ def _flops(case: Case, knowledge: Knowledge) -> float | None:
 def step_seconds(
     case: Case, batch: int, hardware: str, knowledge: Knowledge
 ) -> tuple[float | None, str]:
-    """Seconds of one training step of ``case`` at per-device ``batch`` on ``hardware``, and
-    where the figure came from."""
+    """Seconds of one training step of ``case`` at ``batch`` on ``hardware``, and where the
+    figure came from. ``batch`` is a data-parallel replica's: a model-parallel layout's devices
+    (the case's ``tensor_parallel`` x ``pipeline_parallel`` x ``context_parallel``) share each
+    replica's samples, so a step trains batch x world / that product samples."""
     figure = _nearest_figure(case, batch, hardware, knowledge.figures)
+    batch_per_device = batch / math.prod(int(case.options.get(n, 1)) for n in PARALLEL_FIELDS)
     if figure is not None:
-        return batch / figure.per_device, (
+        return batch_per_device / figure.per_device, (
             f"{figure.framework} bs{figure.batch_per_device} on {figure.hardware}: "
             f"{figure.per_device:.3g} samples/s per device ({figure.where})"
         )
     flops = _flops(case, knowledge)
     peak = _peak_tflops(hardware, case.precision, knowledge.peaks) if hardware else None
     if flops and peak:
-        return batch * flops / (peak * 1e12 * ASSUMED_MFU), (
+        return batch_per_device * flops / (peak * 1e12 * ASSUMED_MFU), (
             f"{flops / 1e9:.3g} GFLOP/sample at {ASSUMED_MFU:.0%} of {peak:g} TFLOP/s "
             "(reports/peaks.yaml)"
         )
@@ -469,12 +478,28 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     probes, startup, notes = SEARCH_PROBES, knowledge.startup_s, []
     if case.model == LLAMA:
         batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
+    elif hardware and _peak_tflops(hardware, case.precision, knowledge.peaks):
+        where = "one node" if case.topology.nodes == 1 else "several nodes"
+        if ASSUMED_GPU_STARTUP_S[where] > startup:
+            startup = ASSUMED_GPU_STARTUP_S[where]  # a GPU: the CPU runs' start-up is shorter
+            notes.append(f"start-up {startup:.0f} s per repeat (assumed for GPUs on {where})")
     step, basis = step_seconds(case, batch, hardware, knowledge)
     if step is None:
         return CaseEstimate(
             case.id, None, None, "; ".join([basis, *notes]), case.topology.world_size
         )
     _warmup, _measured, total_steps = case.window_for(batch)
+    epoch = _source_epoch(case)
+    if epoch is not None:
+        trained, validated = epoch
+        global_batch = batch * case.topology.world_size
+        total_steps = math.ceil(trained / global_batch) + VALIDATION_COST * math.ceil(
+            validated / global_batch
+        )
+        notes.append(
+            f"its code trains a whole epoch per repeat ({trained:,} samples, then "
+            f"{validated:,} validated): {total_steps:,.0f} steps' time"
+        )
     seconds = case.repeats * (startup + total_steps * step)
     if searched:
         seconds += probes * (startup + SEARCH_STEPS * step)
@@ -484,13 +509,55 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     )
 
 
+def _source_epoch(case: Case) -> tuple[int, int] | None:
+    """(samples trained, samples validated) per run of an upstream source whose pinned code
+    trains a whole epoch whatever the window (``epoch_samples`` in its source.yaml); None for
+    the others."""
+    from driver.sources.base import SOURCES
+
+    if case.source not in SOURCES:
+        return None
+    launches = getattr(getattr(SOURCES.get(case.source)(), "spec", None), "launches", {})
+    launch = launches.get(case.model)
+    if launch is None or launch.epoch_samples is None:
+        return None
+    return int(launch.epoch_samples), int(launch.validation_samples)
+
+
+def image_import_estimates(cases: Iterable[Case], devices: int) -> list[CaseEstimate]:
+    """Under pyxis, the job's first step of each framework image makes its named container on
+    every node at once: one import per image per job (:data:`ASSUMED_IMAGE_IMPORT_S`), held by
+    the job's ``devices``. Upstream sources' images are imported once on the login node
+    beforehand (``make images``), not in the job."""
+    from driver.core.matrix import KIT_SOURCE
+
+    frameworks = sorted({case.framework for case in cases if case.source == KIT_SOURCE})
+    return [
+        CaseEstimate(
+            f"image import: {framework} (pyxis, every node at once)",
+            ASSUMED_IMAGE_IMPORT_S,
+            None,
+            "assumed: an NGC image of 10-20 GB pulled and squashed by enroot, once per job",
+            devices,
+            kind="setup",
+        )
+        for framework in frameworks
+    ]
+
+
 def _llama_plan(
     case: Case, batch: int, hardware: str, knowledge: Knowledge
 ) -> tuple[int, int, float, list[str]]:
     """A Llama case's (batch, search probes, start-up per repeat, notes): its batch ``max``
     from the memory estimate where the device's memory is known, its fit said where it is not
     sure, its start-up by size (assumed) where the kit has measured none as long."""
-    from driver.bench.llama import USABLE_MEMORY, case_memory_bytes, largest_batch, memory_shards
+    from driver.bench.llama import (
+        USABLE_MEMORY,
+        case_memory_bytes,
+        largest_batch,
+        memory_shards,
+        resident_sequences,
+    )
 
     options = dict(case.options)
     topology = case.topology
@@ -526,7 +593,7 @@ def _llama_plan(
             f"{memory / gib:.0f} GiB; give it more devices to shard over"
         )
     else:
-        need = state + batch * per_sequence
+        need = state + resident_sequences(options, batch) * per_sequence
         if need > memory:
             notes.append(
                 f"by the memory estimate it needs {need / gib:.1f} GiB of the device's "
@@ -538,8 +605,7 @@ def _llama_plan(
 
 def largest_device_memory(root: Path = REPO_ROOT) -> float | None:
     """The largest device memory ``reports/peaks.yaml`` lists, in bytes (None: it lists none)."""
-    path = root / "reports" / "peaks.yaml"
-    devices = yaml.safe_load(path.read_text()).get("devices", []) if path.is_file() else []
+    devices = load_peaks(root / "reports" / "peaks.yaml")
     sizes = [d["memory_gib"] for d in devices if isinstance(d.get("memory_gib"), (int, float))]
     return max(sizes) * 2**30 if sizes else None
 
@@ -577,7 +643,10 @@ def plan_lines(estimates: list[CaseEstimate], startup_basis: str = "") -> list[s
     total = duration(total_seconds(estimates))
     tail = f"; {unknown} case(s) not estimated: at least that" if unknown else ""
     start = f"; start-up per repeat: {startup_basis}" if startup_basis else ""
-    lines.append(f"{total:>8}  total, {len(estimates)} case(s){tail}{start}")
+    cases = sum(e.kind == "case" for e in estimates)
+    setup = len(estimates) - cases
+    also = f" and {setup} image import(s)" if setup else ""
+    lines.append(f"{total:>8}  total, {cases} case(s){also}{tail}{start}")
     known = [e for e in estimates if e.seconds is not None]
     if known and max(e.devices for e in known) > 1:
         used = sum(e.seconds * e.devices for e in known) / 3600  # type: ignore[operator]

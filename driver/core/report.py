@@ -13,6 +13,7 @@ repeat that cannot be trusted.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -25,11 +26,12 @@ from typing import Any
 from tabulate import tabulate
 
 from driver.bench.contract import SHAPE_OPTIONS
-from driver.bench.llama import tokens_per_sample
+from driver.bench.llama import tokens_per_sample, training_flops_if_formula
 from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
 from driver.model.measure import UNSTABLE_CV
+from driver.model.peaks import load_peaks, match_device, mfu, peak_precision
 from driver.text import markdown_code, markdown_inline
 
 MODEL_NAMES = {
@@ -135,6 +137,14 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
             f"{UNKNOWN_DEVICE_MARK}: published on hardware that names no device model the kit "
             f"knows ({', '.join(unknown)}): as the publisher wrote it, unchecked."
         )
+    against = sorted({s.baseline_topology for s in summaries if s.baseline_topology})
+    if against:
+        notes.append(
+            f"(vs {', '.join(against)}): speedup and efficiency against the smallest topology "
+            "of the series, where it has no 1n1g case (a model that does not fit one "
+            "device): its devices count as one unit, so 4n32g against 1n8g scales perfectly "
+            "at 4.00 and 100%."
+        )
     if any(s.reported_by_source for s in summaries):
         notes.append("(r): throughput as reported by the source's own log (no step timestamps).")
     for s in summaries:
@@ -185,7 +195,10 @@ def efficiency_cell(summary: CaseSummary) -> str:
 
 
 def speedup_cell(summary: CaseSummary) -> str:
-    return _fmt(summary.speedup) + (f" {SUPERLINEAR_MARK}" if summary.superlinear else "")
+    against = f" (vs {summary.baseline_topology})" if summary.baseline_topology else ""
+    return (
+        _fmt(summary.speedup) + against + (f" {SUPERLINEAR_MARK}" if summary.superlinear else "")
+    )
 
 
 @dataclass(frozen=True)
@@ -225,6 +238,40 @@ TOKEN_COLUMNS = (
     ExtraColumn("tokens/s", _tokens_cell(False), after="samples/s"),
     ExtraColumn("tokens/s/device", _tokens_cell(True), after="samples/s"),
 )
+
+
+@functools.cache
+def _peaks() -> tuple[dict[str, Any], ...]:
+    """``reports/peaks.yaml``, read once a process (a ConfigError names a bad entry)."""
+    return tuple(load_peaks())
+
+
+def session_mfu(summary: CaseSummary) -> float | None:
+    """The MFU of a measured case whose FLOPs are a formula of its sizes (Llama: no torch
+    needed), against its device's dense peak at the precision it ran in; None for the others
+    (their FLOPs are counted from the model at release), for published figures and for devices
+    ``reports/peaks.yaml`` does not list."""
+    options = {**SHAPE_OPTIONS, **summary.case.options}
+    flops = training_flops_if_formula(summary.case.model, options)
+    if flops is None or summary.published_by or not summary.devices:
+        return None
+    entry = match_device(summary.devices[0], list(_peaks()))
+    if entry is None:
+        return None
+    precision = peak_precision(summary.case.precision, {"amp_dtype": summary.amp_dtype})
+    peak = (entry.get("peaks") or {}).get(precision)
+    return mfu(summary.stats.median, flops, summary.case.topology.world_size, peak)
+
+
+def _mfu_cell(summary: CaseSummary) -> str:
+    value = session_mfu(summary)
+    return "-" if value is None else f"{value:.1%}"
+
+
+MFU_HEADER = "MFU"
+# A session's MFU where the FLOPs need no model to count (a release adds its own column, of
+# every counted model, in its place).
+MFU_COLUMN = ExtraColumn(MFU_HEADER, _mfu_cell, after="CV")
 
 
 GIB = 2**30
@@ -372,10 +419,14 @@ def across_series(
 ) -> list[tuple[str, tuple[int, int], int, list[float], list[float]]]:
     """(device model, (nodes, devices), series, speedups, efficiencies) per device model and
     multi-device topology where two or more series have a speedup: the rows of the median and
-    geometric mean across series. Never across device models."""
+    geometric mean across series. Never across device models, and only speedups against 1n1g
+    (one against 1n8g is another unit)."""
     cells: dict[tuple[str, tuple[int, int]], list[CaseSummary]] = defaultdict(list)
     for s in group:
-        if s.speedup is not None and s.efficiency is not None and s.case.topology.world_size > 1:
+        against_1n1g = s.baseline_topology is None
+        if against_1n1g and s.speedup is not None and s.efficiency is not None and (
+            s.case.topology.world_size > 1
+        ):
             cells[(s.identity, _topology(s))].append(s)
     out = []
     for (device, topology), items in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1][1])):
@@ -397,7 +448,8 @@ def long_table(
     table has more than one), then the median and geometric mean across series; ``plain``: as
     text for a terminal (see :func:`markdown_tables`)."""
     text = str if plain else markdown_inline
-    candidates = (*TOKEN_COLUMNS, *MEMORY_COLUMNS, *extra_columns)
+    own_mfu = () if any(e.header == MFU_HEADER for e in extra_columns) else (MFU_COLUMN,)
+    candidates = (*TOKEN_COLUMNS, *own_mfu, *MEMORY_COLUMNS, *extra_columns)
     extras = [e for e in candidates if any(e.cell(s) != "-" for s in group)]
     columns: list[tuple[str, Callable[[CaseSummary], str] | None]] = []
     for base in BASE_COLUMNS:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from driver.core.estimate import CaseEstimate
 from driver.core.matrix import (
@@ -121,7 +121,7 @@ def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
     (``driver.bench.llama``) on the largest device ``reports/peaks.yaml`` lists. Returns the
     cases kept and the one line naming those left out (empty when none was)."""
     from driver.bench.llama import MODEL as LLAMA
-    from driver.bench.llama import LlamaOptionError, case_memory_bytes
+    from driver.bench.llama import LlamaOptionError, case_memory_bytes, resident_sequences
     from driver.core.estimate import largest_device_memory
 
     largest = largest_device_memory()
@@ -142,7 +142,7 @@ def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
             kept.append(case)  # named where the case's options are checked
             continue
         batch = 1 if case.batch_size == "max" else int(case.batch_size)  # max: at least one
-        need = state + batch * per_sequence
+        need = state + resident_sequences(options, batch) * per_sequence
         (left if need > largest else kept).append(case)
     if not left:
         return cases, ""
@@ -197,6 +197,21 @@ class SessionSetting:
 # and the folder of the session it writes (``driver.diagnose.probes.PROBE_DIR``, a floor above)
 PROBES = "probes"
 BeforeMatrix = Callable[[Path, Runtime, list[Topology]], object]
+
+
+class SessionOptions(TypedDict, total=False):
+    """:func:`run_session`'s options beyond the selection, the runtime and the folder: what a
+    run's command line asks, handed on whole by those that start a session another way (the
+    rehearsal on simulated hosts)."""
+
+    argv: Required[list[str]]
+    dry_run: bool
+    progress: str
+    setting: SessionSetting | None
+    before_matrix: BeforeMatrix | None
+    signing_key: str | Path | None
+    adopt: list[str] | None
+    estimates: list[CaseEstimate] | None
 
 
 def run_session(

@@ -182,7 +182,8 @@ class CaseRow(StrictModel):
     row: Annotated[Literal["case"] | None, RELEASE] = None  # a release's results rows say so
     repeat_throughputs: Annotated[list[float] | None, RELEASE] = None
     table: Annotated[str | None, RELEASE] = None
-    fingerprint: Annotated[str | None, RELEASE] = None  # the machine (release.by_machine)
+    # the machine, where a release splits cases by it (release.results.results_by_machine)
+    fingerprint: Annotated[str | None, RELEASE] = None
     # Results schema 2 on: a measured case above 100% efficiency beyond its noise tolerance, and
     # the reason it was released with; who signed the case's session and the version.
     superlinear: Annotated[bool | None, RELEASE] = None
@@ -281,6 +282,10 @@ class CaseSummary:
     slow_node: SlowNode | None = None
     # The CV of the measured 1n1g its speedup is against (None: no such baseline, or published).
     baseline_cv: float | None = None
+    # The topology its speedup and efficiency are against where that is not 1n1g: a Llama
+    # series with no 1n1g case (Llama 3.1 8B does not fit one device) scales against the
+    # smallest topology of the series measured, 1n8g say (:func:`_fill_speedups`).
+    baseline_topology: str | None = None
     # The largest peak memory of any device over the case's repeats, as the scripts recorded it
     # (``driver.model.measure.PEAK_MEMORY_FIELDS``): the framework's count and its source, and
     # NVML's; None where a repeat's logs state none (other models' scripts, upstream sources).
@@ -493,8 +498,30 @@ def baseline_in(summary: CaseSummary, index: dict[tuple, CaseSummary]) -> CaseSu
     return index.get(_baseline_key(summary))
 
 
+# Models whose series may scale against their smallest topology where they have no 1n1g case:
+# an LLM that does not fit one device. The other models keep DLPerf's 1n1g-only speedup.
+SMALLEST_TOPOLOGY_BASELINE = ("llama",)
+
+
+def smallest_topologies(summaries: Iterable[CaseSummary]) -> dict[tuple, CaseSummary]:
+    """Per baseline key of a :data:`SMALLEST_TOPOLOGY_BASELINE` model, the summary of its
+    smallest multi-device topology (fewest devices, then fewest nodes)."""
+    index: dict[tuple, CaseSummary] = {}
+    for s in summaries:
+        topology = s.case.topology
+        if s.case.model not in SMALLEST_TOPOLOGY_BASELINE or topology.world_size == 1:
+            continue
+        key = _baseline_key(s)
+        held = index.get(key)
+        size = (topology.world_size, topology.nodes)
+        if held is None or size < (held.case.topology.world_size, held.case.topology.nodes):
+            index[key] = s
+    return index
+
+
 def _fill_speedups(summaries: list[CaseSummary]) -> None:
     index = baselines(summaries)
+    smallest = smallest_topologies(summaries)
     for s in summaries:
         base = baseline_in(s, index)
         devices = s.case.topology.world_size
@@ -502,9 +529,17 @@ def _fill_speedups(summaries: list[CaseSummary]) -> None:
             # no published 1n1g figure: the publisher's own speedup (their baseline)
             s.speedup, s.efficiency = s.published_speedup, s.published_speedup / devices
             continue
-        s.speedup, s.efficiency = speedup(
-            s.stats.median, base.stats.median if base else None, devices
-        )
+        if base is None:
+            base = smallest.get(_baseline_key(s))
+        if base is not None and base.case.topology.world_size > 1:
+            # scaling against the smallest topology holding the model: its devices count as one
+            s.baseline_topology = base.case.topology.label
+            value = s.stats.median / base.stats.median
+            s.speedup, s.efficiency = value, value * base.case.topology.world_size / devices
+        else:
+            s.speedup, s.efficiency = speedup(
+                s.stats.median, base.stats.median if base else None, devices
+            )
         if base is not None and not s.published_by:
             s.baseline_cv = base.stats.cv
 

@@ -1,4 +1,4 @@
-"""``dlperf data bert-hdf5|-tfrecord|-ofrecord|-gluonnlp|-paddle``: BERT pre-training data
+"""``dlperf data bert-hdf5|-tfrecord|-ofrecord|-gluonnlp|-paddle|-kit``: BERT pre-training data
 from the user's corpus and ``vocab.txt``, made once by ``bert_instances`` (Google's
 create_pretraining_data.py algorithm) and written in each source's format:
 
@@ -12,7 +12,9 @@ create_pretraining_data.py algorithm) and written in each source's format:
 - ``bert-gluonnlp``: gluon-nlp's ``train/*.npz`` and ``eval/*.npz``, by numpy (as gluon-nlp's
   script saves them), its ids those of the gluon-nlp vocabulary JSON given as ``vocab``;
 - ``bert-paddle``: paddle-models BERT's ``train/*.gz`` and ``validation/*.gz`` text lines, with
-  the ``vocab.txt`` it reads.
+  the ``vocab.txt`` it reads;
+- ``bert-kit``: the kit's own BERT scripts' ``shard_NNNNN.npz`` (PyTorch/README.md), with the
+  ``vocab.txt``.
 
 The hdf5, TFRecord and Paddle folders get the ``bert_config.json`` (BERT-base, the vocabulary's
 size) that those sources' commands read from ``data_dir``; every folder gets the manifest. Each
@@ -67,7 +69,7 @@ def bert_base_config(vocab_size: int) -> dict[str, Any]:
     }
 
 
-def _hdf5_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+def _hdf5_writer(out: Path, shards: int, _vocab: Vocabulary) -> tuple[list[Path], Callable]:
     """DeepLearningExamples PyTorch reads every file of ``--input_dir`` whose name holds
     ``training``, the six datasets below (create_pretraining_data.py's dtypes, gzip)."""
     paths = [out / f"training-{n:05d}-of-{shards:05d}.hdf5" for n in range(shards)]
@@ -128,14 +130,14 @@ def _framework_writer(framework: str, kind: str, out: Path, paths: list[Path]) -
     return write
 
 
-def _tfrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+def _tfrecord_writer(out: Path, shards: int, _vocab: Vocabulary) -> tuple[list[Path], Callable]:
     """NGC TF1 BERT globs ``--input_files_dir/*``: the shards alone in ``training/``."""
     folder = ensure_dir(out / "training")
     paths = [folder / f"part-{n:05d}-of-{shards:05d}.tfrecord" for n in range(shards)]
     return paths, _framework_writer("tensorflow", "bert-tfrecord", out, paths)
 
 
-def _ofrecord_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+def _ofrecord_writer(out: Path, shards: int, _vocab: Vocabulary) -> tuple[list[Path], Callable]:
     """OneFlow-Benchmark BERT's reader takes ``part-0`` to ``part-<data_part_num - 1>`` (no
     zero padding: the reader's default ``part_name_suffix_length``)."""
     paths = [out / f"part-{n}" for n in range(shards)]
@@ -146,7 +148,7 @@ GLUON_FIELDS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_id
                 "masked_lm_weights")  # fmt: skip
 
 
-def _gluonnlp_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+def _gluonnlp_writer(out: Path, shards: int, _vocab: Vocabulary) -> tuple[list[Path], Callable]:
     """gluon-nlp's ``create_pretraining_data.py`` output, which its ``run_pretraining.py``
     loads with ``NumpyDataset`` (``np.load(allow_pickle=True)``): per instance unpadded int32
     ``input_ids``, ``segment_ids``, ``masked_lm_positions``, ``masked_lm_ids`` and float32
@@ -182,7 +184,7 @@ def _gluonnlp_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
 PADDLE_SEP_ID = 2
 
 
-def _paddle_writer(out: Path, shards: int) -> tuple[list[Path], Callable]:
+def _paddle_writer(out: Path, shards: int, _vocab: Vocabulary) -> tuple[list[Path], Callable]:
     """paddle-models BERT's gzip text files, which its ``reader/pretraining.py`` parses a line
     at a time: ``token_ids;sent_ids;pos_ids;label`` (ids space-separated, [CLS] and both [SEP]
     included, label 1 when B follows A). Train holds the pairs whose B follows A, unmasked: the
@@ -244,9 +246,54 @@ def _gluonnlp_vocab(_out: Path, vocab: Vocabulary) -> list[Path]:
     return []
 
 
+# The kit's own BERT scripts' shards (PyTorch/benchmark/data.py reads every {data_dir}/*.npz):
+# each array's dtype, and -1 where a masked-token label is padding.
+KIT_ARRAYS = {"input_ids": "int32", "segment_ids": "int8", "input_mask": "int8",
+              "masked_lm_positions": "int32", "masked_lm_ids": "int32",
+              "next_sentence_labels": "int8"}  # fmt: skip
+KIT_PADDED_LABEL = -1
+
+
+def _kit_writer(out: Path, shards: int, vocab: Vocabulary) -> tuple[list[Path], Callable]:
+    """``shard_NNNNN.npz`` (``np.savez``) of :data:`KIT_ARRAYS` and a ``meta`` JSON string
+    (``seq_len``, ``max_predictions``, ``vocab_size``, ``tokenizer``), the format the kit's
+    own BERT reads (PyTorch/README.md): masked-token labels -1 where padded."""
+    paths = [out / f"shard_{n:05d}.npz" for n in range(shards)]
+
+    def write(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        import numpy as np
+
+        for number, arrays in batch:
+            labels = np.where(
+                arrays["masked_lm_weights"] > 0, arrays["masked_lm_ids"], KIT_PADDED_LABEL
+            )
+            outputs = {
+                name: (labels if name == "masked_lm_ids" else arrays[name]).astype(dtype)
+                for name, dtype in KIT_ARRAYS.items()
+            }
+            meta = {
+                "seq_len": int(arrays["input_ids"].shape[1]),
+                "max_predictions": int(arrays["masked_lm_positions"].shape[1]),
+                "vocab_size": len(vocab.words),
+                "tokenizer": f"BERT WordPiece ({vocab.path.name}, dlperf data bert-kit)",
+            }
+            shard = io.BytesIO()
+            np.savez(shard, meta=np.asarray(json.dumps(meta, sort_keys=True)), **outputs)
+            write_bytes(paths[number], shard.getvalue())
+
+    return paths, write
+
+
+def _kit_vocab(out: Path, vocab: Vocabulary) -> list[Path]:
+    """The vocabulary beside the shards, for whoever reads the ids back."""
+    if vocab.kind != "vocab.txt":
+        raise ConfigError(vocab.path, "(file)", "is not a vocab.txt; give BERT's vocab.txt")
+    return [write_bytes(out / "vocab.txt", vocab.path.read_bytes())]
+
+
 @dataclass(frozen=True)
 class Format:
-    writer: Callable[[Path, int], tuple[list[Path], Callable]]
+    writer: Callable[[Path, int, Vocabulary], tuple[list[Path], Callable]]
     per_call: int  # shards handed to one writer call
     shards: int  # default: bertPrep.py's 256, or the part count the source's command passes
     config: bool  # the source reads {data_dir}/bert_config.json
@@ -264,6 +311,8 @@ FORMATS = {
                             "BERT .npz files (gluon-nlp scripts/bert)", _gluonnlp_vocab),
     "bert-paddle": Format(_paddle_writer, 1, 256, True,
                           "BERT gzip text files (paddle-models BERT)", _paddle_vocab),
+    "bert-kit": Format(_kit_writer, 1, 16, False,
+                       "BERT .npz shards (the kit's own BERT scripts)", _kit_vocab),
 }  # fmt: skip
 
 
@@ -281,7 +330,7 @@ def prepare_bert(args: argparse.Namespace) -> int:
     fmt = FORMATS[args.format]
     facts = _source_facts(corpus, vocab, params)
     _claim(out, {"format": args.format, "shards": len(spans), **facts})
-    paths, write = fmt.writer(out, len(spans))
+    paths, write = fmt.writer(out, len(spans), vocab)
     extra = fmt.extra(out, vocab) if fmt.extra else []  # checks the vocabulary first
     made, shards_made = 0, 0
     batch: list[tuple[int, dict[str, Any]]] = []

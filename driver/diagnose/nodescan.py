@@ -384,7 +384,7 @@ def pair_table(pairs: list[PairResult]) -> str:
         for pair in pairs
     ]
     headers = ["pair", "round", "busbw GB/s", "at MB", "vs median", "probe"]
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def table(
@@ -434,4 +434,4 @@ def table(
                 if link.detail:
                     details.append(f"link: {link.detail}")
         rows.append([*row, "; ".join(details)])
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)

@@ -37,7 +37,7 @@ class ResolveError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Reference:
+class ImageReference:
     registry: str
     repository: str
     tag: str
@@ -49,7 +49,7 @@ class Reference:
         return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def parse_reference(ref: str) -> Reference:
+def parse_reference(ref: str) -> ImageReference:
     if "@" in ref:
         raise ResolveError(f"{ref}: give a tag, not a digest")
     name, tag = ref, "latest"
@@ -58,9 +58,9 @@ def parse_reference(ref: str) -> Reference:
         name, tag = ref.rsplit(":", 1)
     first, _, rest = name.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
-        return Reference(first, rest, tag)
+        return ImageReference(first, rest, tag)
     repository = name if "/" in name else f"library/{name}"
-    return Reference(DOCKER_HUB, repository, tag)
+    return ImageReference(DOCKER_HUB, repository, tag)
 
 
 def _token(challenge: str, timeout: float) -> str:

@@ -18,6 +18,9 @@ Logging modes (who writes step lines, and what one line's samples are):
   devices', times the nodes.
 * ``per-process``: every process logs with a launcher prefix naming its rank (torchrun ``--tee``,
   ``mpirun --tag-output``); samples are one device's.
+* ``last-rank``: only the last global rank logs (Megatron's ``print_rank_last``: the last
+  pipeline stage holds the loss); like ``rank0``, its samples stand for the world size. Its
+  lines carry the launcher's rank prefix, since the last rank shares its node with others.
 
 Logs the kit did not launch (``dlperf import-logs``) get the same header from the facts the user
 gives, stored with them; its optional ``"worker0_only": true`` says only node 0's log was kept
@@ -42,7 +45,7 @@ HEADER_MARK = "DLPERF-UPSTREAM "
 # The node's own facts, printed by the node right after the header (driver.sources.base
 # HOST_PROBE): the head renders the header, only the node knows its hostname, devices, hardware.
 HOST_MARK = "DLPERF-HOST "
-LOGGING_MODES = ("rank0", "per-node", "per-process")
+LOGGING_MODES = ("rank0", "per-node", "per-process", "last-rank")
 # Model-parallel degrees a run header may state (each 1 where absent): the devices one
 # data-parallel replica spans are their product, and samples are counted per replica, never
 # per device (torchtitan's llama3_70b trains tensor-parallel 8: 4n32g holds 4 replicas).
@@ -247,6 +250,8 @@ def rank_host(logs: Sequence[NodeLog], rank: int) -> dict[str, Any]:
     header = logs[0].header
     if header.logging == "rank0":
         node = 0
+    elif header.logging == "last-rank":
+        node = header.nodes - 1
     elif header.logging == "per-node":
         node = rank
     else:
@@ -342,6 +347,8 @@ def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
                 line=line,
             )
         return 0
+    if header.logging == "last-rank":
+        return _last_rank(log, rank, line)
     if rank is None and header.logging == "per-process":
         raise LogParseError(
             "a step line without a rank prefix: with several processes per node their lines "
@@ -356,6 +363,29 @@ def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
             line=line,
         )
     return header.node_rank if header.logging == "per-node" else rank
+
+
+def _last_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
+    """:func:`logging_rank` of a ``last-rank`` source: the last global rank's lines count, other
+    ranks' copies are skipped, and an unprefixed line counts only where one process runs."""
+    header = log.header
+    last = header.world_size - 1
+    if rank is None:
+        if header.world_size == 1:
+            return 0
+        raise LogParseError(
+            "a step line without a rank prefix: this source logs from the last rank, which "
+            "cannot be told from the others without one (start it under torchrun --tee 3)",
+            source=log.name,
+            line=line,
+        )
+    if rank // header.procs_per_node != header.node_rank:
+        raise LogParseError(
+            f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
+            source=log.name,
+            line=line,
+        )
+    return rank if rank == last else None
 
 
 Matcher = Callable[[str], "re.Match[str] | None"]
@@ -442,6 +472,8 @@ def step_lines(
 def expected_ranks(header: RunHeader) -> list[int]:
     if header.logging == "rank0":
         return [0]
+    if header.logging == "last-rank":
+        return [header.world_size - 1]
     nodes = 1 if header.worker0_only else header.nodes
     if header.logging == "per-node":
         return list(range(nodes))
@@ -454,7 +486,7 @@ def rank_batch(header: RunHeader) -> tuple[int, int]:
     ``driver.model.measure`` multiplies a logging rank's samples by the second number and expects
     world size / that number logging ranks.
     """
-    if header.logging == "rank0":
+    if header.logging in ("rank0", "last-rank"):
         return header.batch, header.world_size
     if header.worker0_only:  # node 0's logging ranks stand for every node's
         return header.batch, header.world_size // len(expected_ranks(header))

@@ -66,10 +66,10 @@ from driver.release.manifest import (
 )
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.results import (
-    by_machine,
     csv_text,
     json_text,
     readme_layout,
+    results_by_machine,
     results_data,
     results_schema,
 )
@@ -257,7 +257,7 @@ def _run(
     dataset = load_dataset(members)
     model_costs = manifest["model_costs"]
     try:
-        config = load_config(directory, model_costs, by_machine=by_machine(manifest))
+        config = load_config(directory, model_costs, by_machine=results_by_machine(manifest))
     except ConfigError as error:  # an import file of published figures that does not load
         state.add(error.path, error.field_path, error.message, "a valid import file")
         return

@@ -156,6 +156,9 @@ class Figure(StrictModel):
     llama_size: Annotated[Any, one_of(*LLAMA_SIZES)] | None = None
     seq_len: Annotated[Count, Field(gt=0)] | None = None
     tokens_per_device: Annotated[FiniteFloat, Field(gt=0)] | None = None
+    # The attention kernel the publisher's Llama run used (sdpa, flex), where it is known:
+    # `dlperf factor` names it where a pair differs in it.
+    attention: FreeText("name") | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -404,7 +407,11 @@ def figure_summary(figure: Figure) -> CaseSummary:
         repeats=1,
         options={
             key: value
-            for key, value in (("llama_size", figure.llama_size), ("seq_len", figure.seq_len))
+            for key, value in (
+                ("llama_size", figure.llama_size),
+                ("seq_len", figure.seq_len),
+                ("attention", figure.attention),
+            )
             if value is not None
         },
     )

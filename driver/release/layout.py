@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from driver.model.peaks import load_peaks
 from driver.release.compute import Config
 from driver.release.imported import figure_summaries
-from driver.release.mfu import load_peaks
 from driver.release.references import load_references
 
 PUBLISHED_DIR = "config/published"  # import files of published figures, as released
@@ -22,7 +22,8 @@ def load_config(
     version_dir: Path, model_costs: dict[str, dict[str, Any]], by_machine: bool = False
 ) -> Config:
     """The version's config copies; an import file that does not load raises ConfigError.
-    ``by_machine``: the version's results split cases by machine (``results.by_machine``)."""
+    ``by_machine``: the version's results split cases by machine
+    (``results.results_by_machine``)."""
     published = []
     for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
         published += figure_summaries(path)

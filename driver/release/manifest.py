@@ -51,7 +51,7 @@ class SignatureStatus(StrictModel):
     adopted: list[str] | None = None
 
 
-class Signatures(StrictModel):
+class ManifestSignatures(StrictModel):
     version: SignatureStatus
     sessions: dict[str, SignatureStatus]
     # which allowed-signers file the release trusted: the reports folder's own ("own") or one
@@ -90,7 +90,7 @@ class Manifest(StrictModel):
     results_schema: Annotated[Any, one_of(*KNOWN_RESULTS_SCHEMAS)] = 1
     # Layout 5 on (absent before): who signed the version and each session
     # (driver.release.signatures), and the reason each superlinear case was released with.
-    signatures: Signatures | None = None
+    signatures: ManifestSignatures | None = None
     superlinear: dict[str, str] | None = None
 
 

@@ -9,7 +9,8 @@ The parameter count (for the gradient size of the scaling bound) comes from the 
 
 The peak is the device's (``reports/peaks.yaml``, matched on the record header's device name)
 at the precision the run computed in: AMP -> its autocast dtype (bf16 or fp16), fp32 -> TF32
-when the run enabled TF32 math, else IEEE fp32.
+when the run enabled TF32 math, else IEEE fp32 (``driver.model.peaks``, the one loader and
+matcher of the peaks, and ``mfu()``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import Field
+from typing import Any
 
 from driver.bench.contract import SHAPE_OPTIONS
 from driver.bench.llama import (
@@ -31,72 +29,12 @@ from driver.bench.llama import (
 )
 from driver.bench.llama import MODEL as LLAMA
 from driver.frameworks.base import REPO_ROOT
-from driver.schema import (
-    FiniteFloat,
-    StrictModel,
-    Url,
-    load_document,
-    one_of,
-    schema_version,
-    validate,
-)
-from driver.text import FreeText
 
 COUNTED_MODELS = ("resnet50", "inception3", "bert")  # models with a PyTorch definition here
 # Models whose FLOPs come from a formula of their sizes (no torch needed): driver.bench.llama.
 FORMULA_MODELS = (LLAMA,)
 FLOPS_SOURCE = "PyTorch/benchmark/flops.py training_flops_per_sample (FlopCounterMode)"
 GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients (also under AMP: fp32 master weights)
-
-
-# Dense TFLOP/s of one device: above zero and below what any accelerator is near (an H100's
-# bf16 is ~990); a typo of a few orders of magnitude would make every MFU of that device ~0.
-Peak = Annotated[FiniteFloat, Field(gt=0, le=100_000)]
-
-
-class DevicePeaks(StrictModel):
-    name: Annotated[FreeText("label"), Field(min_length=1)]
-    match: Annotated[list[Annotated[FreeText("label"), Field(min_length=1)]], Field(min_length=1)]
-    peaks: dict[Annotated[Any, one_of("bf16", "fp16", "tf32", "fp32")], Peak]
-    # one device's memory where every part the entry matches has the same (the estimate's
-    # memory check of a Llama case); absent where the name does not tell (A100 40 or 80 GB)
-    memory_gib: Annotated[FiniteFloat, Field(gt=0, le=100_000)] | None = None
-    source: FreeText("name")
-    link: Url
-
-
-class PeaksFile(StrictModel):
-    schema_: schema_version((1,)) = Field(alias="schema")
-    unit: Annotated[Any, one_of("TFLOP/s")]
-    devices: list[DevicePeaks]
-
-
-def load_peaks(path: Path) -> list[dict[str, Any]]:
-    """The device peaks of ``path`` (none when it is absent), checked: a peak that is no finite
-    positive TFLOP/s, an unknown precision key or free text with control characters is a
-    ConfigError naming the file and the field."""
-    if not path.exists():
-        return []
-    return [d.model_dump() for d in validate(PeaksFile, load_document(path), path).devices]
-
-
-def match_device(name: str | None, peaks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first peak entry one of whose ``match`` strings is in ``name`` (case-insensitive)."""
-    if not name:
-        return None
-    lowered = name.lower()
-    for entry in peaks:
-        if any(str(m).lower() in lowered for m in entry.get("match", [])):
-            return entry
-    return None
-
-
-def peak_precision(precision: str, header_options: Mapping[str, Any]) -> str:
-    """The peak column a run computed in: bf16 / fp16 for AMP, tf32 / fp32 for fp32."""
-    if precision == "amp":
-        dtype = str(header_options.get("amp_dtype") or "float16").lower()
-        return "bf16" if dtype in ("bfloat16", "bf16") else "fp16"
-    return "tf32" if header_options.get("tf32") else "fp32"
 
 
 def shape_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,11 +105,3 @@ def formula_costs(
             "source": formula,
         }
     return costs
-
-
-def mfu(
-    throughput: float, flops_per_sample: float | None, devices: int, peak_tflops: float | None
-) -> float | None:
-    if not flops_per_sample or not peak_tflops or devices <= 0:
-        return None
-    return throughput * flops_per_sample / (devices * peak_tflops * 1e12)

@@ -26,12 +26,12 @@ from driver.text import markdown_code, markdown_inline, markdown_link
 PLOTS_DIR = "plots"
 
 
-def slug(title: str) -> str:
+def plot_name(title: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]+", "-", title.lower())).strip("-")
 
 
 def plot_files(title: str) -> tuple[str, str]:
-    base = f"{PLOTS_DIR}/{slug(title)}"
+    base = f"{PLOTS_DIR}/{plot_name(title)}"
     return f"{base}-throughput.png", f"{base}-efficiency.png"
 
 

@@ -69,7 +69,7 @@ def _per_device(value: Any) -> Any:
     return value
 
 
-class Reference(StrictModel):
+class PublishedReference(StrictModel):
     """One published result (``reports/references.yaml``): every text field is free text checked
     at input (``driver.text``), since the release README shows it beside the kit's numbers."""
 
@@ -96,7 +96,7 @@ class Reference(StrictModel):
     note: FreeText("note") = ""
 
     @model_validator(mode="after")
-    def _as_import_rules(self) -> Reference:
+    def _as_import_rules(self) -> PublishedReference:
         """The rules of ``dlperf import`` (driver.release.imported): devices a multiple of
         nodes, and no scaling efficiency above 100% beyond rounding (2%)."""
         if self.devices % self.nodes:
@@ -118,7 +118,7 @@ class Reference(StrictModel):
 
 class ReferencesFile(StrictModel):
     schema_: schema_version((1,)) = Field(alias="schema")
-    results: list[Reference]
+    results: list[PublishedReference]
 
     @model_validator(mode="after")
     def _unique_ids(self) -> ReferencesFile:

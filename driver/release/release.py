@@ -37,6 +37,7 @@ from driver.files import (
     write_text,
 )
 from driver.frameworks.base import REPO_ROOT
+from driver.model.peaks import load_peaks
 from driver.model.results import kit_revision
 from driver.release.archive import RAW_DIR, collect_session, read_archive, write_archive
 from driver.release.compute import Computed, Marks, compute
@@ -52,7 +53,7 @@ from driver.release.manifest import (
     derived_parts,
     manifest_text,
 )
-from driver.release.mfu import compute_model_costs, load_peaks
+from driver.release.mfu import compute_model_costs
 from driver.release.readme import README_LAYOUT, readme_text
 from driver.release.references import load_references
 from driver.release.results import (

@@ -8,7 +8,7 @@ file of an unknown schema, with an unknown field or a bad value is refused by na
 The results have a schema of their own (``schema`` in results.json, ``results_schema`` in the
 manifest), apart from the README's layout: 1, cases split by device model, or, from README
 layout 3 on, by machine (the versions released before results had a number of their own; the
-one place their layout decides it: :func:`by_machine`); 2, cases split by machine (a
+one place their layout decides it: :func:`results_by_machine`); 2, cases split by machine (a
 ``fingerprint`` column; references only like with like) with the superlinear and signature
 columns (``SCHEMA_2_FIELDS``, written where set). Every version's results are recomputed.
 """
@@ -237,7 +237,7 @@ def results_schema(manifest: dict[str, Any]) -> int:
     return int(manifest.get("results_schema", 1))
 
 
-def by_machine(manifest: dict[str, Any]) -> bool:
+def results_by_machine(manifest: dict[str, Any]) -> bool:
     """Whether a version's results split cases by machine: schema 2 on; schema 1 from README
     layout 3 (v0.4), the by-device split before."""
     return results_schema(manifest) >= 2 or readme_layout(manifest) >= 3

@@ -154,7 +154,7 @@ def make_runtime(name: str, *, inventory: Path | str | None = None, **options: A
 
 
 # -- what the cluster runtimes share -----------------------------------------------------------
-def slug(text: str, length: int) -> str:
+def name_slug(text: str, length: int) -> str:
     """``text`` as a name part a container, folder or Slurm job accepts."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:length] or "x"
 
@@ -164,7 +164,7 @@ def session_label(root: Path | str) -> str:
     Slurm job): the results folder's name plus a hash of its path, unique per folder."""
     root = Path(root)
     digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:8]
-    return f"{slug(root.name, 40)}-{digest}"
+    return f"{name_slug(root.name, 40)}-{digest}"
 
 
 @contextlib.contextmanager

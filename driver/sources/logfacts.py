@@ -54,7 +54,8 @@ class Facts(StrictModel):
     warmup_steps: int = Field(ge=0, le=MAX_STEPS)
     measured_steps: int = Field(ge=1, le=MAX_STEPS)
     worker0_only: bool = False
-    logging: Literal["rank0", "per-node", "per-process"] | None = None  # default: the source's
+    # default: the source's
+    logging: Literal["rank0", "per-node", "per-process", "last-rank"] | None = None
     step_offset: int | None = Field(default=None, ge=0, le=MAX_STEPS)  # default: the source's
     note: FreeText("note") = ""  # where the logs come from (kept in the record)
     # What the logs ran on (``NVIDIA V100-SXM2-16GB``): their machine and device model. Without

@@ -45,7 +45,8 @@ LAUNCH_MODES = ("per-node", "mpi-head")
 PLACEHOLDERS = {
     "batch": "per-device batch",
     "node_batch": "batch of one node (batch x processes per node)",
-    "global_batch": "batch x world size",
+    "global_batch": "samples per step: batch x data-parallel replicas (the world size over "
+    "tensor x pipeline x context parallel; the world size without model parallelism)",
     "steps": "steps the source runs (case steps + the model's extra_steps)",
     "run_samples": "global samples of those steps (steps x global batch), for epoch-sized runs",
     "warmup": "warm-up steps of the window",
@@ -87,11 +88,22 @@ Word = Annotated[Any, AfterValidator(_word)]
 Commit = text(COMMIT.pattern, "a full 40-hex commit")
 
 
+class RepositoryFile(StrictModel):
+    """A file of the repository that a release's wheel does not hold (Megatron-LM's
+    ``pretrain_gpt.py`` beside the megatron-core wheel): the image fetches it at ``commit`` and
+    refuses it unless its sha256 is this one."""
+
+    path: text(r"[A-Za-z0-9_][A-Za-z0-9_./-]*", "a path in the repository, e.g. pretrain_gpt.py")
+    commit: Commit
+    sha256: text(SHA256.pattern, "the file's sha256 (64 lowercase hex)")
+
+
 class ReleaseSpec(StrictModel):
     """A source pinned to a PyPI release of its repository instead of a commit (``release:``).
 
     The image installs exactly this wheel (pip ``--require-hashes``); ``branch`` is the
-    repository's branch or tag the release was made from, as its project publishes it.
+    repository's branch or tag the release was made from, as its project publishes it;
+    ``files``: the repository's files the wheel lacks, fetched at the release's commit.
     """
 
     package: Name
@@ -99,6 +111,7 @@ class ReleaseSpec(StrictModel):
     file: text(r"[A-Za-z0-9_.+!-]+\.whl", "the wheel's file name (*.whl)")
     sha256: text(SHA256.pattern, "the wheel's sha256 (64 lowercase hex)")
     branch: Line
+    files: list[RepositoryFile] = []
 
     @property
     def requirement(self) -> str:
@@ -153,6 +166,11 @@ class ModelLaunch(StrictModel):
     xla: bool = False
     options: dict[OptionName, Any] = {}
     collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
+    # Code that trains a whole epoch per run whatever the window asks (pytorch/examples'
+    # main.py): the samples of that epoch and of the validation pass after it, so that the
+    # plan prices a repeat by them, not by the window's steps.
+    epoch_samples: number(1, 10**10, "an integer >= 1") | None = None
+    validation_samples: number(0, 10**10, "an integer >= 0") = 0
     argv: Annotated[list[Word], Field(min_length=1)]
     flags: list[FlagBlock] = []
     refused: list[Refusal] = []

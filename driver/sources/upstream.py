@@ -22,6 +22,7 @@ wait for the job's ``orted`` to come and go.
 from __future__ import annotations
 
 import functools
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from driver.sources.base import (
     data_and_precision_problems,
     model_launch,
     parallel_degree_problems,
+    parallel_degrees,
     refuse_unsupported,
     run_header,
 )
@@ -249,12 +251,15 @@ class UpstreamSource:
                 )
         addrs = list(rank.node_addrs) or [rank.master_addr]
         procs = rank.procs_per_node
+        # A step's samples are the batch of every data-parallel replica (launch_for checked
+        # that the model-parallel degrees divide the world size).
+        replicas = rank.world_size // math.prod(parallel_degrees(case).values())
         return {
             "batch": batch_size,
             "node_batch": batch_size * procs,
-            "global_batch": batch_size * rank.world_size,
+            "global_batch": batch_size * replicas,
             "steps": total + launch.extra_steps,
-            "run_samples": (total + launch.extra_steps) * batch_size * rank.world_size,
+            "run_samples": (total + launch.extra_steps) * batch_size * replicas,
             "warmup": warmup,
             "measured": measured,
             "log_every": launch.log_every,

@@ -5,12 +5,17 @@ hostname, files view and clock each), runs the calibration case ``NnNg`` (``--de
 through the ``process`` or ``slurm`` runtime, and prints the kit's error, its overhead per repeat
 (the repeat's wall time minus the workload's own steps), per case (the same with the session's
 preparation: pre-flight, code sync, provenance) and the phase timings the runtime recorded, so
-their growth with N is visible. Making the hosts is timed apart ("hosts s"), not counted.
+their growth with N is visible; then what follows the run: the door over the sealed session
+(every repeat's logs hashed and re-measured) and a release of it (built, audited, published
+into a scratch reports folder). Making the hosts is timed apart ("hosts s"), not counted.
+Each of the kit's own parts is fitted by a line in N and extrapolated to
+:data:`EXTRAPOLATE_TO` nodes (:func:`extrapolation`).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +30,7 @@ from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 
 CURVE_RUNTIMES = ("process", "slurm")
 MAX_SIMULATED_NODES = 200  # addresses 10.251.X.11 and up in one /24
+EXTRAPOLATE_TO = 1024  # nodes: the largest clusters booked for a day's benchmark
 
 
 class CostCurveError(RuntimeError):
@@ -40,6 +46,8 @@ class CurvePoint:
     # session's preparation (pre-flight, code sync, provenance), once per case here.
     case_overhead_s: float = 0.0
     repeat_steps_s: float = 0.0  # the workload's own steps in one repeat
+    door_s: float | None = None  # the door over the whole sealed session, per repeat
+    release_s: float | None = None  # a release of the session (built, audited, published)
 
     @property
     def nodes_side_s(self) -> float | None:
@@ -133,6 +141,23 @@ def _one_point(
     return results[0], hosts_s, case_s
 
 
+def _after_the_run(session: Path, scratch: Path) -> tuple[float, float]:
+    """(seconds of the door over the sealed session, seconds of a release of it): what the
+    kit does with a session once it ran, on this machine alone (the hosts are gone)."""
+    from driver.release.release import release
+    from driver.verify.folder import verify_sessions
+
+    started = time.monotonic()
+    verify_sessions([session])
+    door_s = time.monotonic() - started
+    started = time.monotonic()
+    release(
+        "v0.0-cost", [session], reports_root=scratch / "reports", compute_flops=False,
+        printer=lambda _line: None,
+    )  # fmt: skip
+    return door_s, time.monotonic() - started
+
+
 def run_cost_curve(
     node_counts: list[int],
     runtime_name: str,
@@ -154,15 +179,51 @@ def run_cost_curve(
                 nodes, runtime_name, devices, Path(scratch), printer,
                 step_time=step_time, repeats=repeats, measured_steps=measured_steps,
             )  # fmt: skip
+            door_s, release_s = _after_the_run(Path(scratch) / "session", Path(scratch))
         steps_s = repeats * (WARMUP_STEPS + measured_steps) * step_time
         points.append(
             CurvePoint(
                 nodes, result, hosts_s, case_s - steps_s,
                 repeat_steps_s=(WARMUP_STEPS + measured_steps) * step_time,
+                door_s=door_s / repeats, release_s=release_s,
             )
         )  # fmt: skip
     printer(curve_table(points, runtime_name))
+    for line in extrapolation(points):
+        printer(line)
     return points
+
+
+# The kit's own parts the extrapolation fits: what grows with the cluster on a real one (the
+# nodes' own part grows here only because every simulated host shares this machine's cores).
+OWN_PARTS = (
+    ("the driver's part of a repeat", lambda p: p.driver_s),
+    ("the door, per repeat", lambda p: p.door_s),
+    ("a release of the session", lambda p: p.release_s),
+)
+
+
+def extrapolation(points: list[CurvePoint], to: int = EXTRAPOLATE_TO) -> list[str]:
+    """Each of the kit's own parts fitted by a least-squares line in the node count and read
+    at ``to`` nodes, with the fit's largest relative miss over the measured points (how far a
+    line holds); nothing where fewer than two counts were measured."""
+    lines = []
+    for name, part in OWN_PARTS:
+        measured = [(p.nodes, part(p)) for p in points if part(p) is not None]
+        if len({n for n, _ in measured}) < 2:
+            continue
+        nodes = [float(n) for n, _ in measured]
+        seconds = [float(s) for _, s in measured]  # type: ignore[arg-type]
+        slope, intercept = statistics.linear_regression(nodes, seconds)
+        miss = max(
+            abs(intercept + slope * n - s) / s if s > 0 else 0.0
+            for n, s in zip(nodes, seconds, strict=True)
+        )
+        lines.append(
+            f"{name}: {intercept:.3f} s + {slope * 1000:.2f} ms per node (largest miss of the "
+            f"line {miss:.0%}); at {to:,} nodes {intercept + slope * to:.1f} s"
+        )
+    return lines
 
 
 def _seconds(value: float | None) -> str:
@@ -178,14 +239,16 @@ def curve_table(points: list[CurvePoint], runtime_name: str) -> str:
             p.nodes, p.result.topology, f"{p.result.error:.4%}",
             "ok" if p.result.passed else "FAIL", f"{p.result.overhead_s:.2f}",
             _seconds(p.nodes_side_s), _seconds(p.driver_s),
-            f"{p.case_overhead_s:.2f}", f"{p.hosts_s:.1f}",
+            f"{p.case_overhead_s:.2f}", _seconds(p.door_s), _seconds(p.release_s),
+            f"{p.hosts_s:.1f}",
             *(f"{p.result.phases[k]:.3f}" if k in p.result.phases else "" for k in phases),
         ]
         for p in points
     ]  # fmt: skip
     headers = [
         "nodes", "topology", "error", f"< {ERROR_BOUND:.2%}", "overhead s/repeat",
-        "of which nodes' own", "of which driver's", "overhead s/case", "hosts s", *phases,
+        "of which nodes' own", "of which driver's", "overhead s/case", "door s/repeat",
+        "release s", "hosts s", *phases,
     ]  # fmt: skip
     return f"cost curve on the {runtime_name} runtime (simulated hosts):\n" + tabulate(
         rows, headers=headers, tablefmt="github", disable_numparse=True

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from driver.core.session import BeforeMatrix, Selection, SessionSetting, run_session
+from driver.core.session import Selection, SessionOptions, SessionSetting, run_session
 from driver.frameworks.base import FRAMEWORKS, Framework
 from driver.frameworks.envs import venv_environment, venv_python
 from driver.testbed.simhosts import (
@@ -206,25 +206,17 @@ def simulated_hosts(
             _uninterruptible(hosts.stop)
 
 
-def rehearse(
-    selection: Selection,
-    root: Path,
-    *,
-    argv: list[str],
-    dry_run: bool = False,
-    progress: str = "auto",
-    before_matrix: BeforeMatrix | None = None,
-    signing_key: str | Path | None = None,
-    adopt: list[str] | None = None,
-) -> int:
+def rehearse(selection: Selection, root: Path, **options: Unpack[SessionOptions]) -> int:
     """``dlperf run --simulated-hosts``: the selection on as many simulated hosts as its largest
-    case has nodes, through the process runtime, into the session folder ``root``; the hosts go
-    at the end, however the run ends."""
+    case has nodes, through the process runtime, into the session folder ``root`` (``options``:
+    :func:`run_session`'s, handed on with the rehearsal's setting); the hosts go at the end,
+    however the run ends."""
     from driver.cluster.inventory import load_inventory
     from driver.frameworks.envs import ensure_env
     from driver.model.hardware import gpu_names
     from driver.runtimes.ssh.runtime import ProcessRuntime
 
+    dry_run = bool(options.get("dry_run"))
     frameworks = [FRAMEWORKS.get(name) for name in sorted({c.framework for c in selection.cases})]
     if not dry_run:  # the hosts run the local runtime's venvs: made before the hosts
         for framework in frameworks:
@@ -238,18 +230,8 @@ def rehearse(
         ) as rehearsal:
             # A dry run makes no host: its inventory names a client key that is never made.
             inventory = load_inventory(rehearsal.inventory, check_files=rehearsal.started)
-            return run_session(
-                selection,
-                ProcessRuntime(inventory),
-                root,
-                argv=argv,
-                dry_run=dry_run,
-                progress=progress,
-                setting=rehearsal.setting(root),
-                before_matrix=before_matrix,
-                signing_key=signing_key,
-                adopt=adopt,
-            )
+            options["setting"] = rehearsal.setting(root)
+            return run_session(selection, ProcessRuntime(inventory), root, **options)
     except SimulatedHostsError as error:  # a host that would not start: what it printed
         print(f"error: --simulated-hosts: {' '.join(str(error).split())[:2000]}", file=sys.stderr)
         return 1

@@ -128,6 +128,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     if verdicts or links is not None:
+        if pair_results:
+            print()  # the pair table above: one table, then the other
         print(table(verdicts, args.slow_below, links))
     flagged = [v.result.node for v in verdicts if v.verdict != "ok"]
     flagged += [link.node for link in links or [] if link.flagged and link.node not in flagged]

@@ -193,15 +193,33 @@ SessionEstimate = list[CaseEstimate]
 
 def session_estimate(args: argparse.Namespace, cases: list[Case], here: bool) -> SessionEstimate:
     """The expected wall time of ``cases``, printed now (``dlperf plan`` prints nothing else)."""
-    from driver.core.estimate import estimate_cases, load_knowledge, plan_lines
+    from driver.core.estimate import (
+        estimate_cases,
+        image_import_estimates,
+        load_knowledge,
+        plan_lines,
+    )
 
     hardware = named_hardware(args) or (host_hardware() if here else "")
     knowledge = load_knowledge(results=Path(args.results))
     estimates = estimate_cases(cases, hardware, knowledge)
+    if estimates and pyxis_may_import(args):
+        held = max(case.topology.world_size for case in cases)
+        estimates += image_import_estimates(cases, held)
     print(f"estimate on {hardware or 'unnamed hardware'} (before the run):")
     for line in plan_lines(estimates, knowledge.startup_basis):
         print(f"  {line}")
     return estimates
+
+
+def pyxis_may_import(args: argparse.Namespace) -> bool:
+    """Whether the session's job may make pyxis containers of framework images: Slurm with
+    ``container: pyxis``, or ``auto`` (pyxis wherever the cluster's srun has it)."""
+    if getattr(args, "runtime", None) != "slurm" or not getattr(args, "inventory", None):
+        return False
+    from driver.cluster.slurm import load_slurm_config
+
+    return load_slurm_config(args.inventory).container in ("auto", "pyxis")
 
 
 HARDWARE_VARIABLE = "DLPERF_HARDWARE"  # make's HARDWARE=, exported without a shell's quoting

@@ -205,6 +205,12 @@ class ContainerPlatform:
         wraps it)."""
         return argv
 
+    def refused(self, plan: RepeatPlan, *, submitting: bool = False) -> str:  # noqa: ARG002
+        """Why this platform on this cluster cannot run the plan ("" when it can), asked
+        before any job is submitted (a plug-in too old for what the plan asks of it);
+        ``submitting``: for a real run, not a dry run (which asks nothing of the network)."""
+        return ""
+
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:  # noqa: ARG002
         """Make what the plan's step needs before it runs; the facts to record ({}: none), or
         None when nothing was to be made. Raises ``job.Failure``."""

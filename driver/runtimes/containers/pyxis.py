@@ -1,17 +1,28 @@
 """pyxis (Slurm only): the step in a container NVIDIA's pyxis plug-in makes from an image.
 
-The kit's own scripts run in the framework's GPU base image (by its ``images.lock`` digest, or
-``slurm.image``), one named container per node made by a first step and reused by every repeat
-of the job, the kit's checkout and the session folder mounted at their own paths, plus
-``slurm.mounts``. An upstream source runs its own image, the pinned or the current one as the
-case asks (``slurm.image.<source>`` or ``slurm.image.<source>-current``, else a squashfs the kit
-imports once per image from the local build), a fresh container per step.
+The kit's own scripts run in the framework's GPU base image (its ``images.lock`` tag in
+enroot's ``registry#repository:tag`` form, or ``slurm.image``), one named container per node
+made by a first step and reused by every repeat of the job, the kit's checkout and the session
+folder mounted at their own paths, plus ``slurm.mounts``. An upstream source runs its own
+image, the pinned or the current one as the case asks (``slurm.image.<source>`` or
+``slurm.image.<source>-current``, else a squashfs the kit imports once per image from the local
+build), a fresh container per step.
+
+Why a tag and not the pinned digest: enroot parses ``registry#repository@sha256:...`` only from
+v4.0.0; 3.x answers ``Invalid image reference`` (its ``docker::import`` regex takes
+``[:tag]`` alone), and many clusters still run 3.x. A tag parses in both. The digest is not
+lost: before the job is submitted the registry is asked which digest the tag names now (as
+enroot will when each node imports it), and a tag that moved away from the pin is refused. It
+is checked there because an imported image keeps nothing of it: enroot writes the image
+config's Env into ``/etc/environment`` and its Labels into ``/etc/rc``, never the manifest's
+digest (``docker::configure`` in src/docker.sh of 3.5.0 and 4.1.2).
 """
 
 from __future__ import annotations
 
 import shlex
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +39,33 @@ from driver.sources.base import image_key as source_key
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
+
+# Each pyxis flag the kit passes, and the pyxis release that added it (NVIDIA/pyxis's args.c
+# at each tag): a cluster whose `srun --help` lacks one has an older pyxis.
+PYXIS_FLAG_RELEASES = {
+    "--container-image": "0.1.0", "--container-name": "0.1.0", "--container-mounts": "0.1.0",
+    "--container-workdir": "0.1.0", "--container-writable": "0.11.0",
+}  # fmt: skip
+# enroot parses a digest in an image reference from this release on (src/docker.sh,
+# docker::_parse_uri, commit f29a45c); 3.x takes REGISTRY#IMAGE[:TAG] only.
+ENROOT_DIGEST_RELEASE = (4, 0, 0)
+
+
+def enroot_reference(ref: str) -> str:
+    """``repository:tag`` as enroot names it: ``registry#path:tag`` when the first part names a
+    registry (a dot, a port or localhost), else unchanged (Docker Hub). No digest: every enroot
+    release parses this form (see the module's docstring)."""
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return ref
+
+
+def version_tuple(text: str) -> tuple[int, ...] | None:
+    parts = text.strip().split(".")
+    if len(parts) < 2 or not all(part.isdigit() for part in parts):
+        return None
+    return tuple(int(part) for part in parts)
 
 
 def check_mount_path(path: str, what: str, fix: str) -> str:
@@ -77,8 +115,115 @@ class Pyxis(ContainerPlatform):
     runs_sources = True
     image_python = "python3"  # the image's
 
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self._srun_help: str | None = None
+        self._digest_checks: dict[str, str] = {}  # repository:tag -> what was found
+        self._said: set[str] = set()
+
     def check(self, session_root: Path) -> None:
         self.mounted_folders(session_root)
+
+    def refused(self, plan: RepeatPlan, *, submitting: bool = False) -> str:
+        """Before any job: a pyxis without a flag the step needs, an enroot too old for a
+        digest in the image reference, or (``submitting``) a pinned tag the registry now
+        serves as another digest."""
+        container = self.container(plan, plan.session_root)
+        help_text = self.srun_help()
+        if help_text:
+            for flag in container.flags():
+                name = flag.split("=", 1)[0]
+                if name not in help_text:
+                    release = PYXIS_FLAG_RELEASES.get(name, "?")
+                    return (
+                        f"{plan.case_id}: this cluster's srun has no {name}, which pyxis "
+                        f"added in {release}: upgrade pyxis to {release} or later (built "
+                        "against this cluster's Slurm), or set slurm.container: none"
+                    )
+        image = container.image
+        if "@" in image.split("#")[-1] and not image.startswith(("/", ".")):
+            refusal = self.enroot_digest_refusal(plan, image)
+            if refusal:
+                return refusal
+        pinned = self.pinned_base(plan.framework) if submitting and self.uses_pin(plan) else None
+        if pinned is not None:
+            found = self.check_digest(*pinned)
+            if found.startswith("moved"):
+                ref, digest = pinned
+                return (
+                    f"{plan.case_id}: {ref} is pinned in images.lock to {digest}, but the "
+                    f"registry {found.removeprefix('moved: ')}: re-pin it (`dlperf images lock`) "
+                    f"once the new image is the one to measure, or set "
+                    f"slurm.image.{plan.framework} to the image wanted"
+                )
+        return ""
+
+    def srun_help(self) -> str:
+        """``srun --help`` of this cluster (where pyxis lists its flags); "" if srun did not
+        answer (the job's own submission then says why)."""
+        if self._srun_help is None:
+            try:
+                self._srun_help = client.slurm("srun", "--help")
+            except client.SlurmError:
+                self._srun_help = ""
+        return self._srun_help
+
+    def enroot_digest_refusal(self, plan: RepeatPlan, image: str) -> str:
+        """A digest in the reference needs enroot 4.0.0 on every node. The nodes' enroot is
+        only known once a job runs there, so the one on this host is read, when there is one
+        (login and compute nodes usually share the install); else that is said once."""
+        needed = ".".join(map(str, ENROOT_DIGEST_RELEASE))
+        enroot = shutil.which("enroot")
+        version = None
+        if enroot:
+            try:
+                out = subprocess.run([enroot, "version"], capture_output=True, text=True,
+                                     timeout=30)  # fmt: skip
+                version = version_tuple(out.stdout)
+            except (OSError, subprocess.TimeoutExpired):
+                version = None
+        if version is None:
+            if image not in self._said:
+                self._said.add(image)
+                self.printer(
+                    f"pyxis: {image} holds a digest, which enroot parses from {needed} on; "
+                    "enroot's version on the nodes cannot be read from here (no enroot on this "
+                    "host): if the nodes run enroot 3.x the step fails with 'Invalid image "
+                    "reference'"
+                )
+            return ""
+        if version < ENROOT_DIGEST_RELEASE:
+            shown = ".".join(map(str, version))
+            return (
+                f"{plan.case_id}: the image {image} holds a digest, which enroot parses from "
+                f"{needed} on; this host's enroot is {shown} (3.x answers 'Invalid image "
+                f"reference'): give slurm.image.{plan.framework} as registry#repository:tag, or "
+                f"upgrade enroot to {needed} or later"
+            )
+        return ""
+
+    def uses_pin(self, plan: RepeatPlan) -> bool:
+        """The plan's image is the framework's images.lock pin (not slurm.image, no source)."""
+        if plan.source != "dlperf":
+            return False
+        return not any(key in self.config.image for key in (plan.framework, "default"))
+
+    def check_digest(self, ref: str, digest: str) -> str:
+        """What the registry serves for the pinned tag ``ref`` now, once per session: "matched",
+        "moved: serves <digest> for it", or "not checked: <why>" (said once; the nodes will
+        import whatever the tag names then)."""
+        if ref not in self._digest_checks:
+            from driver.images.registry import ResolveError, resolve_digest
+
+            try:
+                served = resolve_digest(ref)
+            except ResolveError as error:
+                found = f"not checked: {error}"
+                self.printer(f"pyxis: the pinned digest of {ref} was not checked ({error})")
+            else:
+                found = "matched" if served == digest else f"moved: serves {served} for it"
+            self._digest_checks[ref] = found
+        return self._digest_checks[ref]
 
     @staticmethod
     def mounted_folders(session_root: Path) -> tuple[str, str]:
@@ -138,6 +283,13 @@ class Pyxis(ContainerPlatform):
                 return self.config.image[key]
         if source != "dlperf":
             return str(self.squashfs(SourceImage.of(source, image)))
+        ref, _digest = self.pinned_base(framework)
+        return enroot_reference(ref)
+
+    @staticmethod
+    def pinned_base(framework: str) -> tuple[str, str]:
+        """The framework's GPU base image as ``images.lock`` pins it: (repository:tag, digest).
+        An unresolved pin is refused: the tag alone would be measured unchecked."""
         from driver.images.catalog import discover, image_for
         from driver.images.lock import LockError, load_lock
 
@@ -151,11 +303,7 @@ class Pyxis(ContainerPlatform):
                 f"images.lock: {refs[0]} has no resolved digest (`dlperf images lock`), or set "
                 f"slurm.image.{framework}"
             )
-        repository = refs[0].rsplit(":", 1)[0] if ":" in refs[0].split("/")[-1] else refs[0]
-        registry, _, path = repository.partition("/")
-        if "." in registry or ":" in registry:
-            repository = f"{registry}#{path}"
-        return f"{repository}@{pin.digest}"
+        return refs[0], pin.digest
 
     def create_argv(self, allocation: Allocation, container: Container, count: int) -> list[str]:
         nodes = allocation.nodes[:count]
@@ -199,6 +347,11 @@ class Pyxis(ContainerPlatform):
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:
         made = self.import_source_image(plan)
         container = self.container(plan, plan.session_root)
+        if self.uses_pin(plan):  # what the registry said of the pin, before the job
+            ref, digest = self.pinned_base(plan.framework)
+            found = self._digest_checks.get(ref, "not checked: no registry was asked")
+            made = {**made, "image": container.image, "pinned": f"{ref}@{digest}",
+                    "digest_check": found}  # fmt: skip
         if container.name is None or container.name in allocation.containers:
             return made or None
         try:

@@ -278,11 +278,17 @@ class SlurmRuntime:
             guard=self.platform.step_guard(), by_hostname=self.platform.by_hostname,
         )  # fmt: skip
 
-    def refused(self, plan: RepeatPlan) -> str:
-        """Why this runtime does not run the plan ("" when it does), before any job: a case
-        that needs more GPUs per node than the session's job asks for, an upstream source
-        where its code is not (``slurm.container: none`` runs no image; a PyPI source has no
-        image, only its environment ``.venvs/<source>`` on the nodes), and a source that
+    def refused(self, plan: RepeatPlan, *, submitting: bool = False) -> str:
+        """Why this runtime does not run the plan ("" when it does), before any job: what
+        :meth:`case_refused` says, then what the container platform refuses (pyxis or enroot
+        too old for what the plan asks; ``submitting``: also what only a real run asks, such
+        as the registry's digest of a pinned tag; a dry run contacts no registry)."""
+        return self.case_refused(plan) or self.platform.refused(plan, submitting=submitting)
+
+    def case_refused(self, plan: RepeatPlan) -> str:
+        """A case that needs more GPUs per node than the session's job asks for, an upstream
+        source where its code is not (``slurm.container: none`` runs no image; a PyPI source
+        has no image, only its environment ``.venvs/<source>`` on the nodes), and a source that
         starts its own launcher on every node given one task per GPU."""
         gpus = self.config.gpus_per_node
         if gpus and plan.devices_per_node > gpus:
@@ -372,7 +378,7 @@ class SlurmRuntime:
     # -- one repeat ------------------------------------------------------------------------
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
         started, started_cpu = time.time(), driver_cpu_seconds()
-        refused = self.refused(plan)
+        refused = self.refused(plan, submitting=True)
         if refused:  # before any job is submitted
             return RepeatOutcome(Verdict.FAILED, [], started, time.time(), refused)
         repeat_dir = Path(plan.repeat_dir)

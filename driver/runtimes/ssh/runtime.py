@@ -59,9 +59,9 @@ from driver.runtimes.base import (
     Verdict,
     ctrl_c_held,
     driver_cpu_seconds,
+    name_slug,
     raise_interrupted,
     session_label,
-    slug,
 )
 from driver.runtimes.containers import Context, platform_for
 from driver.runtimes.plan import NodeCommand
@@ -374,10 +374,10 @@ class SshRuntime:
                 )
             timings["prepare_s"] = round(time.monotonic() - t0, 3)  # ~0 once prepared
             extra.update(self._run_facts(prepared, remotes))
-            base_id = f"{slug(label, 30)}-{hashlib.sha1(case_id.encode()).hexdigest()[:8]}"
+            base_id = f"{name_slug(label, 30)}-{hashlib.sha1(case_id.encode()).hexdigest()[:8]}"
             suffix = uuid.uuid4().hex[:4]
             for index, (command, remote) in enumerate(zip(commands, remotes, strict=True)):
-                run_id = f"dlperf-{base_id}-{slug(repeat_name, 12)}-n{index}-{suffix}"
+                run_id = f"dlperf-{base_id}-{name_slug(repeat_name, 12)}-n{index}-{suffix}"
                 run_dir = f"{remote.node.scratch_dir.rstrip('/')}/runs/{label}/{run_id}"
                 launches.append(Launch(index, remote, command, run_id, run_dir))
             labels = {
