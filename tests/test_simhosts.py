@@ -259,11 +259,11 @@ def test_cost_curve_small_end_through_process(
     assert curve_table([point], "process") in table and "release s" in table
 
 
-def test_the_kit_s_own_parts_are_fitted_by_a_line_and_read_at_1024_nodes() -> None:
+def test_the_kit_s_own_parts_are_fitted_by_a_line_and_read_at_1024_nodes(tmp_path: Path) -> None:
     """Points on a line in N read back exactly (largest miss 0%); a part measured at one node
     count alone has no line."""
     from driver.core.selftest import SelftestResult
-    from driver.testbed.costcurve import CurvePoint, extrapolation
+    from driver.testbed.costcurve import CurvePoint, extrapolation, plot_curve
 
     def point(nodes: int) -> CurvePoint:
         result = SelftestResult(f"{nodes}n{nodes}g", 1.0, 1.0, overhead_s=1.0,
@@ -279,6 +279,13 @@ def test_the_kit_s_own_parts_are_fitted_by_a_line_and_read_at_1024_nodes() -> No
     release = next(line for line in lines if line.startswith("a release"))
     assert "3.000 s + 100.00 ms per node" in release and release.endswith("105.4 s")
     assert extrapolation([point(8)]) == []
+    drawn = plot_curve([point(8), point(16), point(32), point(64)], tmp_path / "c.png", "process")
+    assert drawn.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and drawn.stat().st_size > 5000
+
+
+def test_a_plot_without_a_curve_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["selftest", "--plot", "curve.png"]) == 2
+    assert "--plot draws the cost curve of --nodes" in capsys.readouterr().err
 
 
 def test_two_runs_starting_hosts_at_once_never_share_a_subnet(

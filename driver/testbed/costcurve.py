@@ -167,8 +167,10 @@ def run_cost_curve(
     repeats: int = 3,
     measured_steps: int = 100,
     printer: Callable[[str], None] = print,
+    plot: Path | None = None,
 ) -> list[CurvePoint]:
-    """The calibration case on each node count in turn; prints the table and returns it."""
+    """The calibration case on each node count in turn; prints the table and returns it (and
+    draws it into ``plot``, a PNG, where given)."""
     why = refusal(runtime_name)
     if why:
         raise CostCurveError(why)
@@ -191,6 +193,8 @@ def run_cost_curve(
     printer(curve_table(points, runtime_name))
     for line in extrapolation(points):
         printer(line)
+    if plot is not None:
+        printer(f"plot: {plot_curve(points, plot, runtime_name)}")
     return points
 
 
@@ -201,6 +205,45 @@ OWN_PARTS = (
     ("the door, per repeat", lambda p: p.door_s),
     ("a release of the session", lambda p: p.release_s),
 )
+
+
+def plot_curve(points: list[CurvePoint], path: Path, runtime_name: str) -> Path:
+    """The kit's own parts against the node count (log 2), each with its fitted line carried
+    to :data:`EXTRAPOLATE_TO` nodes, as a PNG at ``path`` (written whole)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from driver.files import write_bytes
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for (name, part), marker in zip(OWN_PARTS, "os^", strict=True):
+        measured = [(p.nodes, part(p)) for p in points if part(p) is not None]
+        if not measured:
+            continue
+        xs = [float(n) for n, _ in measured]
+        ys = [float(s) for _, s in measured]  # type: ignore[arg-type]
+        line = ax.plot(xs, ys, marker, label=name)[0]
+        if len(set(xs)) >= 2:
+            slope, intercept = statistics.linear_regression(xs, ys)
+            far = [min(xs), EXTRAPOLATE_TO]
+            ax.plot(far, [intercept + slope * n for n in far], "--", color=line.get_color(),
+                    linewidth=0.8)  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("simulated hosts (nodes)")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"the kit's own cost on the {runtime_name} runtime; dashed: fitted lines")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", linewidth=0.3)
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return write_bytes(path, buffer.getvalue())
 
 
 def extrapolation(points: list[CurvePoint], to: int = EXTRAPOLATE_TO) -> list[str]:

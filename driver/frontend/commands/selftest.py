@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from driver.core.matrix import MAX_REPEATS
 from driver.core.selftest import DEFAULT_TOPOLOGIES
@@ -21,6 +22,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
     if args.nodes:
         return selftest_curve(args)
+    if args.plot is not None:
+        print("error: selftest: --plot draws the cost curve of --nodes; give --nodes, or drop "
+              "--plot", file=sys.stderr)  # fmt: skip
+        return 2
     if args.devices is not None:
         print("error: selftest: --devices goes with --nodes (devices per simulated host); "
               "without --nodes, give the shape with --topologies", file=sys.stderr)  # fmt: skip
@@ -62,7 +67,7 @@ def selftest_curve(args: argparse.Namespace) -> int:
     try:
         points = run_cost_curve(
             list(args.nodes), args.runtime, devices=args.devices or 1,
-            step_time=args.step_time, repeats=args.repeats,
+            step_time=args.step_time, repeats=args.repeats, plot=args.plot,
         )  # fmt: skip
     except (CostCurveError, SelftestError, RuntimeError) as error:
         print(f"error: selftest --nodes: {' '.join(str(error).split())[:2000]}", file=sys.stderr)
@@ -98,5 +103,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     selftest.add_argument(
         "--devices", type=bounded_int(1, 64), metavar="N",
         help="with --nodes: ranks per simulated host (default 1)",
+    )  # fmt: skip
+    selftest.add_argument(
+        "--plot", type=Path, metavar="PNG",
+        help="with --nodes: draw the kit's own parts and their fitted lines into this PNG",
     )  # fmt: skip
     selftest.set_defaults(func=cmd_selftest)
