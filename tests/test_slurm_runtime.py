@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -318,23 +318,13 @@ def test_pyxis_path_makes_one_container_per_session(
     assert cluster_env.drained() == []
 
 
-def test_pytorch_resnet50_two_nodes_two_processes(
-    cluster_env: SlurmCluster, tmp_path: Path
-) -> None:
-    """Real training steps: torchrun on each node (gloo across the two node namespaces), the
-    head at n1's NodeAddr, ranks 0-1 on n1 and 2-3 on n2, weights in sync at the end."""
+def run_on_the_cluster(case: Any, tmp_path: Path) -> tuple[Any, Any]:
+    """``case`` on the test cluster's nodes through the Slurm runtime, no container: its
+    finished run (``CaseRun``, every repeat ok) and the session."""
     from driver.core.runner import run_cases
-    from driver.model.case import Case, Topology
     from driver.model.results import Session
-    from tests.real_frameworks import TINY_IMAGES, CaseRun, framework_env
+    from tests.real_frameworks import CaseRun
 
-    framework_env("pytorch")
-    case = Case(
-        model="resnet50", framework="pytorch", topology=Topology.parse("2n4g"), batch_size=2,
-        precision="fp32", dataset="synthetic", warmup_steps=1, measured_steps=2, total_steps=3,
-        repeats=1, timeout_s=300, options={**TINY_IMAGES, "weights_checksum": True},
-        profile="test",
-    )  # fmt: skip
     runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
     session = Session.open(tmp_path / "session")
     try:
@@ -343,6 +333,25 @@ def test_pytorch_resnet50_two_nodes_two_processes(
         runtime.close()
     run = CaseRun(case, [r for _, r, _ in session.records(include_failed=True)], session.root)
     assert summary.ok, f"{summary.failed}\n{run.logs()[-4000:]}"
+    return run, session
+
+
+def test_pytorch_resnet50_two_nodes_two_processes(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """Real training steps: torchrun on each node (gloo across the two node namespaces), the
+    head at n1's NodeAddr, ranks 0-1 on n1 and 2-3 on n2, weights in sync at the end."""
+    from driver.model.case import Case, Topology
+    from tests.real_frameworks import TINY_IMAGES, framework_env
+
+    framework_env("pytorch")
+    case = Case(
+        model="resnet50", framework="pytorch", topology=Topology.parse("2n4g"), batch_size=2,
+        precision="fp32", dataset="synthetic", warmup_steps=1, measured_steps=2, total_steps=3,
+        repeats=1, timeout_s=300, options={**TINY_IMAGES, "weights_checksum": True},
+        profile="test",
+    )  # fmt: skip
+    run, session = run_on_the_cluster(case, tmp_path)
     (record,) = run.records
     assert record.throughput and record.runtime == "slurm"
     assert record.extra["slurm"]["nodes"] == ["n1", "n2"]
@@ -362,10 +371,8 @@ def test_jax_llama_sharded_over_two_slurm_nodes(cluster_env: SlurmCluster, tmp_p
     """JAX under Slurm: each node's process joins the others with jax.distributed.initialize at
     the coordinator the runtime exports (MASTER_ADDR:MASTER_PORT, n1's NodeAddr), Llama's
     parameters sharded over the 2-device mesh, gloo between the node namespaces."""
-    from driver.core.runner import run_cases
     from driver.model.case import Case, Topology
-    from driver.model.results import Session
-    from tests.real_frameworks import CaseRun, framework_env
+    from tests.real_frameworks import framework_env
 
     framework_env("jax")
     case = Case(
@@ -375,14 +382,7 @@ def test_jax_llama_sharded_over_two_slurm_nodes(cluster_env: SlurmCluster, tmp_p
         options={"llama_size": "llama-tiny", "seq_len": 32, "weights_checksum": True},
         profile="test",
     )  # fmt: skip
-    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
-    session = Session.open(tmp_path / "session")
-    try:
-        summary = run_cases([case], session, runtime, printer=lambda _line: None)
-    finally:
-        runtime.close()
-    run = CaseRun(case, [r for _, r, _ in session.records(include_failed=True)], session.root)
-    assert summary.ok, f"{summary.failed}\n{run.logs()[-4000:]}"
+    run, _session = run_on_the_cluster(case, tmp_path)
     (record,) = run.records
     assert record.runtime == "slurm" and record.extra["slurm"]["nodes"] == ["n1", "n2"]
     assert record.header["options"]["mesh"] == {"data": 1, "fsdp": 2}
