@@ -85,7 +85,9 @@ def forged_unsigned(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
     speed_up_case(copy, CASE, 1.3)
     (copy / SEAL).unlink()
     seal_session(copy, None)
-    return (f"{CASE}: efficiency 130.", "--superlinear CASE REASON")
+    # 1.3 x the calibration's own efficiency: 129.99% to 130.03% as its jitter falls
+    return (f"{CASE}: efficiency 1", "above 100% by more than its noise tolerance",
+            "--superlinear CASE REASON")  # fmt: skip
 
 
 def record_extra(copy: Path, _scratch: Path, _keys: Keys) -> tuple[str, ...]:
