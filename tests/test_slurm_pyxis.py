@@ -315,24 +315,13 @@ def test_a_digest_reference_needs_enroot_4(
     assert bool([line for line in said if "cannot be read from here" in line]) == (not version)
 
 
-@pytest.fixture
-def registry() -> Iterator[str]:
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    from tests.test_images import FakeRegistry
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+from tests.test_images import registry  # noqa: E402, F401 - the fake registry on loopback
 
 
 @pytest.mark.parametrize("served", ["pinned", "moved", "unreachable"])
 def test_the_pinned_digest_is_checked_against_the_registry_before_submitting(
-    stand_in_cluster: Path, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    served: str,
+    stand_in_cluster: Path, registry: str, tmp_path: Path,  # noqa: F811 - the fixture above
+    monkeypatch: pytest.MonkeyPatch, served: str,
 ) -> None:  # fmt: skip
     """The kit renders the pinned tag; before the job, the registry (a real HTTP server here,
     speaking the v2 API with a token challenge) is asked which digest the tag names: the pin

@@ -68,27 +68,13 @@ class BertPretraining(nn.Module):
         self, features: dict[str, jnp.ndarray], train: bool = True
     ) -> tuple[jnp.ndarray, jnp.ndarray]:
         shape, dtype = self.shape, self.dtype
-        words = nn.Embed(
-            shape.vocab_size,
-            shape.hidden,
-            embedding_init=_init(),
-            dtype=dtype,
-            name="word_embeddings",
-        )
-        positions = nn.Embed(
-            shape.max_position,
-            shape.hidden,
-            embedding_init=_init(),
-            dtype=dtype,
-            name="position_embeddings",
-        )
-        types = nn.Embed(
-            shape.type_vocab_size,
-            shape.hidden,
-            embedding_init=_init(),
-            dtype=dtype,
-            name="token_type_embeddings",
-        )
+
+        def embedding(rows: int, name: str) -> nn.Embed:
+            return nn.Embed(rows, shape.hidden, embedding_init=_init(), dtype=dtype, name=name)
+
+        words = embedding(shape.vocab_size, "word_embeddings")
+        positions = embedding(shape.max_position, "position_embeddings")
+        types = embedding(shape.type_vocab_size, "token_type_embeddings")
         input_ids = features["input_ids"]
         seq = input_ids.shape[1]
         x = words(input_ids) + positions(jnp.arange(seq))[None] + types(features["segment_ids"])
