@@ -207,6 +207,17 @@ OWN_PARTS = (
 )
 
 
+def _measured(
+    points: list[CurvePoint], part: Callable[[CurvePoint], float | None]
+) -> tuple[list[float], list[float], tuple[float, float] | None]:
+    """One part's (node counts, seconds) where measured, and its least-squares line (slope,
+    intercept) where two counts or more were."""
+    pairs = [(float(p.nodes), float(s)) for p in points if (s := part(p)) is not None]
+    xs, ys = [n for n, _ in pairs], [s for _, s in pairs]
+    fit = statistics.linear_regression(xs, ys) if len(set(xs)) >= 2 else None
+    return xs, ys, (tuple(fit) if fit is not None else None)  # type: ignore[return-value]
+
+
 def plot_curve(points: list[CurvePoint], path: Path, runtime_name: str) -> Path:
     """The kit's own parts against the node count (log 2), each with its fitted line carried
     to :data:`EXTRAPOLATE_TO` nodes, as a PNG at ``path`` (written whole)."""
@@ -221,14 +232,12 @@ def plot_curve(points: list[CurvePoint], path: Path, runtime_name: str) -> Path:
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for (name, part), marker in zip(OWN_PARTS, "os^", strict=True):
-        measured = [(p.nodes, part(p)) for p in points if part(p) is not None]
-        if not measured:
+        xs, ys, fit = _measured(points, part)
+        if not xs:
             continue
-        xs = [float(n) for n, _ in measured]
-        ys = [float(s) for _, s in measured]  # type: ignore[arg-type]
         line = ax.plot(xs, ys, marker, label=name)[0]
-        if len(set(xs)) >= 2:
-            slope, intercept = statistics.linear_regression(xs, ys)
+        if fit is not None:
+            slope, intercept = fit
             far = [min(xs), EXTRAPOLATE_TO]
             ax.plot(far, [intercept + slope * n for n in far], "--", color=line.get_color(),
                     linewidth=0.8)  # fmt: skip
@@ -252,12 +261,10 @@ def extrapolation(points: list[CurvePoint], to: int = EXTRAPOLATE_TO) -> list[st
     line holds); nothing where fewer than two counts were measured."""
     lines = []
     for name, part in OWN_PARTS:
-        measured = [(p.nodes, part(p)) for p in points if part(p) is not None]
-        if len({n for n, _ in measured}) < 2:
+        nodes, seconds, fit = _measured(points, part)
+        if fit is None:
             continue
-        nodes = [float(n) for n, _ in measured]
-        seconds = [float(s) for _, s in measured]  # type: ignore[arg-type]
-        slope, intercept = statistics.linear_regression(nodes, seconds)
+        slope, intercept = fit
         miss = max(
             abs(intercept + slope * n - s) / s if s > 0 else 0.0
             for n, s in zip(nodes, seconds, strict=True)
