@@ -109,6 +109,8 @@ def file_level_cases(
         "deep-nesting": "x: " + "[" * 300 + "]" * 300 + "\n",
         "deep-block-nesting": "".join(" " * i + f"k{i}:\n" for i in range(300)),
         "endless-nesting": "x: " + "[" * 1_000_000,
+        # closed: libyaml's composer would recurse in C through all of it and crash
+        "deep-closed-nesting": "x: " + "[" * 1_000_000 + "]" * 1_000_000 + "\n",
         "scalar-document": "just text\n",
         "list-document": "- a\n- b\n",
         "empty": "",
