@@ -330,7 +330,9 @@ def load_specs(root: Path = REPO_ROOT) -> list[SourceSpec]:
     for spec in specs:
         if spec.pairs_with is not None and spec.pairs_with not in set(names) - {spec.name}:
             raise SourceError(
-                spec.path, "pairs_with", f"{spec.pairs_with!r} names no other source; give one of "
+                spec.path,
+                "pairs_with",
+                f"{spec.pairs_with!r} names no other source; give one of "
                 f"{', '.join(sorted(set(names) - {spec.name}))}, or leave it out",
             )
     return specs
