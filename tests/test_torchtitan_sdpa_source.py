@@ -302,7 +302,7 @@ def test_the_parser_reads_the_step_lines_the_release_itself_writes(tmp_path: Pat
     text = "\n".join([header, *("[default0]:" + line for line in run.stdout.splitlines())])
     parsed = PARSERS.get("torchtitan")().parse({"node0.log": text + "\n"})
     assert sorted(parsed.ranks) == [0]
-    measured_repeat = measure_repeat(parsed, Window(10, 30))
+    measured_repeat = measure_repeat(parsed, Window(10, 20))
     stamps = [line.split(" - ")[0].removeprefix("[titan] ") for line in lines]
     from driver.parsers.torchtitan import clock
 
