@@ -27,9 +27,11 @@ from driver.analysis.factor import factor_report
 from driver.core.summary import CaseSummary
 from driver.frameworks.base import REPO_ROOT
 from driver.frameworks.envs import VENVS
+from driver.model.case import Case
 from driver.model.measure import Window, case_stats, measure_repeat
 from driver.parsers._upstream import header_line
 from driver.parsers.base import PARSERS
+from driver.parsers.torchtitan import clock
 from driver.plugins import load_all
 from driver.sources.spec import SourceError, load_specs
 from driver.sources.upstream import SPECS, UpstreamSource
@@ -48,7 +50,7 @@ SOURCE = SourceCases(SPEC)
 cases, case_of, argv_of = SOURCE.cases, SOURCE.case_of, SOURCE.argv_of
 
 
-def with_attention(topology: str, variant: str, attention: str):  # noqa: ANN201
+def with_attention(topology: str, variant: str, attention: str) -> Case:
     case = case_of(topology, variant)
     return replace(case, options={**case.options, "attention": attention})
 
@@ -124,7 +126,7 @@ def test_pairs_with_must_name_another_source(tmp_path: Path) -> None:
 # --- pairing with the published figures ------------------------------------------------------
 
 
-def measured(case, tokens_per_device: float) -> CaseSummary:  # noqa: ANN001
+def measured(case: Case, tokens_per_device: float) -> CaseSummary:
     rate = tokens_per_device * case.topology.world_size / 8192  # samples/s
     return CaseSummary(
         case=case, stats=case_stats([rate]), batch_size=2, speedup=None, efficiency=None,
@@ -304,8 +306,6 @@ def test_the_parser_reads_the_step_lines_the_release_itself_writes(tmp_path: Pat
     assert sorted(parsed.ranks) == [0]
     measured_repeat = measure_repeat(parsed, Window(10, 20))
     stamps = [line.split(" - ")[0].removeprefix("[titan] ") for line in lines]
-    from driver.parsers.torchtitan import clock
-
     span = clock(stamps[29]) - clock(stamps[9])
     assert span > 0.9  # 20 steps of at least 50 ms each
     assert measured_repeat.throughput == pytest.approx(20 * 2 * 8 / span, rel=1e-9)
