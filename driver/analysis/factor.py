@@ -108,8 +108,20 @@ def _key_factors(factor: str) -> list[str]:
     return [f for f in FACTORS if f != factor and f not in DESCRIPTIVE and f not in follows]
 
 
+def paired_source(name: str) -> str:
+    """The source a case pairs as: one pinned to another release of a source's code pairs as
+    that source (``pairs_with``: torchtitan 0.2.2's SDPA cases beside torchtitan's figures)."""
+    from driver.sources.upstream import SPECS
+
+    spec = SPECS.get(name)
+    return spec.pairs_with if spec is not None and spec.pairs_with else name
+
+
 def _others(view: CaseView, factor: str) -> tuple:
-    return tuple(_value(view, f) for f in _key_factors(factor))
+    return tuple(
+        paired_source(_value(view, f)) if f == "source" else _value(view, f)
+        for f in _key_factors(factor)
+    )
 
 
 def _published(view: CaseView) -> str:
@@ -166,6 +178,8 @@ def also_differs(a: CaseView, b: CaseView, factor: str) -> list[str]:
         if value_a == value_b and (value_a not in UNKNOWN or one_publisher):
             continue  # equal (FP32's "-" too), or one publisher's own setup on both sides
         out.append(f"{name}: {value_a} vs {value_b}")
+    if factor != "source" and _value(a, "source") != _value(b, "source"):
+        out.append(f"source: {_value(a, 'source')} vs {_value(b, 'source')}")  # pairs_with
     return out
 
 

@@ -210,6 +210,9 @@ class SourceSpec(StrictModel):
     launches: Annotated[dict[Name, ModelLaunch], Field(min_length=1, alias="models")]
     pypi: Any = None  # the CPU run from PyPI: checked by driver/sources/pypi.py
     current_image: CurrentImageSpec | None = None  # the pinned code on a Hopper-capable image
+    # Another release of the same code (torchtitan 0.2.2 beside 0.3.0): the source whose
+    # published figures this one's cases stand beside, as that source in `dlperf factor`.
+    pairs_with: Name | None = None
     _path: Path = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
@@ -324,4 +327,12 @@ def load_specs(root: Path = REPO_ROOT) -> list[SourceSpec]:
     for name in names:
         if names.count(name) > 1:
             raise SourceError(root, "name", f"source {name!r} is defined twice")
+    for spec in specs:
+        if spec.pairs_with is not None and spec.pairs_with not in set(names) - {spec.name}:
+            raise SourceError(
+                spec.path,
+                "pairs_with",
+                f"{spec.pairs_with!r} names no other source; give one of "
+                f"{', '.join(sorted(set(names) - {spec.name}))}, or leave it out",
+            )
     return specs
