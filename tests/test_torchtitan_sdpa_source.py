@@ -33,7 +33,7 @@ from driver.parsers._upstream import header_line
 from driver.parsers.base import PARSERS
 from driver.parsers.torchtitan import clock
 from driver.plugins import load_all
-from driver.sources.spec import SourceError, load_specs
+from driver.sources.spec import SourceError, load_spec, load_specs
 from driver.sources.upstream import SPECS, UpstreamSource
 from tests.llm_sources import SourceCases, node_rank, value
 
@@ -104,6 +104,28 @@ def test_the_attention_option_picks_the_flavor_and_what_the_release_lacks_is_ref
     for attention in ("flex", "varlen"):
         with pytest.raises(ValueError, match="llama3_70b takes attention sdpa only"):
             upstream.launch_for(with_attention("4n32g", "70b", attention))
+    # a kernel neither release has: refused, never rendered as the TOML's SDPA flavor
+    with pytest.raises(ValueError, match=r"option attention 'xformers' \(the pinned code knows"):
+        upstream.launch_for(with_attention("1n8g", "8b", "xformers"))
+
+
+def test_both_torchtitan_releases_refuse_an_attention_they_do_not_know() -> None:
+    titan = SPECS["torchtitan"]
+    case = next(c for c in SourceCases(titan).cases() if c.variant == "8b")
+    odd = replace(case, options={**case.options, "attention": "xformers"})
+    with pytest.raises(ValueError, match=r"models\.llama\.choices in .*torchtitan/source\.yaml"):
+        UpstreamSource(titan).launch_for(odd)
+
+
+def test_a_choices_entry_must_hold_the_options_default(tmp_path: Path) -> None:
+    text = SPEC.path.read_text().replace(
+        "attention: [sdpa, flex, varlen, flex_flash]", "attention: [flex, varlen]"
+    )
+    bad = tmp_path / "torchtitan-0.2" / "source.yaml"
+    bad.parent.mkdir()
+    bad.write_text(text)
+    with pytest.raises(SourceError, match=r"models\.llama\.choices\.attention: does not hold"):
+        load_spec(bad)
 
 
 def test_torchtitan_0_3_0_refuses_sdpa_naming_this_source() -> None:

@@ -165,6 +165,10 @@ class ModelLaunch(StrictModel):
     precisions: list[Annotated[Any, one_of("fp32", "amp")]] = ["fp32", "amp"]
     xla: bool = False
     options: dict[OptionName, Any] = {}
+    # The values an option may take where the pinned code knows only some (an attention kernel
+    # it has a flavor for): any other value is refused before the case starts, never rendered
+    # into a command that would run the default and record the value asked for.
+    choices: dict[OptionName, Annotated[list[Any], Field(min_length=1)]] = {}
     collect: text(r"/[^\x00-\x1f\x7f]*", "an absolute path in the container") | None = None
     # Code that trains a whole epoch per run whatever the window asks (pytorch/examples'
     # main.py): the samples of that epoch and of the validation pass after it, so that the
@@ -283,6 +287,17 @@ def _check_launch(path: Path, model: str, launch: ModelLaunch) -> None:
             _check_template(path, f"{at}.env.{name}", value, launch.options)
     for i, refusal in enumerate(launch.refused):
         _check_conditions(path, f"{where}refused[{i}]", refusal.when, launch.options)
+    for name, allowed in launch.choices.items():
+        if name not in launch.options:
+            raise SourceError(
+                path, f"{where}choices.{name}", "names no option of the model (options:)"
+            )
+        if launch.options[name] not in allowed:
+            raise SourceError(
+                path,
+                f"{where}choices.{name}",
+                f"does not hold the option's default {launch.options[name]!r}; add it",
+            )
 
 
 def load_spec(path: Path) -> SourceSpec:

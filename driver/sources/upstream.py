@@ -225,6 +225,14 @@ class UpstreamSource:
             problems.append(
                 f"option(s) {', '.join(unknown)} (options: {', '.join(launch.options) or 'none'})"
             )
+        for name, allowed in launch.choices.items():
+            value = case.options.get(name, launch.options[name])
+            if value not in allowed:
+                problems.append(
+                    f"option {name} {value!r} (the pinned code knows "
+                    f"{', '.join(map(str, allowed))}: models.{case.model}.choices in "
+                    f"{self.spec.path})"
+                )
         problems += parallel_degree_problems(case)
         refuse_unsupported(case, self.name, problems)
         facts = launch_facts(case, case.topology.nodes, case.topology.devices_per_node, launch)
