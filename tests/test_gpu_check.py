@@ -90,13 +90,13 @@ def test_every_plan_fits_the_default_budget_and_all_plans_cover_every_stage() ->
         assert sum(estimates[m] for m in members) <= usable, name
     covered = {m for members in gpu_check.PLANS.values() for m in members}
     assert covered == set(gpu_check.STAGE_NAMES)
-    call1 = [stage.name for stage in gpu_check.chosen_stages(None)]
-    assert call1 == ["facts", "resnet50-amp", "bert-amp", "selftest", "parity-amp"]
+    core = [stage.name for stage in gpu_check.chosen_stages(None)]
+    assert core == ["facts", "resnet50-amp", "bert-amp", "selftest", "parity-amp"]
     # the estimates are built from start-up costs: a repeat is never cheaper than its start
     assert estimates["resnet50-amp"] > gpu_check.REPEATS * gpu_check.PROCESS_S
     assert estimates["bert-amp-max"] > estimates["bert-amp"]
     # Llama 3.2 1B: its own call; three windows of 120 steps of 16,384 tokens at 35% MFU
-    assert gpu_check.PLANS["call5"] == ("facts", "llama-1b-amp")
+    assert gpu_check.PLANS["llama"] == ("facts", "llama-1b-amp")
     step = gpu_check.LLAMA_1B_STEP_S
     assert 0.3 < step < 0.6 and estimates["llama-1b-amp"] == pytest.approx(
         gpu_check.DRIVER_S + gpu_check.REPEATS * (gpu_check.PROCESS_S + 120 * step)
@@ -104,7 +104,7 @@ def test_every_plan_fits_the_default_budget_and_all_plans_cover_every_stage() ->
 
 
 def test_stages_are_chosen_by_stage_and_plan_names() -> None:
-    chosen = gpu_check.chosen_stages("call2,selftest")
+    chosen = gpu_check.chosen_stages("bert-max,selftest")
     assert [s.name for s in chosen] == ["facts", "selftest", "bert-amp-max"]
     assert len(gpu_check.chosen_stages("all")) == len(gpu_check.STAGES)
     with pytest.raises(gpu_check.UsageError, match="unknown stage or plan 'nope'"):
@@ -398,7 +398,7 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
     resumed = json.loads((tmp_path / "out2" / "summary.json").read_text())
-    assert [(s["name"], s["call"], s["status"]) for s in resumed["stages"]] == [
+    assert [(s["name"], s["run"], s["status"]) for s in resumed["stages"]] == [
         ("facts", 1, "ok"),
         ("resnet50-amp", 1, "ok"),
         ("resnet50-amp", 2, "ok"),
@@ -408,7 +408,7 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     assert same["throughputs"] == case["throughputs"]  # not measured again
     assert bert["case"].startswith("bert/pytorch/1n1g/") and bert["repeats_ok"] == 2
     second = gpu_check.unpack(tmp_path / "out2" / gpu_check.ARCHIVE, tmp_path / "results2")
-    assert (second / "facts" / "torch.json").is_file()  # call 1's facts carried on
+    assert (second / "facts" / "torch.json").is_file()  # the first command's facts carried on
     assert "already finished" in (second / "logs" / "resnet50-amp.log").read_text()
 
 

@@ -4,7 +4,7 @@
 # torch); the kit's own packages it lacks come as wheels in .whl/ (`make gpu-pack`), installed
 # into a scratch folder that is removed at the end, never into the node's Python.
 #
-#   OUT=/where/results/go bash tools/gpu-check.sh [--stages call1] [--budget-s 420] [--resume A]
+#   OUT=/where/results/go bash tools/gpu-check.sh [--stages core] [--budget-s 420] [--resume A]
 #
 # Everything it writes lands in $OUT (4 files): summary.md, summary.json, the session archive
 # gpu-check.tar.gz (checked and unpacked at home by `python3 tools/gpu_check.py unpack`) and

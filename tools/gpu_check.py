@@ -8,17 +8,18 @@ not started and says so; a stage cut short keeps its finished repeats. ``--resum
 earlier archive in, so a later command continues the same session. ``unpack`` checks an archive
 and moves its session into ``results/``, from where ``dlperf release`` publishes it.
 
-    OUT=DIR bash tools/gpu-check.sh [--stages call1] [--budget-s S]    # on the node
+    OUT=DIR bash tools/gpu-check.sh [--stages core] [--budget-s S]    # on the node
     python3 tools/gpu_check.py run --out DIR [--python PY] [--budget-s S] [--stages LIST]
                                    [--resume ARCHIVE] [--cpu]
     python3 tools/gpu_check.py plan [--cpu]           # the stages, their estimates, the plans
     python3 tools/gpu_check.py unpack ARCHIVE [--results results]
 
-``--stages`` takes stage names and plan names (``call1`` ... ``call5``, ``all``), comma-separated;
-the default is ``call1``: the node's facts (nvidia-smi, the processes already on the GPU, NVML,
+``--stages`` takes stage names and plan names (``core``, ``bert-max``, ``resnet50-max``,
+``resnet50-modes``, ``llama``, ``all``), comma-separated;
+the default is ``core``: the node's facts (nvidia-smi, the processes already on the GPU, NVML,
 torch's view), PyTorch ResNet-50 1n1g AMP (bf16, channels_last) at 256, BERT-base seq 128 AMP at
 256, ``dlperf selftest`` and ``dlperf parity`` against a bare loop; every run stage also times
-its window by CUDA events. ``call2``-``call5`` hold the rest (TF32, CUDA graphs, boundary-only
+its window by CUDA events. The other plans hold the rest (TF32, CUDA graphs, boundary-only
 sync, torch.compile, both ``batch: max``, Llama 3.2 1B at seq 8192). Without a GPU (``--cpu``,
 or none found) the same stages run at tiny shapes (``--profile gpu-check-cpu``): a rehearsal
 that leaves the GPU itself as the only unknown. A GPU that ``nvidia-smi -L`` lists and torch
@@ -240,15 +241,17 @@ STAGES = (
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
 # Each plan fits GPU_BUDGET_S less RESERVE_S by the estimates above (a test holds them to it);
-# call1 first: the figures that say most about the node and the kit.
+# core first: the figures that say most about the node and the kit.
 PLANS = {
-    "call1": ("facts", "resnet50-amp", "bert-amp", "selftest", "parity-amp"),
-    "call2": ("facts", "bert-amp-max"),
-    "call3": ("facts", "resnet50-amp-max", "resnet50-amp-cuda-graphs"),
-    "call4": ("facts", "resnet50-amp-compile", "resnet50-tf32", "resnet50-amp-boundary-sync"),
-    "call5": ("facts", "llama-1b-amp"),
+    "core": ("facts", "resnet50-amp", "bert-amp", "selftest", "parity-amp"),
+    "bert-max": ("facts", "bert-amp-max"),
+    "resnet50-max": ("facts", "resnet50-amp-max", "resnet50-amp-cuda-graphs"),
+    "resnet50-modes": (
+        "facts", "resnet50-amp-compile", "resnet50-tf32", "resnet50-amp-boundary-sync"
+    ),
+    "llama": ("facts", "llama-1b-amp"),
 }
-DEFAULT_PLAN = "call1"
+DEFAULT_PLAN = "core"
 
 
 class UsageError(Exception):
@@ -294,7 +297,7 @@ class StageResult:
     exit_code: int | None = None
     detail: str = ""
     command: list[str] = field(default_factory=list)
-    call: int = 1  # which command of a resumed session ran it
+    run: int = 1  # which command of a resumed session ran it: 1, 2, ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -523,10 +526,10 @@ def _run_stages(
         "MPLCONFIGDIR": str(scratch / "mpl"),
     }
     results: list[StageResult] = []
-    call, earlier_mode = 1, None
+    run, earlier_mode = 1, None
     if resume is not None:
         results, earlier_mode = resume_into(resume, work)
-        call = max((r.call for r in results), default=0) + 1
+        run = max((r.run for r in results), default=0) + 1
     # A node whose GPU torch does not see is reported, with its facts, not rehearsed on.
     on_gpu, unseen = False, ""
     if not args.cpu:
@@ -543,7 +546,10 @@ def _run_stages(
             "--resume out to start a new session"
         )
     if resume is not None:
-        print(f"gpu-check: resumed {resume} ({len(results)} earlier stage(s)); call {call}")
+        print(
+            f"gpu-check: resumed {resume} ({len(results)} earlier stage(s)); "
+            f"command {run} of the session"
+        )
     shapes = GPU if on_gpu else CPU
     budget = Budget(args.budget_s or shapes.budget_s)
     print(f"gpu-check: {'GPU' if on_gpu else 'CPU rehearsal'}, profile {shapes.profile}, "
@@ -554,15 +560,15 @@ def _run_stages(
     for stage in stages:
         why = unseen if unseen and stage.kind != "facts" else decide(stage, budget.left(), on_gpu)
         if why:
-            results.append(StageResult(stage.name, "skipped", detail=why, call=call))
+            results.append(StageResult(stage.name, "skipped", detail=why, run=run))
             print(f"gpu-check: {stage.name}: skipped: {why}", flush=True)
             continue
         print(f"gpu-check: {stage.name}: {stage.what} ({budget.left():.0f} s left)", flush=True)
         if stage.kind == "facts":
-            if (work / "facts").is_dir():  # an earlier call's facts stay beside this one's
-                os.replace(work / "facts", work / f"facts-call{call - 1}")
+            if (work / "facts").is_dir():  # an earlier command's facts stay beside this one's
+                os.replace(work / "facts", work / f"facts-run{run - 1}")
             result = collect_facts(args.python, work, env)
-            result.call = call
+            result.run = run
         else:
             argv = stage.argv(shapes, args.python, work)
             started = time.monotonic()
@@ -571,7 +577,7 @@ def _run_stages(
             status = "cut" if cut else ("ok" if code == 0 else "failed")
             detail = cut or (_tail(log) if code != 0 else "")
             seconds = time.monotonic() - started
-            result = StageResult(stage.name, status, seconds, code, detail, argv, call)
+            result = StageResult(stage.name, status, seconds, code, detail, argv, run)
         results.append(result)
         print(f"gpu-check: {stage.name}: {result.status} in {result.seconds:.0f} s"
               f"{': ' + result.detail if result.status != 'ok' else ''}", flush=True)  # fmt: skip
@@ -583,11 +589,11 @@ def _run_stages(
     if unseen:
         return 3  # as tools/gpu-check.sh: the kit cannot run on this node
     # A stage cut or skipped at the budget is a planned outcome; only a failure is an error.
-    return 1 if any(r.status == "failed" for r in results if r.call == call) else 0
+    return 1 if any(r.status == "failed" for r in results if r.run == run) else 0
 
 
 def resume_into(archive: Path, work: Path) -> tuple[list[StageResult], str | None]:
-    """An earlier call's archive, checked as ``unpack`` checks it, extracted into ``work``; its
+    """An earlier command's archive, checked as ``unpack`` checks it, extracted into ``work``; its
     stages as they ended (the session in ``results/`` resumes under ``dlperf run``) and the
     mode they ran in."""
     extract_checked(archive, work)
