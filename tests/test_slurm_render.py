@@ -397,8 +397,9 @@ def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPat
     step = lines[8]
     assert step.startswith(
         "$ srun '--jobid=<job id>' --job-name=dlperf-resnet50-pytorch-4n32g-bs128-amp-synthetic-r1"
-        f" --nodes=4 {nodes} --ntasks-per-node=1 --label --kill-on-bad-exit=1 --gpus-per-node=8 "
-        f"--mpi=none {container} sh -c "
+        f" --nodes=4 {nodes} --ntasks-per-node=1 --label --kill-on-bad-exit=1 "
+        # the CPUs a task gets, known once the job runs: a placeholder as the nodes are
+        f"--cpus-per-task=@slurm-cpus-per-node/1@ --gpus-per-node=8 --mpi=none {container} sh -c "
     )
     for rank in range(4):
         assert (
@@ -419,7 +420,7 @@ def test_describe_four_nodes_eight_gpus_with_pyxis(monkeypatch: pytest.MonkeyPat
     assert lines[0].startswith("# once per job") and len(lines) == 3
     assert "--jobid=4242" in lines[2] and "--nodelist=g01,g02,g03,g04" in lines[2]
     assert "--cpus-per-task=96" in lines[2]
-    assert "--master-addr=10.0.0.1" in lines[2] and "@slurm-node" not in lines[2]
+    assert "--master-addr=10.0.0.1" in lines[2] and "@slurm-" not in lines[2]
 
 
 def test_describe_four_nodes_eight_gpus_with_apptainer(monkeypatch: pytest.MonkeyPatch) -> None:

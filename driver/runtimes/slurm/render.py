@@ -57,7 +57,7 @@ def srun_argv(
     nodes: Sequence[str],
     step_name: str,
     tasks_per_node: int,
-    cpus_per_task: int,
+    cpus_per_task: int | str,
     container_flags: Sequence[str] = (),
     gpus_per_node: int | None = None,
 ) -> list[str]:
@@ -70,7 +70,7 @@ def srun_argv(
         f"--ntasks-per-node={tasks_per_node}",
         "--label", "--kill-on-bad-exit=1",
     ]  # fmt: skip
-    if cpus_per_task > 0:
+    if isinstance(cpus_per_task, str) or cpus_per_task > 0:  # a str: a dry run's placeholder
         argv.append(f"--cpus-per-task={cpus_per_task}")
     argv += gpu_flags(config, gpus_per_node)
     argv.append(f"--mpi={config.mpi}" if config.tasks == "device" else "--mpi=none")

@@ -79,6 +79,9 @@ if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
 
 PLACEHOLDER = "@slurm-node{index}@"  # a node not known until the session's job runs
+# The CPUs a task gets, not known until the job runs either: the job's CPUs per node (scontrol's
+# NumCPUs / NumNodes) over the step's tasks per node.
+CPUS_PLACEHOLDER = "@slurm-cpus-per-node/{tasks}@"
 _PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
 
 
@@ -250,10 +253,16 @@ class SlurmRuntime:
     def _tasks_per_node(self, plan: RepeatPlan) -> int:
         return plan.devices_per_node if self.config.tasks == "device" else 1
 
-    def _srun(self, plan: RepeatPlan, allocation: Allocation, step_name: str) -> list[str]:
+    def _srun(
+        self, plan: RepeatPlan, allocation: Allocation, step_name: str, submitted: bool = True
+    ) -> list[str]:
+        """The step's srun line; for a job not ``submitted`` yet (a dry run), its CPUs per task
+        as a placeholder."""
         nodes = allocation.nodes[: len(plan.commands)]
         tasks = self._tasks_per_node(plan)
-        cpus = allocation.cpus_per_node // tasks if allocation.cpus_per_node else 0
+        cpus: int | str = allocation.cpus_per_node // tasks if allocation.cpus_per_node else 0
+        if not submitted:
+            cpus = CPUS_PLACEHOLDER.format(tasks=tasks)
         return srun_argv(
             self.config,
             allocation.job_id,
@@ -337,6 +346,7 @@ class SlurmRuntime:
         allocation = self.allocation
         if allocation is None and self.inside_allocation:
             allocation = self.job.enclosing()
+        submitted = allocation is not None
         if allocation is None:
             count = len(plan.commands)
             output = str(plan.session_root / "slurm" / "job-%j.out")
@@ -353,7 +363,7 @@ class SlurmRuntime:
             )
         commands = self._node_commands(plan, allocation)
         lines += self.platform.describe_prepare(plan, allocation)
-        argv = self._srun(plan, allocation, self._step_name(plan))
+        argv = self._srun(plan, allocation, self._step_name(plan), submitted)
         script = self._step_script(plan, commands)
         lines.append("$ " + shlex.join([*argv, "sh", "-c", script]))
         return lines
