@@ -137,6 +137,22 @@ def test_a_slurm_job_that_cannot_fit_is_refused_with_the_fix(kit: Path) -> None:
     assert time_limit_problem(estimates, 3600, "cluster.yaml") is None
     problem = time_limit_problem(estimates, 300, "cluster.yaml")
     assert "exceeds slurm.time_limit" in problem and "at least 9 minutes" in problem
+    assert "split_jobs: true" in problem
+
+
+def test_split_jobs_need_only_each_repeat_and_the_setup_to_fit_a_job(kit: Path) -> None:
+    """slurm.split_jobs: a 420 s case of 2 repeats may span jobs of 300 s (210 s a repeat),
+    not jobs of 200 s; the setup every job repeats (an image import) counts with the repeat."""
+    from driver.core.estimate import CaseEstimate
+
+    (estimate,) = [estimate_case(case(), "AMD EPYC", load_knowledge(kit))]
+    repeats = {estimate.case_id: 2}
+    assert time_limit_problem([estimate], 300, "c.yaml", split=True, repeats=repeats) is None
+    problem = time_limit_problem([estimate], 200, "c.yaml", split=True, repeats=repeats)
+    assert f"a repeat of {estimate.case_id} is estimated at 3m30s" in problem
+    assert "no job of the split selection could hold it" in problem
+    setup = CaseEstimate("pyxis import", 120.0, None, "assumed", kind="setup")
+    assert time_limit_problem([estimate, setup], 300, "c.yaml", split=True, repeats=repeats)
 
 
 @pytest.mark.parametrize(("limit", "code"), [("00:01:00", 2), ("08:00:00", 0)])

@@ -160,6 +160,45 @@ def test_job_cancelled_from_outside(
     assert "cancelled from outside" in outcome.detail
 
 
+def test_split_jobs_start_a_new_job_when_the_next_repeat_would_outlast_the_current(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """slurm.split_jobs: a repeat estimated at 119 s fits a fresh 2-minute job, and no longer
+    the same job once a repeat of 2 s has run in it: the second repeat gets a job of its own,
+    and the first job is cancelled (never left to run into its limit)."""
+    lines: list[str] = []
+    config = SlurmConfig(time_limit="2", container="none", split_jobs=True)
+    runtime = SlurmRuntime(config=config, printer=lines.append)
+    runtime.repeat_seconds = {PLAN_CASE.id: 119.0}
+    slow = python("import time; time.sleep(2)")
+    try:
+        first = runtime.run(plan_for(tmp_path, [slow, slow]))
+        second = runtime.run(plan_for(tmp_path, [REPORT, REPORT], repeat=2))
+    finally:
+        runtime.close()
+    assert first.verdict == second.verdict == Verdict.OK, (first.detail, second.detail)
+    jobs = first.extra["slurm"]["job_id"], second.extra["slurm"]["job_id"]
+    assert jobs[0] != jobs[1], lines
+    assert any(
+        f"cancelled job {jobs[0]}" in line and "(split_jobs): a new job" in line for line in lines
+    ), lines
+    assert cluster_env.drained() == []
+
+
+def test_split_jobs_keep_one_job_while_the_next_repeat_fits(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    config = SlurmConfig(time_limit="2", container="none", split_jobs=True)
+    runtime = SlurmRuntime(config=config, printer=print)
+    runtime.repeat_seconds = {PLAN_CASE.id: 30.0}
+    try:
+        first = runtime.run(plan_for(tmp_path, [REPORT, REPORT]))
+        second = runtime.run(plan_for(tmp_path, [REPORT, REPORT], repeat=2))
+    finally:
+        runtime.close()
+    assert first.extra["slurm"]["job_id"] == second.extra["slurm"]["job_id"]
+
+
 def test_job_time_limit(cluster_env: SlurmCluster, tmp_path: Path) -> None:
     runtime = SlurmRuntime(config=SlurmConfig(time_limit="1", container="none"), printer=print)
     try:

@@ -260,6 +260,10 @@ class SlurmConfig(StrictModel):
     account: Word | None = None
     qos: Word | None = None
     time_limit: TimeLimit = "04:00:00"  # checked as Slurm reads it: time_limit_seconds
+    # A selection longer than time_limit runs as several jobs, a new one whenever the next
+    # repeat's estimate exceeds what is left of the current job (off: such a selection is
+    # refused before sbatch).
+    split_jobs: bool = False
     constraint: Word | None = None
     reservation: Word | None = None
     gpus_per_node: number(0, 1024, "a GPU count 0-1024") | None = None

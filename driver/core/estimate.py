@@ -663,17 +663,44 @@ def plan_lines(estimates: list[CaseEstimate], startup_basis: str = "") -> list[s
     return lines
 
 
-def time_limit_problem(estimates: list[CaseEstimate], limit_s: int, where: str) -> str | None:
+def repeat_seconds(estimate: CaseEstimate, repeats: int) -> float | None:
+    """One repeat's share of a case's estimate (its start-up included)."""
+    return None if estimate.seconds is None else estimate.seconds / max(1, repeats)
+
+
+def time_limit_problem(
+    estimates: list[CaseEstimate],
+    limit_s: int,
+    where: str,
+    split: bool = False,
+    repeats: dict[str, int] | None = None,
+) -> str | None:
     """Why the estimated cases cannot fit a Slurm job of ``limit_s`` seconds, with the fix;
-    None when they fit."""
+    None when they fit. ``split`` (slurm.split_jobs): the selection may take several jobs, so
+    only a repeat (with the session's setup, which every job repeats) must fit one."""
+    if split:
+        setup = sum(e.seconds or 0.0 for e in estimates if e.kind == "setup")
+        for estimate in estimates:
+            if estimate.kind != "case":
+                continue
+            one = repeat_seconds(estimate, (repeats or {}).get(estimate.case_id, 1))
+            if one is not None and one + setup > limit_s:
+                return (
+                    f"a repeat of {estimate.case_id} is estimated at {duration(one + setup)} "
+                    f"(the session's setup included), longer than slurm.time_limit "
+                    f"{duration(limit_s)} ({where}): no job of the split selection could hold "
+                    f"it; raise time_limit there to at least {math.ceil((one + setup) * 1.2 / 60)}"
+                    " minutes, or measure fewer steps"
+                )
+        return None
     total = total_seconds(estimates)
     if total <= limit_s:
         return None
     return (
         f"the estimate, {duration(total)}, exceeds slurm.time_limit {duration(limit_s)} "
         f"({where}): raise time_limit there to at least {math.ceil(total * 1.2 / 60)} minutes "
-        "(the estimate plus 20%), or run fewer cases per job (--nodes/--gpus, --model, "
-        "--amp, --repeats)"
+        "(the estimate plus 20%), run fewer cases per job (--nodes/--gpus, --model, --amp, "
+        "--repeats), or set split_jobs: true there to run the selection as several jobs"
     )
 
 

@@ -174,7 +174,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return rehearse(selection, root, before_matrix=before_matrix, **session)
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
     submitting = not (args.dry_run or getattr(args, "estimate_only", False))
-    refused = time_limit_refusal(runtime, args.inventory, estimates, submitting)
+    repeats = {case.id: case.repeats for case in selection.cases}
+    refused = time_limit_refusal(runtime, args.inventory, estimates, submitting, repeats)
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
@@ -254,12 +255,18 @@ def host_hardware() -> str:
 
 
 def time_limit_refusal(
-    runtime: object, where: str | None, estimates: SessionEstimate, submitting: bool = True
+    runtime: object,
+    where: str | None,
+    estimates: SessionEstimate,
+    submitting: bool = True,
+    repeats: dict[str, int] | None = None,
 ) -> str:
     """Under Slurm, why the session's job cannot fit its ``time_limit`` (empty: it fits); a GPU
     job of which nothing can be estimated is refused where it would be submitted, and said
     as a warning where not (a dry run, a plan)."""
-    from driver.core.estimate import time_limit_problem
+    from driver.core.estimate import repeat_seconds, time_limit_problem
+
+    repeats = repeats or {}
 
     config = getattr(runtime, "config", None)
     limit = getattr(config, "time_limit", None)
@@ -279,7 +286,18 @@ def time_limit_refusal(
             return unknown
         print(f"warning: {unknown}", file=sys.stderr)
 
-    return time_limit_problem(estimates, time_limit_seconds(limit), where or "slurm:") or ""
+    split = bool(getattr(config, "split_jobs", False))
+    problem = time_limit_problem(
+        estimates, time_limit_seconds(limit), where or "slurm:", split, repeats
+    )
+    if split and not problem:  # the runtime starts a new job when a repeat would outlast one
+        runtime.repeat_seconds = {  # type: ignore[attr-defined]
+            e.case_id: seconds
+            for e in estimates
+            if e.kind == "case"
+            and (seconds := repeat_seconds(e, repeats.get(e.case_id, 1))) is not None
+        }
+    return problem or ""
 
 
 def framework_python(python: str, runtime: str, cases: list[Case]) -> str:

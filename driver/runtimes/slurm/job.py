@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.cluster.slurm import SlurmConfig
+from driver.cluster.slurm import SlurmConfig, time_limit_seconds
 from driver.files import write_text
 from driver.runtimes.base import Failure, Verdict, session_label
 from driver.runtimes.slurm import client
@@ -71,9 +71,17 @@ class SessionJob:
             owned=False,
         )
 
-    def ensure(self, count: int, session_root: Path, config: SlurmConfig) -> Allocation:
+    def ensure(
+        self,
+        count: int,
+        session_root: Path,
+        config: SlurmConfig,
+        needed_s: float | None = None,
+    ) -> Allocation:
         """The job to run ``count`` nodes' step in: the enclosing one, the session's, or a new
-        one (submitted, and waited for with its queue state printed)."""
+        one (submitted, and waited for with its queue state printed). ``needed_s``: the step's
+        estimate where slurm.split_jobs is on: a session's job with less time left is
+        cancelled for a new one, so that no repeat is cut by the time limit."""
         if self.inside_allocation:
             if self.allocation is None:
                 self.allocation = self.enclosing()
@@ -87,9 +95,16 @@ class SessionJob:
         held = self.allocation
         if held is not None:
             info = client.show_job(held.job_id)
-            if info.state == "RUNNING" and count <= len(held.nodes):
+            left = time_limit_seconds(config.time_limit) - (time.time() - held.running_at)
+            short = config.split_jobs and needed_s is not None and needed_s > left
+            if info.state == "RUNNING" and count <= len(held.nodes) and not short:
                 return held
-            if info.state == "RUNNING":
+            if info.state == "RUNNING" and short:
+                why = (
+                    f"{max(0.0, left) / 60:.1f} min of slurm.time_limit left, the next repeat "
+                    f"is estimated at {needed_s / 60:.1f} min (split_jobs): a new job"
+                )
+            elif info.state == "RUNNING":
                 why = f"it has {len(held.nodes)} nodes, the case needs {count}"
             else:
                 why = f"it is {info.state or 'gone'}"

@@ -108,6 +108,9 @@ class SlurmRuntime:
         self.printer = printer or (lambda line: print(line, file=sys.stderr, flush=True))
         self.python_override = python_override
         self.job = SessionJob(lambda line: self.printer(line))
+        # Each case's estimated seconds a repeat, where slurm.split_jobs lets the selection
+        # take several jobs (set by the run command from the session's estimate).
+        self.repeat_seconds: dict[str, float] = {}
         self._platform: ContainerPlatform | None = None
         if self.config.container != "auto":  # refused here, before anything starts
             _ = self.platform
@@ -402,7 +405,10 @@ class SlurmRuntime:
         try:
             try:
                 allocation = self.job.ensure(
-                    len(plan.commands), Path(plan.session_root), self.config
+                    len(plan.commands),
+                    Path(plan.session_root),
+                    self.config,
+                    None if plan.probe else self.repeat_seconds.get(plan.case_id),
                 )
                 timings["allocation_s"] = round(time.time() - started, 3)
                 made = self.platform.prepare(plan, allocation)
