@@ -21,6 +21,7 @@ from driver.core.estimate import (
     estimate_case,
     load_knowledge,
     register_flop_count,
+    split_job_count,
     time_limit_problem,
     total_seconds,
 )
@@ -153,6 +154,11 @@ def test_split_jobs_need_only_each_repeat_and_the_setup_to_fit_a_job(kit: Path) 
     assert "no job of the split selection could hold it" in problem
     setup = CaseEstimate("pyxis import", 120.0, None, "assumed", kind="setup")
     assert time_limit_problem([estimate, setup], 300, "c.yaml", split=True, repeats=repeats)
+    assert split_job_count([estimate], 300, repeats) == 2  # 210 s, then 210 s in a new job
+    assert split_job_count([estimate], 420, repeats) == 1
+    # every job imports first (120 s): one 210 s repeat a 500 s job, two a 560 s one
+    assert split_job_count([estimate, estimate, setup], 500, repeats) == 4
+    assert split_job_count([estimate, estimate, setup], 560, repeats) == 2
 
 
 @pytest.mark.parametrize(("limit", "code"), [("00:01:00", 2), ("08:00:00", 0)])

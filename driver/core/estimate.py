@@ -668,6 +668,25 @@ def repeat_seconds(estimate: CaseEstimate, repeats: int) -> float | None:
     return None if estimate.seconds is None else estimate.seconds / max(1, repeats)
 
 
+def split_job_count(
+    estimates: list[CaseEstimate], limit_s: int, repeats: dict[str, int]
+) -> int:
+    """The jobs slurm.split_jobs would take for the selection, as the runtime splits it: the
+    repeats in order, a new job (its setup first) whenever the next repeat does not fit."""
+    setup = sum(e.seconds or 0.0 for e in estimates if e.kind == "setup")
+    jobs, left = 1, limit_s - setup
+    for estimate in estimates:
+        if estimate.kind != "case" or estimate.seconds is None:
+            continue
+        count = max(1, repeats.get(estimate.case_id, 1))
+        for _ in range(count):
+            one = estimate.seconds / count
+            if one > left:
+                jobs, left = jobs + 1, limit_s - setup
+            left -= one
+    return jobs
+
+
 def time_limit_problem(
     estimates: list[CaseEstimate],
     limit_s: int,

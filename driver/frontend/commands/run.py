@@ -264,7 +264,7 @@ def time_limit_refusal(
     """Under Slurm, why the session's job cannot fit its ``time_limit`` (empty: it fits); a GPU
     job of which nothing can be estimated is refused where it would be submitted, and said
     as a warning where not (a dry run, a plan)."""
-    from driver.core.estimate import repeat_seconds, time_limit_problem
+    from driver.core.estimate import repeat_seconds, split_job_count, time_limit_problem
 
     repeats = repeats or {}
 
@@ -291,6 +291,11 @@ def time_limit_refusal(
         estimates, time_limit_seconds(limit), where or "slurm:", split, repeats
     )
     if split and not problem:  # the runtime starts a new job when a repeat would outlast one
+        jobs = split_job_count(estimates, time_limit_seconds(limit), repeats)
+        print(
+            f"slurm: split_jobs: the selection takes about {jobs} job(s) of time_limit {limit}",
+            file=sys.stderr,
+        )
         runtime.repeat_seconds = {  # type: ignore[attr-defined]
             e.case_id: seconds
             for e in estimates
