@@ -214,7 +214,7 @@ def test_maxtext_s_own_config_parser_accepts_every_rendered_command(tmp_path: Pa
                          case.topology.devices_per_node, nodes])  # fmt: skip
     cpu = cpu_argv()
     commands.append(cpu[cpu.index(MODULE) + 1 :])
-    expected.append(["default", 2, 64, 2, 64, 15, -1, -1])
+    expected.append(["default", 2, 64, 2, 128, 15, -1, -1])
     mistyped = [item.replace("per_device_batch_size=", "per_device_batch=") for item in commands[0]]
     commands.append(mistyped)
     expected.append(["refused", "ValueError"])
