@@ -88,9 +88,9 @@ def cpu_argv(steps: int = 15, batch: int = 2) -> list[str]:
 @pytest.mark.parametrize(
     ("topology", "variant", "node", "model_name", "batch", "remat"),
     [
-        ("1n8g", "8b", 0, "llama3.1-8b", "12", "minimal_with_context"),
-        ("2n16g", "8b", 1, "llama3.1-8b", "12", "minimal_with_context"),
-        ("8n64g", "70b", 7, "llama3.1-70b", "4", "full"),
+        ("1n8g", "8b", 0, "llama3.1-8b", "1", "minimal_with_context"),
+        ("2n16g", "8b", 1, "llama3.1-8b", "1", "minimal_with_context"),
+        ("8n64g", "70b", 7, "llama3.1-70b", "1", "full"),
     ],
 )
 def test_each_node_starts_one_jax_process_with_maxtext_s_gpu_settings(
@@ -120,7 +120,7 @@ def test_each_node_starts_one_jax_process_with_maxtext_s_gpu_settings(
 
 def test_the_run_header_counts_every_device_as_a_replica() -> None:
     """MaxText trains per_device_batch_size x every device a step: the header states no
-    model-parallel degree above 1, so the kit counts 12 x 16 sequences a step at 2n16g."""
+    model-parallel degree above 1, so the kit counts batch x 16 sequences a step at 2n16g."""
     case = case_of("2n16g", "8b")
     header = run_header("maxtext", case, node_rank(case, 1), 12, "per-node", 1)
     line = json.loads(header_line(header).removeprefix("DLPERF-UPSTREAM "))
