@@ -253,6 +253,28 @@ def test_the_real_cpu_log_is_measured_from_its_absl_timestamps() -> None:
     assert measured.throughput == pytest.approx(20 / (stamps[14] - stamps[4]), rel=1e-6)
 
 
+def test_the_real_log_without_the_kit_s_header_imports_with_the_same_figure(
+    tmp_path: Path,
+) -> None:
+    """``dlperf import-logs`` of MaxText's own output (the fixture less the kit's two lines)
+    with the run's facts gives the figure the kit measured from the same lines."""
+    from driver.core.importlogs import import_run
+    from driver.sources.logfacts import load_facts
+
+    lines = REAL_LOG.read_text().splitlines()
+    assert lines[0].startswith("DLPERF-UPSTREAM ") and lines[1].startswith("DLPERF-HOST ")
+    bare = tmp_path / "maxtext.log"
+    bare.write_text("\n".join(lines[2:]) + "\n")
+    facts = tmp_path / "facts.yaml"
+    facts.write_text("model: llama\ntopology: 1n1g\nbatch: 2\nprecision: fp32\n"
+                     "warmup_steps: 5\nmeasured_steps: 10\n")  # fmt: skip
+    record = import_run(tmp_path / "s", "maxtext", load_facts(facts, {}), [bare])
+    assert record.verdict == "ok", record.detail
+    kit = measure_repeat(PARSERS.get("maxtext")().parse({"node0.log": REAL_LOG.read_text()}),
+                         Window(5, 10))  # fmt: skip
+    assert record.measurement.throughput == pytest.approx(kit.throughput, rel=1e-12)
+
+
 def lines_at(stamps: list[str], first_label: int = 0, rampup_at: int | None = None) -> str:
     header = run_header("maxtext", case_of("1n8g", "8b"), node_rank(case_of("1n8g", "8b"), 0), 4,
                         "per-node", 1)  # fmt: skip
