@@ -51,6 +51,13 @@ IMAGES: dict[str, tuple[tuple[int, int], str]] = {
         "not read here: https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/"
         "rel-25-09.html); only its Hopper support is read: the source is no DLPerf row",
     ),
+    "nvcr.io/nvidia/jax:26.07-py3": (
+        (12, 0),
+        "CUDA 12 or later (a July 2026 NGC release, the maxtext source's base and the kit's JAX "
+        "base; its notes not read here: https://docs.nvidia.com/deeplearning/frameworks/"
+        "jax-release-notes/index.html); only its Hopper support is read: the source is no "
+        "DLPerf row",
+    ),
     "pytorch/pytorch:2.1.2-cuda12.1-cudnn8-runtime": ((12, 1), "CUDA 12.1 (the image's tag)"),
     "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime": ((12, 8), "CUDA 12.8 (the image's tag)"),
     "paddlepaddle/paddle:1.8.5-gpu-cuda10.2-cudnn7": ((10, 2), "CUDA 10.2 (the image's tag)"),
