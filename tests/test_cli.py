@@ -261,6 +261,13 @@ def test_envs_names_every_local_environment_and_refuses_an_unknown_one(
     assert main(["envs", "pytorch"]) == 0  # made once (here, or by `make envs` in CI)
     out = capsys.readouterr().out
     assert out.startswith("pytorch: ") and "/pytorch/bin/python" in out
+    # MaxText's 1.4 GB on Python 3.12 is made only by name: every other one by `make envs`
+    assert known["maxtext"].by_name_only  # type: ignore[attr-defined]
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "maxtext: made only by name (1.4 GB on Python 3.12" in out
+    assert "dlperf envs maxtext" in out and "\nmaxtext: /" not in "\n" + out
+    assert all(f"\n{name}: /" in "\n" + out for name in known if name != "maxtext")
 
 
 @pytest.mark.frameworks  # runs PyTorch from its environment

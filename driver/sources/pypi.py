@@ -72,6 +72,10 @@ class PypiSection(StrictModel):
     differs: str = Field(min_length=1)  # release vs the pinned commit, and which ran
     requirements: str | None = None  # beside source.yaml; required when it runs
     why_not: str = ""  # required when it does not run
+    # Left out of `dlperf envs` without names (CI's `make envs`) where the environment is too
+    # big for every machine that runs the suite; made by name (`make envs ENVS=<source>`), and
+    # the tests that need it skip without it. The reason, where false.
+    by_name_only: str = ""
     models: dict[str, PypiModel] = Field(default_factory=dict)
 
 
@@ -128,6 +132,7 @@ class SourceEnv:
     python: str
     cpu_requirements: Path
     venv_library_globs: tuple[str, ...] = ()
+    by_name_only: str = ""  # why `dlperf envs` makes it only when named
 
 
 class PypiSource:
@@ -149,6 +154,7 @@ class PypiSource:
             display=f"{spec.title} ({section.package})",
             python=section.python,
             cpu_requirements=spec.folder / str(section.requirements),
+            by_name_only=section.by_name_only,
         )
 
     def launch_for(self, case: Case) -> PypiModel:

@@ -38,7 +38,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
     known = local_environments()
     if args.names is None:
-        wanted = list(known)
+        wanted = [name for name in known if not getattr(known[name], "by_name_only", "")]
+        for name in sorted(set(known) - set(wanted)):
+            why = known[name].by_name_only  # type: ignore[attr-defined]
+            print(f"{name}: made only by name ({why}): dlperf envs {name}", flush=True)
     else:  # '' or 'a,,b' is a mistake, never "every environment" (gigabytes of installs)
         wanted = [name.strip() for name in args.names.split(",")]
         if not all(wanted):
