@@ -16,7 +16,6 @@ matcher of the peaks, and ``mfu()``).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,7 +27,6 @@ from driver.bench.llama import (
     training_flops_per_sample,
 )
 from driver.bench.llama import MODEL as LLAMA
-from driver.frameworks.base import REPO_ROOT
 
 COUNTED_MODELS = ("resnet50", "inception3", "bert")  # models with a PyTorch definition here
 # Models whose FLOPs come from a formula of their sizes (no torch needed): driver.bench.llama.
@@ -59,9 +57,6 @@ def compute_model_costs(
     todo = {cost_key(m, o): (m, shape_options(o)) for m, o in wanted if m in COUNTED_MODELS}
     if not todo:
         return costs
-    root = str(REPO_ROOT)  # PyTorch/ is a folder of the repository, not an installed package
-    if root not in sys.path:
-        sys.path.append(root)
     try:
         import torch
 
