@@ -119,8 +119,9 @@ register_flop_count(LLAMA, _llama_flops)
 
 
 @dataclass(frozen=True)
-class Figure:
-    """One measured or published throughput."""
+class KnownRate:
+    """One measured or published throughput per device, as the estimate scales it (the
+    published figure itself, with its publisher and citation, is release.imported.Figure)."""
 
     model: str
     framework: str
@@ -148,7 +149,7 @@ class CaseEstimate:
 class Knowledge:
     """What estimates are made from: figures, FLOPs per sample, device peaks, the start-up."""
 
-    figures: list[Figure]
+    figures: list[KnownRate]
     flops_per_sample: dict[str, float]  # model -> measured by the kit's FLOP counter
     peaks: list[dict]
     startup_s: float
@@ -197,7 +198,7 @@ def _read_record(path: Path) -> RepeatRecord:
     return load_record(path)
 
 
-def _record_figure(record: RepeatRecord, where: str) -> Figure:
+def _record_figure(record: RepeatRecord, where: str) -> KnownRate:
     """The figure of a finished repeat's record (its header's model, framework, precision and
     devices; its measured per-device throughput, held to ``plausible``'s bounds)."""
     measured, header = record.measurement, record.header
@@ -214,7 +215,7 @@ def _record_figure(record: RepeatRecord, where: str) -> Figure:
     ):
         raise RecordError("field header: no model, framework, options.precision or devices")
     check_throughput(measured.throughput, measured.world_size)
-    return Figure(
+    return KnownRate(
         header["model"],
         header["framework"],
         options["precision"],
@@ -229,7 +230,7 @@ def _record_figure(record: RepeatRecord, where: str) -> Figure:
 
 def _session_figures(
     results: Path, limit: int = 2000, warn: Callable[[object, object], None] = _warn
-) -> tuple[list[Figure], list[float]]:
+) -> tuple[list[KnownRate], list[float]]:
     """Figures and start-ups of the finished repeats of the sessions under ``results`` (the
     user's own earlier runs: measured on the very hardware), newest sessions first and at most
     ``limit`` records read: every ``dlperf run`` starts with this, so its cost must not grow with
@@ -273,7 +274,7 @@ def _newest_records(results: Path) -> Iterator[Path]:
 def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowledge:
     """The figures, FLOP counts, peaks and start-up under the kit folder ``root``, the user's
     own sessions under ``results`` first."""
-    figures: list[Figure] = []
+    figures: list[KnownRate] = []
     startups: list[float] = []
     if results is not None and results.is_dir():
         figures, startups = _session_figures(results)
@@ -284,7 +285,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                 devices = json.loads(row["device_names"] or "[]")
                 check_throughput(float(row["throughput_median"]), int(row["devices"]))
                 figures.append(
-                    Figure(
+                    KnownRate(
                         row["model"],
                         row["framework"],
                         row["precision"],
@@ -313,7 +314,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
             try:
                 check_throughput(_published_per_device(item), 1, "per-device throughput")
                 figures.append(
-                    Figure(
+                    KnownRate(
                         item["model"],
                         item["framework"],
                         item["precision"],
@@ -339,8 +340,8 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
 
 
 def _within_peaks(
-    figures: list[Figure], flops: dict[str, float], peaks: list[dict]
-) -> list[Figure]:
+    figures: list[KnownRate], flops: dict[str, float], peaks: list[dict]
+) -> list[KnownRate]:
     """The figures no faster than their device can compute: samples/s per device times the
     model's training FLOPs per sample at most the device's dense peak (reports/peaks.yaml). A
     figure past it is a forged or mislabelled one, left out with a warning naming it (it would
@@ -397,7 +398,9 @@ def _same_hardware(asked: str, named: str) -> bool:
     return bool(mine and theirs) and (mine <= theirs or theirs <= mine)
 
 
-def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]) -> Figure | None:
+def _nearest_figure(
+    case: Case, batch: int, hardware: str, figures: list[KnownRate]
+) -> KnownRate | None:
     usable = [
         f
         for f in figures
@@ -409,7 +412,7 @@ def _nearest_figure(case: Case, batch: int, hardware: str, figures: list[Figure]
     if not usable:
         return None
 
-    def distance(f: Figure) -> tuple:
+    def distance(f: KnownRate) -> tuple:
         return (
             f.case_id != case.id,  # the very case measured before
             f.framework != case.framework,
