@@ -1,14 +1,17 @@
-"""A local docker image as the one file another engine reads: apptainer's ``.sif``
-(``apptainer build x.sif docker-daemon://<tag>``), enroot's squashfs for pyxis (``enroot
-import dockerd://<tag>``). Made once per image (the file is named after the tag, which carries
-the inputs' hash) into a folder the nodes share, written beside and moved into place whole.
+"""A local image as the one file another engine reads: apptainer's ``.sif`` (``apptainer build
+x.sif docker-daemon://<tag>``, or from a ``podman save`` archive), enroot's squashfs for pyxis
+(``enroot import dockerd://<tag>``, or ``podman://<tag>`` from podman's store). Made once per
+image (the file is named after the tag, which carries the inputs' hash) into a folder the nodes
+share, written beside and moved into place whole.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -38,3 +41,29 @@ def make_file(target: Path, argv: Callable[[Path], list[str]], timeout: float = 
     finally:
         partial.unlink(missing_ok=True)
     return True
+
+
+@contextmanager
+def enroot_leftovers_removed(engine: str, tag: str) -> Iterator[None]:
+    """Around ``enroot import podman://<tag>``: remove the container enroot made to export the
+    image. enroot (3.5.0 to 4.1.2) makes it with the engine it was asked for but removes it with
+    ``docker rm`` whatever the engine, so podman's would stay; it is named ``enroot.<random>``
+    (enroot's temporary folder) and made from ``tag``, and only one that appeared during the
+    import is removed."""
+    if engine != "podman" or shutil.which("podman") is None:
+        yield
+        return
+    before = _enroot_containers(tag)
+    try:
+        yield
+    finally:
+        for name in sorted(_enroot_containers(tag) - before):
+            subprocess.run(["podman", "rm", "--force", name], capture_output=True, timeout=120)
+
+
+def _enroot_containers(tag: str) -> set[str]:
+    listed = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"ancestor={tag}", "--format", "{{.Names}}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return {name for name in listed.stdout.split() if name.startswith("enroot.")}
