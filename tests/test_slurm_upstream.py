@@ -437,7 +437,7 @@ def test_pyxis_imports_a_source_image_once_with_enroot(
     monkeypatch.setattr(
         SourceImage, "of", classmethod(lambda cls, source, image_choice="pinned": image)
     )
-    monkeypatch.setattr(SourceImage, "built", lambda self: self.tag)
+    monkeypatch.setattr(SourceImage, "built", lambda self: (self.tag, "docker"))
     runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
     platform = runtime.platform
     target = tmp_path / "enroot" / "src-pytorch-examples-0123456789abcdef.sqsh"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,14 +25,22 @@ def image_file(tag: str, cache: Path, suffix: str) -> Path:
     return cache / f"{tag.rsplit('/', 1)[-1].replace(':', '-')}{suffix}"
 
 
-def make_file(target: Path, argv: Callable[[Path], list[str]], timeout: float = 3600.0) -> bool:
-    """``target`` made by the command ``argv(partial)`` unless it is there; True if made."""
+def make_file(
+    target: Path,
+    argv: Callable[[Path], list[str]],
+    timeout: float = 3600.0,
+    env: dict[str, str] | None = None,
+) -> bool:
+    """``target`` made by the command ``argv(partial)`` (in ``env``, else this process's
+    environment) unless it is there; True if made."""
     if target.is_file():
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}")
     try:
-        done = subprocess.run(argv(partial), capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            argv(partial), capture_output=True, text=True, timeout=timeout, env=env
+        )
         if done.returncode != 0:
             said = (done.stderr or done.stdout).strip().splitlines()
             raise ExportError(f"exit {done.returncode}: {said[-1] if said else 'no message'}")
@@ -44,26 +53,16 @@ def make_file(target: Path, argv: Callable[[Path], list[str]], timeout: float = 
 
 
 @contextmanager
-def enroot_leftovers_removed(engine: str, tag: str) -> Iterator[None]:
-    """Around ``enroot import podman://<tag>``: remove the container enroot made to export the
-    image. enroot (3.5.0 to 4.1.2) makes it with the engine it was asked for but removes it with
-    ``docker rm`` whatever the engine, so podman's would stay; it is named ``enroot.<random>``
-    (enroot's temporary folder) and made from ``tag``, and only one that appeared during the
-    import is removed."""
-    if engine != "podman" or shutil.which("podman") is None:
-        yield
+def enroot_environment(engine: str) -> Iterator[dict[str, str] | None]:
+    """The environment ``enroot import <engine>://`` runs in: None (this process's) but for
+    podman, where ``docker`` is podman in a folder put first on PATH. enroot (3.5.0 to 4.1.2)
+    makes its export container with the engine the URI names but removes it with ``docker rm``
+    whatever the engine, in its exit trap: on a host without docker that fails, enroot exits 1
+    after writing the squashfs, and podman keeps a container ``enroot.<random>`` per import."""
+    podman = shutil.which("podman")
+    if engine != "podman" or podman is None:
+        yield None
         return
-    before = _enroot_containers(tag)
-    try:
-        yield
-    finally:
-        for name in sorted(_enroot_containers(tag) - before):
-            subprocess.run(["podman", "rm", "--force", name], capture_output=True, timeout=120)
-
-
-def _enroot_containers(tag: str) -> set[str]:
-    listed = subprocess.run(
-        ["podman", "ps", "--all", "--filter", f"ancestor={tag}", "--format", "{{.Names}}"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    return {name for name in listed.stdout.split() if name.startswith("enroot.")}
+    with tempfile.TemporaryDirectory(prefix="dlperf-enroot-") as folder:
+        os.symlink(podman, Path(folder) / "docker")
+        yield {**os.environ, "PATH": f"{folder}:{os.environ.get('PATH', '')}"}

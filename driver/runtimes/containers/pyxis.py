@@ -361,8 +361,9 @@ class Pyxis(ContainerPlatform):
         started = time.time()
         self.printer(f"pyxis: importing {uri} into {target} (once per image)")
         try:
-            with export.enroot_leftovers_removed(engine, tag):
-                export.make_file(target, lambda to: [enroot, "import", "--output", str(to), uri])
+            with export.enroot_environment(engine) as env:
+                argv = [enroot, "import", "--output"]
+                export.make_file(target, lambda to: [*argv, str(to), uri], env=env)
         except export.ExportError as error:
             raise Failure(Verdict.FAILED, f"enroot could not import {uri}: {error}") from None
         return {**facts, "import_s": round(time.time() - started, 3)}

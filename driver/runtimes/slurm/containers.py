@@ -69,25 +69,36 @@ class SourceImage:
         return self.tag or f"dlperf/{self.name}:{UNBUILT}"
 
     def built(self) -> tuple[str, str]:
-        """Its tag, built on this host, and the engine holding it (docker or podman); a
+        """Its tag, built on this host, and the engine holding it (docker's, else podman's); a
         ``job.Failure`` with the fix otherwise."""
-        from driver.images.build import BuildOptions, resolve_image
+        from driver.images.engine import engines_holding, open_engine
         from driver.images.lock import LockError
 
+        if self.tag is None:
+            raise Failure(
+                Verdict.FAILED, f"source {self.source}: its image {self.name}: {self.why}"
+            )
         try:
-            built = resolve_image(self.name, BuildOptions(log=lambda _line: None))
-            return built.tag, built.engine
+            for engine, _found in engines_holding(self.tag):
+                return self.tag, engine.name
+            open_engine()  # neither engine here: its error names the fixes
         except (LockError, OSError) as error:
             raise Failure(
                 Verdict.FAILED, f"source {self.source}: its image {self.name}: {error}"
             ) from None
-        except Exception as error:  # noqa: BLE001 - the docker SDK's errors: no engine here
+        except Exception as error:  # noqa: BLE001 - the docker SDK's or podman's own failures
             raise Failure(
                 Verdict.FAILED,
                 f"source {self.source}: its image {self.name} cannot be read from docker or "
                 f"podman here ({error}); build it with one of them (`dlperf images build "
                 f"{self.name}`)",
             ) from None
+        raise Failure(
+            Verdict.FAILED,
+            f"source {self.source}: its image {self.tag} ({self.name} with the current inputs) "
+            f"is built in neither docker nor podman here; run `dlperf images build {self.name}` "
+            "(--engine podman where there is no docker)",
+        )
 
     def engine_shown(self) -> str:
         """For a dry run: the engine holding the image here, else the one that would build it."""
