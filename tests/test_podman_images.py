@@ -250,7 +250,7 @@ def test_a_login_node_without_docker_or_podman_is_refused_with_the_fixes(
     assert "nor podman is on this host; install podman" in capsys.readouterr().err
     refusal = runtime.refused(plan, submitting=True)
     assert refusal.startswith(f"{plan.case_id}: source pytorch-examples runs its own image")
-    assert "neither a docker engine nor podman; install podman" in refusal
+    assert "neither a docker engine nor podman (engine: auto); install podman" in refusal
     assert "name it in slurm.image.pytorch-examples" in refusal
     lines = runtime.describe(plan)  # a dry run shows the line, and what the run will say
     assert f"# refused when run: {refusal}" in lines

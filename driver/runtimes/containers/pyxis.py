@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver.frameworks.base import REPO_ROOT
 from driver.images import export
-from driver.images.engine import NO_ENGINE_FIX, enroot_uri, host_engine_name
+from driver.images.engine import NO_ENGINE_FIX, enroot_uri, host_engine_name, wanted_engine
 from driver.runtimes.base import RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS, ContainerPlatform
 from driver.runtimes.slurm import client
@@ -173,12 +173,14 @@ class Pyxis(ContainerPlatform):
             return ""
         if self.squashfs(SourceImage.of(plan.source, plan.case.image)).is_file():
             return ""
-        if host_engine_name() is not None:
+        wanted = wanted_engine()
+        if host_engine_name(wanted) is not None:
             return ""
+        lacks = "neither a docker engine nor podman" if wanted == "auto" else f"no {wanted}"
         return (
             f"{plan.case_id}: source {plan.source} runs its own image, which the kit imports "
-            f"for pyxis from a local build, but this host has neither a docker engine nor "
-            f"podman; {NO_ENGINE_FIX.replace('<source>', key)}"
+            f"for pyxis from a local build, but this host has {lacks} (engine: {wanted}); "
+            f"{NO_ENGINE_FIX.replace('<source>', key)}"
         )
 
     def srun_help(self) -> str:
@@ -401,13 +403,13 @@ class Pyxis(ContainerPlatform):
                 container.image,
                 enroot_uri(engine, image.shown),
             ]
+            refusal = self.no_engine_refusal(plan)
+            if refusal:
+                lines.append(f"# refused when run: {refusal}")
             lines.append(
                 f"# once per image: the source's image {image.name} as the squashfs pyxis "
                 f"reads, from {engine}'s store here (or set slurm.image.{key})"
             )
-            refusal = self.no_engine_refusal(plan)
-            if refusal:
-                lines.append(f"# refused when run: {refusal}")
             lines.append("$ " + shlex.join(argv))
         if container.name is None:  # made by each step
             return lines
