@@ -8,6 +8,7 @@ share, written beside and moved into place whole.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -55,14 +56,19 @@ def make_file(
 @contextmanager
 def enroot_environment(engine: str) -> Iterator[dict[str, str] | None]:
     """The environment ``enroot import <engine>://`` runs in: None (this process's) but for
-    podman, where ``docker`` is podman in a folder put first on PATH. enroot (3.5.0 to 4.1.2)
-    makes its export container with the engine the URI names but removes it with ``docker rm``
-    whatever the engine, in its exit trap: on a host without docker that fails, enroot exits 1
-    after writing the squashfs, and podman keeps a container ``enroot.<random>`` per import."""
+    podman, where ``docker`` is a two-line script running podman from ``/``, first on PATH.
+
+    enroot (3.5.0 to 4.1.2) makes its export container with the engine the URI names but, in
+    its exit trap, removes it with ``docker rm`` whatever the engine, after deleting the folder
+    it runs in. Without docker that fails, enroot exits 1 after writing the squashfs and podman
+    keeps a container ``enroot.<random>`` per import; with this ``docker`` the trap's removal is
+    podman's, from a folder that exists (rootless podman stops at once in a deleted one)."""
     podman = shutil.which("podman")
     if engine != "podman" or podman is None:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="dlperf-enroot-") as folder:
-        os.symlink(podman, Path(folder) / "docker")
+        script = Path(folder) / "docker"
+        script.write_text(f'#!/bin/sh\ncd / && exec {shlex.quote(podman)} "$@"\n')
+        script.chmod(0o755)
         yield {**os.environ, "PATH": f"{folder}:{os.environ.get('PATH', '')}"}
