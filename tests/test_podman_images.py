@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -301,3 +302,109 @@ def test_apptainer_under_slurm_takes_a_podman_image_from_its_archive(
         runtime.platform.prepare(plan, None)  # type: ignore[arg-type]
     assert not archive.exists() and not sif.exists()
     assert sorted(p.name for p in (tmp_path / "sif").iterdir()) == []
+
+
+# -- rootless ------------------------------------------------------------------------------------
+ROOTLESS_UID = 61234  # no passwd entry, no /etc/subuid range: podman maps this one UID alone
+# What the unprivileged user runs: the kit's build of the upstream-like image, then the import
+# pyxis makes of it (the same export helpers, enroot with the kit's `docker` script first).
+ROOTLESS_SCRIPT = """\
+import json, sys
+from pathlib import Path
+from driver.images import export
+from driver.images.build import BuildOptions, build_images
+from driver.images.engine import enroot_uri
+home = Path(sys.argv[1])
+options = BuildOptions(lock_path=home / "images.lock", root=home / "tree", engine="podman",
+                       log=lambda line: print(line, file=sys.stderr))
+built = build_images(["src-demo"], options)["src-demo"]
+target = home / "src-demo.sqsh"
+uri = enroot_uri(built.engine, built.tag)
+with export.enroot_environment(built.engine) as env:
+    export.make_file(target, lambda to: ["enroot", "import", "--output", str(to), uri], env=env)
+print(json.dumps({"tag": built.tag, "id": built.id, "engine": built.engine, "uri": uri}))
+"""
+
+
+def as_user(home: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` as ROOTLESS_UID, its home and podman's configuration in ``home``."""
+    environment = {
+        "HOME": str(home), "XDG_RUNTIME_DIR": str(home / "run"),
+        "XDG_CONFIG_HOME": str(home / "config"), "PATH": "/usr/local/bin:/usr/bin:/bin", **env,
+    }  # fmt: skip
+    return subprocess.run(
+        ["setpriv", f"--reuid={ROOTLESS_UID}", f"--regid={ROOTLESS_UID}", "--clear-groups",
+         "env", "-i", *(f"{k}={v}" for k, v in environment.items()), *argv],
+        capture_output=True, text=True, timeout=600, cwd=home,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DLPERF_SLOW_TESTS"),
+    reason="~1 min and ~1 GB of vfs layers; set DLPERF_SLOW_TESTS=1",
+)
+def test_a_rootless_user_builds_and_imports_the_upstream_like_image(
+    podman_options: BuildOptions,
+) -> None:
+    """podman rootless for real, as a UID that is not root: the kit's build (its Python is the
+    kit's own packages on Debian's python3 of the same version: the kit's interpreter lives
+    under /root), then ``enroot import podman://`` as that user, exit 0, nothing left."""
+    import sys
+
+    from driver.frameworks.base import REPO_ROOT
+
+    site = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    python = Path(f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}")
+    for tool in ("setpriv", "enroot"):
+        if shutil.which(tool) is None:
+            require_real(f"{tool} is not installed here")
+    if not python.is_file():
+        require_real(f"no {python} to run the kit's packages as another user")
+    # pytest's folders are root's alone (0700): the user's home is one of its own in /var/tmp
+    home = Path(tempfile.mkdtemp(prefix="dlperf-rootless-", dir="/var/tmp"))
+    (home / "config" / "containers").mkdir(parents=True)
+    # One mapped UID: files of other owners in an image (Debian's shadow group) cannot be
+    # chowned; vfs storage may ignore that (overlay would need fuse-overlayfs, absent here).
+    (home / "config" / "containers" / "storage.conf").write_text(
+        '[storage]\ndriver = "vfs"\n[storage.options.vfs]\nignore_chown_errors = "true"\n'
+    )
+    (home / "tree" / "dockerfiles").mkdir(parents=True)
+    for recipe in (REPO_ROOT / "dockerfiles").glob("base-*.yaml"):
+        (home / "tree" / "dockerfiles" / recipe.name).write_text(recipe.read_text())
+    (home / "tree" / "dockerfiles" / "Dockerfile.src-demo").write_text(UPSTREAM_LIKE)
+    (home / "tree" / "dockerfiles" / "train.py").write_text("print('rootless')\n")
+    shutil.copy(podman_options.lock_path, home / "images.lock")
+    base = load_lock(home / "images.lock").get(recipe_for("debian").tag)
+    assert base is not None
+    podman("save", "--output", str(home / "base.tar"), base.digest)
+    (home / "script.py").write_text(ROOTLESS_SCRIPT)
+    subprocess.run(["chown", "-R", f"{ROOTLESS_UID}:{ROOTLESS_UID}", str(home)], check=True)
+    try:
+        info = as_user(home, "podman", "info", "--format", "{{.Host.Security.Rootless}}")
+        assert info.stdout.strip() == "true", info.stderr[-1000:]
+        loaded = as_user(home, "podman", "load", "--input", str(home / "base.tar"))
+        assert loaded.returncode == 0, loaded.stderr[-1000:]
+        started = time.monotonic()
+        done = as_user(
+            home, str(python), str(home / "script.py"), str(home),
+            PYTHONPATH=f"{REPO_ROOT}:{site / 'site-packages'}",
+            ENROOT_DATA_PATH=str(home / "enroot-data"),  # not XDG_DATA_HOME: podman's store
+            ENROOT_CACHE_PATH=str(home / "enroot-cache"),
+            ENROOT_RUNTIME_PATH=str(home / "enroot-run"),
+            ENROOT_SQUASH_OPTIONS=SQUASH_OPTIONS,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-3000:]
+        print(f"rootless build and import: {time.monotonic() - started:.1f} s")
+        facts = json.loads(done.stdout.splitlines()[-1])
+        assert facts["engine"] == "podman" and facts["uri"] == f"podman://{facts['tag']}"
+        held = as_user(home, "podman", "image", "inspect", "--format", "{{.Id}}", facts["tag"])
+        assert f"sha256:{held.stdout.strip()}" == facts["id"]
+        assert PodmanEngine().image_id(facts["tag"]) is None  # in that user's store, not root's
+        listed = subprocess.run(["unsquashfs", "-l", str(home / "src-demo.sqsh")],
+                                capture_output=True, text=True)  # fmt: skip
+        assert "squashfs-root/workspace/src/train.py" in listed.stdout.split()
+        left = as_user(home, "podman", "ps", "--all", "--format", "{{.Names}}")
+        assert left.returncode == 0 and left.stdout.split() == []
+    finally:
+        # vfs layers are plain folders owned by that user: root removes them
+        shutil.rmtree(home, ignore_errors=True)
