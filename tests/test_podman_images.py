@@ -304,6 +304,26 @@ def test_apptainer_under_slurm_takes_a_podman_image_from_its_archive(
     assert sorted(p.name for p in (tmp_path / "sif").iterdir()) == []
 
 
+def test_slurms_oci_bundle_is_made_from_the_podman_image(
+    upstream_like: str, tmp_path: Path
+) -> None:
+    """Slurm's OCI containers: the bundle's root exported from a podman container of the image
+    (``podman create`` + ``podman export``), its config from ``runc spec`` with the image's
+    working folder; the export container is removed."""
+    from driver.images import oci
+
+    if not (shutil.which("runc") or Path("/usr/sbin/runc").exists()):
+        require_real("runc is not installed (apt-get install runc)")
+    before = podman("ps", "--all", "--format", "{{.Names}}").stdout.split()
+    bundle = oci.source_from_image(upstream_like, tmp_path / "oci", print, "podman")
+    assert (bundle / "rootfs" / "workspace" / "src" / "train.py").is_file()
+    assert not (bundle / "rootfs" / "tmp" / "certs").exists()
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["process"]["cwd"] == "/workspace/src"
+    assert bundle.name == f"image-{PodmanEngine().image_id(upstream_like)[7:23]}"
+    assert podman("ps", "--all", "--format", "{{.Names}}").stdout.split() == before
+
+
 # -- rootless ------------------------------------------------------------------------------------
 ROOTLESS_UID = 61234  # no passwd entry, no /etc/subuid range: podman maps this one UID alone
 # What the unprivileged user runs: the kit's build of the upstream-like image, then the import

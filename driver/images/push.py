@@ -1,6 +1,7 @@
 """``dlperf images push``: copy images to the inventory's nodes, for clusters without a registry.
 
-For every node that lacks an image's digest: ``docker save <image> | ssh node docker load``,
+For every node that lacks an image's digest: ``docker save <image> | ssh node docker load``
+(``podman save`` where podman holds the image here),
 streamed over the node's Fabric connection (no temporary file, no registry), then checked by
 digest. A node that already has the digest gets nothing.
 """
@@ -87,7 +88,8 @@ def push_images(
                     out.append(PushResult(name, tag, image_id, "present"))
                     log(f"{name}: {tag} present")
                     continue
-                log(f"{name}: copying {tag} (docker save | ssh {name} docker load)")
+                here = engine.name if engine else "docker"
+                log(f"{name}: copying {tag} ({here} save | ssh {name} docker load)")
                 sent, seconds = stream_image(remote, tag, engine)
                 if not has_image(remote, image_id):
                     raise RuntimeError(f"after docker load the node still lacks {image_id}")

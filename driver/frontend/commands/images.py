@@ -110,6 +110,7 @@ def cmd_images_push(args: argparse.Namespace) -> int:
     from driver.cluster.inventory import load_inventory
     from driver.images.build import resolve_image
     from driver.images.catalog import discover
+    from driver.images.engine import open_engine
     from driver.images.push import push_images
 
     options = _build_options(args)
@@ -119,7 +120,7 @@ def cmd_images_push(args: argparse.Namespace) -> int:
     names = args.names or [
         n for n, s in sorted(specs.items()) if (s.variant or _shared_variant(n)) in variants
     ]
-    images = []
+    images: dict[str, list[tuple[str, str, str | None]]] = {}  # engine -> what it holds
     for name in names:
         try:
             built = resolve_image(name, options)
@@ -129,8 +130,11 @@ def cmd_images_push(args: argparse.Namespace) -> int:
             print(f"{name}: skipped ({error})")
             continue
         spec = specs[name]
-        images.append((built.tag, str(built.id), spec.variant or _shared_variant(name)))
-    results = push_images(inventory, images, engine=options.open_engine())
+        held = images.setdefault(built.engine, [])
+        held.append((built.tag, str(built.id), spec.variant or _shared_variant(name)))
+    results = []
+    for engine, held in images.items():  # each image saved by the engine that holds it here
+        results += push_images(inventory, held, engine=open_engine(engine))
     return 1 if any(r.action == "failed" for r in results) else 0
 
 
