@@ -159,7 +159,10 @@ def slurm_plan(config: SlurmConfig, case: Case) -> tuple[SlurmRuntime, list[str]
     return runtime, runtime.describe(plan)
 
 
-def test_pyxis_imports_and_runs_the_current_image_of_a_current_case() -> None:
+def test_pyxis_imports_and_runs_the_current_image_of_a_current_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DLPERF_ENGINE", "docker")  # dockerd:// whatever this host holds
     config = SlurmConfig(partition="gpu", gpus_per_node=8, container="pyxis")
     for case, choice in zip(both(), ("pinned", "current"), strict=True):
         image = SourceImage.of(SOURCE, choice)

@@ -1,7 +1,7 @@
 """Every image reference the kit hands enroot (through pyxis's --container-image, or its own
-``enroot import dockerd://``), parsed by enroot's own code of 3.5.0 and of 4.1.2: the
-``src/common.sh`` and ``src/docker.sh`` of each release, kept by .ci/setup-system.sh from the
-pinned, sha256-checked tarballs.
+``enroot import dockerd://`` or ``podman://``), parsed by enroot's own code of 3.5.0 and of
+4.1.2: the ``src/common.sh`` and ``src/docker.sh`` of each release, kept by
+.ci/setup-system.sh from the pinned, sha256-checked tarballs.
 
 The parsing is enroot's: ``docker::import`` (``docker::daemon::import`` for ``dockerd://``) runs
 unchanged; the harness below only replaces what it calls after parsing (the tool check, the
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.images.engine import enroot_uri
 from driver.images.lock import load_lock
 from driver.images.registry import DOCKER_HUB, parse_reference
 from driver.runtimes.containers.pyxis import enroot_reference
@@ -68,7 +69,8 @@ def registry_pins() -> list[str]:
 
 
 def source_imports() -> list[str]:
-    """The ``dockerd://`` references the kit imports an upstream source's built image by."""
+    """The ``dockerd://`` and ``podman://`` references the kit imports an upstream source's
+    built image by (from docker's store or podman's, whichever holds it)."""
     from driver.plugins import load
     from driver.runtimes.slurm.containers import SourceImage
     from driver.sources.base import SOURCES
@@ -85,7 +87,7 @@ def source_imports() -> list[str]:
             except Exception:  # noqa: BLE001 - a source without that image
                 continue
             if image.tag:  # one whose base is unresolved is never built, never imported
-                refs.add(f"dockerd://{image.tag}")
+                refs |= {enroot_uri(engine, image.tag) for engine in ("docker", "podman")}
     return sorted(refs)
 
 
@@ -127,7 +129,7 @@ def test_the_pyxis_platform_renders_the_tag_form(release: str, tmp_path: Path) -
 @pytest.mark.parametrize("ref", source_imports())
 def test_source_image_imports_parse(ref: str, release: str, tmp_path: Path) -> None:
     parsed = enroot_parse(release, ref, tmp_path)
-    assert parsed["image"] == ref.removeprefix("dockerd://")
+    assert parsed["image"] == ref.split("://", 1)[1]
 
 
 def test_the_digest_form_is_what_enroot_3_refuses(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ def test_a_real_docker_build_takes_its_code_from_the_served_copy(
     upstream: tuple[Path, dict[str, str]], tmp_path: Path, image_options: BuildOptions
 ) -> None:
     from driver.frameworks.base import REPO_ROOT
-    from driver.images.base import docker_client
+    from driver.images.engine import docker_client
 
     repo, commits = upstream
     root = tmp_path / "tree"

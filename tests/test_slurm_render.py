@@ -430,6 +430,7 @@ def test_describe_four_nodes_eight_gpus_with_apptainer(monkeypatch: pytest.Monke
     from driver.frameworks.base import REPO_ROOT
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("DLPERF_ENGINE", "docker")  # docker-daemon:// (podman's: its archive)
     config = GPU_CLUSTER.model_copy(
         update={"container": "apptainer", "image": {"pytorch": "/shared/pt.sif"}}
     )

@@ -122,7 +122,10 @@ def assert_gpus_agree(plan: RepeatPlan, srun: list[str], request: str) -> None:
 
 # -- pyxis ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", specs(), ids=[s.name for s in specs()])
-def test_pyxis_runs_each_sources_own_image_for_four_nodes(spec: SourceSpec) -> None:
+def test_pyxis_runs_each_sources_own_image_for_four_nodes(
+    spec: SourceSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DLPERF_ENGINE", "docker")  # dockerd:// (podman://: test_podman_images)
     config = SlurmConfig(partition="gpu", gpus_per_node=8, container="pyxis",
                          mounts=["/data:/data:ro"])  # fmt: skip
     runtime = SlurmRuntime(config=config)
@@ -437,7 +440,7 @@ def test_pyxis_imports_a_source_image_once_with_enroot(
     monkeypatch.setattr(
         SourceImage, "of", classmethod(lambda cls, source, image_choice="pinned": image)
     )
-    monkeypatch.setattr(SourceImage, "built", lambda self: self.tag)
+    monkeypatch.setattr(SourceImage, "built", lambda self: (self.tag, "docker"))
     runtime = SlurmRuntime(config=SlurmConfig(container="pyxis"))
     platform = runtime.platform
     target = tmp_path / "enroot" / "src-pytorch-examples-0123456789abcdef.sqsh"

@@ -298,7 +298,6 @@ def test_paddle_models_in_slurm_oci_containers_from_the_sources_image(
     monkeypatch.setattr(
         SourceImage, "of", classmethod(lambda cls, source, choice="pinned": stand_in)
     )
-    monkeypatch.setattr(SourceImage, "built", lambda self: self.tag)
     on_cpu(
         monkeypatch, "paddle-models", "resnet50",
         ["env", "CPU_NUM=1", "python", "-m", "paddle.distributed.launch",

@@ -1,4 +1,5 @@
-"""The Debian base images, made without a registry: debootstrap a rootfs, ``docker import`` it.
+"""The Debian base images, made without a registry: debootstrap a rootfs, ``docker import`` it
+(or ``podman import``: the engine of :mod:`driver.images.engine`).
 
 Each recipe ``dockerfiles/base-<name>.yaml`` is a base that Dockerfiles name as ``@<name>``
 (``@debian``: bookworm; ``@debian-bullseye``: Debian 11, for wheels that stop at Python 3.9/3.10).
@@ -20,12 +21,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from driver.files import sha256_bytes
 from driver.frameworks.base import REPO_ROOT
+from driver.images.engine import DockerEngine
 from driver.images.lock import Lock, LockError, Pin
+
+if TYPE_CHECKING:
+    from driver.images.engine import Engine
 
 RECIPE_PREFIX = "base-"
 DEFAULT_BASE = "debian"
@@ -100,27 +106,6 @@ def load_recipe(path: Path) -> BaseRecipe:
     )
 
 
-def docker_client():  # docker.DockerClient, imported lazily
-    import docker
-
-    try:
-        client = docker.from_env(timeout=900)
-        client.ping()
-    except Exception as error:  # noqa: BLE001 - any way of not reaching the engine
-        raise LockError(f"no docker engine answers here ({error}); start dockerd") from None
-    return client
-
-
-def image_id(client, ref: str) -> str | None:
-    """The image ID of ``ref`` (tag or ID) in the local engine, or None."""
-    import docker
-
-    try:
-        return client.images.get(ref).id
-    except docker.errors.ImageNotFound:
-        return None
-
-
 def _privileged(argv: list[str]) -> list[str]:
     """debootstrap and reading the rootfs need root: sudo -n when we are not."""
     if os.geteuid() == 0:
@@ -140,8 +125,10 @@ def debootstrap_version() -> str:
         return "unknown"
 
 
-def make_rootfs_image(recipe: BaseRecipe, log: Log) -> str:
-    """debootstrap + docker import; returns the new image's ID (tagged ``recipe.tag``)."""
+def make_rootfs_image(recipe: BaseRecipe, log: Log, engine: Engine | None = None) -> str:
+    """debootstrap + docker (or ``engine``'s) import; returns the new image's ID (tagged
+    ``recipe.tag``)."""
+    engine = engine or DockerEngine()
     if not shutil.which("debootstrap"):
         raise LockError("debootstrap is not installed (apt-get install debootstrap)")
     workdir = Path(tempfile.mkdtemp(prefix="dlperf-debootstrap-", dir="/var/tmp"))
@@ -182,20 +169,11 @@ def make_rootfs_image(recipe: BaseRecipe, log: Log) -> str:
             stdout=subprocess.PIPE,
         )
         imported = subprocess.run(
-            [
-                "docker",
-                "import",
-                "--change",
-                "ENV LANG=C.UTF-8",
-                "--change",
-                'CMD ["/bin/bash"]',
-                "--change",
-                f"LABEL dlperf.recipe={recipe.digest}",
-                "--message",
+            engine.import_argv(
+                ["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]', f"LABEL dlperf.recipe={recipe.digest}"],
                 f"dlperf base: debootstrap {recipe.variant} {recipe.suite}",
-                "-",
                 recipe.tag,
-            ],  # fmt: skip
+            ),
             stdin=tar.stdout,
             capture_output=True,
             text=True,
@@ -203,9 +181,10 @@ def make_rootfs_image(recipe: BaseRecipe, log: Log) -> str:
         assert tar.stdout is not None
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
-            raise LockError(f"docker import of the base failed: {imported.stderr.strip()}")
-        log(f"base: made {recipe.tag} in {time.monotonic() - started:.1f} s")
-        return imported.stdout.strip()
+            raise LockError(f"{engine.name} import of the base failed: {imported.stderr.strip()}")
+        log(f"base: made {recipe.tag} in {time.monotonic() - started:.1f} s ({engine.name})")
+        made = imported.stdout.strip().splitlines()[-1]  # podman prints its progress first
+        return f"sha256:{made.removeprefix('sha256:')}"
     finally:
         subprocess.run(_privileged(["rm", "-rf", str(workdir)]), check=False)
 
@@ -216,19 +195,20 @@ def ensure_base(
     *,
     rebuild: bool = False,
     log: Log = print,
+    engine: Engine | None = None,
 ) -> Pin:
-    """The pinned base on this machine: nothing to do when the pinned image is here."""
+    """The pinned base on this machine (in ``engine``, docker's by default): nothing to do when
+    the pinned image is here."""
     recipe = recipe or recipe_for(DEFAULT_BASE)
-    client = docker_client()
+    engine = engine or DockerEngine()
     pin = lock.get(recipe.tag)
     if pin and pin.resolved and not rebuild:
-        if image_id(client, pin.digest):
-            if image_id(client, recipe.tag) != pin.digest:
-                repository, tag = recipe.tag.rsplit(":", 1)
-                client.images.get(pin.digest).tag(repository, tag)
+        if engine.image_id(pin.digest):
+            if engine.image_id(recipe.tag) != pin.digest:
+                engine.tag(pin.digest, recipe.tag)
             log(f"base: {recipe.tag} is pinned and present ({pin.digest[:19]}); nothing to do")
             return pin
-        local = _made_here_from(client, recipe)
+        local = _made_here_from(engine, recipe)
         if local:
             # debootstrap never makes the same bytes twice: a machine that made this recipe
             # before pins its own build rather than remaking it (and every image above it).
@@ -242,23 +222,19 @@ def ensure_base(
             f"base: the pinned {recipe.tag} ({pin.digest[:19]}) is not on this machine; making "
             "a new one (docker load a saved copy instead to keep the pinned digest)"
         )
-    elif not rebuild and (existing := image_id(client, recipe.tag)):
+    elif not rebuild and (existing := engine.image_id(recipe.tag)):
         log(f"base: {recipe.tag} exists here but is not pinned; pinning {existing[:19]}")
         return _pin(lock, recipe, existing, log, previous=None)
-    new_id = make_rootfs_image(recipe, log)
+    new_id = make_rootfs_image(recipe, log, engine)
     return _pin(lock, recipe, new_id, log, previous=pin.digest if pin else None)
 
 
-def _made_here_from(client, recipe: BaseRecipe) -> str | None:  # noqa: ANN001 - docker client
+def _made_here_from(engine: Engine, recipe: BaseRecipe) -> str | None:
     """The ID of an image this machine made from ``recipe`` (its tag and recipe label), if any."""
-    import docker
-
-    try:
-        image = client.images.get(recipe.tag)
-    except docker.errors.ImageNotFound:
+    found = engine.image_id(recipe.tag)
+    if found is None:
         return None
-    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-    return image.id if labels.get("dlperf.recipe") == recipe.digest else None
+    return found if engine.labels(recipe.tag).get("dlperf.recipe") == recipe.digest else None
 
 
 def _recipe_label(recipe: BaseRecipe) -> str:

@@ -6,8 +6,9 @@ of a parent image we build). Same inputs, same tag: a rebuild is a no-op. The CA
 TLS-intercepting proxy is not an input (it changes how packages are fetched, not which) and
 never reaches the final image (multi-stage builds copy only the finished venv).
 
-Builds run through the engine's API (the classic builder) with host networking, so a build
-needs nothing but a docker engine: no BuildKit, no buildx, no registry for our own layers.
+Builds run with host networking through docker's API (the classic builder) or podman's command
+line (:mod:`driver.images.engine`), so a build needs nothing but one of the two: no BuildKit, no
+buildx, no daemon with podman, no registry for our own layers.
 An upstream source's image can take its code from a local git copy instead of its repository
 (:mod:`driver.images.local_copy`); its build record then says so.
 """
@@ -28,8 +29,9 @@ from typing import Any
 
 from driver.files import sha256_bytes, sha256_file, write_json, write_text
 from driver.frameworks.base import REPO_ROOT
-from driver.images.base import docker_client, ensure_base, image_id, recipe_for
+from driver.images.base import ensure_base, recipe_for
 from driver.images.catalog import ImageSpec, build_order, discover
+from driver.images.engine import Engine, engines_holding, open_engine
 from driver.images.local_copy import LocalCopy, check_dockerfile, serve
 from driver.images.lock import Lock, LockError, load_lock
 
@@ -49,6 +51,10 @@ class BuildOptions:
     # of the network repository (not an input: the Dockerfile checks out the same commits)
     local_copies: dict[str, LocalCopy] = field(default_factory=dict)
     log: Log = print
+    engine: str | None = None  # docker, podman or auto; None: $DLPERF_ENGINE, else auto
+
+    def open_engine(self) -> Engine:
+        return open_engine(self.engine)
 
     def lock(self) -> Lock:
         return load_lock(self.lock_path)
@@ -66,6 +72,7 @@ class BuiltImage:
     froms: dict[str, str]  # build argument -> what it resolved to
     built: bool = False  # False: it already existed (same inputs)
     seconds: float = 0.0
+    engine: str = "docker"  # the engine that holds it here (docker or podman)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -272,16 +279,16 @@ def plan_images(names: list[str], options: BuildOptions) -> dict[str, _Plan]:
 
 
 def resolve_image(name: str, options: BuildOptions) -> BuiltImage:
-    """The built image for ``name`` with today's inputs; LockError when it is not built."""
+    """The built image for ``name`` with today's inputs, from the first engine here holding it
+    (docker's, then podman's, under ``auto``); LockError when none does."""
     plan = plan_images([name], options)[name]
-    client = docker_client()
-    found = image_id(client, plan.tag)
-    if not found:
-        raise LockError(
-            f"image {plan.tag} ({name} with the current inputs) is not built here; run "
-            f"`dlperf images build {name}` (make images)"
-        )
-    return BuiltImage(name, plan.tag, found, plan.inputs, plan.hashed_from)
+    for engine, found in engines_holding(plan.tag, options.engine):
+        return BuiltImage(name, plan.tag, found, plan.inputs, plan.hashed_from, engine=engine.name)
+    options.open_engine()  # no engine at all: its own error names the fixes
+    raise LockError(
+        f"image {plan.tag} ({name} with the current inputs) is not built here; run "
+        f"`dlperf images build {name}` (make images)"
+    )
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -304,21 +311,21 @@ def _context_dir(plan: _Plan, ca_bundle: Path | None) -> Path:
     return root
 
 
-def _ensure_registry_base(client, ref: str, log: Log) -> None:
-    if image_id(client, ref):
+def _ensure_registry_base(engine: Engine, ref: str, log: Log) -> None:
+    if engine.image_id(ref):
         return
     log(f"pulling {ref}")
     try:
-        client.api.pull(ref.split("@")[0], tag=ref.split("@")[1])
+        engine.pull(ref)
     except Exception as error:  # noqa: BLE001 - any pull failure ends this image the same way
         raise LockError(
             f"cannot pull the pinned base {ref}: {error}. Build this image on a machine that "
-            "reaches the registry (or `docker load` the base there first)"
+            f"reaches the registry (or `{engine.name} load` the base there first)"
         ) from None
 
 
 def _build_one(
-    client,
+    engine: Engine,
     plan: _Plan,
     options: BuildOptions,
     log_dir: Path,
@@ -327,7 +334,7 @@ def _build_one(
 ) -> float:
     for value in plan.build_args.values():
         if "@sha256:" in value:
-            _ensure_registry_base(client, value, options.log)
+            _ensure_registry_base(engine, value, options.log)
     ca = options.ca_bundle
     if ca is not None and not ca.is_file():
         raise LockError(f"--ca-bundle {ca}: no such file")
@@ -338,56 +345,25 @@ def _build_one(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{plan.spec.name}.log"
     started = time.monotonic()
-    lines: list[str] = []
-    stage_ends: list[str] = []  # final images of earlier stages: garbage once the build is done
+    labels = {
+        "dlperf.image": plan.spec.name,
+        "dlperf.inputs": plan.inputs,
+        "org.opencontainers.image.base.name": ",".join(plan.hashed_from.values()),
+        **(extra_labels or {}),
+    }
     try:
         with log_path.open("w") as log_file:
-            stream = client.api.build(
-                path=str(context),
-                dockerfile="Dockerfile",
-                tag=plan.tag,
-                buildargs=build_args,
-                labels={
-                    "dlperf.image": plan.spec.name,
-                    "dlperf.inputs": plan.inputs,
-                    "org.opencontainers.image.base.name": ",".join(plan.hashed_from.values()),
-                    **(extra_labels or {}),
-                },
-                rm=True,
-                forcerm=True,
-                pull=False,
-                network_mode="host",
-                decode=True,
-            )
-            last_id: str | None = None
-            for chunk in stream:
-                text = chunk.get("stream") or chunk.get("status") or ""
-                if text:
-                    log_file.write(text)
-                    lines.extend(text.splitlines())
-                    for line in text.splitlines():
-                        if line.startswith(" ---> ") and " " not in line[6:].strip():
-                            last_id = line[6:].strip()
-                        if line.startswith("Step "):
-                            options.log(f"  {plan.spec.name}: {line[:110]}")
-                            if " : FROM " in line and last_id:
-                                stage_ends.append(last_id)
-                if "error" in chunk:
-                    tail = "\n".join(lines[-25:])
-                    raise LockError(
-                        f"building {plan.spec.name} failed: {chunk['error'].strip()}\n{tail}\n"
-                        f"(full log: {log_path}; behind a TLS-intercepting proxy pass "
-                        "--ca-bundle FILE)"
-                    )
+            engine.build(
+                context, plan.tag, build_args, labels, log_file,
+                lambda line: options.log(f"  {plan.spec.name}: {line[:110]}"),
+            )  # fmt: skip
+    except LockError as error:
+        raise LockError(
+            f"building {plan.spec.name} with {engine.name} failed: {error}\n"
+            f"(full log: {log_path}; behind a TLS-intercepting proxy pass --ca-bundle FILE)"
+        ) from None
     finally:
         shutil.rmtree(context, ignore_errors=True)
-    for stage in stage_ends:
-        # A build stage (e.g. the one holding the wheelhouse) is only a means to the venv; as a
-        # cache it would never be hit again (same inputs skip the build altogether).
-        try:
-            client.images.remove(stage, noprune=False)
-        except Exception:  # noqa: BLE001 - still referenced, or already gone
-            pass
     return time.monotonic() - started
 
 
@@ -408,10 +384,10 @@ def build_images(
     for name, copy in options.local_copies.items():
         if name in order:  # before anything is built
             check_dockerfile(copy.source, specs[name].dockerfile)
-    client = docker_client()
+    engine = options.open_engine()
     if make_base:
         for base in sorted({base for n in order for base in specs[n].bases}):
-            ensure_base(lock, recipe_for(base, options.root), log=options.log)
+            ensure_base(lock, recipe_for(base, options.root), log=options.log, engine=engine)
     cache = HashCache(state_dir(lock) / "hash-cache.json")
     records_path = state_dir(lock) / "images-built.json"
     records = json.loads(records_path.read_text()) if records_path.exists() else {}
@@ -421,42 +397,44 @@ def build_images(
         plan = _plan(name, specs, lock, plans, options, cache)
         for arg, ref in plan.spec.froms.items():
             if ref[1:] in plan.spec.bases:
-                if not image_id(client, plan.build_args[arg]):
+                if not engine.image_id(plan.build_args[arg]):
                     raise LockError(
                         f"{name}: the pinned Debian base {ref} ({plan.build_args[arg][:19]}) is "
-                        f"not on this machine; run `make base-image` (dlperf images base "
-                        f"{ref[1:]})"
+                        f"not in this machine's {engine.name}; run `make base-image` (dlperf "
+                        f"images base {ref[1:]}{' --engine podman' * (engine.name == 'podman')})"
                     )
             elif ref.startswith("@"):
                 parent = results[ref[1:]]
                 plan.build_args[arg] = parent.id or parent.tag
-        existing = image_id(client, plan.tag)
+        existing = engine.image_id(plan.tag)
         if existing:
-            options.log(f"{name}: {plan.tag} is up to date ({existing[:19]})")
+            options.log(f"{name}: {plan.tag} is up to date in {engine.name} ({existing[:19]})")
             if name in options.local_copies:  # same commits, same image: nothing to clone
                 options.log(f"  {name}: its local copy was not needed")
-            results[name] = BuiltImage(name, plan.tag, existing, plan.inputs, plan.hashed_from)
+            results[name] = BuiltImage(
+                name, plan.tag, existing, plan.inputs, plan.hashed_from, engine=engine.name
+            )
             continue
-        options.log(f"{name}: building {plan.tag} from {plan.spec.dockerfile}")
+        options.log(f"{name}: building {plan.tag} from {plan.spec.dockerfile} ({engine.name})")
         log_dir = state_dir(lock) / "build-logs"
         copy = options.local_copies.get(name)
         if copy is None:
-            seconds = _build_one(client, plan, options, log_dir)
+            seconds = _build_one(engine, plan, options, log_dir)
         else:
             with serve(copy, log_dir / f"{name}.git-daemon.log") as url:
                 options.log(f"  {name}: its code from the local copy {copy.path} ({url})")
                 seconds = _build_one(
-                    client,
+                    engine,
                     plan,
                     options,
                     log_dir,
                     {"REPO": url},
                     {"dlperf.code-from": f"local copy {copy.path} of {copy.repository}"},
                 )
-        built_id = image_id(client, plan.tag)
-        options.log(f"{name}: built {plan.tag} = {built_id} in {seconds:.1f} s")
+        built_id = engine.image_id(plan.tag)
+        options.log(f"{name}: built {plan.tag} = {built_id} in {seconds:.1f} s ({engine.name})")
         results[name] = BuiltImage(
-            name, plan.tag, built_id, plan.inputs, plan.hashed_from, True, seconds
+            name, plan.tag, built_id, plan.inputs, plan.hashed_from, True, seconds, engine.name
         )
         records[plan.tag] = {
             **results[name].to_dict(),

@@ -190,7 +190,7 @@ def check_dockerfile(source: str, dockerfile: Path) -> None:
     """A Dockerfile that would ignore ``REPO`` would clone the network repository after all."""
     if not REPO_ARG.search(dockerfile.read_text()):
         raise LocalCopyError(
-            f"{dockerfile}: no `ARG REPO=<repository URL>` before its `git clone \"${{REPO}}\"`, "
+            f'{dockerfile}: no `ARG REPO=<repository URL>` before its `git clone "${{REPO}}"`, '
             f"so a local copy of {source} cannot be passed to its build"
         )
 

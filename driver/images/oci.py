@@ -135,23 +135,26 @@ def bundle_root(bundle: Path, config: dict[str, Any], what: str, fix: str) -> Pa
     return root
 
 
-def _docker(*argv: str, timeout: float = 300.0) -> str:
-    if not shutil.which("docker"):
+def _docker(*argv: str, timeout: float = 300.0, engine: str = "docker") -> str:
+    """``engine`` (docker, or podman: the same command line) with ``argv``; its output."""
+    if not shutil.which(engine):
         raise OciBundleError(
-            "docker not found: the kit makes an OCI bundle from an image with docker; install "
-            "it, or name a ready bundle (slurm.oci_bundle)"
+            f"{engine} not found: the kit makes an OCI bundle from an image with docker or "
+            "podman; install one, or name a ready bundle (slurm.oci_bundle)"
         )
-    result = subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run([engine, *argv], capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         message = (result.stderr or result.stdout).strip()
-        raise OciBundleError(f"docker {' '.join(argv)}: exit {result.returncode}: {message}")
+        raise OciBundleError(f"{engine} {' '.join(argv)}: exit {result.returncode}: {message}")
     return result.stdout
 
 
-def image_facts(image: str) -> tuple[str, list[str], str]:
+def image_facts(image: str, engine: str = "docker") -> tuple[str, list[str], str]:
     """A local image's ID, environment and working folder (``docker image inspect``)."""
-    out = _docker("image", "inspect", "--format", "{{json .}}", "--", image)
+    out = _docker("image", "inspect", "--format", "{{json .}}", "--", image, engine=engine)
     facts = json.loads(out)
+    if isinstance(facts, list):  # podman's inspect answers a list even for one image
+        facts = facts[0]
     config = facts.get("Config") or {}
     return facts["Id"], list(config.get("Env") or []), config.get("WorkingDir") or "/"
 
@@ -170,11 +173,11 @@ def runc_spec() -> dict[str, Any]:
         return json.loads((Path(folder) / "config.json").read_text())
 
 
-def source_from_image(image: str, cache: Path, log=print) -> Path:  # noqa: ANN001
-    """The bundle of a local docker image, made once per image ID under ``cache``:
-    ``rootfs`` exported from a stopped container of the image, ``config.json`` from
-    ``runc spec`` with the image's environment and working folder."""
-    image_id, env, workdir = image_facts(image)
+def source_from_image(image: str, cache: Path, log=print, engine: str = "docker") -> Path:  # noqa: ANN001
+    """The bundle of a local image of ``engine`` (docker or podman), made once per image ID
+    under ``cache``: ``rootfs`` exported from a stopped container of the image, ``config.json``
+    from ``runc spec`` with the image's environment and working folder."""
+    image_id, env, workdir = image_facts(image, engine)
     target = Path(cache) / f"image-{image_id.split(':')[-1][:16]}"
     if (target / SOURCE_DONE).is_file():
         return target
@@ -182,10 +185,10 @@ def source_from_image(image: str, cache: Path, log=print) -> Path:  # noqa: ANN0
     scratch = Path(tempfile.mkdtemp(prefix=".dlperf-tmp-", dir=cache))
     try:
         (scratch / "rootfs").mkdir()
-        container = _docker("create", "--", image_id, "true").strip()
+        container = _docker("create", "--", image_id, "true", engine=engine).strip()
         try:
             log(f"oci: exporting {image} ({image_id[:19]}) into {target}")
-            with subprocess.Popen(["docker", "export", container],
+            with subprocess.Popen([engine, "export", container],
                                   stdout=subprocess.PIPE) as export:  # fmt: skip
                 untar = subprocess.run(
                     ["tar", "-x", "-C", str(scratch / "rootfs")],
@@ -194,11 +197,11 @@ def source_from_image(image: str, cache: Path, log=print) -> Path:  # noqa: ANN0
                 exported = export.wait(timeout=EXPORT_TIMEOUT_S)
             if exported != 0 or untar.returncode != 0:
                 raise OciBundleError(
-                    f"docker export {image_id[:19]} | tar -x: exit {exported}/{untar.returncode}:"
+                    f"{engine} export {image_id[:19]} | tar -x: exit {exported}/{untar.returncode}:"
                     f" {untar.stderr.decode(errors='replace').strip()}"
                 )
         finally:
-            _docker("rm", "--force", container)
+            _docker("rm", "--force", container, engine=engine)
         config = runc_spec()
         process = config.setdefault("process", {})
         process["env"] = env or process.get("env", [])

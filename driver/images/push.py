@@ -1,6 +1,7 @@
 """``dlperf images push``: copy images to the inventory's nodes, for clusters without a registry.
 
-For every node that lacks an image's digest: ``docker save <image> | ssh node docker load``,
+For every node that lacks an image's digest: ``docker save <image> | ssh node docker load``
+(``podman save`` where podman holds the image here),
 streamed over the node's Fabric connection (no temporary file, no registry), then checked by
 digest. A node that already has the digest gets nothing.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from driver.cluster.inventory import Inventory
 from driver.cluster.remote import NodeUnreachable, Remote, parallel, shell
+from driver.images.engine import Engine
 
 CHUNK = 1 << 20
 
@@ -32,11 +34,13 @@ def has_image(remote: Remote, image_id: str) -> bool:
     return found.ok and found.stdout.strip() == image_id
 
 
-def stream_image(remote: Remote, tag: str) -> tuple[int, float]:
-    """``docker save tag`` here piped into ``docker load`` on the node; (bytes, seconds)."""
+def stream_image(remote: Remote, tag: str, engine: Engine | None = None) -> tuple[int, float]:
+    """``docker save tag`` (or ``engine``'s) here piped into ``docker load`` on the node; (bytes,
+    seconds)."""
     started = time.monotonic()
     channel = remote.start(shell(remote.docker("load")) + " 2>&1")
-    save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE)
+    save_argv = engine.save_argv(tag) if engine else ["docker", "save", tag]
+    save = subprocess.Popen(save_argv, stdout=subprocess.PIPE)
     assert save.stdout is not None
     sent = 0
     try:
@@ -56,7 +60,7 @@ def stream_image(remote: Remote, tag: str) -> tuple[int, float]:
         save.wait()
         channel.close()
     if save.returncode != 0:
-        raise RuntimeError(f"docker save {tag} failed here (exit {save.returncode})")
+        raise RuntimeError(f"{save_argv[0]} save {tag} failed here (exit {save.returncode})")
     if status != 0:
         raise RuntimeError(f"docker load failed: {output.decode(errors='replace').strip()}")
     return sent, time.monotonic() - started
@@ -67,8 +71,10 @@ def push_images(
     images: list[tuple[str, str, str | None]],
     *,
     log: Callable[[str], None] = print,
+    engine: Engine | None = None,
 ) -> list[PushResult]:
-    """``images``: (tag, image ID, variant or None for every node)."""
+    """``images``: (tag, image ID, variant or None for every node); read from ``engine`` here
+    (docker's by default)."""
     remotes = [Remote(node) for node in inventory.nodes]
 
     def push_node(remote: Remote) -> list[PushResult]:
@@ -82,8 +88,9 @@ def push_images(
                     out.append(PushResult(name, tag, image_id, "present"))
                     log(f"{name}: {tag} present")
                     continue
-                log(f"{name}: copying {tag} (docker save | ssh {name} docker load)")
-                sent, seconds = stream_image(remote, tag)
+                here = engine.name if engine else "docker"
+                log(f"{name}: copying {tag} ({here} save | ssh {name} docker load)")
+                sent, seconds = stream_image(remote, tag, engine)
                 if not has_image(remote, image_id):
                     raise RuntimeError(f"after docker load the node still lacks {image_id}")
                 detail = f"{sent / 1e6:.0f} MB in {seconds:.1f} s"

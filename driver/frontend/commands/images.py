@@ -25,16 +25,19 @@ def _build_options(args: argparse.Namespace, local_copies: dict[str, Any] | None
         wheelhouse=wheelhouse,
         ca_bundle=Path(ca) if ca else None,
         local_copies=local_copies or {},
+        engine=getattr(args, "engine", None),
     )
 
 
 def cmd_images_base(args: argparse.Namespace) -> int:
     from driver.images.base import base_recipes, ensure_base, recipe_for
+    from driver.images.engine import open_engine
     from driver.images.lock import load_lock
 
     lock = load_lock(args.lock)
+    engine = open_engine(args.engine)
     for name in args.names or sorted(base_recipes()):
-        ensure_base(lock, recipe_for(name), rebuild=args.rebuild)
+        ensure_base(lock, recipe_for(name), rebuild=args.rebuild, engine=engine)
     return 0
 
 
@@ -81,9 +84,9 @@ def cmd_images_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_images_list(args: argparse.Namespace) -> int:
-    from driver.images.base import docker_client, image_id
     from driver.images.build import plan_images
     from driver.images.catalog import discover
+    from driver.images.engine import engines_holding
     from driver.images.lock import load_lock
 
     options = _build_options(args)
@@ -91,16 +94,12 @@ def cmd_images_list(args: argparse.Namespace) -> int:
     print(f"pins ({lock.path}):")
     for ref, pin in sorted(lock.pins.items()):
         print(f"  {ref:<45} {pin.digest:<71} {pin.source}")
-    try:
-        client = docker_client()
-    except lock_or_inventory_errors():
-        client = None
     print("images:")
     for name, spec in sorted(discover(options.root).items()):
         try:
             tag = plan_images([name], options)[name].tag
-            found = image_id(client, tag) if client else None
-            state = f"built {found[:19]}" if found else "not built"
+            held = [f"{e.name} {found[:19]}" for e, found in engines_holding(tag, args.engine)]
+            state = f"built ({', '.join(held)})" if held else "not built"
         except lock_or_inventory_errors() as error:
             tag, state = "-", f"cannot build: {error}"
         print(f"  {name:<14} {tag:<36} {state}  ({spec.dockerfile.relative_to(options.root)})")
@@ -111,6 +110,7 @@ def cmd_images_push(args: argparse.Namespace) -> int:
     from driver.cluster.inventory import load_inventory
     from driver.images.build import resolve_image
     from driver.images.catalog import discover
+    from driver.images.engine import open_engine
     from driver.images.push import push_images
 
     options = _build_options(args)
@@ -120,7 +120,7 @@ def cmd_images_push(args: argparse.Namespace) -> int:
     names = args.names or [
         n for n, s in sorted(specs.items()) if (s.variant or _shared_variant(n)) in variants
     ]
-    images = []
+    images: dict[str, list[tuple[str, str, str | None]]] = {}  # engine -> what it holds
     for name in names:
         try:
             built = resolve_image(name, options)
@@ -130,8 +130,11 @@ def cmd_images_push(args: argparse.Namespace) -> int:
             print(f"{name}: skipped ({error})")
             continue
         spec = specs[name]
-        images.append((built.tag, str(built.id), spec.variant or _shared_variant(name)))
-    results = push_images(inventory, images)
+        held = images.setdefault(built.engine, [])
+        held.append((built.tag, str(built.id), spec.variant or _shared_variant(name)))
+    results = []
+    for engine, held in images.items():  # each image saved by the engine that holds it here
+        results += push_images(inventory, held, engine=open_engine(engine))
     return 1 if any(r.action == "failed" for r in results) else 0
 
 
@@ -146,6 +149,13 @@ def add_subcommands(subparsers: Any) -> None:
 
     def common(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser.add_argument("--lock", default=os.environ.get("DLPERF_IMAGES_LOCK"), help=lock_help)
+        parser.add_argument(
+            "--engine",
+            choices=("auto", "docker", "podman"),
+            default=None,
+            help="the engine that builds and holds the images here (default: $DLPERF_ENGINE, "
+            "else auto: docker where an engine answers, else podman, rootless or not)",
+        )
         return parser
 
     base = common(images_sub.add_parser("base", help="make and pin the Debian base (debootstrap)"))

@@ -11,7 +11,9 @@ The image: over SSH the inventory's ``container.image`` (per framework or ``defa
 ``.sif`` file on every node, or any source apptainer reads, e.g. ``docker://...``); under Slurm
 ``slurm.image`` the same way, else the framework's local image built here into
 ``.dlperf/apptainer/<tag>.sif`` in the checkout (a shared file system), once per image
-(``driver/images/export.py``). An upstream source's image is not run (use docker, podman,
+(``driver/images/export.py``): from docker's store (``docker-daemon://``), or, where podman
+holds it, from the docker archive ``podman save`` writes beside it (``docker-archive://``,
+removed after). An upstream source's image is not run (use docker, podman,
 pyxis or oci).
 """
 
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from driver.cluster.preflight import Engine
 from driver.frameworks.base import REPO_ROOT
 from driver.images import export
+from driver.images.engine import engine_for
 from driver.runtimes.base import RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS
 from driver.runtimes.containers.none import NoContainer
@@ -40,8 +43,20 @@ if TYPE_CHECKING:
 CACHE = REPO_ROOT / ".dlperf" / "apptainer"
 
 
-def build_argv(tag: str, target: Path) -> list[str]:
-    return ["apptainer", "build", "--force", str(target), f"docker-daemon://{tag}"]
+def build_argv(tag: str, target: Path, archive: Path | None = None) -> list[str]:
+    """apptainer's build of ``target`` from docker's store, or from ``archive`` (a docker
+    archive of the image, which is how podman's images reach apptainer)."""
+    origin = f"docker-archive://{archive}" if archive else f"docker-daemon://{tag}"
+    return ["apptainer", "build", "--force", str(target), origin]
+
+
+def archive_for(target: Path) -> Path:
+    """Where podman's archive of the image is written on the way to ``target``."""
+    return target.with_name(f".{target.name}.tar")
+
+
+def podman_save_argv(tag: str, archive: Path) -> list[str]:
+    return ["podman", "save", "--format", "docker-archive", "--output", str(archive), tag]
 
 
 @PLATFORMS.register("apptainer")
@@ -109,20 +124,32 @@ class Apptainer(NoContainer):
         if tag is None or Path(image).is_file():
             return None
         started = time.time()
+        engine = engine_for(tag)
+        archive = archive_for(Path(image)) if engine == "podman" else None
         try:
-            export.make_file(Path(image), lambda to: build_argv(tag, to))
+            if archive is not None:
+                archive.unlink(missing_ok=True)  # a killed earlier run's
+                export.make_file(archive, lambda to: podman_save_argv(tag, to))
+            export.make_file(Path(image), lambda to: build_argv(tag, to, archive))
         except export.ExportError as error:
             detail = f"apptainer could not build {tag}: {error} (or set slurm.image)"
             raise Failure(Verdict.FAILED, detail) from None
-        return {"sif": image, "image": tag, "built_s": round(time.time() - started, 3)}
+        finally:
+            if archive is not None:
+                archive.unlink(missing_ok=True)
+        built_s = round(time.time() - started, 3)
+        return {"sif": image, "image": tag, "engine": engine, "built_s": built_s}
 
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
         image, tag = self.slurm_image(plan.framework)
         if tag is None:
             return []
-        argv = build_argv(tag, Path(image))
-        return [
+        lines = [
             f"# once per image: the local image {tag} as the .sif apptainer runs (or set "
             f"slurm.image.{plan.framework})",
-            "$ " + shlex.join(argv),
         ]
+        if engine_for(tag) == "podman":  # apptainer reads podman's images from an archive
+            archive = archive_for(Path(image))
+            lines.append("$ " + shlex.join(podman_save_argv(tag, archive)))
+            return [*lines, "$ " + shlex.join(build_argv(tag, Path(image), archive))]
+        return [*lines, "$ " + shlex.join(build_argv(tag, Path(image)))]

@@ -113,7 +113,7 @@ class Docker(ContainerPlatform):
         # A tag names different images on different hosts; the run pins the head's (or the
         # first node's) digest, and pre-flight requires exactly that digest on every node.
         try:
-            from driver.images.base import docker_client, image_id
+            from driver.images.engine import docker_client, image_id
 
             found = image_id(docker_client(), ref)
             if found:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver.frameworks.base import REPO_ROOT
 from driver.images import oci
+from driver.images.engine import engine_for
 from driver.runtimes.base import RuntimeConfigError, Verdict, session_label
 from driver.runtimes.containers import PLATFORMS, ContainerPlatform, Context
 from driver.runtimes.slurm import client
@@ -208,8 +209,9 @@ class SlurmOci(ContainerPlatform):
             return facts
         self.check(session_root)
         kind, value, field_name = self.source(plan.framework, plan.source, plan.case.image)
+        engine = engine_for(value) if kind == "image" else "docker"
         if field_name.startswith("the source's image"):
-            value = SourceImage.of(plan.source, plan.case.image).built()
+            value, engine = SourceImage.of(plan.source, plan.case.image).built()
         started = time.time()
         session, kit = str(session_root.absolute()), str(REPO_ROOT)
         mounts = [oci.Mount(kit, kit, read_only=True), oci.Mount(session, session)]
@@ -220,7 +222,7 @@ class SlurmOci(ContainerPlatform):
         try:
             source = Path(value)
             if kind == "image":
-                source = oci.source_from_image(value, self.cache(), log=self.printer)
+                source = oci.source_from_image(value, self.cache(), self.printer, engine)
             root = oci.bundle_root(source, oci.read_config(source, what, fix), what, fix)
             folders = self._writable(plan, root, what)
             mounts += oci.writable_mounts(destination, folders)

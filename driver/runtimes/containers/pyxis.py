@@ -6,7 +6,9 @@ made by a first step and reused by every repeat of the job, the kit's checkout a
 folder mounted at their own paths, plus ``slurm.mounts``. An upstream source runs its own
 image, the pinned or the current one as the case asks (``slurm.image.<source>`` or
 ``slurm.image.<source>-current``, else a squashfs the kit imports once per image from the local
-build), a fresh container per step.
+build: ``enroot import dockerd://`` or ``podman://``, whichever engine holds it), a fresh
+container per step. A login node with neither engine, no squashfs made yet and no
+``slurm.image`` entry for the source is refused before the job, naming the fixes.
 
 Why a tag and not the pinned digest: enroot parses ``registry#repository@sha256:...`` only from
 v4.0.0; 3.x answers ``Invalid image reference`` (its ``docker::import`` regex takes
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver.frameworks.base import REPO_ROOT
 from driver.images import export
+from driver.images.engine import NO_ENGINE_FIX, enroot_uri, host_engine_name, wanted_engine
 from driver.runtimes.base import RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS, ContainerPlatform
 from driver.runtimes.slurm import client
@@ -140,6 +143,10 @@ class Pyxis(ContainerPlatform):
                         f"added in {release}: upgrade pyxis to {release} or later (built "
                         "against this cluster's Slurm), or set slurm.container: none"
                     )
+        if submitting:
+            refusal = self.no_engine_refusal(plan)
+            if refusal:
+                return refusal
         image = container.image
         if "@" in image.split("#")[-1] and not image.startswith(("/", ".")):
             refusal = self.enroot_digest_refusal(plan, image)
@@ -157,6 +164,24 @@ class Pyxis(ContainerPlatform):
                     f"slurm.image.{plan.framework} to the image wanted"
                 )
         return ""
+
+    def no_engine_refusal(self, plan: RepeatPlan) -> str:
+        """A source whose squashfs the kit must make here from a local build, on a host with
+        neither docker nor podman to read it from (checked when submitting; a dry run says it)."""
+        key = image_key(plan)
+        if plan.source == "dlperf" or key in self.config.image:
+            return ""
+        if self.squashfs(SourceImage.of(plan.source, plan.case.image)).is_file():
+            return ""
+        wanted = wanted_engine()
+        if host_engine_name(wanted) is not None:
+            return ""
+        lacks = "neither a docker engine nor podman" if wanted == "auto" else f"no {wanted}"
+        return (
+            f"{plan.case_id}: source {plan.source} runs its own image, which the kit imports "
+            f"for pyxis from a local build, but this host has {lacks} (engine: {wanted}); "
+            f"{NO_ENGINE_FIX.replace('<source>', key)}"
+        )
 
     def srun_help(self) -> str:
         """``srun --help`` of this cluster (where pyxis lists its flags); "" if srun did not
@@ -320,28 +345,29 @@ class Pyxis(ContainerPlatform):
         if plan.source == "dlperf" or key in self.config.image:
             return {}
         image = SourceImage.of(plan.source, plan.case.image)
-        tag = image.built()
         target = self.squashfs(image)
-        facts = {"image": tag, "squashfs": str(target)}
-        if target.is_file():
-            return facts
+        if target.is_file():  # made before: no engine needed any more
+            return {"image": image.shown, "squashfs": str(target)}
+        tag, engine = image.built()
+        uri = enroot_uri(engine, tag)
+        facts = {"image": tag, "squashfs": str(target), "engine": engine}
         enroot = shutil.which("enroot")
         if not enroot:
             raise Failure(
                 Verdict.FAILED,
                 f"source {plan.source}: pyxis reads its image {tag} from a squashfs the kit "
                 "makes with enroot, which is not on this host: run `enroot import --output "
-                f"{target} dockerd://{tag}` where enroot and the image are, or set "
+                f"{target} {uri}` where enroot and the image are, or set "
                 f"slurm.image.{key} (a registry copy of the image, or a squashfs path)",
             )
         started = time.time()
-        self.printer(f"pyxis: importing {tag} into {target} (once per image)")
+        self.printer(f"pyxis: importing {uri} into {target} (once per image)")
         try:
-            export.make_file(
-                target, lambda to: [enroot, "import", "--output", str(to), f"dockerd://{tag}"]
-            )
+            with export.enroot_environment(engine) as env:
+                argv = [enroot, "import", "--output"]
+                export.make_file(target, lambda to: [*argv, str(to), uri], env=env)
         except export.ExportError as error:
-            raise Failure(Verdict.FAILED, f"enroot could not import {tag}: {error}") from None
+            raise Failure(Verdict.FAILED, f"enroot could not import {uri}: {error}") from None
         return {**facts, "import_s": round(time.time() - started, 3)}
 
     def prepare(self, plan: RepeatPlan, allocation: Allocation) -> dict[str, Any] | None:
@@ -369,12 +395,22 @@ class Pyxis(ContainerPlatform):
         key = image_key(plan)
         if plan.source != "dlperf" and key not in self.config.image:
             image = SourceImage.of(plan.source, plan.case.image)
-            argv = ["enroot", "import", "--output", container.image, f"dockerd://{image.shown}"]
-            lines += [
-                f"# once per image: the source's image {image.name} as the squashfs pyxis "
-                f"reads (or set slurm.image.{key})",
-                "$ " + shlex.join(argv),
+            engine = image.engine_shown()
+            argv = [
+                "enroot",
+                "import",
+                "--output",
+                container.image,
+                enroot_uri(engine, image.shown),
             ]
+            refusal = self.no_engine_refusal(plan)
+            if refusal:
+                lines.append(f"# refused when run: {refusal}")
+            lines.append(
+                f"# once per image: the source's image {image.name} as the squashfs pyxis "
+                f"reads, from {engine}'s store here (or set slurm.image.{key})"
+            )
+            lines.append("$ " + shlex.join(argv))
         if container.name is None:  # made by each step
             return lines
         argv = self.create_argv(allocation, container, len(plan.commands))

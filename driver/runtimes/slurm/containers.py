@@ -5,8 +5,9 @@ build``; a case with ``image: current`` runs the source's current image instead,
 settings' key is ``<source>-current``), so a source's step runs that image, never the
 framework's: under pyxis the entry ``slurm.image.<source>`` (a registry image in enroot's
 form, or a squashfs file the nodes read), else a squashfs the kit imports once per image from
-the local build (``enroot import dockerd://``) into ``.dlperf/enroot`` of the checkout (the
-nodes see it: a shared file system); under Slurm's OCI containers ``slurm.oci_bundle.<source>``
+the local build (``enroot import dockerd://`` from docker's store, ``podman://`` from
+podman's: the engine holding it) into ``.dlperf/enroot`` of the checkout (the nodes see it: a
+shared file system); under Slurm's OCI containers ``slurm.oci_bundle.<source>``
 or ``slurm.oci_image.<source>``, else the local build exported into a bundle like any image. Its
 node command (the source's ``sh -c`` wrapper) runs unchanged. ``none`` runs no image: a source
 is refused there, except a PyPI source (``<source>-pypi``), whose environment is
@@ -67,20 +68,40 @@ class SourceImage:
         """The tag, or what stands for it in a dry run."""
         return self.tag or f"dlperf/{self.name}:{UNBUILT}"
 
-    def built(self) -> str:
-        """Its tag, built on this host; a ``job.Failure`` with the fix otherwise."""
-        from driver.images.build import BuildOptions, resolve_image
+    def built(self) -> tuple[str, str]:
+        """Its tag, built on this host, and the engine holding it (docker's, else podman's); a
+        ``job.Failure`` with the fix otherwise."""
+        from driver.images.engine import engines_holding, open_engine
         from driver.images.lock import LockError
 
+        if self.tag is None:
+            raise Failure(
+                Verdict.FAILED, f"source {self.source}: its image {self.name}: {self.why}"
+            )
         try:
-            return resolve_image(self.name, BuildOptions(log=lambda _line: None)).tag
+            for engine, _found in engines_holding(self.tag):
+                return self.tag, engine.name
+            open_engine()  # neither engine here: its error names the fixes
         except (LockError, OSError) as error:
             raise Failure(
                 Verdict.FAILED, f"source {self.source}: its image {self.name}: {error}"
             ) from None
-        except Exception as error:  # noqa: BLE001 - the docker SDK's errors: no engine here
+        except Exception as error:  # noqa: BLE001 - the docker SDK's or podman's own failures
             raise Failure(
                 Verdict.FAILED,
-                f"source {self.source}: its image {self.name} cannot be read from docker here "
-                f"({error}); build it where docker runs (`dlperf images build {self.name}`)",
+                f"source {self.source}: its image {self.name} cannot be read from docker or "
+                f"podman here ({error}); build it with one of them (`dlperf images build "
+                f"{self.name}`)",
             ) from None
+        raise Failure(
+            Verdict.FAILED,
+            f"source {self.source}: its image {self.tag} ({self.name} with the current inputs) "
+            f"is built in neither docker nor podman here; run `dlperf images build {self.name}` "
+            "(--engine podman where there is no docker)",
+        )
+
+    def engine_shown(self) -> str:
+        """For a dry run: the engine holding the image here, else the one that would build it."""
+        from driver.images.engine import engine_for
+
+        return engine_for(self.tag)
