@@ -443,6 +443,10 @@ def test_resnet50_in_containers_through_the_cli_in_each_framework_image(
     assert os.path.exists(session.root / "report")
 
 
+# Alone, after the rest: without CAP_SYS_NICE a container's ranks read the step clock at the
+# default priority, so the other worker's load could delay a read after a window's end wake-up
+# by a millisecond (a CI run measured 1n8g 0.10% off what its workload delivered, 0.0000% late).
+@pytest.mark.timing
 def test_docker_runtime_rehearses_4n32g(
     loopback_hosts: SimulatedHosts, cpu_python_image: str, image_options, tmp_path: Path
 ) -> None:
