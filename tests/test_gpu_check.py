@@ -46,24 +46,28 @@ def framework_python() -> str:
 
 
 @pytest.mark.parametrize("shapes", [gpu_check.GPU, gpu_check.CPU], ids=["gpu", "cpu"])
-def test_every_run_stage_selects_exactly_its_case(shapes: gpu_check.Shapes, tmp_path: Path) -> None:
+def test_every_run_stage_selects_exactly_its_case(
+    shapes: gpu_check.Shapes, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from driver.frontend.cli import main
+
     python = framework_python()
     for stage in (s for s in gpu_check.STAGES if s.kind == "run"):
         argv = stage.argv(shapes, python, tmp_path)
-        done = subprocess.run(
-            [*argv, "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stderr
+        assert argv[1:4] == ["-m", "driver", "run"]  # the CLI, run here in-process
+        code = main([*argv[3:], "--dry-run"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
         # a case line of the dry run: "<case id>  x<repeats>  (...)" (the estimate above it
         # names the cases too, indented)
         cases = [
             line.split()[0]
-            for line in done.stdout.splitlines()
+            for line in out.splitlines()
             if line.startswith(
                 ("resnet50/pytorch/1n1g/", "bert/pytorch/1n1g/", "llama/pytorch/1n1g/")
             )
         ]
-        assert len(cases) == 1, (stage.name, done.stdout)
+        assert len(cases) == 1, (stage.name, out)
         model, _fw, _topology, batch, precision, _data, *variant = cases[0].split("/")
         fixed = shapes.batch_of(model)
         assert batch == ("bsmax" if stage.max_batch else f"bs{fixed}")

@@ -339,6 +339,9 @@ def run_process_group(
     )
 
 
+_CHECKED_PYTHONS: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
 def check_framework_python(python: str, frameworks: list[Framework]) -> str:
     """The interpreter ``python`` (a path, or a name on PATH) as an absolute path, once it has
     started and imported every framework's package; else a RuntimeConfigError with the fix.
@@ -353,6 +356,9 @@ def check_framework_python(python: str, frameworks: list[Framework]) -> str:
             "the framework installed (e.g. --python /usr/bin/python3)"
         )
     modules = sorted({f.module for f in frameworks if f.module})
+    checked = (found, tuple(modules))
+    if checked in _CHECKED_PYTHONS:  # one probe per interpreter and frameworks in a process
+        return _CHECKED_PYTHONS[checked]
     probe = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)"
     try:
         result = subprocess.run(
@@ -367,7 +373,8 @@ def check_framework_python(python: str, frameworks: list[Framework]) -> str:
             "install the framework into that interpreter, or leave --python out to use the "
             "kit's own environments (.venvs/<framework>)"
         )
-    return str(Path(found).absolute())
+    _CHECKED_PYTHONS[checked] = str(Path(found).absolute())
+    return _CHECKED_PYTHONS[checked]
 
 
 @RUNTIMES.register("local")
