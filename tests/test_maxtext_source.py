@@ -30,7 +30,6 @@ import pytest
 import yaml
 
 from driver.frameworks.base import REPO_ROOT
-from driver.frameworks.envs import VENVS
 from driver.model.measure import Window, measure_repeat
 from driver.parsers._upstream import header_line
 from driver.parsers.base import PARSERS, LogParseError
@@ -38,7 +37,7 @@ from driver.plugins import load_all
 from driver.sources.base import run_header
 from driver.sources.pypi import SECTIONS
 from driver.sources.upstream import SPECS
-from tests.llm_sources import SourceCases, node_rank
+from tests.llm_sources import SourceCases, node_rank, source_python
 from tests.test_upstream_flags import wheel_for
 
 load_all()
@@ -187,9 +186,7 @@ for argv in json.load(sys.stdin):
 
 
 def maxtext_python() -> Path | None:
-    given = os.environ.get("DLPERF_MAXTEXT_PYTHON")
-    candidate = Path(given) if given else VENVS / "maxtext" / "bin" / "python"
-    return candidate if candidate.exists() else None
+    return source_python("DLPERF_MAXTEXT_PYTHON", "maxtext")
 
 
 @pytest.mark.skipif(

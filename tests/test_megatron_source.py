@@ -13,7 +13,6 @@ command is parsed by the release's own argparse.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -25,14 +24,13 @@ import pytest
 
 from driver.core.report import tokens_per_second
 from driver.frameworks.base import REPO_ROOT
-from driver.frameworks.envs import VENVS
 from driver.model.measure import Window, measure_repeat
 from driver.parsers._upstream import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries
 from driver.sources.upstream import SPECS, UpstreamSource
-from tests.llm_sources import SourceCases, node_rank, value
+from tests.llm_sources import SourceCases, node_rank, source_python, value
 
 load_all()
 
@@ -268,9 +266,7 @@ for argv in json.load(sys.stdin):
 
 
 def megatron_python() -> Path | None:
-    given = os.environ.get("DLPERF_MEGATRON_PYTHON")
-    candidate = Path(given) if given else VENVS / "megatron" / "bin" / "python"
-    return candidate if candidate.exists() else None
+    return source_python("DLPERF_MEGATRON_PYTHON", "megatron")
 
 
 @pytest.mark.skipif(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +25,6 @@ from driver.analysis.compare import load_side, side_of_summaries
 from driver.analysis.factor import factor_report
 from driver.core.summary import CaseSummary
 from driver.frameworks.base import REPO_ROOT
-from driver.frameworks.envs import VENVS
 from driver.model.case import Case
 from driver.model.measure import Window, case_stats, measure_repeat
 from driver.parsers._upstream import header_line
@@ -35,7 +33,13 @@ from driver.parsers.torchtitan import clock
 from driver.plugins import load_all
 from driver.sources.spec import SourceError, load_spec, load_specs
 from driver.sources.upstream import SPECS, UpstreamSource
-from tests.llm_sources import SourceCases, node_rank, value
+from tests.llm_sources import (
+    SourceCases,
+    assert_torchtitan_window_and_switches,
+    node_rank,
+    source_python,
+    value,
+)
 
 load_all()
 
@@ -80,17 +84,12 @@ def test_each_node_starts_the_release_on_its_toml_with_the_sdpa_flavor(
         ]  # fmt: skip
         assert value(argv, "--job.config-file") == f"{CONFIGS}/{case.options['config']}.toml"
         assert value(argv, "--model.flavor") == flavor  # SDPA, causal (args.py:45)
-        assert value(argv, "--training.local-batch-size") == str(case.batch_size)
-        assert value(argv, "--training.seq-len") == "8192"
-        assert value(argv, "--training.steps") == "50"  # the LLM protocol: 10 warm-up + 40
-        assert value(argv, "--metrics.log-freq") == "1"
-        assert value(argv, "--model.hf-assets-path") == f"{case.data_dir}/tokenizer"
-        assert value(argv, "--training.dataset-path") == f"{case.data_dir}/c4"
-        for off in ("--metrics.disable-color-printing", "--profiling.no-enable-profiling",
-                    "--metrics.no-enable-tensorboard", "--checkpoint.no-enable",
-                    "--validation.no-enable"):  # fmt: skip
-            assert argv.count(off) == 1, off
-        assert ("--compile.enable" in argv) == bool(case.options.get("compile"))
+        assert_torchtitan_window_and_switches(
+            argv, case, "--model.hf-assets-path", "--training.dataset-path",
+            ("--metrics.disable-color-printing", "--profiling.no-enable-profiling",
+                   "--metrics.no-enable-tensorboard", "--checkpoint.no-enable",
+                   "--validation.no-enable"),
+        )  # fmt: skip
 
 
 def test_the_attention_option_picks_the_flavor_and_what_the_release_lacks_is_refused() -> None:
@@ -195,9 +194,7 @@ def test_the_sdpa_cases_pair_with_the_published_figures_and_only_the_flex_pair_n
 
 
 def release_python() -> Path | None:
-    given = os.environ.get("DLPERF_TORCHTITAN_022_PYTHON")
-    candidate = Path(given) if given else VENVS / "torchtitan-0.2" / "bin" / "python"
-    return candidate if candidate.exists() else None
+    return source_python("DLPERF_TORCHTITAN_022_PYTHON", "torchtitan-0.2")
 
 
 def pinned_tomls(folder: Path) -> Path | None:

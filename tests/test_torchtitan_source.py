@@ -25,7 +25,7 @@ from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries
 from driver.sources.upstream import SPECS, UpstreamSource
-from tests.llm_sources import SourceCases, node_rank, value
+from tests.llm_sources import SourceCases, assert_torchtitan_window_and_switches, node_rank, value
 
 load_all()
 
@@ -64,17 +64,12 @@ def test_each_node_starts_torchtitan_under_torchrun_with_the_case_in_its_flags(
         assert "--role" not in argv  # its [rankN]: prefix carries the local rank
         assert value(argv, "--module") == "llama3"
         assert value(argv, "--config") == case.options["config"]
-        assert value(argv, "--training.local-batch-size") == str(case.batch_size)
-        assert value(argv, "--training.seq-len") == "8192"
-        assert value(argv, "--training.steps") == "50"  # the LLM protocol: 10 warm-up + 40
-        assert value(argv, "--metrics.log-freq") == "1"
-        assert value(argv, "--hf-assets-path") == f"{case.data_dir}/tokenizer"
-        assert value(argv, "--dataloader.dataset-path") == f"{case.data_dir}/c4"
-        for off in ("--metrics.disable-color-printing", "--profiler.no-enable-profiling",
-                    "--metrics.no-enable-tensorboard", "--checkpoint.no-enable",
-                    "--validator.no-enable"):  # fmt: skip
-            assert argv.count(off) == 1, off
-        assert ("--compile.enable" in argv) == bool(case.options.get("compile"))
+        assert_torchtitan_window_and_switches(
+            argv, case, "--hf-assets-path", "--dataloader.dataset-path",
+            ("--metrics.disable-color-printing", "--profiler.no-enable-profiling",
+                   "--metrics.no-enable-tensorboard", "--checkpoint.no-enable",
+                   "--validator.no-enable"),
+        )  # fmt: skip
 
 
 def test_the_node_command_announces_the_case_and_runs_the_argv_unchanged() -> None:
