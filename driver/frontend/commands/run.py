@@ -20,7 +20,7 @@ from driver.core.matrix import (
     check_case_count,
     overrides_from,
 )
-from driver.core.session import AUTO, choose_profile, run_session, select_cases
+from driver.core.session import AUTO, Selection, choose_profile, run_session, select_cases
 from driver.frameworks.base import FRAMEWORKS
 from driver.frontend.args import (
     RESULTS,
@@ -85,13 +85,15 @@ def _topologies(nodes_text: str | None, gpus_text: str | None) -> tuple[str, ...
     return (f"{nodes}n{nodes * gpus}g",)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def select(args: argparse.Namespace, dry_run: bool) -> tuple[Selection, bool] | int:
+    """The cases ``run`` and ``plan`` select from their shared arguments, and whether this host
+    runs them (a local run or simulated hosts); an exit code where nothing can be selected."""
     if args.runtime is None:  # a rehearsal's hosts are reached over SSH: the process runtime
         args.runtime = "process" if args.simulated_hosts else "local"
     if args.simulated_hosts:
         from driver.testbed.rehearse import refusal
 
-        refused = refusal(runtime=args.runtime, inventory=args.inventory, dry_run=args.dry_run)
+        refused = refusal(runtime=args.runtime, inventory=args.inventory, dry_run=dry_run)
         if refused:
             print(f"error: {refused}", file=sys.stderr)
             return 2
@@ -138,7 +140,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not selection.cases:
         print("no case matches the selection", file=sys.stderr)
         return 2
-    root = Path(args.results) / (args.session or f"{time.strftime('%Y%m%d-%H%M%S')}-{profile}")
+    return selection, here
+
+
+def check_simulated_hosts(selection: Selection) -> None:
+    """A rehearsal's hosts are this machine's addresses: at most one /24 of them."""
+    from driver.testbed.costcurve import MAX_SIMULATED_NODES
+
+    nodes = max(case.topology.nodes for case in selection.cases)
+    if nodes > MAX_SIMULATED_NODES:  # a dry run too: it writes the inventory of them all
+        raise MatrixError(
+            COMMAND_LINE,
+            "--simulated-hosts",
+            f"the selection's largest case has {nodes} nodes; this machine simulates at "
+            f"most {MAX_SIMULATED_NODES} hosts (one /24 of addresses): narrow --nodes",
+        )
+
+
+def refused_by_time_limit(
+    runtime: object,
+    args: argparse.Namespace,
+    estimates: SessionEstimate,
+    selection: Selection,
+    submitting: bool,
+) -> bool:
+    """Under Slurm, whether the selection cannot fit its job (said on stderr)."""
+    repeats = {case.id: case.repeats for case in selection.cases}
+    refused = time_limit_refusal(runtime, args.inventory, estimates, submitting, repeats)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+    return bool(refused)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    chosen = select(args, args.dry_run)
+    if isinstance(chosen, int):
+        return chosen
+    selection, here = chosen
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = Path(args.results) / (args.session or f"{stamp}-{selection.profile}")
     before_matrix = None
     if args.probe:  # all-reduce bandwidth before the matrix (a diagnosis the release reads)
         from driver.diagnose.probes import probe_topologies
@@ -158,29 +198,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         "adopt": args.adopt or [],
     }
     if args.simulated_hosts:
-        from driver.testbed.costcurve import MAX_SIMULATED_NODES
         from driver.testbed.rehearse import rehearse
 
-        nodes = max(case.topology.nodes for case in selection.cases)
-        if nodes > MAX_SIMULATED_NODES:  # a dry run too: it writes the inventory of them all
-            raise MatrixError(
-                COMMAND_LINE,
-                "--simulated-hosts",
-                f"the selection's largest case has {nodes} nodes; this machine simulates at "
-                f"most {MAX_SIMULATED_NODES} hosts (one /24 of addresses): narrow --nodes",
-            )
-        if getattr(args, "estimate_only", False):
-            return 0
+        check_simulated_hosts(selection)
         return rehearse(selection, root, before_matrix=before_matrix, **session)
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
-    submitting = not (args.dry_run or getattr(args, "estimate_only", False))
-    repeats = {case.id: case.repeats for case in selection.cases}
-    refused = time_limit_refusal(runtime, args.inventory, estimates, submitting, repeats)
-    if refused:
-        print(f"error: {refused}", file=sys.stderr)
+    if refused_by_time_limit(runtime, args, estimates, selection, not args.dry_run):
         return 2
-    if getattr(args, "estimate_only", False):
-        return 0
     check_data_dirs = getattr(runtime, "check_data_dirs", None)  # a container sees its mounts
     if check_data_dirs:
         check_data_dirs({case.data_dir for case in selection.cases if case.data_dir})
@@ -334,10 +358,18 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``dlperf plan``: ``dlperf run --dry-run`` without the commands, the estimate alone."""
-    args.dry_run = True
-    args.estimate_only = True
-    return cmd_run(args)
+    """``dlperf plan``: the selection's estimate alone, checked against a Slurm job's
+    time_limit as ``run`` checks it, before anything is booked."""
+    chosen = select(args, dry_run=True)
+    if isinstance(chosen, int):
+        return chosen
+    selection, here = chosen
+    estimates = session_estimate(args, selection.cases, here)
+    if args.simulated_hosts:
+        check_simulated_hosts(selection)
+        return 0
+    runtime = make_runtime(args.runtime, inventory=args.inventory)
+    return 2 if refused_by_time_limit(runtime, args, estimates, selection, False) else 0
 
 
 def _selection_arguments(run: argparse.ArgumentParser) -> None:
