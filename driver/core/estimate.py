@@ -671,19 +671,24 @@ def repeat_seconds(estimate: CaseEstimate, repeats: int) -> float | None:
     return None if estimate.seconds is None else estimate.seconds / max(1, repeats)
 
 
+def setup_seconds(estimates: list[CaseEstimate]) -> float:
+    """The session's own cost that is no case's (an image import), which every job repeats."""
+    return sum(e.seconds or 0.0 for e in estimates if e.kind == "setup")
+
+
 def split_job_count(
     estimates: list[CaseEstimate], limit_s: int, repeats: dict[str, int]
 ) -> int:
     """The jobs slurm.split_jobs would take for the selection, as the runtime splits it: the
     repeats in order, a new job (its setup first) whenever the next repeat does not fit."""
-    setup = sum(e.seconds or 0.0 for e in estimates if e.kind == "setup")
+    setup = setup_seconds(estimates)
     jobs, left = 1, limit_s - setup
     for estimate in estimates:
-        if estimate.kind != "case" or estimate.seconds is None:
+        count = repeats.get(estimate.case_id, 1)
+        one = repeat_seconds(estimate, count)
+        if estimate.kind != "case" or one is None:
             continue
-        count = max(1, repeats.get(estimate.case_id, 1))
-        for _ in range(count):
-            one = estimate.seconds / count
+        for _ in range(max(1, count)):
             if one > left:
                 jobs, left = jobs + 1, limit_s - setup
             left -= one
@@ -701,7 +706,7 @@ def time_limit_problem(
     None when they fit. ``split`` (slurm.split_jobs): the selection may take several jobs, so
     only a repeat (with the session's setup, which every job repeats) must fit one."""
     if split:
-        setup = sum(e.seconds or 0.0 for e in estimates if e.kind == "setup")
+        setup = setup_seconds(estimates)
         for estimate in estimates:
             if estimate.kind != "case":
                 continue

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -36,35 +37,35 @@ NO_ENGINE_FIX = (
 Line = Callable[[str], None]
 
 
-class Engine:
+class Engine(ABC):
     """What the kit asks of an engine holding images (its IDs are ``sha256:<hex>``)."""
 
     name = ""
     # enroot's scheme for a local image of this engine (``enroot import <scheme>://<tag>``)
     enroot_scheme = ""
 
-    def image_id(self, ref: str) -> str | None:
-        raise NotImplementedError
+    @abstractmethod
+    def image_id(self, ref: str) -> str | None: ...
 
-    def labels(self, ref: str) -> dict[str, str]:
-        raise NotImplementedError
+    @abstractmethod
+    def labels(self, ref: str) -> dict[str, str]: ...
 
-    def tag(self, ref: str, target: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def tag(self, ref: str, target: str) -> None: ...
 
-    def remove(self, ref: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def remove(self, ref: str) -> None: ...
 
-    def pull(self, ref: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def pull(self, ref: str) -> None: ...
 
+    @abstractmethod
     def build(
         self, context: Path, tag: str, build_args: dict[str, str], labels: dict[str, str],
         log_file: IO[str], step: Line,
     ) -> list[str]:  # fmt: skip
         """Build ``context``'s Dockerfile as ``tag``; every line to ``log_file``, the steps to
         ``step``; the build's last lines on failure as a LockError (``error`` + tail)."""
-        raise NotImplementedError
 
     def import_argv(self, changes: list[str], message: str, tag: str) -> list[str]:
         """A rootfs tar on stdin as the image ``tag`` (the Debian base)."""
@@ -226,14 +227,6 @@ class PodmanEngine(Engine):
         return lines
 
 
-def docker_answers() -> bool:
-    try:
-        DockerEngine()
-    except LockError:
-        return False
-    return True
-
-
 def wanted_engine(choice: str | None = None) -> str:
     """The engine asked for: ``choice``, else ``$DLPERF_ENGINE``, else ``auto``."""
     wanted = choice or os.environ.get(ENV) or "auto"
@@ -282,15 +275,12 @@ def enroot_uri(engine_name: str, tag: str) -> str:
 
 
 def host_engine_name(choice: str | None = None) -> str | None:
-    """The engine ``auto`` (or ``choice``) would open here, without failing: None when none."""
-    wanted = wanted_engine(choice)
-    if wanted == "podman":
-        return "podman" if shutil.which("podman") else None
-    if wanted == "docker":
-        return "docker" if docker_answers() else None
-    if docker_answers():
-        return "docker"
-    return "podman" if shutil.which("podman") else None
+    """The engine ``open_engine`` would open here, without failing: None when none."""
+    wanted = wanted_engine(choice)  # a bad choice is refused, not taken for "none here"
+    try:
+        return open_engine(wanted).name
+    except LockError:
+        return None
 
 
 def engine_for(tag: str | None) -> str:
