@@ -41,8 +41,11 @@ DAEMON_FIXTURES = frozenset(
     {"docker_engine", "_ssh_node_pool", "slurm_cluster", "slurm_hosts", "simulated_hosts",
      "loopback_hosts", "can_make_hosts", "node_without_sftp", "pyxis_cluster"}
 )  # fmt: skip
-# Modules whose tests start their daemons themselves (no fixture tells).
-SELF_STARTING_MODULES = frozenset({"test_simhosts", "test_slurm_cluster", "test_rehearse_run"})
+# Modules whose tests start their daemons (or podman's build containers) themselves: no fixture
+# tells.
+SELF_STARTING_MODULES = frozenset(
+    {"test_simhosts", "test_slurm_cluster", "test_rehearse_run", "test_podman_images"}
+)
 # Every module with a daemon test belongs to one of two units of work; under xdist each unit runs
 # on one worker, one test after another (DaemonsTogether), the two side by side. Collection
 # fails, naming these lists, for a module missing here.
