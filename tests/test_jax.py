@@ -20,6 +20,7 @@ from driver.bench.llama import LLAMA_SIZES, LlamaOptionError
 from driver.core.matrix import MatrixError, apply_overrides, load_matrix, overrides_from
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.plugins import load_all
+from JAX.benchmark.cluster import join_arguments
 from JAX.benchmark.mesh import MeshPlan, plan_mesh, shard_dimension
 from tests.real_frameworks import framework_env, run_case, run_python, run_script
 
@@ -55,6 +56,58 @@ def test_a_parameter_is_split_along_its_largest_divisible_dimension() -> None:
     assert shard_dimension((64,), 1) is None  # no fsdp axis: replicated
     assert shard_dimension((3, 5), 2) is None  # indivisible: replicated
     assert shard_dimension((), 2) is None  # a scalar (the optimizer's step count)
+
+
+# A Slurm step of 2 nodes, one task each, as srun sets it for the task on the second node.
+SLURM_TASK_1_OF_2 = {
+    "SLURM_JOB_ID": "4711", "SLURM_STEP_NODELIST": "gpu[007-008]", "SLURM_NTASKS": "2",
+    "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
+}  # fmt: skip
+KIT_COORDINATOR = {"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29511"}
+
+
+@pytest.mark.parametrize(
+    ("rank", "world", "local", "gpu", "environ", "expected"),
+    [
+        # One Slurm task per process: JAX's own Slurm detection, whatever the kit exported.
+        (1, 2, 0, False, {**SLURM_TASK_1_OF_2, **KIT_COORDINATOR},
+         {"cluster_detection_method": "slurm"}),
+        # Slurm bound one GPU to the task (CUDA_VISIBLE_DEVICES=3): device 0, not SLURM_LOCALID.
+        (1, 2, 0, True, {**SLURM_TASK_1_OF_2, "SLURM_LOCALID": "3", "CUDA_VISIBLE_DEVICES": "3"},
+         {"cluster_detection_method": "slurm", "local_device_ids": [0]}),
+        # Node mode, two processes per node task: the kit's coordinator, the step's variables
+        # (2 tasks, this one's SLURM_PROCID 1) kept out by turning detection off.
+        (3, 4, 1, True, {**SLURM_TASK_1_OF_2, **KIT_COORDINATOR},
+         {"coordinator_address": "10.0.0.7:29511", "num_processes": 4, "process_id": 3,
+          "cluster_detection_method": "deactivate", "local_device_ids": [1]}),
+        (1, 2, 1, False, {"MASTER_ADDR": "127.0.0.1"},
+         {"coordinator_address": "127.0.0.1:29500", "num_processes": 2, "process_id": 1,
+          "cluster_detection_method": "deactivate"}),
+        # Neither: JAX's detection alone.
+        (1, 2, 1, False, {}, {}),
+    ],
+)  # fmt: skip
+def test_processes_meet_through_slurm_where_each_is_a_task_else_at_the_kit_s_coordinator(
+    rank: int, world: int, local: int, gpu: bool, environ: dict, expected: dict
+) -> None:
+    assert join_arguments(rank, world, local, gpu, environ) == expected
+
+
+def test_jax_s_slurm_detection_reads_the_ranks_the_kit_checked(jax_python: str) -> None:
+    """JAX's own reading of the Slurm task above: the coordinator on the step's first node at
+    the job's port, the same process id and count as the kit's (so the check in the adapter
+    holds)."""
+    code = (
+        "import os, json\n"
+        f"os.environ.update({SLURM_TASK_1_OF_2!r})\n"
+        "from jax._src.clusters import ClusterEnv\n"
+        "print(json.dumps(ClusterEnv.auto_detect_unset_distributed_params("
+        "None, None, None, None, 'slurm', 10)))\n"
+    )
+    done = run_python(jax_python, code)
+    assert done.returncode == 0, done.stderr
+    port = 4711 % 4096 + 61440
+    assert json.loads(done.stdout.splitlines()[-1]) == [f"gpu007:{port}", 2, 1, [0]]
 
 
 @pytest.mark.parametrize(
@@ -177,6 +230,7 @@ def test_two_processes_average_their_gradients_over_gloo(tmp_path: Path, jax_pyt
     for header in found:
         options = header["options"]
         assert options["distributed_backend"] == "gloo" and options["parallelism"] == "ddp"
+        assert options["coordinator"] == "kit"  # the spawner's MASTER_ADDR
         assert options["mesh"] == {"data": 2, "fsdp": 1}
         assert options["num_threads"] == 1  # 2 cores split between 2 processes
         assert len(options["cpu_affinity"]) == 1  # ... each pinned to its own

@@ -357,14 +357,16 @@ def test_pyxis_path_makes_one_container_per_session(
     assert cluster_env.drained() == []
 
 
-def run_on_the_cluster(case: Any, tmp_path: Path) -> tuple[Any, Any]:
-    """``case`` on the test cluster's nodes through the Slurm runtime, no container: its
-    finished run (``CaseRun``, every repeat ok) and the session."""
+def run_on_the_cluster(
+    case: Any, tmp_path: Path, config: SlurmConfig | None = None
+) -> tuple[Any, Any]:
+    """``case`` on the test cluster's nodes through the Slurm runtime (no container unless
+    ``config`` says): its finished run (``CaseRun``, every repeat ok) and the session."""
     from driver.core.runner import run_cases
     from driver.model.results import Session
     from tests.real_frameworks import CaseRun
 
-    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    runtime = SlurmRuntime(config=config or SlurmConfig(time_limit="10", container="none"))
     session = Session.open(tmp_path / "session")
     try:
         summary = run_cases([case], session, runtime, printer=lambda _line: None)
@@ -403,29 +405,48 @@ def test_pytorch_resnet50_two_nodes_two_processes(
 
 @pytest.mark.skipif(
     not os.environ.get("DLPERF_SLOW_TESTS"),
-    reason="about 30 s on a 2-core CPU, over the JAX tests' share of the suite's time (JAX's "
-    "two-node runs go through sshd in every suite); set DLPERF_SLOW_TESTS=1",
+    reason="about 75 s a case on a 2-core CPU, over the JAX tests' share of the suite's time "
+    "(JAX's two-node runs go through sshd in every suite); set DLPERF_SLOW_TESTS=1",
 )
-def test_jax_llama_sharded_over_two_slurm_nodes(cluster_env: SlurmCluster, tmp_path: Path) -> None:
-    """JAX under Slurm: each node's process joins the others with jax.distributed.initialize at
-    the coordinator the runtime exports (MASTER_ADDR:MASTER_PORT, n1's NodeAddr), Llama's
-    parameters sharded over the 2-device mesh, gloo between the node namespaces."""
+@pytest.mark.parametrize(
+    ("topology", "tasks", "coordinator"),
+    [
+        # One process per node task: JAX's own Slurm detection (the step's first node, n1).
+        ("2n2g", "node", "slurm"),
+        # Two processes per node task: the kit's coordinator, Slurm's task ids kept out.
+        ("2n4g", "node", "kit"),
+        # One Slurm task per device (srun starts every process): JAX's detection again.
+        ("2n4g", "device", "slurm"),
+    ],
+)
+def test_jax_llama_sharded_over_two_slurm_nodes(
+    cluster_env: SlurmCluster, tmp_path: Path, topology: str, tasks: str, coordinator: str
+) -> None:
+    """JAX under Slurm: each node's processes join the others with jax.distributed.initialize,
+    through JAX's own Slurm detection where each is a task of the step, else at the coordinator
+    the runtime exports (MASTER_ADDR:MASTER_PORT, n1's NodeAddr); Llama's parameters sharded over
+    the mesh, gloo between the node namespaces."""
     from driver.model.case import Case, Topology
     from tests.real_frameworks import framework_env
 
     framework_env("jax")
     case = Case(
-        model="llama", framework="jax", topology=Topology.parse("2n2g"), batch_size=2,
+        model="llama", framework="jax", topology=Topology.parse(topology), batch_size=2,
         precision="amp", dataset="synthetic", warmup_steps=1, measured_steps=2, total_steps=3,
         repeats=1, timeout_s=300,
         options={"llama_size": "llama-tiny", "seq_len": 32, "weights_checksum": True},
         profile="test",
     )  # fmt: skip
-    run, _session = run_on_the_cluster(case, tmp_path)
+    config = SlurmConfig(time_limit="10", container="none", tasks=tasks, mpi="none")
+    run, _session = run_on_the_cluster(case, tmp_path, config)
     (record,) = run.records
     assert record.runtime == "slurm" and record.extra["slurm"]["nodes"] == ["n1", "n2"]
-    assert record.header["options"]["mesh"] == {"data": 1, "fsdp": 2}
-    run.assert_ranks_in_sync(2)
+    world = case.topology.world_size
+    assert record.header["options"]["mesh"] == {"data": 1, "fsdp": world}
+    run.assert_ranks_in_sync(world)
+    headers = [x[x.index("{") :] for x in run.logs().splitlines() if '"dlperf": "header"' in x]
+    met = [json.loads(header)["options"]["coordinator"] for header in headers]
+    assert met == [coordinator] * world, met
     assert cluster_env.drained() == []
 
 

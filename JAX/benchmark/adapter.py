@@ -23,6 +23,7 @@ from driver.bench.contract import OptionError
 from driver.bench.host import cpu_model_name
 from driver.bench.llama import LlamaOptionError, check_case_options
 from driver.bench.loop import Adapter
+from JAX.benchmark.cluster import coordinator_source, join_arguments
 from JAX.benchmark.mesh import AXES, MeshPlan, plan_mesh, shard_dimension
 from JAX.benchmark.models import (
     IMAGE_MODELS,
@@ -50,24 +51,14 @@ def has_cuda_plugin() -> bool:
     return any(importlib.util.find_spec(name) is not None for name in CUDA_PLUGINS)
 
 
-def join_processes(rank: int, world_size: int, local_rank: int, want_gpu: bool) -> None:
-    """``jax.distributed.initialize`` from the kit's rank environment (the coordinator at
-    MASTER_ADDR:MASTER_PORT, which every runtime exports); without it, JAX's own detection of
-    the cluster it runs in (Slurm, Open MPI). Before any backend starts."""
-    if not os.environ.get("MASTER_ADDR"):
-        jax.distributed.initialize()
-        return
-    port = os.environ.get("MASTER_PORT", "29500")
-    arguments: dict[str, Any] = {
-        "coordinator_address": f"{os.environ['MASTER_ADDR']}:{port}",
-        "num_processes": world_size,
-        "process_id": rank,
-    }
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
-    if want_gpu and has_cuda_plugin() and len(visible) != 1:
-        # One GPU per process: the one of this local rank (a container may show one already).
-        arguments["local_device_ids"] = [local_rank]
+def join_processes(rank: int, world_size: int, local_rank: int, want_gpu: bool) -> str:
+    """``jax.distributed.initialize`` the way ``JAX.benchmark.cluster`` decides, before any
+    backend starts; how the processes met (the header's ``coordinator``)."""
+    arguments = join_arguments(
+        rank, world_size, local_rank, want_gpu and has_cuda_plugin(), os.environ
+    )
     jax.distributed.initialize(**arguments)
+    return coordinator_source(arguments)
 
 
 def mesh_devices(world_size: int, local_rank: int, distributed: bool) -> list[Any]:
@@ -226,6 +217,8 @@ class JaxAdapter(Adapter):
     framework = "jax"
     own_options = JAX_OPTIONS
     oom_messages = ("resource_exhausted",)
+    # How the processes met (JAX.benchmark.cluster); None for one process.
+    coordinator: str | None = None
 
     def setup(self) -> bool:
         args, run = self.args, self.run
@@ -235,8 +228,16 @@ class JaxAdapter(Adapter):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         self.compilation_cache = use_compilation_cache()
         if run.distributed:
-            join_processes(run.rank, run.world_size, run.local_rank, args.device != "cpu")
-            run.rank, run.world_size = jax.process_index(), jax.process_count()
+            self.coordinator = join_processes(
+                run.rank, run.world_size, run.local_rank, args.device != "cpu"
+            )
+            if (jax.process_index(), jax.process_count()) != (run.rank, run.world_size):
+                raise OptionError(
+                    f"jax.distributed.initialize ({self.coordinator}) made this process "
+                    f"{jax.process_index()} of {jax.process_count()}, but the launcher's "
+                    f"environment says rank {run.rank} of {run.world_size}: the processes of "
+                    "a case must be started one per device, by one launcher"
+                )
         self.on_gpu = jax.default_backend() == "gpu"
         if args.device == "gpu" and not self.on_gpu:
             raise OptionError(
@@ -354,6 +355,7 @@ class JaxAdapter(Adapter):
                 if self.run.distributed
                 else None
             ),
+            "coordinator": self.coordinator,
             "compiled": "jax.jit, state donated",
             "compilation_cache": self.compilation_cache,
             "checkpoint_policy": (REMAT_POLICIES.get(checkpointing) if model == "llama" else None),
