@@ -1,8 +1,8 @@
 """The GPU check's archive: the release archive of its work folder, sealed as a session.
 
 ``gpu-check.tar.gz`` is what ``dlperf release`` writes for a session
-(``driver.release.archive.write_archive``: members ``gpu-check/<path>``, byte for byte
-reproducible), and its manifest is a session seal (``gpu-check/session-manifest.json``,
+(``driver.release.archive.write_archive``: members ``gpu-check/<path>``, sorted, times and
+owners zeroed), and its manifest is a session seal (``gpu-check/session-manifest.json``,
 ``driver.model.seal``): the SHA-256 and size of every file of the work folder (the node's facts,
 the stage logs, the summary, and under ``results/`` the sessions the stages ran, each with its
 own seal). Back home the archive is streamed onto the disk through the release's bounded
