@@ -1,16 +1,16 @@
-"""tools/gpu_check.py: the one-command GPU check, rehearsed on the CPU.
+"""tools/gpu_check.py (``driver.diagnose.gpucheck``): the one-command GPU check, rehearsed on
+the CPU.
 
 Its stages select exactly one case of each profile (gpu-check, gpu-check-cpu) through the real
 `dlperf run --dry-run`; the budget skips or cuts a stage; a cut stage is interrupted, then
-killed; the archive carries a manifest that `unpack` holds every member to; and one real run
-of two stages on the CPU (the PyTorch environment as "the machine's python") gives a summary
-and an archive whose session passes the kit's own door (`dlperf report`).
+killed; the archive is a release archive whose session seal `unpack` holds every member to; and
+one real run of two stages on the CPU (the PyTorch environment as "the machine's python") gives
+a summary and an archive whose session passes the kit's own door (`dlperf report`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -23,14 +23,15 @@ from pathlib import Path
 
 import pytest
 
+from driver.diagnose.gpucheck import archive as sealed
+from driver.diagnose.gpucheck import node, stages
+from driver.diagnose.gpucheck import summary as reading
 from driver.frameworks.base import FRAMEWORKS
+from driver.model.seal import SEAL, load_seal
+from driver.release import archive as release_archive
+from driver.release.archive import read_archive
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "tools" / "gpu_check.py")
-assert _spec is not None and _spec.loader is not None
-gpu_check = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_check"] = gpu_check
-_spec.loader.exec_module(gpu_check)
 
 
 def framework_python() -> str:
@@ -45,14 +46,14 @@ def framework_python() -> str:
 # The stages and the matrix profiles stay in step
 
 
-@pytest.mark.parametrize("shapes", [gpu_check.GPU, gpu_check.CPU], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("shapes", [stages.GPU, stages.CPU], ids=["gpu", "cpu"])
 def test_every_run_stage_selects_exactly_its_case(
-    shapes: gpu_check.Shapes, tmp_path: Path, capsys: pytest.CaptureFixture
+    shapes: stages.Shapes, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from driver.frontend.cli import main
 
     python = framework_python()
-    for stage in (s for s in gpu_check.STAGES if s.kind == "run"):
+    for stage in (s for s in stages.STAGES if s.kind == "run"):
         argv = stage.argv(shapes, python, tmp_path)
         assert argv[1:4] == ["-m", "driver", "run"]  # the CLI, run here in-process
         code = main([*argv[3:], "--dry-run"])
@@ -77,42 +78,42 @@ def test_every_run_stage_selects_exactly_its_case(
 
 
 def test_a_stage_starts_only_when_its_estimate_fits_and_cpu_skips_gpu_only_stages() -> None:
-    compile_stage = next(s for s in gpu_check.STAGES if s.name == "resnet50-amp-compile")
-    graphs = next(s for s in gpu_check.STAGES if s.name == "resnet50-amp-cuda-graphs")
-    reserve = gpu_check.RESERVE_S
-    assert gpu_check.decide(compile_stage, reserve + compile_stage.estimate_s, True) is None
-    why = gpu_check.decide(compile_stage, reserve + compile_stage.estimate_s - 1, True)
+    compile_stage = next(s for s in stages.STAGES if s.name == "resnet50-amp-compile")
+    graphs = next(s for s in stages.STAGES if s.name == "resnet50-amp-cuda-graphs")
+    reserve = stages.RESERVE_S
+    assert stages.decide(compile_stage, reserve + compile_stage.estimate_s, True) is None
+    why = stages.decide(compile_stage, reserve + compile_stage.estimate_s - 1, True)
     assert why is not None and "not enough time left" in why
-    assert gpu_check.decide(graphs, 10_000, False) == "needs a GPU (rehearsal on CPU)"
-    assert gpu_check.decide(graphs, 10_000, True) is None
+    assert stages.decide(graphs, 10_000, False) == "needs a GPU (rehearsal on CPU)"
+    assert stages.decide(graphs, 10_000, True) is None
 
 
 def test_every_plan_fits_the_default_budget_and_all_plans_cover_every_stage() -> None:
-    estimates = {stage.name: stage.estimate_s for stage in gpu_check.STAGES}
-    usable = gpu_check.GPU_BUDGET_S - gpu_check.RESERVE_S
-    for name, members in gpu_check.PLANS.items():
+    estimates = {stage.name: stage.estimate_s for stage in stages.STAGES}
+    usable = stages.GPU_BUDGET_S - stages.RESERVE_S
+    for name, members in stages.PLANS.items():
         assert sum(estimates[m] for m in members) <= usable, name
-    covered = {m for members in gpu_check.PLANS.values() for m in members}
-    assert covered == set(gpu_check.STAGE_NAMES)
-    core = [stage.name for stage in gpu_check.chosen_stages(None)]
+    covered = {m for members in stages.PLANS.values() for m in members}
+    assert covered == set(stages.STAGE_NAMES)
+    core = [stage.name for stage in stages.chosen_stages(None)]
     assert core == ["facts", "resnet50-amp", "bert-amp", "selftest", "parity-amp"]
     # the estimates are built from start-up costs: a repeat is never cheaper than its start
-    assert estimates["resnet50-amp"] > gpu_check.REPEATS * gpu_check.PROCESS_S
+    assert estimates["resnet50-amp"] > stages.REPEATS * stages.PROCESS_S
     assert estimates["bert-amp-max"] > estimates["bert-amp"]
     # Llama 3.2 1B: its own call; three windows of 120 steps of 16,384 tokens at 35% MFU
-    assert gpu_check.PLANS["llama"] == ("facts", "llama-1b-amp")
-    step = gpu_check.LLAMA_1B_STEP_S
+    assert stages.PLANS["llama"] == ("facts", "llama-1b-amp")
+    step = stages.LLAMA_1B_STEP_S
     assert 0.3 < step < 0.6 and estimates["llama-1b-amp"] == pytest.approx(
-        gpu_check.DRIVER_S + gpu_check.REPEATS * (gpu_check.PROCESS_S + 120 * step)
+        stages.DRIVER_S + stages.REPEATS * (stages.PROCESS_S + 120 * step)
     )
 
 
 def test_stages_are_chosen_by_stage_and_plan_names() -> None:
-    chosen = gpu_check.chosen_stages("bert-max,selftest")
+    chosen = stages.chosen_stages("bert-max,selftest")
     assert [s.name for s in chosen] == ["facts", "selftest", "bert-amp-max"]
-    assert len(gpu_check.chosen_stages("all")) == len(gpu_check.STAGES)
-    with pytest.raises(gpu_check.UsageError, match="unknown stage or plan 'nope'"):
-        gpu_check.chosen_stages("facts,nope")
+    assert len(stages.chosen_stages("all")) == len(stages.STAGES)
+    with pytest.raises(stages.UsageError, match="unknown stage or plan 'nope'"):
+        stages.chosen_stages("facts,nope")
 
 
 def check(tmp_path: Path, *args: str, env: dict[str, str] | None = None):  # noqa: ANN201
@@ -164,7 +165,7 @@ def test_a_stage_past_its_time_is_interrupted_and_keeps_what_it_did(tmp_path: Pa
     )
     log = tmp_path / "stage.log"
     started = time.monotonic()
-    code, detail = gpu_check.run_command([sys.executable, "-c", script], log, 1.0, dict(os.environ))
+    code, detail = node.run_command([sys.executable, "-c", script], log, 1.0, dict(os.environ))
     assert code == 130 and "interrupted" in detail and time.monotonic() - started < 15
     assert "kept" in log.read_text()
 
@@ -172,35 +173,50 @@ def test_a_stage_past_its_time_is_interrupted_and_keeps_what_it_did(tmp_path: Pa
 def test_a_stage_that_ignores_the_interrupt_is_killed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gpu_check, "INTERRUPT_GRACE_S", 1.0)
+    monkeypatch.setattr(node, "INTERRUPT_GRACE_S", 1.0)
     script = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
-    code, detail = gpu_check.run_command(
+    code, detail = node.run_command(
         [sys.executable, "-c", script], tmp_path / "stage.log", 0.5, dict(os.environ)
     )
     assert code is None and "killed" in detail
 
 
 # --------------------------------------------------------------------------------------------
-# The archive: every member held to the manifest
+# The archive: the release archive of the work folder, every member held to its seal
 
 
 def make_work(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    repeat = work / "results" / gpu_check.SESSION / "cases" / "m" / "repeat-01"
+    work = tmp_path / "base" / sealed.SESSION
+    repeat = work / "results" / sealed.SESSION / "cases" / "m" / "repeat-01"
     repeat.mkdir(parents=True)
     (repeat / "node0.log").write_text('{"dlperf": "end"}\n')
     (work / "summary.json").write_text(json.dumps({"host": "h100 box"}))
     return work
 
 
+def packed(tmp_path: Path) -> Path:
+    """The check's archive of a small work folder, as ``publish`` writes it."""
+    archive = tmp_path / sealed.ARCHIVE
+    sealed.write_sealed_archive(make_work(tmp_path), archive)
+    return archive
+
+
+SEAL_MEMBER = f"{sealed.SESSION}/{SEAL}"
+
+
 def test_an_archive_unpacks_into_a_session_folder_of_its_own(tmp_path: Path) -> None:
-    archive = tmp_path / gpu_check.ARCHIVE
-    archive.write_bytes(gpu_check.archive_bytes(make_work(tmp_path)))
-    target = gpu_check.unpack(archive, tmp_path / "results")
+    archive = packed(tmp_path)
+    with tarfile.open(archive) as tar:  # the release's archive: one top folder, sealed
+        names = tar.getnames()
+    assert SEAL_MEMBER in names and all(n.startswith(f"{sealed.SESSION}/") for n in names)
+    seal = load_seal(read_archive(archive)[SEAL_MEMBER], SEAL)
+    assert set(seal.files) == {"summary.json", "results/gpu-check/cases/m/repeat-01/node0.log"}
+    target = sealed.unpack(archive, tmp_path / "results")
     assert target.name.startswith("gpu-check-h100-box-")
     assert (target / "session" / "cases" / "m" / "repeat-01" / "node0.log").is_file()
-    with pytest.raises(gpu_check.UnpackError, match="exists already"):
-        gpu_check.unpack(archive, tmp_path / "results")
+    assert not (target / SEAL).exists()  # it sealed the work folder, moved since
+    with pytest.raises(sealed.UnpackError, match="exists already"):
+        sealed.unpack(archive, tmp_path / "results")
 
 
 def rewrite(archive: Path, change) -> None:  # noqa: ANN001
@@ -228,25 +244,26 @@ def rewrite(archive: Path, change) -> None:  # noqa: ANN001
         (lambda a: rewrite(a, lambda n, d: (n, d + b"x") if n.endswith(".log") else (n, d)),
          "does not match its SHA-256"),
         (lambda a: rewrite(a, lambda n, d: None if n.endswith(".log") else (n, d)),
-         "differ from its manifest"),
-        (lambda a: rewrite(a, lambda n, d: (n, d) if n != gpu_check.MANIFEST else None),
-         "no MANIFEST.json"),
-        (lambda a: rewrite(a, lambda n, d: ("../escape.json", d) if n == "summary.json"
+         "differ from its seal"),
+        (lambda a: rewrite(a, lambda n, d: (n, d) if n != SEAL_MEMBER else None),
+         f"no {SEAL_MEMBER}"),
+        (lambda a: rewrite(a, lambda n, d: ("../escape.json", d) if n.endswith("summary.json")
                            else (n, d)), "not a plain relative file"),
+        (lambda a: rewrite(a, lambda n, d: (n.removeprefix("gpu-check/"), d)
+                           if n.endswith("summary.json") else (n, d)), "members outside"),
     ],
-    ids=["truncated", "edited", "missing", "no-manifest", "escape"],
+    ids=["truncated", "edited", "missing", "no-seal", "escape", "outside"],
 )  # fmt: skip
 def test_a_damaged_archive_is_refused_and_nothing_is_written(
     tmp_path: Path,
     damage,
     message: str,  # noqa: ANN001
 ) -> None:
-    archive = tmp_path / gpu_check.ARCHIVE
-    archive.write_bytes(gpu_check.archive_bytes(make_work(tmp_path)))
+    archive = packed(tmp_path)
     damage(archive)
     results = tmp_path / "results"
-    with pytest.raises(gpu_check.UnpackError, match=message):
-        gpu_check.unpack(archive, results)
+    with pytest.raises(sealed.UnpackError, match=message):
+        sealed.unpack(archive, results)
     assert not results.exists() or not any(results.iterdir())
     assert not (tmp_path / "escape.json").exists()
 
@@ -255,26 +272,34 @@ def test_an_archive_cut_anywhere_is_not_whole(tmp_path: Path) -> None:
     """Cut at any byte, the archive is refused as cut: a cut that falls on a member's header
     once ended the tar stream without an error and read as an archive without a manifest (the
     half-way cut above met it only when the compressed bytes fell so)."""
-    whole = gpu_check.archive_bytes(make_work(tmp_path))
-    archive, results = tmp_path / gpu_check.ARCHIVE, tmp_path / "results"
+    whole = packed(tmp_path).read_bytes()
+    archive, results = tmp_path / "cut.tar.gz", tmp_path / "results"
     for cut in range(1, len(whole)):
         archive.write_bytes(whole[:cut])
-        with pytest.raises(gpu_check.UnpackError, match="not a whole"):
-            gpu_check.unpack(archive, results)
+        with pytest.raises(sealed.UnpackError, match="not a whole"):
+            sealed.unpack(archive, results)
         assert not results.exists()
 
 
-def build(path: Path, members: list[tuple[str, bytes]], manifest: bytes | None = None) -> Path:
-    """An archive of ``members`` with a manifest that matches them (or ``manifest`` as given)."""
+def seal_of(members: list[tuple[str, bytes]]) -> bytes:
+    """A session seal holding ``members`` (work-folder-relative) as they are."""
     import hashlib
 
-    if manifest is None:
-        manifest = json.dumps({n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}
-                               for n, d in members}).encode()  # fmt: skip
+    return json.dumps({
+        "schema": 1, "kind": "dlperf-session", "session": sealed.SESSION, "sealed_at": "",
+        "head_node": "node", "kit": {}, "previous": None, "session_json": {}, "repeats": {},
+        "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)}
+                  for n, d in members},
+    }).encode()  # fmt: skip
+
+
+def build(path: Path, members: list[tuple[str, bytes]], seal: bytes | None = None) -> Path:
+    """An archive of ``members`` under the check's top folder with a seal that matches them (or
+    ``seal`` as given)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in [*members, (gpu_check.MANIFEST, manifest)]:
-            info = tarfile.TarInfo(name)
+        for name, data in [*members, (SEAL, seal_of(members) if seal is None else seal)]:
+            info = tarfile.TarInfo(f"{sealed.SESSION}/{name}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     path.write_bytes(buffer.getvalue())
@@ -285,11 +310,11 @@ LOG = ("logs/a.log", b"line\n")
 
 
 @pytest.mark.parametrize(
-    ("members", "manifest", "message"),
+    ("members", "seal", "message"),
     [
-        ([LOG], b"{oops", "MANIFEST.json is not JSON"),
-        ([LOG], b"[1, 2]", "not an object of files"),
-        ([LOG], b'{"logs/a.log": {"size": 5}}', "needs a 64-hex sha256"),
+        ([LOG], b"{oops", "session-manifest.json: not a session manifest"),
+        ([LOG], b"[1, 2]", "not a session manifest .a JSON object is expected"),
+        ([LOG], seal_of([LOG]).replace(b'"sha256"', b'"sha"'), r"field files\.logs/a\.log\.sha256"),
         ([LOG, ("summary.json", b"{oops")], None, "summary.json is not JSON"),
         ([LOG, ("summary.json", b"[]")], None, "not the check's summary"),
         ([LOG, ("summary.json", b'{"stages": 3}')], None, "not the check's summary"),
@@ -300,31 +325,47 @@ LOG = ("logs/a.log", b"line\n")
         ([("logs/./a.log", b"x")], None, "not a plain relative file"),
         ([("logs//a.log", b"x")], None, "not a plain relative file"),
     ],
-    ids=["manifest-oops", "manifest-list", "no-sha256", "summary-oops", "summary-list",
+    ids=["seal-oops", "seal-list", "no-sha256", "summary-oops", "summary-list",
          "summary-stages", "file-then-folder", "folder-then-file", "twice", "dot", "dot-part",
          "empty-part"],
 )  # fmt: skip
 def test_a_malformed_archive_is_a_clear_error_and_nothing_is_left(
-    tmp_path: Path, members: list[tuple[str, bytes]], manifest: bytes | None, message: str
+    tmp_path: Path, members: list[tuple[str, bytes]], seal: bytes | None, message: str
 ) -> None:
-    archive = build(tmp_path / gpu_check.ARCHIVE, members, manifest)
+    archive = build(tmp_path / sealed.ARCHIVE, members, seal)
     results = tmp_path / "results"
-    with pytest.raises(gpu_check.UnpackError, match=message):
-        gpu_check.unpack(archive, results)
+    with pytest.raises(sealed.UnpackError, match=message):
+        sealed.unpack(archive, results)
     assert not results.exists()
+
+
+def test_an_archive_of_the_first_format_is_refused_with_what_it_is(tmp_path: Path) -> None:
+    """The check's first archives (members at the top, its own MANIFEST.json; no GPU run ever
+    wrote one) are named as such, not read."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in [LOG, ("MANIFEST.json", b"{}")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    archive = tmp_path / sealed.ARCHIVE
+    archive.write_bytes(buffer.getvalue())
+    with pytest.raises(sealed.UnpackError, match="first format .MANIFEST.json., which this kit"):
+        sealed.unpack(archive, tmp_path / "results")
+    assert not (tmp_path / "results").exists()
 
 
 def test_members_that_are_not_regular_files_are_refused_before_extraction(tmp_path: Path) -> None:
     for kind in (tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE):
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-            info = tarfile.TarInfo("logs/odd")
+            info = tarfile.TarInfo("gpu-check/logs/odd")
             info.type, info.linkname = kind, "/etc/passwd"
             tar.addfile(info)
         archive = tmp_path / f"{kind!r}.tar.gz"
         archive.write_bytes(buffer.getvalue())
-        with pytest.raises(gpu_check.UnpackError, match="not a plain relative file"):
-            gpu_check.unpack(archive, tmp_path / "results")
+        with pytest.raises(sealed.UnpackError, match="not a plain relative file"):
+            sealed.unpack(archive, tmp_path / "results")
     assert not (tmp_path / "results").exists()
 
 
@@ -335,22 +376,21 @@ def test_the_unpacked_total_is_bounded_while_it_streams(
     (64 KiB compressed) stops at a 1 MiB bound with one chunk in memory at most."""
     zeros = tmp_path / "zeros.tar.gz"
     with tarfile.open(zeros, mode="w:gz") as tar:
-        info = tarfile.TarInfo("logs/zeros.log")
+        info = tarfile.TarInfo("gpu-check/logs/zeros.log")
         info.size = 64 << 20
         tar.addfile(info, io.BytesIO(bytes(info.size)))
-    monkeypatch.setattr(gpu_check, "MAX_TOTAL_BYTES", 1 << 20)
-    with pytest.raises(gpu_check.UnpackError, match="unpacks to over 1048576 bytes"):
-        gpu_check.unpack(zeros, tmp_path / "results")
-    monkeypatch.setattr(gpu_check, "MAX_TOTAL_BYTES", 4 << 30)
-    monkeypatch.setattr(gpu_check, "MAX_MEMBER_BYTES", 1 << 20)
-    with pytest.raises(gpu_check.UnpackError, match="is over 1048576 B"):
-        gpu_check.unpack(zeros, tmp_path / "results")
+    monkeypatch.setattr(release_archive, "MAX_TOTAL_BYTES", 1 << 20)
+    with pytest.raises(sealed.UnpackError, match="unpacks to over 1048576 bytes"):
+        sealed.unpack(zeros, tmp_path / "results")
+    monkeypatch.setattr(release_archive, "MAX_TOTAL_BYTES", 4 << 30)
+    monkeypatch.setattr(release_archive, "MAX_MEMBER_BYTES", 1 << 20)
+    with pytest.raises(sealed.UnpackError, match="is over 1048576 B"):
+        sealed.unpack(zeros, tmp_path / "results")
     assert not (tmp_path / "results").exists()
 
 
 def test_unpack_refuses_results_that_is_a_file(tmp_path: Path) -> None:
-    archive = tmp_path / gpu_check.ARCHIVE
-    archive.write_bytes(gpu_check.archive_bytes(make_work(tmp_path)))
+    archive = packed(tmp_path)
     a_file = tmp_path / "results"
     a_file.write_text("keep me")
     done = check(tmp_path, "unpack", str(archive), "--results", str(a_file))
@@ -381,7 +421,7 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     assert case["telemetry"][0]["note"].startswith("no GPU")  # NVML missing: a note, no failure
     assert case["flops_per_sample"] > 0 and case["mfu"] is None  # no peak for a CPU
     assert "resnet50/pytorch/1n1g/bs4/amp/synthetic" in (out / "summary.md").read_text()
-    target = gpu_check.unpack(out / gpu_check.ARCHIVE, tmp_path / "results")
+    target = sealed.unpack(out / sealed.ARCHIVE, tmp_path / "results")
     assert json.loads((target / "facts" / "fingerprint.json").read_text())["hardware"]
     report = subprocess.run(
         [sys.executable, "-m", "driver", "report", str(target / "session"),
@@ -397,7 +437,7 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     again = subprocess.run(
         [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(tmp_path / "out2"),
          "--python", python, "--stages", "resnet50-amp,bert-amp",
-         "--resume", str(out / gpu_check.ARCHIVE)],
+         "--resume", str(out / sealed.ARCHIVE)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
@@ -411,7 +451,7 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     same, bert = sorted(resumed["cases"], key=lambda c: c["case"] != case["case"])
     assert same["throughputs"] == case["throughputs"]  # not measured again
     assert bert["case"].startswith("bert/pytorch/1n1g/") and bert["repeats_ok"] == 2
-    second = gpu_check.unpack(tmp_path / "out2" / gpu_check.ARCHIVE, tmp_path / "results2")
+    second = sealed.unpack(tmp_path / "out2" / sealed.ARCHIVE, tmp_path / "results2")
     assert (second / "facts" / "torch.json").is_file()  # the first command's facts carried on
     assert "already finished" in (second / "logs" / "resnet50-amp.log").read_text()
 
@@ -444,16 +484,16 @@ def test_a_gpu_that_torch_does_not_see_is_reported_not_rehearsed(tmp_path: Path)
     assert not (out / "summary.md").read_text().count("/bs")  # nothing ran
     again = subprocess.run(
         [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(tmp_path / "out2"),
-         "--python", python, "--stages", "facts", "--resume", str(out / gpu_check.ARCHIVE)],
+         "--python", python, "--stages", "facts", "--resume", str(out / sealed.ARCHIVE)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [
-        f"gpu-check: error: --resume {out / gpu_check.ARCHIVE}: that session ran as gpu and "
+        f"gpu-check: error: --resume {out / sealed.ARCHIVE}: that session ran as gpu and "
         "this command would run as cpu-rehearsal (--cpu); resume it on a node like the one it "
         "ran on, or leave --resume out to start a new session"
     ]
-    assert not (tmp_path / "out2" / gpu_check.ARCHIVE).exists()
+    assert not (tmp_path / "out2" / sealed.ARCHIVE).exists()
 
 
 def test_a_gpu_repeat_is_read_with_its_device_clock_peak_and_nvml_samples(tmp_path: Path) -> None:
@@ -466,7 +506,7 @@ def test_a_gpu_repeat_is_read_with_its_device_clock_peak_and_nvml_samples(tmp_pa
     from tests.test_telemetry import FakeNvml
 
     case_id = "resnet50/pytorch/1n1g/bs256/amp/synthetic"
-    repeat = tmp_path / "work" / "results" / gpu_check.SESSION / "cases" / case_id / "repeat-01"
+    repeat = tmp_path / "work" / "results" / sealed.SESSION / "cases" / case_id / "repeat-01"
     repeat.mkdir(parents=True)
     (repeat.parent / "case.json").write_text(json.dumps({"id": case_id}))
     options = {"warmup_steps": 2, "total_steps": 6, "batch_size": 256, "precision": "amp",
@@ -485,13 +525,13 @@ def test_a_gpu_repeat_is_read_with_its_device_clock_peak_and_nvml_samples(tmp_pa
         window = stamps[5] - stamps[1]
         steps.device_window(window * 1.002, 4, "cuda-events")
     sampler.stop()
-    header = gpu_check.rank0_log((repeat / "node0.log").read_text()).header
+    header = reading.rank0_log((repeat / "node0.log").read_text()).header
     (repeat / "record.json").write_text(json.dumps({
         "verdict": "ok", "header": header, "started_at": started, "finished_at": time.time(),
         "measurement": {"samples": 4 * 256, "throughput": 4 * 256 / window},
     }))  # fmt: skip
 
-    summary = gpu_check.summarize(tmp_path / "work", [], True, gpu_check.GPU, None)
+    summary = reading.summarize(tmp_path / "work", [], True, stages.GPU, None)
     (row,) = summary["cases"]
     assert row["device"] == "NVIDIA H100 80GB HBM3" and row["peak_tflops"] == 989.4  # bf16
     assert row["kit_vs_device_clock"] == pytest.approx(0.002, rel=1e-6)
@@ -530,7 +570,7 @@ def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
         "parity": None,
         "mode": "gpu",
     }  # fmt: skip
-    verdicts = {row[0]: (row[2], row[3]) for row in gpu_check.goal_rows(summary)}
+    verdicts = {row[0]: (row[2], row[3]) for row in reading.goal_rows(summary)}
     assert verdicts["ResNet-50 AMP samples/s (best variant)"] == ("3,120", "met")
     assert verdicts["BERT-base AMP MFU"] == ("41.0%", "met")
     assert verdicts["Llama 3.2 1B AMP MFU"] == ("38.5%", "MISSED")
@@ -541,7 +581,7 @@ def test_goals_are_judged_from_what_ran_and_missing_ones_say_so() -> None:
     assert sync == ("1.02%", "MISSED")  # 2980 / 2950 - 1: the same batch, max left out
     # a CPU rehearsal's figures are shown; only the kit's own accuracy is judged there
     on_cpu = {**summary, "mode": "cpu-rehearsal"}
-    rehearsal = {row[0]: row[3] for row in gpu_check.goal_rows(on_cpu)}
+    rehearsal = {row[0]: row[3] for row in reading.goal_rows(on_cpu)}
     assert rehearsal["ResNet-50 AMP samples/s (best variant)"] == "n/a (CPU rehearsal)"
     assert rehearsal["kit vs device clock, worst case"] == "n/a (CPU rehearsal)"
     assert rehearsal["selftest error, worst topology"] == "met"

@@ -60,7 +60,7 @@ def rerendered(version: Path, slow_nodes: bool = True) -> str:
     members: dict[str, bytes] = {}
     for archive in sorted(manifest["archives"]):
         members.update(read_archive(version / archive))
-    config = load_config(version, manifest["model_costs"], by_machine=True)
+    config = load_config(version, manifest["model_costs"], split_by_machine=True)
     computed = compute(load_dataset(members), config)
     if not slow_nodes:
         for summary in computed.summaries:

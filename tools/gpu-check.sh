@@ -46,7 +46,7 @@ export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1  # nothing written into the kit's copy
 # The kit's own packages must import before any stage starts: a missing .whl/ is a reason
 # in two seconds, not ten failed stages.
-if ! why=$("$PYTHON" -c 'import pydantic, yaml, tabulate, driver.frontend.cli' 2>&1); then
+if ! why=$("$PYTHON" -c 'import pydantic, yaml, tabulate, driver.frontend.cli, driver.diagnose.gpucheck.check' 2>&1); then
     echo "gpu-check: the kit cannot start under $PYTHON: $(printf '%s\n' "$why" | tail -n 1)." \
         "The wheels of \`make gpu-pack\` (in .whl/, for this Python's version) bring pydantic," \
         "Fabric and the docker SDK; PyYAML, tabulate, rich, scipy, matplotlib and nvidia-ml-py" \

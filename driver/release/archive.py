@@ -9,15 +9,18 @@ are not finished ``ok`` (failed attempts, crashes), which the manifest lists ins
 session's ``report/`` folder is derived and left out.
 
 Archives are byte-for-byte reproducible (sorted members, zeroed times and owners, gzip without
-a timestamp), so their SHA-256 depends on the content only.
+a timestamp), so their SHA-256 depends on the content only. An archive comes back onto a disk
+only through :func:`extract_archive`: bounded, each member checked before its bytes land.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,3 +171,99 @@ def read_archive(path: Path) -> dict[str, bytes]:
             handle = tar.extractfile(info)
             out[info.name] = handle.read() if handle else b""
     return out
+
+
+# An archive back onto a disk (the GPU check's, which comes from another machine): every member
+# checked before its bytes are written, the totals bounded while they stream.
+CHUNK = 1 << 20
+MAX_MEMBERS = 20_000
+MAX_MEMBER_BYTES = 1 << 30  # one raw log or telemetry file
+MAX_TOTAL_BYTES = 4 << 30  # everything unpacked, counted while it streams
+
+
+class ArchiveError(ValueError):
+    """An archive that is not whole or holds a member no archive of the kit holds."""
+
+
+def member_name(archive: Path, member: tarfile.TarInfo) -> str:
+    """The member's checked name: a regular file at a plain relative path."""
+    name = member.name
+    if (
+        not member.isfile()
+        or not name
+        or name.startswith("/")
+        or "\\" in name
+        or any(part in ("", ".", "..") for part in name.split("/"))
+    ):
+        raise ArchiveError(f"{archive}: member {name!r} is not a plain relative file")
+    return name
+
+
+def check_whole_gzip(archive: Path) -> None:
+    """Read the compressed stream to its end marker first: a gzip cut short can end the tar
+    stream at a member's header, where tarfile stops without an error, so that a truncated
+    archive would read as a shorter whole one. Bounded like the extraction (tar headers on top
+    of the members' bytes)."""
+    limit = MAX_TOTAL_BYTES + MAX_MEMBERS * 2048 + 10240
+    size = 0
+    try:
+        with gzip.open(archive, "rb") as stream:
+            while chunk := stream.read(CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise ArchiveError(f"{archive}: unpacks to over {MAX_TOTAL_BYTES} bytes")
+    except (EOFError, OSError, zlib.error) as error:
+        raise ArchiveError(f"{archive}: not a whole archive ({error}); fetch it again") from None
+
+
+def _clashes(name: str, seen: dict[str, tuple[str, int]], folders: set[str]) -> set[str]:
+    """The folders above ``name``; ArchiveError where ``name`` was seen, is a folder of another
+    member or lies under one."""
+    parents = {"/".join(name.split("/")[:i]) for i in range(1, name.count("/") + 1)}
+    if name in seen or name in folders or parents & set(seen):
+        raise ArchiveError(f"member {name!r} clashes with another member")
+    return parents
+
+
+def extract_archive(archive: Path, destination: Path) -> dict[str, tuple[str, int]]:
+    """Stream ``archive`` into ``destination`` (an empty folder), every member checked before
+    its bytes are written (a regular file at a plain relative path, not a folder of another
+    member, not seen before, within the size bounds, the running total within
+    :data:`MAX_TOTAL_BYTES`) and hashed as it is written: member -> (SHA-256, size). Raises
+    ArchiveError; the caller removes ``destination`` then."""
+    check_whole_gzip(archive)
+    seen: dict[str, tuple[str, int]] = {}
+    folders: set[str] = set()
+    total = 0
+    try:
+        with tarfile.open(archive, mode="r|gz") as tar:
+            for count, member in enumerate(tar, start=1):
+                if count > MAX_MEMBERS:
+                    raise ArchiveError(f"{archive}: more than {MAX_MEMBERS} members")
+                name = member_name(archive, member)
+                try:
+                    folders |= _clashes(name, seen, folders)
+                except ArchiveError as error:
+                    raise ArchiveError(f"{archive}: {error}") from None
+                if member.size > MAX_MEMBER_BYTES:
+                    raise ArchiveError(f"{archive}: member {name!r} is over {MAX_MEMBER_BYTES} B")
+                total += member.size
+                if total > MAX_TOTAL_BYTES:
+                    raise ArchiveError(f"{archive}: unpacks to over {MAX_TOTAL_BYTES} bytes")
+                source = tar.extractfile(member)
+                if source is None:
+                    raise ArchiveError(f"{archive}: member {name!r} has no content")
+                target = destination / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                digest, size = hashlib.sha256(), 0
+                with open(target, "xb") as sink:
+                    while chunk := source.read(CHUNK):
+                        size += len(chunk)
+                        if size > member.size:
+                            raise ArchiveError(f"{archive}: member {name!r} longer than declared")
+                        digest.update(chunk)
+                        sink.write(chunk)
+                seen[name] = (digest.hexdigest(), size)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
+        raise ArchiveError(f"{archive}: not a whole archive ({error}); fetch it again") from None
+    return seen

@@ -257,7 +257,9 @@ def _run(
     dataset = load_dataset(members)
     model_costs = manifest["model_costs"]
     try:
-        config = load_config(directory, model_costs, by_machine=results_by_machine(manifest))
+        config = load_config(
+            directory, model_costs, split_by_machine=results_by_machine(manifest)
+        )
     except ConfigError as error:  # an import file of published figures that does not load
         state.add(error.path, error.field_path, error.message, "a valid import file")
         return

@@ -70,7 +70,7 @@ class Config:
     published: list[CaseSummary] = field(default_factory=list)
     # results schema 2 (schema 1 from README layout 3): cases split by machine fingerprint (else
     # by device model), and a reference attached only on the same device model and precision
-    by_machine: bool = False
+    split_by_machine: bool = False
     marks: Marks | None = None  # README layout 5 on
 
 
@@ -93,7 +93,7 @@ def compute(dataset: Dataset, config: Config) -> Computed:
     repeats = sorted(dataset.repeats, key=lambda r: (r.case.id, r.record.repeat, session_of(r)))
     records = [
         (r.case, r.written.model_copy(update={"measurement": r.measurement}),
-         *([r.fingerprint] if config.by_machine else []))
+         *([r.fingerprint] if config.split_by_machine else []))
         for r in repeats
         if r.measurement is not None
     ]  # fmt: skip
@@ -244,7 +244,7 @@ def _release_columns(
             for r in config.references
             if same_device(summary, str(r.get("hardware")), str(r.get("precision")), config.peaks)
         ]
-        if config.by_machine
+        if config.split_by_machine
         else config.references,
     )
     return {**out, **(reference or {})}

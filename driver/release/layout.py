@@ -19,10 +19,10 @@ PUBLISHED_DIR = "config/published"  # import files of published figures, as rele
 
 
 def load_config(
-    version_dir: Path, model_costs: dict[str, dict[str, Any]], by_machine: bool = False
+    version_dir: Path, model_costs: dict[str, dict[str, Any]], split_by_machine: bool = False
 ) -> Config:
     """The version's config copies; an import file that does not load raises ConfigError.
-    ``by_machine``: the version's results split cases by machine
+    ``split_by_machine``: the version's results split cases by machine
     (``results.results_by_machine``)."""
     published = []
     for path in sorted((version_dir / PUBLISHED_DIR).glob("*")):
@@ -32,5 +32,5 @@ def load_config(
         references=load_references(version_dir / "config" / "reports" / "references.yaml"),
         model_costs=model_costs,
         published=published,
-        by_machine=by_machine,
+        split_by_machine=split_by_machine,
     )

@@ -502,7 +502,7 @@ def _checked_computation(
 ) -> Computed:
     """The version's numbers, computed from its config copies: every superlinear case vouched
     for, each case on one device model."""
-    config = load_config(work, model_costs, by_machine=True)  # a new version: by machine
+    config = load_config(work, model_costs, split_by_machine=True)  # a new version: by machine
     config.marks = Marks(signatures.sessions, vouching.version_status(), dict(vouching.superlinear))
     computed = compute(dataset, config)
     with _refused_as_release_error(VouchingError):
