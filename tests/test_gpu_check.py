@@ -34,12 +34,12 @@ from driver.release.archive import read_archive
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def framework_python() -> str:
+def framework_python(framework: str = "pytorch") -> str:
     from driver.frameworks.envs import ensure_env
     from driver.plugins import load_all
 
     load_all()
-    return str(ensure_env(FRAMEWORKS.get("pytorch"), log=lambda _line: None))
+    return str(ensure_env(FRAMEWORKS.get(framework), log=lambda _line: None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,22 +52,17 @@ def test_every_run_stage_selects_exactly_its_case(
 ) -> None:
     from driver.frontend.cli import main
 
-    python = framework_python()
+    pythons = {"pytorch": framework_python(), "jax": framework_python("jax")}
     for stage in (s for s in stages.STAGES if s.kind == "run"):
-        argv = stage.argv(shapes, python, tmp_path)
+        argv = stage.argv(shapes, pythons[stage.framework], tmp_path)
         assert argv[1:4] == ["-m", "driver", "run"]  # the CLI, run here in-process
         code = main([*argv[3:], "--dry-run"])
         out, err = capsys.readouterr()
         assert code == 0, err
         # a case line of the dry run: "<case id>  x<repeats>  (...)" (the estimate above it
         # names the cases too, indented)
-        cases = [
-            line.split()[0]
-            for line in out.splitlines()
-            if line.startswith(
-                ("resnet50/pytorch/1n1g/", "bert/pytorch/1n1g/", "llama/pytorch/1n1g/")
-            )
-        ]
+        prefixes = tuple(f"{m}/{stage.framework}/1n1g/" for m in ("resnet50", "bert", "llama"))
+        cases = [line.split()[0] for line in out.splitlines() if line.startswith(prefixes)]
         assert len(cases) == 1, (stage.name, out)
         model, _fw, _topology, batch, precision, _data, *variant = cases[0].split("/")
         fixed = shapes.batch_of(model)
@@ -407,13 +402,15 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(out),
-         "--python", python, "--stages", "facts,resnet50-amp"],
+         "--python", python, "--stages", "facts,resnet50-amp,jax"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == "cpu-rehearsal"
-    assert [s["status"] for s in summary["stages"]] == ["ok", "ok"]
+    assert [s["status"] for s in summary["stages"]] == ["ok", "ok", "skipped"]
+    # the PyTorch interpreter has no JAX: the JAX stage names why, the check goes on
+    assert summary["stages"][2]["detail"].startswith(f"no JAX with Flax and Optax under {python}")
     (case,) = summary["cases"]
     assert case["case"] == "resnet50/pytorch/1n1g/bs4/amp/synthetic"
     assert case["repeats_ok"] == 2 and case["median"] > 0
@@ -436,8 +433,8 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     # and a stage of another case runs into it beside them
     again = subprocess.run(
         [sys.executable, "tools/gpu_check.py", "run", "--cpu", "--out", str(tmp_path / "out2"),
-         "--python", python, "--stages", "resnet50-amp,bert-amp",
-         "--resume", str(out / sealed.ARCHIVE)],
+         "--python", python, "--stages", "resnet50-amp,bert-amp,jax-resnet50-amp",
+         "--jax-python", framework_python("jax"), "--resume", str(out / sealed.ARCHIVE)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
@@ -445,12 +442,21 @@ def test_the_rehearsal_writes_a_summary_and_an_archive_the_kit_reads(tmp_path: P
     assert [(s["name"], s["run"], s["status"]) for s in resumed["stages"]] == [
         ("facts", 1, "ok"),
         ("resnet50-amp", 1, "ok"),
+        ("jax-resnet50-amp", 1, "skipped"),
         ("resnet50-amp", 2, "ok"),
         ("bert-amp", 2, "ok"),
+        ("jax-resnet50-amp", 2, "ok"),
     ]
-    same, bert = sorted(resumed["cases"], key=lambda c: c["case"] != case["case"])
-    assert same["throughputs"] == case["throughputs"]  # not measured again
-    assert bert["case"].startswith("bert/pytorch/1n1g/") and bert["repeats_ok"] == 2
+    found = {c["case"]: c for c in resumed["cases"]}
+    assert found[case["case"]]["throughputs"] == case["throughputs"]  # not measured again
+    (bert,) = [c for c in found.values() if c["case"].startswith("bert/pytorch/1n1g/")]
+    assert bert["repeats_ok"] == 2
+    jax_case = found["resnet50/jax/1n1g/bs4/amp/synthetic"]
+    assert jax_case["framework"] == "jax" and jax_case["repeats_ok"] == 2
+    # JAX beside PyTorch on the same case (a CPU's figures: shown, never a goal's)
+    pair = f"= {jax_case['median'] / case['median']:.3f}"
+    text = (tmp_path / "out2" / "summary.md").read_text()
+    assert "ResNet-50 AMP at batch 4, JAX / PyTorch: " in text and pair in text
     second = sealed.unpack(tmp_path / "out2" / sealed.ARCHIVE, tmp_path / "results2")
     assert (second / "facts" / "torch.json").is_file()  # the first command's facts carried on
     assert "already finished" in (second / "logs" / "resnet50-amp.log").read_text()

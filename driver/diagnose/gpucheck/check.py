@@ -55,6 +55,7 @@ from driver.diagnose.gpucheck.node import (
     die_with_parent,
     framework_sees_gpu,
     gpus_listed,
+    jax_unfit,
     run_command,
 )
 from driver.diagnose.gpucheck.stages import (
@@ -102,8 +103,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 def stage_env(scratch: Path) -> dict[str, str]:
     """Every scratch file of a stage stays in the check's scratch folder: the selftest's
-    session, torch.compile's and Triton's caches, the CUDA driver's PTX cache, matplotlib's
-    config."""
+    session, torch.compile's, Triton's and XLA's caches, the CUDA driver's PTX cache,
+    matplotlib's config."""
     scratch.mkdir()
     return {
         **os.environ,
@@ -112,6 +113,7 @@ def stage_env(scratch: Path) -> dict[str, str]:
         "TMPDIR": str(scratch),
         "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
         "TRITON_CACHE_DIR": str(scratch / "triton"),
+        "JAX_COMPILATION_CACHE_DIR": str(scratch / "xla"),
         "CUDA_CACHE_PATH": str(scratch / "nv"),
         "XDG_CACHE_HOME": str(scratch / "cache"),
         "MPLCONFIGDIR": str(scratch / "mpl"),
@@ -158,14 +160,20 @@ def _run_stages(
           flush=True)  # fmt: skip
     if unseen:
         print(f"gpu-check: {unseen}; only the facts run (--cpu rehearses on the CPU)", flush=True)
+    pythons = {"pytorch": args.python, "jax": args.jax_python or args.python}
+    unfit: dict[str, str] = {}  # a framework's probe, made once, before its first stage
     for stage in stages:
         why = unseen if unseen and stage.kind != "facts" else decide(stage, budget.left(), on_gpu)
+        if not why and stage.framework == "jax":
+            if "jax" not in unfit:
+                unfit["jax"] = jax_unfit(pythons["jax"], env, on_gpu)
+            why = unfit["jax"]
         if why:
             results.append(StageResult(stage.name, "skipped", detail=why, run=run))
             print(f"gpu-check: {stage.name}: skipped: {why}", flush=True)
             continue
         print(f"gpu-check: {stage.name}: {stage.what} ({budget.left():.0f} s left)", flush=True)
-        result = run_stage(stage, args.python, work, shapes, budget, env, run)
+        result = run_stage(stage, pythons[stage.framework], work, shapes, budget, env, run)
         results.append(result)
         print(f"gpu-check: {stage.name}: {result.status} in {result.seconds:.0f} s"
               f"{': ' + result.detail if result.status != 'ok' else ''}", flush=True)  # fmt: skip
@@ -291,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the check into --out")
     run.add_argument("--out", required=True, help="the folder the results go to")
     run.add_argument("--python", default=sys.executable, help="the interpreter with torch")
+    run.add_argument("--jax-python", help="the interpreter with JAX, Flax and Optax for the "
+                     "JAX stage (default: --python)")  # fmt: skip
     run.add_argument("--budget-s", type=budget_seconds, default=0.0,
                      help=f"seconds of stages (0: {GPU_BUDGET_S:.0f} on a GPU, "
                      f"{CPU_BUDGET_S:.0f} on CPU)")  # fmt: skip

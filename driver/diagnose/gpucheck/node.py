@@ -170,6 +170,25 @@ def framework_sees_gpu(python: str, env: dict[str, str]) -> tuple[bool, str]:
     return code == 0, (lines[-1] if lines else f"exit {code}")[:300]
 
 
+def jax_unfit(python: str, env: dict[str, str], on_gpu: bool) -> str:
+    """Why JAX under ``python`` cannot run the check's JAX stage ('' where it can): Flax and
+    Optax importable beside it, and on a GPU node its GPU backend. A node image without JAX is
+    common: the stage is then skipped, naming why, and the rest of the check runs."""
+    probe = "import flax, jax, optax; print(jax.default_backend())"
+    try:
+        code, stdout, stderr = run_quiet([python, "-c", probe], env, 300)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"no JAX under {python}: {error}"
+    lines = [line.strip() for line in (stderr + stdout).splitlines() if line.strip()]
+    if code != 0:
+        last = (lines[-1] if lines else f"exit {code}")[:300]
+        return f"no JAX with Flax and Optax under {python} ({last}); give one with --jax-python"
+    backend = lines[-1] if lines else ""
+    if on_gpu and backend != "gpu":
+        return f"JAX under {python} has no GPU backend (its default: {backend or '?'})"
+    return ""
+
+
 def gpus_listed(env: dict[str, str]) -> str:
     """The GPUs ``nvidia-smi -L`` lists ('' where it lists none or is missing): a node with
     one that torch does not see is broken for the check, not a CPU to rehearse on."""

@@ -53,6 +53,11 @@ PROCESS_S = 12.0
 WINDOW_STEPS = 120  # 20 warm-up + 100 measured (the gpu-check profile)
 PROBE_STEPS = 3  # driver/core/batchsearch.py
 COMPILE_S = 120.0
+# XLA's compile of ResNet-50's jitted step in the first repeat's process, taken as 40 s on a
+# 16-core GPU node until one is measured; the later repeats load it from the compilation cache
+# the check keeps in its scratch folder (~5 s each).
+JAX_COMPILE_S = 40.0
+JAX_CACHED_S = 5.0
 REPEATS = 3  # the gpu-check profile
 
 
@@ -137,6 +142,7 @@ class Stage:
     run_args: tuple[str, ...] = ()  # for kind run: --model/--amp/--variant
     max_batch: bool = False
     gpu_only: bool = False
+    framework: str = "pytorch"  # of a run stage: its --python is the check's for it
 
     def argv(self, shapes: Shapes, python: str, work: Path) -> list[str]:
         """The stage's command: the kit under this interpreter, the framework under ``python``
@@ -145,7 +151,7 @@ class Stage:
         if self.kind == "run":
             fixed = shapes.batch_of(self.run_args[1])
             batch = "max" if self.max_batch else str(fixed)
-            return [*kit, "run", "--framework", "pytorch", "--profile", shapes.profile,
+            return [*kit, "run", "--framework", self.framework, "--profile", shapes.profile,
                     *self.run_args, "--batch", batch, "--python", python,
                     "--results", str(work / "results"), "--session", SESSION,
                     "--progress", "plain"]  # fmt: skip
@@ -192,6 +198,10 @@ STAGES = (
           _run("resnet50", "on", "default"), max_batch=True),
     Stage("llama-1b-amp", "run", "Llama 3.2 1B bf16, seq 8192, fixed batch 2 (MFU goal 40%)",
           run_cost(LLAMA_1B_STEP_S), _run("llama", "on", "1b")),
+    # JAX's ResNet-50 at resnet50-amp's case, on the same device: the framework factor's pair.
+    Stage("jax-resnet50-amp", "run", "JAX ResNet-50 AMP (bf16), fixed batch, beside PyTorch's",
+          run_cost(RN50_AMP_STEP_S, extra_s=JAX_COMPILE_S + (REPEATS - 1) * JAX_CACHED_S),
+          _run("resnet50", "on", "default"), framework="jax"),
 )  # fmt: skip
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
@@ -202,9 +212,14 @@ PLANS = {
     "bert-max": ("facts", "bert-amp-max"),
     "resnet50-max": ("facts", "resnet50-amp-max", "resnet50-amp-cuda-graphs"),
     "resnet50-modes": (
-        "facts", "resnet50-amp-compile", "resnet50-tf32", "resnet50-amp-boundary-sync"
+        "facts",
+        "resnet50-amp-compile",
+        "resnet50-tf32",
+        "resnet50-amp-boundary-sync",
     ),
     "llama": ("facts", "llama-1b-amp"),
+    # `--stages llama,jax` fits one command too (~7 min by these estimates).
+    "jax": ("facts", "jax-resnet50-amp"),
 }
 DEFAULT_PLAN = "core"
 

@@ -39,6 +39,7 @@ def session_rows(session: Path, python: str | None) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "case": case.get("id") or str(case_dir.relative_to(session / "cases")),
             "model": header.get("model"),
+            "framework": header.get("framework") or case.get("framework"),
             "precision": options.get("precision"),
             "variant": case.get("variant", ""),
             "batch": options.get("batch_size"),
@@ -258,6 +259,9 @@ def markdown(summary: dict[str, Any]) -> str:
                                     "temp C max"], tablefmt="github", disable_numparse=True),
             "",
         ]  # fmt: skip
+    pair = framework_pair(summary["cases"])
+    if pair:
+        lines.append(pair)
     if summary["parity"]:
         lines.append(f"parity: kit/bare median {summary['parity']['median_kit_over_bare']:.3f}")
     lines += summary["selftest"]
@@ -269,12 +273,33 @@ def markdown(summary: dict[str, Any]) -> str:
 SELFTEST_ERROR = re.compile(r"error (?P<pct>[0-9.]+)%")
 
 
+def framework_pair(cases: list[dict[str, Any]]) -> str:
+    """JAX's ResNet-50 AMP beside PyTorch's at the same fixed batch on this device ('' unless
+    both ran): the framework factor of the first GPU, shown, not judged."""
+    medians = {
+        (c["framework"], c["batch"]): c["median"]
+        for c in cases
+        if c["model"] == "resnet50" and c["precision"] == "amp" and c["median"]
+        and "/bsmax/" not in c["case"] and c["variant"] in ("", "default")
+    }  # fmt: skip
+    for (framework, batch), jax_median in sorted(medians.items(), key=str):
+        torch_median = medians.get(("pytorch", batch))
+        if framework == "jax" and torch_median:
+            return (
+                f"ResNet-50 AMP at batch {batch}, JAX / PyTorch: {jax_median:,.1f} / "
+                f"{torch_median:,.1f} samples/s = {jax_median / torch_median:.3f}"
+            )
+    return ""
+
+
 def goal_rows(summary: dict[str, Any]) -> list[list[str]]:
     """Each goal of the check against what this run measured ("not measured" when it did not)."""
     cases = summary["cases"]
 
     def best(model: str, key: str) -> float | None:
-        values = [c[key] for c in cases if c["model"] == model and c["precision"] == "amp"]
+        """The best AMP figure of the kit's PyTorch cases (the goals are PyTorch's)."""
+        values = [c[key] for c in cases if c["model"] == model and c["precision"] == "amp"
+                  and c.get("framework", "pytorch") == "pytorch"]  # fmt: skip
         values = [v for v in values if v is not None]
         return max(values) if values else None
 
@@ -284,6 +309,7 @@ def goal_rows(summary: dict[str, Any]) -> list[list[str]]:
     parity = (summary["parity"] or {}).get("median_kit_over_bare")
     synced = {c["variant"]: c["median"] for c in cases
               if c["model"] == "resnet50" and c["precision"] == "amp" and "/bsmax/" not in c["case"]
+              and c.get("framework", "pytorch") == "pytorch"
               and c["variant"] in ("", "default", "boundary-sync") and c["median"]}  # fmt: skip
     every = synced.get("default") or synced.get("")
     sync_cost = synced["boundary-sync"] / every - 1 if every and "boundary-sync" in synced else None
