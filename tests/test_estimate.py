@@ -27,6 +27,7 @@ from driver.core.estimate import (
 )
 from driver.frontend.cli import main
 from driver.model.case import Case, Topology
+from driver.model.figures import match_device, peak_precision
 from driver.model.measure import RepeatMeasurement
 from driver.model.results import RepeatRecord
 
@@ -70,7 +71,9 @@ def kit(tmp_path: Path) -> Path:
     figure = {"framework": "mxnet", "model": "resnet50", "hardware": "Tesla V100-SXM2-16GB",
               "devices": 8, "batch": 128, "precision": "fp32", "throughput": 2560.0}  # fmt: skip
     (published / "figures.yaml").write_text(yaml.safe_dump({"figures": [figure]}))
-    h100 = {"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0},
+    # fp16 beside bf16, as every device's data sheet with both gives them (a record that names
+    # no amp_dtype computed in fp16: model.figures.peak_precision)
+    h100 = {"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0, "fp16": 1000.0},
             "source": "the test's round figure", "link": "https://example.com/"}  # fmt: skip
     peaks = {"schema": 1, "unit": "TFLOP/s", "devices": [h100]}
     (tmp_path / "reports" / "peaks.yaml").write_text(yaml.safe_dump(peaks))
@@ -122,6 +125,38 @@ def test_a_new_model_plugs_its_flop_count_in(kit: Path) -> None:
         case(model="tiny-llm", batch=3, precision="amp"), "H100", load_knowledge(kit)
     )
     assert estimate.step_s == pytest.approx(3 * 2e12 / (1000e12 * 0.3))
+
+
+@pytest.mark.parametrize(
+    ("precision", "options", "amp_dtype", "column"),
+    [
+        ("fp32", {"tf32": True}, "auto", "tf32"),  # the plan read fp32 here, the release tf32
+        ("fp32", {}, "auto", "fp32"),
+        ("amp", {}, "fp16", "fp16"),  # the plan read bf16 (the device has it), the release fp16
+        ("amp", {}, "bf16", "bf16"),
+        ("amp", {}, "auto", "bf16"),  # --amp-dtype auto: bf16 where the device has it
+    ],
+)
+def test_the_plan_and_the_release_read_one_peak_column(
+    precision: str, options: dict, amp_dtype: str, column: str
+) -> None:
+    """The plan's FLOP estimate and a release's MFU take a device's peak from one column, by one
+    rule (model.figures.peak_precision). They disagreed: the plan read an fp32 case with TF32
+    math on at the IEEE fp32 peak and an fp16 AMP case at the bf16 peak, where the release read
+    tf32 and fp16. A device whose columns all differ shows which one each reads."""
+    device = {"name": "X1", "match": ["X1"],
+              "peaks": {"bf16": 800.0, "fp16": 400.0, "tf32": 200.0, "fp32": 100.0}}  # fmt: skip
+    knowledge = Knowledge([], {"resnet50": 12e9}, [device], 10.0, "")
+    planned = case(batch=300, precision=precision, options=options, amp_dtype=amp_dtype)
+    estimate = estimate_case(planned, "X1", knowledge)
+    peak = device["peaks"][column]
+    assert estimate.step_s == pytest.approx(300 * 12e9 / (peak * 1e12 * ASSUMED_MFU))
+    assert f"of {peak:g} TFLOP/s" in estimate.basis
+    # the run's record names the dtype that ran: the release reads the same column
+    ran = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "float16"}[amp_dtype]
+    recorded = {**options, "amp_dtype": ran} if precision == "amp" else options
+    assert peak_precision(precision, recorded) == column
+    assert match_device("NVIDIA X1 80GB", [device])["peaks"][column] == peak
 
 
 def test_batch_search_and_epochs_are_counted(kit: Path) -> None:

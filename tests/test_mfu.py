@@ -17,7 +17,7 @@ from driver.bench.protocol import StepLogger
 from driver.core.runner import evaluate, run_cases
 from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Case, Topology
-from driver.model.peaks import load_peaks, match_device, mfu, peak_precision
+from driver.model.figures import load_peaks, match_device, mfu, peak_precision
 from driver.model.results import RepeatLogs, RepeatRecord, Session
 from driver.plugins import load_all
 from driver.release.audit import audit

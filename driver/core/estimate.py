@@ -24,10 +24,11 @@ import re
 import stat
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -35,7 +36,7 @@ from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_pe
 from driver.bench.llama import MODEL as LLAMA
 from driver.files import write_text
 from driver.model.case import Case
-from driver.model.peaks import load_peaks, match_device, planned_precision
+from driver.model.figures import load_peaks, match_device, peak_precision
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
 from driver.parsers._upstream import PARALLEL_FIELDS
@@ -132,6 +133,8 @@ class KnownRate:
     where: str  # the file it came from
     case_id: str = ""  # the kit's case it measured ("" for a published figure)
     shape: str = ""  # shape_key: a Llama figure's size and sequence length
+    # what tells the peak column it computed in (amp_dtype, tf32: model.figures.peak_precision)
+    peak_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ def _record_figure(record: RepeatRecord, where: str) -> KnownRate:
         where,
         record.case_id,
         shape_key(header["model"], dict(options)),
+        dict(options),
     )
 
 
@@ -295,6 +299,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
                         str(path.relative_to(root)),
                         row["case_id"],
                         shape_key(row["model"], _row_options(row)),
+                        _row_options(row),
                     )
                 )
                 if row["flops_per_sample"]:
@@ -349,7 +354,11 @@ def _within_peaks(
     kept = []
     for figure in figures:
         per_sample = flops.get(figure.model)
-        peak = _peak_tflops(figure.hardware, figure.precision, peaks) if figure.hardware else None
+        peak = (
+            _peak_tflops(figure.hardware, figure.precision, figure.peak_options, peaks)
+            if figure.hardware
+            else None
+        )
         if per_sample and peak and figure.per_device * per_sample > peak * 1e12:
             _warn(
                 figure.where,
@@ -436,9 +445,18 @@ def _device_entry(hardware: str, peaks: list[dict]) -> dict | None:
     return match_device(hardware, peaks, either_way=True)
 
 
-def _peak_tflops(hardware: str, precision: str, peaks: list[dict]) -> float | None:
+def _peak_tflops(
+    hardware: str, precision: str, options: Mapping[str, Any], peaks: list[dict]
+) -> float | None:
+    """The dense peak of ``hardware`` in the column a run of ``precision`` and ``options``
+    computes in (the release's rule: model.figures.peak_precision)."""
     entry = _device_entry(hardware, peaks) or {}
-    return (entry.get("peaks") or {}).get(planned_precision(precision, entry))
+    return (entry.get("peaks") or {}).get(peak_precision(precision, options, entry))
+
+
+def _case_peak_options(case: Case) -> dict[str, Any]:
+    """A case's options with its autocast dtype (auto before the run picks one)."""
+    return {**case.options, "amp_dtype": case.amp_dtype}
 
 
 def _flops(case: Case, knowledge: Knowledge) -> float | None:
@@ -462,7 +480,11 @@ def step_seconds(
             f"{figure.per_device:.3g} samples/s per device ({figure.where})"
         )
     flops = _flops(case, knowledge)
-    peak = _peak_tflops(hardware, case.precision, knowledge.peaks) if hardware else None
+    peak = (
+        _peak_tflops(hardware, case.precision, _case_peak_options(case), knowledge.peaks)
+        if hardware
+        else None
+    )
     if flops and peak:
         return batch_per_device * flops / (peak * 1e12 * ASSUMED_MFU), (
             f"{flops / 1e9:.3g} GFLOP/sample at {ASSUMED_MFU:.0%} of {peak:g} TFLOP/s "
@@ -485,7 +507,9 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     probes, startup, notes = SEARCH_PROBES, knowledge.startup_s, []
     if case.model == LLAMA:
         batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
-    elif hardware and _peak_tflops(hardware, case.precision, knowledge.peaks):
+    elif hardware and _peak_tflops(
+        hardware, case.precision, _case_peak_options(case), knowledge.peaks
+    ):
         where = "one node" if case.topology.nodes == 1 else "several nodes"
         if ASSUMED_GPU_STARTUP_S[where] > startup:
             startup = ASSUMED_GPU_STARTUP_S[where]  # a GPU: the CPU runs' start-up is shorter
@@ -573,7 +597,12 @@ def _llama_plan(
     assumed = ASSUMED_LLAMA_STARTUP_S.get(size, 0.0)
     assumed += ASSUMED_COMPILE_S if options.get("compile") else 0.0
     startup = knowledge.startup_s
-    if hardware and _peak_tflops(hardware, case.precision, knowledge.peaks) and assumed > startup:
+    peak = (
+        _peak_tflops(hardware, case.precision, _case_peak_options(case), knowledge.peaks)
+        if hardware
+        else None
+    )
+    if peak and assumed > startup:
         startup = assumed  # a GPU: the CPU runs' start-up does not stand for it
         notes.append(f"start-up {assumed:.0f} s per repeat (assumed for {size} on GPUs)")
     memory = _device_memory(hardware, knowledge.peaks) if hardware else None
