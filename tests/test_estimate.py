@@ -69,8 +69,12 @@ def kit(tmp_path: Path) -> Path:
     published = tmp_path / "published" / "paper"
     published.mkdir(parents=True)
     figure = {"framework": "mxnet", "model": "resnet50", "hardware": "Tesla V100-SXM2-16GB",
-              "devices": 8, "batch": 128, "precision": "fp32", "throughput": 2560.0}  # fmt: skip
-    (published / "figures.yaml").write_text(yaml.safe_dump({"figures": [figure]}))
+              "nodes": 1, "devices": 8, "batch": 128, "precision": "fp32",
+              "throughput": 2560.0}  # fmt: skip
+    cited = {"publisher": "the test", "url": "https://example.com/"}  # as dlperf import asks
+    (published / "figures.yaml").write_text(
+        yaml.safe_dump({"schema": 1, **cited, "figures": [figure]})
+    )
     # fp16 beside bf16, as every device's data sheet with both gives them (a record that names
     # no amp_dtype computed in fp16: model.figures.peak_precision)
     h100 = {"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0, "fp16": 1000.0},
@@ -109,6 +113,28 @@ def test_equally_near_figures_give_their_median(kit: Path) -> None:
     estimate = estimate_case(case(), "AMD EPYC", load_knowledge(kit))
     assert estimate.step_s == pytest.approx(8 / 6.0)  # the median of 4 and 8 samples/s
     assert "median of 2" in estimate.basis
+
+
+def test_a_published_file_the_import_loader_refuses_is_left_out_with_one_warning(
+    kit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Published figures are read by ``dlperf import``'s loader: a file it refuses (here a
+    figure of no plausible samples/s) is named once and left out, the others still count."""
+    broken = kit / "published" / "broken"
+    broken.mkdir()
+    figure = {"framework": "pytorch", "model": "resnet50", "hardware": "A100", "nodes": 1,
+              "devices": 1, "batch": 64, "precision": "fp32", "throughput": 1e9}  # fmt: skip
+    (broken / "figures.yaml").write_text(yaml.safe_dump(
+        {"schema": 1, "publisher": "x", "url": "https://example.com/", "figures": [figure]}
+    ))  # fmt: skip
+    knowledge = load_knowledge(kit)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(warnings) == 1 and "published/broken/figures.yaml: figures[0].throughput" in (
+        warnings[0]
+    )
+    assert "left out of the estimate" in warnings[0]
+    assert estimate_case(case(), "A100", knowledge).seconds is None  # no A100 figure taken
+    assert "published/paper" in estimate_case(case(batch=128), "V100", knowledge).basis
 
 
 def test_nothing_known_is_said_and_left_out_of_the_total(kit: Path) -> None:

@@ -30,16 +30,15 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_per_sample
 from driver.bench.llama import MODEL as LLAMA
 from driver.files import write_text
 from driver.model.case import Case
-from driver.model.figures import load_peaks, match_device, peak_precision
+from driver.model.figures import Figure, load_figures, load_peaks, match_device, peak_precision
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
 from driver.parsers._upstream import PARALLEL_FIELDS
+from driver.schema import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
@@ -76,10 +75,6 @@ SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
 # imported as precision amp and marked so in its variant: the estimate of a bf16 case skips it.
 FP8_VARIANT = re.compile(r"fp8|float8", re.IGNORECASE)
 NOISE_WORDS = {"processor", "cpu"}  # in CPU model names, naming no model
-# The kit's own published figures (tracked files, each checked by `dlperf import`'s strict
-# loader in its tests) are read on every plan and run: libyaml's safe loader where PyYAML has
-# it, six times faster than the pure-Python one (0.11 s against 0.71 s for the 12 files here).
-PUBLISHED_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # Training FLOPs of one sample of a case (forward + backward), or None where not known.
 FlopCount = Callable[[Case], float | None]
@@ -312,28 +307,7 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
             continue  # a row of another layout: not a figure
     for path in sorted(root.glob("published/*/*.yaml")):
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=PUBLISHED_LOADER) or {}
-        for item in data.get("figures", []):
-            if FP8_VARIANT.search(str(item.get("variant", ""))):
-                continue  # an FP8 run (precision amp, marked in its variant) times no bf16 step
-            try:
-                check_throughput(_published_per_device(item), 1, "per-device throughput")
-                figures.append(
-                    KnownRate(
-                        item["model"],
-                        item["framework"],
-                        item["precision"],
-                        str(item["hardware"]),
-                        int(item["batch"]),
-                        _published_per_device(item),
-                        str(path.relative_to(root)),
-                        shape=shape_key(item["model"], _figure_options(item)),
-                    )
-                )
-            except Implausible as error:
-                _warn(path.relative_to(root), error)
-            except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
-                continue  # not a figure the estimate can use
+        figures.extend(_published_rates(path, root))
     peaks = load_peaks(root / "reports" / "peaks.yaml")
     figures = _within_peaks(figures, flops, peaks)
     if startups:
@@ -380,17 +354,49 @@ def _row_options(row: dict[str, str]) -> dict:
     return options if isinstance(options, dict) else {}
 
 
-def _figure_options(item: dict) -> dict:
-    """A published figure's Llama shape fields, as case options."""
-    return {key: item[key] for key in ("llama_size", "seq_len") if item.get(key) is not None}
+def _published_rates(path: Path, root: Path) -> list[KnownRate]:
+    """The per-device rates of a file of published figures (``published/*/*.yaml``), read by
+    ``dlperf import``'s loader: a file it refuses, or a figure past the plausible bounds, is
+    left out with one warning naming it."""
+    where = path.relative_to(root)
+    try:
+        loaded = load_figures(path)
+    except ConfigError as error:
+        _warn(where, f"{error.field_path}: {error.message}")
+        return []
+    rates = []
+    for figure in loaded.figures:
+        if FP8_VARIANT.search(figure.variant):
+            continue  # an FP8 run (precision amp, marked in its variant) times no bf16 step
+        per_device = _published_per_device(figure)
+        try:
+            check_throughput(per_device, 1, "per-device throughput")
+        except Implausible as error:
+            _warn(where, error)
+            continue
+        options = {"llama_size": figure.llama_size, "seq_len": figure.seq_len}
+        shape = {key: value for key, value in options.items() if value is not None}
+        rates.append(
+            KnownRate(
+                figure.model,
+                figure.framework,
+                figure.precision,
+                figure.hardware,
+                figure.batch,
+                per_device,
+                str(where),
+                shape=shape_key(figure.model, shape),
+            )
+        )
+    return rates
 
 
-def _published_per_device(item: dict) -> float:
+def _published_per_device(figure: Figure) -> float:
     """Samples/s per device of a published figure: its throughput, or its tokens/s per device
     over the sequence length (``dlperf import``'s conversion)."""
-    if item.get("tokens_per_device") is not None:
-        return float(item["tokens_per_device"]) / int(item["seq_len"])
-    return float(item["throughput"]) / int(item["devices"])
+    if figure.tokens_per_device is not None and figure.seq_len is not None:
+        return figure.tokens_per_device / figure.seq_len
+    return figure.throughput / figure.devices
 
 
 def _words(text: str) -> set[str]:
