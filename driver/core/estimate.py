@@ -17,7 +17,6 @@ took (``report/estimate.json``) so the next estimate can be judged.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
@@ -32,6 +31,7 @@ from typing import Any
 
 from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_per_sample
 from driver.bench.llama import MODEL as LLAMA
+from driver.core.released import Results, ResultsError
 from driver.files import write_text
 from driver.model.case import Case
 from driver.model.figures import Figure, load_figures, load_peaks, match_device, peak_precision
@@ -154,13 +154,6 @@ class Knowledge:
     startup_basis: str
 
 
-def _released_rows(root: Path) -> Iterable[tuple[Path, dict[str, str]]]:
-    for path in sorted(root.glob("reports/*/results.csv")):
-        with path.open(newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                yield path, row
-
-
 def _startup(times: dict, steps: dict, where: str = "") -> float | None:
     """A repeat's start-up: its wall time (``times``: start to finish) less its steps
     (``steps``: the measured window, warm-up at the measured pace). None where that is not a
@@ -277,35 +270,9 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
     startups: list[float] = []
     if results is not None and results.is_dir():
         figures, startups = _session_figures(results)
-    flops: dict[str, float] = {}
-    for path, row in _released_rows(root):
-        try:
-            if row["row"] == "case" and row["throughput_median"]:
-                devices = json.loads(row["device_names"] or "[]")
-                check_throughput(float(row["throughput_median"]), int(row["devices"]))
-                figures.append(
-                    KnownRate(
-                        row["model"],
-                        row["framework"],
-                        row["precision"],
-                        " ".join(devices),
-                        int(row["batch_per_device"]),
-                        float(row["throughput_median"]) / max(1, int(row["devices"])),
-                        str(path.relative_to(root)),
-                        row["case_id"],
-                        shape_key(row["model"], _row_options(row)),
-                        _row_options(row),
-                    )
-                )
-                if row["flops_per_sample"]:
-                    flops.setdefault(row["model"], float(row["flops_per_sample"]))
-            elif row["row"] == "repeat" and row["runtime"] == "local" and row["verdict"] == "ok":
-                if (startup := _startup(row, row)) is not None:
-                    startups.append(startup)
-        except Implausible as error:
-            _warn(f"{path.relative_to(root)} ({row.get('case_id') or row.get('row')})", error)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            continue  # a row of another layout: not a figure
+    flops: dict[str, float] = {}  # model -> measured by the kit's FLOP counter
+    for path in sorted(root.glob("reports/*/results.json")):
+        figures.extend(_released_rates(path, root, flops, startups))
     for path in sorted(root.glob("published/*/*.yaml")):
         figures.extend(_published_rates(path, root))
     peaks = load_peaks(root / "reports" / "peaks.yaml")
@@ -345,13 +312,59 @@ def _within_peaks(
     return kept
 
 
-def _row_options(row: dict[str, str]) -> dict:
-    """A released row's case options (a JSON cell), {} where it has none."""
+def _released_rates(
+    path: Path, root: Path, flops: dict[str, float], startups: list[float]
+) -> list[KnownRate]:
+    """The per-device rates of a released version's cases (its ``results.json``, read by the
+    release's own reader), adding to ``flops`` the FLOPs per sample its counter measured and to
+    ``startups`` its local repeats' start-ups. A version it refuses, or a figure or start-up
+    past the plausible bounds, is left out with one warning naming it. A rate names the
+    version's results.csv: the same rows, as a person reads them."""
+    table = path.with_name("results.csv").relative_to(root)
     try:
-        options = json.loads(row.get("options") or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return options if isinstance(options, dict) else {}
+        results = Results.load(path)
+    except ResultsError as error:
+        _warn(path.relative_to(root), str(error).removeprefix(f"{path}: "))
+        return []
+    rates = []
+    for row in results.cases:
+        if not row.throughput_median:
+            continue
+        try:
+            check_throughput(row.throughput_median, row.devices)
+        except Implausible as error:
+            _warn(f"{table} ({row.case_id})", error)
+            continue
+        rates.append(
+            KnownRate(
+                row.model,
+                row.framework,
+                row.precision,
+                " ".join(row.device_names),
+                row.batch_per_device,
+                row.throughput_median / max(1, row.devices),
+                str(table),
+                row.case_id,
+                shape_key(row.model, row.options),
+                dict(row.options),
+            )
+        )
+        if row.flops_per_sample:
+            flops.setdefault(row.model, row.flops_per_sample)
+    for repeat in results.repeats:
+        measured = repeat.measurement
+        if repeat.runtime != "local" or repeat.verdict != "ok" or not measured:
+            continue
+        if not measured.measured_steps:
+            continue  # no measured step: no pace to take the start-up's steps from
+        try:
+            startup = _startup(repeat.model_dump(), measured.model_dump())
+        except Implausible as error:
+            _warn(f"{table} ({repeat.case_id})", error)
+            continue
+        if startup is not None:
+            startups.append(startup)
+    return rates
 
 
 def _published_rates(path: Path, root: Path) -> list[KnownRate]:
