@@ -1,7 +1,7 @@
 """What a selection will cost before it runs: expected wall time per case and in total.
 
 Each case's step time comes from the nearest figure for the same model and precision on the
-same hardware: the kit's released measurements (``reports/*/results.csv``), else published
+same hardware: the kit's released measurements (``reports/*/results.json``), else published
 ones (``published/*/*.yaml``), preferring the same framework, then the nearest per-device
 batch; a figure's per-device throughput is assumed to hold at the case's batch and device
 count. Without such a figure, a FLOP estimate: training FLOPs per sample (:data:`FLOP_COUNTS`,
@@ -116,8 +116,9 @@ register_flop_count(LLAMA, _llama_flops)
 
 @dataclass(frozen=True)
 class KnownRate:
-    """One measured or published throughput per device, as the estimate scales it (the
-    published figure itself, with its publisher and citation, is release.imported.Figure)."""
+    """One measured or published throughput per device, as the estimate scales it: a rate, not
+    a figure (the published figure itself, with its publisher and citation, is
+    model.figures.Figure; a measured one is its session's record or its release's row)."""
 
     model: str
     framework: str
