@@ -352,6 +352,14 @@ def _released_rates(
         )
         if row.flops_per_sample:
             flops.setdefault(row.model, row.flops_per_sample)
+    startups.extend(_released_startups(results, table))
+    return rates
+
+
+def _released_startups(results: Results, table: Path) -> list[float]:
+    """The start-ups of a released version's local repeats that finished (one past a day is
+    left out with a warning naming the version's ``table`` and the case)."""
+    startups = []
     for repeat in results.repeats:
         measured = repeat.measurement
         if repeat.runtime != "local" or repeat.verdict != "ok" or not measured:
@@ -365,7 +373,7 @@ def _released_rates(
             continue
         if startup is not None:
             startups.append(startup)
-    return rates
+    return startups
 
 
 def _published_rates(path: Path, root: Path) -> list[KnownRate]:
