@@ -482,9 +482,11 @@ def _peak_tflops(
     return (entry.get("peaks") or {}).get(peak_precision(precision, options, entry))
 
 
-def _case_peak_options(case: Case) -> dict[str, Any]:
-    """A case's options with its autocast dtype (auto before the run picks one)."""
-    return {**case.options, "amp_dtype": case.amp_dtype}
+def _case_peak(case: Case, hardware: str, peaks: list[dict]) -> float | None:
+    """The dense peak ``case`` will compute at on ``hardware`` (its options and autocast dtype,
+    auto before its run picks one); None where no hardware is named or no peak is known."""
+    options = {**case.options, "amp_dtype": case.amp_dtype}
+    return _peak_tflops(hardware, case.precision, options, peaks) if hardware else None
 
 
 def _flops(case: Case, knowledge: Knowledge) -> float | None:
@@ -508,11 +510,7 @@ def step_seconds(
             f"{figure.per_device:.3g} samples/s per device ({figure.where})"
         )
     flops = _flops(case, knowledge)
-    peak = (
-        _peak_tflops(hardware, case.precision, _case_peak_options(case), knowledge.peaks)
-        if hardware
-        else None
-    )
+    peak = _case_peak(case, hardware, knowledge.peaks)
     if flops and peak:
         return batch_per_device * flops / (peak * 1e12 * ASSUMED_MFU), (
             f"{flops / 1e9:.3g} GFLOP/sample at {ASSUMED_MFU:.0%} of {peak:g} TFLOP/s "
@@ -535,9 +533,7 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     probes, startup, notes = SEARCH_PROBES, knowledge.startup_s, []
     if case.model == LLAMA:
         batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
-    elif hardware and _peak_tflops(
-        hardware, case.precision, _case_peak_options(case), knowledge.peaks
-    ):
+    elif _case_peak(case, hardware, knowledge.peaks):
         where = "one node" if case.topology.nodes == 1 else "several nodes"
         if ASSUMED_GPU_STARTUP_S[where] > startup:
             startup = ASSUMED_GPU_STARTUP_S[where]  # a GPU: the CPU runs' start-up is shorter
@@ -625,12 +621,7 @@ def _llama_plan(
     assumed = ASSUMED_LLAMA_STARTUP_S.get(size, 0.0)
     assumed += ASSUMED_COMPILE_S if options.get("compile") else 0.0
     startup = knowledge.startup_s
-    peak = (
-        _peak_tflops(hardware, case.precision, _case_peak_options(case), knowledge.peaks)
-        if hardware
-        else None
-    )
-    if peak and assumed > startup:
+    if _case_peak(case, hardware, knowledge.peaks) and assumed > startup:
         startup = assumed  # a GPU: the CPU runs' start-up does not stand for it
         notes.append(f"start-up {assumed:.0f} s per repeat (assumed for {size} on GPUs)")
     memory = _device_memory(hardware, knowledge.peaks) if hardware else None
