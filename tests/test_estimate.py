@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import re
-import shutil
 import statistics
 from pathlib import Path
 
@@ -27,15 +25,14 @@ from driver.core.estimate import (
 )
 from driver.frontend.cli import main
 from driver.model.case import Case, Topology
+from driver.model.figures import match_device, peak_precision
 from driver.model.measure import RepeatMeasurement
 from driver.model.results import RepeatRecord
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
-COLUMNS = (
-    "row case_id model framework precision devices batch_per_device device_names "
-    "throughput_median flops_per_sample runtime verdict started_at finished_at "
-    "warmup_steps measured_steps duration_s"
-).split()
+# A released version's rows to start from (every field a release writes), the test's own
+# figures put in: the estimate reads a version through the release's reader.
+RELEASED = json.loads((EXAMPLES.parent / "reports" / "v0.4-cpu" / "results.json").read_text())
 
 
 def case(model: str = "resnet50", batch: int | str = 8, precision: str = "fp32", **more) -> Case:
@@ -51,26 +48,29 @@ def kit(tmp_path: Path) -> Path:
     """A kit folder with one released CPU figure, one published GPU figure and peaks."""
     release = tmp_path / "reports" / "v1"
     release.mkdir(parents=True)
-    rows = [
-        {"row": "case", "case_id": "x", "model": "resnet50", "framework": "pytorch",
-         "precision": "fp32", "devices": "1", "batch_per_device": "8",
-         "device_names": '["AMD EPYC"]', "throughput_median": "4.0",
-         "flops_per_sample": "12e9"},
-        # a repeat of 100 steps, 20 s measured over 90 of them, 32 s wall: 10 s start-up
-        {"row": "repeat", "runtime": "local", "verdict": "ok", "started_at": "100",
-         "finished_at": "132.2222222", "warmup_steps": "10", "measured_steps": "90",
-         "duration_s": "20"},
-    ]  # fmt: skip
-    with (release / "results.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    measured = {"case_id": "x", "model": "resnet50", "framework": "pytorch", "precision": "fp32",
+                "devices": 1, "batch_per_device": 8, "device_names": ["AMD EPYC"],
+                "throughput_median": 4.0, "flops_per_sample": 12e9, "options": {}}  # fmt: skip
+    # a repeat of 100 steps, 20 s measured over 90 of them, 32 s wall: 10 s start-up
+    repeat = {"case_id": "x", "runtime": "local", "verdict": "ok", "started_at": 100.0,
+              "finished_at": 132.2222222, "warmup_steps": 10, "measured_steps": 90,
+              "duration_s": 20.0}  # fmt: skip
+    local = next(r for r in RELEASED["repeats"] if r["runtime"] == "local")
+    rows = {**RELEASED, "version": "v1", "cases": [{**RELEASED["cases"][0], **measured}],
+            "repeats": [{**local, **repeat}]}  # fmt: skip
+    (release / "results.json").write_text(json.dumps(rows, indent=2, sort_keys=True))
     published = tmp_path / "published" / "paper"
     published.mkdir(parents=True)
     figure = {"framework": "mxnet", "model": "resnet50", "hardware": "Tesla V100-SXM2-16GB",
-              "devices": 8, "batch": 128, "precision": "fp32", "throughput": 2560.0}  # fmt: skip
-    (published / "figures.yaml").write_text(yaml.safe_dump({"figures": [figure]}))
-    h100 = {"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0},
+              "nodes": 1, "devices": 8, "batch": 128, "precision": "fp32",
+              "throughput": 2560.0}  # fmt: skip
+    cited = {"publisher": "the test", "url": "https://example.com/"}  # as dlperf import asks
+    (published / "figures.yaml").write_text(
+        yaml.safe_dump({"schema": 1, **cited, "figures": [figure]})
+    )
+    # fp16 beside bf16, as every device's data sheet with both gives them (a record that names
+    # no amp_dtype computed in fp16: model.figures.peak_precision)
+    h100 = {"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0, "fp16": 1000.0},
             "source": "the test's round figure", "link": "https://example.com/"}  # fmt: skip
     peaks = {"schema": 1, "unit": "TFLOP/s", "devices": [h100]}
     (tmp_path / "reports" / "peaks.yaml").write_text(yaml.safe_dump(peaks))
@@ -100,12 +100,51 @@ def test_the_step_time_comes_from_the_nearest_figure(
 def test_equally_near_figures_give_their_median(kit: Path) -> None:
     again = kit / "reports" / "v2"
     again.mkdir()
-    shutil.copy(kit / "reports" / "v1" / "results.csv", again / "results.csv")
-    text = (again / "results.csv").read_text().replace(",4.0,", ",8.0,", 1)  # twice as fast
-    (again / "results.csv").write_text(text)
+    text = (kit / "reports" / "v1" / "results.json").read_text()
+    faster = text.replace('"throughput_median": 4.0,', '"throughput_median": 8.0,', 1)
+    assert faster != text
+    (again / "results.json").write_text(faster)  # twice as fast
     estimate = estimate_case(case(), "AMD EPYC", load_knowledge(kit))
     assert estimate.step_s == pytest.approx(8 / 6.0)  # the median of 4 and 8 samples/s
     assert "median of 2" in estimate.basis
+
+
+def test_a_published_file_the_import_loader_refuses_is_left_out_with_one_warning(
+    kit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Published figures are read by ``dlperf import``'s loader: a file it refuses (here a
+    figure of no plausible samples/s) is named once and left out, the others still count."""
+    broken = kit / "published" / "broken"
+    broken.mkdir()
+    figure = {"framework": "pytorch", "model": "resnet50", "hardware": "A100", "nodes": 1,
+              "devices": 1, "batch": 64, "precision": "fp32", "throughput": 1e9}  # fmt: skip
+    (broken / "figures.yaml").write_text(yaml.safe_dump(
+        {"schema": 1, "publisher": "x", "url": "https://example.com/", "figures": [figure]}
+    ))  # fmt: skip
+    knowledge = load_knowledge(kit)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(warnings) == 1 and "published/broken/figures.yaml: figures[0].throughput" in (
+        warnings[0]
+    )
+    assert "left out of the estimate" in warnings[0]
+    assert estimate_case(case(), "A100", knowledge).seconds is None  # no A100 figure taken
+    assert "published/paper" in estimate_case(case(batch=128), "V100", knowledge).basis
+
+
+def test_a_released_version_its_reader_refuses_is_left_out_with_one_warning(
+    kit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A version's results.json is read by the release's reader: one it refuses (an unknown
+    field here) is named once and left out, never a traceback; the other versions still count."""
+    forged = kit / "reports" / "v2"
+    forged.mkdir()
+    rows = json.loads((kit / "reports" / "v1" / "results.json").read_text())
+    rows["cases"][0]["throughput_median_x"] = 1.0
+    (forged / "results.json").write_text(json.dumps(rows))
+    knowledge = load_knowledge(kit)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(warnings) == 1 and "reports/v2/results.json: cases." in warnings[0], warnings
+    assert "reports/v1/results.csv" in estimate_case(case(), "AMD EPYC", knowledge).basis
 
 
 def test_nothing_known_is_said_and_left_out_of_the_total(kit: Path) -> None:
@@ -122,6 +161,38 @@ def test_a_new_model_plugs_its_flop_count_in(kit: Path) -> None:
         case(model="tiny-llm", batch=3, precision="amp"), "H100", load_knowledge(kit)
     )
     assert estimate.step_s == pytest.approx(3 * 2e12 / (1000e12 * 0.3))
+
+
+@pytest.mark.parametrize(
+    ("precision", "options", "amp_dtype", "column"),
+    [
+        ("fp32", {"tf32": True}, "auto", "tf32"),  # the plan read fp32 here, the release tf32
+        ("fp32", {}, "auto", "fp32"),
+        ("amp", {}, "fp16", "fp16"),  # the plan read bf16 (the device has it), the release fp16
+        ("amp", {}, "bf16", "bf16"),
+        ("amp", {}, "auto", "bf16"),  # --amp-dtype auto: bf16 where the device has it
+    ],
+)
+def test_the_plan_and_the_release_read_one_peak_column(
+    precision: str, options: dict, amp_dtype: str, column: str
+) -> None:
+    """The plan's FLOP estimate and a release's MFU take a device's peak from one column, by one
+    rule (model.figures.peak_precision). They disagreed: the plan read an fp32 case with TF32
+    math on at the IEEE fp32 peak and an fp16 AMP case at the bf16 peak, where the release read
+    tf32 and fp16. A device whose columns all differ shows which one each reads."""
+    device = {"name": "X1", "match": ["X1"],
+              "peaks": {"bf16": 800.0, "fp16": 400.0, "tf32": 200.0, "fp32": 100.0}}  # fmt: skip
+    knowledge = Knowledge([], {"resnet50": 12e9}, [device], 10.0, "")
+    planned = case(batch=300, precision=precision, options=options, amp_dtype=amp_dtype)
+    estimate = estimate_case(planned, "X1", knowledge)
+    peak = device["peaks"][column]
+    assert estimate.step_s == pytest.approx(300 * 12e9 / (peak * 1e12 * ASSUMED_MFU))
+    assert f"of {peak:g} TFLOP/s" in estimate.basis
+    # the run's record names the dtype that ran: the release reads the same column
+    ran = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "float16"}[amp_dtype]
+    recorded = {**options, "amp_dtype": ran} if precision == "amp" else options
+    assert peak_precision(precision, recorded) == column
+    assert match_device("NVIDIA X1 80GB", [device])["peaks"][column] == peak
 
 
 def test_batch_search_and_epochs_are_counted(kit: Path) -> None:

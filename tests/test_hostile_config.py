@@ -26,9 +26,8 @@ from driver.cluster.slurm import load_slurm_config
 from driver.core.matrix import load_matrix
 from driver.frameworks.base import REPO_ROOT
 from driver.images.lock import load_lock
-from driver.model.peaks import load_peaks
+from driver.model.figures import load_peaks, load_references
 from driver.release.manifest import validate as validate_manifest
-from driver.release.references import load_references
 from driver.schema import ConfigError
 from driver.sources.spec import load_spec
 from tests.config_samples import minimal_source

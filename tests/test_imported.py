@@ -219,7 +219,7 @@ def test_a_throughput_outside_the_plausible_range_per_device_is_refused(
 
 
 def test_the_throughput_bounds_are_per_device(tmp_path: Path) -> None:
-    from driver.release.imported import MAX_SAMPLES_PER_S_PER_DEVICE
+    from driver.model.figures import MAX_SAMPLES_PER_S_PER_DEVICE
 
     # 32 devices x 1e6 is plausible in total; one sample/s more is not
     total = 32 * MAX_SAMPLES_PER_S_PER_DEVICE

@@ -17,7 +17,7 @@ from driver.bench.protocol import StepLogger
 from driver.core.runner import evaluate, run_cases
 from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Case, Topology
-from driver.model.peaks import load_peaks, match_device, mfu, peak_precision
+from driver.model.figures import load_peaks, match_device, mfu, peak_precision
 from driver.model.results import RepeatLogs, RepeatRecord, Session
 from driver.plugins import load_all
 from driver.release.audit import audit
@@ -88,6 +88,12 @@ def test_the_peak_follows_the_precision_the_run_computed_in() -> None:
     assert peak_precision("amp", {}) == "fp16"
     assert peak_precision("fp32", {"tf32": True}) == "tf32"
     assert peak_precision("fp32", {"tf32": False}) == "fp32"
+    # a case before it runs (--amp-dtype auto): bf16 where the device has a bf16 peak (an H100),
+    # else fp16 (a V100); the case's own dtype wherever it names one
+    assert peak_precision("amp", {"amp_dtype": "auto"}, match_device(H100, PEAKS)) == "bf16"
+    v100 = match_device("Tesla V100-SXM2-16GB", PEAKS)
+    assert peak_precision("amp", {"amp_dtype": "auto"}, v100) == "fp16"
+    assert peak_precision("amp", {"amp_dtype": "fp16"}, match_device(H100, PEAKS)) == "fp16"
     # ResNet-50 at 2791 img/s on one H100 in bf16 (Lambda) with 24.5 GFLOP/img: ~6.9%
     assert mfu(2791, 24.5e9, 1, 989.4) == pytest.approx(0.0691, abs=1e-4)
     assert mfu(100.0, None, 1, 989.4) is None and mfu(100.0, 1e9, 1, None) is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from driver.frameworks.base import REPO_ROOT
-from driver.release.references import Ours, load_references, nearest, per_device
+from driver.model.figures import load_references
+from driver.release.references import Ours, nearest, per_device
 
 REFERENCES = load_references(REPO_ROOT / "reports" / "references.yaml")
 BY_ID = {r["id"]: r for r in REFERENCES}

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from driver.core.released import MEASUREMENT_FIELDS, Results, ResultsError
 from driver.model.measure import LOG_FACT_FIELDS, STRAGGLER_FIELDS, RepeatMeasurement
 from driver.release.results import (
-    MEASUREMENT_FIELDS,
-    Results,
-    ResultsError,
     csv_text,
     json_text,
     results_by_machine,

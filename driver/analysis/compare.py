@@ -161,7 +161,7 @@ def load_side(text: str, reports_root: Path, results_root: Path) -> Side:
 
 
 def _version_side(folder: Path) -> Side:
-    from driver.release.results import Results, ResultsError
+    from driver.core.released import Results, ResultsError
 
     try:
         data = Results.load(folder / "results.json")

@@ -1,7 +1,7 @@
 """What a selection will cost before it runs: expected wall time per case and in total.
 
 Each case's step time comes from the nearest figure for the same model and precision on the
-same hardware: the kit's released measurements (``reports/*/results.csv``), else published
+same hardware: the kit's released measurements (``reports/*/results.json``), else published
 ones (``published/*/*.yaml``), preferring the same framework, then the nearest per-device
 batch; a figure's per-device throughput is assumed to hold at the case's batch and device
 count. Without such a figure, a FLOP estimate: training FLOPs per sample (:data:`FLOP_COUNTS`,
@@ -17,28 +17,28 @@ took (``report/estimate.json``) so the next estimate can be judged.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
 import stat
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_per_sample
 from driver.bench.llama import MODEL as LLAMA
+from driver.core.released import Results, ResultsError
 from driver.files import write_text
 from driver.model.case import Case
-from driver.model.peaks import load_peaks, match_device, planned_precision
+from driver.model.figures import Figure, load_figures, load_peaks, match_device, peak_precision
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
 from driver.parsers._upstream import PARALLEL_FIELDS
+from driver.schema import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
@@ -75,10 +75,6 @@ SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
 # imported as precision amp and marked so in its variant: the estimate of a bf16 case skips it.
 FP8_VARIANT = re.compile(r"fp8|float8", re.IGNORECASE)
 NOISE_WORDS = {"processor", "cpu"}  # in CPU model names, naming no model
-# The kit's own published figures (tracked files, each checked by `dlperf import`'s strict
-# loader in its tests) are read on every plan and run: libyaml's safe loader where PyYAML has
-# it, six times faster than the pure-Python one (0.11 s against 0.71 s for the 12 files here).
-PUBLISHED_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # Training FLOPs of one sample of a case (forward + backward), or None where not known.
 FlopCount = Callable[[Case], float | None]
@@ -120,8 +116,9 @@ register_flop_count(LLAMA, _llama_flops)
 
 @dataclass(frozen=True)
 class KnownRate:
-    """One measured or published throughput per device, as the estimate scales it (the
-    published figure itself, with its publisher and citation, is release.imported.Figure)."""
+    """One measured or published throughput per device, as the estimate scales it: a rate, not
+    a figure (the published figure itself, with its publisher and citation, is
+    model.figures.Figure; a measured one is its session's record or its release's row)."""
 
     model: str
     framework: str
@@ -132,6 +129,8 @@ class KnownRate:
     where: str  # the file it came from
     case_id: str = ""  # the kit's case it measured ("" for a published figure)
     shape: str = ""  # shape_key: a Llama figure's size and sequence length
+    # what tells the peak column it computed in (amp_dtype, tf32: model.figures.peak_precision)
+    peak_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -154,13 +153,6 @@ class Knowledge:
     peaks: list[dict]
     startup_s: float
     startup_basis: str
-
-
-def _released_rows(root: Path) -> Iterable[tuple[Path, dict[str, str]]]:
-    for path in sorted(root.glob("reports/*/results.csv")):
-        with path.open(newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                yield path, row
 
 
 def _startup(times: dict, steps: dict, where: str = "") -> float | None:
@@ -225,6 +217,7 @@ def _record_figure(record: RepeatRecord, where: str) -> KnownRate:
         where,
         record.case_id,
         shape_key(header["model"], dict(options)),
+        dict(options),
     )
 
 
@@ -278,57 +271,11 @@ def load_knowledge(root: Path = REPO_ROOT, results: Path | None = None) -> Knowl
     startups: list[float] = []
     if results is not None and results.is_dir():
         figures, startups = _session_figures(results)
-    flops: dict[str, float] = {}
-    for path, row in _released_rows(root):
-        try:
-            if row["row"] == "case" and row["throughput_median"]:
-                devices = json.loads(row["device_names"] or "[]")
-                check_throughput(float(row["throughput_median"]), int(row["devices"]))
-                figures.append(
-                    KnownRate(
-                        row["model"],
-                        row["framework"],
-                        row["precision"],
-                        " ".join(devices),
-                        int(row["batch_per_device"]),
-                        float(row["throughput_median"]) / max(1, int(row["devices"])),
-                        str(path.relative_to(root)),
-                        row["case_id"],
-                        shape_key(row["model"], _row_options(row)),
-                    )
-                )
-                if row["flops_per_sample"]:
-                    flops.setdefault(row["model"], float(row["flops_per_sample"]))
-            elif row["row"] == "repeat" and row["runtime"] == "local" and row["verdict"] == "ok":
-                if (startup := _startup(row, row)) is not None:
-                    startups.append(startup)
-        except Implausible as error:
-            _warn(f"{path.relative_to(root)} ({row.get('case_id') or row.get('row')})", error)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            continue  # a row of another layout: not a figure
+    flops: dict[str, float] = {}  # model -> measured by the kit's FLOP counter
+    for path in sorted(root.glob("reports/*/results.json")):
+        figures.extend(_released_rates(path, root, flops, startups))
     for path in sorted(root.glob("published/*/*.yaml")):
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=PUBLISHED_LOADER) or {}
-        for item in data.get("figures", []):
-            if FP8_VARIANT.search(str(item.get("variant", ""))):
-                continue  # an FP8 run (precision amp, marked in its variant) times no bf16 step
-            try:
-                check_throughput(_published_per_device(item), 1, "per-device throughput")
-                figures.append(
-                    KnownRate(
-                        item["model"],
-                        item["framework"],
-                        item["precision"],
-                        str(item["hardware"]),
-                        int(item["batch"]),
-                        _published_per_device(item),
-                        str(path.relative_to(root)),
-                        shape=shape_key(item["model"], _figure_options(item)),
-                    )
-                )
-            except Implausible as error:
-                _warn(path.relative_to(root), error)
-            except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
-                continue  # not a figure the estimate can use
+        figures.extend(_published_rates(path, root))
     peaks = load_peaks(root / "reports" / "peaks.yaml")
     figures = _within_peaks(figures, flops, peaks)
     if startups:
@@ -349,7 +296,11 @@ def _within_peaks(
     kept = []
     for figure in figures:
         per_sample = flops.get(figure.model)
-        peak = _peak_tflops(figure.hardware, figure.precision, peaks) if figure.hardware else None
+        peak = (
+            _peak_tflops(figure.hardware, figure.precision, figure.peak_options, peaks)
+            if figure.hardware
+            else None
+        )
         if per_sample and peak and figure.per_device * per_sample > peak * 1e12:
             _warn(
                 figure.where,
@@ -362,26 +313,112 @@ def _within_peaks(
     return kept
 
 
-def _row_options(row: dict[str, str]) -> dict:
-    """A released row's case options (a JSON cell), {} where it has none."""
+def _released_rates(
+    path: Path, root: Path, flops: dict[str, float], startups: list[float]
+) -> list[KnownRate]:
+    """The per-device rates of a released version's cases (its ``results.json``, read by the
+    release's own reader), adding to ``flops`` the FLOPs per sample its counter measured and to
+    ``startups`` its local repeats' start-ups. A version it refuses, or a figure or start-up
+    past the plausible bounds, is left out with one warning naming it. A rate names the
+    version's results.csv: the same rows, as a person reads them."""
+    table = path.with_name("results.csv").relative_to(root)
     try:
-        options = json.loads(row.get("options") or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return options if isinstance(options, dict) else {}
+        results = Results.load(path)
+    except ResultsError as error:
+        _warn(path.relative_to(root), str(error).removeprefix(f"{path}: "))
+        return []
+    rates = []
+    for row in results.cases:
+        if not row.throughput_median:
+            continue
+        try:
+            check_throughput(row.throughput_median, row.devices)
+        except Implausible as error:
+            _warn(f"{table} ({row.case_id})", error)
+            continue
+        rates.append(
+            KnownRate(
+                row.model,
+                row.framework,
+                row.precision,
+                " ".join(row.device_names),
+                row.batch_per_device,
+                row.throughput_median / max(1, row.devices),
+                str(table),
+                row.case_id,
+                shape_key(row.model, row.options),
+                dict(row.options),
+            )
+        )
+        if row.flops_per_sample:
+            flops.setdefault(row.model, row.flops_per_sample)
+    startups.extend(_released_startups(results, table))
+    return rates
 
 
-def _figure_options(item: dict) -> dict:
-    """A published figure's Llama shape fields, as case options."""
-    return {key: item[key] for key in ("llama_size", "seq_len") if item.get(key) is not None}
+def _released_startups(results: Results, table: Path) -> list[float]:
+    """The start-ups of a released version's local repeats that finished (one past a day is
+    left out with a warning naming the version's ``table`` and the case)."""
+    startups = []
+    for repeat in results.repeats:
+        measured = repeat.measurement
+        if repeat.runtime != "local" or repeat.verdict != "ok" or not measured:
+            continue
+        if not measured.measured_steps:
+            continue  # no measured step: no pace to take the start-up's steps from
+        try:
+            startup = _startup(repeat.model_dump(), measured.model_dump())
+        except Implausible as error:
+            _warn(f"{table} ({repeat.case_id})", error)
+            continue
+        if startup is not None:
+            startups.append(startup)
+    return startups
 
 
-def _published_per_device(item: dict) -> float:
+def _published_rates(path: Path, root: Path) -> list[KnownRate]:
+    """The per-device rates of a file of published figures (``published/*/*.yaml``), read by
+    ``dlperf import``'s loader: a file it refuses, or a figure past the plausible bounds, is
+    left out with one warning naming it."""
+    where = path.relative_to(root)
+    try:
+        loaded = load_figures(path)
+    except ConfigError as error:
+        _warn(where, f"{error.field_path}: {error.message}")
+        return []
+    rates = []
+    for figure in loaded.figures:
+        if FP8_VARIANT.search(figure.variant):
+            continue  # an FP8 run (precision amp, marked in its variant) times no bf16 step
+        per_device = _published_per_device(figure)
+        try:
+            check_throughput(per_device, 1, "per-device throughput")
+        except Implausible as error:
+            _warn(where, error)
+            continue
+        options = {"llama_size": figure.llama_size, "seq_len": figure.seq_len}
+        shape = {key: value for key, value in options.items() if value is not None}
+        rates.append(
+            KnownRate(
+                figure.model,
+                figure.framework,
+                figure.precision,
+                figure.hardware,
+                figure.batch,
+                per_device,
+                str(where),
+                shape=shape_key(figure.model, shape),
+            )
+        )
+    return rates
+
+
+def _published_per_device(figure: Figure) -> float:
     """Samples/s per device of a published figure: its throughput, or its tokens/s per device
     over the sequence length (``dlperf import``'s conversion)."""
-    if item.get("tokens_per_device") is not None:
-        return float(item["tokens_per_device"]) / int(item["seq_len"])
-    return float(item["throughput"]) / int(item["devices"])
+    if figure.tokens_per_device is not None and figure.seq_len is not None:
+        return figure.tokens_per_device / figure.seq_len
+    return figure.throughput / figure.devices
 
 
 def _words(text: str) -> set[str]:
@@ -436,9 +473,20 @@ def _device_entry(hardware: str, peaks: list[dict]) -> dict | None:
     return match_device(hardware, peaks, either_way=True)
 
 
-def _peak_tflops(hardware: str, precision: str, peaks: list[dict]) -> float | None:
+def _peak_tflops(
+    hardware: str, precision: str, options: Mapping[str, Any], peaks: list[dict]
+) -> float | None:
+    """The dense peak of ``hardware`` in the column a run of ``precision`` and ``options``
+    computes in (the release's rule: model.figures.peak_precision)."""
     entry = _device_entry(hardware, peaks) or {}
-    return (entry.get("peaks") or {}).get(planned_precision(precision, entry))
+    return (entry.get("peaks") or {}).get(peak_precision(precision, options, entry))
+
+
+def _case_peak(case: Case, hardware: str, peaks: list[dict]) -> float | None:
+    """The dense peak ``case`` will compute at on ``hardware`` (its options and autocast dtype,
+    auto before its run picks one); None where no hardware is named or no peak is known."""
+    options = {**case.options, "amp_dtype": case.amp_dtype}
+    return _peak_tflops(hardware, case.precision, options, peaks) if hardware else None
 
 
 def _flops(case: Case, knowledge: Knowledge) -> float | None:
@@ -462,7 +510,7 @@ def step_seconds(
             f"{figure.per_device:.3g} samples/s per device ({figure.where})"
         )
     flops = _flops(case, knowledge)
-    peak = _peak_tflops(hardware, case.precision, knowledge.peaks) if hardware else None
+    peak = _case_peak(case, hardware, knowledge.peaks)
     if flops and peak:
         return batch_per_device * flops / (peak * 1e12 * ASSUMED_MFU), (
             f"{flops / 1e9:.3g} GFLOP/sample at {ASSUMED_MFU:.0%} of {peak:g} TFLOP/s "
@@ -485,7 +533,7 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     probes, startup, notes = SEARCH_PROBES, knowledge.startup_s, []
     if case.model == LLAMA:
         batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
-    elif hardware and _peak_tflops(hardware, case.precision, knowledge.peaks):
+    elif _case_peak(case, hardware, knowledge.peaks):
         where = "one node" if case.topology.nodes == 1 else "several nodes"
         if ASSUMED_GPU_STARTUP_S[where] > startup:
             startup = ASSUMED_GPU_STARTUP_S[where]  # a GPU: the CPU runs' start-up is shorter
@@ -573,7 +621,7 @@ def _llama_plan(
     assumed = ASSUMED_LLAMA_STARTUP_S.get(size, 0.0)
     assumed += ASSUMED_COMPILE_S if options.get("compile") else 0.0
     startup = knowledge.startup_s
-    if hardware and _peak_tflops(hardware, case.precision, knowledge.peaks) and assumed > startup:
+    if _case_peak(case, hardware, knowledge.peaks) and assumed > startup:
         startup = assumed  # a GPU: the CPU runs' start-up does not stand for it
         notes.append(f"start-up {assumed:.0f} s per repeat (assumed for {size} on GPUs)")
     memory = _device_memory(hardware, knowledge.peaks) if hardware else None

@@ -30,8 +30,8 @@ from driver.bench.llama import tokens_per_sample, training_flops_if_formula
 from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
+from driver.model.figures import load_peaks, match_device, mfu, peak_precision
 from driver.model.measure import UNSTABLE_CV
-from driver.model.peaks import load_peaks, match_device, mfu, peak_precision
 from driver.text import markdown_code, markdown_inline
 
 MODEL_NAMES = {

@@ -17,7 +17,7 @@ from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
 from driver.core.report import table_title
 from driver.core.summary import CaseRow, CaseSummary, baseline_of, summarize
 from driver.model.case import Case
-from driver.model.peaks import match_device, mfu, peak_precision
+from driver.model.figures import match_device, mfu, peak_precision
 from driver.release.dataset import Dataset, session_of, telemetry_summary
 from driver.release.mfu import GRADIENT_BYTES_PER_PARAMETER, cost_key
 from driver.release.references import Ours, nearest

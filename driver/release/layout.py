@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from driver.model.peaks import load_peaks
+from driver.model.figures import load_peaks, load_references
 from driver.release.compute import Config
 from driver.release.imported import figure_summaries
-from driver.release.references import load_references
 
 PUBLISHED_DIR = "config/published"  # import files of published figures, as released
 

@@ -17,10 +17,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from driver.core.released import KNOWN_RESULTS_SCHEMAS
 from driver.release.compute import Computed
 from driver.release.dataset import Dataset, session_of
 from driver.release.readme import README_LAYOUTS
-from driver.release.results import KNOWN_RESULTS_SCHEMAS
 from driver.schema import ConfigError, StrictModel, check_finite, describe_error, one_of, text
 
 MANIFEST = "manifest.json"

@@ -9,7 +9,7 @@ The parameter count (for the gradient size of the scaling bound) comes from the 
 
 The peak is the device's (``reports/peaks.yaml``, matched on the record header's device name)
 at the precision the run computed in: AMP -> its autocast dtype (bf16 or fp16), fp32 -> TF32
-when the run enabled TF32 math, else IEEE fp32 (``driver.model.peaks``, the one loader and
+when the run enabled TF32 math, else IEEE fp32 (``driver.model.figures``, the one loader and
 matcher of the peaks, and ``mfu()``).
 """
 

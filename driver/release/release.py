@@ -28,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from driver.core.released import Results, ResultsError
 from driver.files import (
     TEMP_PREFIX,
     KitWriteError,
@@ -37,7 +38,7 @@ from driver.files import (
     write_text,
 )
 from driver.frameworks.base import REPO_ROOT
-from driver.model.peaks import load_peaks
+from driver.model.figures import load_peaks, load_references
 from driver.model.results import kit_revision
 from driver.release.archive import RAW_DIR, collect_session, read_archive, write_archive
 from driver.release.compute import Computed, Marks, compute
@@ -55,15 +56,7 @@ from driver.release.manifest import (
 )
 from driver.release.mfu import compute_model_costs
 from driver.release.readme import README_LAYOUT, readme_text
-from driver.release.references import load_references
-from driver.release.results import (
-    RESULTS_SCHEMA,
-    Results,
-    ResultsError,
-    csv_text,
-    json_text,
-    results_data,
-)
+from driver.release.results import RESULTS_SCHEMA, csv_text, json_text, results_data
 from driver.release.signatures import Signatures, describe, session_signatures
 from driver.release.versions import VERSION, released_versions, write_index
 from driver.release.vouching import (
