@@ -57,7 +57,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from driver.bench.llama import LLAMA_SIZES, training_flops_per_token  # noqa: E402 (stdlib only)
+from driver.workloads.llama import LLAMA_SIZES, training_flops_per_token  # noqa: E402 (stdlib only)
 
 ARCHIVE = "gpu-check.tar.gz"
 MANIFEST = "MANIFEST.json"
@@ -122,7 +122,7 @@ BERT_AMP_STEP_S = 256 / 3000  # batch 256
 RN50_MAX_STEP_S, RN50_MAX_PROBES = 1000 / 2900, 8
 BERT_MAX_STEP_S, BERT_MAX_PROBES = 1100 / 3000, 10
 # Llama 3.2 1B, bf16, batch 2 x 8192 tokens: no published H100 rate to take, so the step from
-# the formula the kit's MFU uses (driver.bench.llama, torchtitan's count since 4ed3c536:
+# the formula the kit's MFU uses (driver.workloads.llama, torchtitan's count since 4ed3c536:
 # 1.0636e10 training FLOPs per token at 8192, its tied output projection counted) at 35% of the
 # H100's dense bf16 989.4 TFLOP/s, below the 40% goal so that a slower first run still fits its
 # plan: 16,384 tokens / (0.35 x 989.4e12 / 1.0636e10) = 0.50 s. Its AdamW state and
@@ -746,7 +746,7 @@ def flops_per_sample(model: str | None, options: dict[str, Any], python: str) ->
     if not model:
         return None
     if model == "llama":  # the formula every consumer of a Llama MFU uses (no torch needed)
-        from driver.bench.llama import training_flops_per_sample
+        from driver.workloads.llama import training_flops_per_sample
 
         return training_flops_per_sample(options)
     pairs = [f"--option={key}={options[key]}" for key in SHAPE_KEYS if options.get(key) is not None]

@@ -22,7 +22,6 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from driver.bench.contract import MODELS
-from driver.bench.llama import LLAMA_SIZES
 from driver.core.report import UNKNOWN_DEVICE_MARK
 from driver.core.summary import CaseSummary, baseline_in, baselines, summarize
 from driver.model.case import Case, Topology
@@ -42,6 +41,7 @@ from driver.schema import (
     validate,
 )
 from driver.text import FreeText, unsafe_character
+from driver.workloads.llama import LLAMA_SIZES
 
 IMPORT_SCHEMA = 1
 SUFFIXES = (".csv", ".yaml", ".yml")

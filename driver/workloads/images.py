@@ -1,0 +1,39 @@
+"""What the image classifiers share: their shape options and the knobs their layers read
+(registers no workload of its own)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from driver.workloads.base import SIZE, Option
+
+IMAGE_OPTIONS = {
+    "image_size": Option(None, SIZE),  # None: the model's own (Workload.image_size)
+    "num_classes": Option(1000, SIZE),
+}
+# ``dlperf data`` formats of ImageNet the frameworks' scripts read.
+IMAGE_FORMATS = ("raw", "tfrecord", "recordio", "ofrecord", "paddle-lists", "dali-index")
+# Header options of the sequence models, which an image model's bare loop is not handed.
+SEQUENCE_KEYS = (
+    "seq_len", "vocab_size", "bert_layers", "bert_hidden", "bert_heads", "bert_intermediate",
+    "max_predictions", "llama_size", "activation_checkpointing",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ImageShape:
+    """An image classifier's knobs from the resolved options."""
+
+    num_classes: int
+    zero_init_residual: bool = False
+    aux_logits: bool = False
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> ImageShape:
+        return cls(
+            num_classes=int(options["num_classes"]),
+            zero_init_residual=bool(options.get("zero_init_residual", False)),
+            aux_logits=bool(options.get("aux_logits", False)),
+        )
