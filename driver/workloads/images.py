@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.workloads.base import SIZE, Option
+from driver.workloads.base import SIZE, WORKLOADS, Option, Workload
 
 IMAGE_OPTIONS = {
     "image_size": Option(None, SIZE),  # None: the model's own (Workload.image_size)
@@ -37,3 +37,13 @@ class ImageShape:
             zero_init_residual=bool(options.get("zero_init_residual", False)),
             aux_logits=bool(options.get("aux_logits", False)),
         )
+
+
+def image_workload(name: str, title: str, listed: int, image_size: int, **more: Any) -> Workload:
+    """An image classifier's workload, registered: ImageNet's options and formats, trained with
+    SGD and momentum, no gradient clipping."""
+    workload = Workload(
+        name=name, title=title, options=IMAGE_OPTIONS, data_formats=IMAGE_FORMATS, listed=listed,
+        image_size=image_size, optimizer="sgd", grad_clip=0.0, **more,
+    )  # fmt: skip
+    return WORKLOADS.add(name, workload)
