@@ -86,6 +86,20 @@ def test_the_kit_s_models_are_one_workload_module_each_in_the_kit_s_order() -> N
     assert not WORKLOADS.get("calibration").has_formula
 
 
+def test_each_workload_reads_its_shape_from_the_resolved_options() -> None:
+    from driver.workloads.base import load_workloads
+    from driver.workloads.llama import LLAMA_SIZES
+
+    workload = load_workloads().get
+    assert workload("bert").shape(SHAPE_OPTIONS) == BertShape()
+    assert workload("resnet50").shape(SHAPE_OPTIONS) == ImageShape(1000)
+    tiny = {**SHAPE_OPTIONS, "llama_size": "llama-tiny", "seq_len": 16}
+    assert workload("llama").shape(tiny) == LLAMA_SIZES["llama-tiny"]
+    assert workload("calibration").shape(SHAPE_OPTIONS) is None
+    with pytest.raises(ValueError, match="2048 is longer than llama-tiny's context of 1024"):
+        workload("llama").shape({**tiny, "seq_len": 2048})
+
+
 def test_every_data_format_a_workload_reads_is_one_dlperf_data_makes() -> None:
     """A workload names the ``dlperf data`` formats its scripts read: each is a command."""
     import argparse

@@ -65,6 +65,8 @@ class Framework:
     display: str  # table column: "PyTorch"
     folder: str  # repository folder: "PyTorch"
     launcher: str  # LAUNCHERS name used when a node runs more than one process
+    # The models its script trains (a workload naming this framework adds itself: see
+    # trained_models).
     models: tuple[str, ...] = ("resnet50", "bert")
     # Benchmark entry, relative to the repository root; "": <folder>/benchmark/train.py.
     script: str = ""

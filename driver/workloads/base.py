@@ -62,6 +62,11 @@ class Workload:
     parity_handed: tuple[str, ...] = ()
     flops_source: str = COUNTED  # a formula's words, COUNTED, or "" (no FLOPs: calibration)
 
+    def shape(self, options: Mapping[str, Any]) -> Any:
+        """The sizes its layers are built with, read from the resolved options (a ValueError
+        names what makes them unbuildable); None for a workload without layers."""
+        return None
+
     def tokens_per_sample(self, options: Mapping[str, Any]) -> int | None:
         """Tokens in one sample (a sequence's length); None for models whose samples are not
         token sequences."""

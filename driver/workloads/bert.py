@@ -82,6 +82,9 @@ BERT_OPTIONS = {
 
 @dataclass(frozen=True)
 class BertWorkload(Workload):
+    def shape(self, options: Mapping[str, Any]) -> BertShape:
+        return BertShape.from_options(options)
+
     def option_problem(self, options: Mapping[str, Any]) -> str:
         if not 0 < int(options["max_predictions"]) < int(options["seq_len"]):
             return "max_predictions must be between 1 and seq_len - 1"

@@ -39,10 +39,16 @@ class ImageShape:
         )
 
 
+@dataclass(frozen=True)
+class ImageWorkload(Workload):
+    def shape(self, options: Mapping[str, Any]) -> ImageShape:
+        return ImageShape.from_options(options)
+
+
 def image_workload(name: str, title: str, listed: int, image_size: int, **more: Any) -> Workload:
     """An image classifier's workload, registered: ImageNet's options and formats, trained with
     SGD and momentum, no gradient clipping."""
-    workload = Workload(
+    workload = ImageWorkload(
         name=name, title=title, options=IMAGE_OPTIONS, data_formats=IMAGE_FORMATS, listed=listed,
         image_size=image_size, optimizer="sgd", grad_clip=0.0, **more,
     )  # fmt: skip

@@ -325,6 +325,9 @@ def largest_batch(
 class LlamaWorkload(Workload):
     """Llama's counts are formulas of its size: tokens a sample, FLOPs, parameters."""
 
+    def shape(self, options: Mapping[str, Any]) -> LlamaShape:
+        return llama_shape(options)
+
     def tokens_per_sample(self, options: Mapping[str, Any]) -> int | None:
         return int(options.get("seq_len") or 0) or None
 
@@ -335,7 +338,7 @@ class LlamaWorkload(Workload):
             return None
 
     def parameters(self, options: Mapping[str, Any]) -> int | None:
-        return llama_shape(options).parameters()
+        return self.shape(options).parameters()
 
 
 PLANNED_SEQ_LEN = 8192  # the matrix's, where a case names none
