@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from driver.bench.contract import SHAPE_OPTIONS, OptionPairs, option_pair
-from driver.workloads.base import default_image_size
+from driver.workloads.base import default_image_size, in_order
 from PyTorch.benchmark.data import synthetic_batch
 from PyTorch.benchmark.models import build_model, training_loss
 
@@ -69,7 +69,8 @@ def training_flops_per_sample(model_name: str, options: Mapping[str, Any] | None
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=("resnet50", "inception3", "bert"))
+    counted = [workload.name for workload in in_order() if workload.counted]  # no formula
+    parser.add_argument("model", choices=counted)
     parser.add_argument(
         "--option", type=option_pair, action=OptionPairs, default={}, metavar="KEY=VALUE"
     )
