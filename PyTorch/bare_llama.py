@@ -1,7 +1,7 @@
 """A bare PyTorch loop of the benchmark's Llama 3, for ``dlperf parity`` (no harness).
 
 The loop anyone would write with PyTorch's own tools: build the model from the benchmark's
-definition (``PyTorch/benchmark/models/llama.py``, sizes by name from ``driver.bench.llama``),
+definition (``PyTorch/benchmark/models/llama.py``, sizes by name from ``driver.workloads.llama``),
 one synthetic batch of ``seq_len + 1`` token ids, forward, next-token cross-entropy, backward,
 gradient clipping, AdamW (no weight decay on norm weights; fused, foreach or for-loop), a timer
 around whole steps, one host sync at the end. Activation checkpointing, ``torch.compile`` of
@@ -86,7 +86,7 @@ def train(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from driver.bench.llama import LLAMA_SIZES, LlamaOptionError, llama_shape
+    from driver.workloads.llama import LLAMA_SIZES, LlamaOptionError, llama_shape
     from PyTorch.benchmark.models.llama import Llama
 
     try:

@@ -1,8 +1,8 @@
 """Import the plug-in modules of one kind (or of every kind) once, so its registry is complete.
 
 Plug-ins live in the packages below, one module (or one package of modules) each, and
-register themselves on import; a new framework, launcher, runtime, parser or upstream source is
-one new module and nothing else. A caller loads only the kinds it asks about
+register themselves on import; a new workload, framework, launcher, runtime, parser or
+upstream source is one new module and nothing else. A caller loads only the kinds it asks about
 (``load("parsers")`` to measure a log): the import a caller cannot write as a statement reaches
 no further than the registries it reads. Plug-in modules import heavy dependencies (fabric,
 docker, numpy) inside functions, so loading them stays cheap.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-KINDS = ("parsers", "launchers", "frameworks", "sources", "runtimes")
+KINDS = ("workloads", "parsers", "launchers", "frameworks", "sources", "runtimes")
 
 _loaded: set[str] = set()
 

@@ -11,14 +11,11 @@ import pytest
 import yaml
 
 from driver.bench.contract import MODELS
-from driver.bench.llama import MODEL as LLAMA
-from driver.bench.llama import training_flops_per_sample
 from driver.core.estimate import (
     ASSUMED_MFU,
     Knowledge,
     estimate_case,
     load_knowledge,
-    register_flop_count,
     split_job_count,
     time_limit_problem,
     total_seconds,
@@ -28,6 +25,8 @@ from driver.model.case import Case, Topology
 from driver.model.figures import match_device, peak_precision
 from driver.model.measure import RepeatMeasurement
 from driver.model.results import RepeatRecord
+from driver.workloads.llama import MODEL as LLAMA
+from driver.workloads.llama import training_flops_per_sample
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 # A released version's rows to start from (every field a release writes), the test's own
@@ -155,12 +154,13 @@ def test_nothing_known_is_said_and_left_out_of_the_total(kit: Path) -> None:
     assert total_seconds([unknown, known]) == known.seconds
 
 
-def test_a_new_model_plugs_its_flop_count_in(kit: Path) -> None:
-    register_flop_count("tiny-llm", lambda c: 2e12)  # 2 TFLOP a sample
-    estimate = estimate_case(
-        case(model="tiny-llm", batch=3, precision="amp"), "H100", load_knowledge(kit)
-    )
-    assert estimate.step_s == pytest.approx(3 * 2e12 / (1000e12 * 0.3))
+def test_a_new_model_plugs_its_flop_count_in_by_its_workload(kit: Path) -> None:
+    from tests.tiny_workload import NAME, PARAMETERS
+
+    estimate = estimate_case(case(model=NAME, batch=3, precision="amp"), "H100",
+                             load_knowledge(kit))  # fmt: skip
+    flops = 6 * PARAMETERS * 2048  # its formula at the sequence it is planned with
+    assert estimate.step_s == pytest.approx(3 * flops / (1000e12 * 0.3))
 
 
 @pytest.mark.parametrize(
@@ -300,7 +300,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_of_the_kit_is_estimated_before_booking(model: str) -> None:
     """A model the kit runs has a figure or a FLOP count to estimate from: a model added
-    without one fails here (register_flop_count, or a released run)."""
+    without one fails here (a formula in its workload, or a released run)."""
     options = {"llama_size": "llama3-1b", "seq_len": 8192} if model == LLAMA else {}
     estimate = estimate_case(
         case(model=model, batch=2, precision="amp", options=options), H100, load_knowledge(REPO)
@@ -452,7 +452,7 @@ def test_the_llama_matrix_on_the_readme_cluster_plans_within_a_day_of_8_hours(
 
 
 def test_the_memory_estimate_holds_torchtitans_published_peak_and_sizes_batch_max() -> None:
-    from driver.bench.llama import LLAMA_SIZES, largest_batch, training_memory_bytes
+    from driver.workloads.llama import LLAMA_SIZES, largest_batch, training_memory_bytes
 
     state, per_sequence = training_memory_bytes(LLAMA_SIZES["llama3-8b"], 8192, 8, "selective")
     assert (state + 2 * per_sequence) / 2**30 == pytest.approx(82.4, rel=0.01)  # published

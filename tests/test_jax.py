@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from driver.bench.llama import LLAMA_SIZES, LlamaOptionError
 from driver.core.matrix import MatrixError, apply_overrides, load_matrix, overrides_from
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.plugins import load_all
+from driver.workloads.llama import LLAMA_SIZES, LlamaOptionError
 from JAX.benchmark.cluster import join_arguments
 from JAX.benchmark.mesh import MeshPlan, plan_mesh, shard_dimension
 from tests.real_frameworks import framework_env, run_case, run_python, run_script
@@ -177,7 +177,7 @@ def test_the_driver_refuses_bad_jax_input_before_anything_runs() -> None:
 
 def test_the_full_size_models_have_pytorch_s_parameter_counts(jax_python: str) -> None:
     """BERT-base, Llama 3 8B and 1B (tied) built at the kit's shapes, traced without memory
-    (jax.eval_shape): the counts of PyTorch's models and of driver.bench.llama."""
+    (jax.eval_shape): the counts of PyTorch's models and of driver.workloads.llama."""
     code = """
 import jax, jax.numpy as jnp, numpy as np
 from driver.bench.contract import SHAPE_OPTIONS

@@ -1,4 +1,4 @@
-"""Llama 3: its sizes (driver/bench/llama.py), the PyTorch model, its FLOPs formula and the
+"""Llama 3: its sizes (driver/workloads/llama.py), the PyTorch model, its FLOPs formula and the
 checks that refuse a case the model cannot take (in the script and in the matrix)."""
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from driver.bench.contract import SHAPE_OPTIONS
-from driver.bench.llama import (
+from driver.core.matrix import MatrixError, load_matrix
+from driver.release.mfu import compute_model_costs, cost_key
+from driver.workloads.llama import (
     LLAMA_SIZES,
     LlamaOptionError,
     check_case_options,
     training_flops_per_sample,
     training_flops_per_token,
 )
-from driver.core.matrix import MatrixError, load_matrix
-from driver.release.mfu import compute_model_costs, cost_key
 from PyTorch.benchmark.data import synthetic_batch
 from PyTorch.benchmark.models import build_model, count_parameters, training_loss
 from PyTorch.benchmark.parallel import check_llama_parallel
@@ -95,8 +95,8 @@ def test_a_tied_output_projection_counts_as_torchtitan_counts_it_since_4ed3c536(
     torchtitan counts it since 4ed3c536: 1.0636e10 FLOPs a token at 8192, 8.713e4 GFLOP a
     sample (the kit's 9.06e9 before, 15% low). An untied size counts the same either way; a
     version released with the older count is recomputed by it (its manifest names it)."""
-    from driver.bench.llama import FLOPS_FORMULA, FLOPS_FORMULA_BEFORE_4ED3C536
     from driver.release.mfu import formula_costs
+    from driver.workloads.llama import FLOPS_FORMULA, FLOPS_FORMULA_BEFORE_4ED3C536
 
     one_b = {"llama_size": "llama3-1b", "seq_len": 8192}
     assert training_flops_per_token(LLAMA_SIZES["llama3-1b"], 8192) == pytest.approx(1.0636e10,

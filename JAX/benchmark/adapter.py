@@ -21,8 +21,8 @@ from jax.sharding import PartitionSpec as P
 
 from driver.bench.contract import OptionError
 from driver.bench.host import cpu_model_name
-from driver.bench.llama import LlamaOptionError, check_case_options
 from driver.bench.loop import Adapter
+from driver.workloads.llama import LlamaOptionError, check_case_options
 from JAX.benchmark.cluster import coordinator_source, join_arguments
 from JAX.benchmark.mesh import AXES, MeshPlan, plan_mesh, shard_dimension
 from JAX.benchmark.models import (

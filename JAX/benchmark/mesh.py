@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from driver.bench.llama import check_fsdp_size, resolve_parallelism
+from driver.workloads.llama import check_fsdp_size, resolve_parallelism
 
 AXES = ("data", "fsdp")
 

@@ -19,7 +19,9 @@ from typing import Any
 import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
 
-from driver.bench.shapes import BertShape, ImageShape, build_registered
+from driver.workloads.base import build_registered
+from driver.workloads.bert import BertShape
+from driver.workloads.images import ImageShape
 
 IMAGE_MODELS = ("resnet50",)
 # Kaiming-normal, fan-out, for ReLU networks (as torchvision and NVIDIA initialise ResNet).

@@ -18,7 +18,9 @@ import oneflow as flow
 import oneflow.nn.functional as F
 from oneflow import nn
 
-from driver.bench.shapes import BertShape, ImageShape, build_registered
+from driver.workloads.base import build_registered
+from driver.workloads.bert import BertShape
+from driver.workloads.images import ImageShape
 from PyTorch.benchmark.torchlike import bert_classes, resnet_classes
 
 IMAGE_MODELS = ("resnet50",)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
 
-from driver.bench.llama import llama_shape
+from driver.workloads.llama import llama_shape
 from PyTorch.benchmark.models import IMAGE_MODELS, Batch
 from PyTorch.benchmark.models.bert import IGNORE_INDEX
 

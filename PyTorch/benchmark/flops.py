@@ -25,12 +25,8 @@ from torch.utils.flop_counter import FlopCounterMode
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from driver.bench.contract import (
-    DEFAULT_IMAGE_SIZE,
-    SHAPE_OPTIONS,
-    OptionPairs,
-    option_pair,
-)
+from driver.bench.contract import SHAPE_OPTIONS, OptionPairs, option_pair
+from driver.workloads.base import default_image_size, in_order
 from PyTorch.benchmark.data import synthetic_batch
 from PyTorch.benchmark.models import build_model, training_loss
 
@@ -42,7 +38,7 @@ def resolved_options(model_name: str, options: Mapping[str, Any] | None = None) 
     """The shape defaults merged with ``options`` (as ``driver.bench.contract`` resolves them)."""
     merged = {**SHAPE_OPTIONS, **dict(options or {})}
     if merged.get("image_size") is None:
-        merged["image_size"] = DEFAULT_IMAGE_SIZE.get(model_name)
+        merged["image_size"] = default_image_size(model_name)
     return merged
 
 
@@ -73,7 +69,8 @@ def training_flops_per_sample(model_name: str, options: Mapping[str, Any] | None
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=("resnet50", "inception3", "bert"))
+    counted = [workload.name for workload in in_order() if workload.counted]  # no formula
+    parser.add_argument("model", choices=counted)
     parser.add_argument(
         "--option", type=option_pair, action=OptionPairs, default={}, metavar="KEY=VALUE"
     )

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from driver.bench.contract import OptionError
-from driver.bench.llama import LlamaOptionError, check_case_options, resolve_parallelism
+from driver.workloads.llama import LlamaOptionError, check_case_options, resolve_parallelism
 
 
 def check_llama_parallel(model: str, options: dict[str, Any], world_size: int) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from driver.bench.shapes import BertShape
+from driver.workloads.bert import BertShape
 
 
 def resnet_classes(lib: ModuleType) -> tuple[type, type]:

@@ -19,10 +19,10 @@ from typing import Any
 from scipy.stats import mannwhitneyu
 from tabulate import tabulate
 
-from driver.bench.llama import MODEL as LLAMA
 from driver.core.matrix import KIT_SOURCE
 from driver.core.summary import CaseRow, CaseSummary
 from driver.model.measure import CaseStats, case_stats
+from driver.workloads.llama import MODEL as LLAMA
 
 ALPHA = 0.05
 MIN_CHANGE = 0.01

@@ -17,27 +17,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from driver.bench.host import resolve_loader_workers
+from driver.workloads.base import default_image_size, find_workload, framework_models, shape_options
 
-MODELS = ("resnet50", "inception3", "bert", "llama")
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
 
-# Knobs every framework understands, with their defaults (the full-size models).
-SHAPE_OPTIONS: dict[str, Any] = {
-    "image_size": None,  # None: 224 for resnet50, 299 for inception3
-    "num_classes": 1000,
-    "seq_len": 128,
-    "vocab_size": 30522,
-    "bert_layers": 12,
-    "bert_hidden": 768,
-    "bert_heads": 12,
-    "bert_intermediate": 3072,
-    "max_predictions": 20,  # masked positions per sequence for the MLM head
-    "llama_size": "llama3-8b",  # driver.bench.llama.LLAMA_SIZES (its vocabulary is the size's)
-}
-
-DEFAULT_IMAGE_SIZE = {"resnet50": 224, "inception3": 299}
-IMAGE_MODELS = ("resnet50", "inception3")
+# The models the scripts build and the shape knobs every framework understands, with their
+# defaults (the full-size models): each workload's own (driver/workloads/).
+MODELS = framework_models()
+SHAPE_OPTIONS: dict[str, Any] = shape_options()
 
 # Training knobs shared by the frameworks' scripts; None means "depends on the model".
 TRAINING_OPTIONS: dict[str, Any] = {
@@ -114,10 +102,11 @@ class OptionPairs(argparse.Action):
 
 
 def build_parser(
-    description: str = "dlperf benchmark", models: Sequence[str] = MODELS
+    description: str = "dlperf benchmark", models: Sequence[str] | None = None
 ) -> argparse.ArgumentParser:
+    """The shared arguments; ``models``: the workloads the frameworks build, unless given."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--model", choices=tuple(models), required=True)
+    parser.add_argument("--model", choices=tuple(models or framework_models()), required=True)
     parser.add_argument("--batch-size", type=int, required=True, help="per device")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument(
@@ -152,7 +141,7 @@ def build_parser(
 def parse_benchmark_args(
     argv: Sequence[str] | None = None,
     description: str = "dlperf benchmark",
-    models: Sequence[str] = MODELS,
+    models: Sequence[str] | None = None,
 ) -> argparse.Namespace:
     """Parse the shared arguments; ``args.options`` holds shape defaults merged with overrides."""
     args = build_parser(description, models).parse_args(argv)
@@ -167,7 +156,7 @@ def parse_benchmark_args(
     options.update(dict(args.option))
     options["loader_workers"] = args.loader_workers  # recorded in every header
     if options["image_size"] is None:
-        options["image_size"] = DEFAULT_IMAGE_SIZE.get(args.model)
+        options["image_size"] = default_image_size(args.model)
     args.options = options
     return args
 
@@ -190,8 +179,9 @@ def resolve_options(
     unknown = sorted(set(resolved) - shared - set(own_options))
     if unknown:
         warn(f"options this script does not use (recorded anyway): {unknown}")
-    image_model = args.model in IMAGE_MODELS
-    optimizer = resolved["optimizer"] or ("sgd" if image_model else "adamw")
+    workload = find_workload(args.model)
+    image_model = workload is not None and workload.image_size is not None
+    optimizer = resolved["optimizer"] or (workload.optimizer if workload else "adamw")
     if optimizer not in ("sgd", "adamw"):
         raise OptionError(f"optimizer must be sgd or adamw, got {optimizer!r}")
     resolved["optimizer"] = optimizer
@@ -200,13 +190,14 @@ def resolve_options(
     if resolved["weight_decay"] is None:
         resolved["weight_decay"] = 1e-4 if optimizer == "sgd" else 0.01
     if resolved["grad_clip"] is None:
-        resolved["grad_clip"] = 0.0 if image_model else 1.0
+        resolved["grad_clip"] = workload.grad_clip if workload else 1.0
     for key in ("lr", "momentum", "weight_decay", "grad_clip"):
         resolved[key] = float(resolved[key])
     if resolved["grad_clip"] < 0:
         raise OptionError(f"grad_clip must be >= 0 (0 = off), got {resolved['grad_clip']}")
-    if args.model == "bert" and not 0 < int(resolved["max_predictions"]) < int(resolved["seq_len"]):
-        raise OptionError("max_predictions must be between 1 and seq_len - 1")
+    problem = workload.option_problem(resolved) if workload else ""
+    if problem:
+        raise OptionError(problem)
     resolved["num_threads"] = int(resolved["num_threads"])
     resolved["dali"] = bool(resolved["dali"])
     resolved["weights_checksum"] = bool(resolved["weights_checksum"])

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from driver.bench import fingerprint
 from driver.bench.archs import PTX, REFUSED, ArchDecision
 from driver.bench.archs import decide as decide_arch
-from driver.bench.contract import MODELS, OptionError, parse_benchmark_args, resolve_options
+from driver.bench.contract import OptionError, parse_benchmark_args, resolve_options
 from driver.bench.host import threads_per_process
 from driver.bench.protocol import StepLogger, oom_exit, print_weights_checksum, rank_environment
 
@@ -229,7 +229,7 @@ def run_benchmark(
     argv: Sequence[str] | None = None,
     *,
     description: str,
-    models: Sequence[str] = MODELS,
+    models: Sequence[str] | None = None,
 ) -> int:
     """Parse the benchmark arguments and train with the adapter ``factory(run)`` makes.
 

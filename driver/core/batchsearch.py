@@ -47,7 +47,7 @@ GPU_START = {
     ("bert", "fp32"): 32,
     ("bert", "amp"): 64,
     # Llama's matrix batch: at sequence 8192 a device holds a few sequences (the plan's memory
-    # estimate, driver.bench.llama.largest_batch), so the search starts there, not at 16
+    # estimate, driver.workloads.llama.largest_batch), so the search starts there, not at 16
     ("llama", "fp32"): 2,
     ("llama", "amp"): 2,
 }

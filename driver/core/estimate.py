@@ -4,8 +4,8 @@ Each case's step time comes from the nearest figure for the same model and preci
 same hardware: the kit's released measurements (``reports/*/results.json``), else published
 ones (``published/*/*.yaml``), preferring the same framework, then the nearest per-device
 batch; a figure's per-device throughput is assumed to hold at the case's batch and device
-count. Without such a figure, a FLOP estimate: training FLOPs per sample (:data:`FLOP_COUNTS`,
-where a model plugs its own count in with :func:`register_flop_count`) at
+count. Without such a figure, a FLOP estimate: training FLOPs per sample (the formula of the
+model's workload, ``driver/workloads/``, else the kit's counted FLOPs of its released runs) at
 :data:`ASSUMED_MFU` of the device's dense peak (``reports/peaks.yaml``). Every repeat adds
 the kit's start-up, measured on its own released runs (a repeat's wall time less its steps).
 A ``batch_size: max`` case adds its search (:data:`SEARCH_PROBES` short runs); an epoch case
@@ -29,8 +29,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from driver.bench.llama import DEFAULT_SIZE, LlamaOptionError, training_flops_per_sample
-from driver.bench.llama import MODEL as LLAMA
 from driver.core.released import Results, ResultsError
 from driver.files import write_text
 from driver.model.case import Case
@@ -39,6 +37,9 @@ from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
 from driver.parsers._upstream import PARALLEL_FIELDS
 from driver.schema import ConfigError
+from driver.workloads.base import find_workload
+from driver.workloads.llama import DEFAULT_SIZE, LLAMA_WORKLOAD
+from driver.workloads.llama import MODEL as LLAMA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
@@ -76,22 +77,9 @@ SEARCH_STEPS = 5  # steps of one probe (batchsearch.PROBE_STEPS and its warm-up)
 FP8_VARIANT = re.compile(r"fp8|float8", re.IGNORECASE)
 NOISE_WORDS = {"processor", "cpu"}  # in CPU model names, naming no model
 
-# Training FLOPs of one sample of a case (forward + backward), or None where not known.
-FlopCount = Callable[[Case], float | None]
-FLOP_COUNTS: dict[str, FlopCount] = {}
-
-
-def register_flop_count(model: str, count: FlopCount) -> None:
-    """Plug a model's training FLOPs per sample into the estimate (a new workload's module
-    calls this once; the kit's own models get theirs from the released results)."""
-    FLOP_COUNTS[model] = count
-
-
-LLAMA_SEQ_LEN = 8192  # the matrix's, where a case names none
-
 
 def _llama_options(options: dict) -> dict:
-    return {"llama_size": DEFAULT_SIZE, "seq_len": LLAMA_SEQ_LEN, **options}
+    return {**LLAMA_WORKLOAD.planned_options, **options}
 
 
 def shape_key(model: str, options: dict) -> str:
@@ -103,15 +91,6 @@ def shape_key(model: str, options: dict) -> str:
     return f"{merged['llama_size']} at {merged['seq_len']} tokens"
 
 
-def _llama_flops(case: Case) -> float | None:
-    """Llama's training FLOPs per sequence, from the formula its MFU uses (no torch needed)."""
-    try:
-        return training_flops_per_sample(_llama_options(dict(case.options)))
-    except (LlamaOptionError, KeyError, TypeError, ValueError):
-        return None
-
-
-register_flop_count(LLAMA, _llama_flops)
 
 
 @dataclass(frozen=True)
@@ -490,8 +469,11 @@ def _case_peak(case: Case, hardware: str, peaks: list[dict]) -> float | None:
 
 
 def _flops(case: Case, knowledge: Knowledge) -> float | None:
-    if case.model in FLOP_COUNTS:
-        return FLOP_COUNTS[case.model](case)
+    """A sample's training FLOPs: its workload's formula at the options the case is planned
+    with, else the kit's count of its released runs."""
+    workload = find_workload(case.model)
+    if workload is not None and workload.has_formula:
+        return workload.flops_per_sample({**workload.planned_options, **case.options})
     return knowledge.flops_per_sample.get(case.model)
 
 
@@ -606,7 +588,7 @@ def _llama_plan(
     """A Llama case's (batch, search probes, start-up per repeat, notes): its batch ``max``
     from the memory estimate where the device's memory is known, its fit said where it is not
     sure, its start-up by size (assumed) where the kit has measured none as long."""
-    from driver.bench.llama import (
+    from driver.workloads.llama import (
         USABLE_MEMORY,
         case_memory_bytes,
         largest_batch,

@@ -32,7 +32,6 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
-from driver.bench.llama import LlamaOptionError, check_case_options
 from driver.frameworks.base import FRAMEWORKS, OptionError
 from driver.model.case import (
     MAX_STEPS,
@@ -55,6 +54,7 @@ from driver.schema import (
 )
 from driver.sources.base import IMAGE_CHOICES, PINNED, SOURCES, ImageRefused, current_image_spec
 from driver.text import FreeText
+from driver.workloads.llama import LlamaOptionError, check_case_options
 
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
@@ -314,12 +314,13 @@ def _expand_suite(
     path: Path, where: str, suite: Suite, framework: str, base: dict[str, Any], profile: str
 ) -> list[Case]:
     plugin = FRAMEWORKS.get(framework)
-    if suite.model not in plugin.models:
+    models = plugin.trained_models()
+    if suite.model not in models:
         raise MatrixError(
             path,
             f"{where}.model",
-            f"{suite.model!r} is not allowed{did_you_mean(suite.model, plugin.models)}; "
-            f"allowed models: {', '.join(plugin.models)}",
+            f"{suite.model!r} is not allowed{did_you_mean(suite.model, models)}; "
+            f"allowed models: {', '.join(models)}",
         )
     settings = {**base, **suite.model_dump(include=set(SETTING_KEYS), exclude_unset=True)}
     total = _check_steps(path, where, settings)

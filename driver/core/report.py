@@ -26,21 +26,14 @@ from typing import Any
 from tabulate import tabulate
 
 from driver.bench.contract import SHAPE_OPTIONS
-from driver.bench.llama import tokens_per_sample, training_flops_if_formula
 from driver.core.summary import SUPERLINEAR_FLOOR, CaseSummary, grouped, rank_ranges
 from driver.csvsafe import csv_text
 from driver.files import KitWriteError, ensure_dir, write_text
 from driver.model.figures import load_peaks, match_device, mfu, peak_precision
 from driver.model.measure import UNSTABLE_CV
 from driver.text import markdown_code, markdown_inline
+from driver.workloads.base import find_workload, model_title
 
-MODEL_NAMES = {
-    "resnet50": "ResNet-50 v1.5",
-    "inception3": "InceptionV3",
-    "bert": "BERT-base pre-training",
-    "llama": "Llama 3 pre-training",
-    "calibration": "Calibration workload",
-}
 UNSTABLE_MARK = "~"
 UNKNOWN_DEVICE_MARK = "?hw"  # a published figure on hardware the kit knows no device model of
 SUPERLINEAR_MARK = "!"  # measured efficiency above 100% beyond its noise tolerance
@@ -217,8 +210,9 @@ BASE_COLUMNS = ("samples/s", "speedup", "efficiency", "CV")
 def tokens_per_second(summary: CaseSummary, per_device: bool = False) -> float | None:
     """A token model's median throughput in tokens/s (samples/s x sequence length), over all
     devices or per device; None for models whose samples are no token sequences."""
+    workload = find_workload(summary.case.model)
     options = {**SHAPE_OPTIONS, **summary.case.options}
-    tokens = tokens_per_sample(summary.case.model, options)
+    tokens = None if workload is None else workload.tokens_per_sample(options)
     if tokens is None:
         return None
     rate = summary.stats.median * tokens
@@ -251,8 +245,9 @@ def session_mfu(summary: CaseSummary) -> float | None:
     needed), against its device's dense peak at the precision it ran in; None for the others
     (their FLOPs are counted from the model at release), for published figures and for devices
     ``reports/peaks.yaml`` does not list."""
+    workload = find_workload(summary.case.model)
     options = {**SHAPE_OPTIONS, **summary.case.options}
-    flops = training_flops_if_formula(summary.case.model, options)
+    flops = None if workload is None else workload.flops_per_sample(options)
     if flops is None or summary.published_by or not summary.devices:
         return None
     entry = match_device(summary.devices[0], list(_peaks()))
@@ -323,7 +318,7 @@ def table_title(summary: CaseSummary) -> str:
     batch = summary.batch_size
     label = f"bsz={batch}" if c.batch_size != "max" else f"bsz=max ({batch})"
     return (
-        f"{MODEL_NAMES.get(c.model, c.model)}, {c.precision.upper()}, "
+        f"{model_title(c.model)}, {c.precision.upper()}, "
         f"{label} per device, {c.dataset} data"
     )
 
@@ -524,7 +519,7 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
                     continue
                 row += [f"{throughput_cell(best)} @{best.case.topology.label}", speedup_cell(best)]
             rows.append(row)
-        out.append(f"{hashes} {MODEL_NAMES.get(model, model)}\n")
+        out.append(f"{hashes} {model_title(model)}\n")
         out.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
         out.append("")
     if out:

@@ -118,11 +118,11 @@ def select_cases(
 def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
     """Cases that --nodes/--gpus put on a topology no device could hold them on (Llama 3.1 8B
     and 70B on one GPU), left out, not run to an out-of-memory: by the memory estimate
-    (``driver.bench.llama``) on the largest device ``reports/peaks.yaml`` lists. Returns the
+    (``driver.workloads.llama``) on the largest device ``reports/peaks.yaml`` lists. Returns the
     cases kept and the one line naming those left out (empty when none was)."""
-    from driver.bench.llama import MODEL as LLAMA
-    from driver.bench.llama import LlamaOptionError, case_memory_bytes, resident_sequences
     from driver.core.estimate import largest_device_memory
+    from driver.workloads.llama import MODEL as LLAMA
+    from driver.workloads.llama import LlamaOptionError, case_memory_bytes, resident_sequences
 
     largest = largest_device_memory()
     if largest is None:

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from driver.bench.llama import LLAMA_SIZES
 from driver.registry import Registry
+from driver.workloads.base import COUNT, SIZE, in_order, shape_option_kinds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,19 +28,18 @@ Size = Annotated[int, Field(strict=True, gt=0, le=10_000_000)]
 Real = Annotated[float, Field(strict=True, ge=0, le=1e9, allow_inf_nan=False)]
 PositiveReal = Annotated[float, Field(strict=True, gt=0, le=1e9, allow_inf_nan=False)]
 
-# The shape options every script reads (driver.bench.contract.SHAPE_OPTIONS; a test compares
-# the names).
+# The value type of each kind of shape option a workload declares (driver.workloads.base.Option).
+SHAPE_OPTION_KINDS: dict[str, Any] = {SIZE: Size, COUNT: Count}
+
+
+def _shape_option_type(kind: str | tuple[str, ...]) -> Any:
+    return SHAPE_OPTION_KINDS[kind] if isinstance(kind, str) else Literal[kind]
+
+
+# The shape options every script reads (driver.bench.contract.SHAPE_OPTIONS), typed by their
+# workloads' kinds (llama_size: the names of driver.workloads.llama.LLAMA_SIZES).
 SHAPE_OPTION_TYPES: dict[str, Any] = {
-    "image_size": Size,
-    "num_classes": Size,
-    "seq_len": Size,
-    "vocab_size": Size,
-    "bert_layers": Size,
-    "bert_hidden": Size,
-    "bert_heads": Size,
-    "bert_intermediate": Size,
-    "max_predictions": Count,
-    "llama_size": Literal[tuple(LLAMA_SIZES)],  # type: ignore[valid-type]
+    name: _shape_option_type(kind) for name, kind in shape_option_kinds().items()
 }
 # The training knobs every framework script resolves (driver.bench.contract.TRAINING_OPTIONS).
 TRAINING_OPTION_TYPES: dict[str, Any] = {
@@ -66,6 +65,8 @@ class Framework:
     display: str  # table column: "PyTorch"
     folder: str  # repository folder: "PyTorch"
     launcher: str  # LAUNCHERS name used when a node runs more than one process
+    # The models its script trains (a workload naming this framework adds itself: see
+    # trained_models).
     models: tuple[str, ...] = ("resnet50", "bert")
     # Benchmark entry, relative to the repository root; "": <folder>/benchmark/train.py.
     script: str = ""
@@ -113,6 +114,11 @@ class Framework:
             raise OptionError(
                 f"{self.name} option {name!r}: {detail}, got {value!r}"
             ) from None
+
+    def trained_models(self) -> tuple[str, ...]:
+        """The models its script trains: those it lists, then the workloads that name it."""
+        named = [w.name for w in in_order() if self.name in w.frameworks]
+        return (*self.models, *(name for name in named if name not in self.models))
 
     @property
     def path(self) -> Path:

@@ -33,7 +33,6 @@ from pydantic import (
 )
 
 from driver.bench.contract import MODELS
-from driver.bench.llama import LLAMA_SIZES
 from driver.schema import (
     ConfigError,
     Count,
@@ -51,6 +50,7 @@ from driver.schema import (
     validate,
 )
 from driver.text import FreeText, unsafe_character
+from driver.workloads.llama import LLAMA_SIZES
 
 PEAKS_FILE = Path(__file__).resolve().parents[2] / "reports" / "peaks.yaml"
 

@@ -464,8 +464,8 @@ def _check_flops(state: AuditState, manifest: dict[str, Any], recompute: bool) -
     except ImportError:
         state.report.notes.append("model FLOPs: cached values used (no torch here)")
         return
-    from driver.bench.llama import FLOPS_FORMULAS
     from driver.release.mfu import compute_model_costs, formula_costs
+    from driver.workloads.llama import FLOPS_FORMULAS
 
     fresh = compute_model_costs((c["model"], c["options"]) for c in costs.values())
     for formula in FLOPS_FORMULAS:  # a formula's cost by the count the version was released with

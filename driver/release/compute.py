@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.bench.contract import DEFAULT_IMAGE_SIZE, SHAPE_OPTIONS
+from driver.bench.contract import SHAPE_OPTIONS
 from driver.core.report import table_title
 from driver.core.summary import CaseRow, CaseSummary, baseline_of, summarize
 from driver.model.case import Case
@@ -24,6 +24,7 @@ from driver.release.references import Ours, nearest
 from driver.release.scaling import scaling_bound
 from driver.verify.hardware import ATTESTATION as ATTESTED
 from driver.verify.repeat import VerifiedRepeat
+from driver.workloads.base import default_image_size
 
 
 @dataclass
@@ -139,7 +140,7 @@ def published_shapes(case: Case) -> bool:
     for key, value in case.options.items():
         if key not in SHAPE_OPTIONS:
             continue
-        default = DEFAULT_IMAGE_SIZE.get(case.model) if key == "image_size" else SHAPE_OPTIONS[key]
+        default = default_image_size(case.model) if key == "image_size" else SHAPE_OPTIONS[key]
         if value != default:
             return False
     return True

@@ -20,17 +20,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from driver.bench.contract import SHAPE_OPTIONS
-from driver.bench.llama import (
-    FLOPS_FORMULA,
-    FLOPS_FORMULAS,
-    llama_shape,
-    training_flops_per_sample,
-)
-from driver.bench.llama import MODEL as LLAMA
+from driver.workloads.base import find_workload
+from driver.workloads.llama import FLOPS_FORMULA, FLOPS_FORMULAS, training_flops_per_sample
 
-COUNTED_MODELS = ("resnet50", "inception3", "bert")  # models with a PyTorch definition here
-# Models whose FLOPs come from a formula of their sizes (no torch needed): driver.bench.llama.
-FORMULA_MODELS = (LLAMA,)
 FLOPS_SOURCE = "PyTorch/benchmark/flops.py training_flops_per_sample (FlopCounterMode)"
 GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients (also under AMP: fp32 master weights)
 
@@ -38,6 +30,12 @@ GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients (also under AMP: fp32 master 
 def shape_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options that change a model's shapes (and so its FLOPs)."""
     return {key: options[key] for key in sorted(SHAPE_OPTIONS) if key in options}
+
+
+def _counted(model: str) -> bool:
+    """Its FLOPs are counted from its PyTorch definition (its workload has no formula)."""
+    workload = find_workload(model)
+    return workload is not None and workload.counted
 
 
 def cost_key(model: str, options: Mapping[str, Any]) -> str:
@@ -54,7 +52,7 @@ def compute_model_costs(
     """
     wanted = list(wanted)
     costs = formula_costs(wanted)
-    todo = {cost_key(m, o): (m, shape_options(o)) for m, o in wanted if m in COUNTED_MODELS}
+    todo = {cost_key(m, o): (m, shape_options(o)) for m, o in wanted if _counted(m)}
     if not todo:
         return costs
     try:
@@ -88,15 +86,20 @@ def formula_costs(
     count ``formula`` names (one of ``FLOPS_FORMULAS``: a version is audited by its own)."""
     costs: dict[str, dict[str, Any]] = {}
     for model, options in wanted:
-        if model not in FORMULA_MODELS:
+        workload = find_workload(model)
+        if workload is None or not workload.has_formula:
             continue
         shaped = shape_options(options)
         resolved = {**SHAPE_OPTIONS, **shaped}
+        if workload.flops_source in FLOPS_FORMULAS:  # Llama: by the count the version names
+            flops, source = training_flops_per_sample(resolved, FLOPS_FORMULAS[formula]), formula
+        else:
+            flops, source = workload.flops_per_sample(resolved), workload.flops_source
         costs[cost_key(model, options)] = {
             "model": model,
             "options": shaped,
-            "flops_per_sample": training_flops_per_sample(resolved, FLOPS_FORMULAS[formula]),
-            "parameters": llama_shape(resolved).parameters(),
-            "source": formula,
+            "flops_per_sample": flops,
+            "parameters": workload.parameters(resolved),
+            "source": source,
         }
     return costs

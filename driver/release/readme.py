@@ -13,8 +13,6 @@ from typing import Any
 
 from tabulate import tabulate
 
-from driver.bench.llama import FLOPS_FORMULA
-from driver.bench.llama import MODEL as LLAMA
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
 from driver.core.summary import CaseSummary
 from driver.release.compute import Computed
@@ -22,6 +20,8 @@ from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.release.signatures import SIGNED, VERSION_SIGNATURE
 from driver.text import markdown_code, markdown_inline, markdown_link
+from driver.workloads.llama import FLOPS_FORMULA
+from driver.workloads.llama import MODEL as LLAMA
 
 PLOTS_DIR = "plots"
 

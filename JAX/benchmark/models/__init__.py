@@ -1,8 +1,8 @@
 """The kit's three JAX models, their synthetic inputs and their training losses.
 
 Every model is a Flax (linen) module with float32 parameters and a compute ``dtype``; the
-shapes come from the same resolved options as every framework's (``driver.bench.shapes``,
-``driver.bench.llama``).
+shapes come from the same resolved options as every framework's (``driver.workloads``,
+``driver.workloads.llama``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from driver.bench.llama import llama_shape
-from driver.bench.shapes import BertShape, ImageShape
+from driver.workloads.bert import BertShape
+from driver.workloads.images import ImageShape
+from driver.workloads.llama import llama_shape
 from JAX.benchmark.models.bert import BertPretraining, pretraining_loss
 from JAX.benchmark.models.llama import REMAT_POLICIES, Llama, causal_lm_loss
 from JAX.benchmark.models.resnet import ResNet50

@@ -1,7 +1,7 @@
 """BERT pre-training (masked LM + next-sentence prediction) in Flax (linen).
 
 The network of PyTorch/benchmark/models/bert.py and the Keras one, at the sizes of
-``driver.bench.shapes.BertShape``: post-LayerNorm encoder layers, exact (erf) GELU, dropout
+``driver.workloads.bert.BertShape``: post-LayerNorm encoder layers, exact (erf) GELU, dropout
 0.1, LayerNorm epsilon 1e-12, truncated-normal(0.02) initialisation, a fused QKV projection,
 and the masked-LM decoder tied to the word embeddings, run only at the masked positions. The
 position table has ``BertShape.max_position`` rows, as PyTorch's (BERT-base's 110,106,428
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import linen as nn
 
-from driver.bench.shapes import BertShape
+from driver.workloads.bert import BertShape
 
 IGNORE_ID = -1  # masked_lm_ids of padded prediction slots
 

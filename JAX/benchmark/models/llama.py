@@ -1,7 +1,7 @@
 """Llama 3 decoder in Flax (linen) for pre-training throughput, randomly initialised.
 
 The network of PyTorch/benchmark/models/llama.py at the sizes of
-``driver.bench.llama.LLAMA_SIZES``: RMSNorm before attention and feed-forward, rotary
+``driver.workloads.llama.LLAMA_SIZES``: RMSNorm before attention and feed-forward, rotary
 embeddings (theta from the shape) on the query and key heads, causal grouped-query attention
 (``jax.nn.dot_product_attention``: key/value heads shared by ``heads // kv_heads`` query
 heads), a SwiGLU feed-forward and an output projection, untied or tied to the token
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import optax
 from flax import linen as nn
 
-from driver.bench.llama import LlamaShape
+from driver.workloads.llama import LlamaShape
 
 INIT = nn.initializers.normal(0.02)
 REMAT_POLICIES = {"selective": "checkpoint_dots", "full": "nothing_saveable"}

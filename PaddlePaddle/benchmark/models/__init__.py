@@ -9,7 +9,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from driver.bench.shapes import BertShape
+from driver.workloads.bert import BertShape
 from PaddlePaddle.benchmark.models.bert import BertPretraining, pretraining_loss
 from PaddlePaddle.benchmark.models.resnet import ResNet50
 

@@ -12,7 +12,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from driver.bench.shapes import BertShape
+from driver.workloads.bert import BertShape
 
 IGNORE_ID = -1  # masked_lm_ids of padded prediction slots
 LN_EPSILON = 1e-12

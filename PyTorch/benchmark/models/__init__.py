@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from driver.bench.llama import llama_shape
-from driver.bench.shapes import BertShape, ImageShape, build_registered
+from driver.workloads.base import build_registered
+from driver.workloads.bert import BertShape
+from driver.workloads.images import ImageShape
+from driver.workloads.llama import llama_shape
 from PyTorch.benchmark.models.bert import BertForPreTraining, pretraining_loss
 from PyTorch.benchmark.models.inception import Inception3, inception_v3
 from PyTorch.benchmark.models.llama import Llama, causal_lm_loss

@@ -4,7 +4,7 @@ RMSNorm before attention and feed-forward, rotary position embeddings (theta 500
 query and key heads, grouped-query attention through ``scaled_dot_product_attention`` (causal;
 flash or memory-efficient kernels where the device has them; key/value heads shared by
 ``heads // kv_heads`` query heads), a SwiGLU feed-forward and an output projection, untied or
-tied to the token embeddings. The sizes are ``driver.bench.llama.LLAMA_SIZES``; nothing is
+tied to the token embeddings. The sizes are ``driver.workloads.llama.LLAMA_SIZES``; nothing is
 downloaded. The loss is next-token cross-entropy over every position.
 
 Activation checkpointing (``checkpointing``): ``full`` recomputes each block's forward in the
@@ -27,7 +27,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from driver.bench.llama import CHECKPOINTING, LlamaShape
+from driver.workloads.llama import CHECKPOINTING, LlamaShape
 
 __all__ = ["Llama", "causal_lm_loss"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from driver.bench.shapes import BertShape
+from driver.workloads.bert import BertShape
 from TensorFlow.benchmark.models.bert import BertPretraining, pretraining_loss
 from TensorFlow.benchmark.models.resnet import resnet50
 

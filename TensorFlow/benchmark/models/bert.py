@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from driver.bench.shapes import BertShape
+from driver.workloads.bert import BertShape
 
 IGNORE_ID = -1  # masked_lm_ids of padded prediction slots
 LN_EPSILON = 1e-12

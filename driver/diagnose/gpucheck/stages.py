@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from driver.bench.llama import LLAMA_SIZES, training_flops_per_token
 from driver.diagnose.gpucheck.archive import SESSION
+from driver.workloads.llama import LLAMA_SIZES, training_flops_per_token
 
 SCRATCH = "tmp"  # the stages' TMPDIR beside the work folder: removed with it, not archived
 SCRATCH_VAR = "DLPERF_GPU_CHECK_SCRATCH"  # set by tools/gpu-check.sh
@@ -82,7 +82,7 @@ BERT_AMP_STEP_S = 256 / 3000  # batch 256
 RN50_MAX_STEP_S, RN50_MAX_PROBES = 1000 / 2900, 8
 BERT_MAX_STEP_S, BERT_MAX_PROBES = 1100 / 3000, 10
 # Llama 3.2 1B, bf16, batch 2 x 8192 tokens: no published H100 rate to take, so the step from
-# the formula the kit's MFU uses (driver.bench.llama, torchtitan's count since 4ed3c536:
+# the formula the kit's MFU uses (driver.workloads.llama, torchtitan's count since 4ed3c536:
 # 1.0636e10 training FLOPs per token at 8192, its tied output projection counted) at 35% of the
 # H100's dense bf16 989.4 TFLOP/s, below the 40% goal so that a slower first run still fits its
 # plan: 16,384 tokens / (0.35 x 989.4e12 / 1.0636e10) = 0.50 s. Its AdamW state and

@@ -141,7 +141,7 @@ def flops_per_sample(model: str | None, options: dict[str, Any], python: str) ->
     if not model:
         return None
     if model == "llama":  # the formula every consumer of a Llama MFU uses (no torch needed)
-        from driver.bench.llama import training_flops_per_sample
+        from driver.workloads.llama import training_flops_per_sample
 
         return training_flops_per_sample(options)
     pairs = [f"--option={key}={options[key]}" for key in SHAPE_KEYS if options.get(key) is not None]
@@ -167,7 +167,7 @@ def _count_flops(python: str, model: str, pairs: list[str]) -> float | None:
 
 def peak_tflops(device: str | None, precision: str | None, options: dict[str, Any]) -> float | None:
     """The dense peak of ``device`` at the precision the run computed in (reports/peaks.yaml)."""
-    from driver.model.peaks import load_peaks, match_device, peak_precision
+    from driver.model.figures import load_peaks, match_device, peak_precision
 
     entry = match_device(device, load_peaks())
     if entry is None:

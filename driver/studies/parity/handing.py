@@ -18,6 +18,7 @@ from driver.studies.bareloop import OPTIONS_TAG
 from driver.studies.parity.commands import commands
 from driver.studies.parity.process import Runner, finished, tail
 from driver.studies.parity.records import ParityError, ParityRequest
+from driver.workloads.base import find_workload
 
 # Header options that are not handed to the bare loop, and why: they are passed as its own
 # arguments, or they do not change one process's computation on synthetic data.
@@ -44,25 +45,17 @@ NOT_HANDED: dict[str, str] = {
     "amp_effective": "a fact the kit's script measured (autocast's output dtype), not a setting",
     "compilation_cache": "where JAX keeps compiled programs: the warm-up's length, not the step",
 }
-# Shape options of the other models (the header records every shape option), and for Llama the
-# options its AdamW does not use (momentum).
-OTHER_MODEL_KEYS = {
-    "resnet50": ("seq_len", "vocab_size", "bert_layers", "bert_hidden", "bert_heads",
-                 "bert_intermediate", "max_predictions", "llama_size", "activation_checkpointing"),
-    "llama": ("image_size", "num_classes", "channels_last", "aux_logits", "vocab_size",
-              "bert_layers", "bert_hidden", "bert_heads", "bert_intermediate", "max_predictions",
-              "momentum"),
-}  # fmt: skip
-
-# Header options handed to one model's bare loop although NOT_HANDED lists them: the bare Llama
-# loop shards with FSDP2 under torchrun as the kit does (none on one process).
-HANDED_FOR_MODEL = {"llama": ("parallelism", "distributed_backend")}
 
 
 def handed_options(header: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """The header's options that change the computation: what the bare loop must apply."""
+    """The header's options that change the computation: what the bare loop must apply (the
+    header records every shape option: the model's workload names those of other models, and
+    those it hands although :data:`NOT_HANDED` lists them)."""
     options = dict(header.get("options") or {})
-    skip = {*NOT_HANDED, *OTHER_MODEL_KEYS.get(model, ())} - set(HANDED_FOR_MODEL.get(model, ()))
+    workload = find_workload(model)
+    not_handed = () if workload is None else workload.parity_not_handed
+    handed = () if workload is None else workload.parity_handed
+    skip = {*NOT_HANDED, *not_handed} - set(handed)
     return {key: value for key, value in sorted(options.items()) if key not in skip}
 
 

@@ -3,7 +3,7 @@
 One place for the numbers every consumer needs: the PyTorch model builds itself from
 :class:`LlamaShape`, the driver checks a case's size and sequence length before anything runs,
 a release computes MFU from :func:`training_flops_per_token`, and the estimate before booking
-calls the same function.
+and a session's table call the same function (through :data:`LLAMA_WORKLOAD`, its workload).
 
 The published sizes are Meta's configurations (``config.json`` of meta-llama/Llama-3.1-8B,
 Llama-3.2-1B and Llama-3.1-70B; Llama 3 paper, arXiv:2407.21783, table 3): RMSNorm (eps 1e-5),
@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from driver.workloads.base import SIZE, WORKLOADS, Option, Workload
 
 MODEL = "llama"
 FLOPS_FORMULA = (
@@ -229,28 +231,9 @@ def training_flops_per_sample(
     return training_flops_per_token(shape, seq_len, tied_output_counted) * seq_len
 
 
-def training_flops_if_formula(model: str, options: Mapping[str, Any]) -> float | None:
-    """:func:`training_flops_per_sample` where a model's FLOPs are this formula of its sizes
-    (Llama; ``options`` with the shape defaults), None for a model counted from its definition
-    or options that name no shape."""
-    if model != MODEL:
-        return None
-    try:
-        return training_flops_per_sample(options)
-    except (KeyError, TypeError, ValueError):  # LlamaOptionError is a ValueError
-        return None
-
-
 # Each count's words, as a release's manifest records them (``model_costs[...].source``) ->
 # whether it counts a tied output projection: an audit recomputes a version by its own count.
 FLOPS_FORMULAS = {FLOPS_FORMULA: True, FLOPS_FORMULA_BEFORE_4ED3C536: False}
-
-
-def tokens_per_sample(model: str, options: Mapping[str, Any]) -> int | None:
-    """Tokens in one sample of ``model`` (its sequence length), None for non-token models."""
-    if model != MODEL:
-        return None
-    return int(options.get("seq_len") or 0) or None
 
 
 # --- memory, for planning ------------------------------------------------------------------
@@ -336,3 +319,52 @@ def largest_batch(
     state, per_sequence = case_memory_bytes(options, ranks, ranks_per_node)
     room = device_bytes * USABLE_MEMORY - state
     return max(0, int(room // per_sequence))
+
+
+@dataclass(frozen=True)
+class LlamaWorkload(Workload):
+    """Llama's counts are formulas of its size: tokens a sample, FLOPs, parameters."""
+
+    def shape(self, options: Mapping[str, Any]) -> LlamaShape:
+        return llama_shape(options)
+
+    def tokens_per_sample(self, options: Mapping[str, Any]) -> int | None:
+        return int(options.get("seq_len") or 0) or None
+
+    def flops_per_sample(self, options: Mapping[str, Any]) -> float | None:
+        try:
+            return training_flops_per_sample(options)
+        except (KeyError, TypeError, ValueError):  # LlamaOptionError is a ValueError
+            return None
+
+    def parameters(self, options: Mapping[str, Any]) -> int | None:
+        return self.shape(options).parameters()
+
+
+PLANNED_SEQ_LEN = 8192  # the matrix's, where a case names none
+
+LLAMA_WORKLOAD = WORKLOADS.add(
+    MODEL,
+    LlamaWorkload(
+        name=MODEL,
+        title="Llama 3 pre-training",
+        # seq_len is BERT's option too (its default, 128, is the first declared); the
+        # vocabulary is the size's.
+        options={
+            "seq_len": Option(128, SIZE),
+            "llama_size": Option(DEFAULT_SIZE, tuple(LLAMA_SIZES)),
+        },
+        data_formats=("tokens",),
+        listed=4,
+        planned_options={"llama_size": DEFAULT_SIZE, "seq_len": PLANNED_SEQ_LEN},
+        # The image and BERT options, and momentum (its AdamW has none), are not handed; the
+        # bare Llama loop shards with FSDP2 under torchrun as the kit does (none on one process).
+        parity_not_handed=(
+            "image_size", "num_classes", "channels_last", "aux_logits", "vocab_size",
+            "bert_layers", "bert_hidden", "bert_heads", "bert_intermediate", "max_predictions",
+            "momentum",
+        ),  # fmt: skip
+        parity_handed=("parallelism", "distributed_backend"),
+        flops_source=FLOPS_FORMULA,
+    ),
+)

@@ -1,22 +1,22 @@
-"""Model shapes every framework's benchmark builds from the same options (stdlib only).
+"""BERT-base pre-training (masked LM and next-sentence prediction).
 
-The scripts of PyTorch, TensorFlow, Paddle, MXNet and OneFlow each define their own layers, but
-the numbers those layers are built with (BERT's depth and widths, the masked-LM batch layout, an
-image model's classes) are one concept: they are read from the resolved options here, once, so
-that every framework's model has the same shape and rejects the same bad shape the same way.
+The scripts of PyTorch, TensorFlow, Paddle, MXNet, OneFlow and JAX each define their own layers,
+but the numbers those layers are built with (BERT's depth and widths, the masked-LM batch
+layout) are read from the resolved options here, once (:class:`BertShape`), so that every
+framework's model has the same shape and rejects the same bad shape the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
+
+from driver.workloads.base import COUNT, SIZE, WORKLOADS, Option, Workload
 
 # Rows of BERT's position table: the reference's 512, or more when a longer sequence needs them.
 # (The parameter count of BERT-base, 110,106,428, assumes the 512 rows.)
 REFERENCE_MAX_POSITION = 512
-
-Model = TypeVar("Model")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class BertShape:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> BertShape:
-        """The shape named by the resolved options (``contract.SHAPE_OPTIONS``' BERT keys)."""
+        """The shape named by the resolved options (:data:`BERT_OPTIONS`)."""
         return cls(
             vocab_size=int(options["vocab_size"]),
             hidden=int(options["bert_hidden"]),
@@ -69,29 +69,39 @@ class BertShape:
         return min(self.max_predictions, self.seq_len - 1)
 
 
+BERT_OPTIONS = {
+    "seq_len": Option(128, SIZE),
+    "vocab_size": Option(30522, SIZE),
+    "bert_layers": Option(12, SIZE),
+    "bert_hidden": Option(768, SIZE),
+    "bert_heads": Option(12, SIZE),
+    "bert_intermediate": Option(3072, SIZE),
+    "max_predictions": Option(20, COUNT),  # masked positions per sequence for the MLM head
+}
+
+
 @dataclass(frozen=True)
-class ImageShape:
-    """An image classifier's knobs from the resolved options."""
+class BertWorkload(Workload):
+    def shape(self, options: Mapping[str, Any]) -> BertShape:
+        return BertShape.from_options(options)
 
-    num_classes: int
-    zero_init_residual: bool = False
-    aux_logits: bool = False
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> ImageShape:
-        return cls(
-            num_classes=int(options["num_classes"]),
-            zero_init_residual=bool(options.get("zero_init_residual", False)),
-            aux_logits=bool(options.get("aux_logits", False)),
-        )
+    def option_problem(self, options: Mapping[str, Any]) -> str:
+        if not 0 < int(options["max_predictions"]) < int(options["seq_len"]):
+            return "max_predictions must be between 1 and seq_len - 1"
+        return ""
 
 
-def build_registered(
-    builders: Mapping[str, Callable[[Mapping[str, Any]], Model]],
-    name: str,
-    options: Mapping[str, Any],
-) -> Model:
-    """``builders[name](options)``; an unknown name is a ValueError that lists the known ones."""
-    if name not in builders:
-        raise ValueError(f"unknown model {name!r} (this framework has: {', '.join(builders)})")
-    return builders[name](options)
+BERT = WORKLOADS.add(
+    "bert",
+    BertWorkload(
+        name="bert",
+        title="BERT-base pre-training",
+        options=BERT_OPTIONS,
+        # ``dlperf data``'s BERT formats (driver/datasets/bert.py FORMATS), one per source.
+        data_formats=(
+            "bert-hdf5", "bert-tfrecord", "bert-ofrecord", "bert-gluonnlp", "bert-paddle",
+            "bert-kit",
+        ),  # fmt: skip
+        listed=3,
+    ),
+)

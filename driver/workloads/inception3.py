@@ -1,0 +1,5 @@
+"""InceptionV3 (299 x 299 inputs)."""
+
+from driver.workloads.images import image_workload
+
+INCEPTION3 = image_workload("inception3", "InceptionV3", listed=2, image_size=299)
