@@ -194,6 +194,11 @@ def test_a_llama_session_table_shows_mfu_by_the_formula_and_other_models_none() 
     header, _dashes, row = text.splitlines()[2:5]
     assert "MFU" in header and "44.0%" in row
     assert session_mfu(summary(llama, 5.0, "AMD EPYC 9B14")) is None  # no peak for a CPU
+    # FP32 with TF32 math on (the case's tf32): the TF32 peak (494.7), not IEEE fp32's (66.9)
+    tf32 = Case("llama", "pytorch", Topology(1, 1), 2, "fp32", "synthetic",
+                options={**options, "tf32": True})  # fmt: skip
+    on_tf32 = summary(tf32, 1.0, "NVIDIA H100 80GB HBM3")
+    assert session_mfu(on_tf32) == pytest.approx(8.7127e13 / 494.7e12, rel=1e-3)
     resnet = Case("resnet50", "pytorch", Topology(1, 1), 256, "amp", "synthetic")
     plain = markdown_tables([summary(resnet, 3000.0, "NVIDIA H100 80GB HBM3")], plain=True)
     assert "MFU" not in plain.splitlines()[2]

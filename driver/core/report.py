@@ -253,7 +253,9 @@ def session_mfu(summary: CaseSummary) -> float | None:
     entry = match_device(summary.devices[0], list(_peaks()))
     if entry is None:
         return None
-    precision = peak_precision(summary.case.precision, {"amp_dtype": summary.amp_dtype})
+    # The run's autocast dtype (its header's) and the TF32 math its case turned on.
+    ran = {"amp_dtype": summary.amp_dtype, "tf32": summary.case.options.get("tf32")}
+    precision = peak_precision(summary.case.precision, ran)
     peak = (entry.get("peaks") or {}).get(precision)
     return mfu(summary.stats.median, flops, summary.case.topology.world_size, peak)
 
