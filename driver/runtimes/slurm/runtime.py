@@ -59,10 +59,11 @@ from driver.runtimes.base import (
     driver_cpu_seconds,
     raise_interrupted,
 )
-from driver.runtimes.containers import ContainerPlatform, Context, platform_for
+from driver.runtimes.containers import Context, platform_for
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm import client
 from driver.runtimes.slurm.job import Allocation, Failure, SessionJob, job_name
+from driver.runtimes.slurm.platform import SlurmPlatform
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     device_argv,
@@ -111,7 +112,7 @@ class SlurmRuntime:
         # Each case's estimated seconds a repeat, where slurm.split_jobs lets the selection
         # take several jobs (set by the run command from the session's estimate).
         self.repeat_seconds: dict[str, float] = {}
-        self._platform: ContainerPlatform | None = None
+        self._platform: SlurmPlatform | None = None
         if self.config.container != "auto":  # refused here, before anything starts
             _ = self.platform
         atexit.register(self.close)
@@ -131,7 +132,7 @@ class SlurmRuntime:
         self.job.allocation = allocation
 
     @property
-    def platform(self) -> ContainerPlatform:
+    def platform(self) -> SlurmPlatform:
         """The container platform ``slurm.container`` names (``auto``: pyxis when this srun
         has it, else none), made once."""
         if self._platform is None:
@@ -140,7 +141,7 @@ class SlurmRuntime:
                 mode = "pyxis" if client.available() and client.has_pyxis() else "none"
             where = str(self.inventory) if self.inventory else "the slurm: section"
             context = Context(where, slurm=self.config, printer=self.printer)
-            self._platform = platform_for("slurm", mode, context, "slurm.container")
+            self._platform = platform_for(SlurmPlatform, mode, context, "slurm.container")
         return self._platform
 
     def container_mode(self) -> str:

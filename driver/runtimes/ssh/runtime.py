@@ -67,6 +67,7 @@ from driver.runtimes.containers import Context, platform_for
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.ssh import watch
 from driver.runtimes.ssh.launch import Launch, Prepared
+from driver.runtimes.ssh.platform import SshPlatform
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
@@ -117,7 +118,7 @@ class SshRuntime:
             )
         context = Context(where, remotes=self.remotes, build_options=build_options)
         name = self.platform_name or chosen or "none"
-        self.platform = platform_for("ssh", name, context, "container")
+        self.platform = platform_for(SshPlatform, name, context, "container")
         self._prepared: dict[tuple[str, str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
         self._bundle: CodeBundle | None = None
