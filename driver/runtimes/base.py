@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from driver.files import write_json
 from driver.model.results import INTERRUPTED
@@ -30,6 +30,7 @@ from driver.registry import Registry
 
 if TYPE_CHECKING:
     from driver.frameworks.base import Framework
+    from driver.model.case import Case
     from driver.runtimes.plan import RepeatPlan
 
 
@@ -109,6 +110,87 @@ class Runtime(Protocol):
         containers); one message per leftover ended. Called before a session (re)starts."""
         ...
 
+    # -- what the session asks of every runtime, answered by :class:`RuntimeBase`'s defaults
+    # where a runtime has nothing to say -------------------------------------------------------
+    # How the runtime uses a cluster file (make_runtime): "required", "optional" or "none".
+    cluster_file: ClassVar[str]
+    # Files the runtime writes in the session folder besides the repeats' (sealed with them).
+    session_writes: ClassVar[tuple[str, ...]]
+    # Folders of the session the runtime's own scratch lives in (not results: not sealed).
+    session_scratch: ClassVar[tuple[str, ...]]
+    # ``run --python``: the interpreter of every framework on this host (None: not given).
+    python_override: str | None
+
+    def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:
+        """The cases this runtime's machines can hold, and one line per case left out."""
+        ...
+
+    def has_gpu(self) -> bool:
+        """Whether the nodes have a GPU, where the runtime can tell before a repeat runs."""
+        ...
+
+    def check_data_dirs(self, data_dirs: set[str]) -> None:
+        """Refuse a case's ``data_dir`` the nodes' processes cannot see (one line, the fix)."""
+        ...
+
+    def check_reachable(self) -> None:
+        """Refuse a cluster that does not answer, in one line, before any repeat is asked."""
+        ...
+
+    def job_limit(self) -> JobLimit | None:
+        """The wall time the session's job may take (a batch scheduler's); None: no limit."""
+        ...
+
+    def disconnect(self) -> None:
+        """Close what the runtime holds open between repeats (a later repeat opens it again)."""
+        ...
+
+    def close(self) -> None:
+        """End what the runtime made for the session (its job)."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobLimit:
+    """A session's job's limit, which the session's estimate is checked against before it
+    is submitted."""
+
+    time_limit: str  # as the cluster file gives it
+    gpus: bool  # a GPU job: one of which nothing can be estimated is not submitted blind
+    split: bool  # the runtime starts a new job when a repeat would outlast the current one
+
+
+class RuntimeBase:
+    """The defaults of :class:`Runtime`'s members that a runtime has nothing to say about:
+    no cluster file, nothing of its own in the session folder, every case fits, no GPU it
+    can count, nothing to check up front, no job limit, nothing held open."""
+
+    cluster_file: ClassVar[str] = "none"
+    session_writes: ClassVar[tuple[str, ...]] = ()
+    session_scratch: ClassVar[tuple[str, ...]] = ()
+    python_override: str | None = None
+
+    def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:  # noqa: ARG002
+        return cases, []
+
+    def has_gpu(self) -> bool:
+        return False
+
+    def check_data_dirs(self, data_dirs: set[str]) -> None:
+        """Nothing to refuse: the nodes' processes see the host's folders."""
+
+    def check_reachable(self) -> None:
+        """Nothing to ask: a repeat's own failure says why."""
+
+    def job_limit(self) -> JobLimit | None:
+        return None
+
+    def disconnect(self) -> None:
+        """Nothing held open."""
+
+    def close(self) -> None:
+        """Nothing made for the session."""
+
 
 class RuntimeConfigError(ValueError):
     """A runtime cannot be built from what the command line gave (clear, one line)."""
@@ -138,7 +220,7 @@ def make_runtime(name: str, *, inventory: Path | str | None = None, **options: A
 
     load("runtimes")
     runtime_class = RUNTIMES.get(name)
-    use = getattr(runtime_class, "cluster_file", "none")
+    use = runtime_class.cluster_file
     if use == "required" and not inventory:
         raise RuntimeConfigError(
             f"--runtime {name} needs --inventory FILE (the cluster file; see docs/clusters.md)"

@@ -51,8 +51,10 @@ from driver.plugins import load
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RUNTIMES,
+    JobLimit,
     NodeOutcome,
     RepeatOutcome,
+    RuntimeBase,
     RuntimeConfigError,
     Verdict,
     ctrl_c_held,
@@ -87,7 +89,7 @@ _PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
 
 
 @RUNTIMES.register("slurm")
-class SlurmRuntime:
+class SlurmRuntime(RuntimeBase):
     name = "slurm"
     # make_runtime hands it the cluster file (its slurm: section); a file with only that
     # section is enough, also inside an allocation.
@@ -373,6 +375,12 @@ class SlurmRuntime:
         return lines
 
     # -- the session's job -----------------------------------------------------------------
+    def job_limit(self) -> JobLimit | None:
+        limit = self.config.time_limit
+        if limit is None:
+            return None
+        return JobLimit(limit, bool(self.config.gpus_per_node), bool(self.config.split_jobs))
+
     def close(self) -> None:
         """Cancel the session's job (the kit never leaves one in the queue), and remove what
         the session made for its containers."""
