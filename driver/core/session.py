@@ -288,7 +288,7 @@ def run_session(
                 print(f"    {line}")
         return 0
     framework_python = runtime.python_override  # `run --python`
-    if runtime.name == "local" and framework_python is None:
+    if runtime.runs_here and framework_python is None:
         for name in sorted({case.framework for case in cases}):
             framework = FRAMEWORKS.get(name)
             if framework.cpu_requirements.exists():

@@ -120,6 +120,8 @@ class Runtime(Protocol):
     session_scratch: ClassVar[tuple[str, ...]]
     # ``run --python``: the interpreter of every framework on this host (None: not given).
     python_override: str | None
+    # The node commands run on this host, with the kit's own venvs (made here before a run).
+    runs_here: ClassVar[bool]
 
     def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:
         """The cases this runtime's machines can hold, and one line per case left out."""
@@ -162,13 +164,15 @@ class JobLimit:
 
 class RuntimeBase:
     """The defaults of :class:`Runtime`'s members that a runtime has nothing to say about:
-    no cluster file, nothing of its own in the session folder, every case fits, no GPU it
-    can count, nothing to check up front, no job limit, nothing held open."""
+    no cluster file, nothing of its own in the session folder, nodes other than this host,
+    every case fits, no GPU it can count, nothing to check up front, no job limit, nothing
+    held open."""
 
     cluster_file: ClassVar[str] = "none"
     session_writes: ClassVar[tuple[str, ...]] = ()
     session_scratch: ClassVar[tuple[str, ...]] = ()
     python_override: str | None = None
+    runs_here: ClassVar[bool] = False
 
     def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:  # noqa: ARG002
         return cases, []

@@ -381,6 +381,7 @@ def check_framework_python(python: str, frameworks: list[Framework]) -> str:
 @RUNTIMES.register("local")
 class LocalRuntime(RuntimeBase):
     name = "local"
+    runs_here = True
 
     def __init__(self, python_override: str | None = None, gpus: int | None = None) -> None:
         self.python_override = python_override
