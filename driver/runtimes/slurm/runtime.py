@@ -282,7 +282,7 @@ class SlurmRuntime(RuntimeBase):
 
     @staticmethod
     def _step_name(plan: RepeatPlan) -> str:
-        what = "probe" if getattr(plan, "probe", False) else f"r{plan.repeat}"
+        what = "probe" if plan.probe else f"r{plan.repeat}"
         return f"dlperf-{re.sub(r'[^A-Za-z0-9_.-]+', '-', plan.case_id)[:80]}-{what}"
 
     def _step_script(self, plan: RepeatPlan, commands: list[NodeCommand]) -> str:
