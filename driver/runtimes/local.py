@@ -32,7 +32,7 @@ from driver.runtimes.base import (
     RUNTIMES,
     NodeOutcome,
     RepeatOutcome,
-    RuntimeBase,
+    Runtime,
     RuntimeConfigError,
     Verdict,
 )
@@ -379,7 +379,7 @@ def check_framework_python(python: str, frameworks: list[Framework]) -> str:
 
 
 @RUNTIMES.register("local")
-class LocalRuntime(RuntimeBase):
+class LocalRuntime(Runtime):
     name = "local"
     runs_here = True
 

@@ -54,7 +54,7 @@ from driver.runtimes.base import (
     JobLimit,
     NodeOutcome,
     RepeatOutcome,
-    RuntimeBase,
+    Runtime,
     RuntimeConfigError,
     Verdict,
     ctrl_c_held,
@@ -89,7 +89,7 @@ _PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
 
 
 @RUNTIMES.register("slurm")
-class SlurmRuntime(RuntimeBase):
+class SlurmRuntime(Runtime):
     name = "slurm"
     # make_runtime hands it the cluster file (its slurm: section); a file with only that
     # section is enough, also inside an allocation.

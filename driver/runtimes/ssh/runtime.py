@@ -55,7 +55,7 @@ from driver.runtimes.base import (
     Failure,
     NodeOutcome,
     RepeatOutcome,
-    RuntimeBase,
+    Runtime,
     RuntimeConfigError,
     Verdict,
     ctrl_c_held,
@@ -91,7 +91,7 @@ RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
 
 
 @RUNTIMES.register("ssh")
-class SshRuntime(RuntimeBase):
+class SshRuntime(Runtime):
     """The SSH transport with one container platform; see the module docstring."""
 
     name = "ssh"
