@@ -34,7 +34,7 @@ from driver.model.results import RepeatLogs
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries
 from driver.runtimes.base import RuntimeConfigError
-from driver.runtimes.slurm.containers import SourceImage
+from driver.runtimes.containers.source_image import SourceImage
 from driver.runtimes.slurm.runtime import SlurmRuntime
 from driver.sources.base import image_differs, source_image
 from driver.sources.upstream import SPECS

@@ -72,7 +72,7 @@ def source_imports() -> list[str]:
     """The ``dockerd://`` and ``podman://`` references the kit imports an upstream source's
     built image by (from docker's store or podman's, whichever holds it)."""
     from driver.plugins import load
-    from driver.runtimes.slurm.containers import SourceImage
+    from driver.runtimes.containers.source_image import SourceImage
     from driver.sources.base import SOURCES
 
     load("sources")  # every source registers itself

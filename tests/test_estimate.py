@@ -473,11 +473,10 @@ def test_the_time_limit_guard_applies_without_hardware_on_the_command_line(
     99-hour selection went to sbatch under a 4-hour limit. The device is named by the cluster
     file's slurm.hardware or make's HARDWARE= ($DLPERF_HARDWARE); a GPU job nothing of which
     can be estimated is refused before it is submitted (a dry run and a plan warn)."""
-    from types import SimpleNamespace
-
     from driver.cluster.slurm import SlurmConfig
     from driver.core.estimate import CaseEstimate
     from driver.frontend.commands.run import time_limit_refusal
+    from driver.runtimes.slurm.runtime import SlurmRuntime
 
     monkeypatch.delenv("DLPERF_HARDWARE", raising=False)
     cluster = tmp_path / "cluster.yaml"
@@ -490,12 +489,12 @@ def test_the_time_limit_guard_applies_without_hardware_on_the_command_line(
     monkeypatch.setenv("DLPERF_HARDWARE", "NVIDIA H100 80GB HBM3")
     assert main([*argv[:4], str(EXAMPLES / "slurm-4n32g.yaml"), *argv[5:]]) == 2
     assert "estimate on NVIDIA H100 80GB HBM3" in capsys.readouterr().out
-    gpu_job = SimpleNamespace(name="slurm", config=SlurmConfig(gpus_per_node=8))
+    gpu_job = SlurmRuntime(config=SlurmConfig(gpus_per_node=8, container="none"))
     blind = [CaseEstimate("x", None, None, "no hardware")]
     assert "name the nodes' device with --hardware" in time_limit_refusal(gpu_job, "c", blind)
     assert time_limit_refusal(gpu_job, "c", blind, submitting=False) == ""
     assert "warning: nothing of the selection can be estimated" in capsys.readouterr().err
-    cpu_job = SimpleNamespace(name="slurm", config=SlurmConfig())  # the test cluster: no GPUs
+    cpu_job = SlurmRuntime(config=SlurmConfig(container="none"))  # the test cluster: no GPUs
     assert time_limit_refusal(cpu_job, "c", blind) == ""
 
 

@@ -31,7 +31,7 @@ from driver.images.build import BuildOptions, build_images, plan_images
 from driver.images.engine import DockerEngine, LockError, PodmanEngine, open_engine
 from driver.images.lock import REPO_LOCK, load_lock
 from driver.runtimes.containers import apptainer
-from driver.runtimes.slurm.containers import SourceImage
+from driver.runtimes.containers.source_image import SourceImage
 from driver.runtimes.slurm.job import Failure
 from driver.runtimes.slurm.runtime import SlurmRuntime
 from driver.sources.upstream import SPECS

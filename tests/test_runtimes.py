@@ -163,6 +163,32 @@ def test_a_platform_the_transport_cannot_run_is_refused_before_anything_starts(
     assert str(refused.value).startswith(f"{path}: ") and refusal in str(refused.value)
 
 
+def test_a_platform_implements_the_interface_of_each_transport_it_runs_under() -> None:
+    """The transport-neutral core is every platform's; the SSH life cycle and the Slurm step's
+    parts are the interfaces of those transports, implemented only by the platforms that run
+    there (no hook of another transport inherited to raise), and they are its transports."""
+    import inspect
+
+    from driver.runtimes.containers import PLATFORMS, _load
+    from driver.runtimes.slurm.platform import SlurmPlatform
+    from driver.runtimes.ssh.platform import SshPlatform
+
+    _load()
+    found = {name: PLATFORMS.get(name) for name in PLATFORMS.names()}
+    assert {name: platform.transports for name, platform in found.items()} == {
+        "apptainer": ("ssh", "slurm"), "docker": ("ssh",), "none": ("ssh", "slurm"),
+        "oci": ("slurm",), "podman": ("ssh",), "pyxis": ("slurm",),
+    }  # fmt: skip
+    # What a node does over SSH is the SSH platforms' to say: abstract there, so a platform
+    # that forgot one cannot be made, and the Slurm-only platforms have none of them.
+    assert {"sweep", "create", "start_command", "stop"} <= SshPlatform.__abstractmethods__
+    for name, platform in found.items():
+        assert not inspect.isabstract(platform), name
+        assert hasattr(platform, "sweep") == ("ssh" in platform.transports), name
+        assert hasattr(platform, "srun_flags") == ("slurm" in platform.transports), name
+        assert issubclass(platform, SlurmPlatform) == ("slurm" in platform.transports), name
+
+
 def test_apptainer_over_ssh_renders_every_node_command_for_4n32g(tmp_path: Path) -> None:
     """Each of the 4 nodes runs ``apptainer exec`` as its process group: the image from
     container.image, --nv for its GPUs, the kit's code and the data folder bound at their own

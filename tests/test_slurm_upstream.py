@@ -33,9 +33,9 @@ from driver.parsers._upstream import HEADER_MARK
 from driver.parsers.base import PARSERS
 from driver.plugins import load_all
 from driver.runtimes.base import RuntimeConfigError, Verdict, session_label
+from driver.runtimes.containers.source_image import SourceImage
 from driver.runtimes.plan import RepeatPlan
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.containers import SourceImage
 from driver.runtimes.slurm.job import Allocation, Failure
 from driver.runtimes.slurm.render import DEVICE_RANK_ENV
 from driver.runtimes.slurm.runtime import SlurmRuntime

@@ -41,7 +41,7 @@ from driver.images.oci import slurm_oci_conf
 from driver.model.case import Case, Topology
 from driver.model.results import Session
 from driver.plugins import load_all
-from driver.runtimes.slurm.containers import SourceImage
+from driver.runtimes.containers.source_image import SourceImage
 from driver.runtimes.slurm.runtime import SlurmRuntime
 from driver.sources.base import SOURCES
 from driver.sources.spec import FlagBlock

@@ -155,12 +155,7 @@ def search_max_batch(
 
 def runtime_has_gpu(runtime: Runtime) -> bool:
     """Whether the runtime's machine has a GPU, where the runtime can tell (the local one)."""
-    count = getattr(runtime, "gpu_count", None)
-    if not callable(count):
-        return False
-    with contextlib.suppress(Exception):
-        return bool(count())
-    return False
+    return runtime.has_gpu()
 
 
 def _search(

@@ -171,7 +171,7 @@ def runtime_wrote(session: Session, runtime: Runtime) -> None:
     """Tell the run's warrant what ``runtime`` wrote into the session folder itself (its
     ``session_writes``: an SSH runtime's node provenance), so that the seal takes it as the
     run's."""
-    for name in getattr(runtime, "session_writes", ()):
+    for name in runtime.session_writes:
         session.wrote(session.root / name)
 
 

@@ -252,18 +252,16 @@ def run_session(
         return 2
     # A case that needs more nodes than the inventory has, more GPUs than this machine has, or
     # that its launcher cannot run where the runtime puts its nodes, is a clear error, up front.
-    fit_cases = getattr(runtime, "fit_cases", None)  # runtimes that count their GPUs (local)
-    if fit_cases is not None:
-        try:
-            cases, left_out = fit_cases(cases, selection.topologies_given)
-        except RuntimeConfigError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        for line in left_out:
-            print(f"left out: {line}")
-        if left_out and not cases:
-            print("error: no selected case fits this machine's GPUs", file=sys.stderr)
-            return 2
+    try:
+        cases, left_out = runtime.fit_cases(cases, selection.topologies_given)
+    except RuntimeConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for line in left_out:
+        print(f"left out: {line}")
+    if left_out and not cases:
+        print("error: no selected case fits this machine's GPUs", file=sys.stderr)
+        return 2
     try:
         for case in cases:
             check_placement(case, runtime.node_addresses(case.topology.nodes))
@@ -289,8 +287,8 @@ def run_session(
             for line in runtime.describe(dry_run_plan(case, runtime, int(batch))):
                 print(f"    {line}")
         return 0
-    framework_python = getattr(runtime, "python_override", None)  # `run --python`
-    if runtime.name == "local" and framework_python is None:
+    framework_python = runtime.python_override  # `run --python`
+    if runtime.runs_here and framework_python is None:
         for name in sorted({case.framework for case in cases}):
             framework = FRAMEWORKS.get(name)
             if framework.cpu_requirements.exists():
@@ -313,7 +311,7 @@ def run_session(
         },
         warrant=warrant,
     )
-    warrant.scratch = tuple(getattr(runtime, "session_scratch", ()))  # Slurm's job output
+    warrant.scratch = runtime.session_scratch  # e.g. Slurm's job output
     session.note_run({"argv": argv, "profile": profile, "runtime": runtime.name, **where})
     if setting is not None:
         for name, text in setting.files.items():
@@ -340,9 +338,7 @@ def run_session(
         return 130
     finally:
         # The nodes are not needed to seal, verify or report: no connection idles meanwhile.
-        disconnect = getattr(runtime, "disconnect", None)  # runtimes that hold connections
-        if disconnect is not None:
-            disconnect()
+        runtime.disconnect()
     if estimates is not None:
         record_estimate(session.root, estimates, time.monotonic() - started)
     sealed = seal(session.root, key, warrant)

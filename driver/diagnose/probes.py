@@ -103,7 +103,7 @@ def default_python(runtime: Runtime) -> str:
 
     load("frameworks")
     python = runtime.python(FRAMEWORKS.get("pytorch"))
-    if runtime.name == "local" and not Path(python).exists():
+    if runtime.runs_here and not Path(python).exists():
         return sys.executable
     return python
 

@@ -19,10 +19,11 @@ import os
 import re
 import signal
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from driver.files import write_json
 from driver.model.results import INTERRUPTED
@@ -30,6 +31,7 @@ from driver.registry import Registry
 
 if TYPE_CHECKING:
     from driver.frameworks.base import Framework
+    from driver.model.case import Case
     from driver.runtimes.plan import RepeatPlan
 
 
@@ -74,40 +76,93 @@ class RepeatOutcome:
     extra: dict[str, Any] = field(default_factory=dict)  # runtime facts (image digest, ...)
 
 
-class Runtime(Protocol):
-    name: str
+@dataclass(frozen=True)
+class JobLimit:
+    """A session's job's limit, which the session's estimate is checked against before it
+    is submitted."""
 
+    time_limit: str  # as the cluster file gives it
+    gpus: bool  # a GPU job: one of which nothing can be estimated is not submitted blind
+    split: bool  # the runtime starts a new job when a repeat would outlast the current one
+
+
+class Runtime(ABC):
+    """What the session asks of a runtime. Every runtime says how it runs a repeat; the rest
+    has the defaults of a runtime with nothing to say: no cluster file, nothing of its own
+    in the session folder, nodes other than this host, every case fits, no GPU it can count,
+    nothing to check up front, no job limit, nothing held open."""
+
+    name: ClassVar[str]
+    # How the runtime uses a cluster file (make_runtime): "required", "optional" or "none".
+    cluster_file: ClassVar[str] = "none"
+    # Files the runtime writes in the session folder besides the repeats' (sealed with them).
+    session_writes: ClassVar[tuple[str, ...]] = ()
+    # Folders of the session its own scratch lives in (written outside the kit, not sealed).
+    session_scratch: ClassVar[tuple[str, ...]] = ()
+    # The node commands run on this host, with the kit's own venvs (made here before a run).
+    runs_here: ClassVar[bool] = False
+    # ``run --python``: the interpreter of every framework on this host (None: not given).
+    python_override: str | None = None
+
+    @abstractmethod
     def node_addresses(self, count: int) -> list[tuple[str, str]]:
         """(node name, address for collective traffic) of the first ``count`` nodes; the first
         is the master. Raises ValueError naming the inventory when it has fewer nodes."""
-        ...
 
+    @abstractmethod
     def python(self, framework: Framework) -> str:
         """The interpreter that runs ``framework``'s scripts in this runtime."""
-        ...
 
+    @abstractmethod
     def environment(self, framework: Framework) -> dict[str, str]:
         """Environment this runtime adds to every node command of ``framework`` (may be {})."""
-        ...
 
+    @abstractmethod
     def workdir(self) -> str:
         """The repository root as the node's processes see it (scripts are relative to it)."""
-        ...
 
+    @abstractmethod
     def describe(self, plan: RepeatPlan) -> list[str]:
         """One line per node: what a repeat of this plan runs there (``--dry-run``)."""
-        ...
 
+    @abstractmethod
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
         """Run every node's command to completion (or failure/timeout); never raises for a
         failing command: the failure is the verdict. Must leave no process/container behind,
         also when interrupted (KeyboardInterrupt is re-raised after cleanup)."""
-        ...
 
+    @abstractmethod
     def clean_leftovers(self, session_root: Path) -> list[str]:
         """End what an earlier, killed run of this session left running (processes,
         containers); one message per leftover ended. Called before a session (re)starts."""
-        ...
+
+    def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:  # noqa: ARG002
+        """The cases this runtime's machines can hold, and one line per case left out."""
+        return cases, []
+
+    def has_gpu(self) -> bool:
+        """Whether the nodes have a GPU, where the runtime can tell before a repeat runs."""
+        return False
+
+    def check_data_dirs(self, data_dirs: set[str]) -> None:
+        """Refuse a case's ``data_dir`` the nodes' processes cannot see (one line, the fix)."""
+        return  # nothing this runtime can tell up front
+
+    def check_reachable(self) -> None:
+        """Refuse a cluster that does not answer, in one line, before any repeat is asked."""
+        return  # a repeat's own failure says why
+
+    def job_limit(self) -> JobLimit | None:
+        """The wall time the session's job may take (a batch scheduler's); None: no limit."""
+        return None
+
+    def disconnect(self) -> None:
+        """Close what the runtime holds open between repeats (a later repeat opens it again)."""
+        return  # nothing held open
+
+    def close(self) -> None:
+        """End what the runtime made for the session (its job)."""
+        return  # nothing made
 
 
 class RuntimeConfigError(ValueError):
@@ -138,7 +193,7 @@ def make_runtime(name: str, *, inventory: Path | str | None = None, **options: A
 
     load("runtimes")
     runtime_class = RUNTIMES.get(name)
-    use = getattr(runtime_class, "cluster_file", "none")
+    use = runtime_class.cluster_file
     if use == "required" and not inventory:
         raise RuntimeConfigError(
             f"--runtime {name} needs --inventory FILE (the cluster file; see docs/clusters.md)"

@@ -32,6 +32,7 @@ from driver.runtimes.base import (
     RUNTIMES,
     NodeOutcome,
     RepeatOutcome,
+    Runtime,
     RuntimeConfigError,
     Verdict,
 )
@@ -378,8 +379,9 @@ def check_framework_python(python: str, frameworks: list[Framework]) -> str:
 
 
 @RUNTIMES.register("local")
-class LocalRuntime:
+class LocalRuntime(Runtime):
     name = "local"
+    runs_here = True
 
     def __init__(self, python_override: str | None = None, gpus: int | None = None) -> None:
         self.python_override = python_override
@@ -390,6 +392,12 @@ class LocalRuntime:
         if self._gpus is None:
             self._gpus = count_gpus()
         return self._gpus
+
+    def has_gpu(self) -> bool:
+        # A count that fails (no driver, a broken nvidia-smi) is a host without a GPU to use.
+        with contextlib.suppress(Exception):
+            return bool(self.gpu_count())
+        return False
 
     def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:
         """The cases this host's GPUs can run and one line per case left out (fit_to_gpus)."""

@@ -124,9 +124,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         print(f"node scan interrupted; what ran is in {root}", file=sys.stderr)
         return 130
     finally:
-        close = getattr(runtime, "close", None)  # Slurm: the scan's job cancelled
-        if close is not None:
-            close()
+        runtime.close()  # Slurm: the scan's job cancelled
     if verdicts or links is not None:
         if pair_results:
             print()  # the pair table above: one table, then the other

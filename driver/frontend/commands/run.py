@@ -35,7 +35,7 @@ from driver.frontend.args import (
 )
 from driver.model.case import MAX_DEVICES_PER_NODE, MAX_NODES, Case
 from driver.model.hardware import cpu_native_bf16
-from driver.runtimes.base import make_runtime
+from driver.runtimes.base import Runtime, make_runtime
 from driver.schema import did_you_mean
 
 
@@ -158,7 +158,7 @@ def check_simulated_hosts(selection: Selection) -> None:
 
 
 def refused_by_time_limit(
-    runtime: object,
+    runtime: Runtime,
     args: argparse.Namespace,
     estimates: SessionEstimate,
     selection: Selection,
@@ -205,9 +205,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     runtime = make_runtime(args.runtime, inventory=args.inventory, **runtime_options)
     if refused_by_time_limit(runtime, args, estimates, selection, not args.dry_run):
         return 2
-    check_data_dirs = getattr(runtime, "check_data_dirs", None)  # a container sees its mounts
-    if check_data_dirs:
-        check_data_dirs({case.data_dir for case in selection.cases if case.data_dir})
+    # A container sees only its mounts: a case's data folder must be among them.
+    runtime.check_data_dirs({case.data_dir for case in selection.cases if case.data_dir})
     return run_session(
         selection, runtime, root, before_matrix=before_matrix, estimates=estimates, **session
     )
@@ -279,7 +278,7 @@ def host_hardware() -> str:
 
 
 def time_limit_refusal(
-    runtime: object,
+    runtime: Runtime,
     where: str | None,
     estimates: SessionEstimate,
     submitting: bool = True,
@@ -292,14 +291,14 @@ def time_limit_refusal(
 
     repeats = repeats or {}
 
-    config = getattr(runtime, "config", None)
-    limit = getattr(config, "time_limit", None)
-    if runtime.name != "slurm" or limit is None:  # type: ignore[attr-defined]
+    job = runtime.job_limit()
+    if job is None:
         return ""
     from driver.cluster.slurm import time_limit_seconds
 
-    if getattr(config, "gpus_per_node", None) and estimates and all(
-        e.seconds is None for e in estimates
+    limit = job.time_limit
+    if (
+        job.gpus and estimates and all(e.seconds is None for e in estimates)
     ):  # a GPU job of unknown length: the guard cannot apply, so nothing is submitted blind
         unknown = (
             f"nothing of the selection can be estimated, so its fit in slurm.time_limit "
@@ -310,7 +309,7 @@ def time_limit_refusal(
             return unknown
         print(f"warning: {unknown}", file=sys.stderr)
 
-    split = bool(getattr(config, "split_jobs", False))
+    split = job.split
     problem = time_limit_problem(
         estimates, time_limit_seconds(limit), where or "slurm:", split, repeats
     )

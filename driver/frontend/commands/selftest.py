@@ -33,9 +33,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     runtime = make_runtime(args.runtime, inventory=args.inventory)
     # A runtime that can tell up front that its cluster does not answer (Slurm: no
     # controller) says so in one line, rather than every calibration repeat failing.
-    check_reachable = getattr(runtime, "check_reachable", None)
-    if check_reachable is not None:
-        check_reachable()
+    runtime.check_reachable()
     try:
         results = run_selftest(
             step_time=args.step_time,

@@ -29,10 +29,9 @@ from driver.cluster.preflight import Engine
 from driver.frameworks.base import REPO_ROOT
 from driver.images import export
 from driver.images.engine import engine_for
-from driver.runtimes.base import RuntimeConfigError, Verdict
+from driver.runtimes.base import Failure, RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS
 from driver.runtimes.containers.none import NoContainer
-from driver.runtimes.slurm.job import Failure
 
 if TYPE_CHECKING:
     from driver.cluster.inventory import Node
@@ -62,7 +61,6 @@ def podman_save_argv(tag: str, archive: Path) -> list[str]:
 @PLATFORMS.register("apptainer")
 class Apptainer(NoContainer):
     name = "apptainer"
-    transports = ("ssh", "slurm")
     sees_only_mounts = True
     prepare_timing = "sif_s"
     image_python = "python3"  # the image's

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from driver.cluster.preflight import Engine
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
-from driver.runtimes.containers import PLATFORMS, ContainerPlatform
+from driver.runtimes.containers import PLATFORMS
+from driver.runtimes.ssh.platform import SshPlatform
 
 if TYPE_CHECKING:
     from driver.cluster.inventory import Node
@@ -42,11 +43,10 @@ def _parse_time(text: str | None) -> float | None:
 
 
 @PLATFORMS.register("docker")
-class Docker(ContainerPlatform):
+class Docker(SshPlatform):
     """A docker container per node and repeat, made by the node's own docker client."""
 
     name = "docker"
-    transports = ("ssh",)
     mount_point = WORKDIR
     runs_sources = True
     sees_only_mounts = True

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
-from driver.runtimes.containers import PLATFORMS, ContainerPlatform
+from driver.runtimes.containers import PLATFORMS
+from driver.runtimes.slurm.platform import SlurmPlatform
+from driver.runtimes.ssh.platform import SshPlatform
 
 if TYPE_CHECKING:
     from driver.cluster.inventory import Node
@@ -41,12 +43,11 @@ _OWNED = (
 
 
 @PLATFORMS.register("none")
-class NoContainer(ContainerPlatform):
+class NoContainer(SshPlatform, SlurmPlatform):
     """No container: over SSH the kit starts, stops and times each node's process group itself
     (a platform that wraps the command runs in that group too); under Slurm, srun's tasks."""
 
     name = "none"
-    transports = ("ssh", "slurm")
 
     def mounts(self, node: Node, code: str) -> list[str]:
         """What a wrapping platform mounts on a node: the kit's code, the data, the inventory's."""

@@ -20,10 +20,11 @@ from driver.frameworks.base import REPO_ROOT
 from driver.images import oci
 from driver.images.engine import engine_for
 from driver.runtimes.base import RuntimeConfigError, Verdict, session_label
-from driver.runtimes.containers import PLATFORMS, ContainerPlatform, Context
+from driver.runtimes.containers import PLATFORMS, Context
+from driver.runtimes.containers.source_image import SourceImage, image_key
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.containers import SourceImage, image_key
 from driver.runtimes.slurm.job import Allocation, Failure
+from driver.runtimes.slurm.platform import SlurmPlatform
 from driver.sources.base import image_key as source_key
 
 if TYPE_CHECKING:
@@ -45,12 +46,11 @@ def oci_guard(marker: str) -> str:
 
 
 @PLATFORMS.register("oci")
-class SlurmOci(ContainerPlatform):
+class SlurmOci(SlurmPlatform):
     """Slurm's own OCI containers: every task in the session's bundle (slurmstepd calls the
     runtime ``oci.conf`` names on each node)."""
 
     name = "oci"
-    transports = ("slurm",)
     prepare_timing = "bundle_s"
     runs_sources = True
     image_python = "python3"  # the image's

@@ -34,10 +34,11 @@ from driver.frameworks.base import REPO_ROOT
 from driver.images import export
 from driver.images.engine import NO_ENGINE_FIX, enroot_uri, host_engine_name, wanted_engine
 from driver.runtimes.base import RuntimeConfigError, Verdict
-from driver.runtimes.containers import PLATFORMS, ContainerPlatform
+from driver.runtimes.containers import PLATFORMS
+from driver.runtimes.containers.source_image import SourceImage, image_key
 from driver.runtimes.slurm import client
-from driver.runtimes.slurm.containers import SourceImage, image_key
 from driver.runtimes.slurm.job import Allocation, Failure
+from driver.runtimes.slurm.platform import SlurmPlatform
 from driver.sources.base import image_key as source_key
 
 if TYPE_CHECKING:
@@ -109,11 +110,10 @@ class Container:
 
 
 @PLATFORMS.register("pyxis")
-class Pyxis(ContainerPlatform):
+class Pyxis(SlurmPlatform):
     """NVIDIA's pyxis plug-in: one named container per node, made once per job."""
 
     name = "pyxis"
-    transports = ("slurm",)
     prepare_timing = "container_create_s"
     runs_sources = True
     image_python = "python3"  # the image's

@@ -51,18 +51,21 @@ from driver.plugins import load
 from driver.runtimes.base import (
     INTERRUPTED_DETAIL,
     RUNTIMES,
+    JobLimit,
     NodeOutcome,
     RepeatOutcome,
+    Runtime,
     RuntimeConfigError,
     Verdict,
     ctrl_c_held,
     driver_cpu_seconds,
     raise_interrupted,
 )
-from driver.runtimes.containers import ContainerPlatform, Context, platform_for
+from driver.runtimes.containers import Context, platform_for
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.slurm import client
 from driver.runtimes.slurm.job import Allocation, Failure, SessionJob, job_name
+from driver.runtimes.slurm.platform import SlurmPlatform
 from driver.runtimes.slurm.render import (
     HOLDER_SCRIPT,
     device_argv,
@@ -86,7 +89,7 @@ _PLACEHOLDER = re.compile(r"@slurm-node(\d+)@")
 
 
 @RUNTIMES.register("slurm")
-class SlurmRuntime:
+class SlurmRuntime(Runtime):
     name = "slurm"
     # make_runtime hands it the cluster file (its slurm: section); a file with only that
     # section is enough, also inside an allocation.
@@ -111,7 +114,7 @@ class SlurmRuntime:
         # Each case's estimated seconds a repeat, where slurm.split_jobs lets the selection
         # take several jobs (set by the run command from the session's estimate).
         self.repeat_seconds: dict[str, float] = {}
-        self._platform: ContainerPlatform | None = None
+        self._platform: SlurmPlatform | None = None
         if self.config.container != "auto":  # refused here, before anything starts
             _ = self.platform
         atexit.register(self.close)
@@ -131,7 +134,7 @@ class SlurmRuntime:
         self.job.allocation = allocation
 
     @property
-    def platform(self) -> ContainerPlatform:
+    def platform(self) -> SlurmPlatform:
         """The container platform ``slurm.container`` names (``auto``: pyxis when this srun
         has it, else none), made once."""
         if self._platform is None:
@@ -140,7 +143,7 @@ class SlurmRuntime:
                 mode = "pyxis" if client.available() and client.has_pyxis() else "none"
             where = str(self.inventory) if self.inventory else "the slurm: section"
             context = Context(where, slurm=self.config, printer=self.printer)
-            self._platform = platform_for("slurm", mode, context, "slurm.container")
+            self._platform = platform_for(SlurmPlatform, mode, context, "slurm.container")
         return self._platform
 
     def container_mode(self) -> str:
@@ -279,7 +282,7 @@ class SlurmRuntime:
 
     @staticmethod
     def _step_name(plan: RepeatPlan) -> str:
-        what = "probe" if getattr(plan, "probe", False) else f"r{plan.repeat}"
+        what = "probe" if plan.probe else f"r{plan.repeat}"
         return f"dlperf-{re.sub(r'[^A-Za-z0-9_.-]+', '-', plan.case_id)[:80]}-{what}"
 
     def _step_script(self, plan: RepeatPlan, commands: list[NodeCommand]) -> str:
@@ -372,6 +375,12 @@ class SlurmRuntime:
         return lines
 
     # -- the session's job -----------------------------------------------------------------
+    def job_limit(self) -> JobLimit | None:
+        limit = self.config.time_limit
+        if limit is None:
+            return None
+        return JobLimit(limit, bool(self.config.gpus_per_node), bool(self.config.split_jobs))
+
     def close(self) -> None:
         """Cancel the session's job (the kit never leaves one in the queue), and remove what
         the session made for its containers."""

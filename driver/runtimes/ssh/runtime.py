@@ -55,6 +55,7 @@ from driver.runtimes.base import (
     Failure,
     NodeOutcome,
     RepeatOutcome,
+    Runtime,
     RuntimeConfigError,
     Verdict,
     ctrl_c_held,
@@ -67,6 +68,7 @@ from driver.runtimes.containers import Context, platform_for
 from driver.runtimes.plan import NodeCommand
 from driver.runtimes.ssh import watch
 from driver.runtimes.ssh.launch import Launch, Prepared
+from driver.runtimes.ssh.platform import SshPlatform
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
@@ -89,7 +91,7 @@ RUN_NAME = "<run>"  # what --dry-run shows for the per-repeat run name
 
 
 @RUNTIMES.register("ssh")
-class SshRuntime:
+class SshRuntime(Runtime):
     """The SSH transport with one container platform; see the module docstring."""
 
     name = "ssh"
@@ -117,7 +119,7 @@ class SshRuntime:
             )
         context = Context(where, remotes=self.remotes, build_options=build_options)
         name = self.platform_name or chosen or "none"
-        self.platform = platform_for("ssh", name, context, "container")
+        self.platform = platform_for(SshPlatform, name, context, "container")
         self._prepared: dict[tuple[str, str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
         self._bundle: CodeBundle | None = None

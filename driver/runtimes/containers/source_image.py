@@ -11,8 +11,8 @@ shared file system); under Slurm's OCI containers ``slurm.oci_bundle.<source>``
 or ``slurm.oci_image.<source>``, else the local build exported into a bundle like any image. Its
 node command (the source's ``sh -c`` wrapper) runs unchanged. ``none`` runs no image: a source
 is refused there, except a PyPI source (``<source>-pypi``), whose environment is
-``.venvs/<source>`` beside the kit's. The platforms themselves are
-``driver/runtimes/containers/``.
+``.venvs/<source>`` beside the kit's. The platforms that read it are ``pyxis.py`` and
+``oci.py`` beside this module.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from driver.runtimes.base import Verdict
-from driver.runtimes.slurm.job import Failure
+from driver.runtimes.base import Failure, Verdict
 
 if TYPE_CHECKING:
     from driver.runtimes.plan import RepeatPlan
