@@ -25,7 +25,7 @@ import pytest
 from driver.core.report import tokens_per_second
 from driver.frameworks.base import REPO_ROOT
 from driver.model.measure import Window, measure_repeat
-from driver.parsers._upstream import header_line
+from driver.parsers._runheader import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries

@@ -20,7 +20,7 @@ from driver.analysis.factor import factor_pairs
 from driver.core.summary import CaseSummary
 from driver.frameworks.base import REPO_ROOT
 from driver.model.measure import Window, case_stats, measure_repeat
-from driver.parsers._upstream import header_line
+from driver.parsers._runheader import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries

@@ -39,7 +39,7 @@ from driver.core.knowledge import (
 from driver.files import write_text
 from driver.model.case import Case
 from driver.model.figures import load_peaks
-from driver.parsers._upstream import PARALLEL_FIELDS
+from driver.parsers._runheader import PARALLEL_FIELDS
 from driver.workloads.base import find_workload
 from driver.workloads.llama import DEFAULT_SIZE
 from driver.workloads.llama import MODEL as LLAMA
