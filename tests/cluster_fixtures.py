@@ -32,7 +32,7 @@ from driver.model.case import Case
 from driver.model.results import Session
 from driver.runtimes.base import RepeatOutcome
 from driver.runtimes.plan import NodeCommand, RepeatPlan
-from driver.testbed.simhosts import sshd_config_lines, wait_for_sshd
+from driver.testbed.daemons import sshd_config_lines, wait_for_sshd
 
 SSHD = "/usr/sbin/sshd"
 NODE_COUNT = 2

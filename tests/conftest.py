@@ -57,7 +57,7 @@ DOCKER_MODULES = frozenset(
      "test_slurm_upstream_runs"}
 )  # fmt: skip
 # - daemons: sshd nodes, Slurm clusters and simulated hosts without docker. Clusters of the two
-#   units coexist: each its own namespaces, link and subnet (claimed: simhosts.free_subnet).
+#   units coexist: each its own namespaces, link and subnet (claimed: namespaces.free_subnet).
 DAEMON_MODULES = SELF_STARTING_MODULES | {
     "test_cluster_process", "test_inventory", "test_llama_runs", "test_nodescan",
     "test_preflight", "test_rehearsal", "test_release_slow_node", "test_slow_node",

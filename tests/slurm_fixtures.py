@@ -30,14 +30,9 @@ from typing import Any
 import pytest
 
 from driver.files import write_text
-from driver.testbed.simhosts import (
-    SimulatedHosts,
-    free_subnet,
-    missing_requirements,
-)
-from driver.testbed.simhosts import (
-    sweep_stale as _sweep_stale,
-)
+from driver.testbed.namespaces import free_subnet
+from driver.testbed.namespaces import sweep_stale as _sweep_stale
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 from tests.conftest import require_github_build, require_real
 
 NODES = ("n1", "n2")

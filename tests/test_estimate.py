@@ -1,4 +1,5 @@
-"""driver.core.estimate: the cost of a selection before it runs, and beside what it took."""
+"""driver.core.estimate and what it reads (driver.core.knowledge): the cost of a selection before
+it runs, and beside what it took."""
 
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ import yaml
 from driver.bench.contract import MODELS
 from driver.core.estimate import (
     ASSUMED_MFU,
-    Knowledge,
     estimate_case,
-    load_knowledge,
     split_job_count,
     time_limit_problem,
     total_seconds,
 )
+from driver.core.knowledge import Knowledge, load_knowledge
 from driver.frontend.cli import main
 from driver.model.case import Case, Topology
 from driver.model.figures import match_device, peak_precision
@@ -282,7 +282,7 @@ def test_the_users_sessions_are_read_newest_first_up_to_the_limit(tmp_path: Path
     """Every run starts with this read: its cost is bounded, and what it keeps is the newest."""
     import os
 
-    from driver.core.estimate import _session_figures
+    from driver.core.knowledge import _session_figures
 
     for number, (name, throughput) in enumerate([("zz-old", 1.0), ("aa-new", 2.0)]):
         _record(tmp_path / name / "cases" / "c" / "repeat-1", throughput)
@@ -366,7 +366,7 @@ def test_times_no_run_has_are_left_out_with_one_warning(
 
 
 def _session_figures_of(results: Path) -> tuple[list, list]:
-    from driver.core.estimate import _session_figures
+    from driver.core.knowledge import _session_figures
 
     return _session_figures(results)
 

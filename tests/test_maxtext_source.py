@@ -31,7 +31,7 @@ import yaml
 
 from driver.frameworks.base import REPO_ROOT
 from driver.model.measure import Window, measure_repeat
-from driver.parsers._upstream import header_line
+from driver.parsers._runheader import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.sources.base import run_header

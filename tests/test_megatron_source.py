@@ -25,7 +25,7 @@ import pytest
 from driver.core.report import tokens_per_second
 from driver.frameworks.base import REPO_ROOT
 from driver.model.measure import Window, measure_repeat
-from driver.parsers._upstream import header_line
+from driver.parsers._runheader import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries
@@ -300,7 +300,8 @@ def test_the_plan_counts_a_step_s_samples_over_replicas() -> None:
     """A step trains batch x replicas sequences: NVIDIA's own figures give back their own step
     times (12.27 s and 14.66 s as printed; the plan takes the median of a size's figures, 12.32
     s and 14.67 s over its scales); counted over devices, the 70B's was 32 x longer."""
-    from driver.core.estimate import estimate_case, load_knowledge
+    from driver.core.estimate import estimate_case
+    from driver.core.knowledge import load_knowledge
 
     knowledge = load_knowledge(REPO_ROOT)
     eight = estimate_case(case_of("1n8g", "8b"), "H100", knowledge)

@@ -19,12 +19,8 @@ import pytest
 from driver.frontend.cli import main
 from driver.model.results import Session
 from driver.testbed import rehearse
-from driver.testbed.simhosts import (
-    TAG,
-    SimulatedHosts,
-    SimulatedHostsError,
-    missing_requirements,
-)
+from driver.testbed.namespaces import TAG, SimulatedHostsError
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 from tests.conftest import require_real
 
 ONEFLOW_2N2G = [

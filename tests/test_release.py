@@ -17,7 +17,8 @@ from driver.frontend.cli import main
 from driver.release.audit import audit
 from driver.release.manifest import FIELDS, validate
 from driver.release.readme import README_LAYOUT
-from driver.release.release import ReleaseError, release
+from driver.release.refusals import ReleaseError
+from driver.release.release import release
 from driver.release.versions import index_digest, released_versions
 from tests.session_edits import rewrite_headers
 from tests.synth import cached_session

@@ -14,7 +14,8 @@ import pytest
 from driver.analysis.compare import load_side
 from driver.analysis.factor import factor_report
 from driver.release.audit import audit
-from driver.release.release import ReleaseError, release
+from driver.release.refusals import ReleaseError
+from driver.release.release import release
 from tests.real_frameworks import framework_env, run_case
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from driver.model.drift import seal_session
 from driver.release.audit import audit
-from driver.release.release import ReleaseError, release
+from driver.release.refusals import ReleaseError
+from driver.release.release import release
 from tests.session_edits import rewrite_session_headers
 from tests.synth import cached_session
 from tests.test_release_signatures import cli

@@ -18,7 +18,8 @@ from driver.frontend.cli import main
 from driver.model.drift import seal_session
 from driver.model.seal import SEAL_SIGNATURE
 from driver.release.audit import audit
-from driver.release.release import ReleaseError, release
+from driver.release.refusals import ReleaseError
+from driver.release.release import release
 from driver.release.signatures import VERSION_SIGNATURE
 from tests.synth import cached_session
 from tests.test_signing import allow, new_key

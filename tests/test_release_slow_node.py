@@ -27,7 +27,8 @@ from driver.release.dataset import load_dataset
 from driver.release.layout import load_config
 from driver.release.manifest import validate
 from driver.release.readme import README_LAYOUT, readme_text
-from driver.release.release import ReleaseError, release
+from driver.release.refusals import ReleaseError
+from driver.release.release import release
 from tests.test_slow_node import SLOWDOWN, run_session
 
 CASE = "calibration/calibration/2n4g/bs8/fp32/synthetic"

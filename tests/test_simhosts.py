@@ -15,9 +15,10 @@ import pytest
 
 from driver.core.selftest import median_phases, phase_timings
 from driver.frontend.cli import main
-from driver.testbed import simhosts
+from driver.testbed import namespaces, simhosts
 from driver.testbed.costcurve import curve_table, refusal, run_cost_curve
-from driver.testbed.simhosts import SimulatedHosts, missing_requirements, sweep_stale
+from driver.testbed.namespaces import sweep_stale
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 from tests.conftest import require_real
 
 
@@ -180,7 +181,7 @@ def test_throttle_limits_what_a_host_sends_and_is_removed(
         hosts.throttle("n1", "")
         assert "tbf" not in hosts.run_in("n1", ["tc", "qdisc", "show", "dev", "eth0"]).stdout
         assert send_time(hosts) < throttled / 4
-        with pytest.raises(simhosts.SimulatedHostsError, match="tbf rate fast .*: exit"):
+        with pytest.raises(namespaces.SimulatedHostsError, match="tbf rate fast .*: exit"):
             hosts.throttle("n2", "fast")  # tc's own refusal, named
     assert hosts.leftovers() == []
 
@@ -296,14 +297,14 @@ def test_two_runs_starting_hosts_at_once_never_share_a_subnet(
     free one; a claim whose process is gone is taken over."""
     if not shutil.which("ip"):
         require_real("no ip (apt-get install iproute2)")
-    monkeypatch.setattr(simhosts, "SUBNET_CLAIMS", tmp_path / "claims")
-    first, second = simhosts.free_subnet(), simhosts.free_subnet()
+    monkeypatch.setattr(namespaces, "SUBNET_CLAIMS", tmp_path / "claims")
+    first, second = namespaces.free_subnet(), namespaces.free_subnet()
     assert first != second
     assert (tmp_path / "claims" / first).read_text() == str(os.getpid())
-    simhosts.release_subnet(first)
-    assert simhosts.free_subnet() == first
+    namespaces.release_subnet(first)
+    assert namespaces.free_subnet() == first
     dead = subprocess.Popen(["true"])  # a pid that has exited
     dead.wait()
     for prefix in (first, second):
         (tmp_path / "claims" / prefix).write_text(str(dead.pid))
-    assert simhosts.free_subnet() == first  # the dead claimer's subnet, taken over
+    assert namespaces.free_subnet() == first  # the dead claimer's subnet, taken over

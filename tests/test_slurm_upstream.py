@@ -29,7 +29,7 @@ from driver.images.build import BuildOptions, plan_images
 from driver.images.lock import load_lock
 from driver.model.case import Case, Topology
 from driver.model.measure import Window, measure_repeat
-from driver.parsers._upstream import HEADER_MARK
+from driver.parsers._runheader import HEADER_MARK
 from driver.parsers.base import PARSERS
 from driver.plugins import load_all
 from driver.runtimes.base import RuntimeConfigError, Verdict, session_label

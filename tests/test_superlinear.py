@@ -15,7 +15,8 @@ import pytest
 from driver.core.summary import summarize
 from driver.frontend.cli import main
 from driver.release.audit import audit
-from driver.release.release import ReleaseError, release
+from driver.release.refusals import ReleaseError
+from driver.release.release import release
 from driver.verify.folder import verify_sessions
 from tests.forgery import speed_up_case
 from tests.synth import cached_session

@@ -27,7 +27,7 @@ from driver.core.summary import CaseSummary
 from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Case
 from driver.model.measure import Window, case_stats, measure_repeat
-from driver.parsers._upstream import header_line
+from driver.parsers._runheader import header_line
 from driver.parsers.base import PARSERS
 from driver.parsers.torchtitan import clock
 from driver.plugins import load_all

@@ -20,7 +20,7 @@ from driver.analysis.factor import factor_pairs
 from driver.core.summary import CaseSummary
 from driver.frameworks.base import REPO_ROOT
 from driver.model.measure import Window, case_stats, measure_repeat
-from driver.parsers._upstream import header_line
+from driver.parsers._runheader import header_line
 from driver.parsers.base import PARSERS, LogParseError
 from driver.plugins import load_all
 from driver.release.imported import figure_summaries
@@ -115,7 +115,8 @@ def test_the_published_like_8b_case_needs_a_96gb_part_and_its_80gb_sibling_fits(
     """torchtitan's published 1n8g run without compile peaked at 82.4 GiB on H100 96GB: the
     plan says it may not fit an H100 80GB; local batch 1 (llama3_8b's own default) and the
     compiled run (77.0 GiB published) do; at 4n32g FSDP shards the state and it fits."""
-    from driver.core.estimate import estimate_case, load_knowledge
+    from driver.core.estimate import estimate_case
+    from driver.core.knowledge import load_knowledge
 
     knowledge = load_knowledge()
     by_id = {c.id: c for c in cases()}

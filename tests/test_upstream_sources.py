@@ -33,7 +33,7 @@ from driver.images.catalog import parse_dockerfile
 from driver.images.lock import DIGEST, UNRESOLVED, load_lock
 from driver.launchers.base import NodeRank
 from driver.model.case import Case, Topology
-from driver.parsers._upstream import HEADER_MARK
+from driver.parsers._runheader import HEADER_MARK
 from driver.parsers.base import PARSERS
 from driver.plugins import load_all
 from driver.runtimes.base import RUNTIMES

@@ -32,7 +32,7 @@ from driver.core.runner import run_plan
 from driver.frameworks.base import REPO_ROOT
 from driver.model.case import Topology
 from driver.model.measure import Window, measure_repeat
-from driver.parsers._upstream import PARALLEL_FIELDS, header_line
+from driver.parsers._runheader import PARALLEL_FIELDS, header_line
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 from driver.plugins import load_all
 from driver.runtimes.base import Verdict

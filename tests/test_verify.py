@@ -25,7 +25,8 @@ from driver.model.hardware import hardware_of
 from driver.model.measure import STRAGGLER_FIELDS
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import Session
-from driver.release.release import ReleaseError, release
+from driver.release.refusals import ReleaseError
+from driver.release.release import release
 from driver.verify.folder import verify_sessions
 from tests.session_edits import drop_fingerprint, rewrite_headers, rewrite_session_headers
 from tests.synth import cached_session

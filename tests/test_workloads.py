@@ -127,7 +127,8 @@ def test_a_new_model_is_planned_checked_titled_and_counted_by_its_workload_alone
     MFU by its formula, the plan counts its FLOPs, parity hands its options, a release prices
     it."""
     from driver.bench.contract import parse_benchmark_args, resolve_options
-    from driver.core.estimate import ASSUMED_MFU, estimate_case, load_knowledge
+    from driver.core.estimate import ASSUMED_MFU, estimate_case
+    from driver.core.knowledge import load_knowledge
     from driver.core.matrix import MatrixError, load_matrix
     from driver.core.report import markdown_tables, session_mfu, tokens_per_second
     from driver.core.summary import CaseSummary

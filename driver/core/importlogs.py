@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.files import sha256_bytes
-from driver.parsers._upstream import HEADER_MARK, header_line
+from driver.parsers._runheader import HEADER_MARK, header_line
 from driver.parsers.base import LogParseError
 from driver.sources.logfacts import Facts, ImportLogsError, case_and_header, check_printed
 

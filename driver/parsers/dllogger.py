@@ -36,14 +36,13 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from driver.parsers._runheader import NodeLog, node_logs
 from driver.parsers._upstream import (
-    NodeLog,
     RateInterval,
     Timeline,
     line_rank,
     logged_index,
     logging_rank,
-    node_logs,
     positive_rate,
     reported,
     steplog,

@@ -16,14 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import (
-    RateInterval,
-    logged_index,
-    node_logs,
-    positive_rate,
-    reported,
-    step_lines,
-)
+from driver.parsers._runheader import node_logs
+from driver.parsers._upstream import RateInterval, logged_index, positive_rate, reported, step_lines
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 # an index's minus sign is read (a negative one refused with its line), never skipped

@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
+from driver.parsers._runheader import node_logs
+from driver.parsers._upstream import Timeline, step_lines, steplog
 from driver.parsers.base import PARSERS, ParsedLog
 
 # an index's minus sign is read (a negative one refused with its line), never skipped

@@ -24,13 +24,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from driver.parsers._runheader import NodeLog, node_logs
 from driver.parsers._upstream import (
-    NodeLog,
     RateInterval,
     Timeline,
     line_rank,
     logged_index,
-    node_logs,
     positive_rate,
     reported,
     step_lines,

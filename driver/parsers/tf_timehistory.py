@@ -29,7 +29,8 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from driver.parsers._upstream import NodeLog, Timeline, node_logs, step_lines, steplog
+from driver.parsers._runheader import NodeLog, node_logs
+from driver.parsers._upstream import Timeline, step_lines, steplog
 from driver.parsers.base import PARSERS, LogParseError, ParsedLog
 
 # an index's minus sign is read (a negative one refused with its line), never skipped

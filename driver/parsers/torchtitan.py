@@ -24,7 +24,8 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from driver.parsers._upstream import Timeline, node_logs, step_lines, steplog
+from driver.parsers._runheader import node_logs
+from driver.parsers._upstream import Timeline, step_lines, steplog
 from driver.parsers.base import PARSERS, ParsedLog
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -12,18 +12,17 @@ The version is built in a hidden folder, audited there, and only then renamed in
 a version folder is always complete and always passes the audit at release. Releasing onto an
 existing version is refused; a correction is a new version with ``--changelog``. The versions
 already released and the index are ``versions.py``'s; the signing key and the reasons for
-superlinear cases are checked by ``vouching.py``.
+superlinear cases are checked by ``vouching.py``; what a release refuses in the request and in
+the sessions it is given is ``refusals.py``'s.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,12 +37,10 @@ from driver.files import (
     write_text,
 )
 from driver.frameworks.base import REPO_ROOT
-from driver.model.figures import load_peaks, load_references
 from driver.model.results import kit_revision
 from driver.release.archive import RAW_DIR, collect_session, read_archive, write_archive
 from driver.release.compute import Computed, Marks, compute
-from driver.release.dataset import Dataset, load_dataset, session_of
-from driver.release.imported import load_import
+from driver.release.dataset import Dataset
 from driver.release.layout import PUBLISHED_DIR, load_config
 from driver.release.manifest import (
     KIND,
@@ -56,20 +53,28 @@ from driver.release.manifest import (
 )
 from driver.release.mfu import compute_model_costs
 from driver.release.readme import README_LAYOUT, readme_text
+from driver.release.refusals import (
+    ReleaseError,
+    cases_on_several_devices,
+    check_config_files,
+    checked_dataset,
+    checked_signatures,
+    refuse_a_bad_request,
+    refuse_sessions_a_release_cannot_hold,
+    refused_as_release_error,
+    remeasured_repeats,
+)
 from driver.release.results import RESULTS_SCHEMA, csv_text, json_text, results_data
-from driver.release.signatures import Signatures, describe, session_signatures
-from driver.release.versions import VERSION, released_versions, write_index
+from driver.release.signatures import Signatures
+from driver.release.versions import write_index
 from driver.release.vouching import (
     Vouching,
     VouchingError,
     check_mfu,
-    check_required_signatures,
     check_superlinear,
     vouching_for,
 )
-from driver.schema import ConfigError
 from driver.signing import RELEASE_NAMESPACE, sign
-from driver.text import check_plain_text
 
 if TYPE_CHECKING:
     from driver.release.findings import AuditReport
@@ -77,10 +82,6 @@ if TYPE_CHECKING:
 DEFAULT_REPORTS = REPO_ROOT / "reports"
 DEFAULT_RESULTS = REPO_ROOT / "results"
 Printer = Callable[[str], None]
-
-
-class ReleaseError(RuntimeError):
-    pass
 
 
 # A version is built in ``<reports>/.dlperf-tmp-release-<pid>-<version>``: hidden, and named so
@@ -164,15 +165,6 @@ def _changes(
     }
 
 
-@contextmanager
-def _refused_as_release_error(*kinds: type[Exception], prefix: str = "") -> Iterator[None]:
-    """A check's own error (a bad config file, an unvouched signature) as a ReleaseError."""
-    try:
-        yield
-    except kinds as error:
-        raise ReleaseError(f"{prefix}{error}") from None
-
-
 def release(
     version: str,
     sessions: list[Path],
@@ -201,14 +193,14 @@ def release(
 
     reports_root = Path(reports_root)
     target = reports_root / version
-    previous = _refuse_a_bad_request(version, sessions, target, changelog, title, imports)
-    _check_config_files(imports, repo_root)
-    with _refused_as_release_error(VouchingError):
+    previous = refuse_a_bad_request(version, sessions, target, changelog, title, imports)
+    check_config_files(imports, repo_root)
+    with refused_as_release_error(VouchingError):
         vouching = vouching_for(
             reports_root, signing_key, allowed_signers, superlinear or {}, require_signed
         )
     collected = [collect_session(Path(s)) for s in sessions]
-    _refuse_sessions_a_release_cannot_hold(collected)
+    refuse_sessions_a_release_cannot_hold(collected)
     work = _work_folder(reports_root, version)
     try:
         try:
@@ -244,64 +236,6 @@ def release(
     write_index(reports_root)
     printer(f"released {target} ({report.summary_line()})")
     return target
-
-
-def _refuse_a_bad_request(
-    version: str,
-    sessions: list[Path],
-    target: Path,
-    changelog: str | None,
-    title: str | None,
-    imports: Sequence[Path],
-) -> list[tuple[str, dict[str, Any]]]:
-    """What is wrong with the request itself, before anything is read; the versions already
-    released (newest first)."""
-    if not VERSION.fullmatch(version):
-        raise ReleaseError(f"version {version!r} is not of the form vX.Y[.Z][-label] (v0.1-cpu)")
-    for option, text, kind in (("--title", title, "name"), ("--changelog", changelog, "note")):
-        with _refused_as_release_error(ValueError, prefix=f"{option} "):
-            if text is not None:
-                check_plain_text(text, kind)
-    if target.exists():
-        raise ReleaseError(
-            f"{target} exists: a released version is never rewritten. Release the correction "
-            "as a new version, with --changelog saying what changed and why."
-        )
-    previous = released_versions(target.parent)
-    if previous and not (changelog or "").strip():
-        raise ReleaseError(
-            f"--changelog is required: {previous[0][0]} exists, so say what {version} changes "
-            "and why"
-        )
-    if not sessions:
-        raise ReleaseError("give at least one session")
-    for what, paths in (("sessions", sessions), ("import files", imports)):
-        names = [Path(p).name for p in paths]
-        if len(set(names)) != len(names):
-            raise ReleaseError(f"two {what} share a name: {names}")
-    return previous
-
-
-def _check_config_files(imports: Sequence[Path], repo_root: Path) -> None:
-    """The import files, and the published results and device peaks every table of the
-    version is computed with, load."""
-    for path in imports:
-        with _refused_as_release_error(ConfigError, prefix="import file refused: "):
-            load_import(path)
-    with _refused_as_release_error(ConfigError, prefix="config file refused: "):
-        load_references(repo_root / "reports" / "references.yaml")
-        load_peaks(repo_root / "reports" / "peaks.yaml")
-
-
-def _refuse_sessions_a_release_cannot_hold(collected: list) -> None:
-    refused = [line for c in collected for line in c.refused]
-    if refused:
-        raise ReleaseError(
-            "the sessions hold what a release never follows or archives:\n"
-            + "\n".join(f"  {line}" for line in refused)
-        )
-    if not any(c.repeats for c in collected):
-        raise ReleaseError("the sessions hold no finished repeat")
 
 
 def _work_folder(reports_root: Path, version: str) -> Path:
@@ -354,8 +288,8 @@ def _build(
     vouching: Vouching,
 ) -> None:
     archives, raw_files, members = _archive_sessions(work, collected)
-    signatures = _checked_signatures(members, collected, vouching, printer)
-    dataset = _checked_dataset(members, collected)
+    signatures = checked_signatures(members, collected, vouching, printer)
+    dataset = checked_dataset(members, collected)
     config_files = _copy_config_files(work, repo_root, dataset, imports)
     model_costs = (
         compute_model_costs(((r.case.model, r.case.options) for r in dataset.repeats), printer)
@@ -363,7 +297,7 @@ def _build(
         else {}
     )
     computed = _checked_computation(work, dataset, model_costs, signatures, vouching)
-    remeasured = _remeasured(computed, collected, accept_remeasured)
+    remeasured = remeasured_repeats(computed, collected, accept_remeasured)
     derived = derived_parts(dataset, computed, work)
     if derived["images"]["unlisted"]:
         printer(
@@ -416,52 +350,6 @@ def _archive_sessions(work: Path, collected: list) -> tuple[dict, dict, dict[str
     return archives, raw_files, members
 
 
-def _checked_signatures(
-    members: dict[str, bytes], collected: list, vouching: Vouching, printer: Printer
-) -> Signatures:
-    """Every session's seal and signature, as archived, holding (and signed where required)."""
-    signatures = session_signatures(members, vouching.allowed_signers)
-    if signatures.problems:
-        raise ReleaseError(
-            "sessions whose seal or signature does not hold (driver/model/seal.py; signatures "
-            f"checked against {vouching.allowed_signers}). A file changed after sealing is "
-            "never published as sealed: re-run what changed, or remove the session's "
-            "session-manifest.json and .sig to release it as it is now, unsigned:\n"
-            + "\n".join(f"  {_on_disk(m, collected)}: {p}" for m, p in signatures.problems)
-        )
-    with _refused_as_release_error(VouchingError):
-        check_required_signatures(vouching, signatures.sessions)
-    printer(f"signatures {vouching.trust.verdict()}")
-    for name, status in signatures.sessions.items():
-        printer(f"session {name}: {describe(status)}")
-    return signatures
-
-
-def _checked_dataset(members: dict[str, bytes], collected: list) -> Dataset:
-    """The archived repeats through the door, each case in one session."""
-    dataset = load_dataset(members)
-    if dataset.problems:
-        raise ReleaseError(
-            "repeats the door refuses (driver/verify: what `dlperf report` refuses too; fix or "
-            "re-run them, or release without their session):\n"
-            + "\n".join(
-                f"  {_on_disk(m, collected)}: {_paths_on_disk(p, collected)}"
-                for m, p in dataset.problems
-            )
-        )
-    owners: dict[str, set[str]] = {}
-    for repeat in dataset.repeats:
-        owners.setdefault(repeat.case.id, set()).add(session_of(repeat))
-    shared = {c: s for c, s in owners.items() if len(s) > 1}
-    if shared:
-        case_id, where = next(iter(sorted(shared.items())))
-        raise ReleaseError(
-            f"case {case_id} is in sessions {sorted(where)} (and {len(shared) - 1} more cases "
-            "are shared): release one session per case"
-        )
-    return dataset
-
-
 def _copy_config_files(
     work: Path, repo_root: Path, dataset: Dataset, imports: Sequence[Path]
 ) -> dict[str, dict[str, Any]]:
@@ -498,10 +386,10 @@ def _checked_computation(
     config = load_config(work, model_costs, split_by_machine=True)  # a new version: by machine
     config.marks = Marks(signatures.sessions, vouching.version_status(), dict(vouching.superlinear))
     computed = compute(dataset, config)
-    with _refused_as_release_error(VouchingError):
+    with refused_as_release_error(VouchingError):
         check_superlinear(computed, vouching.superlinear)
         check_mfu(computed)
-    mixed = _cases_on_several_devices(computed)
+    mixed = cases_on_several_devices(computed)
     if mixed:
         raise ReleaseError(
             "a version holds each case measured on one device model, and a published figure "
@@ -511,36 +399,6 @@ def _checked_computation(
             + "\n".join(f"  {case_id}: {', '.join(models)}" for case_id, models in mixed)
         )
     return computed
-
-
-def _remeasured(computed: Computed, collected: list, accept: bool) -> list[dict[str, Any]]:
-    """The repeats whose logs measure differently now than their records say: refused unless
-    ``accept`` (--accept-remeasured), then listed in the manifest."""
-    remeasured = []
-    for repeat in computed.repeats:
-        if repeat.remeasured:
-            recorded, measured = repeat.recorded, repeat.measurement
-            remeasured.append(
-                {
-                    "folder": repeat.folder,
-                    "record": recorded.model_dump() if recorded else None,
-                    "recomputed": measured.model_dump() if measured else None,
-                    # the record's header is not rank 0's header in the logs (the logs win)
-                    **({"header": "differs from the logs"} if repeat.header_differs else {}),
-                }
-            )
-    if remeasured and not accept:
-        first = remeasured[0]
-        raise ReleaseError(
-            f"{len(remeasured)} repeat(s) measure differently from their raw logs now than when "
-            f"they ran (kit changed, or a file was edited); first: "
-            f"{_on_disk(first['folder'], collected)}/record.json: record "
-            f"{first['record']}, recomputed {first['recomputed']}"
-            + (", header differs from rank 0's header in the logs" if "header" in first else "")
-            + ". Pass --accept-remeasured to "
-            "publish the recomputed values (they are listed in the manifest)."
-        )
-    return remeasured
 
 
 def _write_version(
@@ -556,22 +414,6 @@ def _write_version(
     write_text(work / MANIFEST, manifest_text(manifest))
     if vouching.key is not None:
         sign(work / MANIFEST, vouching.key, RELEASE_NAMESPACE)
-
-
-def _on_disk(member: str, collected: list) -> str:
-    """An archive member (``<session>/...``) as the path of the session file it came from."""
-    session, _, rest = member.partition("/")
-    roots = {c.name: c.root for c in collected}
-    return str(roots[session] / rest) if session in roots else member
-
-
-def _paths_on_disk(text: str, collected: list) -> str:
-    """A message naming archive members (``<session>/cases/...``), naming the files instead."""
-    for session in collected:
-        text = re.sub(
-            rf"(?<![\w./-]){re.escape(session.name)}/cases/", f"{session.root}/cases/", text
-        )
-    return text
 
 
 def git_ignored(target: Path, relative: list[Path]) -> list[str]:
@@ -594,27 +436,3 @@ def git_ignored(target: Path, relative: list[Path]) -> list[str]:
     if done.returncode != 0:  # 1: nothing ignored; 128: not a git work tree
         return []
     return sorted(Path(line).relative_to(target).as_posix() for line in done.stdout.splitlines())
-
-
-def _cases_on_several_devices(computed: Computed) -> list[tuple[str, list[str]]]:
-    """Case ids held more than once where a reader could not tell the rows apart: measured on
-    several machines, or a published figure on the device model of a measured row (a published
-    figure on other hardware stands beside the measured case: DLPerf's V100 beside an H100)."""
-    models: dict[str, list[str]] = {}
-    clashes: set[str] = set()
-    measured_models: dict[str, set[str]] = {}
-    published_models: dict[str, list[str]] = {}
-    for s in computed.summaries:
-        label = s.identity if s.device_model in s.identity else f"{s.identity} ({s.device_model})"
-        label += f" (published by {s.published_by})" if s.published_by else ""
-        models.setdefault(s.case_id, []).append(label)
-        if s.published_by:
-            published_models.setdefault(s.case_id, []).append(s.device_model)
-        else:
-            measured_models.setdefault(s.case_id, set()).add(s.device_model)
-    for case_id, labels in models.items():
-        measured = measured_models.get(case_id, set())
-        measured_rows = sum(1 for label in labels if "(published by" not in label)
-        if measured_rows > 1 or measured & set(published_models.get(case_id, [])):
-            clashes.add(case_id)
-    return [(c, sorted(m)) for c, m in sorted(models.items()) if c in clashes]

@@ -18,14 +18,14 @@ from typing import Protocol, TypeVar
 from driver.bench import fingerprint
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
-from driver.parsers._upstream import PARALLEL_FIELDS, RunHeader, parallel_problem
+from driver.parsers._runheader import PARALLEL_FIELDS, RunHeader, parallel_problem
 from driver.registry import Registry
 
 L = TypeVar("L")  # a source's per-model launch record
 
 # What the node prints right after the run header: its hostname, devices (GPU names, else the
 # CPU model) and hardware fingerprint, one "DLPERF-HOST {json}" line read by the upstream parsers
-# (driver.parsers._upstream.rank_host). Only the node knows them: the head renders the header.
+# (driver.parsers._runheader.rank_host). Only the node knows them: the head renders the header.
 # The fingerprint is driver/bench/fingerprint.py itself, run from its source (the upstream image
 # does not hold the kit): zlib-compressed and base64-encoded, so that the program stays one line
 # in dry runs and records, and decoding it gives that file byte for byte. Plain Python 3.6+ (the

@@ -25,7 +25,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from driver.launchers.base import NodeRank
 from driver.model.case import MAX_STEPS, Case, Topology, parse_topology
 from driver.model.hardware import HardwareError, parse_hardware
-from driver.parsers._upstream import PARALLEL_FIELDS, RunHeader, parallel_problem
+from driver.parsers._runheader import PARALLEL_FIELDS, RunHeader, parallel_problem
 from driver.registry import UnknownPlugin
 from driver.schema import ConfigError, StrictModel, load_document, validate
 from driver.sources.base import SOURCES, run_header

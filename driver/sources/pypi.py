@@ -28,7 +28,7 @@ from pydantic import Field
 
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
-from driver.parsers._upstream import RunHeader, header_line
+from driver.parsers._runheader import RunHeader, header_line
 from driver.schema import ConfigError, StrictModel, validate
 from driver.sources.base import (
     HOST_PROBE,

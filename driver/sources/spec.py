@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, PrivateAttr
 
 from driver.frameworks.base import REPO_ROOT
-from driver.parsers._upstream import LOGGING_MODES
+from driver.parsers._runheader import LOGGING_MODES
 from driver.schema import (
     ConfigError,
     Line,

@@ -12,7 +12,7 @@ blocks chosen by the case; :class:`UpstreamSource` fills them in for each node o
 and hosts come from the driver's :class:`NodeRank`, so nobody edits a per-node flag.
 
 Every node command is ``sh -c <wrapper> dlperf-upstream <header> <upstream argv...>``: the
-wrapper prints the run header (``driver.parsers._upstream``), enters the model's folder, runs the
+wrapper prints the run header (``driver.parsers._runheader``), enters the model's folder, runs the
 upstream command unchanged and, where the source writes its step log to a file (DLLogger JSON),
 prints that file after the run. With ``launch: mpi-head`` (Horovod sources) node 0 runs
 ``mpirun`` for every rank over SSH into the other nodes' containers; those nodes run an sshd and
@@ -30,7 +30,7 @@ from typing import Any
 from driver.launchers.base import NodeRank
 from driver.model.case import Case
 from driver.model.hardware import GPU_QUERY
-from driver.parsers._upstream import HEADER_MARK, RunHeader, header_line
+from driver.parsers._runheader import HEADER_MARK, RunHeader, header_line
 from driver.sources.base import (
     HOST_PROBE,
     SOURCES,

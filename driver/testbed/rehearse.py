@@ -31,12 +31,8 @@ from typing import Any, Unpack
 from driver.core.session import Selection, SessionOptions, SessionSetting, run_session
 from driver.frameworks.base import FRAMEWORKS, Framework
 from driver.frameworks.envs import venv_environment, venv_python
-from driver.testbed.simhosts import (
-    SimulatedHosts,
-    SimulatedHostsError,
-    missing_requirements,
-    sweep_stale,
-)
+from driver.testbed.namespaces import SimulatedHostsError, sweep_stale
+from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 
 REHEARSAL_RUNTIME = "process"
 INVENTORY_COPY = "simulated-hosts.yaml"  # in the session folder: the hosts a rehearsal made

@@ -26,16 +26,17 @@ Needs root, iproute2, util-linux and openssh-server (Slurm's packages and munge 
 engine). ``stop()`` removes everything made (daemons, job steps, namespaces, links); names carry
 the creating process's pid, so ``sweep_stale()`` removes what a killed run left.
 
-One file of over 700 lines: a host's namespaces, its sshd and its slurmd are one life cycle
-(made together, checked together, swept together by the same pid-tagged names), and splitting
-the two engines apart would spread that cleanup over files that must then agree on the names.
+This module is the hosts' life cycle (made, checked, faulted and removed together); what it
+stands on is in two modules beside it: :mod:`driver.testbed.namespaces` (the process holding a
+host's namespaces, the subnet claims, and the pid-tagged names with the sweep that reads them,
+in one place) and :mod:`driver.testbed.daemons` (sshd's configuration, its wait and the keys;
+Slurm's ``slurm.conf``).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -47,26 +48,30 @@ from typing import Any
 import yaml
 
 from driver.files import write_text
+from driver.testbed.daemons import (
+    SLURM_BINARIES,
+    SSHD,
+    make_key,
+    slurm_config_lines,
+    sshd_config_lines,
+    wait_for_sshd,
+)
+from driver.testbed.namespaces import (
+    MARKER,
+    TAG,
+    SimulatedHost,
+    SimulatedHostsError,
+    clock_offset,
+    free_subnet,
+    kill_pids,
+    netns_inode,
+    ns_inode,
+    pids_in_namespace,
+    release_subnet,
+    run_checked,
+)
 
-TAG = "dlph"  # namespace/link names: <tag><creating pid>-<host>
-STALE_TAGS = (TAG, "dlps", "dlpt")  # and the test fixtures' clusters
-MARKER = "DLPERF_SIMHOST"  # in every process this module starts: "<creating pid>:<prefix>"
-SSHD = "/usr/sbin/sshd"
-SFTP_SERVER_PATHS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/sftp-server")
-SLURM_BINARIES = ("slurmctld", "slurmd", "srun", "sbatch", "squeue", "scancel", "scontrol",
-                  "sinfo", "munged")  # fmt: skip
 START_TIMEOUT_S = 60.0
-HOUR_S = 3600
-
-
-class SimulatedHostsError(RuntimeError):
-    """The hosts could not be made (the message names the step and what it printed)."""
-
-
-def clock_offset(index: int) -> int:
-    """Host ``index``'s monotonic clock offset: two hours and some seconds per host, so no two
-    hosts (nor this machine) agree, by hours."""
-    return (index + 1) * 2 * HOUR_S + (index + 1) * 13
 
 
 def missing_requirements(*, slurm: bool = False, sshd: bool = True) -> str | None:
@@ -82,181 +87,6 @@ def missing_requirements(*, slurm: bool = False, sshd: bool = True) -> str | Non
     if missing:
         return f"simulated hosts need {', '.join(missing)}: apt-get install {' '.join(missing)}"
     return None
-
-
-def _run(argv: list[str], check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, **kwargs)
-    if check and result.returncode != 0:
-        raise SimulatedHostsError(
-            f"{' '.join(argv)}: exit {result.returncode}: {result.stderr.strip()}"
-        )
-    return result
-
-
-# A subnet is taken once its hosts' link has an address; until then a claim file (the claimer's
-# pid) keeps two runs that start hosts at once (two rehearsals, two test workers) off the same one.
-SUBNET_CLAIMS = Path("/run/dlperf-subnets")
-
-
-def free_subnet() -> str:
-    """A 10.251.X prefix that no address or route of this machine uses and no live process has
-    claimed, claimed for this one (released by :meth:`SimulatedHosts.stop`; a claim whose
-    process is gone is taken over). Without root (a dry run) nothing is claimed."""
-    used = _run(["ip", "-4", "addr"]).stdout + _run(["ip", "-4", "route"]).stdout
-    try:
-        SUBNET_CLAIMS.mkdir(parents=True, exist_ok=True)
-        claims = os.access(SUBNET_CLAIMS, os.W_OK)
-    except OSError:
-        claims = False
-    for third in range(7, 250):
-        prefix = f"10.251.{third}"
-        if f"{prefix}." not in used and (not claims or _claim(SUBNET_CLAIMS / prefix)):
-            return prefix
-    raise SimulatedHostsError("no free 10.251.X.0/24 subnet for simulated hosts")
-
-
-def _claim(path: Path) -> bool:
-    for _ in range(2):  # a stale claim is removed, then taken like a free one
-        try:
-            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            try:
-                owner = int(path.read_text() or 0)
-            except (OSError, ValueError):
-                owner = 0
-            if owner and Path(f"/proc/{owner}").exists():
-                return False
-            path.unlink(missing_ok=True)
-            continue
-        with os.fdopen(handle, "w") as claim:
-            claim.write(str(os.getpid()))
-        return True
-    return False
-
-
-def release_subnet(prefix: str) -> None:
-    """Give back this process's claim on ``prefix`` (a claim of another process stays)."""
-    path = SUBNET_CLAIMS / prefix
-    try:
-        if int(path.read_text()) == os.getpid():
-            path.unlink()
-    except (OSError, ValueError):
-        pass
-
-
-def _ns_inode(pid: int | str, kind: str) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
-    except OSError:
-        return None
-
-
-def pids_in_namespace(kind: str, inode: int) -> list[int]:
-    """Every process whose ``kind`` namespace (net, uts, ...) is ``inode``."""
-    own = os.getpid()
-    return [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit() and int(entry.name) != own and _ns_inode(entry.name, kind) == inode
-    ]
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _netns_inode(name: str) -> int | None:
-    try:
-        return os.stat(f"/run/netns/{name}").st_ino
-    except OSError:
-        return None
-
-
-def wait_for_sshd(
-    process: subprocess.Popen, address: str, port: int, log: Path, timeout_s: float = 20.0
-) -> str | None:
-    """None once the sshd started as ``process`` accepts connections at ``address:port``; else
-    why not (it exited, with its log; or it stayed silent for ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return f"sshd exited: {log.read_text() if log.exists() else '(no log)'}"
-        try:
-            with socket.create_connection((address, port), timeout=1):
-                return None
-        except OSError:
-            time.sleep(0.05)
-    return f"sshd at {address}:{port} did not listen within {timeout_s:.0f} s"
-
-
-def sshd_config_lines(*, port: int, address: str, root: Path, sftp: bool = True) -> list[str]:
-    """An sshd of its own under ``root``: own host key and authorized keys, keys only, many
-    sessions at once (the runtimes open several per node)."""
-    sftp_server = next((p for p in SFTP_SERVER_PATHS if Path(p).exists()), SFTP_SERVER_PATHS[0])
-    return [
-        f"Port {port}",
-        f"ListenAddress {address}",
-        f"HostKey {root / 'host_ed25519'}",
-        f"AuthorizedKeysFile {root / 'authorized_keys'}",
-        f"PidFile {root / 'sshd.pid'}",
-        "UsePAM no",
-        "StrictModes no",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "PermitRootLogin prohibit-password",
-        "AllowTcpForwarding no",
-        "X11Forwarding no",
-        "PrintMotd no",
-        "MaxSessions 64",
-        "MaxStartups 64:30:128",
-        "LogLevel ERROR",
-        # bash sources ~/.bashrc for commands run by sshd only at shell level 1; this
-        # machine's (pyenv init) would add ~0.3 s to every command.
-        "SetEnv SHLVL=1",
-        f"Subsystem sftp {sftp_server}" if sftp else "",
-        "",
-    ]
-
-
-def make_key(path: Path) -> Path:
-    """An ed25519 key pair at ``path`` (and ``path.pub``), made once."""
-    if not path.exists():
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)])
-    return path
-
-
-@dataclass
-class SimulatedHost:
-    index: int
-    name: str
-    address: str
-    port: int
-    offset_s: int  # its monotonic (and boot-time) clock minus this machine's
-    root: Path  # its folder: sshd files, scratch
-    namespace: str | None  # its network namespace (None: this machine's network)
-    holder_pid: int | None = None  # the process holding its namespaces open
-    uts_inode: int | None = None
-    launcher: subprocess.Popen | None = None
-
-    @property
-    def scratch(self) -> Path:
-        return self.root / "scratch"
-
-    def enter(self, cwd: Path | str | None = None) -> list[str]:
-        """The argv prefix that runs a command inside this host (all its namespaces)."""
-        if self.holder_pid is None:
-            raise SimulatedHostsError(f"host {self.name} is not running")
-        argv = ["nsenter", "-t", str(self.holder_pid), "--uts", "--mount", "--time"]
-        if self.namespace:
-            argv.append("--net")
-        if cwd is not None:
-            argv.append(f"--wd={cwd}")
-        return [*argv, "--"]
 
 
 @dataclass
@@ -493,29 +323,29 @@ class SimulatedHosts:
     def _network(self) -> None:
         ctl = f"{self.prefix}-ctl"
         self.namespaces.append(ctl)
-        _run(["ip", "netns", "add", ctl])
+        run_checked(["ip", "netns", "add", ctl])
         in_ctl = ["ip", "netns", "exec", ctl]
-        _run([*in_ctl, "ip", "link", "set", "lo", "up"])
-        _run([*in_ctl, "ip", "link", "add", "br0", "type", "bridge"])
-        _run([*in_ctl, "ip", "addr", "add", f"{self.subnet}.2/24", "dev", "br0"])
-        _run([*in_ctl, "ip", "link", "set", "br0", "up"])
+        run_checked([*in_ctl, "ip", "link", "set", "lo", "up"])
+        run_checked([*in_ctl, "ip", "link", "add", "br0", "type", "bridge"])
+        run_checked([*in_ctl, "ip", "addr", "add", f"{self.subnet}.2/24", "dev", "br0"])
+        run_checked([*in_ctl, "ip", "link", "set", "br0", "up"])
         self.host_link = f"{self.prefix}h"
-        _run(["ip", "link", "add", self.host_link, "type", "veth", "peer", "name", "up0",
-              "netns", ctl])  # fmt: skip
-        _run(["ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.host_link])
-        _run(["ip", "link", "set", self.host_link, "up"])
-        _run([*in_ctl, "ip", "link", "set", "up0", "master", "br0", "up"])
+        run_checked(["ip", "link", "add", self.host_link, "type", "veth", "peer", "name", "up0",
+                     "netns", ctl])  # fmt: skip
+        run_checked(["ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.host_link])
+        run_checked(["ip", "link", "set", self.host_link, "up"])
+        run_checked([*in_ctl, "ip", "link", "set", "up0", "master", "br0", "up"])
         for host in self.hosts:
             assert host.namespace is not None
             self.namespaces.append(host.namespace)
-            _run(["ip", "netns", "add", host.namespace])
+            run_checked(["ip", "netns", "add", host.namespace])
             in_host = ["ip", "netns", "exec", host.namespace]
-            _run([*in_host, "ip", "link", "set", "lo", "up"])
-            _run(["ip", "link", "add", "eth0", "netns", host.namespace, "type", "veth", "peer",
-                  "name", f"port{host.index}", "netns", ctl])  # fmt: skip
-            _run([*in_host, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0"])
-            _run([*in_host, "ip", "link", "set", "eth0", "up"])
-            _run([*in_ctl, "ip", "link", "set", f"port{host.index}", "master", "br0", "up"])
+            run_checked([*in_host, "ip", "link", "set", "lo", "up"])
+            run_checked(["ip", "link", "add", "eth0", "netns", host.namespace, "type", "veth",
+                         "peer", "name", f"port{host.index}", "netns", ctl])  # fmt: skip
+            run_checked([*in_host, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0"])
+            run_checked([*in_host, "ip", "link", "set", "eth0", "up"])
+            run_checked([*in_ctl, "ip", "link", "set", f"port{host.index}", "master", "br0", "up"])
 
     def _hosts_file(self) -> None:
         lines = ["127.0.0.1 localhost"]
@@ -560,18 +390,22 @@ class SimulatedHosts:
             time.sleep(0.02)
         host.holder_pid = int(pid_file.read_text())
         # The hostname and mount are set right after the pid is written: wait for the name.
-        while (name := _run([*host.enter(), "hostname"], check=False).stdout.strip()) != host.name:
+        while (
+            name := run_checked([*host.enter(), "hostname"], check=False).stdout.strip()
+        ) != host.name:
             if time.monotonic() > deadline:
                 raise SimulatedHostsError(f"host {host.name}: hostname is {name!r}")
             time.sleep(0.02)
         # The node-local tmpfs is mounted last: wait for it too (the host's name in it).
         if self.node_local is not None:
             marker = str(Path(self.node_local) / ".host")
-            while _run([*host.enter(), "cat", marker], check=False).stdout.strip() != host.name:
+            while (
+                run_checked([*host.enter(), "cat", marker], check=False).stdout.strip() != host.name
+            ):
                 if time.monotonic() > deadline:
                     raise SimulatedHostsError(f"host {host.name}: {self.node_local} not bound")
                 time.sleep(0.02)
-        host.uts_inode = _ns_inode(host.holder_pid, "uts")
+        host.uts_inode = ns_inode(host.holder_pid, "uts")
 
     def _start_daemon(self, name: str, argv: list[str]) -> None:
         out = (self.root / "log" / f"{name}.stdout").open("ab")
@@ -630,50 +464,7 @@ class SimulatedHosts:
             time.sleep(0.1)
 
     def _write_slurm_config(self) -> None:
-        root = self.root
-        lines = [
-            "ClusterName=dlptest",
-            f"SlurmctldHost=dlpctl({self.subnet}.2)",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={root}/munge/munge.sock",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            f"StateSaveLocation={root}/state",
-            f"SlurmdSpoolDir={root}/spool.%n",
-            f"SlurmctldPidFile={root}/slurmctld.pid",
-            f"SlurmdPidFile={root}/slurmd.%n.pid",
-            f"SlurmctldLogFile={root}/log/slurmctld.log",
-            f"SlurmdLogFile={root}/log/slurmd.%n.log",
-            # No cgroups: the hosts share this machine's cgroup tree.
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "MpiDefault=none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_CPU",
-            # The declared CPUs count, not this machine's: N hosts x 8 tasks fit on 2 cores.
-            "SlurmdParameters=config_overrides",
-            "ReturnToService=2",
-            # A host whose slurmd is gone is DOWN within seconds, not minutes.
-            "SlurmdTimeout=10",
-            "MessageTimeout=5",
-            "KillWait=3",
-            "MinJobAge=300",
-            "InactiveLimit=0",
-            "SchedulerType=sched/builtin",
-        ]
-        lines += [
-            f"NodeName={h.name} NodeAddr={h.address} NodeHostname={h.name} CPUs={self.cpus} "
-            "State=UNKNOWN"
-            for h in self.hosts
-        ]
-        lines.append(
-            f"PartitionName=debug Nodes={','.join(self.names)} Default=YES MaxTime=INFINITE "
-            "State=UP"
-        )
+        lines = slurm_config_lines(self.root, self.subnet, self.hosts, self.cpus)
         write_text(self.conf, "\n".join(lines) + "\n")
 
     def start_slurmd(self, name: str) -> None:
@@ -707,7 +498,7 @@ class SimulatedHosts:
         found: set[int] = set()
         if host.uts_inode is not None:
             found.update(pids_in_namespace("uts", host.uts_inode))
-        if host.namespace and (inode := _netns_inode(host.namespace)) is not None:
+        if host.namespace and (inode := netns_inode(host.namespace)) is not None:
             found.update(pids_in_namespace("net", inode))
         return sorted(found - {host.holder_pid})
 
@@ -715,7 +506,7 @@ class SimulatedHosts:
         """Host ``name`` "loses power": every process in it dies at once (SIGKILL); its
         namespaces stay, so its daemons can start again. Returns the pids killed."""
         pids = self.processes(name)
-        _kill(pids)
+        kill_pids(pids)
         return pids
 
     def throttle(self, name: str, rate: str) -> None:
@@ -727,10 +518,10 @@ class SimulatedHosts:
             raise SimulatedHostsError(f"host {name} has no network of its own to throttle")
         in_host = ["ip", "netns", "exec", host.namespace, "tc", "qdisc"]
         if not rate:
-            _run([*in_host, "del", "dev", "eth0", "root"], check=False)
+            run_checked([*in_host, "del", "dev", "eth0", "root"], check=False)
             return
-        _run([*in_host, "replace", "dev", "eth0", "root", "tbf", "rate", rate,
-              "burst", "32kb", "latency", "100ms"])  # fmt: skip
+        run_checked([*in_host, "replace", "dev", "eth0", "root", "tbf", "rate", rate,
+                     "burst", "32kb", "latency", "100ms"])  # fmt: skip
 
     # -- removing ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -762,26 +553,26 @@ class SimulatedHosts:
         # daemon: whatever still runs in one of the hosts is ours, and goes; then the holders.
         for host in self.hosts:
             if host.holder_pid is not None:
-                _kill(self.processes(host.name))
-                _kill([host.holder_pid])
+                kill_pids(self.processes(host.name))
+                kill_pids([host.holder_pid])
             if host.launcher is not None:
                 host.launcher.kill()
                 host.launcher.wait(timeout=15)
             host.holder_pid = None
         for ns in self.namespaces:
-            if (inode := _netns_inode(ns)) is not None:
-                _kill(pids_in_namespace("net", inode))
+            if (inode := netns_inode(ns)) is not None:
+                kill_pids(pids_in_namespace("net", inode))
         for ns in reversed(self.namespaces):
-            _run(["ip", "netns", "del", ns], check=False)
+            run_checked(["ip", "netns", "del", ns], check=False)
         if self.host_link:
-            _run(["ip", "link", "del", self.host_link], check=False)
+            run_checked(["ip", "link", "del", self.host_link], check=False)
 
     def leftovers(self) -> list[str]:
         """What of these hosts still exists (empty after ``stop()``)."""
         found = []
-        netns = _run(["ip", "netns", "list"], check=False).stdout.split()
+        netns = run_checked(["ip", "netns", "list"], check=False).stdout.split()
         found += [f"netns {ns}" for ns in self.namespaces if ns in netns]
-        links = _run(["ip", "-o", "link"], check=False).stdout
+        links = run_checked(["ip", "-o", "link"], check=False).stdout
         if self.host_link and f" {self.host_link}@" in links:
             found.append(f"link {self.host_link}")
         found += [f"{name} pid {p.pid}" for name, p in self.daemons.items() if p.poll() is None]
@@ -796,42 +587,3 @@ class SimulatedHosts:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
-
-
-def _marker_of(pid: str) -> str | None:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    prefix = f"{MARKER}=".encode()
-    return next((v[len(prefix) :].decode() for v in environ if v.startswith(prefix)), None)
-
-
-def sweep_stale() -> list[str]:
-    """Remove what a run killed outright (SIGKILL, a crashed CI job) left: hosts, namespaces and
-    links of ours whose creating process (its pid is in the name) is gone, and their processes."""
-    removed = []
-    init_uts = _ns_inode(1, "uts")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or (marker := _marker_of(entry.name)) is None:
-            continue
-        creator = marker.partition(":")[0]
-        if not creator.isdigit() or Path(f"/proc/{creator}").exists():
-            continue
-        uts = _ns_inode(entry.name, "uts")
-        if uts is not None and uts != init_uts:
-            _kill(pids_in_namespace("uts", uts))
-        _kill([int(entry.name)])
-        removed.append(f"pid {entry.name} ({marker})")
-    listing = _run(["ip", "netns", "list"], check=False).stdout.split("\n")
-    for ns in (line.split()[0] for line in listing if line.strip()):
-        prefix, _, _rest = ns.partition("-")
-        tag, digits = prefix[:4], prefix[4:]
-        if tag not in STALE_TAGS or not digits.isdigit() or Path(f"/proc/{digits}").exists():
-            continue
-        if (inode := _netns_inode(ns)) is not None:
-            _kill(pids_in_namespace("net", inode))
-        _run(["ip", "netns", "del", ns], check=False)
-        _run(["ip", "link", "del", f"{prefix}h"], check=False)
-        removed.append(ns)
-    return removed

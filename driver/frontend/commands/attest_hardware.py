@@ -11,7 +11,8 @@ from driver.frontend.args import reports_and_results
 
 def cmd_attest_hardware(args: argparse.Namespace) -> int:
     """State the machine a session ran on, for logs that carry no fingerprint of their own."""
-    from driver.release.release import ReleaseError, resolve_session
+    from driver.release.refusals import ReleaseError
+    from driver.release.release import resolve_session
     from driver.verify.folder import verify_sessions
     from driver.verify.hardware import (
         ATTESTATION,

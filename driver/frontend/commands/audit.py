@@ -11,7 +11,8 @@ from driver.frontend.args import allowed_signers_option, check_trust_anchor, rep
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from driver.release.audit import audit
-    from driver.release.release import ReleaseError, resolve_version
+    from driver.release.refusals import ReleaseError
+    from driver.release.release import resolve_version
     from driver.release.versions import released_versions
 
     if args.images_lock:  # a lock named but missing or unreadable is an error, never skipped

@@ -11,7 +11,7 @@ from driver.core.session import seal_finished
 from driver.files import sha256_bytes
 from driver.frontend.args import RESULTS, check_session_name
 from driver.model.seal import configured_signer
-from driver.parsers._upstream import LOGGING_MODES
+from driver.parsers._runheader import LOGGING_MODES
 from driver.signing import SigningError
 from driver.sources.logfacts import FACT_FLAGS, ImportLogsError, load_facts
 

@@ -15,7 +15,8 @@ from driver.frontend.args import (
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    from driver.release.release import ReleaseError, release, resolve_session
+    from driver.release.refusals import ReleaseError
+    from driver.release.release import release, resolve_session
     from driver.signing import SigningError, configured_key
 
     try:
