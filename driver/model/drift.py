@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from driver.files import sha256_bytes
-from driver.model.results import RECORD, RankFacts
+from driver.model.results import NODE_LOG, RECORD, RankFacts
 from driver.model.seal import (
     REPEAT_FOLDER,
     SEAL,
@@ -56,7 +56,6 @@ from driver.signing import (
     verify_bytes,
 )
 
-NODE_LOG = re.compile(r"^node\d+\.log$")
 _UNFINISHED_PROBE = re.compile(r"^cases/.+/batch-search/[^/]+$")
 _SET_ASIDE = re.compile(r"\.(failed|old)-\d+$")
 

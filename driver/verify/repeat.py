@@ -24,7 +24,6 @@ A refusal is a :class:`RepeatRefused` naming the file at fault and, where there 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -33,12 +32,11 @@ from driver.model.case import Case
 from driver.model.hardware import UNKNOWN, Hardware, HardwareError, display_labels
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
-from driver.model.results import RECORD, RecordError, RepeatRecord, rank_fingerprints
+from driver.model.results import NODE_LOG, RECORD, RecordError, RepeatRecord, rank_fingerprints
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.verify.hardware import AttestationError, load_attestation, machine_of
 
 CASE_FILE = "case.json"
-NODE_LOG = re.compile(r"^node\d+\.log$")
 
 
 class RepeatRefused(ValueError):
