@@ -273,34 +273,33 @@ def verdict(a: list[float], b: list[float], alpha: float = ALPHA) -> CompareVerd
 # The comparison
 
 
-def compare_sides(a: Side, b: Side, alpha: float = ALPHA) -> tuple[list[dict[str, Any]], str]:
-    """Rows (one per common case) and the Markdown report."""
-    rows = []
-    for case_id in sorted(set(a.cases) & set(b.cases)):
-        ca, cb = a.cases[case_id], b.cases[case_id]
-        v = verdict(ca.throughputs, cb.throughputs, alpha)
-        rows.append(
-            {
-                "case_id": case_id,
-                "a_median": ca.stats.median,
-                "a_cv": ca.stats.cv,
-                "a_min": ca.stats.minimum,
-                "a_max": ca.stats.maximum,
-                "a_repeats": ca.stats.repeats,
-                "b_median": cb.stats.median,
-                "b_cv": cb.stats.cv,
-                "b_min": cb.stats.minimum,
-                "b_max": cb.stats.maximum,
-                "b_repeats": cb.stats.repeats,
-                "ratio": v.ratio,
-                "p_value": v.p_value,
-                "threshold": v.threshold,
-                "u_test": v.tested,
-                "verdict": v.label,
-                "a_device": ca.fields["device"],
-                "b_device": cb.fields["device"],
-            }
-        )
+def _compared(case_id: str, ca: CaseView, cb: CaseView, alpha: float) -> dict[str, Any]:
+    """One common case's row: both sides' statistics and the verdict on B against A."""
+    v = verdict(ca.throughputs, cb.throughputs, alpha)
+    return {
+        "case_id": case_id,
+        "a_median": ca.stats.median,
+        "a_cv": ca.stats.cv,
+        "a_min": ca.stats.minimum,
+        "a_max": ca.stats.maximum,
+        "a_repeats": ca.stats.repeats,
+        "b_median": cb.stats.median,
+        "b_cv": cb.stats.cv,
+        "b_min": cb.stats.minimum,
+        "b_max": cb.stats.maximum,
+        "b_repeats": cb.stats.repeats,
+        "ratio": v.ratio,
+        "p_value": v.p_value,
+        "threshold": v.threshold,
+        "u_test": v.tested,
+        "verdict": v.label,
+        "a_device": ca.fields["device"],
+        "b_device": cb.fields["device"],
+    }
+
+
+def _table(rows: list[dict[str, Any]], a: Side, b: Side) -> str:
+    """The common cases' rows as a Markdown table."""
     table = [
         [
             r["case_id"],
@@ -328,9 +327,17 @@ def compare_sides(a: Side, b: Side, alpha: float = ALPHA) -> tuple[list[dict[str
         "U-test p",
         "verdict",
     ]
+    return tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def compare_sides(a: Side, b: Side, alpha: float = ALPHA) -> tuple[list[dict[str, Any]], str]:
+    """Rows (one per common case) and the Markdown report."""
+    rows = []
+    for case_id in sorted(set(a.cases) & set(b.cases)):
+        rows.append(_compared(case_id, a.cases[case_id], b.cases[case_id], alpha))
     out = [f"# {b.name} ({b.kind}) against {a.name} ({a.kind})", ""]
     if rows:
-        out.append(tabulate(table, headers=headers, tablefmt="github", disable_numparse=True))
+        out.append(_table(rows, a, b))
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1

@@ -128,6 +128,10 @@ def _published(view: CaseView) -> str:
     return view.published_by or ""
 
 
+# A pair of cases that differ in the studied factor, and the ratio of their metric (b / a).
+Pair = tuple[CaseView, CaseView, float]
+
+
 def factor_pairs(
     sides: list[Side],
     factor: str,
@@ -135,7 +139,7 @@ def factor_pairs(
     b: str,
     where: Sequence[tuple[str, str]] = (),
     metric: str = "throughput",
-) -> list[tuple[CaseView, CaseView, float]]:
+) -> list[Pair]:
     views = [
         v
         for side in sides
@@ -217,6 +221,126 @@ def _metric_cell(view: CaseView, metric: str) -> str:
     return f"{value:.2%}" if metric == "efficiency" else f"{value:.2f}"
 
 
+def _heading(
+    sides: list[Side], factor: str, a: str, b: str, metric: str, filters: Sequence[tuple[str, str]]
+) -> list[str]:
+    """The report's title and the cases it is limited to."""
+    names = " + ".join(s.name for s in sides)
+    label = "" if metric == "throughput" else f" {metric}"
+    out = [f"# {factor}{label}: {b} against {a} ({names})", ""]
+    if filters:
+        out += ["Only cases with " + ", ".join(f"{n}={v}" for n, v in filters) + ".", ""]
+    return out
+
+
+def _nothing_pairs(
+    sides: list[Side], factor: str, a: str, b: str, filters: Sequence[tuple[str, str]]
+) -> list[str]:
+    """Where no pair differs only in ``factor``: the values seen, and the closest cases."""
+    out = [
+        f"No pair of cases differs only in {factor} ({a} vs {b}). Values seen: "
+        + ", ".join(sorted({_value(v, factor) for s in sides for v in s.cases.values()}))
+    ]
+    views = [v for s in sides for v in s.cases.values()]
+    views = [v for v in views if all(matches(v, n, value) for n, value in filters)]
+    misses = near_misses(views, factor, a, b)
+    if misses:
+        out += ["", "The closest cases, and every factor in which they differ:", *misses]
+    return out
+
+
+def _group_ratios(pairs: list[Pair], group_by: str) -> list[dict[str, Any]]:
+    """The median and geometric mean ratio of each ``group_by`` value's pairs."""
+    groups = []
+    for value in sorted({_value(pa, group_by) for pa, _, _ in pairs}):
+        members = [r for pa, _, r in pairs if _value(pa, group_by) == value]
+        groups.append(
+            {
+                "factor": group_by,
+                "value": value,
+                "pairs": len(members),
+                "median_ratio": statistics.median(members),
+                "geometric_mean_ratio": _geomean(members),
+            }
+        )
+    return groups
+
+
+def _ratio_table(
+    pairs: list[Pair],
+    differences: list[list[str]],
+    shown: list[str],
+    groups: list[dict[str, Any]],
+    *,
+    a: str,
+    b: str,
+    factor: str,
+    metric: str,
+) -> str:
+    """The pairs' table: the ``shown`` factors, both sides' metric and their ratio, then the
+    medians of each group and of all pairs (and the geometric mean)."""
+    unit = "samples/s" if metric == "throughput" else metric
+    published = any(pa.published_by or pb.published_by for pa, pb, _ in pairs)
+    differ = any(differences)
+    rows = [
+        [
+            *(_value(pa, f) for f in shown),
+            *([pa.published_by or "measured"] if published else []),
+            _metric_cell(pa, metric),
+            _metric_cell(pb, metric),
+            f"{ratio:.4f}",
+            *(["; ".join(d) or "-"] if differ else []),
+        ]
+        for (pa, pb, ratio), d in zip(pairs, differences, strict=True)
+    ]
+    ratios = [r for _, _, r in pairs]
+    blank = [""] * (len(shown) - 1 + (1 if published else 0) + 2)
+    tail = [""] if differ else []
+    for g in groups:
+        label = f"median {g['factor']}={g['value']}"
+        rows.append([label, *blank, f"{g['median_ratio']:.4f}", *tail])
+    rows.append(["median (all pairs)", *blank, f"{statistics.median(ratios):.4f}", *tail])
+    rows.append(["geometric mean (all pairs)", *blank, f"{_geomean(ratios):.4f}", *tail])
+    headers = [*shown, *(["published by"] if published else []), f"{a} {unit}", f"{b} {unit}"]
+    headers.append(f"{b}/{a}")
+    if differ:
+        headers.append(f"also differs (not only {factor})")
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _not_factor_alone(differences: list[list[str]], factor: str) -> str:
+    """The warning under a table whose pairs differ in more than ``factor``."""
+    named = sorted({d.split(":")[0] for ds in differences for d in ds})
+    impure = sum(1 for d in differences if d)
+    return (
+        f"{impure} of {len(differences)} pair(s) differ in more than {factor}: "
+        f"{', '.join(named)} (column 'also differs'); their ratio is not {factor} alone. "
+        "Run your side as the other ran (`--amp-dtype fp16` for DLPerf's V100 AMP, the "
+        "pinned image where your GPU runs it, the same data prepared by `dlperf data`) or "
+        "read the ratio with them."
+    )
+
+
+def _pair_records(
+    pairs: list[Pair], differences: list[list[str]], metric: str
+) -> list[dict[str, Any]]:
+    """The pairs as the report's JSON lists them."""
+    return [
+        {
+            "a_case": pa.case_id,
+            "b_case": pb.case_id,
+            "a_median": pa.stats.median,
+            "b_median": pb.stats.median,
+            "a_value": metric_of(pa, metric),
+            "b_value": metric_of(pb, metric),
+            "published_by": pa.published_by,
+            "ratio": ratio,
+            "also_differs": d,
+        }
+        for (pa, pb, ratio), d in zip(pairs, differences, strict=True)
+    ]  # fmt: skip
+
+
 def factor_report(
     sides: list[Side],
     factor: str,
@@ -233,23 +357,10 @@ def factor_report(
     head = {"factor": factor, "a": a, "b": b, "metric": metric, "where": dict(filters)}
     group_by = normalize_factor(by) if by else None
     pairs = factor_pairs(sides, factor, a, b, filters, metric)
-    names = " + ".join(s.name for s in sides)
-    label = "" if metric == "throughput" else f" {metric}"
-    out = [f"# {factor}{label}: {b} against {a} ({names})", ""]
-    if filters:
-        out += ["Only cases with " + ", ".join(f"{n}={v}" for n, v in filters) + ".", ""]
+    out = _heading(sides, factor, a, b, metric, filters)
     if not pairs:
-        out.append(
-            f"No pair of cases differs only in {factor} ({a} vs {b}). Values seen: "
-            + ", ".join(sorted({_value(v, factor) for s in sides for v in s.cases.values()}))
-        )
-        views = [v for s in sides for v in s.cases.values()]
-        views = [v for v in views if all(matches(v, n, value) for n, value in filters)]
-        misses = near_misses(views, factor, a, b)
-        if misses:
-            out += ["", "The closest cases, and every factor in which they differ:", *misses]
-        empty = {**head, "pairs": [], "median_ratio": None, "groups": []}
-        return empty, "\n".join(out) + "\n"
+        out += _nothing_pairs(sides, factor, a, b, filters)
+        return {**head, "pairs": [], "median_ratio": None, "groups": []}, "\n".join(out) + "\n"
     others = _key_factors(factor)
     varying = [f for f in others if len({_value(p[0], f) for p in pairs}) > 1]
     shown = varying or others[:3]
@@ -257,81 +368,24 @@ def factor_report(
         shown = [group_by, *shown]
     if group_by:  # rows of a group together, as its median row follows them
         pairs.sort(key=lambda p: (_value(p[0], group_by), p[0].case_id, p[1].case_id))
-    unit = "samples/s" if metric == "throughput" else metric
-    published = any(pa.published_by or pb.published_by for pa, pb, _ in pairs)
     differences = [also_differs(pa, pb, factor) for pa, pb, _ in pairs]
-    differ = any(differences)
-    rows = [
-        [
-            *(_value(pa, f) for f in shown),
-            *([pa.published_by or "measured"] if published else []),
-            _metric_cell(pa, metric),
-            _metric_cell(pb, metric),
-            f"{ratio:.4f}",
-            *(["; ".join(d) or "-"] if differ else []),
-        ]
-        for (pa, pb, ratio), d in zip(pairs, differences, strict=True)
-    ]
     ratios = [r for _, _, r in pairs]
     median = statistics.median(ratios)
     geomean = _geomean(ratios)
-    groups = []
-    if group_by:
-        values = sorted({_value(pa, group_by) for pa, _, _ in pairs})
-        for value in values:
-            members = [r for pa, _, r in pairs if _value(pa, group_by) == value]
-            groups.append(
-                {
-                    "factor": group_by,
-                    "value": value,
-                    "pairs": len(members),
-                    "median_ratio": statistics.median(members),
-                    "geometric_mean_ratio": _geomean(members),
-                }
-            )
-    blank = [""] * (len(shown) - 1 + (1 if published else 0) + 2)
-    tail = [""] if differ else []
-    for g in groups:
-        rows.append([f"median {group_by}={g['value']}", *blank, f"{g['median_ratio']:.4f}", *tail])
-    rows.append(["median (all pairs)", *blank, f"{median:.4f}", *tail])
-    rows.append(["geometric mean (all pairs)", *blank, f"{geomean:.4f}", *tail])
-    headers = [*shown, *(["published by"] if published else []), f"{a} {unit}", f"{b} {unit}"]
-    headers.append(f"{b}/{a}")
-    if differ:
-        headers.append(f"also differs (not only {factor})")
-    out.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+    groups = _group_ratios(pairs, group_by) if group_by else []
+    table = _ratio_table(pairs, differences, shown, groups, a=a, b=b, factor=factor, metric=metric)
+    out.append(table)
     constant = [f"{f}={_value(pairs[0][0], f)}" for f in others if f not in varying]
     out += [
         "",
         f"{len(pairs)} pair(s); median {b}/{a} = {median:.4f} (geometric mean {geomean:.4f}).",
         f"Equal in every pair: {', '.join(constant)}." if constant else "",
     ]
-    if differ:
-        named = sorted({d.split(":")[0] for ds in differences for d in ds})
-        impure = sum(1 for d in differences if d)
-        out.append(
-            f"{impure} of {len(pairs)} pair(s) differ in more than {factor}: "
-            f"{', '.join(named)} (column 'also differs'); their ratio is not {factor} alone. "
-            "Run your side as the other ran (`--amp-dtype fp16` for DLPerf's V100 AMP, the "
-            "pinned image where your GPU runs it, the same data prepared by `dlperf data`) or "
-            "read the ratio with them."
-        )
+    if any(differences):
+        out.append(_not_factor_alone(differences, factor))
     data = {
         **head,
-        "pairs": [
-            {
-                "a_case": pa.case_id,
-                "b_case": pb.case_id,
-                "a_median": pa.stats.median,
-                "b_median": pb.stats.median,
-                "a_value": metric_of(pa, metric),
-                "b_value": metric_of(pb, metric),
-                "published_by": pa.published_by,
-                "ratio": ratio,
-                "also_differs": d,
-            }
-            for (pa, pb, ratio), d in zip(pairs, differences, strict=True)
-        ],  # fmt: skip
+        "pairs": _pair_records(pairs, differences, metric),
         "median_ratio": median,
         "geometric_mean_ratio": geomean,
         "groups": groups,

@@ -268,20 +268,17 @@ def check_architecture(adapter: Adapter) -> ArchDecision | None:
     return decision
 
 
-def _train(adapter: Adapter, run: Run) -> int:
+def _header_options(
+    adapter: Adapter,
+    run: Run,
+    options: dict[str, Any],
+    parameters: int,
+    arch: ArchDecision | None,
+) -> dict[str, Any]:
+    """What the run header's ``options`` says of this run: its options, shape and steps, the
+    device, threads and parameter count, the adapter's own, and a PTX-compiled GPU's reason."""
     args = run.args
-    if args.dataset not in adapter.datasets:
-        raise OptionError(
-            f"--dataset {args.dataset}: the {adapter.framework} scripts have no input pipeline "
-            f"for it (they support: {', '.join(adapter.datasets)})"
-        )
-    on_gpu = adapter.setup()
-    options = resolve_options(args, adapter.own_options, world_size=run.world_size, on_gpu=on_gpu)
-    adapter.check_options(options)
-    run.options = options
-    arch = check_architecture(adapter) if on_gpu else None
-    parameters = adapter.build_model()
-    record = {
+    return {
         **options,
         "batch_size": args.batch_size,
         "global_batch_size": args.batch_size * run.world_size,
@@ -298,24 +295,15 @@ def _train(adapter: Adapter, run: Run) -> int:
         **adapter.header_options(),
         **({"gpu_arch": arch.reason} if arch is not None and arch.verdict == PTX else {}),
     }
-    logger = StepLogger(
-        framework=adapter.framework, model=args.model, sync=adapter.sync, rank_env=run.rank_env()
-    )
-    logger.header(
-        versions=adapter.versions(),
-        devices=adapter.devices(),
-        options=record,
-        hardware=fingerprint.take(),  # what this node is: every rank says it of its own node
-    )
 
-    if run.distributed:
-        adapter.barrier()  # start the clocks of all ranks together
-    if arch is not None and arch.verdict == PTX and args.warmup_steps == 0:
-        # PTX is compiled at each kernel's first launch: one step before the window takes it
-        adapter.step(adapter.make_batch())
-        adapter.sync()
+
+def _run_steps(
+    adapter: Adapter, args: argparse.Namespace, logger: StepLogger, *, every_step: bool
+) -> None:
+    """Every step, logged: synced at each step with ``every_step``, else only at the window's
+    two ends (after the warm-up and the last step); the device's own clock over the window
+    where the adapter has one."""
     timer = adapter.device_timer()
-    every_step = options["step_sync"] == "every"
     boundaries = {args.warmup_steps, args.total_steps}  # the window: after these two steps
     logger.begin()
     if timer is not None and args.warmup_steps == 0:
@@ -334,6 +322,39 @@ def _train(adapter: Adapter, run: Run) -> int:
     logger.end(adapter.peak_memory())
     if timer is not None and args.total_steps > args.warmup_steps:
         logger.device_window(timer.seconds(), args.total_steps - args.warmup_steps, timer.source)
+
+
+def _train(adapter: Adapter, run: Run) -> int:
+    args = run.args
+    if args.dataset not in adapter.datasets:
+        raise OptionError(
+            f"--dataset {args.dataset}: the {adapter.framework} scripts have no input pipeline "
+            f"for it (they support: {', '.join(adapter.datasets)})"
+        )
+    on_gpu = adapter.setup()
+    options = resolve_options(args, adapter.own_options, world_size=run.world_size, on_gpu=on_gpu)
+    adapter.check_options(options)
+    run.options = options
+    arch = check_architecture(adapter) if on_gpu else None
+    parameters = adapter.build_model()
+    record = _header_options(adapter, run, options, parameters, arch)
+    logger = StepLogger(
+        framework=adapter.framework, model=args.model, sync=adapter.sync, rank_env=run.rank_env()
+    )
+    logger.header(
+        versions=adapter.versions(),
+        devices=adapter.devices(),
+        options=record,
+        hardware=fingerprint.take(),  # what this node is: every rank says it of its own node
+    )
+
+    if run.distributed:
+        adapter.barrier()  # start the clocks of all ranks together
+    if arch is not None and arch.verdict == PTX and args.warmup_steps == 0:
+        # PTX is compiled at each kernel's first launch: one step before the window takes it
+        adapter.step(adapter.make_batch())
+        adapter.sync()
+    _run_steps(adapter, args, logger, every_step=options["step_sync"] == "every")
     if options["weights_checksum"]:
         # After the measurement: equal sums on every rank show the gradients were reduced.
         print_weights_checksum(run.rank, adapter.weights_checksum())

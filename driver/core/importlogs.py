@@ -121,58 +121,35 @@ def check_new_logs(logs: list[Path], hashes: list[str], held: dict[str, str]) ->
         seen[digest] = path
 
 
-def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Path]) -> Any:
-    """Store one run's logs as the next repeat of its case in the session; its record."""
-    from dataclasses import replace
-
-    from driver.files import write_bytes
-    from driver.model.plausible import Implausible
-    from driver.model.results import RECORD, RepeatRecord, Session, rank_fingerprints
-    from driver.runtimes.base import Verdict
-    from driver.verify.repeat import RepeatFiles, RepeatRefused, measure_checked, verify_repeat
-
-    case, header, parser = case_and_header(source_name, facts)
-    expected = 1 if facts.worker0_only else case.topology.nodes
-    if len(logs) != expected:
+def _foreign_log(path: Path) -> bytes:
+    """A log's bytes, refused where it is one the kit ran (it has a run header)."""
+    data = path.read_bytes()
+    if HEADER_MARK.encode() in data:
         raise ImportLogsError(
-            f"{case.topology.label} needs {expected} log(s) (one per node, in node order"
-            f"{'; worker 0 only' if facts.worker0_only else ''}), got {len(logs)}: "
-            + ", ".join(map(str, logs))
+            f"{path}: already has a {HEADER_MARK.strip()} run header (a log the kit ran): "
+            "copy its repeat folder into a session instead of importing it"
         )
-    texts = []
-    for path in logs:
-        data = path.read_bytes()
-        if HEADER_MARK.encode() in data:
-            raise ImportLogsError(
-                f"{path}: already has a {HEADER_MARK.strip()} run header (a log the kit ran): "
-                "copy its repeat folder into a session instead of importing it"
-            )
-        texts.append(data)
-    hashes = [sha256_bytes(data) for data in texts]
-    check_new_logs(logs, hashes, session_log_hashes(session_root))
-    check_printed(facts, case.topology.world_size, logs, texts)
-    stored = {}  # node log name -> (its bytes: the header made from the facts, then the original)
-    origins = []
-    for rank, (path, data, digest) in enumerate(zip(logs, texts, hashes, strict=True)):
-        name = f"node{rank}.log"
-        line = header_line(replace(header, node_rank=rank)) + "\n"
-        stored[name] = line.encode() + data
-        origins.append({"file": str(path.resolve()), "sha256": digest, "as": name})
-    try:  # measured, with the door's checks, before anything is written to the session
-        texts_read = {name: data.decode(errors="replace") for name, data in stored.items()}
-        measurement, parsed = measure_checked(case, parser, texts_read, facts.batch)
-    except (LogParseError, Implausible) as error:
-        raise ImportLogsError(
-            f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these facts: "
-            f"{error}"
-        ) from None
-    case_dir = Session(session_root).case_dir(case)
-    done = [int(p.name[len("repeat-") :]) for p in case_dir.glob("repeat-[0-9][0-9]")]
-    repeat = max(done, default=0) + 1
+    return data
+
+
+def _imported_record(
+    case_id: str,
+    repeat: int,
+    facts: Facts,
+    stored: dict[str, bytes],
+    measured: tuple[str, Any, Any],
+    origins: list[dict[str, str]],
+) -> Any:
+    """The imported run's record: ``measured`` is the parser's name, its measurement and the
+    parsed logs; ``origins`` where each stored log came from."""
+    from driver.model.results import RepeatRecord, rank_fingerprints
+    from driver.runtimes.base import Verdict
+
+    parser, measurement, parsed = measured
     note = IMPORTED + (f", every figure {WORKER0}" if facts.worker0_only else "")
     now = time.time()
-    record = RepeatRecord(
-        case_id=case.id,
+    return RepeatRecord(
+        case_id=case_id,
         repeat=repeat,
         verdict=Verdict.OK.value,
         batch_size=facts.batch,
@@ -195,12 +172,21 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
             "facts": facts.model_dump(),
         },
     )
-    # The repeat as it will be stored, through the door every reader of it goes through.
+
+
+def _through_the_door(
+    case: Any, folder: Path, stored: dict[str, bytes], record: Any, logs: list[Path]
+) -> None:
+    """The repeat as it will be stored (its logs and record) through the checks every reader
+    of a repeat applies; refused with the logs named."""
+    from driver.model.results import RECORD
+    from driver.verify.repeat import RepeatFiles, RepeatRefused, verify_repeat
+
     record_bytes = (json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n").encode()
     try:
         verify_repeat(
             RepeatFiles(
-                folder=str(case_dir / f"repeat-{repeat:02d}"),
+                folder=str(folder),
                 case_dir=case.id,
                 case_json=json.dumps(case.to_dict()).encode(),
                 files={**stored, RECORD: record_bytes},
@@ -208,6 +194,51 @@ def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Pa
         )
     except RepeatRefused as refusal:
         raise ImportLogsError(f"{', '.join(map(str, logs))}: refused: {refusal}") from None
+
+
+def import_run(session_root: Path, source_name: str, facts: Facts, logs: list[Path]) -> Any:
+    """Store one run's logs as the next repeat of its case in the session; its record."""
+    from dataclasses import replace
+
+    from driver.files import write_bytes
+    from driver.model.plausible import Implausible
+    from driver.model.results import Session
+    from driver.verify.repeat import measure_checked
+
+    case, header, parser = case_and_header(source_name, facts)
+    expected = 1 if facts.worker0_only else case.topology.nodes
+    if len(logs) != expected:
+        raise ImportLogsError(
+            f"{case.topology.label} needs {expected} log(s) (one per node, in node order"
+            f"{'; worker 0 only' if facts.worker0_only else ''}), got {len(logs)}: "
+            + ", ".join(map(str, logs))
+        )
+    texts = [_foreign_log(path) for path in logs]
+    hashes = [sha256_bytes(data) for data in texts]
+    check_new_logs(logs, hashes, session_log_hashes(session_root))
+    check_printed(facts, case.topology.world_size, logs, texts)
+    stored = {}  # node log name -> (its bytes: the header made from the facts, then the original)
+    origins = []
+    for rank, (path, data, digest) in enumerate(zip(logs, texts, hashes, strict=True)):
+        name = f"node{rank}.log"
+        line = header_line(replace(header, node_rank=rank)) + "\n"
+        stored[name] = line.encode() + data
+        origins.append({"file": str(path.resolve()), "sha256": digest, "as": name})
+    try:  # measured, with the door's checks, before anything is written to the session
+        texts_read = {name: data.decode(errors="replace") for name, data in stored.items()}
+        measurement, parsed = measure_checked(case, parser, texts_read, facts.batch)
+    except (LogParseError, Implausible) as error:
+        raise ImportLogsError(
+            f"{', '.join(map(str, logs))}: parser {parser} cannot measure it with these facts: "
+            f"{error}"
+        ) from None
+    case_dir = Session(session_root).case_dir(case)
+    done = [int(p.name[len("repeat-") :]) for p in case_dir.glob("repeat-[0-9][0-9]")]
+    repeat = max(done, default=0) + 1
+    measured = (parser, measurement, parsed)
+    record = _imported_record(case.id, repeat, facts, stored, measured, origins)
+    # The repeat as it will be stored, through the door every reader of it goes through.
+    _through_the_door(case, case_dir / f"repeat-{repeat:02d}", stored, record, logs)
     session = Session.open(session_root, {"imported": IMPORTED})
     session.save_case(case)
     directory = session.fresh_repeat_dir(case, repeat)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -310,9 +310,11 @@ def _check_steps(path: Path, where: str, settings: dict[str, Any]) -> int:
     return total
 
 
-def _expand_suite(
-    path: Path, where: str, suite: Suite, framework: str, base: dict[str, Any], profile: str
-) -> list[Case]:
+def _check_suite(
+    path: Path, where: str, suite: Suite, framework: str, settings: dict[str, Any]
+) -> int:
+    """A suite's model, steps, source, XLA, data folder, options and image, checked against its
+    framework; the total steps its cases run."""
     plugin = FRAMEWORKS.get(framework)
     models = plugin.trained_models()
     if suite.model not in models:
@@ -322,7 +324,6 @@ def _expand_suite(
             f"{suite.model!r} is not allowed{did_you_mean(suite.model, models)}; "
             f"allowed models: {', '.join(models)}",
         )
-    settings = {**base, **suite.model_dump(include=set(SETTING_KEYS), exclude_unset=True)}
     total = _check_steps(path, where, settings)
     sources = ["dlperf", *SOURCES.names()]
     if settings["source"] not in sources:
@@ -346,13 +347,10 @@ def _expand_suite(
             framework, settings["source"], suite.model, options, path, f"{where}.variants.{name}"
         )
     check_image(settings["source"], settings["image"], path, f"{where}.image")
-    topologies = [parse_topology(label) for label in suite.topology]
-    for name, options in suite.variants.items():
-        for topology in topologies:
-            check_model_options(suite.model, options, topology, path, f"{where}.variants.{name}")
-    xlas = list(dict.fromkeys(ONOFF[x] for x in suite.xla))
-    count = len(topologies) * len(suite.batch_size) * len(suite.precision) * len(xlas)
-    count *= len(suite.dataset) * len(suite.variants)
+    return total
+
+
+def _check_case_count(path: Path, where: str, count: int) -> None:
     if count > MAX_EXPANDED_CASES:
         raise MatrixError(
             path,
@@ -361,6 +359,20 @@ def _expand_suite(
             f"x variants), more than a matrix may hold ({MAX_EXPANDED_CASES}); split it into "
             "suites of the cases you mean to run",
         )
+
+
+def _expand_suite(
+    path: Path, where: str, suite: Suite, framework: str, base: dict[str, Any], profile: str
+) -> list[Case]:
+    settings = {**base, **suite.model_dump(include=set(SETTING_KEYS), exclude_unset=True)}
+    total = _check_suite(path, where, suite, framework, settings)
+    topologies = [parse_topology(label) for label in suite.topology]
+    for name, options in suite.variants.items():
+        for topology in topologies:
+            check_model_options(suite.model, options, topology, path, f"{where}.variants.{name}")
+    xlas = list(dict.fromkeys(ONOFF[x] for x in suite.xla))
+    count = len(topologies) * len(suite.batch_size) * len(suite.precision) * len(xlas)
+    _check_case_count(path, where, count * len(suite.dataset) * len(suite.variants))
     cases = []
     for topo, batch, precision, xla, dataset, (variant, options) in itertools.product(
         topologies, suite.batch_size, suite.precision, xlas, suite.dataset, suite.variants.items()
@@ -469,14 +481,8 @@ def check_case_count(count: int, max_cases: int) -> None:
         )
 
 
-def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
-    """Narrow the matrix to what the user asked for, and change repeat/step counts.
-
-    A topology, batch or precision that the matrix does not list is still run when asked for
-    explicitly: the user's command line wins over the file (make NODES=4 on a 1-node matrix).
-    """
-    from dataclasses import replace
-
+def _check_option_overrides(cases: list[Case], overrides: Overrides) -> None:
+    """Every ``--option`` is one the cases' scripts take, the refusal naming the flag."""
     for case in cases:
         try:
             check_options(
@@ -485,6 +491,10 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
         except MatrixError as error:
             name = error.field_path.split(".", 1)[1]
             raise MatrixError(COMMAND_LINE, f"--option {name}", error.message) from None
+
+
+def _narrowed(cases: list[Case], overrides: Overrides) -> list[Case]:
+    """The cases of the models, variants, data sets and XLA setting asked for."""
     selected = [c for c in cases if not overrides.models or c.model in overrides.models]
     selected = [c for c in selected if not overrides.variants or c.variant in overrides.variants]
     if overrides.data_dir is not None:
@@ -497,28 +507,24 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
                       else (c.dataset,))
         ]  # fmt: skip
     selected = [c for c in selected if not overrides.datasets or c.dataset in overrides.datasets]
-    selected = [c for c in selected if overrides.xla is None or c.xla == overrides.xla]
+    return [c for c in selected if overrides.xla is None or c.xla == overrides.xla]
 
-    def widen(items: list[Case], attr: str, values: tuple) -> list[Case]:
-        if not values:
-            return items
-        seen, out = set(), []
-        for case in items:
-            for value in values:
-                changed = replace(case, **{attr: value})
-                if changed.id not in seen:
-                    seen.add(changed.id)
-                    out.append(changed)
-        return out
 
-    selected = widen(selected, "topology", tuple(Topology.parse(t) for t in overrides.topologies))
-    selected = widen(selected, "batch_size", overrides.batch_sizes)
-    selected = widen(selected, "precision", overrides.precisions)
-    changes: dict[str, Any] = {}
-    for attr in ("repeats", "warmup_steps", "measured_steps", "data_dir", "amp_dtype", "image"):
-        value = getattr(overrides, attr)
-        if value is not None:
-            changes[attr] = value
+def _widened(items: list[Case], attr: str, values: tuple) -> list[Case]:
+    """Each case once per value of ``attr`` asked for (none asked for: the cases as they are)."""
+    if not values:
+        return items
+    seen, out = set(), []
+    for case in items:
+        for value in values:
+            changed = replace(case, **{attr: value})
+            if changed.id not in seen:
+                seen.add(changed.id)
+                out.append(changed)
+    return out
+
+
+def _check_amp_dtype(selected: list[Case], overrides: Overrides) -> None:
     if overrides.amp_dtype is not None and any(c.source != "dlperf" for c in selected):
         upstream = sorted({c.source for c in selected if c.source != "dlperf"})
         raise MatrixError(
@@ -528,22 +534,44 @@ def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
             f"({', '.join(upstream)}), which run their own AMP (fp16 on the NGC images): select "
             "the kit's own cases (--matrix of a framework) or drop --amp-dtype",
         )
+
+
+def _overridden(case: Case, changes: dict[str, Any], options: dict[str, Any]) -> Case:
+    """``case`` with the command line's counts, settings and options, its steps still adding up."""
+    updated = replace(case, **changes, options={**case.options, **options})
+    if options:
+        try:
+            check_case_options(updated.model, updated.options, updated.topology.world_size)
+        except LlamaOptionError as error:
+            raise MatrixError(COMMAND_LINE, f"--option {error.field}", str(error)) from None
+    needed = updated.warmup_steps + updated.measured_steps
+    # A total the matrix left implicit (warm-up + measured) follows the new steps both ways:
+    # a shorter window must not run the old number of steps after it.
+    implicit = case.total_steps == case.warmup_steps + case.measured_steps
+    if implicit or needed > updated.total_steps:
+        updated = replace(updated, total_steps=needed)
+    return updated
+
+
+def apply_overrides(cases: list[Case], overrides: Overrides) -> list[Case]:
+    """Narrow the matrix to what the user asked for, and change repeat/step counts.
+
+    A topology, batch or precision that the matrix does not list is still run when asked for
+    explicitly: the user's command line wins over the file (make NODES=4 on a 1-node matrix).
+    """
+    _check_option_overrides(cases, overrides)
+    selected = _narrowed(cases, overrides)
+    topologies = tuple(Topology.parse(t) for t in overrides.topologies)
+    selected = _widened(selected, "topology", topologies)
+    selected = _widened(selected, "batch_size", overrides.batch_sizes)
+    selected = _widened(selected, "precision", overrides.precisions)
+    changes: dict[str, Any] = {}
+    for attr in ("repeats", "warmup_steps", "measured_steps", "data_dir", "amp_dtype", "image"):
+        value = getattr(overrides, attr)
+        if value is not None:
+            changes[attr] = value
+    _check_amp_dtype(selected, overrides)
     if overrides.image is not None:
         for source in sorted({c.source for c in selected}):
             check_image(source, overrides.image, COMMAND_LINE, "--image")
-    result = []
-    for case in selected:
-        updated = replace(case, **changes, options={**case.options, **overrides.options})
-        if overrides.options:
-            try:
-                check_case_options(updated.model, updated.options, updated.topology.world_size)
-            except LlamaOptionError as error:
-                raise MatrixError(COMMAND_LINE, f"--option {error.field}", str(error)) from None
-        needed = updated.warmup_steps + updated.measured_steps
-        # A total the matrix left implicit (warm-up + measured) follows the new steps both ways:
-        # a shorter window must not run the old number of steps after it.
-        implicit = case.total_steps == case.warmup_steps + case.measured_steps
-        if implicit or needed > updated.total_steps:
-            updated = replace(updated, total_steps=needed)
-        result.append(updated)
-    return result
+    return [_overridden(case, changes, overrides.options) for case in selected]

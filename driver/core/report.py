@@ -80,7 +80,9 @@ def _amp_not_effective(summary: CaseSummary) -> bool:
     )
 
 
-def footnotes(summaries: list[CaseSummary]) -> list[str]:
+def _how_run_notes(summaries: list[CaseSummary]) -> list[str]:
+    """How the cases ran where it is not the default: AMP that was not, a smoke profile, XLA,
+    DALI, a searched batch, the peak memory."""
     notes: list[str] = []
     noop = sorted({series_name(s) for s in summaries if _amp_not_effective(s)})
     if noop:
@@ -115,6 +117,12 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
     memory = peak_memory_note(summaries)
     if memory:
         notes.append(memory)
+    return notes
+
+
+def _provenance_notes(summaries: list[CaseSummary]) -> list[str]:
+    """Where figures come from other than this kit's own measurement."""
+    notes: list[str] = []
     published: dict[str, set[str]] = {}
     for s in summaries:
         if s.published_by:
@@ -143,6 +151,12 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
     for s in summaries:
         if s.imported:
             notes.append(f"(i) {s.case.id}: {s.imported} (dlperf import-logs).")
+    return notes
+
+
+def _mark_notes(summaries: list[CaseSummary]) -> list[str]:
+    """What the table's marks on a figure mean, and each variant's options."""
+    notes: list[str] = []
     if any(s.superlinear for s in summaries):
         notes.append(
             f"{SUPERLINEAR_MARK}: superlinear, a measured efficiency above 100% by more than its "
@@ -165,6 +179,14 @@ def footnotes(summaries: list[CaseSummary]) -> list[str]:
     for variant, options in variants:
         notes.append(f"[{variant}] options: {options}")
     return notes
+
+
+def footnotes(summaries: list[CaseSummary]) -> list[str]:
+    return [
+        *_how_run_notes(summaries),
+        *_provenance_notes(summaries),
+        *_mark_notes(summaries),
+    ]
 
 
 def throughput_cell(summary: CaseSummary) -> str:

@@ -227,31 +227,43 @@ def run_cases(
                 tracker.stopped(case)
                 report.line(f"{where} OOM: no batch size fits")
                 continue
-            for repeat in range(1, case.repeats + 1):
-                prefix = f"{where} repeat {repeat}/{case.repeats}"
-                done = session.finished(case, repeat)
-                if done:
-                    summary.skipped += 1
-                    tracker.skipped(case)
-                    report.line(
-                        f"{prefix}: already finished ({done.throughput:.2f} samples/s), skipped"
-                    )
-                    continue
-                record = run_repeat(case, repeat, session, runtime, batch)
-                wall_s = record.finished_at - record.started_at
-                if record.ok:
-                    summary.finished += 1
-                    tracker.finished(case, wall_s)
-                    report.line(f"{prefix}: {record.throughput:.2f} samples/s ({wall_s:.1f} s)")
-                else:
-                    summary.failed.append((case.id, repeat, record.verdict, record.detail))
-                    tracker.stopped(case)
-                    report.line(
-                        f"{prefix}: {record.verdict.upper()}: {record.detail} "
-                        f"(log: {session.repeat_dir(case, repeat)})"
-                    )
-                    break  # the case's remaining repeats wait for a resume; the matrix goes on
+            _run_repeats(case, batch, where, session, runtime, summary, report)
     return summary
+
+
+def _run_repeats(
+    case: Case,
+    batch: int,
+    where: str,
+    session: Session,
+    runtime: Runtime,
+    summary: RunSummary,
+    report: Progress,
+) -> None:
+    """The case's repeats not finished yet, in order, until one fails."""
+    tracker = report.tracker
+    for repeat in range(1, case.repeats + 1):
+        prefix = f"{where} repeat {repeat}/{case.repeats}"
+        done = session.finished(case, repeat)
+        if done:
+            summary.skipped += 1
+            tracker.skipped(case)
+            report.line(f"{prefix}: already finished ({done.throughput:.2f} samples/s), skipped")
+            continue
+        record = run_repeat(case, repeat, session, runtime, batch)
+        wall_s = record.finished_at - record.started_at
+        if record.ok:
+            summary.finished += 1
+            tracker.finished(case, wall_s)
+            report.line(f"{prefix}: {record.throughput:.2f} samples/s ({wall_s:.1f} s)")
+        else:
+            summary.failed.append((case.id, repeat, record.verdict, record.detail))
+            tracker.stopped(case)
+            report.line(
+                f"{prefix}: {record.verdict.upper()}: {record.detail} "
+                f"(log: {session.repeat_dir(case, repeat)})"
+            )
+            break  # the case's remaining repeats wait for a resume; the matrix goes on
 
 
 def _resolve_batch(

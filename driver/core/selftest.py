@@ -157,6 +157,45 @@ def delivered_rate(repeats: list[tuple[RepeatRecord, Path]]) -> float | None:
     return statistics.median(rates) if rates else None
 
 
+def _results(
+    records: list[tuple[Case, RepeatRecord, Path]], batch: int, step_time: float
+) -> list[SelftestResult]:
+    """Each topology's measured throughput against the truth the calibration workload sets
+    (``batch`` samples per device every ``step_time`` seconds); ``records``: the session's
+    (case, record, folder)."""
+    return [
+        SelftestResult(
+            topology=s.case.topology.label,
+            truth=batch * s.case.topology.world_size / step_time,
+            measured=s.stats.median,
+            delivered=delivered_rate([(r, folder) for c, r, folder in records
+                                      if c.id == s.case.id]),  # fmt: skip
+            overhead_s=statistics.median(
+                r.finished_at - r.started_at - c.total_steps * step_time
+                for c, r, _ in records
+                if c.id == s.case.id
+            ),
+            phases=median_phases([r.extra for c, r, _ in records if c.id == s.case.id]),
+        )
+        for s in summarize((c, r) for c, r, _ in records)
+    ]
+
+
+def _result_line(result: SelftestResult) -> str:
+    delivered = (
+        f", delivered {result.delivered:.2f} (the host woke its ranks "
+        f"{max(0.0, result.host_lateness):.4%} late)"
+        if result.delivered is not None
+        else ""
+    )
+    return (
+        f"selftest {result.topology}: truth {result.truth:.2f} samples/s{delivered}"
+        f", measured {result.measured:.2f}, error {result.error:.4%} "
+        f"({'ok' if result.passed else 'FAIL'}, bound {ERROR_BOUND:.2%}); "
+        f"driver overhead {result.overhead_s:.2f} s per repeat"
+    )
+
+
 def run_selftest(
     step_time: float = 0.02,
     batch: int = 32,
@@ -182,36 +221,9 @@ def run_selftest(
                 for case_id, repeat, verdict, detail in summary.failed
             )
             raise SelftestError(f"calibration runs failed: {failed}")
-        records = list(session.records())
-        results = [
-            SelftestResult(
-                topology=s.case.topology.label,
-                truth=batch * s.case.topology.world_size / step_time,
-                measured=s.stats.median,
-                delivered=delivered_rate([(r, folder) for c, r, folder in records
-                                          if c.id == s.case.id]),  # fmt: skip
-                overhead_s=statistics.median(
-                    r.finished_at - r.started_at - c.total_steps * step_time
-                    for c, r, _ in records
-                    if c.id == s.case.id
-                ),
-                phases=median_phases([r.extra for c, r, _ in records if c.id == s.case.id]),
-            )
-            for s in summarize((c, r) for c, r, _ in records)
-        ]
+        results = _results(list(session.records()), batch, step_time)
     for result in results:
-        delivered = (
-            f", delivered {result.delivered:.2f} (the host woke its ranks "
-            f"{max(0.0, result.host_lateness):.4%} late)"
-            if result.delivered is not None
-            else ""
-        )
-        printer(
-            f"selftest {result.topology}: truth {result.truth:.2f} samples/s{delivered}"
-            f", measured {result.measured:.2f}, error {result.error:.4%} "
-            f"({'ok' if result.passed else 'FAIL'}, bound {ERROR_BOUND:.2%}); "
-            f"driver overhead {result.overhead_s:.2f} s per repeat"
-        )
+        printer(_result_line(result))
     steps_s = sum(c.repeats * c.total_steps * step_time for c in cases)
     printer(
         f"selftest on the {runtime.name} runtime: {elapsed:.1f} s for {len(cases)} cases x "

@@ -375,6 +375,37 @@ class CaseSummary:
         )
 
 
+def _case_summary(case: Case, records: list[RepeatRecord], fingerprint: str) -> CaseSummary:
+    """One case's summary on one machine: its finished repeats' statistics and what their
+    records and headers say of how it ran."""
+    records.sort(key=lambda r: r.repeat)
+    measurements = [r.measurement for r in records if r.measurement is not None]
+    throughputs = [m.throughput for m in measurements]
+    header = records[0].header
+    return CaseSummary(
+        case=case,
+        stats=case_stats(throughputs),
+        batch_size=records[0].batch_size,
+        speedup=None,
+        efficiency=None,
+        throughputs=throughputs,
+        reported_by_source=any(m.reported_by_source for m in measurements),
+        versions=dict(header.get("versions", {})),
+        devices=list(header.get("devices", [])),
+        amp_effective=header.get("options", {}).get("amp_effective"),
+        amp_dtype=header.get("options", {}).get("amp_dtype") or None,
+        dataset_sha256=next(
+            (str(r.extra["dataset_sha256"]) for r in records if "dataset_sha256" in r.extra), ""
+        ),
+        image=next((image_label(r.extra["image"]) for r in records if "image" in r.extra), ""),
+        machine=str(header.get("hostname", "")),
+        imported=next((r.extra["imported"] for r in records if "imported" in r.extra), ""),
+        fingerprint=fingerprint,
+        slow_node=slow_node_of(records),
+        **peak_memory_of(measurements),
+    )
+
+
 def summarize(
     records: Iterable[tuple[Case, RepeatRecord] | tuple[Case, RepeatRecord, str]],
     published: Iterable[CaseSummary] = (),
@@ -392,41 +423,7 @@ def summarize(
             by_case.setdefault(key, (case, []))[1].append(record)
     summaries: list[CaseSummary] = list(published)
     for (_case_id, _device, fingerprint), (case, records_) in by_case.items():
-        records_.sort(key=lambda r: r.repeat)
-        measurements = [r.measurement for r in records_ if r.measurement is not None]
-        throughputs = [m.throughput for m in measurements]
-        header = records_[0].header
-        summaries.append(
-            CaseSummary(
-                case=case,
-                stats=case_stats(throughputs),
-                batch_size=records_[0].batch_size,
-                speedup=None,
-                efficiency=None,
-                throughputs=throughputs,
-                reported_by_source=any(m.reported_by_source for m in measurements),
-                versions=dict(header.get("versions", {})),
-                devices=list(header.get("devices", [])),
-                amp_effective=header.get("options", {}).get("amp_effective"),
-                amp_dtype=header.get("options", {}).get("amp_dtype") or None,
-                dataset_sha256=next(
-                    (
-                        str(r.extra["dataset_sha256"])
-                        for r in records_
-                        if "dataset_sha256" in r.extra
-                    ),
-                    "",
-                ),
-                image=next(
-                    (image_label(r.extra["image"]) for r in records_ if "image" in r.extra), ""
-                ),
-                machine=str(header.get("hostname", "")),
-                imported=next((r.extra["imported"] for r in records_ if "imported" in r.extra), ""),
-                fingerprint=fingerprint,
-                slow_node=slow_node_of(records_),
-                **peak_memory_of(measurements),
-            )
-        )
+        summaries.append(_case_summary(case, records_, fingerprint))
     _fill_speedups(summaries)
     summaries.sort(key=sort_key)
     return summaries

@@ -24,7 +24,6 @@ JAX = FRAMEWORKS.add(
         folder="JAX",
         module="jax",
         models=("resnet50", "bert", "llama"),
-        script="JAX/benchmark/train.py",
         # RANK/WORLD_SIZE/LOCAL_RANK per process; the coordinator is MASTER_ADDR:MASTER_PORT.
         launcher="spawn",
         options=JAX_OPTION_TYPES,

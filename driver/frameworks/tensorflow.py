@@ -27,7 +27,6 @@ TENSORFLOW = FRAMEWORKS.add(
         folder="TensorFlow",
         module="tensorflow",
         models=("resnet50", "inception3", "bert"),
-        script="TensorFlow/benchmark/train.py",
         launcher="spawn",
         has_xla=True,
         env=ENV,

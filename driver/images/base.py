@@ -125,6 +125,41 @@ def debootstrap_version() -> str:
         return "unknown"
 
 
+def _debootstrap(recipe: BaseRecipe, rootfs: Path, log: Log) -> None:
+    """The recipe's Debian into ``rootfs``; its output's tail where it fails."""
+    argv = [
+        "debootstrap",
+        f"--variant={recipe.variant}",
+        f"--components={','.join(recipe.components)}",
+        *([f"--include={','.join(recipe.include)}"] if recipe.include else []),
+        recipe.suite,
+        str(rootfs),
+        recipe.mirror,
+    ]
+    log(f"base: {' '.join(argv)}")
+    done = subprocess.run(_privileged(argv), capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise LockError(f"debootstrap failed (exit {done.returncode}):\n{tail}")
+
+
+def _remove_leftovers(rootfs: Path) -> None:
+    """Downloaded .debs and package lists are build leftovers, not part of the base."""
+    subprocess.run(
+        _privileged(
+            [
+                "sh",
+                "-c",
+                'rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* '
+                '"$1"/var/cache/debconf/*-old "$1"/var/log/*.log',
+                "clean",
+                str(rootfs),
+            ]
+        ),
+        check=True,
+    )
+
+
 def make_rootfs_image(recipe: BaseRecipe, log: Log, engine: Engine | None = None) -> str:
     """debootstrap + docker (or ``engine``'s) import; returns the new image's ID (tagged
     ``recipe.tag``)."""
@@ -135,35 +170,9 @@ def make_rootfs_image(recipe: BaseRecipe, log: Log, engine: Engine | None = None
     rootfs = workdir / "rootfs"
     try:
         started = time.monotonic()
-        argv = [
-            "debootstrap",
-            f"--variant={recipe.variant}",
-            f"--components={','.join(recipe.components)}",
-            *([f"--include={','.join(recipe.include)}"] if recipe.include else []),
-            recipe.suite,
-            str(rootfs),
-            recipe.mirror,
-        ]
-        log(f"base: {' '.join(argv)}")
-        done = subprocess.run(_privileged(argv), capture_output=True, text=True)
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-            raise LockError(f"debootstrap failed (exit {done.returncode}):\n{tail}")
+        _debootstrap(recipe, rootfs, log)
         log(f"base: debootstrap took {time.monotonic() - started:.1f} s")
-        # Downloaded .debs and package lists are build leftovers, not part of the base.
-        subprocess.run(
-            _privileged(
-                [
-                    "sh",
-                    "-c",
-                    'rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* '
-                    '"$1"/var/cache/debconf/*-old "$1"/var/log/*.log',
-                    "clean",
-                    str(rootfs),
-                ]
-            ),
-            check=True,
-        )
+        _remove_leftovers(rootfs)
         tar = subprocess.Popen(
             _privileged(["tar", "--numeric-owner", "--sort=name", "-C", str(rootfs), "-c", "."]),
             stdout=subprocess.PIPE,

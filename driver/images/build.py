@@ -207,6 +207,35 @@ def state_dir(lock: Lock) -> Path:
 
 
 # -- planning -----------------------------------------------------------------------------------
+def _pinned_base(name: str, base: str, lock: Lock, root: Path) -> str:
+    """The lock's pinned reference of the Debian base ``base`` an image is built FROM."""
+    recipe = recipe_for(base, root)
+    pin = lock.get(recipe.tag)
+    if pin is None or not pin.resolved:
+        raise LockError(
+            f"{name}: its base {recipe.tag} is not pinned in {lock.path}; run "
+            f"`make base-image` (dlperf images base {base}) first"
+        )
+    return lock.pinned_ref(recipe.tag)
+
+
+def _pinned_registry_image(name: str, ref: str, lock: Lock) -> str:
+    """The lock's pinned reference (by digest) of a registry image an image is built FROM."""
+    pin = lock.get(ref)
+    if pin is None:
+        raise LockError(
+            f"{name}: FROM {ref} is not in {lock.path}; add it and run "
+            "`dlperf images lock` on a machine that can pull from its registry"
+        )
+    if not pin.resolved:
+        raise LockError(
+            f"{name}: FROM {ref} has digest '{pin.digest}' in {lock.path}; run "
+            "`dlperf images lock` on a machine that can pull from its registry, then "
+            "commit the lock (a digest is never guessed)"
+        )
+    return lock.pinned_ref(ref)
+
+
 def _plan(
     name: str,
     specs: dict[str, ImageSpec],
@@ -220,32 +249,13 @@ def _plan(
     args: dict[str, str] = {}
     for arg, ref in sorted(spec.froms.items()):
         if ref[1:] in spec.bases:
-            recipe = recipe_for(ref[1:], options.root)
-            pin = lock.get(recipe.tag)
-            if pin is None or not pin.resolved:
-                raise LockError(
-                    f"{name}: its base {recipe.tag} is not pinned in {lock.path}; run "
-                    f"`make base-image` (dlperf images base {ref[1:]}) first"
-                )
-            hashed[arg] = args[arg] = lock.pinned_ref(recipe.tag)
+            hashed[arg] = args[arg] = _pinned_base(name, ref[1:], lock, options.root)
         elif ref.startswith("@"):
             parent = plans[ref[1:]]
             hashed[arg] = parent.tag  # the parent's inputs, not its machine-specific ID
             args[arg] = parent.tag  # replaced by the parent's ID once it is built
         else:
-            pin = lock.get(ref)
-            if pin is None:
-                raise LockError(
-                    f"{name}: FROM {ref} is not in {lock.path}; add it and run "
-                    "`dlperf images lock` on a machine that can pull from its registry"
-                )
-            if not pin.resolved:
-                raise LockError(
-                    f"{name}: FROM {ref} has digest '{pin.digest}' in {lock.path}; run "
-                    "`dlperf images lock` on a machine that can pull from its registry, then "
-                    "commit the lock (a digest is never guessed)"
-                )
-            hashed[arg] = args[arg] = lock.pinned_ref(ref)
+            hashed[arg] = args[arg] = _pinned_registry_image(name, ref, lock)
     context: dict[str, Path] = {}
     for relative in spec.context:
         path = spec.folder / relative
@@ -367,6 +377,53 @@ def _build_one(
     return time.monotonic() - started
 
 
+def _resolve_froms(
+    name: str, plan: _Plan, engine: Engine, results: dict[str, BuiltImage]
+) -> None:
+    """Each FROM of the plan as this machine's engine builds it: a pinned Debian base must be
+    in the engine; a parent image is replaced by its built ID."""
+    for arg, ref in plan.spec.froms.items():
+        if ref[1:] in plan.spec.bases:
+            if not engine.image_id(plan.build_args[arg]):
+                raise LockError(
+                    f"{name}: the pinned Debian base {ref} ({plan.build_args[arg][:19]}) is "
+                    f"not in this machine's {engine.name}; run `make base-image` (dlperf "
+                    f"images base {ref[1:]}{' --engine podman' * (engine.name == 'podman')})"
+                )
+        elif ref.startswith("@"):
+            parent = results[ref[1:]]
+            plan.build_args[arg] = parent.id or parent.tag
+
+
+def _up_to_date(
+    name: str, plan: _Plan, engine: Engine, options: BuildOptions, existing: str
+) -> BuiltImage:
+    """The image the engine already holds under the plan's tag (its inputs are the same)."""
+    options.log(f"{name}: {plan.tag} is up to date in {engine.name} ({existing[:19]})")
+    if name in options.local_copies:  # same commits, same image: nothing to clone
+        options.log(f"  {name}: its local copy was not needed")
+    return BuiltImage(name, plan.tag, existing, plan.inputs, plan.hashed_from, engine=engine.name)
+
+
+def _build_fresh(
+    name: str, plan: _Plan, engine: Engine, options: BuildOptions, log_dir: Path
+) -> float:
+    """Build the plan's image, its code from a local copy where one is given; the seconds."""
+    copy = options.local_copies.get(name)
+    if copy is None:
+        return _build_one(engine, plan, options, log_dir)
+    with serve(copy, log_dir / f"{name}.git-daemon.log") as url:
+        options.log(f"  {name}: its code from the local copy {copy.path} ({url})")
+        return _build_one(
+            engine,
+            plan,
+            options,
+            log_dir,
+            {"REPO": url},
+            {"dlperf.code-from": f"local copy {copy.path} of {copy.repository}"},
+        )
+
+
 def build_images(
     names: list[str] | None,
     options: BuildOptions,
@@ -395,42 +452,14 @@ def build_images(
     results: dict[str, BuiltImage] = {}
     for name in order:
         plan = _plan(name, specs, lock, plans, options, cache)
-        for arg, ref in plan.spec.froms.items():
-            if ref[1:] in plan.spec.bases:
-                if not engine.image_id(plan.build_args[arg]):
-                    raise LockError(
-                        f"{name}: the pinned Debian base {ref} ({plan.build_args[arg][:19]}) is "
-                        f"not in this machine's {engine.name}; run `make base-image` (dlperf "
-                        f"images base {ref[1:]}{' --engine podman' * (engine.name == 'podman')})"
-                    )
-            elif ref.startswith("@"):
-                parent = results[ref[1:]]
-                plan.build_args[arg] = parent.id or parent.tag
+        _resolve_froms(name, plan, engine, results)
         existing = engine.image_id(plan.tag)
         if existing:
-            options.log(f"{name}: {plan.tag} is up to date in {engine.name} ({existing[:19]})")
-            if name in options.local_copies:  # same commits, same image: nothing to clone
-                options.log(f"  {name}: its local copy was not needed")
-            results[name] = BuiltImage(
-                name, plan.tag, existing, plan.inputs, plan.hashed_from, engine=engine.name
-            )
+            results[name] = _up_to_date(name, plan, engine, options, existing)
             continue
         options.log(f"{name}: building {plan.tag} from {plan.spec.dockerfile} ({engine.name})")
-        log_dir = state_dir(lock) / "build-logs"
+        seconds = _build_fresh(name, plan, engine, options, state_dir(lock) / "build-logs")
         copy = options.local_copies.get(name)
-        if copy is None:
-            seconds = _build_one(engine, plan, options, log_dir)
-        else:
-            with serve(copy, log_dir / f"{name}.git-daemon.log") as url:
-                options.log(f"  {name}: its code from the local copy {copy.path} ({url})")
-                seconds = _build_one(
-                    engine,
-                    plan,
-                    options,
-                    log_dir,
-                    {"REPO": url},
-                    {"dlperf.code-from": f"local copy {copy.path} of {copy.repository}"},
-                )
         built_id = engine.image_id(plan.tag)
         options.log(f"{name}: built {plan.tag} = {built_id} in {seconds:.1f} s ({engine.name})")
         results[name] = BuiltImage(

@@ -82,6 +82,38 @@ def _assignment(where: str, directive: str, text: str) -> tuple[str, str]:
     return arg.strip(), ref.strip()
 
 
+def _check_from(where: str, instruction: str, froms: dict[str, str], stages: set[str]) -> None:
+    """A FROM names an earlier stage of the file or a ``# dlperf-from`` argument (a base pinned
+    through images.lock); its stage name, if it gives one, is added to ``stages``."""
+    tokens = [t for t in instruction.split() if not t.startswith("--")]
+    image = tokens[0]
+    alias = tokens[2].lower() if len(tokens) >= 3 and tokens[1].lower() == "as" else None
+    arg = _ARG_REF.match(image)
+    if image.lower() in stages:
+        pass  # FROM an earlier stage of this file
+    elif not arg or arg.group(1) not in froms:
+        raise LockError(
+            f"{where}: FROM {image} is not pinned through images.lock; write "
+            "`ARG BASE_IMAGE` + `FROM ${BASE_IMAGE}` and a `# dlperf-from BASE_IMAGE=<tag>` "
+            "directive (see docs/clusters.md)"
+        )
+    if alias:
+        stages.add(alias)
+
+
+def _check_also(
+    path: Path, also: list[tuple[str, tuple[tuple[str, str], ...]]], froms: dict[str, str]
+) -> None:
+    """Each ``# dlperf-also`` sets only arguments a ``# dlperf-from`` declares."""
+    for other, assignments in also:
+        unknown = [arg for arg, _ in assignments if arg not in froms]
+        if unknown:
+            raise LockError(
+                f"{path}: dlperf-also {other}: {', '.join(unknown)} is not a dlperf-from "
+                f"argument of this Dockerfile ({', '.join(froms)})"
+            )
+
+
 def parse_dockerfile(path: Path, name: str, **kwargs: str | None) -> ImageSpec:
     froms: dict[str, str] = {}
     also: list[tuple[str, tuple[tuple[str, str], ...]]] = []
@@ -109,31 +141,11 @@ def parse_dockerfile(path: Path, name: str, **kwargs: str | None) -> ImageSpec:
                 wheels = WheelSpec(parts[0], tuple(parts[1:]))
             continue
         match = _FROM.match(line)
-        if not match:
-            continue
-        tokens = [t for t in match.group(1).split() if not t.startswith("--")]
-        image = tokens[0]
-        alias = tokens[2].lower() if len(tokens) >= 3 and tokens[1].lower() == "as" else None
-        arg = _ARG_REF.match(image)
-        if image.lower() in stages:
-            pass  # FROM an earlier stage of this file
-        elif not arg or arg.group(1) not in froms:
-            raise LockError(
-                f"{where}: FROM {image} is not pinned through images.lock; write "
-                "`ARG BASE_IMAGE` + `FROM ${BASE_IMAGE}` and a `# dlperf-from BASE_IMAGE=<tag>` "
-                "directive (see docs/clusters.md)"
-            )
-        if alias:
-            stages.add(alias)
+        if match:
+            _check_from(where, match.group(1), froms, stages)
     if not froms:
         raise LockError(f"{path}: no `# dlperf-from` directive; every image needs a pinned base")
-    for other, assignments in also:
-        unknown = [arg for arg, _ in assignments if arg not in froms]
-        if unknown:
-            raise LockError(
-                f"{path}: dlperf-also {other}: {', '.join(unknown)} is not a dlperf-from "
-                f"argument of this Dockerfile ({', '.join(froms)})"
-            )
+    _check_also(path, also, froms)
     return ImageSpec(
         name=name,
         dockerfile=path,

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from driver.files import sha256_bytes
-from driver.model.results import RECORD, RankFacts
+from driver.model.results import NODE_LOG, RECORD, RankFacts
 from driver.model.seal import (
     REPEAT_FOLDER,
     SEAL,
@@ -56,7 +56,6 @@ from driver.signing import (
     verify_bytes,
 )
 
-NODE_LOG = re.compile(r"^node\d+\.log$")
 _UNFINISHED_PROBE = re.compile(r"^cases/.+/batch-search/[^/]+$")
 _SET_ASIDE = re.compile(r"\.(failed|old)-\d+$")
 
@@ -166,6 +165,28 @@ def old_seal(path: Path) -> tuple[bytes, bytes | None]:
     return path.read_bytes(), signature.read_bytes() if signature.is_file() else None
 
 
+def _run_again(sealed: SessionManifest) -> tuple[list[str], list[str]]:
+    """The sealed folders the kit runs again, and of them the batch-search probes.
+
+    A sealed repeat that did not finish ok, or a probe without its verdict, is run again: its
+    folder is set aside unchanged (``.failed-K``, ``.old-K``) and a new one written in its
+    place. Until then its files stay as sealed, like every other: a record that turned ``ok``
+    since the seal is an edit, never a repeat done."""
+    rerun = [
+        folder
+        for folder in _sealed_folders(sealed)
+        if REPEAT_FOLDER.match(folder)
+        and ".failed-" not in folder
+        and (folder not in sealed.repeats or sealed.repeats[folder].verdict != "ok")
+    ]
+    probes = [  # an interrupted batch-search probe is run again in its own folder
+        folder
+        for folder in _sealed_folders(sealed)
+        if _UNFINISHED_PROBE.match(folder) and f"{folder}/verdict.json" not in sealed.files
+    ]
+    return rerun + probes, probes
+
+
 def drift(
     old: bytes, signature: bytes | None, files: Mapping[str, bytes], after_run: bool = True
 ) -> list[tuple[str, str]]:
@@ -179,23 +200,7 @@ def drift(
         return [(SEAL, f"{str(error).removeprefix(SEAL + ': ')} (remove it to seal anew)")]
     if signature is not None and intact_key(old, signature, SESSION_NAMESPACE) is None:
         return [(SEAL, f"changed after it was signed ({SEAL_SIGNATURE} no longer matches)")]
-    # A sealed repeat that did not finish ok, or a probe without its verdict, is run again: its
-    # folder is set aside unchanged (``.failed-K``, ``.old-K``) and a new one written in its
-    # place. Until then its files stay as sealed, like every other: a record that turned ``ok``
-    # since the seal is an edit, never a repeat done.
-    rerun = [
-        folder
-        for folder in _sealed_folders(sealed)
-        if REPEAT_FOLDER.match(folder)
-        and ".failed-" not in folder
-        and (folder not in sealed.repeats or sealed.repeats[folder].verdict != "ok")
-    ]
-    probes = [  # an interrupted batch-search probe is run again in its own folder
-        folder
-        for folder in _sealed_folders(sealed)
-        if _UNFINISHED_PROBE.match(folder) and f"{folder}/verdict.json" not in sealed.files
-    ]
-    rerun += probes
+    rerun, probes = _run_again(sealed)
     problems = []
     for rel, entry in sorted(sealed.files.items()):
         if rel == SESSION_JSON:
@@ -405,6 +410,14 @@ def seal_state(root: Path, allowed_signers: Path) -> SealState:
     ]
     if signature is None:
         return SealState(f"sealed, not signed (no {SEAL_SIGNATURE})", problems)
+    return _signature_state(data, signature, allowed_signers, problems)
+
+
+def _signature_state(
+    data: bytes, signature: bytes, allowed_signers: Path, problems: list[str]
+) -> SealState:
+    """Who signed the seal ``data``, as ``allowed_signers`` knows the key (none listed: the
+    key named, untrusted, where the signature is intact)."""
     try:
         listed = listed_keys(allowed_signers)
     except SigningError as error:  # missing, a folder, a FIFO, a line it cannot read

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from driver.parsers.base import ParsedLog
 
 RECORD = "record.json"
+# A node's log in a repeat's folder; group 1 is the node's index.
+NODE_LOG = re.compile(r"^node(\d+)\.log$")
 # What the kit itself writes into a repeat's folder besides its record and the logs the record
 # hashes: an interruption's facts (``runtimes.base``), a runtime's traceback (``core.runner``),
 # srun's own messages (``runtimes.slurm.step``) and the telemetry sampler's file per node. A

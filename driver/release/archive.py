@@ -28,7 +28,7 @@ from typing import Any
 from driver.files import TEMP_PREFIX, sha256_bytes, write_bytes
 from driver.model.results import RecordError, load_record
 from driver.model.seal import odd_seal_files
-from driver.model.walk import symlink_refusal, walk_session
+from driver.model.walk import SessionWalk, symlink_refusal, walk_session
 
 RAW_DIR = "raw"
 _REPEAT = re.compile(r"^repeat-\d+$")
@@ -59,6 +59,55 @@ def _record_verdict(folder: Path) -> tuple[str, str]:
     return record.verdict, record.detail
 
 
+def _refuse_odd_files(out: SessionFiles, root: Path, walk: SessionWalk) -> None:
+    """What a release refuses before reading anything: an odd seal or signature file (named
+    as what it is), a symlink outside ``report/``, a file that is not a regular one."""
+    odd = {root / name: why for name, why in odd_seal_files(root).items()}
+    out.refused += [f"{path}: {why}" for path, why in odd.items()]
+    for link in walk.symlinks:
+        if link.relative_to(root).parts[0] != "report" and link not in odd:  # report: derived
+            out.refused.append(symlink_refusal(link))
+    out.refused += [
+        f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others if p not in odd
+    ]
+
+
+def _repeat_folder_of(path: Path, case_dirs: set[Path]) -> Path | None:
+    """The repeat folder (``repeat-NN``, or an attempt set aside) a case's file is in, if any."""
+    owners = [d for d in case_dirs if d in path.parents]
+    if not owners:
+        return None
+    case_dir = max(owners, key=lambda d: len(d.parts))
+    inner = path.relative_to(case_dir).parts
+    if len(inner) > 1 and inner[0].startswith("repeat-"):
+        return case_dir / inner[0]
+    return None
+
+
+def _keep_repeat(out: SessionFiles, root: Path, folder: Path) -> bool:
+    """Whether a repeat folder's files are released (a current repeat that finished ok); one
+    that is not is refused where ``dlperf report`` refuses it, else listed as left out."""
+    verdict, detail = _record_verdict(folder)
+    current = bool(_REPEAT.match(folder.name))  # not a failed attempt
+    kept = current and verdict == "ok"
+    relative = str(folder.relative_to(root))
+    if current and verdict in UNTRUSTED:
+        # what `dlperf report` refuses is refused, never silently dropped
+        out.refused.append(
+            detail
+            or f"{folder / 'record.json'}: missing "
+            "(a repeat folder without its record: crashed "
+            "or deleted; resume the session or remove it)"
+        )
+    elif kept:
+        out.repeats.append(relative)
+    else:
+        out.excluded.append(
+            {"session": root.name, "folder": relative, "verdict": verdict, "detail": detail}
+        )
+    return kept
+
+
 def collect_session(root: Path) -> SessionFiles:
     """The files of ``root`` that a release keeps (see the module docstring)."""
     root = Path(root)
@@ -68,14 +117,7 @@ def collect_session(root: Path) -> SessionFiles:
         return out
     walk = walk_session(root)
     # the seal and its signature, checked before any read: named as what they are
-    odd = {root / name: why for name, why in odd_seal_files(root).items()}
-    out.refused += [f"{path}: {why}" for path, why in odd.items()]
-    for link in walk.symlinks:
-        if link.relative_to(root).parts[0] != "report" and link not in odd:  # report: derived
-            out.refused.append(symlink_refusal(link))
-    out.refused += [
-        f"{p}: not a regular file (a socket, fifo or device)" for p in walk.others if p not in odd
-    ]
+    _refuse_odd_files(out, root, walk)
     case_dirs = {
         path.parent
         for rel, path in walk.files.items()
@@ -90,40 +132,12 @@ def collect_session(root: Path) -> SessionFiles:
             continue
         if rel.parts[0] == "probes" and any(_SUPERSEDED_PROBE.search(p) for p in rel.parts):
             continue
-        if rel.parts[0] == "cases":
-            owners = [d for d in case_dirs if d in path.parents]
-            if owners:
-                case_dir = max(owners, key=lambda d: len(d.parts))
-                inner = path.relative_to(case_dir).parts
-                if len(inner) > 1 and inner[0].startswith("repeat-"):
-                    folder = case_dir / inner[0]
-                    if folder not in verdicts:
-                        verdict, detail = _record_verdict(folder)
-                        current = bool(_REPEAT.match(inner[0]))  # not a failed attempt
-                        kept = current and verdict == "ok"
-                        verdicts[folder] = kept
-                        relative = str(folder.relative_to(root))
-                        if current and verdict in UNTRUSTED:
-                            # what `dlperf report` refuses is refused, never silently dropped
-                            out.refused.append(
-                                detail
-                                or f"{folder / 'record.json'}: missing "
-                                "(a repeat folder without its record: crashed "
-                                "or deleted; resume the session or remove it)"
-                            )
-                        elif kept:
-                            out.repeats.append(relative)
-                        else:
-                            out.excluded.append(
-                                {
-                                    "session": root.name,
-                                    "folder": relative,
-                                    "verdict": verdict,
-                                    "detail": detail,
-                                }
-                            )
-                    if not verdicts[folder]:
-                        continue
+        folder = _repeat_folder_of(path, case_dirs) if rel.parts[0] == "cases" else None
+        if folder is not None:
+            if folder not in verdicts:
+                verdicts[folder] = _keep_repeat(out, root, folder)
+            if not verdicts[folder]:
+                continue
         out.files[str(rel)] = path
     return out
 

@@ -44,7 +44,7 @@ from driver.core.report import tables
 from driver.files import sha256_bytes, sha256_file
 from driver.model.seal import SEAL
 from driver.release.archive import read_archive
-from driver.release.compute import Computed, Marks, compute
+from driver.release.compute import Computed, Config, Marks, compute
 from driver.release.dataset import load_dataset
 from driver.release.findings import (
     VERSION_LEVEL,
@@ -137,19 +137,26 @@ def audit(
             _run_signatures(state, expected_version, trust.path)
         else:
             _run(state, expected_version, images_lock, recompute_flops, reports_root, trust.path)
-        for unsigned in report.unsigned if require_signed else []:
-            state.add(unsigned, "signature", "unsigned", "signed (--require-signed)")
-        if require_signed and trust.own:
-            state.add(str(trust.path), "--require-signed", OWN_ANCHOR, outside_anchor())
-        # the verdict names the version's own file where it decided something: a signature
-        # verified, or one that did not verify against it
-        checked = len(report.signatures) > len(report.unsigned) or any(
-            f.cell in ("seal", "signature") and f.published != "unsigned" for f in report.findings
-        )
-        report.trust_own = trust.own and checked
+        _judge_trust(state, trust, require_signed)
     finally:
         report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def _judge_trust(state: AuditState, trust: TrustAnchor, require_signed: bool) -> None:
+    """What ``--require-signed`` refuses (an unsigned session or version, the reports folder's
+    own allowed_signers), and whether the verdict names that own file."""
+    report = state.report
+    for unsigned in report.unsigned if require_signed else []:
+        state.add(unsigned, "signature", "unsigned", "signed (--require-signed)")
+    if require_signed and trust.own:
+        state.add(str(trust.path), "--require-signed", OWN_ANCHOR, outside_anchor())
+    # the verdict names the version's own file where it decided something: a signature
+    # verified, or one that did not verify against it
+    checked = len(report.signatures) > len(report.unsigned) or any(
+        f.cell in ("seal", "signature") and f.published != "unsigned" for f in report.findings
+    )
+    report.trust_own = trust.own and checked
 
 
 def _manifest(state: AuditState, expected_version: str | None) -> tuple[bytes, dict] | None:
@@ -197,14 +204,127 @@ def _run_signatures(state: AuditState, expected_version: str | None, allowed: Pa
             continue
         if sha256_file(path) != entry.get("sha256"):  # its seal is then not the one signed
             state.add(archive, "sha256", entry.get("sha256"), sha256_file(path))
-        try:
-            members.update(read_archive(path))
-        except Exception as error:  # a corrupted archive: tarfile/gzip/zlib errors
-            state.add(
-                archive, "archive", f"unreadable ({type(error).__name__}: {error})", "readable"
-            )
+        _read_members(state, archive, path, members)
     signatures = session_signatures(members, allowed)
     _check_signatures(state, manifest_bytes, manifest, signatures, allowed)
+
+
+def _read_members(
+    state: AuditState, archive: str, path: Path, members: dict[str, bytes]
+) -> None:
+    """Add ``archive``'s members to ``members``, or a finding where it does not read."""
+    try:
+        members.update(read_archive(path))
+    except Exception as error:  # a corrupted archive: tarfile/gzip/zlib errors
+        state.add(archive, "archive", f"unreadable ({type(error).__name__}: {error})", "readable")
+
+
+def _check_folder_files(state: AuditState, manifest: dict) -> set[str]:
+    """The version folder's files against the manifest's lists (none more, none missing) and
+    their checksums; the files present, relative to the folder."""
+    directory = state.dir
+    recorded = manifest.get("signatures")  # README layout 5 on
+    version_signed = (recorded or {}).get("version", {}).get("status") == SIGNED
+    listed = {MANIFEST, *PUBLISHED_TEXTS, *manifest["files"], *manifest["archives"]}
+    listed |= {VERSION_SIGNATURE} if version_signed else set()
+    listed |= set(manifest["config_files"])
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    for extra in sorted(present - listed):
+        state.add(extra, "presence", "a file the manifest does not list", "absent")
+    for path, entry in sorted(
+        {**manifest["files"], **manifest["config_files"], **manifest["archives"]}.items()
+    ):
+        if path not in present:
+            state.add(path, "presence", "missing", "listed in the manifest")
+        elif sha256_file(directory / path) != entry.get("sha256"):
+            state.add(path, "sha256", entry.get("sha256"), sha256_file(directory / path))
+    return present
+
+
+def _release_config(state: AuditState, manifest: dict) -> Config | None:
+    """The release's configuration as the version folder's copies give it, with the marks its
+    manifest records; None with a finding where an import file does not load."""
+    try:
+        config = load_config(
+            state.dir, manifest["model_costs"], split_by_machine=results_by_machine(manifest)
+        )
+    except ConfigError as error:  # an import file of published figures that does not load
+        state.add(error.path, error.field_path, error.message, "a valid import file")
+        return None
+    recorded = manifest.get("signatures")  # README layout 5 on
+    if recorded is not None:
+        config.marks = Marks(
+            sessions=recorded.get("sessions", {}),
+            version=recorded.get("version", {}),
+            superlinear=manifest.get("superlinear") or {},
+        )
+    return config
+
+
+def _count_tables(report: AuditReport, computed: Computed, raw_files: int) -> None:
+    """The tables the recomputation gives, their sizes and the counts the verdict shows."""
+    report.tables = [title for title, _ in tables(computed.summaries)]
+    for s in computed.summaries:
+        cases, repeats = report.table_sizes.get(computed.titles[s.case_id], (0, 0))
+        report.table_sizes[computed.titles[s.case_id]] = (cases + 1, repeats + s.stats.repeats)
+    report.counts = {
+        "cases": len(computed.summaries),
+        "repeats": sum(1 for r in computed.repeats if r.measurement is not None),
+        "raw_files": raw_files,
+    }
+
+
+def _check_mfu(state: AuditState, computed: Computed) -> None:
+    for row in sorted(computed.rows.values(), key=lambda r: r.case_id):
+        if row.mfu is not None and row.mfu > 1.0:  # no run reaches its devices' peak
+            state.add("results.json", f"{row.case_id}.mfu", f"{row.mfu:.4f}",
+                      "at most 1 (100% of the devices' dense peak): a count or a peak is wrong",
+                      row.case_id)  # fmt: skip
+
+
+def _raw_members(state: AuditState, manifest: dict, present: set[str]) -> dict[str, bytes]:
+    """The members of the version's archives that are present, checked against the manifest's
+    list of raw files (none missing, none more)."""
+    members: dict[str, bytes] = {}
+    for archive in sorted(manifest["archives"]):
+        if archive in present:
+            _read_members(state, archive, state.dir / archive, members)
+    raw = manifest["raw_files"]
+    for member in sorted(set(raw) - set(members)):
+        state.add(member, "presence", "missing from the archives", "listed", case_of_member(member))
+    for member in sorted(set(members) - set(raw)):
+        state.add(member, "presence", "in an archive", "not listed", case_of_member(member))
+    return members
+
+
+def _check_published_texts(
+    state: AuditState, computed: Computed, manifest: dict, reports_root: Path
+) -> None:
+    """results.json, results.csv and the README against what the recomputation renders (a
+    README of an older layout against what the kit that released it renders)."""
+    data = results_data(computed, manifest["version"], results_schema(manifest))
+    compare_json(state, "results.json", json_text(data))
+    compare_csv(state, "results.csv", csv_text(data))
+    layout = readme_layout(manifest)
+    if layout == README_LAYOUT:
+        compare_text(state, "README.md", readme_text(computed, manifest))
+    elif read_published(state, "README.md") is not None:
+        _check_older_readme(state, layout, reports_root)
+
+
+def _check_raw_members(
+    state: AuditState,
+    raw: dict[str, dict[str, Any]],
+    members: dict[str, bytes],
+    problems: list[tuple[str, str]],
+) -> None:
+    """Each listed member's checksum, and what reading the raw data found wrong."""
+    for member in sorted(set(raw) & set(members)):
+        actual = sha256_bytes(members[member])
+        if actual != raw[member].get("sha256"):
+            state.add(member, "sha256", raw[member].get("sha256"), actual, case_of_member(member))
+    for member, problem in problems:
+        state.add(member, "raw data", problem, "complete", case_of_member(member))
 
 
 def _run(
@@ -222,83 +342,27 @@ def _run(
     manifest_bytes, manifest = read
 
     # 1-2: the files of the folder, and their checksums.
-    recorded = manifest.get("signatures")  # README layout 5 on
-    version_signed = (recorded or {}).get("version", {}).get("status") == SIGNED
-    listed = {MANIFEST, *PUBLISHED_TEXTS, *manifest["files"], *manifest["archives"]}
-    listed |= {VERSION_SIGNATURE} if version_signed else set()
-    listed |= set(manifest["config_files"])
-    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
-    for extra in sorted(present - listed):
-        state.add(extra, "presence", "a file the manifest does not list", "absent")
-    for path, entry in sorted(
-        {**manifest["files"], **manifest["config_files"], **manifest["archives"]}.items()
-    ):
-        if path not in present:
-            state.add(path, "presence", "missing", "listed in the manifest")
-        elif sha256_file(directory / path) != entry.get("sha256"):
-            state.add(path, "sha256", entry.get("sha256"), sha256_file(directory / path))
-    members: dict[str, bytes] = {}
-    for archive in sorted(manifest["archives"]):
-        if archive not in present:
-            continue
-        try:
-            members.update(read_archive(directory / archive))
-        except Exception as error:  # a corrupted archive: tarfile/gzip/zlib errors
-            state.add(
-                archive, "archive", f"unreadable ({type(error).__name__}: {error})", "readable"
-            )
+    members = _raw_members(state, manifest, _check_folder_files(state, manifest))
     raw = manifest["raw_files"]
-    for member in sorted(set(raw) - set(members)):
-        state.add(member, "presence", "missing from the archives", "listed", case_of_member(member))
-    for member in sorted(set(members) - set(raw)):
-        state.add(member, "presence", "in an archive", "not listed", case_of_member(member))
 
     # 3-4: recompute.
     dataset = load_dataset(members)
-    model_costs = manifest["model_costs"]
-    try:
-        config = load_config(
-            directory, model_costs, split_by_machine=results_by_machine(manifest)
-        )
-    except ConfigError as error:  # an import file of published figures that does not load
-        state.add(error.path, error.field_path, error.message, "a valid import file")
+    config = _release_config(state, manifest)
+    if config is None:
         return
     signatures = session_signatures(members, allowed)
-    if recorded is not None:
-        config.marks = Marks(
-            sessions=recorded.get("sessions", {}),
-            version=recorded.get("version", {}),
-            superlinear=manifest.get("superlinear") or {},
-        )
     computed = compute(dataset, config)
     state.case_titles = dict(computed.titles)
     for repeat in computed.repeats:  # a case that failed to summarise still maps its repeats
         state.case_titles.setdefault(repeat.case.id, VERSION_LEVEL)
     # member hashes after titles are known, so that a changed log names its table
-    for member in sorted(set(raw) & set(members)):
-        actual = sha256_bytes(members[member])
-        if actual != raw[member].get("sha256"):
-            state.add(member, "sha256", raw[member].get("sha256"), actual, case_of_member(member))
-    for member, problem in dataset.problems:
-        state.add(member, "raw data", problem, "complete", case_of_member(member))
-    report.tables = [title for title, _ in tables(computed.summaries)]
-    for s in computed.summaries:
-        cases, repeats = report.table_sizes.get(computed.titles[s.case_id], (0, 0))
-        report.table_sizes[computed.titles[s.case_id]] = (cases + 1, repeats + s.stats.repeats)
-    report.counts = {
-        "cases": len(computed.summaries),
-        "repeats": sum(1 for r in computed.repeats if r.measurement is not None),
-        "raw_files": len(members),
-    }
+    _check_raw_members(state, raw, members, dataset.problems)
+    _count_tables(report, computed, len(members))
     _check_records(state, computed, manifest)
     _check_flops(state, manifest, recompute_flops)
     _check_signatures(state, manifest_bytes, manifest, signatures, allowed)
     _check_superlinear(state, computed, manifest)
-    for row in sorted(computed.rows.values(), key=lambda r: r.case_id):
-        if row.mfu is not None and row.mfu > 1.0:  # no run reaches its devices' peak
-            state.add("results.json", f"{row.case_id}.mfu", f"{row.mfu:.4f}",
-                      "at most 1 (100% of the devices' dense peak): a count or a peak is wrong",
-                      row.case_id)  # fmt: skip
+    _check_mfu(state, computed)
 
     # 5: manifest parts recomputed from the raw data and the config copies.
     derived = derived_parts(dataset, computed, directory)
@@ -307,14 +371,7 @@ def _run(
     _check_images(state, derived["images"], images_lock)
 
     # 4: the published texts.
-    data = results_data(computed, manifest["version"], results_schema(manifest))
-    compare_json(state, "results.json", json_text(data))
-    compare_csv(state, "results.csv", csv_text(data))
-    layout = readme_layout(manifest)
-    if layout == README_LAYOUT:
-        compare_text(state, "README.md", readme_text(computed, manifest))
-    elif read_published(state, "README.md") is not None:
-        _check_older_readme(state, layout, reports_root or directory.parent)
+    _check_published_texts(state, computed, manifest, reports_root or directory.parent)
 
     # 6: the index.
     _check_index(state, manifest_bytes, manifest["version"], reports_root or directory.parent)

@@ -177,21 +177,12 @@ def same_device(
     return True
 
 
-def _release_columns(
-    summary: CaseSummary,
-    summaries: list[CaseSummary],
-    header: dict[str, Any],
-    sessions_of: dict[str, str],
-    dataset: Dataset,
-    config: Config,
+def _mfu_columns(
+    summary: CaseSummary, options: dict[str, Any], config: Config
 ) -> dict[str, Any]:
-    """A measured case's release columns (``CaseRow``): its session, MFU, scaling bound and
-    nearest published reference."""
+    """The case's FLOPs per sample, its device's peak at its precision, and its MFU."""
     case = summary.case
-    options = dict(header.get("options") or {})
-    session = sessions_of.get(case.id)
-    out: dict[str, Any] = {"session": session}
-    # MFU
+    out: dict[str, Any] = {}
     cost = config.model_costs.get(cost_key(case.model, case.options))
     device = summary.devices[0] if summary.devices else None
     peak = match_device(device, config.peaks)
@@ -208,8 +199,22 @@ def _release_columns(
         case.topology.world_size,
         out.get("peak_tflops"),
     )
-    # Scaling bound
+    return out
+
+
+def _scaling_columns(
+    summary: CaseSummary,
+    summaries: list[CaseSummary],
+    options: dict[str, Any],
+    session: str | None,
+    dataset: Dataset,
+    config: Config,
+) -> dict[str, Any]:
+    """A multi-device case's gradient size, the all-reduce probe of its session nearest its
+    topology, and the scaling bound they give from its baseline's step time."""
+    case = summary.case
     devices = case.topology.world_size
+    out: dict[str, Any] = {}
     if devices > 1:
         out["gradient_bytes"] = _gradient_bytes(summary, options, config)
         probes = [
@@ -225,15 +230,20 @@ def _release_columns(
             out["scaling_bound"] = scaling_bound(
                 step_time, out["gradient_bytes"], devices, out["busbw_gbps"]
             )
-    # Nearest published result (only for the published models' shapes)
+    return out
+
+
+def _reference_columns(summary: CaseSummary, config: Config) -> dict[str, Any]:
+    """The nearest published result (only for the published models' shapes)."""
+    case = summary.case
     if not published_shapes(case):
-        return out
+        return {}
     reference = nearest(
         Ours(
             model=case.model,
             framework=case.framework,
             precision=case.precision,
-            devices=devices,
+            devices=case.topology.world_size,
             batch_per_device=summary.batch_size,
             xla=case.xla,
             dataset=case.dataset,
@@ -248,4 +258,24 @@ def _release_columns(
         if config.split_by_machine
         else config.references,
     )
-    return {**out, **(reference or {})}
+    return reference or {}
+
+
+def _release_columns(
+    summary: CaseSummary,
+    summaries: list[CaseSummary],
+    header: dict[str, Any],
+    sessions_of: dict[str, str],
+    dataset: Dataset,
+    config: Config,
+) -> dict[str, Any]:
+    """A measured case's release columns (``CaseRow``): its session, MFU, scaling bound and
+    nearest published reference."""
+    options = dict(header.get("options") or {})
+    session = sessions_of.get(summary.case.id)
+    return {
+        "session": session,
+        **_mfu_columns(summary, options, config),
+        **_scaling_columns(summary, summaries, options, session, dataset, config),
+        **_reference_columns(summary, config),
+    }

@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from driver.model.measure import Window, parse_logs
-from driver.model.results import RECORD
+from driver.model.results import NODE_LOG, RECORD
 from driver.parsers.base import LogParseError, RankLog
 from driver.release.scaling import ProbeError, parse_probe_log
 from driver.telemetry.summary import node_of, summarize_samples
@@ -31,7 +31,6 @@ from driver.verify.repeat import (
 )
 
 _REPEAT = re.compile(r"^repeat-\d+$")
-_NODE_LOG = re.compile(r"^node(\d+)\.log$")
 _PROBE_LOG = re.compile(r"^([^/]+)/probes/(allreduce-[^/]+)/node0\.log$")
 
 
@@ -151,7 +150,7 @@ def step_windows(repeat: VerifiedRepeat) -> dict[int, tuple[float, float]]:
     """
     window = window_of(repeat)
     parsed = repeat.parsed
-    nodes = {int(m[1]): name for name in repeat.logs if (m := _NODE_LOG.match(name))}
+    nodes = {int(m[1]): name for name in repeat.logs if (m := NODE_LOG.match(name))}
     out: dict[int, tuple[float, float]] = {}
     if (
         parsed.ranks

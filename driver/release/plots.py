@@ -45,7 +45,6 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     written: list[str] = []
     for title, group in tables(computed.summaries):
@@ -59,64 +58,92 @@ def render_plots(computed: Computed, out_dir: Path) -> list[str]:
         x_of = {label: i for i, (_d, _n, label) in enumerate(labels)}
         ticks = [label for _d, _n, label in labels]
         series = _series(group)
-
-        fig, ax = _figure(plt)
-        has_ideal = False
-        for index, (name, items) in enumerate(series.items()):
-            style = _style(index)
-            color = style["color"]
-            xs = [x_of[s.case.topology.label] for s in items]
-            ax.plot(xs, [s.stats.median for s in items], "-", **style, label=name)
-            low = [s.stats.median - s.stats.minimum for s in items]
-            high = [s.stats.maximum - s.stats.median for s in items]
-            ax.errorbar(
-                xs,
-                [s.stats.median for s in items],
-                yerr=[low, high],
-                fmt="none",
-                ecolor=color,
-                capsize=3,
-            )
-            base = baseline_of(items[0], items)
-            if base is not None:
-                ax.plot(
-                    xs,
-                    [base.stats.median * s.case.topology.world_size for s in items],
-                    "--",
-                    color=color,
-                    alpha=0.5,
-                )
-                has_ideal = True
-        ylabel = "samples/s (median, min-max bars)"
-        extra = [Line2D([], [], color="grey", linestyle="--", alpha=0.7)] if has_ideal else []
-        _finish(fig, ax, ticks, ylabel, title, out_dir / throughput_file, extra, [IDEAL_LABEL])
+        axes = (x_of, ticks, title)
+        _plot_throughput(plt, series, axes, out_dir / throughput_file)
         written.append(throughput_file)
-
-        fig, ax = _figure(plt)
-        ax.axhline(100, color="grey", linewidth=0.8, linestyle=":")
-        has_bound = False
-        for index, (name, items) in enumerate(series.items()):
-            style = _style(index)
-            xs, ys = _percents(x_of, items, lambda s: s.efficiency)
-            if xs:
-                ax.plot(xs, ys, "-", **style, label=name)
-            xs, ys = _percents(x_of, items, lambda s: computed.rows[s.key].scaling_bound)
-            if xs:
-                ax.plot(
-                    xs, ys, "_", color=style["color"], markersize=14, markeredgewidth=2, alpha=0.7
-                )
-                has_bound = True
-        shown = _percents(x_of, group, lambda s: s.efficiency)[1]
-        shown += _percents(x_of, group, lambda s: computed.rows[s.key].scaling_bound)[1]
-        ax.set_ylim(
-            max(0.0, min([50.0, *(v - 5 for v in shown)])), max([110.0, *(v + 5 for v in shown)])
-        )
-        bound = Line2D([], [], color="grey", marker="_", markersize=14, markeredgewidth=2, ls="")
-        ylabel = "scaling efficiency (%)"
-        extra = [bound] if has_bound else []
-        _finish(fig, ax, ticks, ylabel, title, out_dir / efficiency_file, extra, [BOUND_LABEL])
+        _plot_efficiency(plt, computed, group, series, axes, out_dir / efficiency_file)
         written.append(efficiency_file)
     return written
+
+
+def _plot_throughput(
+    plt: Any,
+    series: dict[str, list[CaseSummary]],
+    axes: tuple[dict[str, int], list[str], str],
+    path: Path,
+) -> None:
+    """Samples/s against the topology, min-max bars, and perfect scaling from each series'
+    baseline; ``axes``: each topology's x position, the tick labels, the title."""
+    from matplotlib.lines import Line2D
+
+    x_of, ticks, title = axes
+    fig, ax = _figure(plt)
+    has_ideal = False
+    for index, (name, items) in enumerate(series.items()):
+        style = _style(index)
+        color = style["color"]
+        xs = [x_of[s.case.topology.label] for s in items]
+        ax.plot(xs, [s.stats.median for s in items], "-", **style, label=name)
+        low = [s.stats.median - s.stats.minimum for s in items]
+        high = [s.stats.maximum - s.stats.median for s in items]
+        ax.errorbar(
+            xs,
+            [s.stats.median for s in items],
+            yerr=[low, high],
+            fmt="none",
+            ecolor=color,
+            capsize=3,
+        )
+        base = baseline_of(items[0], items)
+        if base is not None:
+            ax.plot(
+                xs,
+                [base.stats.median * s.case.topology.world_size for s in items],
+                "--",
+                color=color,
+                alpha=0.5,
+            )
+            has_ideal = True
+    ylabel = "samples/s (median, min-max bars)"
+    extra = [Line2D([], [], color="grey", linestyle="--", alpha=0.7)] if has_ideal else []
+    _finish(fig, ax, ticks, ylabel, title, path, extra, [IDEAL_LABEL])
+
+
+def _plot_efficiency(
+    plt: Any,
+    computed: Computed,
+    group: list[CaseSummary],
+    series: dict[str, list[CaseSummary]],
+    axes: tuple[dict[str, int], list[str], str],
+    path: Path,
+) -> None:
+    """Scaling efficiency (%) against the topology, with each case's scaling bound."""
+    from matplotlib.lines import Line2D
+
+    x_of, ticks, title = axes
+    fig, ax = _figure(plt)
+    ax.axhline(100, color="grey", linewidth=0.8, linestyle=":")
+    has_bound = False
+    for index, (name, items) in enumerate(series.items()):
+        style = _style(index)
+        xs, ys = _percents(x_of, items, lambda s: s.efficiency)
+        if xs:
+            ax.plot(xs, ys, "-", **style, label=name)
+        xs, ys = _percents(x_of, items, lambda s: computed.rows[s.key].scaling_bound)
+        if xs:
+            ax.plot(
+                xs, ys, "_", color=style["color"], markersize=14, markeredgewidth=2, alpha=0.7
+            )
+            has_bound = True
+    shown = _percents(x_of, group, lambda s: s.efficiency)[1]
+    shown += _percents(x_of, group, lambda s: computed.rows[s.key].scaling_bound)[1]
+    ax.set_ylim(
+        max(0.0, min([50.0, *(v - 5 for v in shown)])), max([110.0, *(v + 5 for v in shown)])
+    )
+    bound = Line2D([], [], color="grey", marker="_", markersize=14, markeredgewidth=2, ls="")
+    ylabel = "scaling efficiency (%)"
+    extra = [bound] if has_bound else []
+    _finish(fig, ax, ticks, ylabel, title, path, extra, [BOUND_LABEL])
 
 
 def _percents(

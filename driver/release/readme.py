@@ -14,7 +14,7 @@ from typing import Any
 from tabulate import tabulate
 
 from driver.core.report import ExtraColumn, markdown_tables, summary_tables
-from driver.core.summary import CaseSummary
+from driver.core.summary import CaseRow, CaseSummary
 from driver.release.compute import Computed
 from driver.release.dataset import session_of
 from driver.release.references import comparable
@@ -234,6 +234,23 @@ def _tables_section(computed: Computed, manifest: dict[str, Any]) -> str:
     )
 
 
+def _reference_row(s: CaseSummary, e: CaseRow) -> list[str]:
+    """A case beside its nearest reference, per device."""
+    config = f"{e.reference_devices} dev, bsz {e.reference_batch_per_device or '?'}, "
+    config += str(e.reference_precision).upper()
+    return [
+        s.case_id,
+        _num(s.stats.median, 2),
+        _num(e.per_device, 2),
+        markdown_inline(f"{e.reference_framework} ({e.reference_id})"),
+        markdown_inline(e.reference_hardware),
+        markdown_inline(config),
+        _num(e.reference_per_device, 2),
+        "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
+        markdown_link(e.reference_source, e.reference_link),
+    ]
+
+
 def _references_section(computed: Computed) -> str:
     """The nearest published reference beside each case, like with like only (the release
     attaches a reference on the same device model and precision only)."""
@@ -246,21 +263,7 @@ def _references_section(computed: Computed) -> str:
         if not comparable(s.devices, str(e.reference_hardware or "")):
             not_comparable[s.device_model] = not_comparable.get(s.device_model, 0) + 1
             continue
-        config = f"{e.reference_devices} dev, bsz {e.reference_batch_per_device or '?'}, "
-        config += str(e.reference_precision).upper()
-        rows.append(
-            [
-                s.case_id,
-                _num(s.stats.median, 2),
-                _num(e.per_device, 2),
-                markdown_inline(f"{e.reference_framework} ({e.reference_id})"),
-                markdown_inline(e.reference_hardware),
-                markdown_inline(config),
-                _num(e.reference_per_device, 2),
-                "-" if e.ratio_per_device is None else f"{e.ratio_per_device:.4f}",
-                markdown_link(e.reference_source, e.reference_link),
-            ]
-        )
+        rows.append(_reference_row(s, e))
     if not rows:
         return (
             "No published result on the same device model and precision as a measured case: "
@@ -334,7 +337,8 @@ def _telemetry_per_case(computed: Computed) -> str:
     return intro + tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) + "\n"
 
 
-def _provenance_section(manifest: dict[str, Any]) -> str:
+def _session_lines(manifest: dict[str, Any]) -> list[str]:
+    """The kit that released the version, and each session with the kit that ran it."""
     release_kit = manifest["kit"]
     out = [
         f"Released with kit {markdown_code(release_kit.get('commit'))} "
@@ -355,7 +359,12 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
             f"{markdown_code(kit.get('commit'))}{dirty}; archive {markdown_code(s['archive'])} "
             f"({s['files']} files)"
         )
-    out.append("\nNodes (from every rank's log header):\n")
+    return out
+
+
+def _node_lines(manifest: dict[str, Any]) -> list[str]:
+    """Each node, as every rank's log header describes it."""
+    out = ["\nNodes (from every rank's log header):\n"]
     for host, node in sorted(manifest["nodes"].items()):
         # from every rank's log header: a device's or framework's name is free text
         versions = ", ".join(f"{k} {v}" for k, v in sorted(node.get("versions", {}).items()))
@@ -365,8 +374,13 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
             f"- {markdown_code(host)}: devices {devices}; frameworks {frameworks}; "
             f"{markdown_inline(versions or 'no versions')}"
         )
+    return out
+
+
+def _image_lines(manifest: dict[str, Any]) -> list[str]:
+    """The images the lock pins, and the digests the repeats ran."""
     images = manifest["images"]
-    out.append("\nImages pinned in images.lock:\n")
+    out = ["\nImages pinned in images.lock:\n"]
     if images.get("digests"):
         for name, digest in sorted(images["digests"].items()):
             out.append(f"- {markdown_code(name)}: {markdown_code(digest)}")
@@ -382,6 +396,11 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
                 else "listed"
             )
             out.append(f"- {markdown_code(digest)} ({where})")
+    return out
+
+
+def _provenance_section(manifest: dict[str, Any]) -> str:
+    out = [*_session_lines(manifest), *_node_lines(manifest), *_image_lines(manifest)]
     out.append("\nConfig files (copies in `config/`):\n")
     for path, entry in sorted(manifest["config_files"].items()):
         out.append(

@@ -76,6 +76,53 @@ def _type_error(key: str, value: Any, default: Any) -> str | None:
     return None
 
 
+def _given_options(
+    parser: argparse.ArgumentParser,
+    framework: str,
+    given: list[str],
+    options: Mapping[str, Any],
+    refusals: Mapping[str, Refusal] | None,
+) -> dict[str, Any]:
+    """The ``--option KEY=VALUE`` values given, each one the loop mirrors, of its default's
+    type and not refused; else the parser's error (exit 2)."""
+    values: dict[str, Any] = {}
+    for text in given:
+        key, sep, raw = text.partition("=")
+        key = key.replace("-", "_")
+        if not sep or not key:
+            parser.error(f"--option {text!r}: expected KEY=VALUE")
+        if key not in options:
+            parser.error(
+                f"--option {key}: the bare {framework} loop does not mirror {key!r} (it mirrors "
+                f"{', '.join(sorted(options))}); run the kit alone for it"
+            )
+        value = option_value(raw)
+        problem = _type_error(key, value, options[key])
+        refusal = {**COMMON_REFUSALS, **(refusals or {})}.get(key)
+        if problem is None and refusal is not None:
+            problem = refusal(value)
+        if problem:
+            parser.error(f"--option {key}={raw}: {problem}")
+        values[key] = value
+    return values
+
+
+def _resolve_optimizer(
+    parser: argparse.ArgumentParser, merged: dict[str, Any], batch_size: int
+) -> None:
+    """The optimizer's learning rate and weight decay where left to it, as numbers."""
+    if merged.get("optimizer") not in ("sgd", "adamw"):
+        parser.error(f"--option optimizer={merged.get('optimizer')}: expected sgd or adamw")
+    sgd = merged["optimizer"] == "sgd"
+    if merged.get("lr") is None:
+        merged["lr"] = 0.1 * batch_size / 256 if sgd else 1e-4
+    if merged.get("weight_decay") is None:
+        merged["weight_decay"] = 1e-4 if sgd else 0.01
+    for key in ("lr", "momentum", "weight_decay", "grad_clip"):
+        if key in merged:
+            merged[key] = float(merged[key])
+
+
 def parse_args(
     framework: str,
     argv: list[str] | None = None,
@@ -110,35 +157,8 @@ def parse_args(
     args = parser.parse_args(argv)
     if args.batch_size <= 0 or args.steps <= 0 or args.warmup_steps < 0:
         parser.error("--batch-size and --steps must be positive, --warmup-steps >= 0")
-    merged = dict(options)
-    for text in args.option:
-        key, sep, raw = text.partition("=")
-        key = key.replace("-", "_")
-        if not sep or not key:
-            parser.error(f"--option {text!r}: expected KEY=VALUE")
-        if key not in options:
-            parser.error(
-                f"--option {key}: the bare {framework} loop does not mirror {key!r} (it mirrors "
-                f"{', '.join(sorted(options))}); run the kit alone for it"
-            )
-        value = option_value(raw)
-        problem = _type_error(key, value, options[key])
-        refusal = {**COMMON_REFUSALS, **(refusals or {})}.get(key)
-        if problem is None and refusal is not None:
-            problem = refusal(value)
-        if problem:
-            parser.error(f"--option {key}={raw}: {problem}")
-        merged[key] = value
-    if merged.get("optimizer") not in ("sgd", "adamw"):
-        parser.error(f"--option optimizer={merged.get('optimizer')}: expected sgd or adamw")
-    sgd = merged["optimizer"] == "sgd"
-    if merged.get("lr") is None:
-        merged["lr"] = 0.1 * args.batch_size / 256 if sgd else 1e-4
-    if merged.get("weight_decay") is None:
-        merged["weight_decay"] = 1e-4 if sgd else 0.01
-    for key in ("lr", "momentum", "weight_decay", "grad_clip"):
-        if key in merged:
-            merged[key] = float(merged[key])
+    merged = {**options, **_given_options(parser, framework, args.option, options, refusals)}
+    _resolve_optimizer(parser, merged, args.batch_size)
     args.options = merged
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if int(merged.get("num_threads") or 0) > 0:

@@ -24,7 +24,6 @@ A refusal is a :class:`RepeatRefused` naming the file at fault and, where there 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -33,12 +32,11 @@ from driver.model.case import Case
 from driver.model.hardware import UNKNOWN, Hardware, HardwareError, display_labels
 from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, measure_checked
-from driver.model.results import RECORD, RecordError, RepeatRecord, rank_fingerprints
+from driver.model.results import NODE_LOG, RECORD, RecordError, RepeatRecord, rank_fingerprints
 from driver.parsers.base import LogParseError, ParsedLog
 from driver.verify.hardware import AttestationError, load_attestation, machine_of
 
 CASE_FILE = "case.json"
-NODE_LOG = re.compile(r"^node\d+\.log$")
 
 
 class RepeatRefused(ValueError):
@@ -200,18 +198,13 @@ def check_logs(files: RepeatFiles, record: RepeatRecord) -> dict[str, str]:
     return texts
 
 
-def verify_repeat(
-    files: RepeatFiles, *, accept_remeasured: bool = False
-) -> VerifiedRepeat | Unfinished:
-    """The repeat of ``files``, verified as the module docstring says; raises RepeatRefused."""
-    case = load_case(files)
-    record = load_repeat_record(files, case)
-    if not record.ok:
-        return Unfinished(case, record)
-    texts = check_logs(files, record)
+def _measured(
+    files: RepeatFiles, case: Case, record: RepeatRecord, texts: dict[str, str]
+) -> tuple[RepeatMeasurement, ParsedLog]:
+    """What the logs measure with the record's parser and batch, checked as plausible."""
     path = files.path(RECORD)
     try:
-        measurement, parsed = measure_checked(case, record.parser, texts, record.batch_size)
+        return measure_checked(case, record.parser, texts, record.batch_size)
     except LogParseError as error:
         raise RepeatRefused(
             files.folder,
@@ -224,6 +217,10 @@ def verify_repeat(
             f"the logs ({', '.join(record.logs)}) are not a plausible measurement with the "
             f"batch_size {record.batch_size} of {path}: {error}",
         ) from None
+
+
+def _machine(files: RepeatFiles, parsed: ParsedLog) -> Hardware:
+    """The machine the repeat ran on: rank 0's header, with the session's attestation."""
     attestation = None
     if files.attestation is not None:
         try:
@@ -231,9 +228,45 @@ def verify_repeat(
         except AttestationError as error:
             raise RepeatRefused(files.attestation_path, str(error).split(": ", 1)[1]) from None
     try:
-        machine = machine_of(parsed.header, attestation)
+        return machine_of(parsed.header, attestation)
     except HardwareError as error:
         raise RepeatRefused(files.folder, f"rank 0's header: {error}") from None
+
+
+def _check_as_recorded(verified: VerifiedRepeat, measurement: RepeatMeasurement, path: str) -> None:
+    """The record holds what its logs measure, and the ranks' headers and fingerprints."""
+    record = verified.written
+    if measurement != record.measurement:
+        # Field by field (a dump leaves out straggler facts that are None, so one side's
+        # dump may lack a key the other holds).
+        name = next(
+            name
+            for name in type(measurement).model_fields
+            if getattr(record.measurement, name, None) != getattr(measurement, name)
+        )
+        raise RepeatRefused(
+            path,
+            f"measurement.{name} is {getattr(record.measurement, name, None)!r} in the "
+            f"record but {getattr(measurement, name)!r} from the logs (the logs win: re-run, "
+            "or publish with --accept-remeasured)",
+        )
+    if verified.fingerprints_differ:
+        raise RepeatRefused(path, "fingerprints differ from the ranks' headers in the logs")
+    if verified.header_differs:
+        raise RepeatRefused(path, "header differs from rank 0's header in the logs")
+
+
+def verify_repeat(
+    files: RepeatFiles, *, accept_remeasured: bool = False
+) -> VerifiedRepeat | Unfinished:
+    """The repeat of ``files``, verified as the module docstring says; raises RepeatRefused."""
+    case = load_case(files)
+    record = load_repeat_record(files, case)
+    if not record.ok:
+        return Unfinished(case, record)
+    texts = check_logs(files, record)
+    measurement, parsed = _measured(files, case, record, texts)
+    machine = _machine(files, parsed)
     if record.measurement is not None:
         # A record written before the straggler facts existed claims nothing about them: they
         # come from the logs, and the record is compared on what it does hold.
@@ -257,24 +290,7 @@ def verify_repeat(
         source=files,
     )
     if not accept_remeasured:
-        if measurement != record.measurement:
-            # Field by field (a dump leaves out straggler facts that are None, so one side's
-            # dump may lack a key the other holds).
-            name = next(
-                name
-                for name in type(measurement).model_fields
-                if getattr(record.measurement, name, None) != getattr(measurement, name)
-            )
-            raise RepeatRefused(
-                path,
-                f"measurement.{name} is {getattr(record.measurement, name, None)!r} in the "
-                f"record but {getattr(measurement, name)!r} from the logs (the logs win: re-run, "
-                "or publish with --accept-remeasured)",
-            )
-        if verified.fingerprints_differ:
-            raise RepeatRefused(path, "fingerprints differ from the ranks' headers in the logs")
-        if verified.header_differs:
-            raise RepeatRefused(path, "header differs from rank 0's header in the logs")
+        _check_as_recorded(verified, measurement, files.path(RECORD))
     return verified
 
 

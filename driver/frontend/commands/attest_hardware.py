@@ -9,61 +9,62 @@ from pathlib import Path
 from driver.frontend.args import reports_and_results
 
 
-def cmd_attest_hardware(args: argparse.Namespace) -> int:
-    """State the machine a session ran on, for logs that carry no fingerprint of their own."""
+class _Refused(Exception):
+    """Why the session is not attested (printed after ``error:``; exit 2)."""
+
+
+def _session_to_attest(session: str, results: Path) -> Path:
+    """The session folder, a real folder without an attestation yet."""
     from driver.release.refusals import ReleaseError
     from driver.release.release import resolve_session
-    from driver.verify.folder import verify_sessions
-    from driver.verify.hardware import (
-        ATTESTATION,
-        AttestationError,
-        make_attestation,
-        write_attestation,
-    )
+    from driver.verify.hardware import ATTESTATION
 
     try:
-        root = resolve_session(args.session, Path(args.results))
+        root = resolve_session(session, results)
     except ReleaseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise _Refused(str(error)) from None
     if root.is_symlink():
-        print(
-            f"error: {root}: a symlink; attest the session folder itself (a release refuses a "
-            "symlinked session too)",
-            file=sys.stderr,
+        raise _Refused(
+            f"{root}: a symlink; attest the session folder itself (a release refuses a "
+            "symlinked session too)"
         )
-        return 2
     if (root / ATTESTATION).exists():
-        print(
-            f"error: {root / ATTESTATION} exists: a session's attestation is written once "
-            "(remove it first if it is wrong, and say why in the next release's changelog)",
-            file=sys.stderr,
+        raise _Refused(
+            f"{root / ATTESTATION} exists: a session's attestation is written once "
+            "(remove it first if it is wrong, and say why in the next release's changelog)"
         )
-        return 2
+    return root
+
+
+def _given_facts(given: list[str]) -> dict[str, str]:
+    """The ``--fact KEY=VALUE`` values, one per key."""
     facts: dict[str, str] = {}
-    for text in args.fact or []:
+    for text in given:
         key, sep, value = text.partition("=")
         if not sep or not key or key in facts:
-            print(f"error: --fact {text!r}: one KEY=VALUE per key", file=sys.stderr)
-            return 2
+            raise _Refused(f"--fact {text!r}: one KEY=VALUE per key")
         facts[key] = value
-    try:
-        attestation = make_attestation(args.label, facts, args.source)
-    except AttestationError as error:
-        print(f"error: attest-hardware: {error}", file=sys.stderr)
-        return 2
+    return facts
+
+
+def _check_no_fingerprint(root: Path) -> None:
+    """An attestation is only for logs that carry no fingerprint of their own."""
+    from driver.verify.folder import verify_sessions
+
     own = {
         r.fingerprint
         for r in verify_sessions([root]).repeats
         if r.hardware.origin in ("fingerprint", "declared")
     }
     if own:
-        print(
-            f"error: {root}: its logs carry their own fingerprint ({', '.join(sorted(own))}); "
-            "an attestation is only for logs without one",
-            file=sys.stderr,
+        raise _Refused(
+            f"{root}: its logs carry their own fingerprint ({', '.join(sorted(own))}); "
+            "an attestation is only for logs without one"
         )
-        return 2
+
+
+def _check_vouched(root: Path) -> None:
+    """Sealing the session again signs what it holds: every file must be one its seal holds."""
     from driver.model.seal import configured_signer
     from driver.model.warrant import unvouched
     from driver.signing import SigningError
@@ -71,19 +72,34 @@ def cmd_attest_hardware(args: argparse.Namespace) -> int:
     try:
         signer = configured_signer()
     except SigningError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise _Refused(str(error)) from None
     foreign = [f"{rel}: {what}" for rel, what in unvouched(root, None, signer)]
     if foreign:  # sealing again signs what the session holds: only what this command adds
-        print(
-            f"error: {root}: holds files its seal does not vouch for, which sealing it with "
+        raise _Refused(
+            f"{root}: holds files its seal does not vouch for, which sealing it with "
             "the attestation would sign: "
             + "; ".join(foreign[:10])
             + (f"; and {len(foreign) - 10} more" if len(foreign) > 10 else "")
             + "; attest a session as it was sealed (restore it, or re-import its logs into a "
-            "new session)",
-            file=sys.stderr,
+            "new session)"
         )
+
+
+def cmd_attest_hardware(args: argparse.Namespace) -> int:
+    """State the machine a session ran on, for logs that carry no fingerprint of their own."""
+    from driver.verify.hardware import AttestationError, make_attestation, write_attestation
+
+    try:
+        root = _session_to_attest(args.session, Path(args.results))
+        facts = _given_facts(args.fact or [])
+        try:
+            attestation = make_attestation(args.label, facts, args.source)
+        except AttestationError as error:
+            raise _Refused(f"attest-hardware: {error}") from None
+        _check_no_fingerprint(root)
+        _check_vouched(root)
+    except _Refused as refusal:
+        print(f"error: {refusal}", file=sys.stderr)
         return 2
     path = write_attestation(root, attestation)
     print(f"{path}: {attestation.label} (source: {attestation.source})")

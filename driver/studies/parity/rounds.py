@@ -84,6 +84,49 @@ def run_side(
     return run.model_copy(update={"driver": cost, "cpu_share": max(0.0, share)})
 
 
+def _run_round(
+    number: int,
+    request: ParityRequest,
+    runner: Runner,
+    sides: dict[str, SideCommand],
+    case: Case,
+    threads: int,
+    results: Path,
+) -> ParityPair:
+    """Round ``number``: the bare loop and the kit one after the other (which first alternates
+    by round), checked to have done the same work."""
+    order: Sequence[Side] = ("bare", "kit") if number % 2 else ("kit", "bare")
+    session = f"{KIT_SESSION_PREFIX}{number:02d}"
+    kit = replace(sides["driver"], argv=driver_argv(request, case, results, session))
+    commands_of = {"bare": sides["bare"], "kit": kit}
+    runs = {
+        side: run_side(
+            side,
+            commands_of[side],
+            request,
+            runner,
+            case=case,
+            threads=threads,
+            session=results / session if side == "kit" else None,
+        )  # fmt: skip
+        for side in order
+    }
+    check_same_work(runs["bare"], runs["kit"])
+    return ParityPair(round=number, bare=runs["bare"], kit=runs["kit"], first=order[0])
+
+
+def _round_line(pair: ParityPair, rounds: int) -> str:
+    """A round's progress line: both throughputs, their ratio, the load and the driver's cost."""
+    driver = pair.kit.driver
+    return (
+        f"round {pair.round}/{rounds}: bare {pair.bare.throughput:.3f}, "
+        f"kit {pair.kit.throughput:.3f} samples/s, ratio {pair.ratio:.3f} "
+        f"(load {pair.bare.load_1min:.2f}/{pair.kit.load_1min:.2f}, CPU share "
+        f"{pair.bare.cpu_share:.2f}/{pair.kit.cpu_share:.2f}, driver "
+        f"{number_or_dash(driver.ms_per_s if driver else None, '.1f')} ms/s)"
+    )
+
+
 def run_parity(
     request: ParityRequest,
     *,
@@ -105,33 +148,9 @@ def run_parity(
     )
     pairs: list[ParityPair] = []
     for number in range(1, request.rounds + 1):
-        order: Sequence[Side] = ("bare", "kit") if number % 2 else ("kit", "bare")
-        session = f"{KIT_SESSION_PREFIX}{number:02d}"
-        kit = replace(sides["driver"], argv=driver_argv(request, case, results, session))
-        commands_of = {"bare": sides["bare"], "kit": kit}
-        runs = {
-            side: run_side(
-                side,
-                commands_of[side],
-                request,
-                runner,
-                case=case,
-                threads=threads,
-                session=results / session if side == "kit" else None,
-            )  # fmt: skip
-            for side in order
-        }
-        check_same_work(runs["bare"], runs["kit"])
-        pair = ParityPair(round=number, bare=runs["bare"], kit=runs["kit"], first=order[0])
+        pair = _run_round(number, request, runner, sides, case, threads, results)
         pairs.append(pair)
-        driver = pair.kit.driver
-        progress(
-            f"round {number}/{request.rounds}: bare {pair.bare.throughput:.3f}, "
-            f"kit {pair.kit.throughput:.3f} samples/s, ratio {pair.ratio:.3f} "
-            f"(load {pair.bare.load_1min:.2f}/{pair.kit.load_1min:.2f}, CPU share "
-            f"{pair.bare.cpu_share:.2f}/{pair.kit.cpu_share:.2f}, driver "
-            f"{number_or_dash(driver.ms_per_s if driver else None, '.1f')} ms/s)"
-        )
+        progress(_round_line(pair, request.rounds))
     return ParityResult(
         framework=request.framework,
         model=request.model,
