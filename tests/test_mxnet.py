@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.core.report import footnotes
+from driver.core.footnotes import footnotes
 from driver.core.summary import summarize
 from driver.frameworks.base import REPO_ROOT
 from driver.launchers.base import NodeRank

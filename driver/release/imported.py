@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from driver.core.report import UNKNOWN_DEVICE_MARK
+from driver.core.footnotes import UNKNOWN_DEVICE_MARK
 from driver.core.summary import CaseSummary, baseline_in, baselines, summarize
 from driver.model.case import Case, Topology
 from driver.model.figures import (

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from driver.core.report import series_name, tables
+from driver.core.footnotes import series_name
+from driver.core.report import tables
 from driver.core.summary import CaseSummary, baseline_of
 from driver.release.compute import Computed
 from driver.release.readme import plot_files
