@@ -148,10 +148,12 @@ def test_dlperf_selftest_through_pyxis_from_a_cluster_file(
         "slurm:\n  container: pyxis\n  time_limit: '10'\n"
         f"  image: {{calibration: {squashfs['cpu-python']}}}\n"
     )
+    # A 10 s window (100 steps of 0.1 s): a clock read that the suite's other worker delays by
+    # a few ms (3.3 ms seen at 0.02 s steps, 0.17% of a 2 s window) stays below the 0.05% bound.
     done = subprocess.run(
         [sys.executable, "-m", "driver.frontend.cli", "selftest", "--runtime", "slurm",
          "--inventory", str(cluster), "--topologies", "2n4g", "--repeats", "1",
-         "--step-time", "0.02"],
+         "--step-time", "0.1"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     print(done.stdout[-3000:], done.stderr[-3000:])
