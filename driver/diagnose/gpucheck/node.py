@@ -159,33 +159,34 @@ def smi_fields() -> str:
     return ",".join(SMI_QUERY)
 
 
+def probe_python(python: str, code: str, env: dict[str, str]) -> tuple[bool, str]:
+    """Run ``code`` under ``python``: (it exited 0, its last words: the last line it printed,
+    or why it could not start)."""
+    try:
+        exit_code, stdout, stderr = run_quiet([python, "-c", code], env, 300)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, str(error)[:300]
+    lines = [line.strip() for line in (stderr + stdout).splitlines() if line.strip()]
+    return exit_code == 0, (lines[-1] if lines else f"exit {exit_code}")[:300]
+
+
 def framework_sees_gpu(python: str, env: dict[str, str]) -> tuple[bool, str]:
     """(torch under ``python`` sees a GPU, the probe's last words when it does not)."""
     probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no GPU found')"
-    try:
-        code, stdout, stderr = run_quiet([python, "-c", probe], env, 300)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return False, str(error)
-    lines = [line.strip() for line in (stderr + stdout).splitlines() if line.strip()]
-    return code == 0, (lines[-1] if lines else f"exit {code}")[:300]
+    return probe_python(python, probe, env)
 
 
 def jax_unfit(python: str, env: dict[str, str], on_gpu: bool) -> str:
     """Why JAX under ``python`` cannot run the check's JAX stage ('' where it can): Flax and
     Optax importable beside it, and on a GPU node its GPU backend. A node image without JAX is
     common: the stage is then skipped, naming why, and the rest of the check runs."""
-    probe = "import flax, jax, optax; print(jax.default_backend())"
-    try:
-        code, stdout, stderr = run_quiet([python, "-c", probe], env, 300)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"no JAX under {python}: {error}"
-    lines = [line.strip() for line in (stderr + stdout).splitlines() if line.strip()]
-    if code != 0:
-        last = (lines[-1] if lines else f"exit {code}")[:300]
+    imported, last = probe_python(
+        python, "import flax, jax, optax; print(jax.default_backend())", env
+    )
+    if not imported:
         return f"no JAX with Flax and Optax under {python} ({last}); give one with --jax-python"
-    backend = lines[-1] if lines else ""
-    if on_gpu and backend != "gpu":
-        return f"JAX under {python} has no GPU backend (its default: {backend or '?'})"
+    if on_gpu and last != "gpu":
+        return f"JAX under {python} has no GPU backend (its default: {last})"
     return ""
 
 
