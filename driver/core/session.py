@@ -35,6 +35,8 @@ from driver.schema import did_you_mean
 from driver.signing import SigningError, key_description, usable_key
 
 if TYPE_CHECKING:
+    from driver.core.runner import RunSummary
+    from driver.model.results import Session
     from driver.model.warrant import Warrant
 
 AUTO = "auto"
@@ -235,16 +237,48 @@ def run_session(
     ``estimates`` (printed before, ``driver.core.estimate``) are recorded beside what each case
     took (``report/estimate.json``). Returns the exit status: 0 when every repeat finished, the door
     took every one and the seal was written."""
-    from driver.core.command import check_placement
-    from driver.core.plan import dry_run_plan
-    from driver.core.report import markdown_tables, write_report
-    from driver.core.runner import run_cases
-    from driver.core.summary import summarize
-    from driver.frameworks.envs import ensure_env
-    from driver.model.results import Session
-    from driver.verify.folder import verify_sessions
+    admitted = _admit(selection, runtime, root, signing_key, adopt or [])
+    if isinstance(admitted, int):
+        return admitted
+    cases, key, warrant = admitted
+    profile = f"{selection.profile} ({selection.why})"
+    print(f"profile: {profile}; {len(cases)} case(s); runtime: {runtime.name}")
+    if selection.note:
+        print(selection.note)
+    if dry_run:
+        _print_plans(cases, runtime)
+        return 0
+    _ensure_envs(cases, runtime)
+    session = _open_session(selection, runtime, root, argv, setting, warrant)
+    print(f"session: {session.root}")
+    if before_matrix is not None:
+        from driver.core.runner import runtime_wrote
 
-    cases, profile, why = selection.cases, selection.profile, selection.why
+        before_matrix(session.root, runtime, [case.topology for case in cases])
+        session.wrote(session.root / PROBES)
+        runtime_wrote(session, runtime)
+    started = time.monotonic()
+    summary = _run_matrix(cases, session, runtime, progress, key, warrant)
+    if isinstance(summary, int):
+        return summary
+    if estimates is not None:
+        record_estimate(session.root, estimates, time.monotonic() - started)
+    sealed = seal(session.root, key, warrant)
+    return _close(session.root, root.name, summary, sealed)
+
+
+def _admit(
+    selection: Selection,
+    runtime: Runtime,
+    root: Path,
+    signing_key: str | Path | None,
+    adopt: list[str],
+) -> tuple[list[Case], Path | None, Warrant] | int:
+    """The cases this runtime can run, the signing key and the folder's warrant, or the exit
+    status (2, the reason printed) when the key cannot sign, no case fits, a case cannot be
+    placed or the folder may not be resumed: each found before anything runs."""
+    from driver.core.command import check_placement
+
     try:
         key = usable_key(signing_key)  # a key that cannot sign is found now, not after the run
     except SigningError as error:
@@ -253,7 +287,7 @@ def run_session(
     # A case that needs more nodes than the inventory has, more GPUs than this machine has, or
     # that its launcher cannot run where the runtime puts its nodes, is a clear error, up front.
     try:
-        cases, left_out = runtime.fit_cases(cases, selection.topologies_given)
+        cases, left_out = runtime.fit_cases(selection.cases, selection.topologies_given)
     except RuntimeConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -269,39 +303,62 @@ def run_session(
         print(f"error: {error}", file=sys.stderr)
         return 2
     signer = key_description(key) if key is not None else None
-    warrant = check_resume(root, {case.id for case in cases}, adopt or [], signer)
+    warrant = check_resume(root, {case.id for case in cases}, adopt, signer)
     if warrant is None:
         return 2
-    print(f"profile: {profile} ({why}); {len(cases)} case(s); runtime: {runtime.name}")
-    if selection.note:
-        print(selection.note)
-    if dry_run:
-        for case in cases:
-            searched = case.batch_size == "max"
-            batch = 1 if searched else int(case.batch_size)
-            note = ", batch searched at run time; shown with 1" if searched else ""
-            print(
-                f"{case.id}  x{case.repeats}  (warm-up {case.warmup_steps}, "
-                f"measured {case.measured_steps}{note})"
-            )
-            for line in runtime.describe(dry_run_plan(case, runtime, int(batch))):
-                print(f"    {line}")
-        return 0
-    framework_python = runtime.python_override  # `run --python`
-    if runtime.runs_here and framework_python is None:
-        for name in sorted({case.framework for case in cases}):
-            framework = FRAMEWORKS.get(name)
-            if framework.cpu_requirements.exists():
-                ensure_env(framework)
-        from driver.sources.pypi import ensure_case_envs
+    return cases, key, warrant
 
-        ensure_case_envs(cases)  # upstream code released on PyPI runs from .venvs/<source>
+
+def _print_plans(cases: list[Case], runtime: Runtime) -> None:
+    """``--dry-run``: each case's repeats and the commands its nodes would run."""
+    from driver.core.plan import dry_run_plan
+
+    for case in cases:
+        searched = case.batch_size == "max"
+        batch = 1 if searched else int(case.batch_size)
+        note = ", batch searched at run time; shown with 1" if searched else ""
+        print(
+            f"{case.id}  x{case.repeats}  (warm-up {case.warmup_steps}, "
+            f"measured {case.measured_steps}{note})"
+        )
+        for line in runtime.describe(dry_run_plan(case, runtime, int(batch))):
+            print(f"    {line}")
+
+
+def _ensure_envs(cases: list[Case], runtime: Runtime) -> None:
+    """The kit's framework environments (and PyPI-released upstream code's) the cases run
+    from, made where this runtime runs them here and no ``run --python`` replaces them."""
+    if not runtime.runs_here or runtime.python_override is not None:
+        return
+    from driver.frameworks.envs import ensure_env
+    from driver.sources.pypi import ensure_case_envs
+
+    for name in sorted({case.framework for case in cases}):
+        framework = FRAMEWORKS.get(name)
+        if framework.cpu_requirements.exists():
+            ensure_env(framework)
+    ensure_case_envs(cases)  # upstream code released on PyPI runs from .venvs/<source>
+
+
+def _open_session(
+    selection: Selection,
+    runtime: Runtime,
+    root: Path,
+    argv: list[str],
+    setting: SessionSetting | None,
+    warrant: Warrant,
+) -> Session:
+    """The session folder opened (or resumed) with its facts, this run's note and the files of
+    its setting written."""
+    from driver.model.results import Session
+
+    framework_python = runtime.python_override  # `run --python`
     where = setting.facts if setting is not None else {}
     session = Session.open(
         root,
         {
-            "profile": profile,
-            "profile_reason": why,
+            "profile": selection.profile,
+            "profile_reason": selection.why,
             **({"selection_note": selection.note} if selection.note else {}),
             "matrix_files": sorted(selection.descriptions),
             "runtime": runtime.name,
@@ -312,51 +369,62 @@ def run_session(
         warrant=warrant,
     )
     warrant.scratch = runtime.session_scratch  # e.g. Slurm's job output
-    session.note_run({"argv": argv, "profile": profile, "runtime": runtime.name, **where})
+    session.note_run({"argv": argv, "profile": selection.profile, "runtime": runtime.name, **where})
     if setting is not None:
         for name, text in setting.files.items():
             write_text(session.root / name, text)
             session.wrote(session.root / name)
         print(setting.note)
-    print(f"session: {session.root}")
-    if before_matrix is not None:
-        from driver.core.runner import runtime_wrote
+    return session
 
-        before_matrix(session.root, runtime, [case.topology for case in cases])
-        session.wrote(session.root / PROBES)
-        runtime_wrote(session, runtime)
-    started = time.monotonic()
+
+def _run_matrix(
+    cases: list[Case],
+    session: Session,
+    runtime: Runtime,
+    progress: str,
+    key: Path | None,
+    warrant: Warrant,
+) -> RunSummary | int:
+    """The cases run into ``session``; on Ctrl-C what finished is sealed and 130 returned.
+    The runtime's nodes are let go either way."""
+    from driver.core.runner import run_cases
+
     try:
-        summary = run_cases(cases, session, runtime, progress=progress)
+        return run_cases(cases, session, runtime, progress=progress)
     except KeyboardInterrupt:
         seal(session.root, key, warrant)  # what finished is sealed; a resume seals it again
         print(
             f"interrupted; finished repeats are kept in {session.root}; rerun with "
-            f"--session {root.name} to resume",
+            f"--session {session.root.name} to resume",
             file=sys.stderr,
         )
         return 130
     finally:
         # The nodes are not needed to seal, verify or report: no connection idles meanwhile.
         runtime.disconnect()
-    if estimates is not None:
-        record_estimate(session.root, estimates, time.monotonic() - started)
-    sealed = seal(session.root, key, warrant)
-    verified = verify_sessions([session.root])  # the table shows what the logs give
+
+
+def _close(folder: Path, name: str, summary: RunSummary, sealed: bool) -> int:
+    """The sealed session read back through the door, its table printed and its report
+    written; the exit status: 0 when every repeat finished, the door took every one and the
+    seal was written."""
+    from driver.core.report import markdown_tables, write_report
+    from driver.core.summary import summarize
+    from driver.verify.folder import verify_sessions
+
+    verified = verify_sessions([folder])  # the table shows what the logs give
     summaries = summarize(verified.records)
     print()
     print(markdown_tables(summaries, plain=True) if summaries else "no finished repeats")
     try:
         paths = write_report(
-            summaries,
-            session.root / "report",
-            f"dlperf session {root.name}",
-            refused=verified.refused,
+            summaries, folder / "report", f"dlperf session {name}", refused=verified.refused
         )
     except KitWriteError as error:
         print(
-            f"error: {error}; every finished repeat is kept in {session.root} (write the "
-            f"tables later with `dlperf report {session.root}`)",
+            f"error: {error}; every finished repeat is kept in {folder} (write the "
+            f"tables later with `dlperf report {folder}`)",
             file=sys.stderr,
         )
         return 2
