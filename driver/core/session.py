@@ -441,19 +441,18 @@ def record_estimate(root: Path, estimates: list[CaseEstimate], wall_s: float) ->
     (their records' start to finish), and the session's; printed in one line. Beside the
     tables in the derived ``report/``: each run rewrites it, and the seal covers what was
     measured, not what was expected."""
-    import json
-
     from driver.core.estimate import duration, record_actual, total_seconds
+    from driver.model.results import RecordError, load_record
 
     actual: dict[str, float] = {}
     for estimate in estimates:
         folder = root / "cases" / estimate.case_id
         for path in folder.glob("repeat-*/record.json"):
             try:
-                record = json.loads(path.read_text(encoding="utf-8"))
-                spent = float(record["finished_at"]) - float(record["started_at"])
-            except (OSError, ValueError, KeyError, TypeError):
+                record = load_record(path)  # the door refuses a bad one; not counted here
+            except RecordError:
                 continue
+            spent = record.finished_at - record.started_at
             actual[estimate.case_id] = actual.get(estimate.case_id, 0.0) + spent
     try:
         record_actual(root / "report" / "estimate.json", estimates, actual, wall_s)
