@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from driver.bench.contract import SHAPE_OPTIONS
 from driver.bench.protocol import StepLogger
 from driver.core.runner import evaluate, run_cases
 from driver.frameworks.base import REPO_ROOT
@@ -27,6 +28,7 @@ from driver.release.mfu import (
 )
 from driver.release.release import release
 from driver.runtimes.local import LocalRuntime
+from driver.workloads.base import find_workload
 from tests.synth import telemetry_interval
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -108,6 +110,21 @@ def test_flops_come_from_the_model_definitions() -> None:
     assert key == cost_key("bert", {**TINY_BERT, "channels_last": True})  # shapes only
     assert costs[key]["flops_per_sample"] == training_flops_per_sample("bert", TINY_BERT)
     assert costs[key]["parameters"] > 0 and costs[key]["torch"]
+
+
+@needs_torch
+@pytest.mark.parametrize("model", ["resnet50", "inception3", "bert"])
+def test_the_count_a_workload_holds_is_what_the_flop_counter_counts(model: str) -> None:
+    """A session's MFU of a counted model at its default shape uses the count its workload
+    holds (no torch in the driver): it must be what PyTorch's FLOP counter counts today, so a
+    change to the model definition or to a default shape that moves the count fails here."""
+    from PyTorch.benchmark.flops import training_flops_per_sample
+
+    workload = find_workload(model)
+    assert workload is not None and workload.counted
+    assert workload.counted_flops_per_sample(SHAPE_OPTIONS) == training_flops_per_sample(model)
+    other = {**SHAPE_OPTIONS, "seq_len": 512, "image_size": 64}
+    assert workload.counted_flops_per_sample(other) is None
 
 
 def handmade_session(root: Path, case: Case, step_s: float, devices: list[str]) -> Path:

@@ -169,10 +169,11 @@ def test_the_tables_name_a_slow_node_and_release_readmes_do_not() -> None:
     )
 
 
-def test_a_llama_session_table_shows_mfu_by_the_formula_and_other_models_none() -> None:
+def test_a_session_table_shows_mfu_by_the_formula_or_the_count_at_the_default_shape() -> None:
     """Llama's FLOPs are a formula of its sizes (8.713e4 GFLOP per 8192-token sample of Llama
     3.2 1B), so a session's table shows its MFU against the device's bf16 peak with no release
-    and no torch; a model counted from its definition (ResNet-50) gets none until a release."""
+    and no torch; a model counted from its definition (ResNet-50) shows it at its default shape
+    (the count its workload holds), and none at another shape until a release counts it."""
     from driver.core.report import markdown_tables, session_mfu
     from driver.core.summary import CaseSummary
     from driver.model.case import Case, Topology
@@ -199,6 +200,13 @@ def test_a_llama_session_table_shows_mfu_by_the_formula_and_other_models_none() 
                 options={**options, "tf32": True})  # fmt: skip
     on_tf32 = summary(tf32, 1.0, "NVIDIA H100 80GB HBM3")
     assert session_mfu(on_tf32) == pytest.approx(8.7127e13 / 494.7e12, rel=1e-3)
+    # ResNet-50 at 224 x 224: 24.30 GFLOP a training sample; 3,000 images/s on the same H100
     resnet = Case("resnet50", "pytorch", Topology(1, 1), 256, "amp", "synthetic")
-    plain = markdown_tables([summary(resnet, 3000.0, "NVIDIA H100 80GB HBM3")], plain=True)
-    assert "MFU" not in plain.splitlines()[2]
+    on_h100 = summary(resnet, 3000.0, "NVIDIA H100 80GB HBM3")
+    assert session_mfu(on_h100) == pytest.approx(3000.0 * 24.299e9 / 989.4e12, rel=1e-3)
+    header, _dashes, row = markdown_tables([on_h100], plain=True).splitlines()[2:5]
+    assert "MFU" in header and "7.4%" in row
+    small = Case("resnet50", "pytorch", Topology(1, 1), 256, "amp", "synthetic",
+                 options={"image_size": 128})  # fmt: skip
+    plain = markdown_tables([summary(small, 3000.0, "NVIDIA H100 80GB HBM3")], plain=True)
+    assert "MFU" not in plain.splitlines()[2]  # another shape: counted by a release only

@@ -120,13 +120,18 @@ def _peaks() -> tuple[dict[str, Any], ...]:
 
 
 def session_mfu(summary: CaseSummary) -> float | None:
-    """The MFU of a measured case whose FLOPs are a formula of its sizes (Llama: no torch
-    needed), against its device's dense peak at the precision it ran in; None for the others
-    (their FLOPs are counted from the model at release), for published figures and for devices
+    """The MFU of a measured case against its device's dense peak at the precision it ran in,
+    with no torch needed: FLOPs by the formula of its sizes (Llama), or as PyTorch's counter
+    counted a counted model at its default shape (ResNet-50, InceptionV3, BERT); None at other
+    shapes of a counted model (a release counts them), for published figures and for devices
     ``reports/peaks.yaml`` does not list."""
     workload = find_workload(summary.case.model)
     options = {**SHAPE_OPTIONS, **summary.case.options}
-    flops = None if workload is None else workload.flops_per_sample(options)
+    flops = None
+    if workload is not None:
+        flops = workload.flops_per_sample(options)
+        if flops is None:
+            flops = workload.counted_flops_per_sample(options)
     if flops is None or summary.published_by or not summary.devices:
         return None
     entry = match_device(summary.devices[0], list(_peaks()))
@@ -145,8 +150,8 @@ def _mfu_cell(summary: CaseSummary) -> str:
 
 
 MFU_HEADER = "MFU"
-# A session's MFU where the FLOPs need no model to count (a release adds its own column, of
-# every counted model, in its place).
+# A session's MFU where the FLOPs need no model to count now: a formula, or a count made at the
+# model's default shape (a release adds its own column, of every shape it counts, in its place).
 MFU_COLUMN = ExtraColumn(MFU_HEADER, _mfu_cell, after="CV")
 
 

@@ -61,6 +61,10 @@ class Workload:
     parity_not_handed: tuple[str, ...] = ()
     parity_handed: tuple[str, ...] = ()
     flops_source: str = COUNTED  # a formula's words, COUNTED, or "" (no FLOPs: calibration)
+    # A COUNTED workload's training FLOPs per sample at its default shape, as PyTorch's FLOP
+    # counter counts them (torch 2.13, ``PyTorch/benchmark/flops.py``): a session's table shows
+    # MFU with no torch in the driver; tests/test_mfu.py recounts it. A release counts its own.
+    flops_at_default_shape: float | None = None
 
     def shape(self, options: Mapping[str, Any]) -> Any:
         """The sizes its layers are built with, read from the resolved options (a ValueError
@@ -76,6 +80,18 @@ class Workload:
         """Training (forward + backward) FLOPs of one sample by the formula of its sizes; None
         where they are :data:`COUNTED` or the options name no buildable shape."""
         return None
+
+    def counted_flops_per_sample(self, options: Mapping[str, Any]) -> float | None:
+        """:attr:`flops_at_default_shape` where the resolved ``options`` give this model its
+        default shape (every shape option it reads at its default); None elsewhere."""
+        if self.flops_at_default_shape is None:
+            return None
+        for key, option in self.options.items():
+            default = self.image_size if key == "image_size" else option.default
+            value = options.get(key)  # None: the model's own (an image model's side)
+            if value is not None and value != default:
+                return None
+        return self.flops_at_default_shape
 
     def parameters(self, options: Mapping[str, Any]) -> int | None:
         """Its parameter count by formula; None where counted from the built model."""
