@@ -18,7 +18,6 @@ from driver.model.hardware import (
     check_fingerprint,
     cpu_native_bf16,
     display_labels,
-    distinct_hardware,
     hardware_of,
     parse_hardware,
 )
@@ -55,14 +54,13 @@ def test_a_fingerprinted_header_gives_its_label_and_a_key_of_its_facts() -> None
 def test_two_nodes_that_differ_in_one_isa_flag_are_two_machines() -> None:
     old, new = node("cpuinfo-epyc-avx2.txt"), node("cpuinfo-epyc-avx512bf16.txt")
     assert old["devices"] == new["devices"] == ["AMD EPYC"]  # what the old headers could say
-    found = distinct_hardware([old, old, new])
+    found = [hardware_of(old), hardware_of(new)]
     assert [h.label for h in found] == ["AMD EPYC 2c avx2", "AMD EPYC 2c avx512_bf16"]
     assert found[0].key != found[1].key
     # Facts the label does not show still make another machine.
     more_memory = node("cpuinfo-epyc-avx2.txt", memory_gib=48)
     assert hardware_of(more_memory).label == found[0].label
     assert hardware_of(more_memory).key != found[0].key
-    assert distinct_hardware([old, old]) == [hardware_of(old)]
 
 
 def test_display_labels_set_apart_machines_that_share_a_label() -> None:

@@ -11,9 +11,9 @@ published sheets show a median column. ``--where factor=value`` keeps only match
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
+from statistics import geometric_mean
 from typing import Any
 
 from tabulate import tabulate
@@ -210,10 +210,6 @@ def near_misses(views: list[CaseView], factor: str, a: str, b: str, limit: int =
     return lines
 
 
-def _geomean(values: Sequence[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
 def _metric_cell(view: CaseView, metric: str) -> str:
     value = metric_of(view, metric)
     if value is None:
@@ -260,7 +256,7 @@ def _group_ratios(pairs: list[Pair], group_by: str) -> list[dict[str, Any]]:
                 "value": value,
                 "pairs": len(members),
                 "median_ratio": statistics.median(members),
-                "geometric_mean_ratio": _geomean(members),
+                "geometric_mean_ratio": geometric_mean(members),
             }
         )
     return groups
@@ -300,7 +296,7 @@ def _ratio_table(
         label = f"median {g['factor']}={g['value']}"
         rows.append([label, *blank, f"{g['median_ratio']:.4f}", *tail])
     rows.append(["median (all pairs)", *blank, f"{statistics.median(ratios):.4f}", *tail])
-    rows.append(["geometric mean (all pairs)", *blank, f"{_geomean(ratios):.4f}", *tail])
+    rows.append(["geometric mean (all pairs)", *blank, f"{geometric_mean(ratios):.4f}", *tail])
     headers = [*shown, *(["published by"] if published else []), f"{a} {unit}", f"{b} {unit}"]
     headers.append(f"{b}/{a}")
     if differ:
@@ -371,7 +367,7 @@ def factor_report(
     differences = [also_differs(pa, pb, factor) for pa, pb, _ in pairs]
     ratios = [r for _, _, r in pairs]
     median = statistics.median(ratios)
-    geomean = _geomean(ratios)
+    geomean = geometric_mean(ratios)
     groups = _group_ratios(pairs, group_by) if group_by else []
     table = _ratio_table(pairs, differences, shown, groups, a=a, b=b, factor=factor, metric=metric)
     out.append(table)

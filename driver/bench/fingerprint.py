@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -276,14 +277,6 @@ def _run(argv, env=None):  # type: (list, object) -> str
     return done.stdout if done.returncode == 0 else ""
 
 
-def _which(name):  # type: (str) -> object
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
-
-
 def ethernet_speeds(root="/sys/class/net"):  # type: (str) -> list
     """Link speeds (Mb/s) of the physical Ethernet interfaces that report one: virtual ones
     (bridges, veths, loopback) have no ``device`` link, IPoIB is not type 1 (Ethernet)."""
@@ -438,7 +431,7 @@ def sm_counts():  # type: () -> dict
 
 def gpu_facts():  # type: () -> dict
     """The node's GPUs (NVML, else nvidia-smi), their driver and CUDA versions and topology."""
-    smi = _which("nvidia-smi")
+    smi = shutil.which("nvidia-smi")
     found = nvml_gpus()
     if found is None and smi:
         found = smi_gpus(smi)

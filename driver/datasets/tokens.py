@@ -282,10 +282,6 @@ class _Counts:
     inputs_digest: Any = field(default_factory=hashlib.sha256)
 
 
-def _megatron_dtype(vocab_size: int) -> str:
-    return "uint16" if vocab_size < UINT16_VOCAB else "int32"
-
-
 def _write_index(index: IO[bytes], dtype: str, lengths: IO[bytes], documents: int) -> None:
     """Megatron's ``.idx`` of ``documents`` sequences, their lengths (int32) read back from
     ``lengths`` twice (once copied, once summed into byte offsets), in chunks."""
@@ -322,7 +318,7 @@ def make_token_file(inputs: Sequence[Path], tokenizer_spec: str, out: Path) -> d
     source and SHA-256."""
     files = input_files(inputs)
     tokenizer = Tokenizer(tokenizer_spec)
-    dtype = _megatron_dtype(tokenizer.vocab_size)
+    dtype = "uint16" if tokenizer.vocab_size < UINT16_VOCAB else "int32"
     listing = [{"name": str(path), "bytes": path.stat().st_size} for path in files]
     job = {"tokenizer": tokenizer.describe(), "inputs": listing, "megatron_dtype": dtype}
     claim(ensure_dir(out), FORMAT, job)  # never over another set; the same job resumes

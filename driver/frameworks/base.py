@@ -136,3 +136,8 @@ class Framework:
 # Every framework, by name; also found by its folder and display names (``make
 # resnet50-paddlepaddle``). Each plug-in module registers its own.
 FRAMEWORKS: Registry[Framework] = Registry("framework", alias_fields=("folder", "display"))
+
+
+def register(framework: Framework) -> Framework:
+    """Register ``framework`` in :data:`FRAMEWORKS` under its own name."""
+    return FRAMEWORKS.add(framework.name, framework)

@@ -4,10 +4,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from driver.frameworks.base import FRAMEWORKS, Count, Framework, PositiveReal
+from driver.frameworks.base import Count, Framework, PositiveReal, register
 
-CALIBRATION = FRAMEWORKS.add(
-    "calibration",
+CALIBRATION = register(
     Framework(
         name="calibration",
         display="Calibration",

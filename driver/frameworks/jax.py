@@ -3,7 +3,7 @@ kit's spawner; the script joins them with ``jax.distributed.initialize``."""
 
 from typing import Any, Literal
 
-from driver.frameworks.base import FRAMEWORKS, Count, Flag, Framework
+from driver.frameworks.base import Count, Flag, Framework, register
 
 # JAX/benchmark/train.py's own options (its JAX_OPTIONS), besides the shared ones.
 JAX_OPTION_TYPES: dict[str, Any] = {
@@ -16,8 +16,7 @@ JAX_OPTION_TYPES: dict[str, Any] = {
     "zero_init_residual": Flag,
 }
 
-JAX = FRAMEWORKS.add(
-    "jax",
+JAX = register(
     Framework(
         name="jax",
         display="JAX",

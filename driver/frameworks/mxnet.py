@@ -5,7 +5,7 @@ MXNet is retired upstream (Apache Attic, 2023); 1.9.1 is its last release and th
 
 from typing import Any, Literal
 
-from driver.frameworks.base import FRAMEWORKS, Flag, Framework
+from driver.frameworks.base import Flag, Framework, register
 
 # MxNet/benchmark/trainer.py's own options (its MXNET_OPTIONS), besides the shared ones.
 MXNET_OPTION_TYPES: dict[str, Any] = {
@@ -14,8 +14,7 @@ MXNET_OPTION_TYPES: dict[str, Any] = {
     "kvstore": Literal["dist_sync", "dist_device_sync"],
 }
 
-MXNET = FRAMEWORKS.add(
-    "mxnet",
+MXNET = register(
     Framework(
         name="mxnet",
         display="MXNet",

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from driver.frameworks.base import FRAMEWORKS, Flag, Framework
+from driver.frameworks.base import Flag, Framework, register
 
 # OneFlow/benchmark/train.py's own options (its ONEFLOW_OPTIONS), besides the shared ones.
 ONEFLOW_OPTION_TYPES: dict[str, Any] = {
@@ -10,8 +10,7 @@ ONEFLOW_OPTION_TYPES: dict[str, Any] = {
     "zero_init_residual": Flag,
 }
 
-ONEFLOW = FRAMEWORKS.add(
-    "oneflow",
+ONEFLOW = register(
     Framework(
         name="oneflow",
         display="OneFlow",

@@ -6,7 +6,7 @@ without it paddle 3.3.1 uses one thread on CPU. AMP is a no-op on CPU (recorded 
 
 from typing import Any
 
-from driver.frameworks.base import FRAMEWORKS, Flag, Framework, PositiveReal
+from driver.frameworks.base import Flag, Framework, PositiveReal, register
 
 # PaddlePaddle/benchmark/trainer.py's own options (its PADDLE_OPTIONS), besides the shared ones.
 PADDLE_OPTION_TYPES: dict[str, Any] = {
@@ -15,8 +15,7 @@ PADDLE_OPTION_TYPES: dict[str, Any] = {
     "init_loss_scaling": PositiveReal,
 }
 
-PADDLE = FRAMEWORKS.add(
-    "paddle",
+PADDLE = register(
     Framework(
         name="paddle",
         display="PaddlePaddle",

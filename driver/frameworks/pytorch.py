@@ -2,7 +2,7 @@
 
 from typing import Any, Literal
 
-from driver.frameworks.base import FRAMEWORKS, Flag, Framework
+from driver.frameworks.base import Flag, Framework, register
 
 # The names and values PyTorch/benchmark/train.py reads besides the shared ones (its
 # PYTORCH_OPTIONS; a test keeps the two name lists equal).
@@ -24,8 +24,7 @@ PYTORCH_OPTION_TYPES: dict[str, Any] = {
     "activation_checkpointing": Literal["none", "selective", "full"],
 }
 
-PYTORCH = FRAMEWORKS.add(
-    "pytorch",
+PYTORCH = register(
     Framework(
         name="pytorch",
         display="PyTorch",

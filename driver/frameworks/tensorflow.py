@@ -9,7 +9,7 @@ set); GPU images only, with its own GPU matrix in TensorFlow/horovod.
 from dataclasses import replace
 from typing import Any, Literal
 
-from driver.frameworks.base import FRAMEWORKS, Flag, Framework
+from driver.frameworks.base import Flag, Framework, register
 
 # TensorFlow's C++ INFO lines (oneDNN banner, CPU features) would drown the protocol records.
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}
@@ -19,8 +19,7 @@ TF_OPTION_TYPES: dict[str, Any] = {
     "zero_init_residual": Flag,
 }
 
-TENSORFLOW = FRAMEWORKS.add(
-    "tensorflow",
+TENSORFLOW = register(
     Framework(
         name="tensorflow",
         display="TensorFlow",
@@ -34,8 +33,7 @@ TENSORFLOW = FRAMEWORKS.add(
     ),
 )
 
-TENSORFLOW_HOROVOD = FRAMEWORKS.add(
-    "tensorflow-horovod",
+TENSORFLOW_HOROVOD = register(
     replace(
         TENSORFLOW,
         name="tensorflow-horovod",

@@ -336,16 +336,6 @@ def declared_hardware(text: Any) -> Hardware:
     return Hardware(label=text.strip(), facts=parsed.facts, origin="declared")
 
 
-def distinct_hardware(headers: Iterable[Mapping[str, Any]]) -> list[Hardware]:
-    """The different hardware among ``headers`` (one per key, first seen first): every rank
-    of one case on one machine gives one; two means the case spans machines."""
-    seen: dict[str, Hardware] = {}
-    for header in headers:
-        hardware = hardware_of(header)
-        seen.setdefault(hardware.key, hardware)
-    return list(seen.values())
-
-
 def display_labels(items: Iterable[Hardware]) -> dict[str, str]:
     """key -> the label a table shows: the label, with the key's digest added where two
     different keys share one label (say, two V100 nodes on different drivers)."""

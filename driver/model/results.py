@@ -85,12 +85,10 @@ def kit_revision(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
     if not commit:  # a copy without .git (a GPU node's copy): the commit it was packed at
         return passed_in_revision(repo_root)
     return {
-        "commit": commit or None,
+        "commit": commit,
         # reports/ holds the kit's output (a version being released is untracked while it is
         # written), not its code: changes there do not make the kit dirty.
-        "dirty": bool(git("status", "--porcelain", "--", ".", ":(exclude)reports"))
-        if commit
-        else None,
+        "dirty": bool(git("status", "--porcelain", "--", ".", ":(exclude)reports")),
     }
 
 

@@ -124,39 +124,29 @@ def _decode_header(text: str, source: str, number: int) -> RunHeader:
         ) from None
     if not isinstance(data, dict):
         raise LogParseError("the run header is not a JSON object", source=source, line=number)
+
+    def bad(name: str, what: str, value: Any) -> LogParseError:
+        return LogParseError(
+            f"run header field {name!r} must be {what}, got {value!r}", source=source, line=number
+        )
+
     values = {}
     for name, kind in _HEADER_FIELDS.items():
         value = data.get(name)
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise LogParseError(
-                f"run header field {name!r} must be {kind.__name__}, got {value!r}",
-                source=source,
-                line=number,
-            )
+            raise bad(name, kind.__name__, value)
         values[name] = value
     worker0_only = data.get("worker0_only", False)
     if not isinstance(worker0_only, bool):
-        raise LogParseError(
-            f"run header field 'worker0_only' must be true or false, got {worker0_only!r}",
-            source=source,
-            line=number,
-        )
+        raise bad("worker0_only", "true or false", worker0_only)
     hardware = data.get("hardware", "")
     if not isinstance(hardware, str) or any(ord(c) < 32 for c in hardware):
-        raise LogParseError(
-            f"run header field 'hardware' must be one line of text, got {hardware!r}",
-            source=source,
-            line=number,
-        )
+        raise bad("hardware", "one line of text", hardware)
     parallel = {}
     for name in PARALLEL_FIELDS:
         degree = data.get(name, 1)
         if not isinstance(degree, int) or isinstance(degree, bool) or degree < 1:
-            raise LogParseError(
-                f"run header field {name!r} must be an integer >= 1, got {degree!r}",
-                source=source,
-                line=number,
-            )
+            raise bad(name, "an integer >= 1", degree)
         parallel[name] = degree
     header = RunHeader(**values, worker0_only=worker0_only, hardware=hardware, **parallel)
     if header.logging not in LOGGING_MODES:

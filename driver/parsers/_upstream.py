@@ -67,18 +67,18 @@ def logging_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
                 line=line,
             )
         return 0
+    if rank is not None and rank // header.procs_per_node != header.node_rank:
+        raise LogParseError(
+            f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
+            source=log.name,
+            line=line,
+        )
     if header.logging == "last-rank":
         return _last_rank(log, rank, line)
     if rank is None and header.logging == "per-process":
         raise LogParseError(
             "a step line without a rank prefix: with several processes per node their lines "
             "cannot be told apart (start the source with its rank-tagging launcher)",
-            source=log.name,
-            line=line,
-        )
-    if rank is not None and rank // header.procs_per_node != header.node_rank:
-        raise LogParseError(
-            f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
             source=log.name,
             line=line,
         )
@@ -96,12 +96,6 @@ def _last_rank(log: NodeLog, rank: int | None, line: int) -> int | None:
         raise LogParseError(
             "a step line without a rank prefix: this source logs from the last rank, which "
             "cannot be told from the others without one (start it under torchrun --tee 3)",
-            source=log.name,
-            line=line,
-        )
-    if rank // header.procs_per_node != header.node_rank:
-        raise LogParseError(
-            f"a step line of rank {rank} in the log of node {header.node_rank} (mixed logs)",
             source=log.name,
             line=line,
         )

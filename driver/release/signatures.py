@@ -55,10 +55,6 @@ ALLOWED_SIGNERS_VARIABLE = "DLPERF_ALLOWED_SIGNERS"
 OWN, OUTSIDE = "own", "outside"  # the manifest's signatures.trust: which file the release used
 
 
-def default_allowed_signers(reports_root: Path) -> Path:
-    return Path(reports_root) / ALLOWED_SIGNERS
-
-
 def user_allowed_signers() -> Path:
     """The per-user file (git's ``gpg.ssh.allowedSignersFile``, in the XDG config folder)."""
     config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
@@ -124,7 +120,7 @@ def trust_anchor(explicit: str | Path | None, reports_root: Path) -> TrustAnchor
     if os.path.lexists(user):
         listed_keys(user)
         return TrustAnchor(user, "the per-user file", _inside(user, reports_root))
-    own = default_allowed_signers(reports_root)
+    own = Path(reports_root) / ALLOWED_SIGNERS
     return TrustAnchor(own, "the reports folder's own", True)
 
 

@@ -332,12 +332,9 @@ def load_spec(path: Path) -> SourceSpec:
     return spec.model_copy(update={"launches": launches})
 
 
-def spec_files(root: Path = REPO_ROOT) -> list[Path]:
-    return sorted({path for pattern in SOURCE_GLOBS for path in root.glob(pattern)})
-
-
 def load_specs(root: Path = REPO_ROOT) -> list[SourceSpec]:
-    specs = [load_spec(path) for path in spec_files(root)]
+    files = sorted({path for pattern in SOURCE_GLOBS for path in root.glob(pattern)})
+    specs = [load_spec(path) for path in files]
     names = [spec.name for spec in specs]
     for name in names:
         if names.count(name) > 1:

@@ -24,10 +24,6 @@ BARE_SCRIPT = "bare_loop.py"  # beside each framework's benchmark folder: <Folde
 KIT_SESSION_PREFIX = "round-"
 
 
-def threads_environment(request: ParityRequest) -> dict[str, str]:
-    return {"OMP_NUM_THREADS": str(request.threads)} if request.threads else {}
-
-
 def option_arguments(options: Mapping[str, Any]) -> list[str]:
     return [
         arg for key in sorted(options) for arg in ("--option", f"{key}={option_text(options[key])}")
@@ -60,7 +56,7 @@ def commands(
         )
     case, _profile = plan_case(request)
     node = node_commands(case, runtime, request.batch_size)[0]
-    threads = threads_environment(request)
+    threads = {"OMP_NUM_THREADS": str(request.threads)} if request.threads else {}
     env = process_environment({**node.env, **threads})
     workdir = node.workdir or str(REPO_ROOT)
     processes = case.topology.world_size
