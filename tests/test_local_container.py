@@ -305,3 +305,16 @@ def test_gpus_reach_the_container_the_way_each_engine_takes_them(image_options) 
         start = with_gpus.index(flags[0])
         assert with_gpus[start : start + 2] == flags and flags[0] not in without
         assert with_gpus[-2:] == ["img", "python3"] and ["-e", "RANK"] == with_gpus[-4:-2]
+
+
+def test_make_passes_container_on() -> None:
+    # `make -n` prints the command the target would run, without running it.
+    def command(*variables: str) -> str:
+        result = subprocess.run(
+            ["make", "-n", "resnet50-pytorch", "VENV=.venv-none", *variables],
+            cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        return next(x for x in result.stdout.splitlines() if "dlperf run" in x)
+
+    assert command("CONTAINER=podman").split()[-2:] == ["--container", "podman"]
+    assert "--container" not in command()
