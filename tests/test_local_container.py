@@ -318,3 +318,23 @@ def test_make_passes_container_on() -> None:
 
     assert command("CONTAINER=podman").split()[-2:] == ["--container", "podman"]
     assert "--container" not in command()
+
+
+def test_a_source_without_an_image_is_refused_in_a_container(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A PyPI source runs from .venvs/<source>, which no image holds: refused before the run
+    (the sources with an image run in it, as over SSH)."""
+    from driver.frontend.cli import main
+
+    matrix = REPO_ROOT / "TensorFlow" / "upstream" / "pypi" / "matrix.yaml"
+    code = main(
+        ["run", "--matrix", str(matrix), "--profile", "cpu-smoke", "--container", "podman",
+         "--results", str(tmp_path), "--dry-run"]
+    )  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: source 'tensorflow-models-pypi' runs from its environment "
+        ".venvs/tensorflow-models-pypi beside the kit's (no image), which a podman container "
+        "does not hold: run it without --container"
+    )

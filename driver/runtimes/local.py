@@ -422,7 +422,8 @@ class LocalRuntime(Runtime):
             )
         # In an image the kit's venvs are neither used nor made (the session's ensure_env).
         self.runs_here = self.platform.image_python is None  # type: ignore[misc]
-        self._images: dict[str, str | None] = {}  # framework -> the image its cases run in
+        # (framework, source, image choice) -> the image its cases run in
+        self._images: dict[tuple[str, str, str], str | None] = {}
 
     def gpu_count(self) -> int:
         """This host's GPUs (given at construction, else counted once)."""
@@ -437,7 +438,18 @@ class LocalRuntime(Runtime):
         return False
 
     def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:
-        """The cases this host's GPUs can run and one line per case left out (fit_to_gpus)."""
+        """The cases this host's GPUs can run and one line per case left out (fit_to_gpus);
+        in an image, a RuntimeConfigError for an upstream source that has none."""
+        if self.platform.image_python:
+            from driver.sources.base import SOURCES
+
+            for case in cases:
+                if case.source != "dlperf" and not SOURCES.get(case.source)().image:
+                    raise RuntimeConfigError(
+                        f"source {case.source!r} runs from its environment .venvs/{case.source} "
+                        f"beside the kit's (no image), which a {self.platform.name} container "
+                        "does not hold: run it without --container"
+                    )
         return fit_to_gpus(cases, self.gpu_count(), topologies_given)
 
     def node_addresses(self, count: int) -> list[tuple[str, str]]:
@@ -472,14 +484,7 @@ class LocalRuntime(Runtime):
         """The plan's node commands as this host starts them, each with what it runs with;
         ``planned``: the image's tag, asking no engine (a dry run). Raises Failure where the
         image is not here."""
-        framework = plan.case.framework
-        variant = "gpu" if self.has_gpu() else "cpu"
-        if planned:
-            image = self.platform.local_image(framework, variant, planned=True)
-        else:
-            if framework not in self._images:
-                self._images[framework] = self.platform.local_image(framework, variant)
-            image = self._images[framework]
+        image = self.image_for(plan, planned=planned)
         root = str(Path(plan.session_root).resolve())
         data = plan.case.data_dir
         mounts = (
@@ -496,6 +501,18 @@ class LocalRuntime(Runtime):
             run = HostRun(name, label, image, mounts, gpus)
             commands.append((self.platform.host_command(command, run), run))
         return commands
+
+    def image_for(self, plan: RepeatPlan, *, planned: bool = False) -> str | None:
+        """The image the plan's case runs in here (None: none): the framework's for this host's
+        variant, or an upstream source's own; ``planned``: its tag (a dry run)."""
+        case, variant = plan.case, "gpu" if self.has_gpu() else "cpu"
+        key = (case.framework, case.source, case.image)
+        if key in self._images and not planned:
+            return self._images[key]
+        image = self.platform.local_image(*key[:1], variant, *key[1:], planned=planned)
+        if not planned:
+            self._images[key] = image
+        return image
 
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
         try:

@@ -44,10 +44,19 @@ class LocalPlatform(ContainerPlatform, ABC):
     tree_on_host: ClassVar[bool] = True
 
     @abstractmethod
-    def local_image(self, framework: str, variant: str, *, planned: bool = False) -> str | None:
-        """The image this host runs ``framework``'s cases in for a ``variant`` (cpu or gpu)
-        host: its ID, or with ``planned`` the tag a build would make, asking no engine (a dry
-        run); None: no image."""
+    def local_image(
+        self,
+        framework: str,
+        variant: str,
+        source: str = "dlperf",
+        choice: str = "pinned",
+        *,
+        planned: bool = False,
+    ) -> str | None:
+        """The image this host runs a case of ``framework`` in for a ``variant`` (cpu or gpu)
+        host, or an upstream ``source``'s own image (``choice``: pinned or current): its ID,
+        or with ``planned`` the tag a build would make, asking no engine (a dry run); None:
+        no image."""
 
     @abstractmethod
     def host_command(self, command: NodeCommand, run: HostRun) -> NodeCommand:

@@ -318,14 +318,22 @@ class Docker(SshPlatform, LocalPlatform):
         """An image ID as this engine names it."""
         return image
 
-    def local_image(self, framework: str, variant: str, *, planned: bool = False) -> str:
+    def local_image(
+        self,
+        framework: str,
+        variant: str,
+        source: str = "dlperf",
+        choice: str = "pinned",
+        *,
+        planned: bool = False,
+    ) -> str:
         if planned:
-            return self._planned_tag(framework, variant)
-        from driver.images.catalog import discover, image_for
+            return self._planned_tag(framework, variant, source, choice)
         from driver.images.lock import LockError
 
         try:
-            found = self.engine_id(self._resolved(framework, variant))
+            found = self.engine_id(self._resolved(framework, variant, source, choice))
+            name = self._built(framework, variant, source, choice)[0]
         except LockError as error:  # not built, or no engine: the lock's message says the fix
             raise Failure(Verdict.FAILED, f"{self.name}: {error}") from None
         held = subprocess.run(
@@ -333,11 +341,10 @@ class Docker(SshPlatform, LocalPlatform):
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         if held.returncode != 0:
-            name = image_for(framework, variant, discover(self._built(framework, variant)[1].root))
             raise Failure(
                 Verdict.FAILED,
-                f"{self.name} does not hold image {found} ({framework}'s {variant} image, "
-                f"{name}): {self.missing_fix.format(name=name, image=found)}",
+                f"{self.name} does not hold image {found} ({name}): "
+                f"{self.missing_fix.format(name=name, image=found)}",
             )
         return found
 

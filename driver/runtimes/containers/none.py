@@ -189,7 +189,15 @@ class NoContainer(HeldProcessGroup, LocalPlatform):
 
     name = "none"
 
-    def local_image(self, framework: str, variant: str, *, planned: bool = False) -> None:  # noqa: ARG002
+    def local_image(  # noqa: ARG002 - no image
+        self,
+        framework: str,
+        variant: str,
+        source: str = "dlperf",
+        choice: str = "pinned",
+        *,
+        planned: bool = False,
+    ) -> None:
         return None
 
     def host_command(self, command: NodeCommand, run: HostRun) -> NodeCommand:  # noqa: ARG002
