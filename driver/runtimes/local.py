@@ -497,7 +497,7 @@ class LocalRuntime(Runtime):
         run_id = uuid.uuid4().hex[:8]  # a fresh name per repeat, beside a leftover of the last
         commands = []
         for command in plan.commands:
-            name = name_slug(f"{label}-{command.node}-{run_id}", 120)
+            name = name_slug(f"dlperf-{label}-{command.node}-{run_id}", 120)
             run = HostRun(name, label, image, mounts, gpus)
             commands.append((self.platform.host_command(command, run), run))
         return commands
@@ -509,7 +509,9 @@ class LocalRuntime(Runtime):
         key = (case.framework, case.source, case.image)
         if key in self._images and not planned:
             return self._images[key]
-        image = self.platform.local_image(*key[:1], variant, *key[1:], planned=planned)
+        image = self.platform.local_image(
+            case.framework, variant, case.source, case.image, planned=planned
+        )
         if not planned:
             self._images[key] = image
         return image
