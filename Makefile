@@ -23,6 +23,9 @@ SIGNING_KEY ?=
 # FRAMEWORK_PYTHON=/usr/bin/python3: an interpreter that already holds the framework (a GPU
 # machine's own CUDA build) runs the scripts instead of .venvs/<framework> (local runtime).
 FRAMEWORK_PYTHON ?=
+# CONTAINER=docker (or podman): the local runtime runs each node's command in the framework's
+# image (`make images`) instead of .venvs/<framework> (docs/clusters.md, "Container platforms").
+CONTAINER ?=
 # HARDWARE="NVIDIA H100 80GB HBM3": the nodes' device for the estimate before the run and, under
 # Slurm, its time-limit guard (--hardware); exported to dlperf, never through a shell's quoting.
 HARDWARE ?=
@@ -45,6 +48,7 @@ run_flags = --profile $(PROFILE) \
 	$(if $(BATCH),--batch $(BATCH)) $(if $(AMP),--amp $(AMP)) \
 	$(if $(REPEATS),--repeats $(REPEATS)) $(if $(INVENTORY),--inventory $(INVENTORY)) \
 	$(if $(SESSION),--session $(SESSION)) $(if $(FRAMEWORK_PYTHON),--python $(FRAMEWORK_PYTHON)) \
+	$(if $(CONTAINER),--container $(CONTAINER)) \
 	$(if $(SIGNING_KEY),--signing-key "$(SIGNING_KEY)") $(RUN_ARGS)
 
 bench = $(DLPERF) run --framework $(2) --model $(1) $(run_flags)

@@ -53,8 +53,8 @@ SELF_STARTING_MODULES = frozenset(
 #   containers, pyxis's enroot imports, the upstream sources' images under Slurm);
 DOCKER_MODULES = frozenset(
     {"test_cluster_docker", "test_cluster_podman", "test_cluster_push", "test_images",
-     "test_local_copy", "test_podman_images", "test_slurm_oci", "test_slurm_pyxis",
-     "test_slurm_upstream_runs"}
+     "test_local_container", "test_local_copy", "test_podman_images", "test_slurm_oci",
+     "test_slurm_pyxis", "test_slurm_upstream_runs"}
 )  # fmt: skip
 # - daemons: sshd nodes, Slurm clusters and simulated hosts without docker. Clusters of the two
 #   units coexist: each its own namespaces, link and subnet (claimed: namespaces.free_subnet).

@@ -146,7 +146,8 @@ def test_one_container_setting_picks_the_platform_over_ssh(
         ("process", "docker", "container: 'docker', but --runtime process runs none: use "
                               "--runtime ssh"),
         ("slurm", "docker", "slurm.container: the docker platform does not run over slurm (it "
-                            "runs under ssh); over slurm use one of apptainer, none, oci, pyxis"),
+                            "runs under ssh, local); over slurm use one of apptainer, none, oci, "
+                            "pyxis"),
         ("slurm", "podman", "the podman platform does not run over slurm"),
     ],
 )  # fmt: skip
@@ -170,23 +171,28 @@ def test_a_platform_implements_the_interface_of_each_transport_it_runs_under() -
     import inspect
 
     from driver.runtimes.containers import PLATFORMS, _load
+    from driver.runtimes.local_platform import LocalPlatform
     from driver.runtimes.slurm.platform import SlurmPlatform
     from driver.runtimes.ssh.platform import SshPlatform
 
     _load()
     found = {name: PLATFORMS.get(name) for name in PLATFORMS.names()}
     assert {name: platform.transports for name, platform in found.items()} == {
-        "apptainer": ("ssh", "slurm"), "docker": ("ssh",), "none": ("ssh", "slurm"),
-        "oci": ("slurm",), "podman": ("ssh",), "pyxis": ("slurm",),
+        "apptainer": ("ssh", "slurm"), "docker": ("ssh", "local"),
+        "none": ("ssh", "slurm", "local"), "oci": ("slurm",), "podman": ("ssh", "local"),
+        "pyxis": ("slurm",),
     }  # fmt: skip
     # What a node does over SSH is the SSH platforms' to say: abstract there, so a platform
     # that forgot one cannot be made, and the Slurm-only platforms have none of them.
     assert {"sweep", "create", "start_command", "stop"} <= SshPlatform.__abstractmethods__
+    assert {"host_command", "remove_leftovers"} <= LocalPlatform.__abstractmethods__
     for name, platform in found.items():
         assert not inspect.isabstract(platform), name
         assert hasattr(platform, "sweep") == ("ssh" in platform.transports), name
         assert hasattr(platform, "srun_flags") == ("slurm" in platform.transports), name
         assert issubclass(platform, SlurmPlatform) == ("slurm" in platform.transports), name
+        assert hasattr(platform, "host_command") == ("local" in platform.transports), name
+        assert issubclass(platform, LocalPlatform) == ("local" in platform.transports), name
 
 
 def test_apptainer_over_ssh_renders_every_node_command_for_4n32g(tmp_path: Path) -> None:

@@ -8,6 +8,11 @@ SIGTERM when the driver dies, even by ``kill -9`` (``driver.bench.supervisor``).
 While a node command runs, ``<session>/.running/<pid>`` names it, and its environment carries
 the session (``DLPERF_LOCAL_SESSION``); a run killed too hard to clean up after itself leaves
 both, and :func:`clean_local_leftovers` ends what is left when the session is resumed.
+
+What each node's process is belongs to the run's container platform (``--container``,
+``driver.runtimes.local_platform``): with none (the default) the command itself with the kit's
+venvs; with docker or podman the engine's attached client running it in the framework's
+image, labelled with the session so that a resume removes a container a killed run left.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from driver.bench.protocol import EXIT_OOM
 from driver.bench.supervisor import GRACE_S, POLL_S, signal_group, start, stop
@@ -30,12 +36,18 @@ from driver.frameworks.base import REPO_ROOT, Framework
 from driver.frameworks.envs import venv_environment, venv_python
 from driver.runtimes.base import (
     RUNTIMES,
+    Failure,
     NodeOutcome,
     RepeatOutcome,
     Runtime,
     RuntimeConfigError,
     Verdict,
+    ctrl_c_held,
+    name_slug,
+    session_label,
 )
+from driver.runtimes.containers import Context, platform_for
+from driver.runtimes.local_platform import COMMAND_LINE, SETTING, HostRun, LocalPlatform
 from driver.runtimes.plan import NodeCommand, command_line
 
 if TYPE_CHECKING:
@@ -378,14 +390,40 @@ def check_framework_python(python: str, frameworks: list[Framework]) -> str:
     return _CHECKED_PYTHONS[checked]
 
 
+def local_platform(container: str, build_options: Any = None) -> LocalPlatform:
+    """The platform ``--container`` names for a run on this host; a one-line RuntimeConfigError
+    naming the flag and the platforms that run here otherwise (platform_for's)."""
+    context = Context(COMMAND_LINE, build_options=build_options)
+    return platform_for(LocalPlatform, container, context, SETTING)
+
+
 @RUNTIMES.register("local")
 class LocalRuntime(Runtime):
     name = "local"
     runs_here = True
 
-    def __init__(self, python_override: str | None = None, gpus: int | None = None) -> None:
+    def __init__(
+        self,
+        python_override: str | None = None,
+        gpus: int | None = None,
+        *,
+        container: str = "none",
+        build_options: Any = None,
+    ) -> None:
+        """``container``: the platform each node's command runs in (``--container``);
+        ``build_options``: how an engine's platform resolves the framework's image."""
         self.python_override = python_override
         self._gpus = gpus  # None: counted on first use (count_gpus)
+        self.platform = local_platform(container, build_options)
+        if python_override and self.platform.image_python:
+            raise RuntimeConfigError(
+                f"--python {python_override} runs the scripts with an interpreter of this host; "
+                f"--container {container} runs them with its image's: give one of the two"
+            )
+        # In an image the kit's venvs are neither used nor made (the session's ensure_env).
+        self.runs_here = self.platform.image_python is None  # type: ignore[misc]
+        # (framework, source, image choice) -> the image its cases run in
+        self._images: dict[tuple[str, str, str], str | None] = {}
 
     def gpu_count(self) -> int:
         """This host's GPUs (given at construction, else counted once)."""
@@ -400,7 +438,18 @@ class LocalRuntime(Runtime):
         return False
 
     def fit_cases(self, cases: list[Case], topologies_given: bool) -> tuple[list[Case], list[str]]:
-        """The cases this host's GPUs can run and one line per case left out (fit_to_gpus)."""
+        """The cases this host's GPUs can run and one line per case left out (fit_to_gpus);
+        in an image, a RuntimeConfigError for an upstream source that has none."""
+        if self.platform.image_python:
+            from driver.sources.base import SOURCES
+
+            for case in cases:
+                if case.source != "dlperf" and not SOURCES.get(case.source)().image:
+                    raise RuntimeConfigError(
+                        f"source {case.source!r} runs from its environment .venvs/{case.source} "
+                        f"beside the kit's (no image), which a {self.platform.name} container "
+                        "does not hold: run it without --container"
+                    )
         return fit_to_gpus(cases, self.gpu_count(), topologies_given)
 
     def node_addresses(self, count: int) -> list[tuple[str, str]]:
@@ -409,30 +458,86 @@ class LocalRuntime(Runtime):
     def python(self, framework: Framework) -> str:
         if self.python_override:
             return self.python_override
+        in_image = self.platform.python(framework.name)
+        if in_image:
+            return in_image
         if framework.name == "calibration":
             return sys.executable
         return str(venv_python(framework))
 
     def environment(self, framework: Framework) -> dict[str, str]:
-        """Extra environment of the framework's venv (LD_LIBRARY_PATH from venv_library_globs)."""
-        if self.python_override or framework.name == "calibration":
+        """Extra environment of the framework's venv (LD_LIBRARY_PATH from venv_library_globs);
+        none in an image (the venv's libraries are this host's)."""
+        if self.python_override or framework.name == "calibration" or self.platform.image_python:
             return {}
         return venv_environment(framework)
 
     def workdir(self) -> str:
-        return str(REPO_ROOT)
+        return self.platform.workdir(str(REPO_ROOT))
 
     def describe(self, plan: RepeatPlan) -> list[str]:
-        return [command_line(command) for command in plan.commands]
+        return [command_line(command) for command, _run in self.host_commands(plan, planned=True)]
+
+    def host_commands(
+        self, plan: RepeatPlan, *, planned: bool = False
+    ) -> list[tuple[NodeCommand, HostRun]]:
+        """The plan's node commands as this host starts them, each with what it runs with;
+        ``planned``: the image's tag, asking no engine (a dry run). Raises Failure where the
+        image is not here."""
+        image = self.image_for(plan, planned=planned)
+        root = str(Path(plan.session_root).resolve())
+        data = plan.case.data_dir
+        mounts = (
+            f"{REPO_ROOT}:{self.workdir()}:ro",
+            f"{root}:{root}",
+            *([f"{data}:{data}:ro"] if data and os.path.isabs(data) else []),
+        )
+        label = session_label(plan.session_root)
+        gpus = gpus_needed(plan.case) > 0 and self.has_gpu()
+        run_id = uuid.uuid4().hex[:8]  # a fresh name per repeat, beside a leftover of the last
+        commands = []
+        for command in plan.commands:
+            name = name_slug(f"dlperf-{label}-{command.node}-{run_id}", 120)
+            run = HostRun(name, label, image, mounts, gpus)
+            commands.append((self.platform.host_command(command, run), run))
+        return commands
+
+    def image_for(self, plan: RepeatPlan, *, planned: bool = False) -> str | None:
+        """The image the plan's case runs in here (None: none): the framework's for this host's
+        variant, or an upstream source's own; ``planned``: its tag (a dry run)."""
+        case, variant = plan.case, "gpu" if self.has_gpu() else "cpu"
+        key = (case.framework, case.source, case.image)
+        if key in self._images and not planned:
+            return self._images[key]
+        image = self.platform.local_image(
+            case.framework, variant, case.source, case.image, planned=planned
+        )
+        if not planned:
+            self._images[key] = image
+        return image
 
     def run(self, plan: RepeatPlan) -> RepeatOutcome:
-        return run_process_group(
-            list(plan.commands),
-            plan.repeat_dir,
-            plan.timeout_s,
-            session_root=plan.session_root,
-            telemetry=not plan.probe,
-        )
+        try:
+            commands = self.host_commands(plan)
+        except Failure as failure:  # e.g. the framework's image is not built here
+            now = time.time()
+            return RepeatOutcome(failure.verdict, [], now, now, failure.detail)
+        try:
+            outcome = run_process_group(
+                [command for command, _run in commands],
+                plan.repeat_dir,
+                plan.timeout_s,
+                session_root=plan.session_root,
+                telemetry=not plan.probe and self.platform.tree_on_host,
+            )
+        finally:  # also on Ctrl-C: no container outlives the repeat
+            with ctrl_c_held():
+                self.platform.remove_runs([run.name for _command, run in commands])
+        images = {command.node: run.image for command, run in commands if run.image}
+        if images:  # the platform and the image by its digest, as over SSH
+            outcome.extra.update(container=self.platform.name, images=images)
+        return outcome
 
     def clean_leftovers(self, session_root: Path) -> list[str]:
-        return clean_local_leftovers(session_root)
+        ended = clean_local_leftovers(session_root)  # processes first: an engine's clients
+        return ended + self.platform.remove_leftovers(session_label(session_root))

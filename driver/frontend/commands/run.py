@@ -184,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from driver.diagnose.probes import probe_topologies
 
         before_matrix = probe_topologies
-    runtime_options = {}
+    runtime_options = local_container(args)
     if args.python is not None:
         runtime_options["python_override"] = framework_python(
             args.python, args.runtime, selection.cases
@@ -328,6 +328,24 @@ def time_limit_refusal(
     return problem or ""
 
 
+def local_container(args: argparse.Namespace) -> dict[str, str]:
+    """``--container``: the local runtime's option, its platform checked (one line naming the
+    flag and the platforms that run here) before anything else; {} where not given."""
+    from driver.runtimes.base import RuntimeConfigError
+    from driver.runtimes.local import local_platform
+
+    if args.container is None:
+        return {}
+    if args.runtime != "local" or args.simulated_hosts:
+        raise RuntimeConfigError(
+            f"--container goes with --runtime local (this host); the nodes of --runtime "
+            f"{args.runtime} take theirs from the cluster file (container:, or slurm.container "
+            "under Slurm; docs/clusters.md)"
+        )
+    local_platform(args.container)
+    return {"container": args.container}
+
+
 def framework_python(python: str, runtime: str, cases: list[Case]) -> str:
     """``--python``: the interpreter that runs the selected frameworks' scripts on this host,
     checked to start and to import each of them (local runtime only)."""
@@ -367,7 +385,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.simulated_hosts:
         check_simulated_hosts(selection)
         return 0
-    runtime = make_runtime(args.runtime, inventory=args.inventory)
+    runtime = make_runtime(args.runtime, inventory=args.inventory, **local_container(args))
     return 2 if refused_by_time_limit(runtime, args, estimates, selection, False) else 0
 
 
@@ -422,6 +440,13 @@ def _selection_arguments(run: argparse.ArgumentParser) -> None:
         help="an interpreter with the framework already installed (e.g. a GPU machine's own "
         "python3 with its CUDA build of torch); the local runtime runs the scripts with it "
         "instead of .venvs/<framework>",
+    )
+    run.add_argument(
+        "--container",
+        metavar="PLATFORM",
+        help="what each node's command runs in on this host (local runtime): none (default: "
+        "the kit's venvs), docker or podman (the framework's image, `make images`); over SSH "
+        "or Slurm the cluster file's container setting picks it (docs/clusters.md)",
     )
     run.add_argument(
         "--simulated-hosts", action="store_true",

@@ -31,7 +31,7 @@ from driver.images import export
 from driver.images.engine import engine_for
 from driver.runtimes.base import Failure, RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS
-from driver.runtimes.containers.none import NoContainer
+from driver.runtimes.containers.none import HeldProcessGroup
 
 if TYPE_CHECKING:
     from driver.cluster.inventory import Node
@@ -59,7 +59,7 @@ def podman_save_argv(tag: str, archive: Path) -> list[str]:
 
 
 @PLATFORMS.register("apptainer")
-class Apptainer(NoContainer):
+class Apptainer(HeldProcessGroup):
     name = "apptainer"
     sees_only_mounts = True
     prepare_timing = "sif_s"

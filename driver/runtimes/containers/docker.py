@@ -10,12 +10,19 @@ docker client is driven through the node's own SSH connection, so nodes sharing 
     dlperf run --runtime ssh --inventory inventory.yaml ...    # with `container: docker`
     dlperf run --runtime docker --inventory inventory.yaml ... # the same, spelt as before
 
+On this host (``dlperf run --container docker``, the local runtime) each node's command is
+``docker run --rm`` attached, in the framework's image for this host (cpu or gpu variant) by its
+ID, with the kit's code at ``/dlperf``, the session folder and the case's data at their own
+paths, host network and IPC (the nodes meet on 127.0.0.1), the host's GPUs where the case takes
+them, and the session's label, by which a resume removes what a killed run left.
+
 Another engine with docker's command line (podman) is this class with its own client.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +30,10 @@ from typing import TYPE_CHECKING, Any
 from driver.cluster.preflight import Engine
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
+from driver.runtimes.base import Failure, Verdict
 from driver.runtimes.containers import PLATFORMS
+from driver.runtimes.local_platform import HostRun, LocalPlatform
+from driver.runtimes.plan import NodeCommand
 from driver.runtimes.ssh.platform import SshPlatform
 
 if TYPE_CHECKING:
@@ -43,8 +53,9 @@ def _parse_time(text: str | None) -> float | None:
 
 
 @PLATFORMS.register("docker")
-class Docker(SshPlatform):
-    """A docker container per node and repeat, made by the node's own docker client."""
+class Docker(SshPlatform, LocalPlatform):
+    """A docker container per node and repeat, made by the node's own docker client (over
+    SSH) or by this host's (a local run)."""
 
     name = "docker"
     mount_point = WORKDIR
@@ -53,6 +64,10 @@ class Docker(SshPlatform):
     image_python = "python3"  # the image's: our CPU images put /opt/venv first on PATH
     # docker's own init reaps the launcher's children and passes signals on.
     init: tuple[str, ...] = ("--init",)
+    tree_on_host = False  # the container's processes are not its client's children
+    # How a local run is given the host's GPUs, and how an image missing here is put there.
+    gpu_flags: tuple[str, ...] = ("--gpus", "all")
+    missing_fix = "build it (`dlperf images build {name}`)"
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)
@@ -87,12 +102,18 @@ class Docker(SshPlatform):
         if key not in self._images and override:
             self._images[key] = self._resolve_override(override)
         elif key not in self._images:
-            from driver.images.build import resolve_image
-
-            built = resolve_image(*self._built(framework, node.container.variant, source, image))
-            assert built.id is not None
-            self._images[key] = built.id
+            self._images[key] = self._resolved(framework, node.container.variant, source, image)
         return self._images[key]
+
+    def _resolved(
+        self, framework: str, variant: str, source: str = "dlperf", image: str = "pinned"
+    ) -> str:
+        """The ID of the image the kit built for the case, from the engine holding its tag."""
+        from driver.images.build import resolve_image
+
+        built = resolve_image(*self._built(framework, variant, source, image))
+        assert built.id is not None
+        return built.id
 
     def _built(
         self, framework: str, variant: str, source: str, image: str = "pinned"
@@ -208,13 +229,18 @@ class Docker(SshPlatform):
         """The image a node would run, without an engine: the inventory's override, else the
         tag of the image with today's inputs (what ``dlperf images build`` makes); ``image``:
         an upstream source's case's choice, pinned or current."""
-        from driver.images.build import plan_images
-        from driver.images.lock import LockError
-
         override = node.container.image.get(framework) or node.container.image.get("default")
         if override and source == "dlperf":
             return override
-        name, options = self._built(framework, node.container.variant, source, image)
+        return self._planned_tag(framework, node.container.variant, source, image)
+
+    def _planned_tag(
+        self, framework: str, variant: str, source: str = "dlperf", image: str = "pinned"
+    ) -> str:
+        from driver.images.build import plan_images
+        from driver.images.lock import LockError
+
+        name, options = self._built(framework, variant, source, image)
         try:
             return plan_images([name], options)[name].tag
         except LockError:  # e.g. a base digest still unresolved: the name, and no tag yet
@@ -282,3 +308,79 @@ class Docker(SshPlatform):
         )
         if launch.exit_code is None and state.get("Status") == "exited":
             launch.exit_code = int(state.get("ExitCode", -1))
+
+    # -- on this host (the local runtime) ------------------------------------------------------
+    def local_cli(self, *args: str) -> list[str]:
+        """argv of this host's engine client (docker's reads DOCKER_HOST itself)."""
+        return ["docker", *args]
+
+    def engine_id(self, image: str) -> str:
+        """An image ID as this engine names it."""
+        return image
+
+    def local_image(
+        self,
+        framework: str,
+        variant: str,
+        source: str = "dlperf",
+        choice: str = "pinned",
+        *,
+        planned: bool = False,
+    ) -> str:
+        if planned:
+            return self._planned_tag(framework, variant, source, choice)
+        from driver.images.lock import LockError
+
+        try:
+            found = self.engine_id(self._resolved(framework, variant, source, choice))
+            name = self._built(framework, variant, source, choice)[0]
+        except LockError as error:  # not built, or no engine: the lock's message says the fix
+            raise Failure(Verdict.FAILED, f"{self.name}: {error}") from None
+        held = subprocess.run(
+            self.local_cli("image", "inspect", "--format", "{{.Id}}", found),
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if held.returncode != 0:
+            raise Failure(
+                Verdict.FAILED,
+                f"{self.name} does not hold image {found} ({name}): "
+                f"{self.missing_fix.format(name=name, image=found)}",
+            )
+        return found
+
+    def host_command(self, command: NodeCommand, run: HostRun) -> NodeCommand:
+        # The engine's client is the node's process here; the command runs in the container
+        # with only the names of its environment on the client's line (``-e NAME``: the value
+        # from the client's own environment, which the runtime gives it), so no value is
+        # rewritten, quoted or shown on a process list.
+        argv = self.local_cli(
+            "run", "--rm", "--name", run.name, "--label", f"dlperf.session={run.label}",
+            "--label", f"dlperf.node={command.node}", "--network", "host", "--ipc", "host",
+            *self.init, "--workdir", command.workdir or WORKDIR,
+            *(word for mount in run.mounts for word in ("-v", mount)),
+            *(self.gpu_flags if run.gpus else ()),
+            "-e", f"PYTHONPATH={WORKDIR}", "-e", "PYTHONUNBUFFERED=1",
+            *(word for name in sorted(command.env) for word in ("-e", name)),
+            str(run.image), *command.argv,
+        )  # fmt: skip
+        return NodeCommand(node=command.node, argv=argv, env=command.env)
+
+    def remove_runs(self, names: list[str]) -> None:
+        # ``--rm`` removed each container that ended; this is for one whose client was killed
+        # first (a timeout's SIGKILL), whatever still runs in it.
+        subprocess.run(
+            self.local_cli("rm", "-f", *names),
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    def remove_leftovers(self, label: str) -> list[str]:
+        listed = subprocess.run(
+            self.local_cli(
+                "ps", "-a", "--filter", f"label=dlperf.session={label}", "--format", "{{.Names}}"
+            ),
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        names = listed.stdout.split() if listed.returncode == 0 else []
+        if names:
+            self.remove_runs(names)
+        return [f"removed leftover {self.name} container {name} of this session" for name in names]

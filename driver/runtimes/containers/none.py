@@ -12,8 +12,11 @@ leftover without ever signalling an unrelated process that reused the pid.
     dlperf run --runtime process --inventory inventory.yaml ...  # the same, spelt as before
 
 Under Slurm the nodes' own Python runs the kit's framework venvs at the same paths as here (a
-shared file system). A platform that only wraps the command (apptainer) is this one with its
-:meth:`~driver.runtimes.containers.ContainerPlatform.wrap`.
+shared file system). A platform that only wraps the command (apptainer) is
+:class:`HeldProcessGroup` with its :meth:`~driver.runtimes.containers.ContainerPlatform.wrap`.
+
+On this host (the local runtime, its default) each node's command is a process group of this
+host with the kit's venvs, as it always was: nothing here changes it.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from typing import TYPE_CHECKING
 from driver.cluster.remote import Remote, shell
 from driver.files import write_bytes, write_text
 from driver.runtimes.containers import PLATFORMS
+from driver.runtimes.local_platform import HostRun, LocalPlatform
 from driver.runtimes.slurm.platform import SlurmPlatform
 from driver.runtimes.ssh.platform import SshPlatform
 
 if TYPE_CHECKING:
     from driver.cluster.inventory import Node
+    from driver.runtimes.plan import NodeCommand
     from driver.runtimes.ssh.launch import Launch, Prepared
 
 GRACE_S = 5
@@ -42,10 +47,9 @@ _OWNED = (
 )
 
 
-@PLATFORMS.register("none")
-class NoContainer(SshPlatform, SlurmPlatform):
-    """No container: over SSH the kit starts, stops and times each node's process group itself
-    (a platform that wraps the command runs in that group too); under Slurm, srun's tasks."""
+class HeldProcessGroup(SshPlatform, SlurmPlatform):
+    """Over SSH the kit starts, stops and times each node's process group itself (a platform
+    that only wraps the command, apptainer, runs in that group too); under Slurm, srun's tasks."""
 
     name = "none"
 
@@ -177,3 +181,30 @@ class NoContainer(SshPlatform, SlurmPlatform):
             launch.facts["process_cpu_seconds"] = round(
                 sum(int(m) * 60 + float(s) for m, s in spent), 3
             )
+
+
+@PLATFORMS.register("none")
+class NoContainer(HeldProcessGroup, LocalPlatform):
+    """No container, over SSH, under Slurm and on this host."""
+
+    name = "none"
+
+    def local_image(  # noqa: ARG002 - no image
+        self,
+        framework: str,
+        variant: str,
+        source: str = "dlperf",
+        choice: str = "pinned",
+        *,
+        planned: bool = False,
+    ) -> None:
+        return None
+
+    def host_command(self, command: NodeCommand, run: HostRun) -> NodeCommand:  # noqa: ARG002
+        return command
+
+    def remove_runs(self, names: list[str]) -> None:
+        return  # the runtime's own process groups: ended with the repeat
+
+    def remove_leftovers(self, label: str) -> list[str]:  # noqa: ARG002
+        return []  # a leftover process: the runtime's clean_local_leftovers ends it

@@ -5,6 +5,10 @@ and image IDs. Images come into a node's podman from docker (``docker save IMAGE
 load``, or ``dlperf images push``'s archive loaded there); pre-flight asks for the image by the
 same ID (podman writes it without ``sha256:``). The container has no ``--init``: podman's own
 (catatonit) is not installed everywhere, and ``podman kill`` ends the process with SIGKILL.
+
+On this host (``dlperf run --container podman``) the same ``run --rm`` as docker's, with the
+image loaded into podman the same way and the GPUs through CDI (``--device
+nvidia.com/gpu=all``: the NVIDIA Container Toolkit's generated spec).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from driver.runtimes.containers.docker import Docker
 class Podman(Docker):
     name = "podman"
     init = ()
+    gpu_flags = ("--device", "nvidia.com/gpu=all")
+    missing_fix = "load it (`docker save {image} | podman load`)"
 
     def cli(self, remote: Remote, *args: str) -> list[str]:  # noqa: ARG002 - no DOCKER_HOST
         return ["podman", *args]
@@ -37,3 +43,9 @@ class Podman(Docker):
         self, framework: str, node: Node, source: str = "dlperf", image: str = "pinned"
     ) -> str:
         return super().image_for(framework, node, source, image).removeprefix("sha256:")
+
+    def local_cli(self, *args: str) -> list[str]:
+        return ["podman", *args]
+
+    def engine_id(self, image: str) -> str:
+        return image.removeprefix("sha256:")
