@@ -298,22 +298,22 @@ def check_finite(path: Path | str, data: Any, where: tuple[Any, ...] = ()) -> No
             check_finite(path, value, (*where, index))
 
 
+def _too_deep(mark: Any) -> yaml.scanner.ScannerError:
+    return yaml.scanner.ScannerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing deep nesting while scanning (``[[[[...`` would otherwise
     be read to the end before the composer's recursion fails)."""
 
     def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 - PyYAML's name
         if self.flow_level >= MAX_DEPTH:
-            raise yaml.scanner.ScannerError(
-                None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark()
-            )
+            raise _too_deep(self.get_mark())
         super().fetch_flow_collection_start(TokenClass)
 
     def add_indent(self, column: int) -> bool:  # block nesting, by indentation
         if len(self.indents) >= MAX_DEPTH:
-            raise yaml.scanner.ScannerError(
-                None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark()
-            )
+            raise _too_deep(self.get_mark())
         return super().add_indent(column)
 
 
@@ -339,9 +339,7 @@ def _check_depth(text: str) -> None:
             if isinstance(token, _OPENING):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise yaml.scanner.ScannerError(
-                        None, None, f"nested deeper than {MAX_DEPTH} levels", token.start_mark
-                    )
+                    raise _too_deep(token.start_mark)
             elif isinstance(token, _CLOSING):
                 depth -= 1
     finally:

@@ -105,7 +105,7 @@ def test_srun_help_offers_pyxis_and_the_runtime_picks_it(pyxis_env: SlurmCluster
     assert "pyxis: version v0.24.0" in pyxis_env.log("slurmd.n1")
     runtime = SlurmRuntime(config=SlurmConfig(time_limit="5"))
     try:
-        assert runtime.container_mode() == "pyxis"
+        assert runtime.platform.name == "pyxis"
     finally:
         runtime.close()
 

@@ -333,7 +333,7 @@ def test_pyxis_path_makes_one_container_per_session(
     image = "registry.example#calibration@sha256:" + "0" * 64
     config = SlurmConfig(time_limit="10", image={"calibration": image}, mounts=["/tmp:/tmp"])
     runtime = SlurmRuntime(config=config)
-    assert runtime.container_mode() == "pyxis"
+    assert runtime.platform.name == "pyxis"
     assert runtime.python("calibration") == "python3"
     results_dir = tmp_path / "session"
     try:

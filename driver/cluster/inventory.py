@@ -293,12 +293,6 @@ class Inventory:
     nodes: tuple[Node, ...]
     container: str | None = None  # the top-level ``container:`` (None: the runtime's)
 
-    def node(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
-
 
 def _merge(defaults: dict, node: dict) -> dict:
     """Node values over the defaults; ssh, container and env merge key by key."""

@@ -37,8 +37,6 @@ WORKER0 = "from worker 0's log"
 def is_import_session(root: Path) -> bool:
     """Whether the session folder ``root`` is one ``import-logs`` made (its ``session.json``
     says so)."""
-    import json
-
     try:
         meta = json.loads((Path(root) / "session.json").read_text())
     except (OSError, ValueError):

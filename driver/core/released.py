@@ -70,8 +70,6 @@ class ReleaseRepeatRow(StrictModel):
         )
 
 
-
-
 class ResultsError(ValueError):
     """A results.json the kit cannot read (names the file and the problem)."""
 

@@ -221,13 +221,11 @@ def markdown_tables(
     notes = footnotes(summaries) + list(extra_notes)
     if name_slow_nodes:
         notes += slow_node_notes(summaries)
-    if any(row_label == MEDIAN_LABEL for row_label in _median_labels(summaries)):
+    if any(across_series(group) for _title, group in tables(summaries)):
+        unit = "machine" if by_machine(summaries) else "device model"
         notes.append(
-            f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one machine "
-            "at that topology (speedup and efficiency; never across machines)."
-            if by_machine(summaries)
-            else f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one device "
-            "model at that topology (speedup and efficiency; never across device models)."
+            f"{MEDIAN_LABEL} / {GEOMEAN_LABEL}: across the series of the table on one {unit} at "
+            f"that topology (speedup and efficiency; never across {unit}s)."
         )
     if notes:
         out.append("Notes:\n")
@@ -290,10 +288,6 @@ def across_series(
             efficiencies = [s.efficiency for s in items if s.efficiency is not None]
             out.append((device, topology, len(items), speedups, efficiencies))
     return out
-
-
-def _median_labels(summaries: list[CaseSummary]) -> list[str]:
-    return [MEDIAN_LABEL for _title, group in tables(summaries) if across_series(group)]
 
 
 def long_table(
@@ -386,11 +380,7 @@ def summary_tables(summaries: list[CaseSummary], heading_level: int = 3) -> str:
         out.append(
             "Each row: the largest topology (`@<nodes>n<devices>g`) of the series at that "
             "precision (then the largest batch); speedup against its 1n1g at the same batch per "
-            + (
-                "device on the same machine.\n"
-                if by_machine(summaries)
-                else "device on the same device model.\n"
-            )
+            f"device on the same {'machine' if by_machine(summaries) else 'device model'}.\n"
         )
     return "\n".join(out)
 

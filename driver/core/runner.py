@@ -76,8 +76,6 @@ def cache_drop_status(logs: RepeatLogs) -> dict[str, str]:
     return status
 
 
-
-
 def launch(plan: RepeatPlan, runtime: Runtime) -> RepeatOutcome:
     """Run one plan; whatever goes wrong in the runtime ends as a verdict, never a traceback.
 

@@ -223,16 +223,18 @@ def session_label(root: Path | str) -> str:
 
 
 @contextlib.contextmanager
-def ctrl_c_held() -> Iterator[None]:
-    """Ctrl-C is ignored inside (on the main thread): a repeat's cleanup must finish even if it
-    is pressed again, so that no process, container or job outlives the kit."""
+def ctrl_c_held(*also: signal.Signals) -> Iterator[None]:
+    """Ctrl-C (and the signals ``also`` names, e.g. SIGTERM) is ignored inside (on the main
+    thread): a repeat's cleanup must finish even if it is pressed again, so that no process,
+    container or job outlives the kit."""
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    held = (signal.SIGINT, *also) if main else ()
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in held}
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def raise_interrupted(repeat_dir: Path, detail: str, extra: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +102,7 @@ def _one_point(
     **selftest: float,
 ) -> tuple[SelftestResult, float, float]:  # fmt: skip
     from driver.cluster.slurm import SlurmConfig
+    from driver.runtimes.base import Runtime
     from driver.runtimes.slurm.runtime import SlurmRuntime
     from driver.runtimes.ssh.runtime import ProcessRuntime
 
@@ -115,24 +116,18 @@ def _one_point(
     started = time.monotonic()
     topology = f"{nodes}n{nodes * devices}g"
     try:
-        if runtime_name == "process":
-            inventory = hosts.write_inventory(scratch / "hosts.yaml", devices=devices)
+        with ExitStack() as held:  # under Slurm: its clients at the hosts, its job cancelled
+            if runtime_name == "process":
+                inventory = hosts.write_inventory(scratch / "hosts.yaml", devices=devices)
+                runtime: Runtime = ProcessRuntime(inventory)
+            else:
+                held.enter_context(_slurm_clients_at(hosts.conf))
+                config = SlurmConfig(time_limit="30", container="none")
+                runtime = held.enter_context(closing(SlurmRuntime(config=config, printer=printer)))
             results = run_selftest(
                 topologies=(topology,), results_dir=scratch / "session", printer=printer,
-                runtime=ProcessRuntime(inventory), **selftest,  # type: ignore[arg-type]
+                runtime=runtime, **selftest,  # type: ignore[arg-type]
             )  # fmt: skip
-        else:
-            with _slurm_clients_at(hosts.conf):
-                runtime = SlurmRuntime(
-                    config=SlurmConfig(time_limit="30", container="none"), printer=printer
-                )
-                try:
-                    results = run_selftest(
-                        topologies=(topology,), results_dir=scratch / "session",
-                        printer=printer, runtime=runtime, **selftest,  # type: ignore[arg-type]
-                    )  # fmt: skip
-                finally:
-                    runtime.close()
         case_s = time.monotonic() - started
     finally:
         stopping = time.monotonic()

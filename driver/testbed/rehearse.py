@@ -21,7 +21,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any, Unpack
 from driver.core.session import Selection, SessionOptions, SessionSetting, run_session
 from driver.frameworks.base import FRAMEWORKS, Framework
 from driver.frameworks.envs import venv_environment, venv_python
+from driver.runtimes.base import ctrl_c_held
 from driver.testbed.namespaces import SimulatedHostsError, sweep_stale
 from driver.testbed.simhosts import SimulatedHosts, missing_requirements
 
@@ -140,20 +140,6 @@ class Rehearsal:
         )
 
 
-def _uninterruptible(action: Any) -> None:
-    """Run ``action`` with Ctrl-C and SIGTERM held off: a second Ctrl-C while the hosts are
-    being removed would leave namespaces and daemons behind."""
-    if threading.current_thread() is not threading.main_thread():
-        action()
-        return
-    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        action()
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
-
 @contextmanager
 def simulated_hosts(
     nodes: int,
@@ -199,7 +185,9 @@ def simulated_hosts(
             yield Rehearsal(hosts, inventory, started=True)
         finally:
             printer(f"removing the {nodes} simulated hosts")
-            _uninterruptible(hosts.stop)
+            # a second Ctrl-C (or SIGTERM) while they go would leave namespaces and daemons
+            with ctrl_c_held(signal.SIGTERM):
+                hosts.stop()
 
 
 def rehearse(selection: Selection, root: Path, **options: Unpack[SessionOptions]) -> int:

@@ -153,9 +153,6 @@ class SimulatedHosts:
     def address(self, name: str) -> str:
         return self.host(name).address
 
-    def namespace(self, name: str) -> str:
-        return f"{self.prefix}-{name}"
-
     @property
     def known_hosts(self) -> Path:
         return self.root / "known_hosts"

@@ -15,12 +15,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from driver.core.report import write_report
     from driver.core.summary import summarize
     from driver.release.imported import figure_summaries, is_import_file
+    from driver.release.release import DEFAULT_REPORTS
+    from driver.release.signatures import trust_anchor
     from driver.schema import ConfigError
     from driver.signing import SigningError
     from driver.verify.folder import verify_sessions
 
-    try:
-        allowed_signers = _allowed_signers(args.allowed_signers)
+    try:  # what a release of the kit's reports folder would trust (one named but missing: refused)
+        allowed_signers = trust_anchor(args.allowed_signers, DEFAULT_REPORTS).path
     except SigningError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -61,16 +63,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     for problem in seal_problems:
         print(f"seal: {problem}", file=sys.stderr)
     return 1 if verified.refused or seal_problems else 0
-
-
-def _allowed_signers(given: str | None) -> Path:
-    """The file a release of the kit's reports folder would trust: ``--allowed-signers``, else
-    ``$DLPERF_ALLOWED_SIGNERS``, else the per-user file, else the reports folder's own; one
-    named but missing, a folder or a FIFO is a SigningError."""
-    from driver.release.release import DEFAULT_REPORTS
-    from driver.release.signatures import trust_anchor
-
-    return trust_anchor(given, DEFAULT_REPORTS).path
 
 
 def _seals(sessions: list[Path], allowed_signers: Path) -> tuple[str, list[str]]:

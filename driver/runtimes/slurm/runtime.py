@@ -121,10 +121,6 @@ class SlurmRuntime(Runtime):
 
     # -- where and what ------------------------------------------------------------------
     @property
-    def inside_allocation(self) -> bool:
-        return self.job.inside_allocation
-
-    @property
     def allocation(self) -> Allocation | None:
         """The session's job once it runs (or the enclosing one)."""
         return self.job.allocation
@@ -146,10 +142,6 @@ class SlurmRuntime(Runtime):
             self._platform = platform_for(SlurmPlatform, mode, context, "slurm.container")
         return self._platform
 
-    def container_mode(self) -> str:
-        """none, pyxis or oci."""
-        return self.platform.name
-
     def check_reachable(self) -> None:
         """A Slurm controller answers, else a one-line RuntimeConfigError naming the fix (for a
         command that needs the cluster at once: the selftest has nothing to run without it)."""
@@ -168,7 +160,7 @@ class SlurmRuntime(Runtime):
         """The job's first ``count`` nodes once it runs; placeholders before (the session's job
         is submitted by the first repeat, and ``run`` puts the real nodes in)."""
         allocation = self.allocation
-        if allocation is None and self.inside_allocation:
+        if allocation is None and self.job.inside_allocation:
             allocation = self.allocation = self.job.enclosing()
         if allocation is not None and count <= len(allocation.nodes):
             return list(zip(allocation.nodes[:count], allocation.addresses[:count], strict=True))
@@ -350,7 +342,7 @@ class SlurmRuntime(Runtime):
             raise RuntimeConfigError(refused)
         lines: list[str] = []
         allocation = self.allocation
-        if allocation is None and self.inside_allocation:
+        if allocation is None and self.job.inside_allocation:
             allocation = self.job.enclosing()
         submitted = allocation is not None
         if allocation is None:
@@ -438,7 +430,7 @@ class SlurmRuntime(Runtime):
                     self._step_script(plan, commands)]  # fmt: skip
             extra["slurm"]["srun"] = shlex.join(argv)
             step = Step.start(argv, commands, repeat_dir, self._tasks_per_node(plan),
-                              self.inside_allocation)  # fmt: skip
+                              self.job.inside_allocation)  # fmt: skip
             timings["step_started_at"] = round(time.time() - started, 3)
             verdict, detail = step.watch(allocation, plan.timeout_s)
         except KeyboardInterrupt:
@@ -450,7 +442,7 @@ class SlurmRuntime(Runtime):
                 step_ended = time.time()
                 step.stop(allocation)
                 exit_codes, verdict, detail = step.conclude(
-                    allocation, verdict, detail, self.inside_allocation
+                    allocation, verdict, detail, self.job.inside_allocation
                 )
                 timings["step_s"] = round(step_ended - started - timings["step_started_at"], 3)
                 if step.first_output_at:  # the repeat's start to a node's first log line
@@ -476,7 +468,6 @@ class SlurmRuntime(Runtime):
             )
             for index, command in enumerate(commands if step is not None else plan.commands)
         ]
-        outcome = RepeatOutcome(verdict, nodes, started, finished, detail, extra)
         if interrupted:
             raise_interrupted(repeat_dir, detail, extra)
-        return outcome
+        return RepeatOutcome(verdict, nodes, started, finished, detail, extra)

@@ -121,7 +121,6 @@ class Step:
         """Per-node exit codes from srun's messages, and the verdict they (or the job) give."""
         srun_log = self.srun_log
         messages = srun_log.read_text(errors="replace") if srun_log.exists() else ""
-        codes: dict[int, int | None] = {}
         failures: list[tuple[int, str, int | None]] = []  # node index, what, exit code
         for line in messages.splitlines():
             exited = _TASK_EXIT.search(line)
@@ -136,8 +135,7 @@ class Step:
                 for task in _task_ids(signalled.group(2)):
                     failures.append((task // self.tasks_per_node, signalled.group(3).lower(), None))
         rc = self.process.returncode
-        for index in range(len(self.logs)):
-            codes[index] = 0 if rc == 0 else None
+        codes: dict[int, int | None] = dict.fromkeys(range(len(self.logs)), 0 if rc == 0 else None)
         for node, _what, code in failures:
             if code is not None and codes.get(node) in (None, 0):
                 codes[node] = code

@@ -35,6 +35,7 @@ cut in two, each half would read the other's state.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 import uuid
@@ -122,7 +123,6 @@ class SshRuntime(Runtime):
         self.platform = platform_for(SshPlatform, name, context, "container")
         self._prepared: dict[tuple[str, str, str, str], Prepared] = {}
         self._dirty: set[str] = set()  # nodes that may hold leftovers (lost in a repeat)
-        self._bundle: CodeBundle | None = None
         # (session label, node) swept by clean_leftovers: prepare need not sweep it again
         # unless the node was lost since (then it is in _dirty).
         self._swept: set[tuple[str, str]] = set()
@@ -133,12 +133,11 @@ class SshRuntime(Runtime):
             for data_dir in sorted(data_dirs):
                 check_container_data_dir(self.inventory, data_dir)
 
+    @functools.cached_property
     def bundle(self) -> CodeBundle:
         """The kit's code as shipped to the nodes, made once per runtime (a tar of every
         file: planning asks for its folder on every repeat)."""
-        if self._bundle is None:
-            self._bundle = make_bundle()
-        return self._bundle
+        return make_bundle()
 
     def disconnect(self) -> None:
         """Close every node's SSH connection (a later command connects again): each open
@@ -162,7 +161,7 @@ class SshRuntime(Runtime):
     def workdir(self) -> str:
         # Every node's own copy is substituted at launch; this is the first node's, for records.
         mounted = self.platform.mount_point
-        return mounted or code_dir(self.inventory.nodes[0].scratch_dir, self.bundle())
+        return mounted or code_dir(self.inventory.nodes[0].scratch_dir, self.bundle)
 
     def python(self, framework: Any) -> str:
         name = getattr(framework, "name", str(framework))
@@ -173,7 +172,7 @@ class SshRuntime(Runtime):
     def describe(self, plan: RepeatPlan) -> list[str]:
         """Per node, the SSH target and the command it would run there, exactly as a run
         sends it (the run name is made per repeat; the image as its planned tag)."""
-        bundle = self.bundle()
+        bundle = self.bundle
         lines = []
         framework, source = plan.framework, plan.source
         for index, (command, remote) in enumerate(
@@ -263,7 +262,7 @@ class SshRuntime(Runtime):
         except Exception as error:  # noqa: BLE001 - e.g. no image built: one clear verdict
             raise Failure(Verdict.FAILED, f"pre-flight: {error}") from None
         refuse_failed(checks)
-        bundle = self.bundle()
+        bundle = self.bundle
         label = session_label(root)
 
         def node_setup(remote: Remote) -> tuple[str, str, dict[str, Any]]:
@@ -413,7 +412,9 @@ class SshRuntime(Runtime):
             }
             for launch in launches
         }
-        outcome = RepeatOutcome(
+        if interrupted:
+            raise_interrupted(repeat_dir, detail, extra)
+        return RepeatOutcome(
             verdict=verdict,
             nodes=[
                 NodeOutcome(
@@ -429,9 +430,6 @@ class SshRuntime(Runtime):
             detail=detail,
             extra=extra,
         )
-        if interrupted:
-            raise_interrupted(repeat_dir, detail, extra)
-        return outcome
 
     def _run_facts(self, prepared: Prepared, remotes: list[Remote]) -> dict[str, Any]:
         return {
