@@ -270,19 +270,24 @@ def test_ctrl_c_on_the_head(cluster_env: SlurmCluster, tmp_path: Path) -> None:
     assert cluster_env.drained() == []
 
 
-def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluster) -> None:
+def test_selftest_through_slurm_two_nodes_two_processes(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
     """The calibration workload through planner, spawn launcher, Slurm, parser and statistics:
     2 nodes x 2 processes within 0.05% of what it delivered by its own clock (the selftest's
     truth; a rank the busy host wakes late, up to ~10 ms here, is the host's lateness, printed
-    apart). 2 s windows, 3 repeats (the kit's figure is their median)."""
+    apart). 2 s windows, 3 repeats (the kit's figure is their median). The session's job is
+    cancelled before the seal, so the line Slurm writes into its output as it cancels is
+    sealed, and the seal still holds once the job is gone."""
     from driver.core.selftest import run_selftest
 
     runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
     lines: list[str] = []
+    folder = tmp_path / "session"
     try:
         results = run_selftest(
             step_time=0.02, topologies=("2n4g",), repeats=3, measured_steps=100,
-            runtime=runtime, printer=lines.append,
+            runtime=runtime, printer=lines.append, results_dir=folder,
         )  # fmt: skip
     finally:
         runtime.close()
@@ -291,6 +296,42 @@ def test_selftest_through_slurm_two_nodes_two_processes(cluster_env: SlurmCluste
     assert result.error < 0.0005, lines
     print("\n".join(lines))
     assert cluster_env.drained() == []
+    assert_the_seal_holds_with_the_job_output(folder)
+
+
+def assert_the_seal_holds_with_the_job_output(folder: Path) -> None:
+    """The session's seal holds every file as it is now, the job's output among them."""
+    from driver.files import sha256_file
+    from driver.model.seal import load_seal
+
+    sealed = load_seal((folder / "session-manifest.json").read_bytes(), "seal").files
+    assert any(path.startswith("slurm/job-") for path in sealed)
+    changed = [p for p, f in sealed.items() if sha256_file(folder / p) != f.sha256]
+    assert changed == []
+
+
+def test_a_run_sessions_seal_holds_after_its_job_is_cancelled(
+    cluster_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """``dlperf run``'s session under Slurm (outside an allocation): its job is cancelled
+    before the seal, not at exit after it, so what Slurm writes into the job's output as it
+    cancels is sealed (a release of the session would otherwise refuse it)."""
+    from driver.core.selftest import calibration_cases
+    from driver.core.session import Selection, run_session
+
+    cases = calibration_cases(0.02, 32, ["2n2g"], 1, 20)
+    runtime = SlurmRuntime(config=SlurmConfig(time_limit="10", container="none"))
+    root = tmp_path / "results" / "session"
+    try:
+        code = run_session(
+            Selection(cases, "selftest", "test", {}), runtime, root, argv=["run"],
+            progress="plain",
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    assert code == 0
+    assert cluster_env.drained() == []
+    assert_the_seal_holds_with_the_job_output(root)
 
 
 # The real pyxis runs on a cluster of its own (test_slurm_pyxis.py). This stand-in srun answers

@@ -211,7 +211,10 @@ def run_selftest(
     with tempfile.TemporaryDirectory(prefix="dlperf-selftest-") as scratch:
         session = Session.open(results_dir or Path(scratch) / "selftest", {"kind": "selftest"})
         started = time.monotonic()
-        summary = run_cases(cases, session, runtime, printer=lambda _line: None)
+        try:
+            summary = run_cases(cases, session, runtime, printer=lambda _line: None)
+        finally:
+            runtime.disconnect()  # before the seal, as a run's (a Slurm job's output ends)
         elapsed = time.monotonic() - started
         if not seal_finished(session.root):
             raise SelftestError(f"{session.root}: the session could not be sealed (above)")

@@ -387,22 +387,27 @@ def _run_matrix(
     warrant: Warrant,
 ) -> RunSummary | int:
     """The cases run into ``session``; on Ctrl-C what finished is sealed and 130 returned.
-    The runtime's nodes are let go either way."""
+    The runtime's nodes are let go either way, before any seal."""
     from driver.core.runner import run_cases
 
+    summary = None
     try:
-        return run_cases(cases, session, runtime, progress=progress)
+        summary = run_cases(cases, session, runtime, progress=progress)
     except KeyboardInterrupt:
-        seal(session.root, key, warrant)  # what finished is sealed; a resume seals it again
-        print(
-            f"interrupted; finished repeats are kept in {session.root}; rerun with "
-            f"--session {session.root.name} to resume",
-            file=sys.stderr,
-        )
-        return 130
+        pass
     finally:
-        # The nodes are not needed to seal, verify or report: no connection idles meanwhile.
+        # The nodes are not needed to seal, verify or report: no connection idles meanwhile,
+        # and what letting them go writes into the session (a Slurm job's output) is sealed.
         runtime.disconnect()
+    if summary is not None:
+        return summary
+    seal(session.root, key, warrant)  # what finished is sealed; a resume seals it again
+    print(
+        f"interrupted; finished repeats are kept in {session.root}; rerun with "
+        f"--session {session.root.name} to resume",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def _close(folder: Path, name: str, summary: RunSummary, sealed: bool) -> int:

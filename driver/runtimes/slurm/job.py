@@ -27,6 +27,11 @@ from driver.runtimes.base import Failure, Verdict, session_label
 from driver.runtimes.slurm import client
 from driver.runtimes.slurm.render import HOLDER_SCRIPT, sbatch_argv
 
+# How long a cancelled job may take to end (its step's processes signalled, its epilog run)
+# before the session is sealed anyway, and how often Slurm is asked meanwhile.
+END_WAIT_S = 30.0
+END_POLL_S = 0.5
+
 
 def job_name(session_root: Path) -> str:
     return f"dlperf-{session_label(session_root)}"
@@ -176,6 +181,27 @@ class SessionJob:
             self.printer(f"slurm: could not cancel job {allocation.job_id}: {error}")
         if self.allocation is allocation:
             self.allocation = None
+
+    def end(self) -> None:
+        """Cancel the session's job and wait until Slurm has ended it, so that what Slurm
+        writes as it cancels (the last line of ``slurm/job-<id>.out``, in the session folder)
+        is written before the session is sealed, not after (a seal that no longer holds)."""
+        held = self.allocation
+        if held is None or not held.owned:
+            return
+        self.cancel(held, "the session's runs are over")
+        deadline = time.monotonic() + END_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                if client.show_job(held.job_id).ended:
+                    return
+            except client.SlurmError:  # no controller answers: nothing more to wait for
+                return
+            time.sleep(END_POLL_S)
+        self.printer(
+            f"slurm: job {held.job_id} has not ended {END_WAIT_S:.0f} s after it was cancelled; "
+            "its output may still change after the seal"
+        )
 
     def close(self) -> None:
         """Cancel the session's job (the kit never leaves one in the queue)."""

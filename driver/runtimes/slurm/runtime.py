@@ -373,6 +373,11 @@ class SlurmRuntime(Runtime):
             return None
         return JobLimit(limit, bool(self.config.gpus_per_node), bool(self.config.split_jobs))
 
+    def disconnect(self) -> None:
+        """The session's runs are over: its job is cancelled now, and waited for, before the
+        seal (a later run submits a new one)."""
+        self.job.end()
+
     def close(self) -> None:
         """Cancel the session's job (the kit never leaves one in the queue), and remove what
         the session made for its containers."""
