@@ -103,5 +103,6 @@ BERT = WORKLOADS.add(
             "bert-kit",
         ),  # fmt: skip
         listed=3,
+        gpu_batch={"fp32": 32, "amp": 64},  # DLPerf's fixed batches
     ),
 )

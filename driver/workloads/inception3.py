@@ -2,4 +2,6 @@
 
 from driver.workloads.images import image_workload
 
-INCEPTION3 = image_workload("inception3", "InceptionV3", listed=2, image_size=299)
+INCEPTION3 = image_workload(
+    "inception3", "InceptionV3", listed=2, image_size=299, gpu_batch={"fp32": 128, "amp": 128}
+)
