@@ -25,6 +25,7 @@ from typing import Any
 
 from driver.core.released import Results, ResultsError
 from driver.model.figures import Figure, load_figures, load_peaks, match_device, peak_precision
+from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
 from driver.schema import ConfigError
@@ -79,13 +80,14 @@ class Knowledge:
     startup_basis: str
 
 
-def _startup(times: dict, steps: dict, where: str = "") -> float | None:
-    """A repeat's start-up: its wall time (``times``: start to finish) less its steps
-    (``steps``: the measured window, warm-up at the measured pace). None where that is not a
-    start-up: not positive, or not finite; an Implausible naming ``where`` past a day."""
-    warmup, measured = int(steps["warmup_steps"]), int(steps["measured_steps"])
-    wall = float(times["finished_at"]) - float(times["started_at"])
-    spent = wall - float(steps["duration_s"]) * (warmup + measured) / measured
+def _startup(started_at: float, finished_at: float, steps: RepeatMeasurement) -> float | None:
+    """A repeat's start-up: its wall time (start to finish) less its steps (``steps``: the
+    measured window, warm-up at the measured pace). None where that is not a start-up: not
+    positive, or not finite; an Implausible past a day. Read from the fields, not from a dump
+    of each whole model (two per repeat, 640 over the kit's releases)."""
+    warmup, measured = int(steps.warmup_steps), int(steps.measured_steps)
+    wall = float(finished_at) - float(started_at)
+    spent = wall - float(steps.duration_s) * (warmup + measured) / measured
     if not math.isfinite(spent) or spent <= 0:
         return None
     if spent > MAX_STARTUP_S:
@@ -162,7 +164,7 @@ def _session_figures(
             if not record.ok or record.measurement is None:
                 continue  # an unfinished or failed repeat: no figure, nothing wrong
             figure = _record_figure(record, f"session {path.relative_to(results).parts[0]}")
-            startup = _startup(record.model_dump(), record.measurement.model_dump(), str(path))
+            startup = _startup(record.started_at, record.finished_at, record.measurement)
         except (RecordError, Implausible, ZeroDivisionError) as error:
             message = str(error).removeprefix(f"{path}: ")  # named once, by the warning
             warn(path, message)
@@ -291,7 +293,7 @@ def _released_startups(results: Results, table: Path) -> list[float]:
         if not measured.measured_steps:
             continue  # no measured step: no pace to take the start-up's steps from
         try:
-            startup = _startup(repeat.model_dump(), measured.model_dump())
+            startup = _startup(repeat.started_at, repeat.finished_at, measured)
         except Implausible as error:
             _warn(f"{table} ({repeat.case_id})", error)
             continue
@@ -339,8 +341,8 @@ def _published_rates(path: Path, root: Path) -> list[KnownRate]:
 def _figure_options(figure: Figure) -> dict[str, Any]:
     """The shape options a published figure states: its fields named as its workload's
     options (a Llama figure's size and sequence length)."""
-    workload = find_workload(figure.model)
-    names = [name for name in (workload.options if workload else ()) if name in Figure.model_fields]
+    workload, fields = find_workload(figure.model), Figure.model_fields
+    names = [name for name in (workload.options if workload else ()) if name in fields]
     stated = {name: getattr(figure, name) for name in names}
     return {name: value for name, value in stated.items() if value is not None}
 
