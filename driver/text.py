@@ -51,6 +51,8 @@ _CONTROL_NAMES = {
 def unsafe_character(value: str) -> str | None:
     """How the first control or format character of ``value`` reads (``U+202E RIGHT-TO-LEFT
     OVERRIDE, a format character``), or None when there is none."""
+    if value.isascii() and value.isprintable():
+        return None  # ASCII's only refused characters are controls: skip the per-character walk
     for char in value:
         category = unicodedata.category(char)
         if category in REFUSED_CATEGORIES:

@@ -19,7 +19,8 @@ import pytest
 from driver.core.matrix import MatrixError, apply_overrides, load_matrix, overrides_from
 from driver.frameworks.base import FRAMEWORKS, REPO_ROOT
 from driver.plugins import load_all
-from driver.workloads.llama import LLAMA_SIZES, LlamaOptionError
+from driver.workloads.base import WorkloadOptionError
+from driver.workloads.llama import LLAMA_SIZES
 from JAX.benchmark.cluster import join_arguments
 from JAX.benchmark.mesh import MeshPlan, plan_mesh, shard_dimension
 from tests.real_frameworks import framework_env, run_case, run_python, run_script
@@ -121,7 +122,7 @@ def test_jax_s_slurm_detection_reads_the_ranks_the_kit_checked(jax_python: str) 
 def test_a_mesh_that_cannot_be_is_refused_naming_fsdp_size(
     model: str, parallelism: str, fsdp_size: int, ranks: int, words: str
 ) -> None:
-    with pytest.raises(LlamaOptionError, match=words) as caught:
+    with pytest.raises(WorkloadOptionError, match=words) as caught:
         plan_mesh(model, parallelism, fsdp_size, ranks, ranks)
     assert caught.value.field == "fsdp_size"
 

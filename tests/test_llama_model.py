@@ -18,10 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from driver.bench.contract import SHAPE_OPTIONS
 from driver.core.matrix import MatrixError, load_matrix
 from driver.release.mfu import compute_model_costs, cost_key
+from driver.workloads.base import WorkloadOptionError, check_case_options
 from driver.workloads.llama import (
     LLAMA_SIZES,
-    LlamaOptionError,
-    check_case_options,
     training_flops_per_sample,
     training_flops_per_token,
 )
@@ -173,7 +172,7 @@ def test_activation_checkpointing_keeps_the_math(mode: str) -> None:
 def test_bad_case_options_name_the_field(
     model: str, opts: dict[str, Any], ranks: int, field: str
 ) -> None:
-    with pytest.raises(LlamaOptionError) as caught:
+    with pytest.raises(WorkloadOptionError) as caught:
         check_case_options(model, opts, ranks)
     assert caught.value.field == field
 

@@ -189,3 +189,63 @@ def test_a_new_model_is_planned_checked_titled_and_counted_by_its_workload_alone
     assert (cost["flops_per_sample"], cost["parameters"], cost["source"]) == (
         flops, PARAMETERS, FORMULA,
     )  # fmt: skip
+
+
+def test_a_new_model_s_plan_memory_search_and_scaling_are_its_workload_s_answers(
+    tmp_path: Path,
+) -> None:
+    """What the plan, the batch search, the session's memory check, the summary's scaling and
+    a release's notes ask of a model is its workload's answer: the tiny model's module gives
+    each, and no file under driver/ names it."""
+    from dataclasses import replace
+
+    from driver.core.batchsearch import START, search_start
+    from driver.core.estimate import estimate_case
+    from driver.core.knowledge import load_knowledge, shape_key
+    from driver.core.matrix import load_matrix
+    from driver.core.session import leave_out_unfit
+    from driver.core.summary import CaseSummary, smallest_topologies
+    from driver.model.case import Topology
+    from driver.model.measure import case_stats
+    from driver.release.readme import _flops_notes
+    from tests.tiny_workload import FLOPS_NOTE, NAME, STATE_BYTES, TOKEN_BYTES
+
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        "framework: pytorch\ndefaults: {warmup_steps: 2, measured_steps: 4, repeats: 1}\n"
+        f"suites:\n  - model: {NAME}\n    topology: [1n8g, 2n16g]\n    batch_size: [max]\n"
+        "    precision: amp\n    variants: {default: {seq_len: 1024}}\n"
+    )
+    on_8, on_16 = load_matrix(matrix).cases
+    assert shape_key(NAME, dict(on_8.options)) == "at 1024 tokens"
+    assert (search_start(on_8, on_gpu=True), search_start(on_8, on_gpu=False)) == (4, START)
+
+    # The plan: its batch by its memory on the device, its search of 2 probes.
+    h100 = {"name": "H100", "match": ["H100"], "peaks": {"bf16": 1000.0}, "memory_gib": 80,
+            "source": "the test's round figure", "link": "https://example.com/"}  # fmt: skip
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "peaks.yaml").write_text(
+        json.dumps({"schema": 1, "unit": "TFLOP/s", "devices": [h100]})
+    )
+    fits = int((80 * 2**30 * 0.9 - STATE_BYTES) // (TOKEN_BYTES * 1024))
+    estimate = estimate_case(on_8, "H100", load_knowledge(tmp_path))
+    assert f"batch search of 2 probes, measured at batch {fits}" in estimate.basis
+    assert f"batch {fits} by the memory estimate on 80 GiB" in estimate.basis
+    # A sequence no device of the kit's peaks holds is left out on the topology given.
+    longest = replace(on_8, options={**on_8.options, "seq_len": 2**20})
+    kept, note = leave_out_unfit([on_8, longest])
+    assert kept == [on_8] and note.startswith("1 case(s) left out") and longest.id in note
+
+    # Its series without a 1n1g case scales against its smallest topology.
+    summaries = [
+        CaseSummary(
+            case=case, stats=case_stats([50.0, 50.0]), batch_size=4, speedup=None,
+            efficiency=None, throughputs=[50.0, 50.0], devices=["NVIDIA H100 80GB HBM3"],
+        )  # fmt: skip
+        for case in (on_16, on_8)
+    ]
+    assert [s.case.topology for s in smallest_topologies(summaries).values()] == [
+        Topology(1, 8)
+    ]
+    # A release's README says its FLOPs note once, beside the other models'.
+    assert _flops_notes([NAME, "resnet50", NAME]) == [FLOPS_NOTE]

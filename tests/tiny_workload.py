@@ -8,11 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.workloads.base import SIZE, WORKLOADS, Option, Workload
+from driver.workloads.base import SIZE, WORKLOADS, MemoryPlan, Option, Workload
 
 NAME = "tiny-lm"
 PARAMETERS = 1_000_000
 FORMULA = "6 x parameters per token (a dense decoder without attention's term)"
+FLOPS_NOTE = f"MFU of Tiny LM: {FORMULA}."
+STATE_BYTES = 16 * PARAMETERS  # fp32 weights and gradients, AdamW's two moments
+TOKEN_BYTES = 2**20  # activations a token keeps: a round figure a test can reason with
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,14 @@ class TinyLm(Workload):
     def parameters(self, options: Mapping[str, Any]) -> int | None:
         return PARAMETERS
 
+    def figure_shape(self, options: Mapping[str, Any]) -> str:
+        return f"at {options.get('seq_len', self.planned_options['seq_len'])} tokens"
+
+    def memory(
+        self, options: Mapping[str, Any], ranks: int, ranks_per_node: int
+    ) -> MemoryPlan | None:
+        return MemoryPlan(STATE_BYTES, TOKEN_BYTES * int(options["seq_len"]), 1, 0.9)
+
 
 TINY_LM = TinyLm(
     name=NAME,
@@ -36,6 +47,10 @@ TINY_LM = TinyLm(
     planned_options={"seq_len": 2048},
     parity_not_handed=("image_size", "num_classes", "momentum"),
     flops_source=FORMULA,
+    flops_note=FLOPS_NOTE,
+    gpu_batch={"fp32": 4, "amp": 4},
+    search_probes=2,  # its largest batch is a few sequences over its GPU start
+    scales_from_smallest_topology=True,
 )
 if NAME not in WORKLOADS:
     WORKLOADS.add(NAME, TINY_LM)

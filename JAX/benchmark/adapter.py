@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 from driver.bench.contract import OptionError
 from driver.bench.host import cpu_model_name
 from driver.bench.loop import Adapter
-from driver.workloads.llama import LlamaOptionError, check_case_options
+from driver.workloads.base import WorkloadOptionError, check_case_options
 from JAX.benchmark.cluster import coordinator_source, join_arguments
 from JAX.benchmark.mesh import AXES, MeshPlan, plan_mesh, shard_dimension
 from JAX.benchmark.models import (
@@ -263,7 +263,7 @@ class JaxAdapter(Adapter):
                 args.model, str(options["parallelism"]), int(options["fsdp_size"]),
                 run.world_size, per_node,
             )  # fmt: skip
-        except LlamaOptionError as error:
+        except WorkloadOptionError as error:
             raise OptionError(f"option {error.field}: {error}") from None
         options["parallelism"] = self.plan.parallelism
         options["fsdp_size"] = self.plan.fsdp

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from driver.workloads.llama import check_fsdp_size, resolve_parallelism
+from driver.workloads.base import check_fsdp_size, resolve_parallelism
 
 AXES = ("data", "fsdp")
 
@@ -35,7 +35,7 @@ class MeshPlan:
 
 def plan_mesh(model: str, requested: str, fsdp_size: int, devices: int, per_node: int) -> MeshPlan:
     """The mesh of ``devices`` (``per_node`` on each node) for the requested parallelism;
-    a LlamaOptionError names the field that cannot be."""
+    a WorkloadOptionError names the field that cannot be."""
     check_fsdp_size(model, requested, fsdp_size, devices)
     parallelism = resolve_parallelism(model, requested, devices)
     if parallelism == "none":

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from driver.bench.contract import OptionError
-from driver.workloads.llama import LlamaOptionError, check_case_options, resolve_parallelism
+from driver.workloads.base import WorkloadOptionError, check_case_options, resolve_parallelism
 
 
 def check_llama_parallel(model: str, options: dict[str, Any], world_size: int) -> None:
@@ -37,7 +37,7 @@ def check_llama_parallel(model: str, options: dict[str, Any], world_size: int) -
     in place, as the header records it."""
     try:
         check_case_options(model, options, world_size)
-    except LlamaOptionError as error:
+    except WorkloadOptionError as error:
         raise OptionError(f"{error.field}: {error}") from None
     options["parallelism"] = resolve_parallelism(model, str(options["parallelism"]), world_size)
 

@@ -32,25 +32,13 @@ from driver.model.case import Case
 from driver.model.results import Session, write_json
 from driver.runtimes.base import RepeatOutcome, Runtime, Verdict
 from driver.runtimes.plan import RepeatPlan
+from driver.workloads.base import find_workload
 
 # Runs one plan in a runtime; whatever goes wrong ends as a verdict (``runner.run_plan``).
 PlanRunner = Callable[[RepeatPlan, Runtime], tuple[RepeatOutcome, Verdict]]
 
 PROBE_STEPS = 3
 START = 16
-# DLPerf's fixed batch per (model, precision): where a search on a GPU starts.
-GPU_START = {
-    ("resnet50", "fp32"): 128,
-    ("resnet50", "amp"): 256,
-    ("inception3", "fp32"): 128,
-    ("inception3", "amp"): 128,
-    ("bert", "fp32"): 32,
-    ("bert", "amp"): 64,
-    # Llama's matrix batch: at sequence 8192 a device holds a few sequences (the plan's memory
-    # estimate, driver.workloads.llama.largest_batch), so the search starts there, not at 16
-    ("llama", "fp32"): 2,
-    ("llama", "amp"): 2,
-}
 MARGIN = 0.95  # measured at this share of the largest fit when a probe ran out of memory
 CEILING = 4096  # on CPU nothing runs out of memory early; stop there
 GRANULARITY = 8
@@ -108,10 +96,11 @@ def oom_words(directory: Path) -> str:
 
 
 def search_start(case: Case, on_gpu: bool) -> int:
-    """Where the search starts: the model's DLPerf fixed batch on a GPU, else :data:`START`."""
-    if on_gpu:
-        return GPU_START.get((case.model, case.precision), START)
-    return START
+    """Where the search starts: the model's DLPerf fixed batch on a GPU (its workload's
+    :meth:`~driver.workloads.base.Workload.search_start`), else :data:`START`."""
+    workload = find_workload(case.model) if on_gpu else None
+    start = None if workload is None else workload.search_start(case.precision)
+    return START if start is None else start
 
 
 def with_margin(largest_fit: int, first_failure: int | None) -> int:

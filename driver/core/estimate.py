@@ -8,8 +8,10 @@ count. Without such a figure, a FLOP estimate: training FLOPs per sample (the fo
 model's workload, ``driver/workloads/``, else the kit's counted FLOPs of its released runs) at
 :data:`ASSUMED_MFU` of the device's dense peak (``reports/peaks.yaml``). Every repeat adds
 the kit's start-up, measured on its own released runs (a repeat's wall time less its steps).
-A ``batch_size: max`` case adds its search (:data:`SEARCH_PROBES` short runs); an epoch case
-(``epochs``/``epoch_samples``) counts the epoch's steps.
+A ``batch_size: max`` case adds its search (:data:`SEARCH_PROBES` short runs, or its workload's
+own count where its search starts near its end); an epoch case (``epochs``/``epoch_samples``)
+counts the epoch's steps. A model's own start-up on GPUs and its memory (the batch a device
+fits, a case that cannot fit) are its workload's answers (``driver/workloads/``).
 
 What it is made from (figures, FLOP counts, peaks, the start-up) is read by
 :mod:`driver.core.knowledge`. An estimate is a planning figure, not a measurement: a session
@@ -40,26 +42,15 @@ from driver.files import write_text
 from driver.model.case import Case
 from driver.model.figures import load_peaks
 from driver.parsers._runheader import PARALLEL_FIELDS
-from driver.workloads.base import find_workload
-from driver.workloads.llama import DEFAULT_SIZE
-from driver.workloads.llama import MODEL as LLAMA
+from driver.workloads.base import Workload, find_workload
 
 # Fraction of the dense peak a FLOP estimate assumes: ResNet-50 and BERT training reach 30-50%
 # on recent GPUs with AMP; lower is the cautious side for booking.
 ASSUMED_MFU = 0.3
 SEARCH_PROBES = 8  # batch=max: doubling from 16, then bisecting (driver.core.batchsearch)
-# Llama's search on a GPU starts at the matrix's fixed batch (batchsearch.GPU_START) and the
-# largest batch is a few sequences: one doubling that fails, one or two bisections.
-LLAMA_SEARCH_PROBES = 3
-# A Llama repeat's start on GPUs (process group, the model built and sharded, the first
-# all-gathers) and a torch.compile warm-up, per size: assumed, not measured (no run of the kit
-# on a GPU yet, and neither torchtitan nor NeMo publish one); the CPU runs' start-up does not
-# stand for them. A measured start-up longer than these wins.
-ASSUMED_LLAMA_STARTUP_S = {"llama3-1b": 30.0, "llama3-8b": 60.0, "llama3-70b": 180.0}
-ASSUMED_COMPILE_S = 120.0
-# The other models' repeat start on GPUs (the container, the framework's CUDA and NCCL set-up,
-# cuDNN's autotuning in the first steps), on one node and across nodes: assumed, not measured,
-# where the kit's measured start-up (CPU runs) is shorter.
+# A repeat's start on GPUs where its workload assumes none of its own (the container, the
+# framework's CUDA and NCCL set-up, cuDNN's autotuning in the first steps), on one node and
+# across nodes: assumed, not measured, where the kit's measured start-up (CPU runs) is shorter.
 ASSUMED_GPU_STARTUP_S = {"one node": 30.0, "several nodes": 60.0}
 # One framework image made a container on every node of a Slurm job under pyxis (an NGC image
 # of 10-20 GB pulled and squashed by enroot, the nodes in parallel): once per image and job,
@@ -175,18 +166,19 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     """Expected wall time of every repeat of ``case`` on ``hardware`` (a device name such as
     "H100" or "AMD EPYC"), its batch search included."""
     searched = case.batch_size == "max"
+    workload = find_workload(case.model)
     # batch=max: its size is found at run time; the estimate takes twice the smallest fixed
-    # batch the searches start from (a GPU's max is usually well above it); a Llama case's, the
-    # largest batch its memory estimate fits on the device.
+    # batch the searches start from (a GPU's max is usually well above it); a workload whose
+    # search starts near its end, its GPU start, or the largest batch its memory estimate fits.
     batch = 2 * 16 if searched else int(case.batch_size)
-    probes, startup, notes = SEARCH_PROBES, knowledge.startup_s, []
-    if case.model == LLAMA:
-        batch, probes, startup, notes = _llama_plan(case, batch, hardware, knowledge)
-    elif _case_peak(case, hardware, knowledge.peaks):
-        where = "one node" if case.topology.nodes == 1 else "several nodes"
-        if ASSUMED_GPU_STARTUP_S[where] > startup:
-            startup = ASSUMED_GPU_STARTUP_S[where]  # a GPU: the CPU runs' start-up is shorter
-            notes.append(f"start-up {startup:.0f} s per repeat (assumed for GPUs on {where})")
+    probes = SEARCH_PROBES
+    if workload is not None and workload.search_probes is not None:
+        probes = workload.search_probes
+        batch = (workload.search_start(case.precision) or batch) if searched else batch
+    startup, notes = _startup(case, workload, hardware, knowledge)
+    if workload is not None:
+        batch, memory_notes = _memory_plan(case, workload, batch, hardware, knowledge.peaks)
+        notes += memory_notes
     step, basis = step_seconds(case, batch, hardware, knowledge)
     if step is None:
         return CaseEstimate(
@@ -211,6 +203,25 @@ def estimate_case(case: Case, hardware: str, knowledge: Knowledge) -> CaseEstima
     return CaseEstimate(
         case.id, seconds, step, "; ".join([basis, *notes]), case.topology.world_size
     )
+
+
+def _startup(
+    case: Case, workload: Workload | None, hardware: str, knowledge: Knowledge
+) -> tuple[float, list[str]]:
+    """A repeat's start-up and its note: the kit's measured one, or on a GPU (a peak known for
+    the case) what is assumed there where that is longer, the workload's own (an LLM's by
+    size) or :data:`ASSUMED_GPU_STARTUP_S`: the CPU runs' start-up does not stand for a GPU's."""
+    startup = knowledge.startup_s
+    if not _case_peak(case, hardware, knowledge.peaks):
+        return startup, []
+    assumed = workload.gpu_startup(dict(case.options)) if workload is not None else None
+    if assumed is None:
+        where = "one node" if case.topology.nodes == 1 else "several nodes"
+        assumed = ASSUMED_GPU_STARTUP_S[where], f"GPUs on {where}"
+    seconds, what = assumed
+    if seconds <= startup:
+        return startup, []
+    return seconds, [f"start-up {seconds:.0f} s per repeat (assumed for {what})"]
 
 
 def _source_epoch(case: Case) -> tuple[int, int] | None:
@@ -249,62 +260,43 @@ def image_import_estimates(cases: Iterable[Case], devices: int) -> list[CaseEsti
     ]
 
 
-def _llama_plan(
-    case: Case, batch: int, hardware: str, knowledge: Knowledge
-) -> tuple[int, int, float, list[str]]:
-    """A Llama case's (batch, search probes, start-up per repeat, notes): its batch ``max``
-    from the memory estimate where the device's memory is known, its fit said where it is not
-    sure, its start-up by size (assumed) where the kit has measured none as long."""
-    from driver.workloads.llama import (
-        USABLE_MEMORY,
-        case_memory_bytes,
-        largest_batch,
-        memory_shards,
-        resident_sequences,
-    )
-
-    options = dict(case.options)
-    topology = case.topology
-    notes = []
-    size = str(options.get("llama_size", DEFAULT_SIZE))
-    assumed = ASSUMED_LLAMA_STARTUP_S.get(size, 0.0)
-    assumed += ASSUMED_COMPILE_S if options.get("compile") else 0.0
-    startup = knowledge.startup_s
-    if _case_peak(case, hardware, knowledge.peaks) and assumed > startup:
-        startup = assumed  # a GPU: the CPU runs' start-up does not stand for it
-        notes.append(f"start-up {assumed:.0f} s per repeat (assumed for {size} on GPUs)")
-    memory = _device_memory(hardware, knowledge.peaks) if hardware else None
-    if memory is None or "seq_len" not in options:
-        return (2 if case.batch_size == "max" else batch), LLAMA_SEARCH_PROBES, startup, notes
-    shards = memory_shards(options, topology.world_size, topology.devices_per_node)
-    state, per_sequence = case_memory_bytes(options, topology.world_size, topology.devices_per_node)
-    gib = 2**30
+def _memory_plan(
+    case: Case, workload: Workload, batch: int, hardware: str, peaks: list[dict]
+) -> tuple[int, list[str]]:
+    """The batch a case is planned at and what its workload's memory estimate says of it on
+    ``hardware``'s device (where its memory is known): a ``batch_size: max`` case at the largest
+    batch that fits, a case whose training state cannot fit, or may not, named so."""
+    memory = _device_memory(hardware, peaks) if hardware else None
+    if memory is None:
+        return batch, []
+    options, topology = dict(case.options), case.topology
+    plan = workload.memory(options, topology.world_size, topology.devices_per_node)
+    if plan is None:
+        return batch, []
+    gib, sample = 2**30, workload.sample_name
     if case.batch_size == "max":
-        batch = largest_batch(options, topology.world_size, topology.devices_per_node, memory)
-        if batch < 1:
-            notes.append(
-                f"by the memory estimate not one sequence fits {memory / gib:.0f} GiB "
-                f"({state / gib:.0f} GiB of training state, {per_sequence / gib:.1f} GiB a "
-                "sequence): planned at batch 1, which may run out of memory"
-            )
-            batch = 1
-        else:
-            notes.append(f"batch {batch} by the memory estimate on {memory / gib:.0f} GiB")
-    elif state > memory * USABLE_MEMORY:
-        notes.append(
+        batch = plan.largest_batch(memory)
+        if batch >= 1:
+            return batch, [f"batch {batch} by the memory estimate on {memory / gib:.0f} GiB"]
+        return 1, [
+            f"by the memory estimate not one {sample} fits {memory / gib:.0f} GiB "
+            f"({plan.state / gib:.0f} GiB of training state, {plan.per_sample / gib:.1f} GiB a "
+            f"{sample}): planned at batch 1, which may run out of memory"
+        ]
+    if plan.state > memory * plan.usable:
+        return batch, [
             f"cannot fit: by the memory estimate its training state alone (weights, gradients "
-            f"and AdamW moments over {shards} shard(s)) is {state / gib:.1f} GiB of the device's "
-            f"{memory / gib:.0f} GiB; give it more devices to shard over"
-        )
-    else:
-        need = state + resident_sequences(options, batch) * per_sequence
-        if need > memory:
-            notes.append(
-                f"by the memory estimate it needs {need / gib:.1f} GiB of the device's "
-                f"{memory / gib:.0f} GiB: it may run out of memory (a larger device, full "
-                "checkpointing, more devices to shard over, or batch_size: max)"
-            )
-    return batch, LLAMA_SEARCH_PROBES, startup, notes
+            f"and AdamW moments over {plan.shards} shard(s)) is {plan.state / gib:.1f} GiB of the "
+            f"device's {memory / gib:.0f} GiB; give it more devices to shard over"
+        ]
+    need = plan.state + workload.resident_samples(options, batch) * plan.per_sample
+    if need > memory:
+        return batch, [
+            f"by the memory estimate it needs {need / gib:.1f} GiB of the device's "
+            f"{memory / gib:.0f} GiB: it may run out of memory (a larger device, full "
+            "checkpointing, more devices to shard over, or batch_size: max)"
+        ]
+    return batch, []
 
 
 def largest_device_memory(root: Path = REPO_ROOT) -> float | None:

@@ -25,11 +25,11 @@ from typing import Any
 
 from driver.core.released import Results, ResultsError
 from driver.model.figures import Figure, load_figures, load_peaks, match_device, peak_precision
+from driver.model.measure import RepeatMeasurement
 from driver.model.plausible import Implausible, check_throughput
 from driver.model.results import RecordError, RepeatRecord, load_record
 from driver.schema import ConfigError
-from driver.workloads.llama import LLAMA_WORKLOAD
-from driver.workloads.llama import MODEL as LLAMA
+from driver.workloads.base import find_workload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STARTUP_S = 30.0  # when no released run of the kit shows its start-up
@@ -43,17 +43,11 @@ MAX_RECORD_BYTES = 64 << 20  # a record is kilobytes; a larger file is not one
 FP8_VARIANT = re.compile(r"fp8|float8", re.IGNORECASE)
 
 
-def _llama_options(options: dict) -> dict:
-    return {**LLAMA_WORKLOAD.planned_options, **options}
-
-
 def shape_key(model: str, options: dict) -> str:
-    """What a figure must share with a case beyond model and precision: a Llama figure holds
-    for its size and sequence length only (a 1B figure says nothing of 8B); "" otherwise."""
-    if model != LLAMA:
-        return ""
-    merged = _llama_options(options)
-    return f"{merged['llama_size']} at {merged['seq_len']} tokens"
+    """What a figure must share with a case beyond model and precision (its workload's
+    :meth:`~driver.workloads.base.Workload.figure_shape`); "" for a model no module knows."""
+    workload = find_workload(model)
+    return "" if workload is None else workload.figure_shape(options)
 
 
 @dataclass(frozen=True)
@@ -70,7 +64,7 @@ class KnownRate:
     per_device: float  # samples/s per device
     where: str  # the file it came from
     case_id: str = ""  # the kit's case it measured ("" for a published figure)
-    shape: str = ""  # shape_key: a Llama figure's size and sequence length
+    shape: str = ""  # shape_key: what the figure holds for (an LLM's size and sequence length)
     # what tells the peak column it computed in (amp_dtype, tf32: model.figures.peak_precision)
     peak_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -86,13 +80,14 @@ class Knowledge:
     startup_basis: str
 
 
-def _startup(times: dict, steps: dict, where: str = "") -> float | None:
-    """A repeat's start-up: its wall time (``times``: start to finish) less its steps
-    (``steps``: the measured window, warm-up at the measured pace). None where that is not a
-    start-up: not positive, or not finite; an Implausible naming ``where`` past a day."""
-    warmup, measured = int(steps["warmup_steps"]), int(steps["measured_steps"])
-    wall = float(times["finished_at"]) - float(times["started_at"])
-    spent = wall - float(steps["duration_s"]) * (warmup + measured) / measured
+def _startup(started_at: float, finished_at: float, steps: RepeatMeasurement) -> float | None:
+    """A repeat's start-up: its wall time (start to finish) less its steps (``steps``: the
+    measured window, warm-up at the measured pace). None where that is not a start-up: not
+    positive, or not finite; an Implausible past a day. Read from the fields, not from a dump
+    of each whole model (two per repeat, 640 over the kit's releases)."""
+    warmup, measured = int(steps.warmup_steps), int(steps.measured_steps)
+    wall = float(finished_at) - float(started_at)
+    spent = wall - float(steps.duration_s) * (warmup + measured) / measured
     if not math.isfinite(spent) or spent <= 0:
         return None
     if spent > MAX_STARTUP_S:
@@ -169,7 +164,7 @@ def _session_figures(
             if not record.ok or record.measurement is None:
                 continue  # an unfinished or failed repeat: no figure, nothing wrong
             figure = _record_figure(record, f"session {path.relative_to(results).parts[0]}")
-            startup = _startup(record.model_dump(), record.measurement.model_dump(), str(path))
+            startup = _startup(record.started_at, record.finished_at, record.measurement)
         except (RecordError, Implausible, ZeroDivisionError) as error:
             message = str(error).removeprefix(f"{path}: ")  # named once, by the warning
             warn(path, message)
@@ -298,7 +293,7 @@ def _released_startups(results: Results, table: Path) -> list[float]:
         if not measured.measured_steps:
             continue  # no measured step: no pace to take the start-up's steps from
         try:
-            startup = _startup(repeat.model_dump(), measured.model_dump())
+            startup = _startup(repeat.started_at, repeat.finished_at, measured)
         except Implausible as error:
             _warn(f"{table} ({repeat.case_id})", error)
             continue
@@ -327,8 +322,7 @@ def _published_rates(path: Path, root: Path) -> list[KnownRate]:
         except Implausible as error:
             _warn(where, error)
             continue
-        options = {"llama_size": figure.llama_size, "seq_len": figure.seq_len}
-        shape = {key: value for key, value in options.items() if value is not None}
+        shape = _figure_options(figure)
         rates.append(
             KnownRate(
                 figure.model,
@@ -342,6 +336,15 @@ def _published_rates(path: Path, root: Path) -> list[KnownRate]:
             )
         )
     return rates
+
+
+def _figure_options(figure: Figure) -> dict[str, Any]:
+    """The shape options a published figure states: its fields named as its workload's
+    options (a Llama figure's size and sequence length)."""
+    workload, fields = find_workload(figure.model), Figure.model_fields
+    names = [name for name in (workload.options if workload else ()) if name in fields]
+    stated = {name: getattr(figure, name) for name in names}
+    return {name: value for name, value in stated.items() if value is not None}
 
 
 def _published_per_device(figure: Figure) -> float:

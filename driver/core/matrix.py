@@ -54,7 +54,7 @@ from driver.schema import (
 )
 from driver.sources.base import IMAGE_CHOICES, PINNED, SOURCES, ImageRefused, current_image_spec
 from driver.text import FreeText
-from driver.workloads.llama import LlamaOptionError, check_case_options
+from driver.workloads.base import WorkloadOptionError, check_case_options
 
 PRECISIONS = ("fp32", "amp")
 DATASETS = ("synthetic", "real")
@@ -286,12 +286,12 @@ def check_image(source: str, image: str, path: Path | str, where: str) -> None:
 def check_model_options(
     model: str, options: dict[str, Any], topology: Topology, path: Path | str, where: str
 ) -> None:
-    """What the options ask of the model at this topology (Llama's size, sequence length,
-    parallelism, checkpointing): a :class:`MatrixError` at ``where.<field>`` before anything
-    runs."""
+    """What the options ask of the model at this topology (its parallelism and checkpointing,
+    and the shape its workload checks): a :class:`MatrixError` at ``where.<field>`` before
+    anything runs."""
     try:
         check_case_options(model, options, topology.world_size)
-    except LlamaOptionError as error:
+    except WorkloadOptionError as error:
         raise MatrixError(path, f"{where}.{error.field}", str(error)) from None
 
 
@@ -542,7 +542,7 @@ def _overridden(case: Case, changes: dict[str, Any], options: dict[str, Any]) ->
     if options:
         try:
             check_case_options(updated.model, updated.options, updated.topology.world_size)
-        except LlamaOptionError as error:
+        except WorkloadOptionError as error:
             raise MatrixError(COMMAND_LINE, f"--option {error.field}", str(error)) from None
     needed = updated.warmup_steps + updated.measured_steps
     # A total the matrix left implicit (warm-up + measured) follows the new steps both ways:

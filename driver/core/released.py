@@ -58,7 +58,8 @@ class ReleaseRepeatRow(StrictModel):
 
     @classmethod
     def load(cls, flat: dict[str, Any]) -> ReleaseRepeatRow:
-        own = {k: v for k, v in flat.items() if k in cls.model_fields}
+        fields = cls.model_fields  # a property: read once, not once per key of every row
+        own = {k: v for k, v in flat.items() if k in fields}
         measured = {k: flat.get(k) for k in RepeatMeasurement.model_fields}
         unknown = set(flat) - set(own) - set(MEASUREMENT_FIELDS) - set(TELEMETRY_FIELDS)
         if unknown:

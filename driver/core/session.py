@@ -119,32 +119,29 @@ def select_cases(
 
 def leave_out_unfit(cases: list[Case]) -> tuple[list[Case], str]:
     """Cases that --nodes/--gpus put on a topology no device could hold them on (Llama 3.1 8B
-    and 70B on one GPU), left out, not run to an out-of-memory: by the memory estimate
-    (``driver.workloads.llama``) on the largest device ``reports/peaks.yaml`` lists. Returns the
-    cases kept and the one line naming those left out (empty when none was)."""
+    and 70B on one GPU), left out, not run to an out-of-memory: by their workload's memory
+    estimate (``driver/workloads/``) on the largest device ``reports/peaks.yaml`` lists. Returns
+    the cases kept and the one line naming those left out (empty when none was)."""
     from driver.core.estimate import largest_device_memory
-    from driver.workloads.llama import MODEL as LLAMA
-    from driver.workloads.llama import LlamaOptionError, case_memory_bytes, resident_sequences
+    from driver.workloads.base import WorkloadOptionError, find_workload
 
     largest = largest_device_memory()
     if largest is None:
         return cases, ""
     kept, left = [], []
     for case in cases:
-        options = dict(case.options)
-        if case.model != LLAMA or "seq_len" not in options:
+        options, topology = dict(case.options), case.topology
+        ranks = (topology.world_size, topology.devices_per_node)
+        workload = find_workload(case.model)
+        try:
+            plan = None if workload is None else workload.memory(options, *ranks)
+        except WorkloadOptionError:
+            plan = None  # named where the case's options are checked
+        if workload is None or plan is None:
             kept.append(case)
             continue
-        topology = case.topology
-        try:
-            state, per_sequence = case_memory_bytes(
-                options, topology.world_size, topology.devices_per_node
-            )
-        except LlamaOptionError:
-            kept.append(case)  # named where the case's options are checked
-            continue
         batch = 1 if case.batch_size == "max" else int(case.batch_size)  # max: at least one
-        need = state + resident_sequences(options, batch) * per_sequence
+        need = plan.state + workload.resident_samples(options, batch) * plan.per_sample
         (left if need > largest else kept).append(case)
     if not left:
         return cases, ""

@@ -19,6 +19,7 @@ from driver.model.case import Case
 from driver.model.measure import UNSTABLE_CV, CaseStats, RepeatMeasurement, case_stats, speedup
 from driver.model.results import RepeatRecord
 from driver.schema import StrictModel
+from driver.workloads.base import find_workload
 
 # CaseRow fields a release row has only for a published figure (the first versions' have none)
 PUBLISHED_FIELDS = ("published_by", "published_url")
@@ -495,18 +496,21 @@ def baseline_in(summary: CaseSummary, index: dict[tuple, CaseSummary]) -> CaseSu
     return index.get(_baseline_key(summary))
 
 
-# Models whose series may scale against their smallest topology where they have no 1n1g case:
-# an LLM that does not fit one device. The other models keep DLPerf's 1n1g-only speedup.
-SMALLEST_TOPOLOGY_BASELINE = ("llama",)
+def _scales_from_smallest_topology(model: str) -> bool:
+    """Its series may scale against its smallest topology where it has no 1n1g case (an LLM
+    that does not fit one device: its workload says so); the other models keep DLPerf's
+    1n1g-only speedup."""
+    workload = find_workload(model)
+    return workload is not None and workload.scales_from_smallest_topology
 
 
 def smallest_topologies(summaries: Iterable[CaseSummary]) -> dict[tuple, CaseSummary]:
-    """Per baseline key of a :data:`SMALLEST_TOPOLOGY_BASELINE` model, the summary of its
+    """Per baseline key of a model that scales from its smallest topology, the summary of its
     smallest multi-device topology (fewest devices, then fewest nodes)."""
     index: dict[tuple, CaseSummary] = {}
     for s in summaries:
         topology = s.case.topology
-        if s.case.model not in SMALLEST_TOPOLOGY_BASELINE or topology.world_size == 1:
+        if topology.world_size == 1 or not _scales_from_smallest_topology(s.case.model):
             continue
         key = _baseline_key(s)
         held = index.get(key)

@@ -21,7 +21,6 @@ from typing import Any
 
 from driver.bench.contract import SHAPE_OPTIONS
 from driver.workloads.base import find_workload
-from driver.workloads.llama import FLOPS_FORMULA, FLOPS_FORMULAS, training_flops_per_sample
 
 FLOPS_SOURCE = "PyTorch/benchmark/flops.py training_flops_per_sample (FlopCounterMode)"
 GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients (also under AMP: fp32 master weights)
@@ -47,8 +46,8 @@ def compute_model_costs(
 ) -> dict[str, dict[str, Any]]:
     """FLOPs per sample and parameters for each (model, options); {} when torch is absent.
 
-    Models without a PyTorch definition (the calibration workload) are skipped; Llama's come
-    from its formula (:func:`formula_costs`), with or without torch.
+    Models without a PyTorch definition (the calibration workload) are skipped; a formula
+    model's come from its formula (:func:`formula_costs`), with or without torch.
     """
     wanted = list(wanted)
     costs = formula_costs(wanted)
@@ -80,10 +79,11 @@ def compute_model_costs(
 
 
 def formula_costs(
-    wanted: Iterable[tuple[str, Mapping[str, Any]]], formula: str = FLOPS_FORMULA
+    wanted: Iterable[tuple[str, Mapping[str, Any]]], formula: str | None = None
 ) -> dict[str, dict[str, Any]]:
-    """FLOPs per sample and parameters of the formula models (Llama), from their sizes, by the
-    count ``formula`` names (one of ``FLOPS_FORMULAS``: a version is audited by its own)."""
+    """FLOPs per sample and parameters of the formula models, from their sizes, by the count
+    ``formula`` names where their workload has it (a version is audited by its own count),
+    else by their current one."""
     costs: dict[str, dict[str, Any]] = {}
     for model, options in wanted:
         workload = find_workload(model)
@@ -91,10 +91,7 @@ def formula_costs(
             continue
         shaped = shape_options(options)
         resolved = {**SHAPE_OPTIONS, **shaped}
-        if workload.flops_source in FLOPS_FORMULAS:  # Llama: by the count the version names
-            flops, source = training_flops_per_sample(resolved, FLOPS_FORMULAS[formula]), formula
-        else:
-            flops, source = workload.flops_per_sample(resolved), workload.flops_source
+        flops, source = workload.flops_by_count(resolved, formula)
         costs[cost_key(model, options)] = {
             "model": model,
             "options": shaped,

@@ -20,8 +20,7 @@ from driver.release.dataset import session_of
 from driver.release.references import comparable
 from driver.release.signatures import SIGNED, VERSION_SIGNATURE
 from driver.text import markdown_code, markdown_inline, markdown_link
-from driver.workloads.llama import FLOPS_FORMULA
-from driver.workloads.llama import MODEL as LLAMA
+from driver.workloads.base import find_workload
 
 PLOTS_DIR = "plots"
 
@@ -194,6 +193,13 @@ def _superlinear_notes(computed: Computed, manifest: dict[str, Any]) -> list[str
     ]
 
 
+def _flops_notes(models: list[str]) -> list[str]:
+    """What the workloads of ``models`` (those with an MFU cell) say of their FLOPs (a
+    formula's words), each once, in the tables' order."""
+    workloads = [find_workload(model) for model in models]
+    return list(dict.fromkeys(w.flops_note for w in workloads if w is not None and w.flops_note))
+
+
 def _tables_section(computed: Computed, manifest: dict[str, Any]) -> str:
     extras = [
         ExtraColumn("bound", _extra_cell(computed, "scaling_bound"), after="efficiency"),
@@ -207,11 +213,8 @@ def _tables_section(computed: Computed, manifest: dict[str, Any]) -> str:
             "the model definition by PyTorch/benchmark/flops.py, cached in manifest.json) / "
             "(devices x dense peak of the device at the run's precision, config/peaks.yaml)."
         )
-    if any(
-        computed.rows[s.key].mfu is not None and s.case.model == LLAMA
-        for s in computed.summaries
-    ):
-        notes.append(f"MFU of Llama: training FLOPs per token = {FLOPS_FORMULA}.")
+    with_mfu = [s.case.model for s in computed.summaries if computed.rows[s.key].mfu is not None]
+    notes += _flops_notes(with_mfu)
     if any(e.peak_tflops and e.mfu is None for e in values):
         notes.append("MFU '-': no FLOPs count for the model (torch was absent at release).")
     if any(e.scaling_bound is not None for e in values):
@@ -410,7 +413,7 @@ def _provenance_section(manifest: dict[str, Any]) -> str:
     if manifest["model_costs"]:
         out.append("\nModel cost (from the model definitions):\n")
         for key, cost in sorted(manifest["model_costs"].items()):
-            # a formula's cost (Llama) needs no torch; a counted one names the torch that counted
+            # a formula's cost needs no torch; a counted one names the torch that counted
             counted_by = f", torch {cost['torch']}" if "torch" in cost else ""
             out.append(
                 f"- {markdown_code(key)}: {cost['flops_per_sample'] / 1e9:.3f} GFLOP "

@@ -104,5 +104,6 @@ BERT = WORKLOADS.add(
         ),  # fmt: skip
         listed=3,
         flops_at_default_shape=69_928_989_696.0,  # sequence 128, 20 masked positions
+        gpu_batch={"fp32": 32, "amp": 64},  # DLPerf's fixed batches
     ),
 )

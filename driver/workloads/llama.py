@@ -34,7 +34,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.workloads.base import SIZE, WORKLOADS, Option, Workload
+from driver.workloads.base import (
+    SIZE,
+    WORKLOADS,
+    MemoryPlan,
+    Option,
+    Workload,
+    WorkloadOptionError,
+    resolve_parallelism,
+)
 
 MODEL = "llama"
 FLOPS_FORMULA = (
@@ -114,16 +122,10 @@ LLAMA_SIZES: dict[str, LlamaShape] = {
     "llama-tiny": LlamaShape(64, 2, 4, 2, 192, 512, max_seq_len=1024),
 }
 DEFAULT_SIZE = "llama3-8b"
-PARALLELISMS = ("auto", "none", "ddp", "fsdp", "hsdp")
-CHECKPOINTING = ("none", "selective", "full")
 
 
-class LlamaOptionError(ValueError):
-    """A Llama option the model cannot take; ``field`` names it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
+class LlamaOptionError(WorkloadOptionError):
+    """A Llama size or sequence length the model cannot take; ``field`` names it."""
 
 
 def llama_shape(options: Mapping[str, Any]) -> LlamaShape:
@@ -145,73 +147,6 @@ def llama_shape(options: Mapping[str, Any]) -> LlamaShape:
                 "give a shorter seq_len",
             )
     return shape
-
-
-def check_case_options(model: str, options: Mapping[str, Any], ranks: int) -> None:
-    """What a case's options ask of the model and its parallelism, checked before anything
-    runs (the driver, at ``ranks`` processes) and again by the script; a LlamaOptionError
-    names the field."""
-    parallelism = options.get("parallelism", "auto")
-    if parallelism not in PARALLELISMS:
-        raise LlamaOptionError(
-            "parallelism", f"{parallelism!r} is not one of {', '.join(PARALLELISMS)}"
-        )
-    if parallelism == "none" and ranks > 1:
-        raise LlamaOptionError(
-            "parallelism",
-            f"none with {ranks} ranks would train {ranks} unsynchronised copies; "
-            "use auto, ddp or fsdp",
-        )
-    checkpointing = options.get("activation_checkpointing", "none")
-    if checkpointing not in CHECKPOINTING:
-        raise LlamaOptionError(
-            "activation_checkpointing",
-            f"{checkpointing!r} is not one of {', '.join(CHECKPOINTING)}",
-        )
-    check_fsdp_size(model, parallelism, options.get("fsdp_size", 0), ranks)
-    if model != MODEL:
-        if parallelism in ("fsdp", "hsdp"):
-            raise LlamaOptionError(
-                "parallelism", f"{parallelism} is built for llama; use ddp or auto"
-            )
-        if checkpointing != "none":
-            raise LlamaOptionError("activation_checkpointing", "applies to llama only")
-        return
-    problems = llama_shape(options).problems()
-    if problems:
-        raise LlamaOptionError("llama_size", "; ".join(problems))
-
-
-def check_fsdp_size(model: str, parallelism: str, fsdp_size: Any, ranks: int) -> None:
-    """JAX's ``fsdp_size`` (the mesh axis a parameter is sharded over; 0: by the parallelism)
-    must divide the case's devices, and shards only where the parallelism shards."""
-    if fsdp_size in (0, None):
-        return
-    if isinstance(fsdp_size, bool) or not isinstance(fsdp_size, int) or fsdp_size < 0:
-        raise LlamaOptionError("fsdp_size", f"must be an integer >= 0, got {fsdp_size!r}")
-    if ranks % fsdp_size:
-        raise LlamaOptionError(
-            "fsdp_size",
-            f"a mesh axis of {fsdp_size} does not divide the case's {ranks} devices; give a "
-            f"divisor of {ranks} (or 0: the parallelism's own)",
-        )
-    sharded = parallelism in ("fsdp", "hsdp") or (parallelism == "auto" and model == MODEL)
-    if fsdp_size > 1 and not sharded:
-        raise LlamaOptionError(
-            "fsdp_size",
-            f"{fsdp_size} shards parameters, which parallelism {parallelism} of {model} does "
-            "not; use parallelism fsdp or hsdp (llama), or fsdp_size 0",
-        )
-
-
-def resolve_parallelism(model: str, requested: str, ranks: int) -> str:
-    """The parallelism a case runs with: nothing on one rank; auto is FSDP2 for Llama and
-    DDP for the other models."""
-    if ranks == 1:
-        return "none"
-    if requested == "auto":
-        return "fsdp" if model == MODEL else "ddp"
-    return requested
 
 
 def training_flops_per_token(
@@ -256,6 +191,18 @@ LOGIT_BYTES_PER_VOCAB = 2 + 4
 # torchtitan.yaml) keeps 0.92 of the activations once the 15.0 GiB of training state is taken off.
 COMPILED_ACTIVATION_SHARE = 0.92
 USABLE_MEMORY = 0.9  # the share of a device's memory a plan counts on (allocator, CUDA context)
+# A repeat's start on GPUs (process group, the model built and sharded, the first all-gathers)
+# and a torch.compile warm-up, per size: assumed, not measured (no run of the kit on a GPU yet,
+# and neither torchtitan nor NeMo publish one); the CPU runs' start-up does not stand for them.
+# A measured start-up longer than these wins (the estimate's rule).
+ASSUMED_STARTUP_S = {"llama3-1b": 30.0, "llama3-8b": 60.0, "llama3-70b": 180.0}
+ASSUMED_COMPILE_S = 120.0
+# Its search on a GPU starts at the matrix's fixed batch (GPU_BATCH) and the largest batch is a
+# few sequences: one doubling that fails, one or two bisections.
+SEARCH_PROBES = 3
+# The matrix's batch: at sequence 8192 a device holds a few sequences (:func:`largest_batch`),
+# so a search starts there, not at 16.
+GPU_BATCH = {"fp32": 2, "amp": 2}
 
 
 def memory_shards(options: Mapping[str, Any], ranks: int, ranks_per_node: int) -> int:
@@ -340,6 +287,39 @@ class LlamaWorkload(Workload):
     def parameters(self, options: Mapping[str, Any]) -> int | None:
         return self.shape(options).parameters()
 
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        problems = llama_shape(options).problems()
+        if problems:
+            raise LlamaOptionError("llama_size", "; ".join(problems))
+
+    def flops_by_count(
+        self, options: Mapping[str, Any], count: str | None = None
+    ) -> tuple[float | None, str]:
+        words = count if count in FLOPS_FORMULAS else FLOPS_FORMULA
+        return training_flops_per_sample(options, FLOPS_FORMULAS[words]), words
+
+    def figure_shape(self, options: Mapping[str, Any]) -> str:
+        merged = {**self.planned_options, **options}
+        return f"{merged['llama_size']} at {merged['seq_len']} tokens"
+
+    def gpu_startup(self, options: Mapping[str, Any]) -> tuple[float, str] | None:
+        size = str(options.get("llama_size", DEFAULT_SIZE))
+        assumed = ASSUMED_STARTUP_S.get(size, 0.0)
+        assumed += ASSUMED_COMPILE_S if options.get("compile") else 0.0
+        return assumed, f"{size} on GPUs"
+
+    def memory(
+        self, options: Mapping[str, Any], ranks: int, ranks_per_node: int
+    ) -> MemoryPlan | None:
+        if "seq_len" not in options:
+            return None
+        state, per_sequence = case_memory_bytes(options, ranks, ranks_per_node)
+        shards = memory_shards(options, ranks, ranks_per_node)
+        return MemoryPlan(state, per_sequence, shards, USABLE_MEMORY)
+
+    def resident_samples(self, options: Mapping[str, Any], batch: int) -> float:
+        return resident_sequences(options, batch)
+
 
 PLANNED_SEQ_LEN = 8192  # the matrix's, where a case names none
 
@@ -366,5 +346,11 @@ LLAMA_WORKLOAD = WORKLOADS.add(
         ),  # fmt: skip
         parity_handed=("parallelism", "distributed_backend"),
         flops_source=FLOPS_FORMULA,
+        flops_note=f"MFU of Llama: training FLOPs per token = {FLOPS_FORMULA}.",
+        gpu_batch=GPU_BATCH,
+        search_probes=SEARCH_PROBES,
+        shards=True,
+        scales_from_smallest_topology=True,
+        sample_name="sequence",
     ),
 )

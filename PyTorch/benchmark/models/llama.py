@@ -27,7 +27,8 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from driver.workloads.llama import CHECKPOINTING, LlamaShape
+from driver.workloads.base import CHECKPOINTING
+from driver.workloads.llama import LlamaShape
 
 __all__ = ["Llama", "causal_lm_loss"]
 
