@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -235,13 +236,10 @@ def test_a_pytorch_case_in_its_image_through_the_cli(
 @pytest.mark.parametrize(
     ("container", "refusal"),
     [
-        ("apptainer", "command line: --container: the apptainer platform does not run over "
-                      "local (it runs under ssh, slurm); over local use one of docker, none, "
-                      "podman"),
         ("pyxis", "command line: --container: the pyxis platform does not run over local (it "
-                  "runs under slurm); over local use one of docker, none, podman"),
+                  "runs under slurm); over local use one of apptainer, docker, none, podman"),
         ("dockr", "command line: --container: 'dockr' is not a container platform; under "
-                  "local: docker, none, podman"),
+                  "local: apptainer, docker, none, podman"),
     ],
 )  # fmt: skip
 def test_a_platform_that_does_not_run_here_is_refused_in_one_line(
@@ -338,3 +336,42 @@ def test_a_source_without_an_image_is_refused_in_a_container(
         ".venvs/tensorflow-models-pypi beside the kit's (no image), which a podman container "
         "does not hold: run it without --container"
     )
+
+
+def test_apptainer_on_this_host_renders_its_exec_and_says_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Apptainer is not packaged here (render-tested, as over SSH and Slurm): the dry run
+    shows each node's ``apptainer exec`` of the framework's .sif with the kit and the session
+    bound at their paths, GPUs add ``--nv``; a real repeat without apptainer fails in one line
+    naming the image and the fix; an upstream source is refused before anything runs."""
+    from driver.frontend.cli import main
+    from driver.runtimes.containers.apptainer import kit_image_file
+    from driver.runtimes.local_platform import HostRun
+
+    sif, tag = kit_image_file("pytorch", "cpu")
+    code = main(
+        ["run", "--framework", "pytorch", "--model", "resnet50", "--profile", "cpu-smoke",
+         "--container", "apptainer", "--results", str(tmp_path), "--dry-run"]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"apptainer exec --bind {REPO_ROOT}:{REPO_ROOT}:ro --bind " in out
+    assert f"--pwd {REPO_ROOT} {sif} python3 PyTorch/benchmark/train.py" in out
+    runtime = LocalRuntime(container="apptainer")
+    assert not runtime.runs_here  # the image's interpreter: no venv made
+    command = NodeCommand(node="local0", argv=["python3"], env={"RANK": "0"})
+    run = HostRun("n", "l", sif, (f"{REPO_ROOT}:{REPO_ROOT}:ro",), gpus=True)
+    wrapped = runtime.platform.host_command(command, run)
+    assert wrapped.argv[:3] == ["apptainer", "exec", "--nv"] and wrapped.env == {"RANK": "0"}
+    if shutil.which("apptainer") is None:
+        from driver.runtimes.base import Failure
+
+        missing = f"apptainer could not build {tag}: .*dlperf images build"
+        with pytest.raises(Failure, match=missing):
+            runtime.platform.local_image("pytorch", "cpu")
+    refused = "source 'pytorch-examples' runs in its own image, which the apptainer platform"
+    with pytest.raises(RuntimeConfigError, match=refused):
+        from tests.test_upstream_sources import case_for
+
+        runtime.fit_cases([case_for("pytorch-examples", "resnet50")], False)

@@ -178,7 +178,7 @@ def test_a_platform_implements_the_interface_of_each_transport_it_runs_under() -
     _load()
     found = {name: PLATFORMS.get(name) for name in PLATFORMS.names()}
     assert {name: platform.transports for name, platform in found.items()} == {
-        "apptainer": ("ssh", "slurm"), "docker": ("ssh", "local"),
+        "apptainer": ("ssh", "slurm", "local"), "docker": ("ssh", "local"),
         "none": ("ssh", "slurm", "local"), "oci": ("slurm",), "podman": ("ssh", "local"),
         "pyxis": ("slurm",),
     }  # fmt: skip

@@ -444,11 +444,19 @@ class LocalRuntime(Runtime):
             from driver.sources.base import SOURCES
 
             for case in cases:
-                if case.source != "dlperf" and not SOURCES.get(case.source)().image:
+                if case.source == "dlperf":
+                    continue
+                if not SOURCES.get(case.source)().image:
                     raise RuntimeConfigError(
                         f"source {case.source!r} runs from its environment .venvs/{case.source} "
                         f"beside the kit's (no image), which a {self.platform.name} container "
                         "does not hold: run it without --container"
+                    )
+                if not self.platform.runs_sources:
+                    raise RuntimeConfigError(
+                        f"source {case.source!r} runs in its own image, which the "
+                        f"{self.platform.name} platform does not run: --container docker or "
+                        "podman runs it"
                     )
         return fit_to_gpus(cases, self.gpu_count(), topologies_given)
 

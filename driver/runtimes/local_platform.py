@@ -1,8 +1,8 @@
 """What a container platform answers on this host (the local runtime): the command this host
 starts for a node, the image it runs in, and what a repeat or a killed run leaves to remove.
 
-Implemented only by the platforms that run on one workstation (none, docker, podman); picked
-by ``dlperf run --container`` (``none`` unless given), and
+Implemented only by the platforms that run on one workstation (none, apptainer, docker,
+podman); picked by ``dlperf run --container`` (``none`` unless given), and
 ``driver.runtimes.containers.platform_for`` refuses any other. Each node's command stays a
 process group of this host that the local runtime starts, watches and stops (for an engine,
 its attached client); what this interface adds is what that process is.

@@ -1,5 +1,5 @@
-"""apptainer (Singularity), over SSH and under Slurm: ``apptainer exec <image>`` around the
-node's command.
+"""apptainer (Singularity), on this host, over SSH and under Slurm: ``apptainer exec <image>``
+around the node's command.
 
 The command runs in the image's root with the kit's code and the session folder (Slurm), the
 node's ``data_dir`` and the inventory's ``container.mounts`` (SSH) or ``slurm.mounts`` bound
@@ -10,7 +10,8 @@ container), under Slurm it is the task srun starts.
 The image: over SSH the inventory's ``container.image`` (per framework or ``default``: a
 ``.sif`` file on every node, or any source apptainer reads, e.g. ``docker://...``); under Slurm
 ``slurm.image`` the same way, else the framework's local image built here into
-``.dlperf/apptainer/<tag>.sif`` in the checkout (a shared file system), once per image
+``.dlperf/apptainer/<tag>.sif`` in the checkout (a shared file system; on this host, the local
+runtime's ``--container apptainer``, always that file, of this host's variant), once per image
 (``driver/images/export.py``): from docker's store (``docker-daemon://``), or, where podman
 holds it, from the docker archive ``podman save`` writes beside it (``docker-archive://``,
 removed after). An upstream source's image is not run (use docker, podman,
@@ -32,6 +33,8 @@ from driver.images.engine import engine_for
 from driver.runtimes.base import Failure, RuntimeConfigError, Verdict
 from driver.runtimes.containers import PLATFORMS
 from driver.runtimes.containers.none import HeldProcessGroup
+from driver.runtimes.local_platform import HostRun, LocalPlatform
+from driver.runtimes.plan import NodeCommand
 
 if TYPE_CHECKING:
     from driver.cluster.inventory import Node
@@ -58,8 +61,44 @@ def podman_save_argv(tag: str, archive: Path) -> list[str]:
     return ["podman", "save", "--format", "docker-archive", "--output", str(archive), tag]
 
 
+def kit_image_file(framework: str, variant: str) -> tuple[str, str]:
+    """The ``.sif`` the kit makes of ``framework``'s image for a ``variant`` (cpu, gpu) host,
+    and the local tag it is made from."""
+    from driver.images.build import BuildOptions, plan_images
+    from driver.images.catalog import discover, image_for
+    from driver.images.lock import LockError
+
+    name = image_for(framework, variant, discover())
+    try:
+        tag = plan_images([name], BuildOptions(log=lambda _line: None))[name].tag
+    except LockError:  # a base digest still unresolved: the name, and no tag yet
+        tag = f"dlperf/{name}:unbuilt"
+    return str(export.image_file(tag, CACHE, ".sif")), tag
+
+
+def make_image_file(image: str, tag: str, fix: str = "or set slurm.image") -> dict[str, Any]:
+    """The ``.sif`` at ``image`` built from the local image ``tag`` (docker's store, or
+    podman's through an archive), and what that took; a Failure naming ``fix`` otherwise."""
+    started = time.time()
+    engine = engine_for(tag)
+    archive = archive_for(Path(image)) if engine == "podman" else None
+    try:
+        if archive is not None:
+            archive.unlink(missing_ok=True)  # a killed earlier run's
+            export.make_file(archive, lambda to: podman_save_argv(tag, to))
+        export.make_file(Path(image), lambda to: build_argv(tag, to, archive))
+    except export.ExportError as error:
+        detail = f"apptainer could not build {tag}: {error} ({fix})"
+        raise Failure(Verdict.FAILED, detail) from None
+    finally:
+        if archive is not None:
+            archive.unlink(missing_ok=True)
+    built_s = round(time.time() - started, 3)
+    return {"sif": image, "image": tag, "engine": engine, "built_s": built_s}
+
+
 @PLATFORMS.register("apptainer")
-class Apptainer(HeldProcessGroup):
+class Apptainer(HeldProcessGroup, LocalPlatform):
     name = "apptainer"
     sees_only_mounts = True
     prepare_timing = "sif_s"
@@ -98,17 +137,7 @@ class Apptainer(HeldProcessGroup):
         for key in (framework, "default"):
             if key in self.config.image:
                 return self.config.image[key], None
-        from driver.images.build import BuildOptions, plan_images
-        from driver.images.catalog import discover, image_for
-        from driver.images.lock import LockError
-
-        options = BuildOptions(log=lambda _line: None)
-        name = image_for(framework, "gpu" if self.config.gpus_per_node else "cpu", discover())
-        try:
-            tag = plan_images([name], options)[name].tag
-        except LockError:  # a base digest still unresolved: the name, and no tag yet
-            tag = f"dlperf/{name}:unbuilt"
-        return str(export.image_file(tag, CACHE, ".sif")), tag
+        return kit_image_file(framework, "gpu" if self.config.gpus_per_node else "cpu")
 
     def step_argv(self, plan: RepeatPlan, argv: list[str], session_root: Path) -> list[str]:
         session, kit = str(Path(session_root).absolute()), str(REPO_ROOT)
@@ -121,22 +150,7 @@ class Apptainer(HeldProcessGroup):
         image, tag = self.slurm_image(plan.framework)
         if tag is None or Path(image).is_file():
             return None
-        started = time.time()
-        engine = engine_for(tag)
-        archive = archive_for(Path(image)) if engine == "podman" else None
-        try:
-            if archive is not None:
-                archive.unlink(missing_ok=True)  # a killed earlier run's
-                export.make_file(archive, lambda to: podman_save_argv(tag, to))
-            export.make_file(Path(image), lambda to: build_argv(tag, to, archive))
-        except export.ExportError as error:
-            detail = f"apptainer could not build {tag}: {error} (or set slurm.image)"
-            raise Failure(Verdict.FAILED, detail) from None
-        finally:
-            if archive is not None:
-                archive.unlink(missing_ok=True)
-        built_s = round(time.time() - started, 3)
-        return {"sif": image, "image": tag, "engine": engine, "built_s": built_s}
+        return make_image_file(image, tag)
 
     def describe_prepare(self, plan: RepeatPlan, allocation: Allocation) -> list[str]:  # noqa: ARG002
         image, tag = self.slurm_image(plan.framework)
@@ -151,3 +165,35 @@ class Apptainer(HeldProcessGroup):
             lines.append("$ " + shlex.join(podman_save_argv(tag, archive)))
             return [*lines, "$ " + shlex.join(build_argv(tag, Path(image), archive))]
         return [*lines, "$ " + shlex.join(build_argv(tag, Path(image)))]
+
+    # -- on this host (the local runtime) ----------------------------------------------------
+    def local_image(
+        self,
+        framework: str,
+        variant: str,
+        source: str = "dlperf",
+        choice: str = "pinned",  # noqa: ARG002 - no upstream source runs here (runs_sources)
+        *,
+        planned: bool = False,
+    ) -> str:
+        """The framework's ``.sif`` for this host's variant, made from the local image the
+        first time a case needs it (a dry run only names it)."""
+        assert source == "dlperf", "the local runtime refuses upstream sources first"
+        image, tag = kit_image_file(framework, variant)
+        if not planned and not Path(image).is_file():
+            make_image_file(image, tag, f"`dlperf images build` makes {tag}; apptainer converts it")
+        return image
+
+    def host_command(self, command: NodeCommand, run: HostRun) -> NodeCommand:
+        # apptainer exec is the node's process group itself (no engine holds it): the runtime
+        # stops it as it stops a process, and the environment passes through unchanged.
+        workdir = command.workdir or str(REPO_ROOT)
+        argv = self.wrap(command.argv, run.image, run.mounts, workdir, run.gpus)
+        return NodeCommand(node=command.node, argv=argv, env=command.env, workdir=command.workdir)
+
+    def remove_runs(self, names: list[str]) -> None:
+        """Nothing: what a repeat ran ended with its process group."""
+
+    def remove_leftovers(self, label: str) -> list[str]:  # noqa: ARG002 - nothing is labelled
+        """Nothing beyond the processes the local runtime ends itself."""
+        return []
