@@ -90,6 +90,12 @@ def test_kill_host_kills_its_processes_and_sshd_comes_back(
         sleeper = subprocess.Popen(
             [*hosts.host("n2").enter(), "sleep", "300"], stdout=subprocess.DEVNULL
         )
+        # nsenter joins the host's namespaces, then becomes sleep: only then is it the host's
+        # (killed at once, it could still be this machine's nsenter, and rightly spared).
+        comm = Path(f"/proc/{sleeper.pid}/comm")
+        deadline = time.monotonic() + 10
+        while comm.read_text().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
         killed = hosts.kill_host("n2")
         assert sleeper.pid in killed and sleeper.wait(timeout=10) == -signal.SIGKILL
         assert ssh(hosts, "n2", "true").returncode != 0
