@@ -6,8 +6,9 @@ and model-FLOPs utilization.
     MFU = throughput (samples/s) x FLOPs per sample / (devices x dense peak FLOP/s)
 
 Read by the plan (published figures per device; a peak for its FLOP estimates, a memory for
-Llama's fit), the session tables (MFU of the models whose FLOPs are a formula) and a release
-(imported figures, references, MFU of every counted model). What the figures say together (one
+Llama's fit), the session tables (MFU where the FLOPs need no torch: a formula, or a count at
+the model's default shape) and a release (imported figures, references, MFU of every counted
+model). What the figures say together (one
 figure per case and publisher, no efficiency above 100%) needs their summaries and is checked
 by ``driver.release.imported``.
 """
