@@ -7,6 +7,7 @@ image over SSH (``docker save | ssh node docker load``), and a repeat then runs 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -37,7 +38,18 @@ def second_engine(docker_engine: None) -> Iterator[str]:
     log = (root / "dockerd.log").open("w")
     argv = [str(dockerd), "-H", host, "--data-root", str(root / "data")]
     argv += ["--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid")]
-    argv += ["--bridge=none", "--iptables=false", "--ip-masq=false", "--ip-forward=false"]
+    # A bridge of its own, not --bridge=none: a dockerd told "none" deletes the host's docker0
+    # as it starts (the first engine's bridge, whose containers then fail to start: exit 125).
+    bridge = f"dlpbr{os.getpid() % 100000}"
+    first_bridge = Path("/sys/class/net/docker0").exists()
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True)  # a killed run's
+    for step in (["add", bridge, "type", "bridge"], ["set", bridge, "up"]):
+        subprocess.run(["ip", "link", *step], check=True, capture_output=True)
+    subprocess.run(
+        ["ip", "addr", "add", f"10.213.{os.getpid() % 250}.1/24", "dev", bridge],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    argv += [f"--bridge={bridge}", "--iptables=false", "--ip-masq=false", "--ip-forward=false"]
     # Sharing the running containerd (in a namespace of its own) lets this engine stop in a
     # blink; a containerd of its own would take ~20 s to shut down.
     for sock in ("/var/run/docker/containerd/containerd.sock", "/run/containerd/containerd.sock"):
@@ -56,6 +68,8 @@ def second_engine(docker_engine: None) -> Iterator[str]:
                     f"a second dockerd did not start: {(root / 'dockerd.log').read_text()[-500:]}"
                 )
             time.sleep(0.2)
+        # The first engine keeps its bridge (its containers on the default network need it).
+        assert Path("/sys/class/net/docker0").exists() or not first_bridge
         yield host
     finally:
         process.terminate()
@@ -66,6 +80,7 @@ def second_engine(docker_engine: None) -> Iterator[str]:
         log.close()
         # dockerd leaves its default network namespace mounted; the data folder goes with it.
         subprocess.run(["umount", str(root / "exec" / "netns" / "default")], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         # Deleting the engine's layers takes seconds on a busy disk: let it finish on its own.
         subprocess.Popen(["rm", "-rf", str(root)], start_new_session=True)
 

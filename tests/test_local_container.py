@@ -225,8 +225,8 @@ def test_a_pytorch_case_in_its_image_through_the_cli(
     assert record.header["framework"] == "pytorch" and record.header["model"] == "bert"
     # The image's interpreter ran the script: the header's Python is the image's.
     version = "import platform; print(platform.python_version())"
-    # No network (as the kit's own runs use the host's): docker's bridge is not needed, which
-    # another test's namespaces may have taken down meanwhile.
+    # No network: the probe needs none, so not docker's bridge either (the kit's runs use the
+    # host's network).
     inside = subprocess.run(
         ["docker", "run", "--rm", "--network", "none", image, "python3", "-c", version],
         capture_output=True, text=True, check=False,
