@@ -100,7 +100,7 @@ class Runtime(ABC):
     # Folders of the session its own scratch lives in (written outside the kit, not sealed).
     session_scratch: ClassVar[tuple[str, ...]] = ()
     # The node commands run on this host, with the kit's own venvs (made here before a run).
-    runs_here: ClassVar[bool] = False
+    runs_here: bool = False
     # ``run --python``: the interpreter of every framework on this host (None: not given).
     python_override: str | None = None
 

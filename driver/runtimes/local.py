@@ -400,7 +400,6 @@ def local_platform(container: str, build_options: Any = None) -> LocalPlatform:
 @RUNTIMES.register("local")
 class LocalRuntime(Runtime):
     name = "local"
-    runs_here = True
 
     def __init__(
         self,
@@ -421,7 +420,7 @@ class LocalRuntime(Runtime):
                 f"--container {container} runs them with its image's: give one of the two"
             )
         # In an image the kit's venvs are neither used nor made (the session's ensure_env).
-        self.runs_here = self.platform.image_python is None  # type: ignore[misc]
+        self.runs_here = self.platform.image_python is None
         # (framework, source, image choice) -> the image its cases run in
         self._images: dict[tuple[str, str, str], str | None] = {}
 

@@ -375,8 +375,9 @@ class SlurmRuntime(Runtime):
 
     def disconnect(self) -> None:
         """The session's runs are over: its job is cancelled now, and waited for, before the
-        seal (a later run submits a new one)."""
-        self.job.end()
+        seal (a later run submits a new one); a second Ctrl-C does not cut the wait short."""
+        with ctrl_c_held():
+            self.job.end()
 
     def close(self) -> None:
         """Cancel the session's job (the kit never leaves one in the queue), and remove what
